@@ -1,0 +1,143 @@
+#pragma once
+// The one network interface the DiT code sees; the emulator and MPI backends implement it.
+// Buffers are fp32 spans. An empty span with a non-zero count moves sizes only (phantom mode):
+// the transfer takes its time and is counted, but no bytes are copied.
+//
+//   std::vector<float> send(comm.size() * n), recv(comm.size() * n);
+//   Request v = comm.iall_to_all(send, recv, n, "v");  // returns at once
+//   comm.compute({OpKind::kGemm, flops, bytes, "qk_proj"});  // overlaps with v in flight
+//   v.wait();                                            // clock = max(clock, v's completion)
+//   auto sub = comm.split(comm.coords(comm.rank())[2], comm.rank());  // one group per node
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/op_cost.hpp"
+#include "core/sim_time.hpp"
+#include "core/topology.hpp"
+
+namespace cocodiff {
+
+/// Backend side of a Request.
+class RequestImpl {
+ public:
+  virtual ~RequestImpl() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;
+};
+
+/// Handle to a non-blocking operation. A default-constructed Request is already complete.
+class Request {
+ public:
+  Request() = default;
+  explicit Request(std::shared_ptr<RequestImpl> impl) : impl_(std::move(impl)) {}
+  /// Blocks until the operation completes (the emulator advances the caller's clock to it).
+  void wait();
+  /// True once complete at the caller's current time; never blocks for long.
+  bool test();
+
+ private:
+  std::shared_ptr<RequestImpl> impl_;
+};
+
+/// Waits for every request in turn.
+void wait_all(std::span<Request> requests);
+
+enum class ReduceOp : std::uint8_t { kSum, kMax };
+
+/// Counts and displacements (in elements) of a variable all-to-all, one entry per group rank.
+struct AllToAllvLayout {
+  std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  /// Packed layout: displacements are prefix sums of the counts.
+  static AllToAllvLayout packed(std::vector<std::int64_t> send_counts,
+                                std::vector<std::int64_t> recv_counts);
+  std::int64_t send_total() const;
+  std::int64_t recv_total() const;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The whole cluster's topology (all world ranks).
+  virtual const Topology& topology() const = 0;
+  /// World rank of a member of this group.
+  virtual int world_rank(int group_rank) const = 0;
+  /// Topology coordinates (innermost first) of a member of this group.
+  std::vector<int> coords(int group_rank) const { return topology().coords(world_rank(group_rank)); }
+
+  /// Collective: a new group of the ranks that passed the same color, ordered by (key, rank).
+  virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
+
+  /// Equal-count all-to-all: block j (count elements) of send goes to rank j, block i of recv
+  /// comes from rank i. Non-blocking; buffers must stay alive until the request completes.
+  Request iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                      std::string_view label = {});
+  Request iall_to_allv(std::span<const float> send, std::span<float> recv,
+                       const AllToAllvLayout& layout, std::string_view label = {});
+  /// Every rank's `count` elements, in rank order, land in recv (size() * count).
+  Request iall_gather(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                      std::string_view label = {});
+  /// In-place reduction of `count` elements across the group.
+  Request iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                      std::string_view label = {});
+  Request isend(std::span<const float> data, std::int64_t count, int dest, int tag,
+                std::string_view label = {});
+  Request irecv(std::span<float> data, std::int64_t count, int source, int tag,
+                std::string_view label = {});
+
+  void all_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                  std::string_view label = {}) {
+    iall_to_all(send, recv, count, label).wait();
+  }
+  void all_to_allv(std::span<const float> send, std::span<float> recv,
+                   const AllToAllvLayout& layout, std::string_view label = {}) {
+    iall_to_allv(send, recv, layout, label).wait();
+  }
+  void all_gather(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                  std::string_view label = {}) {
+    iall_gather(send, recv, count, label).wait();
+  }
+  void all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                  std::string_view label = {}) {
+    iall_reduce(data, count, op, label).wait();
+  }
+  void send(std::span<const float> data, std::int64_t count, int dest, int tag) {
+    isend(data, count, dest, tag).wait();
+  }
+  void recv(std::span<float> data, std::int64_t count, int source, int tag) {
+    irecv(data, count, source, tag).wait();
+  }
+  /// Blocks until every member has arrived.
+  virtual void barrier() = 0;
+
+  /// Charges the caller's device for one operation (emulator); a no-op on real hardware.
+  virtual void compute(const OpCost& cost) = 0;
+  /// The caller's clock: virtual time on the emulator, wall time since start on MPI.
+  virtual SimTime now() const = 0;
+
+ protected:
+  virtual Request do_iall_to_all(std::span<const float> send, std::span<float> recv,
+                                 std::int64_t count, std::string_view label) = 0;
+  virtual Request do_iall_to_allv(std::span<const float> send, std::span<float> recv,
+                                  const AllToAllvLayout& layout, std::string_view label) = 0;
+  virtual Request do_iall_gather(std::span<const float> send, std::span<float> recv,
+                                 std::int64_t count, std::string_view label) = 0;
+  virtual Request do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                                 std::string_view label) = 0;
+  virtual Request do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
+                           std::string_view label) = 0;
+  virtual Request do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
+                           std::string_view label) = 0;
+
+ private:
+  void check_buffer(std::size_t have, std::int64_t need, const char* what, const char* op) const;
+  void check_peer(int peer, const char* op) const;
+};
+
+}  // namespace cocodiff

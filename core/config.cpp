@@ -1,0 +1,332 @@
+#include "core/config.hpp"
+
+#include <sstream>
+
+#include "core/errors.hpp"
+
+namespace cocodiff {
+
+namespace {
+
+std::vector<std::string> split_key(std::string_view key) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t dot = key.find('.', start);
+    parts.emplace_back(key.substr(start, dot == std::string_view::npos ? key.npos : dot - start));
+    if (dot == std::string_view::npos) break;
+    start = dot + 1;
+  }
+  return parts;
+}
+
+void collect_leaves(const toml::table& t, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [k, v] : t) {
+    std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = v.as_table(); sub != nullptr && !sub->empty())
+      collect_leaves(*sub, key, out);
+    else
+      out.push_back(key);
+  }
+}
+
+void merge_missing(toml::table& dst, const toml::table& src) {
+  for (const auto& [k, v] : src) {
+    toml::node* existing = dst.get(k);
+    if (existing == nullptr) {
+      dst.insert(k, v);
+    } else if (existing->is_table() && v.is_table()) {
+      merge_missing(*existing->as_table(), *v.as_table());
+    }
+  }
+}
+
+}  // namespace
+
+std::string describe_node(const toml::node& node) {
+  std::ostringstream os;
+  switch (node.type()) {
+    case toml::node_type::string: os << "string \"" << node.value<std::string>().value_or("") << '"'; break;
+    case toml::node_type::integer: os << "integer " << node.value<std::int64_t>().value_or(0); break;
+    case toml::node_type::floating_point: os << "float " << node.value<double>().value_or(0); break;
+    case toml::node_type::boolean: os << "boolean " << (node.value<bool>().value_or(false) ? "true" : "false"); break;
+    case toml::node_type::array: os << "an array"; break;
+    case toml::node_type::table: os << "a table"; break;
+    default: os << "a date/time"; break;
+  }
+  return os.str();
+}
+
+Config Config::load(const std::filesystem::path& file) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec))
+    throw ConfigError(file.string() + ": no such config file");
+  Config c;
+  try {
+    c.root_ = toml::parse_file(file.string());
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(file.string() + ":" + std::to_string(e.source().begin.line) + ":" +
+                      std::to_string(e.source().begin.column) + ": TOML syntax error: " +
+                      std::string(e.description()));
+  }
+  c.source_ = file.string();
+  c.dir_ = file.parent_path();
+  return c;
+}
+
+Config Config::parse(std::string_view text, std::string source) {
+  Config c;
+  try {
+    c.root_ = toml::parse(text, source);
+  } catch (const toml::parse_error& e) {
+    throw ConfigError(source + ":" + std::to_string(e.source().begin.line) +
+                      ": TOML syntax error: " + std::string(e.description()));
+  }
+  c.source_ = std::move(source);
+  return c;
+}
+
+void Config::set(std::string_view assignment) {
+  size_t eq = assignment.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw ConfigError("--set '" + std::string(assignment) +
+                      "': expected key=value, e.g. --set run.steps=4");
+  std::string key(assignment.substr(0, eq));
+  std::string value(assignment.substr(eq + 1));
+  while (!key.empty() && key.back() == ' ') key.pop_back();
+  std::vector<std::string> parts = split_key(key);
+  for (const std::string& p : parts)
+    if (p.empty()) throw ConfigError("--set '" + std::string(assignment) + "': empty key part");
+  toml::table parsed;
+  try {
+    parsed = toml::parse("v = " + value);
+  } catch (const toml::parse_error&) {
+    parsed.insert("v", value);  // a bare word such as flat or aurora
+  }
+  toml::table* t = &root_;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = t->get(parts[i]);
+    if (n == nullptr) {
+      t->insert(parts[i], toml::table{});
+      n = t->get(parts[i]);
+    }
+    if (!n->is_table())
+      throw ConfigError("--set " + key + ": '" + parts[i] + "' is " + describe_node(*n) +
+                        ", not a table");
+    t = n->as_table();
+  }
+  toml::node* existing = t->get(parts.back());
+  const toml::node& v = *parsed.get("v");
+  if (existing != nullptr && existing->is_table())
+    throw ConfigError("--set " + key + ": that key is a table; set one of its keys instead");
+  if (existing != nullptr && existing->type() != v.type() &&
+      !(existing->is_number() && v.is_number()))
+    throw ConfigError("--set " + key + ": expected " + describe_node(*existing).substr(0, describe_node(*existing).find(' ')) +
+                      " like the config's " + describe_node(*existing) + ", found " + describe_node(v));
+  t->insert_or_assign(parts.back(), v);
+  overridden_.insert(key);
+}
+
+void Config::merge_under(std::string_view section, const Config& preset) {
+  toml::node* n = root_.get(section);
+  if (n == nullptr) {
+    root_.insert(section, toml::table{});
+    n = root_.get(section);
+  }
+  if (!n->is_table()) throw ConfigError(source_ + ": '" + std::string(section) + "' must be a table");
+  merge_missing(*n->as_table(), preset.root_);
+}
+
+const toml::node* Config::find(std::string_view key) const {
+  toml::node_view<const toml::node> v = root_.at_path(key);
+  return v.node();
+}
+
+bool Config::has(std::string_view key) const { return find(key) != nullptr; }
+
+std::string Config::where(std::string_view key) const {
+  if (overridden_.count(key) > 0) return "--set " + std::string(key);
+  const toml::node* n = find(key);
+  if (n != nullptr && n->source().begin.line > 0) {
+    std::string path = n->source().path ? std::string(*n->source().path) : source_;
+    return path + ":" + std::to_string(n->source().begin.line);
+  }
+  return source_.empty() ? std::string("<config>") : source_;
+}
+
+void Config::type_error(std::string_view key, std::string_view expected) const {
+  const toml::node* n = find(key);
+  throw ConfigError(where(key), key, expected, n ? describe_node(*n) : "nothing (key missing)");
+}
+
+void Config::mark_used(std::string_view key) const {
+  used_.insert(std::string(key));
+}
+
+std::int64_t Config::get_int(std::string_view key, std::int64_t def, std::int64_t lo,
+                             std::int64_t hi) const {
+  if (!has(key)) return def;
+  return require_int(key, lo, hi);
+}
+
+std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int64_t hi) const {
+  mark_used(key);
+  const toml::node* n = find(key);
+  std::optional<std::int64_t> v;
+  if (n != nullptr) {
+    v = n->value_exact<std::int64_t>();
+    if (!v && n->is_floating_point()) {
+      double d = *n->value<double>();
+      if (d == static_cast<double>(static_cast<std::int64_t>(d))) v = static_cast<std::int64_t>(d);
+    }
+  }
+  std::string range = (lo == INT64_MIN && hi == INT64_MAX)
+                          ? "an integer"
+                          : "an integer in [" + std::to_string(lo) + ", " + (hi == INT64_MAX ? std::string("inf") : std::to_string(hi)) + "]";
+  if (!v) type_error(key, range);
+  if (*v < lo || *v > hi) throw ConfigError(where(key), key, range, std::to_string(*v));
+  return *v;
+}
+
+double Config::get_double(std::string_view key, double def, double lo, double hi) const {
+  if (!has(key)) return def;
+  return require_double(key, lo, hi);
+}
+
+double Config::require_double(std::string_view key, double lo, double hi) const {
+  mark_used(key);
+  const toml::node* n = find(key);
+  std::optional<double> v;
+  if (n != nullptr && n->is_number()) v = n->value<double>();
+  std::ostringstream range;
+  range << "a number";
+  if (lo > -1e300 || hi < 1e300) range << " in [" << lo << ", " << hi << "]";
+  if (!v) type_error(key, range.str());
+  if (!(*v >= lo && *v <= hi)) {
+    std::ostringstream f;
+    f << *v;
+    throw ConfigError(where(key), key, range.str(), f.str());
+  }
+  return *v;
+}
+
+bool Config::get_bool(std::string_view key, bool def) const {
+  if (!has(key)) return def;
+  mark_used(key);
+  std::optional<bool> v = find(key)->value_exact<bool>();
+  if (!v) type_error(key, "true or false");
+  return *v;
+}
+
+std::string Config::get_string(std::string_view key, std::string def) const {
+  if (!has(key)) return def;
+  return require_string(key);
+}
+
+std::string Config::require_string(std::string_view key) const {
+  mark_used(key);
+  const toml::node* n = find(key);
+  std::optional<std::string> v = n ? n->value_exact<std::string>() : std::nullopt;
+  if (!v) type_error(key, "a string");
+  return *v;
+}
+
+std::string Config::get_choice(std::string_view key, std::string def,
+                               std::initializer_list<std::string_view> choices) const {
+  std::string v = get_string(key, def);
+  std::string list;
+  for (std::string_view c : choices) {
+    if (c == v) return v;
+    list += (list.empty() ? "" : " | ") + std::string(c);
+  }
+  throw ConfigError(where(key), key, "one of " + list, "\"" + v + "\"");
+}
+
+namespace {
+template <typename T>
+std::vector<T> get_list(const Config& cfg, const toml::node* n, std::string_view key,
+                        std::string_view expected) {
+  std::vector<T> out;
+  const toml::array* a = n ? n->as_array() : nullptr;
+  if (a == nullptr)
+    throw ConfigError(cfg.where(key), key, expected, n ? describe_node(*n) : "nothing");
+  for (const toml::node& e : *a) {
+    std::optional<T> v;
+    if constexpr (std::is_same_v<T, double>) {
+      if (e.is_number()) v = e.value<double>();
+    } else {
+      v = e.value_exact<T>();
+    }
+    if (!v) throw ConfigError(cfg.where(key), key, expected, "an element that is " + describe_node(e));
+    out.push_back(*v);
+  }
+  return out;
+}
+}  // namespace
+
+std::vector<std::int64_t> Config::get_int_list(std::string_view key,
+                                               std::vector<std::int64_t> def) const {
+  if (!has(key)) return def;
+  mark_used(key);
+  return get_list<std::int64_t>(*this, find(key), key, "an array of integers");
+}
+
+std::vector<double> Config::get_double_list(std::string_view key, std::vector<double> def) const {
+  if (!has(key)) return def;
+  mark_used(key);
+  return get_list<double>(*this, find(key), key, "an array of numbers");
+}
+
+std::vector<std::string> Config::get_string_list(std::string_view key,
+                                                 std::vector<std::string> def) const {
+  if (!has(key)) return def;
+  mark_used(key);
+  return get_list<std::string>(*this, find(key), key, "an array of strings");
+}
+
+std::vector<std::string> Config::subkeys(std::string_view table_key) const {
+  std::vector<std::string> out;
+  const toml::node* n = find(table_key);
+  if (n == nullptr) return out;
+  const toml::table* t = n->as_table();
+  if (t == nullptr) type_error(table_key, "a table");
+  for (const auto& [k, v] : *t) out.emplace_back(k.str());
+  return out;
+}
+
+std::vector<std::string> Config::unknown_keys() const {
+  std::vector<std::string> leaves;
+  collect_leaves(root_, "", leaves);
+  std::vector<std::string> unknown;
+  for (const std::string& leaf : leaves) {
+    bool used = false;
+    // A leaf is known when it, or a table above it, was read.
+    std::string k = leaf;
+    while (true) {
+      if (used_.count(k) > 0) {
+        used = true;
+        break;
+      }
+      size_t dot = k.rfind('.');
+      if (dot == std::string::npos) break;
+      k.resize(dot);
+    }
+    if (!used) unknown.push_back(leaf);
+  }
+  return unknown;
+}
+
+void Config::check_no_unknown_keys() const {
+  std::vector<std::string> unknown = unknown_keys();
+  if (unknown.empty()) return;
+  throw ConfigError(where(unknown.front()) + ": unknown key '" + unknown.front() +
+                    "' (check its spelling and section; `cocodiff validate` lists the known keys)");
+}
+
+std::string Config::dump() const {
+  std::ostringstream os;
+  os << root_;
+  return os.str();
+}
+
+}  // namespace cocodiff

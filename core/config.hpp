@@ -1,0 +1,88 @@
+#pragma once
+// TOML configuration with command-line overrides, typed look-ups and errors that name the file,
+// the line and the key. Every key read is remembered, so keys nobody reads are reported as
+// unknown instead of being silently ignored.
+//
+//   Config cfg = Config::load("configs/quickstart.toml");
+//   cfg.set("run.steps=4");                                  // like --set run.steps=4
+//   int steps = cfg.get_int("run.steps", 28, 1, 10000);     // ConfigError if out of range
+//   cfg.check_no_unknown_keys();                             // after every module has read
+
+#include <cstdint>
+#include <filesystem>
+#include <initializer_list>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <toml++/toml.h>
+
+namespace cocodiff {
+
+class Config {
+ public:
+  Config() = default;
+  /// Parses a TOML file; a missing file or a syntax error is a ConfigError naming file:line.
+  static Config load(const std::filesystem::path& file);
+  /// Parses TOML text; `source` names it in errors.
+  static Config parse(std::string_view text, std::string source);
+
+  /// Applies "dotted.key=value"; value is read as TOML (number, bool, string, array), or as a
+  /// bare string when it is not valid TOML. Later sets win.
+  void set(std::string_view assignment);
+  /// Copies every key of `preset` under `section` that is not already set here.
+  void merge_under(std::string_view section, const Config& preset);
+
+  bool has(std::string_view key) const;
+  /// "file:line" of a key ("--set" for overrides), or the file alone when the key is absent.
+  std::string where(std::string_view key) const;
+  const std::string& source() const { return source_; }
+  const std::filesystem::path& directory() const { return dir_; }
+
+  std::int64_t get_int(std::string_view key, std::int64_t def, std::int64_t lo = INT64_MIN,
+                       std::int64_t hi = INT64_MAX) const;
+  std::int64_t require_int(std::string_view key, std::int64_t lo = INT64_MIN,
+                           std::int64_t hi = INT64_MAX) const;
+  double get_double(std::string_view key, double def, double lo = -1e300, double hi = 1e300) const;
+  double require_double(std::string_view key, double lo = -1e300, double hi = 1e300) const;
+  bool get_bool(std::string_view key, bool def) const;
+  std::string get_string(std::string_view key, std::string def) const;
+  std::string require_string(std::string_view key) const;
+  /// A string that must be one of `choices`.
+  std::string get_choice(std::string_view key, std::string def,
+                         std::initializer_list<std::string_view> choices) const;
+  std::vector<std::int64_t> get_int_list(std::string_view key, std::vector<std::int64_t> def) const;
+  std::vector<double> get_double_list(std::string_view key, std::vector<double> def) const;
+  std::vector<std::string> get_string_list(std::string_view key,
+                                           std::vector<std::string> def) const;
+  /// Keys of a sub-table ("cluster.links" -> names), in file order of the TOML library.
+  std::vector<std::string> subkeys(std::string_view table_key) const;
+  /// Marks a key (and everything under it) as read.
+  void mark_used(std::string_view key) const;
+
+  /// Every leaf key that exists but was never read.
+  std::vector<std::string> unknown_keys() const;
+  /// Throws ConfigError naming the first unknown key and where it is.
+  void check_no_unknown_keys() const;
+
+  /// The resolved configuration as TOML text.
+  std::string dump() const;
+  const toml::table& table() const { return root_; }
+
+ private:
+  const toml::node* find(std::string_view key) const;
+  [[noreturn]] void type_error(std::string_view key, std::string_view expected) const;
+
+  toml::table root_;
+  std::string source_;
+  std::filesystem::path dir_;
+  std::set<std::string, std::less<>> overridden_;
+  mutable std::set<std::string, std::less<>> used_;
+};
+
+/// Describes a TOML node for error messages: "integer 3", "string \"abc\"", "table".
+std::string describe_node(const toml::node& node);
+
+}  // namespace cocodiff

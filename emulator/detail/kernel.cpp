@@ -1,0 +1,531 @@
+#include "emulator/detail/kernel.hpp"
+
+#include <algorithm>
+#include <boost/fiber/all.hpp>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "core/errors.hpp"
+#include "core/hash.hpp"
+#include "emulator/detail/scheduler.hpp"
+#include "emulator/emu_comm.hpp"
+
+namespace cocodiff::emu::detail {
+
+namespace {
+
+constexpr std::uint64_t kFnvPrime = 1099511628211ull;
+
+void fnv(std::uint64_t& h, const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= b[i];
+    h *= kFnvPrime;
+  }
+}
+
+template <typename T>
+void fnv_value(std::uint64_t& h, const T& v) {
+  fnv(h, &v, sizeof(v));
+}
+
+std::string describe_ranks(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!s.empty()) s += ",";
+    s += std::to_string(ranks[i]);
+    if (j > i) s += "-" + std::to_string(ranks[j]);
+    i = j;
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string Group::describe() const {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(ctx));
+  return "group " + std::string(buf) + " (world ranks " + describe_ranks(members) + ")";
+}
+
+Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& device,
+               const EngineOptions& options)
+    : topo_(topo),
+      net_(net),
+      device_(device),
+      options_(options),
+      main_stacks_(options.stack_bytes),
+      comm_stacks_(options.comm_stack_bytes) {}
+
+Kernel::~Kernel() = default;
+
+std::uint32_t Kernel::intern(std::string_view label) {
+  std::lock_guard<std::mutex> lk(label_mutex_);
+  auto it = label_ids_.find(std::string(label));
+  if (it != label_ids_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(labels_.size());
+  labels_.emplace_back(label);
+  label_ids_.emplace(std::string(label), id);
+  return id;
+}
+
+void Kernel::record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime start, SimTime end,
+                               std::string_view label) {
+  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  fnv_value(t.hash, kind);
+  fnv_value(t.hash, start.ns());
+  fnv_value(t.hash, end.ns());
+  fnv(t.hash, label.data(), label.size());
+  ++t.events;
+  if (options_.trace && t.trace.size() < tile_trace_cap_) {
+    TraceEvent e;
+    e.kind = kind;
+    e.rank = f.rank;
+    e.start = start;
+    e.end = end;
+    e.label = intern(label);
+    t.trace.push_back(e);
+  }
+}
+
+// ---------------------------------------------------------------- fiber side
+
+void Kernel::block(FiberState& f, std::unique_lock<std::mutex>& lk, std::string what) {
+  if (aborting_) throw Cancelled{};
+  f.waiting_on = std::move(what);
+  f.blocked = true;
+  f.blocked_index = blocked_list_.size();
+  blocked_list_.push_back(&f);
+  if (--runnable_ == 0) controller_cv_.notify_one();
+  f.cv.wait(lk, [&f] { return f.wake; });
+  f.wake = false;
+  if (aborting_) throw Cancelled{};
+}
+
+void Kernel::wake(FiberState& f) {
+  COCO_CHECK(f.blocked, "waking a fiber that is not blocked");
+  f.blocked = false;
+  FiberState* last = blocked_list_.back();
+  blocked_list_[f.blocked_index] = last;
+  last->blocked_index = f.blocked_index;
+  blocked_list_.pop_back();
+  f.wake = true;
+  ++runnable_;
+  f.cv.notify_one();
+}
+
+void Kernel::complete(ReqState& r, SimTime t) {
+  COCO_CHECK(!r.done, "request completed twice");
+  r.done = true;
+  r.done_time = t;
+  if (r.waiter != nullptr) {
+    FiberState* w = r.waiter;
+    r.waiter = nullptr;
+    wake(*w);
+  }
+}
+
+ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+                         std::span<const float> data, std::int64_t count, std::string_view label) {
+  auto req = std::make_shared<ReqState>();
+  req->what = "send of " + std::to_string(count) + " elements to rank " + std::to_string(dst) +
+              (label.empty() ? "" : " ('" + std::string(label) + "')");
+  std::unique_lock<std::mutex> lk(mutex_);
+  ChannelKey key{ctx, src, dst, tag};
+  Channel& ch = channels_[key];
+  ch.sends.push_back({req, data, count, f.clock, label});
+  match(ch, key, lk);
+  return req;
+}
+
+ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+                         std::span<float> data, std::int64_t count, std::string_view label) {
+  auto req = std::make_shared<ReqState>();
+  req->what = "recv of " + std::to_string(count) + " elements from rank " + std::to_string(src) +
+              (label.empty() ? "" : " ('" + std::string(label) + "')");
+  std::unique_lock<std::mutex> lk(mutex_);
+  ChannelKey key{ctx, src, dst, tag};
+  Channel& ch = channels_[key];
+  ch.recvs.push_back({req, data, count, f.clock});
+  match(ch, key, lk);
+  return req;
+}
+
+void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mutex>& lk) {
+  if (ch.sends.empty() || ch.recvs.empty()) return;
+  PostedSend s = std::move(ch.sends.front());
+  PostedRecv r = std::move(ch.recvs.front());
+  ch.sends.pop_front();
+  ch.recvs.pop_front();
+  const std::uint64_t seq = ch.matched++;
+  const int src = std::get<1>(key);
+  const int dst = std::get<2>(key);
+  if (ch.sends.empty() && ch.recvs.empty()) channels_.erase(key);
+  if (s.count != r.count) {
+    throw CommError("message size mismatch: rank " + std::to_string(src) + " sends " +
+                    std::to_string(s.count) + " elements to rank " + std::to_string(dst) +
+                    ", which expects " + std::to_string(r.count) +
+                    (s.label.empty() ? "" : " (in '" + std::string(s.label) + "')"));
+  }
+  const SimTime start = std::max(s.post, r.post);
+  // Copy outside the lock: both buffers stay valid until the requests complete, and the
+  // controller cannot complete them while this fiber is still running.
+  lk.unlock();
+  if (!s.data.empty() && !r.data.empty() && s.count > 0)
+    std::memcpy(r.data.data(), s.data.data(), static_cast<size_t>(s.count) * sizeof(float));
+  lk.lock();
+  if (src == dst) {
+    complete(*s.req, start);
+    complete(*r.req, start);
+    return;
+  }
+  Transfer t;
+  t.start = start;
+  t.src = src;
+  t.dst = dst;
+  t.key = key;
+  t.seq = seq;
+  t.bytes = static_cast<std::int64_t>(static_cast<double>(s.count) * options_.wire_bytes_per_element + 0.5);
+  t.sreq = std::move(s.req);
+  t.rreq = std::move(r.req);
+  t.label = options_.trace ? intern(s.label) : 0;
+  new_transfers_.push_back(std::move(t));
+}
+
+void Kernel::wait(FiberState& f, ReqState& req) {
+  const SimTime before = f.clock;
+  {
+    std::unique_lock<std::mutex> lk(mutex_);
+    if (!req.done) {
+      req.waiter = &f;
+      block(f, lk, req.what);
+    }
+    COCO_CHECK(req.done, "woken before completion");
+  }
+  f.clock = std::max(f.clock, req.done_time);
+  if (f.is_main) {
+    TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+    if (f.clock > before) {
+      t.exposed += f.clock - before;
+      record_tile_event(f, TraceEvent::Kind::kWait, before, f.clock, req.what);
+    }
+  }
+}
+
+bool Kernel::test(FiberState& f, ReqState& req) {
+  std::unique_lock<std::mutex> lk(mutex_);
+  if (!req.done) {
+    // Whether it completes by f.clock is known only once virtual time reaches f.clock.
+    timers_.emplace(f.clock, &f);
+    block(f, lk, "test() of " + req.what);
+  }
+  return req.done && req.done_time <= f.clock;
+}
+
+void Kernel::compute(FiberState& f, const OpCost& cost) {
+  if (aborting_) throw Cancelled{};
+  const SimTime start = f.clock;
+  const SimTime dt = device_.time(cost);
+  f.clock += dt;
+  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  t.compute += dt;
+  record_tile_event(f, TraceEvent::Kind::kCompute, start, f.clock,
+                    cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+}
+
+void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req) {
+  auto state = std::make_shared<FiberState>();
+  state->rank = parent.rank;
+  state->is_main = false;
+  state->clock = parent.clock;
+  {
+    std::lock_guard<std::mutex> lk(mutex_);
+    ++runnable_;
+    ++live_;
+  }
+  boost::fibers::fiber(std::allocator_arg, PooledStack(comm_stacks_),
+                       [this, state, body = std::move(body), req = std::move(req)] {
+                         try {
+                           body(*state);
+                           std::lock_guard<std::mutex> lk(mutex_);
+                           complete(*req, state->clock);
+                         } catch (const Cancelled&) {
+                         } catch (...) {
+                           record_error(state->rank, std::current_exception());
+                         }
+                         std::lock_guard<std::mutex> lk(mutex_);
+                         --live_;
+                         if (--runnable_ == 0) controller_cv_.notify_one();
+                       })
+      .detach();
+}
+
+void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
+                                 const std::string& call) {
+  std::lock_guard<std::mutex> lk(mutex_);
+  groups_seen_.emplace(g.ctx, g);
+  auto key = std::make_pair(g.ctx, seq);
+  auto it = collectives_.find(key);
+  if (it == collectives_.end()) {
+    if (g.members.size() > 1) collectives_.emplace(key, CollectiveEntry{call, group_rank, 1});
+    return;
+  }
+  CollectiveEntry& e = it->second;
+  if (e.call != call) {
+    const int a = g.members[static_cast<size_t>(e.first_group_rank)];
+    const int b = g.members[static_cast<size_t>(group_rank)];
+    throw CommError("mismatched collectives on " + g.describe() + ", call #" +
+                    std::to_string(seq) + ": rank " + std::to_string(a) + " called " + e.call +
+                    ", rank " + std::to_string(b) + " called " + call);
+  }
+  if (++e.seen == static_cast<int>(g.members.size())) collectives_.erase(it);
+}
+
+void Kernel::record_error(int rank, const std::exception_ptr& e) {
+  Failure f{rank, SimTime{}, "unknown exception", false};
+  try {
+    std::rethrow_exception(e);
+  } catch (const RankError& ex) {
+    f.message = ex.what();
+    f.user_error = ex.user_error();
+  } catch (const UserError& ex) {
+    f.message = ex.what();
+    f.user_error = true;
+  } catch (const std::exception& ex) {
+    f.message = ex.what();
+  } catch (...) {
+  }
+  std::lock_guard<std::mutex> lk(mutex_);
+  f.clock = mains_[static_cast<size_t>(rank)]->clock;
+  failures_.push_back(std::move(f));
+}
+
+void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main) {
+  try {
+    Group world;
+    world.ctx = 1;
+    world.members.resize(static_cast<size_t>(topo_.num_ranks()));
+    for (int i = 0; i < topo_.num_ranks(); ++i) world.members[static_cast<size_t>(i)] = i;
+    EmuComm comm(*this, f, std::move(world), f.rank);
+    tile_main(comm);
+  } catch (const Cancelled&) {
+  } catch (...) {
+    record_error(f.rank, std::current_exception());
+  }
+  tiles_[static_cast<size_t>(f.rank)].end = f.clock;
+  std::lock_guard<std::mutex> lk(mutex_);
+  --live_;
+  if (--runnable_ == 0) controller_cv_.notify_one();
+}
+
+// ---------------------------------------------------------------- controller side
+
+std::string Kernel::deadlock_report() const {
+  std::vector<const FiberState*> b(blocked_list_.begin(), blocked_list_.end());
+  std::sort(b.begin(), b.end(), [](const FiberState* x, const FiberState* y) {
+    return std::tie(x->rank, y->is_main, x->waiting_on) < std::tie(y->rank, x->is_main, y->waiting_on);
+  });
+  std::string s = "deadlock: no rank can make progress at virtual time " +
+                  std::to_string(net_.now().seconds()) + " s; " + std::to_string(b.size()) +
+                  " fiber(s) wait:";
+  size_t shown = 0;
+  for (const FiberState* f : b) {
+    if (++shown > 16) {
+      s += "\n  ... and " + std::to_string(b.size() - 16) + " more";
+      break;
+    }
+    s += "\n  rank " + std::to_string(f->rank) + (f->is_main ? "" : " (collective)") +
+         " waits in " + f->waiting_on;
+  }
+  // Posted operations that nothing matches name the missing partner.
+  size_t unmatched = 0;
+  for (const auto& [key, ch] : channels_) {
+    const auto& [ctx, src, dst, tag] = key;
+    auto g = groups_seen_.find(ctx);
+    std::string where = g != groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
+    for (size_t i = 0; i < ch.recvs.size() && unmatched < 8; ++i, ++unmatched)
+      s += "\n  rank " + std::to_string(dst) + " posted a recv from rank " + std::to_string(src) +
+           " on " + where + " that no send matches";
+    for (size_t i = 0; i < ch.sends.size() && unmatched < 8; ++i, ++unmatched)
+      s += "\n  rank " + std::to_string(src) + " posted a send to rank " + std::to_string(dst) +
+           " on " + where + " that no recv matches";
+  }
+  for (const auto& [key, e] : collectives_) {
+    auto g = groups_seen_.find(key.first);
+    if (g == groups_seen_.end()) continue;
+    s += "\n  collective #" + std::to_string(key.second) + " " + e.call + " on " +
+         g->second.describe() + ": only " + std::to_string(e.seen) + " of " +
+         std::to_string(g->second.members.size()) + " ranks called it";
+  }
+  return s;
+}
+
+bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
+  (void)lk;
+  // New transfers enter the network in a fixed order, whatever order the fibers matched them.
+  if (!new_transfers_.empty()) {
+    std::sort(new_transfers_.begin(), new_transfers_.end(), [](const Transfer& a, const Transfer& b) {
+      return std::tie(a.start, a.src, a.dst, a.key, a.seq) < std::tie(b.start, b.src, b.dst, b.key, b.seq);
+    });
+    for (Transfer& t : new_transfers_) {
+      const std::uint64_t id = next_flow_id_++;
+      net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
+      in_flight_.emplace(id, std::move(t));
+    }
+    new_transfers_.clear();
+  }
+  const SimTime t_net = net_.next_event_time();
+  const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
+  if (t_net == SimTime::max() && t_timer == SimTime::max()) return false;  // stuck
+  if (t_net <= t_timer) {
+    std::vector<std::uint64_t> done;
+    net_.advance_to(t_net, done);
+    for (std::uint64_t id : done) {
+      auto it = in_flight_.find(id);
+      COCO_CHECK(it != in_flight_.end(), "unknown flow completed");
+      Transfer& t = it->second;
+      const int tier = topo_.tier(t.src, t.dst);
+      bytes_by_tier_[static_cast<size_t>(tier)] += t.bytes;
+      ++flows_;
+      fnv_value(flow_hash_, t.start.ns());
+      fnv_value(flow_hash_, t_net.ns());
+      fnv_value(flow_hash_, t.src);
+      fnv_value(flow_hash_, t.dst);
+      fnv_value(flow_hash_, t.bytes);
+      if (options_.trace && flow_trace_.size() < options_.trace_limit / 2) {
+        TraceEvent e;
+        e.kind = TraceEvent::Kind::kFlow;
+        e.rank = t.src;
+        e.peer = t.dst;
+        e.tier = tier;
+        e.label = t.label;
+        e.start = t.start;
+        e.end = t_net;
+        e.bytes = t.bytes;
+        flow_trace_.push_back(e);
+      }
+      complete(*t.sreq, t_net);
+      complete(*t.rreq, t_net);
+      in_flight_.erase(it);
+    }
+  } else {
+    while (!timers_.empty() && timers_.begin()->first == t_timer) {
+      FiberState* f = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      wake(*f);
+    }
+  }
+  return true;
+}
+
+void Kernel::controller() {
+  std::unique_lock<std::mutex> lk(mutex_);
+  while (true) {
+    controller_cv_.wait(lk, [this] { return runnable_ == 0; });
+    if (live_ == 0) break;
+    if (aborting_) {
+      // Tear-down: wake everything still blocked; each throws Cancelled and ends.
+      while (!blocked_list_.empty()) wake(*blocked_list_.back());
+      timers_.clear();
+      continue;
+    }
+    if (!controller_step(lk)) {
+      if (failures_.empty()) {
+        std::string report = deadlock_report();
+        failures_.push_back({-1, net_.now(), report, true});
+      }
+      aborting_ = true;
+    }
+  }
+}
+
+RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
+  const int n = topo_.num_ranks();
+  const int workers = options_.workers > 0
+                          ? options_.workers
+                          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  tiles_.assign(static_cast<size_t>(n), TileStats{});
+  tile_trace_cap_ = options_.trace_limit / 2 / static_cast<size_t>(n);
+  bytes_by_tier_.assign(static_cast<size_t>(topo_.num_tiers()), 0);
+  for (int r = 0; r < n; ++r) {
+    mains_.push_back(std::make_unique<FiberState>());
+    mains_.back()->rank = r;
+  }
+  const auto wall_start = std::chrono::steady_clock::now();
+
+  ReadyQueue queue;
+  bool done = false;
+  boost::fibers::mutex done_mutex;
+  boost::fibers::condition_variable done_cv;
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) {
+    threads.emplace_back([&] {
+      boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
+      std::unique_lock<boost::fibers::mutex> lk(done_mutex);
+      done_cv.wait(lk, [&] { return done; });
+    });
+  }
+  std::thread controller_thread([&] {
+    boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
+    {
+      std::lock_guard<std::mutex> lk(mutex_);
+      runnable_ = n;
+      live_ = n;
+    }
+    for (int r = 0; r < n; ++r) {
+      FiberState* f = mains_[static_cast<size_t>(r)].get();
+      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_),
+                           [this, f, &tile_main] { fiber_main(*f, tile_main); })
+          .detach();
+    }
+    controller();
+    {
+      std::lock_guard<boost::fibers::mutex> lk(done_mutex);
+      done = true;
+    }
+    done_cv.notify_all();
+  });
+  controller_thread.join();
+  for (std::thread& t : threads) t.join();
+
+  if (!failures_.empty()) {
+    // Report the failure that happened first in virtual time (ties: lowest rank).
+    const Failure& f = *std::min_element(failures_.begin(), failures_.end(), [](const Failure& a, const Failure& b) {
+      return std::tie(a.clock, a.rank) < std::tie(b.clock, b.rank);
+    });
+    if (f.rank < 0) throw CommError(f.message);
+    if (f.message.rfind("rank ", 0) == 0) throw RankError(f.rank, f.message.substr(f.message.find(": ") + 2), f.user_error);
+    throw RankError(f.rank, f.message, f.user_error);
+  }
+
+  RunResult res;
+  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  Sha256 digest;
+  for (int r = 0; r < n; ++r) {
+    const TileStats& t = tiles_[static_cast<size_t>(r)];
+    res.rank_end.push_back(t.end);
+    res.rank_compute.push_back(t.compute);
+    res.rank_exposed.push_back(t.exposed);
+    res.makespan = std::max(res.makespan, t.end);
+    res.events += t.events;
+    digest.update(std::as_bytes(std::span<const std::uint64_t>(&t.hash, 1)));
+    const std::int64_t end_ns = t.end.ns();
+    digest.update(std::as_bytes(std::span<const std::int64_t>(&end_ns, 1)));
+    if (t.trace.size() >= tile_trace_cap_ && t.events > t.trace.size()) res.trace_truncated = true;
+    res.trace.insert(res.trace.end(), t.trace.begin(), t.trace.end());
+  }
+  digest.update(std::as_bytes(std::span<const std::uint64_t>(&flow_hash_, 1)));
+  res.timeline_sha256 = digest.hex();
+  res.events += flows_;
+  res.flows = flows_;
+  if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
+  res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
+  res.bytes_by_tier = bytes_by_tier_;
+  res.labels = labels_;
+  return res;
+}
+
+}  // namespace cocodiff::emu::detail

@@ -1,0 +1,195 @@
+#include "emulator/emu_comm.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "emulator/collectives/collectives.hpp"
+
+namespace cocodiff::emu {
+
+namespace {
+
+// Collective messages use tags above every user tag: bit 63 set, then the call's sequence
+// number and the algorithm's step.
+constexpr std::uint64_t kCollectiveTagBit = std::uint64_t{1} << 63;
+
+std::uint64_t collective_tag(std::uint64_t seq, int step) {
+  return kCollectiveTagBit | (seq << 24) | static_cast<std::uint64_t>(step);
+}
+
+std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+std::string with_label(std::string call, std::string_view label) {
+  if (!label.empty()) call += " '" + std::string(label) + "'";
+  return call;
+}
+
+}  // namespace
+
+detail::ReqPtr Port::isend(std::span<const float> data, std::int64_t count, int peer, int step) {
+  return kernel.post_send(fiber, group.ctx, group.members[static_cast<size_t>(me)],
+                          group.members[static_cast<size_t>(peer)], collective_tag(seq, step), data,
+                          count, label);
+}
+
+detail::ReqPtr Port::irecv(std::span<float> data, std::int64_t count, int peer, int step) {
+  return kernel.post_recv(fiber, group.ctx, group.members[static_cast<size_t>(peer)],
+                          group.members[static_cast<size_t>(me)], collective_tag(seq, step), data,
+                          count, label);
+}
+
+EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group group,
+                 int group_rank)
+    : kernel_(kernel),
+      self_(self),
+      group_(std::make_shared<const detail::Group>(std::move(group))),
+      group_rank_(group_rank) {}
+
+int EmuComm::world_rank(int group_rank) const {
+  COCO_CHECK(group_rank >= 0 && group_rank < size(), "group rank out of range");
+  return group_->members[static_cast<size_t>(group_rank)];
+}
+
+Request EmuComm::start_collective(const std::string& call, std::string_view label,
+                                  std::function<void(Port&)> algo) {
+  const std::uint64_t seq = next_seq_++;
+  kernel_.register_collective(*group_, group_rank_, seq, call);
+  auto req = std::make_shared<detail::ReqState>();
+  req->what = with_label(call + " #" + std::to_string(seq), label) + " on " + group_->describe();
+  // The collective fiber borrows this communicator's group; the user keeps the communicator
+  // alive until the request completes, as with MPI.
+  kernel_.spawn_comm(
+      self_,
+      [kernel = &kernel_, group = group_, me = group_rank_, seq, label = std::string(label),
+       algo = std::move(algo)](detail::FiberState& f) {
+        Port port{*kernel, f, *group, me, seq, label};
+        algo(port);
+      },
+      req);
+
+  struct EmuRequest final : RequestImpl {
+    detail::Kernel& kernel;
+    detail::FiberState& owner;
+    detail::ReqPtr state;
+    EmuRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
+        : kernel(k), owner(o), state(std::move(s)) {}
+    void wait() override { kernel.wait(owner, *state); }
+    bool test() override { return kernel.test(owner, *state); }
+  };
+  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
+}
+
+Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
+                                std::int64_t count, std::string_view label) {
+  std::vector<std::int64_t> counts(static_cast<size_t>(size()), count);
+  AllToAllvLayout layout = AllToAllvLayout::packed(counts, counts);
+  const bool concurrent = kernel_.options().all_to_all_algorithm == "concurrent";
+  return start_collective("all_to_all(count=" + std::to_string(count) + ")", label,
+                          [send, recv, layout = std::move(layout), concurrent](Port& p) {
+                            if (concurrent)
+                              collectives::all_to_allv_concurrent(p, send, recv, layout);
+                            else
+                              collectives::all_to_allv_pairwise(p, send, recv, layout);
+                          });
+}
+
+Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
+                                 const AllToAllvLayout& layout, std::string_view label) {
+  const bool concurrent = kernel_.options().all_to_all_algorithm == "concurrent";
+  return start_collective("all_to_allv", label, [send, recv, layout, concurrent](Port& p) {
+    if (concurrent)
+      collectives::all_to_allv_concurrent(p, send, recv, layout);
+    else
+      collectives::all_to_allv_pairwise(p, send, recv, layout);
+  });
+}
+
+Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
+                                std::int64_t count, std::string_view label) {
+  return start_collective("all_gather(count=" + std::to_string(count) + ")", label,
+                          [send, recv, count](Port& p) {
+                            collectives::all_gather_ring(p, send, recv, count);
+                          });
+}
+
+Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                                std::string_view label) {
+  std::string call = std::string("all_reduce(") + (op == ReduceOp::kSum ? "sum" : "max") +
+                     ", count=" + std::to_string(count) + ")";
+  return start_collective(call, label, [data, count, op](Port& p) {
+    collectives::all_reduce_ring(p, data, count, op);
+  });
+}
+
+void EmuComm::barrier() {
+  start_collective("barrier", "barrier", [](Port& p) { collectives::barrier_dissemination(p); })
+      .wait();
+}
+
+namespace {
+struct P2pRequest final : RequestImpl {
+  detail::Kernel& kernel;
+  detail::FiberState& owner;
+  detail::ReqPtr state;
+  P2pRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
+      : kernel(k), owner(o), state(std::move(s)) {}
+  void wait() override { kernel.wait(owner, *state); }
+  bool test() override { return kernel.test(owner, *state); }
+};
+
+void check_tag(int tag, int rank) {
+  if (tag < 0)
+    throw CommError("rank " + std::to_string(rank) + ": point-to-point tags must be >= 0, got " +
+                    std::to_string(tag));
+}
+}  // namespace
+
+Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
+                          std::string_view label) {
+  check_tag(tag, world_rank(group_rank_));
+  auto st = kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
+                              static_cast<std::uint64_t>(tag), data, count, label);
+  return Request(std::make_shared<P2pRequest>(kernel_, self_, std::move(st)));
+}
+
+Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
+                          std::string_view label) {
+  check_tag(tag, world_rank(group_rank_));
+  auto st = kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
+                              static_cast<std::uint64_t>(tag), data, count, label);
+  return Request(std::make_shared<P2pRequest>(kernel_, self_, std::move(st)));
+}
+
+std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
+  // Exchange (color, key) with an all-gather of their bit patterns.
+  const int p = size();
+  std::vector<float> mine(2), all(static_cast<size_t>(2 * p));
+  mine[0] = std::bit_cast<float>(color);
+  mine[1] = std::bit_cast<float>(key);
+  const std::uint64_t seq = next_seq_;  // the all-gather's sequence number names the split
+  all_gather(mine, all, 2, "split");
+  std::vector<std::pair<int, int>> members;  // (key, group rank) of ranks with my color
+  for (int r = 0; r < p; ++r) {
+    const int c = std::bit_cast<int>(all[static_cast<size_t>(2 * r)]);
+    const int k = std::bit_cast<int>(all[static_cast<size_t>(2 * r + 1)]);
+    if (c == color) members.emplace_back(k, r);
+  }
+  std::sort(members.begin(), members.end());
+  detail::Group g;
+  g.ctx = mix(group_->ctx ^ mix(seq) ^ mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) + 0x51ed));
+  int my_rank = -1;
+  for (size_t i = 0; i < members.size(); ++i) {
+    g.members.push_back(group_->members[static_cast<size_t>(members[i].second)]);
+    if (members[i].second == group_rank_) my_rank = static_cast<int>(i);
+  }
+  return std::make_unique<EmuComm>(kernel_, self_, std::move(g), my_rank);
+}
+
+}  // namespace cocodiff::emu

@@ -1,0 +1,79 @@
+#pragma once
+// core::Communicator on the emulator: one object per (tile, group), used by that tile's main
+// fiber. Collectives are straight-line algorithms (emulator/collectives/) run by a short-lived
+// fiber per call, so a non-blocking collective progresses while the tile computes.
+
+#include <memory>
+
+#include "core/communicator.hpp"
+#include "emulator/detail/kernel.hpp"
+
+namespace cocodiff::emu {
+
+class EmuComm final : public Communicator {
+ public:
+  EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group group, int group_rank);
+
+  int rank() const override { return group_rank_; }
+  int size() const override { return static_cast<int>(group_->members.size()); }
+  const Topology& topology() const override { return kernel_.topology(); }
+  int world_rank(int group_rank) const override;
+  std::unique_ptr<Communicator> split(int color, int key) override;
+  void barrier() override;
+  void compute(const OpCost& cost) override { kernel_.compute(self_, cost); }
+  SimTime now() const override { return self_.clock; }
+
+ protected:
+  Request do_iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                         std::string_view label) override;
+  Request do_iall_to_allv(std::span<const float> send, std::span<float> recv,
+                          const AllToAllvLayout& layout, std::string_view label) override;
+  Request do_iall_gather(std::span<const float> send, std::span<float> recv, std::int64_t count,
+                         std::string_view label) override;
+  Request do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                         std::string_view label) override;
+  Request do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
+                   std::string_view label) override;
+  Request do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
+                   std::string_view label) override;
+
+ private:
+  /// Registers the call for mismatch checks and runs `algo` on a collective fiber.
+  Request start_collective(const std::string& call, std::string_view label,
+                           std::function<void(struct Port&)> algo);
+
+  detail::Kernel& kernel_;
+  detail::FiberState& self_;
+  std::shared_ptr<const detail::Group> group_;  // shared with in-flight collective fibers
+  int group_rank_;
+  std::uint64_t next_seq_ = 0;
+};
+
+/// What a collective algorithm sees: one fiber's point-to-point view of one group, with tags
+/// private to one collective call.
+struct Port {
+  detail::Kernel& kernel;
+  detail::FiberState& fiber;
+  const detail::Group& group;
+  int me;              // group rank
+  std::uint64_t seq;   // the collective's sequence number on this group
+  std::string_view label;
+  int wire_round = 0;
+
+  int rank() const { return me; }
+  int size() const { return static_cast<int>(group.members.size()); }
+  /// Non-blocking point-to-point inside the collective; `step` tells messages of one peer pair
+  /// apart (the round number of the algorithm).
+  detail::ReqPtr isend(std::span<const float> data, std::int64_t count, int peer, int step);
+  detail::ReqPtr irecv(std::span<float> data, std::int64_t count, int peer, int step);
+  void wait(const detail::ReqPtr& r) { kernel.wait(fiber, *r); }
+};
+
+/// Sub-span helper that keeps phantom (empty) buffers empty.
+template <typename T>
+std::span<T> sub(std::span<T> s, std::int64_t offset, std::int64_t count) {
+  if (s.empty()) return s;
+  return s.subspan(static_cast<std::size_t>(offset), static_cast<std::size_t>(count));
+}
+
+}  // namespace cocodiff::emu

@@ -1,0 +1,106 @@
+#pragma once
+// The emulator: N simulated tiles, each a Boost.Fiber running real code, on W worker threads,
+// exchanging real bytes through an in-process fabric timed by a NetworkModel, in deterministic
+// virtual time (a conservative discrete-event simulation; see DESIGN.md section 4).
+//
+//   Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers), device, {.workers = 2});
+//   RunResult r = engine.run([&](Communicator& comm) {
+//     comm.compute({OpKind::kGemm, 2e9, 1e6, "proj"});
+//     comm.all_to_all(send, recv, n);
+//   });
+//   r.makespan;            // virtual time of the slowest tile
+//   r.timeline_sha256;     // identical for any W and any OS scheduling
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/sim_time.hpp"
+#include "core/topology.hpp"
+#include "net_models/device_model.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff::emu {
+
+namespace detail {
+class Kernel;
+}
+
+struct EngineOptions {
+  /// Worker threads that run the fibers; 0 means the machine's hardware threads.
+  int workers = 0;
+  /// Stack of each tile fiber. Eigen puts temporaries of up to EIGEN_STACK_ALLOCATION_LIMIT
+  /// (128 KiB) on the stack, and a product may hold a few at once under our own frames:
+  /// 1 MiB leaves 8x that limit. Stacks are reused from a pool and end in a guard page, so an
+  /// overflow faults at once instead of corrupting a neighbour.
+  std::size_t stack_bytes = std::size_t{1} << 20;
+  /// Stack of the fibers that progress non-blocking collectives (no Eigen math runs there).
+  std::size_t comm_stack_bytes = std::size_t{256} << 10;
+  /// Bytes one fp32 element costs on the wire (2 models bf16 traffic, 4 fp32).
+  double wire_bytes_per_element = 2;
+  /// Record trace events (compute spans, waits, flows) for trace.json.
+  bool trace = true;
+  /// At most this many trace events are stored; the timeline hash covers all of them anyway.
+  std::size_t trace_limit = 2'000'000;
+  /// All-to-all algorithm: "pairwise" (p-1 synchronised rounds, MPI's large-message default)
+  /// or "concurrent" (every pair at once, NCCL-style).
+  std::string all_to_all_algorithm = "pairwise";
+};
+
+/// One span of the virtual timeline.
+struct TraceEvent {
+  enum class Kind : std::uint8_t { kCompute, kWait, kFlow };
+  Kind kind = Kind::kCompute;
+  int rank = 0;      // the tile (flows: the sender)
+  int peer = -1;     // flows: the receiver
+  int tier = -1;     // flows: topology tier
+  std::uint32_t label = 0;  // index into RunResult::labels
+  SimTime start, end;
+  std::int64_t bytes = 0;  // flows: wire bytes
+};
+
+struct RunResult {
+  SimTime makespan;                     // latest end clock over all tiles
+  std::vector<SimTime> rank_end;        // each tile's clock when its function returned
+  std::vector<SimTime> rank_compute;    // time charged by compute()
+  std::vector<SimTime> rank_exposed;    // time spent waiting for communication
+  std::vector<std::int64_t> bytes_by_tier;  // wire bytes moved, per topology tier
+  std::uint64_t flows = 0;              // point-to-point transfers through the network model
+  std::uint64_t events = 0;             // simulation events processed (flows + computes + waits)
+  std::string timeline_sha256;          // digest of every event of the timeline
+  std::vector<TraceEvent> trace;        // empty unless EngineOptions::trace
+  std::vector<std::string> labels;
+  bool trace_truncated = false;
+  double wall_seconds = 0;
+};
+
+class Engine {
+ public:
+  Engine(Topology topo, std::unique_ptr<NetworkModel> net,
+         std::shared_ptr<const DeviceModel> device, EngineOptions options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  /// Runs `tile_main` once per rank, each as a fiber with its own world Communicator, and
+  /// returns when all have finished. Blocking. Throws RankError (an exception in a tile, with
+  /// its rank) or CommError (mismatched collectives, deadlock naming who waits on what).
+  /// May be called again; every run starts from virtual time zero.
+  RunResult run(const std::function<void(Communicator&)>& tile_main);
+
+  const Topology& topology() const { return topo_; }
+  const EngineOptions& options() const { return options_; }
+  const NetworkModel& network() const { return *net_; }
+  const DeviceModel& device() const { return *device_; }
+
+ private:
+  Topology topo_;
+  std::unique_ptr<NetworkModel> net_;
+  std::shared_ptr<const DeviceModel> device_;
+  EngineOptions options_;
+};
+
+}  // namespace cocodiff::emu

@@ -1,0 +1,77 @@
+#pragma once
+// A network model times a set of concurrent flows in virtual time. The emulator drives it as a
+// discrete-event process: add flows (each with its start time), ask for the next event, advance.
+// Models are deterministic: the same calls in the same order give the same completions.
+//
+//   AlphaBetaModel net(topo, {{latency, bytes_per_ns}, ...});
+//   net.add_flow(/*id=*/0, /*src=*/0, /*dst=*/1, /*bytes=*/1 << 20, SimTime{});
+//   std::vector<std::uint64_t> done;
+//   net.advance_to(net.next_event_time(), done);   // done == {0}
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/sim_time.hpp"
+#include "core/topology.hpp"
+
+namespace cocodiff {
+
+class NetworkModel {
+ public:
+  virtual ~NetworkModel() = default;
+  /// Adds a flow of `bytes` from src to dst (world ranks, src != dst) that starts at `start`,
+  /// which must not be earlier than the model's current time. Ids must be unique.
+  virtual void add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) = 0;
+  /// Earliest future time at which a flow starts, changes rate or completes; max() when idle.
+  virtual SimTime next_event_time() const = 0;
+  /// Moves the model's clock to t (<= next_event_time()); appends the ids of the flows that
+  /// complete at t, in increasing id order.
+  virtual void advance_to(SimTime t, std::vector<std::uint64_t>& completed) = 0;
+  /// Current model time.
+  virtual SimTime now() const = 0;
+  /// Number of flows not yet completed.
+  virtual std::size_t active_flows() const = 0;
+  /// A fresh model of the same cluster, with no flows (for running a second simulation).
+  virtual std::unique_ptr<NetworkModel> clone_empty() const = 0;
+  virtual std::string name() const = 0;
+};
+
+/// Latency and bandwidth of one link class.
+struct LinkCost {
+  SimTime latency;
+  double bandwidth_bytes_per_s = 1e9;
+};
+
+/// Congestion-unaware Hockney model: a flow between ranks of tier k takes
+/// latency_k + bytes / bandwidth_k, however many other flows run. The fast reference.
+class AlphaBetaModel final : public NetworkModel {
+ public:
+  /// One LinkCost per topology tier (innermost first).
+  AlphaBetaModel(Topology topo, std::vector<LinkCost> tiers);
+
+  void add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) override;
+  SimTime next_event_time() const override;
+  void advance_to(SimTime t, std::vector<std::uint64_t>& completed) override;
+  SimTime now() const override { return now_; }
+  std::size_t active_flows() const override { return pending_.size(); }
+  std::unique_ptr<NetworkModel> clone_empty() const override;
+  std::string name() const override { return "alpha-beta"; }
+
+  /// The closed form this model uses: latency + bytes / bandwidth of the pair's tier.
+  SimTime flow_time(int src, int dst, std::int64_t bytes) const;
+
+ private:
+  struct Pending {
+    SimTime done;
+    std::uint64_t id;
+    bool operator>(const Pending& o) const { return done != o.done ? done > o.done : id > o.id; }
+  };
+  Topology topo_;
+  std::vector<LinkCost> tiers_;
+  std::vector<Pending> pending_;  // min-heap on (done, id)
+  SimTime now_;
+};
+
+}  // namespace cocodiff

@@ -1,0 +1,215 @@
+// The engine's semantics: closed-form alpha-beta times, compute/communication overlap,
+// deadlock and mismatch reports, exception propagation, and determinism across worker counts.
+
+#include <gtest/gtest.h>
+
+#include <mutex>
+#include <random>
+
+#include "core/errors.hpp"
+#include "tests/emulator/test_util.hpp"
+
+namespace cocodiff {
+namespace {
+
+constexpr std::int64_t kAlphaNs = 1000;
+constexpr double kBytesPerS = 1e9;  // 1 byte per ns
+
+TEST(EngineTime, PointToPointIsAlphaPlusBetaPerTier) {
+  Topology topo = test::make_topo(2, 2, 2);
+  // Tier k: latency (k+1) us, bandwidth 10^(9-k) bytes/s.
+  std::vector<LinkCost> tiers = {{SimTime::from_ns(1000), 1e9}, {SimTime::from_ns(2000), 1e8}, {SimTime::from_ns(3000), 1e7}};
+  emu::Engine engine = test::make_engine(topo, tiers, 2);
+  const std::int64_t n = 250;  // 1000 bytes
+  for (int peer : {1, 2, 4}) {  // tier 0, 1, 2 from rank 0
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      std::vector<float> buf(n);
+      if (c.rank() == 0) c.send(buf, n, peer, 0);
+      if (c.rank() == peer) c.recv(buf, n, 0, 0);
+    });
+    const int tier = topo.tier(0, peer);
+    const std::int64_t expect = 1000 * (tier + 1) + static_cast<std::int64_t>(1000 / tiers[static_cast<size_t>(tier)].bandwidth_bytes_per_s * 1e9);
+    EXPECT_EQ(r.rank_end[0].ns(), expect) << "tier " << tier;
+    EXPECT_EQ(r.rank_end[static_cast<size_t>(peer)].ns(), expect);
+    EXPECT_EQ(r.bytes_by_tier[static_cast<size_t>(tier)], 1000);
+  }
+}
+
+TEST(EngineTime, PairwiseAllToAllIsPMinusOneAlphaPlusNBeta) {
+  for (int p : {2, 4, 6}) {
+    Topology topo = test::make_topo(1, p, 1);
+    emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+    const std::int64_t count = 250;  // m = 1000 bytes per destination, n = (p-1) m in total
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      std::vector<float> s(static_cast<size_t>(p * count)), d(s.size());
+      c.all_to_all(s, d, count);
+    });
+    const std::int64_t n_bytes = (p - 1) * 1000;
+    EXPECT_EQ(r.makespan.ns(), (p - 1) * kAlphaNs + n_bytes) << "p=" << p;
+    EXPECT_EQ(r.bytes_by_tier[1], p * n_bytes);
+  }
+}
+
+TEST(EngineTime, OverlapGivesMaxNotSum) {
+  Topology topo = test::make_topo(1, 2, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 1);
+  const std::int64_t comm_ns = kAlphaNs + 1000;  // one round of 1000 bytes
+  for (std::int64_t compute_ns : {500, 2000, 5000}) {
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      std::vector<float> s(500), d(500);
+      Request req = c.iall_to_all(s, d, 250);
+      c.compute({OpKind::kGemm, static_cast<double>(compute_ns), 0, "overlapped"});
+      req.wait();
+    });
+    EXPECT_EQ(r.makespan.ns(), std::max(compute_ns, comm_ns)) << compute_ns;
+    EXPECT_EQ(r.rank_compute[0].ns(), compute_ns);
+    EXPECT_EQ(r.rank_exposed[0].ns(), std::max<std::int64_t>(0, comm_ns - compute_ns));
+  }
+}
+
+TEST(EngineTime, TestDoesNotSeeTheFuture) {
+  Topology topo = test::make_topo(1, 2, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+  std::vector<int> seen(2, -1);
+  engine.run([&](Communicator& c) {
+    std::vector<float> s(500), d(500);
+    Request req = c.iall_to_all(s, d, 250);  // completes at 2000 ns
+    c.compute({OpKind::kGemm, 1500, 0, "a"});
+    const bool early = req.test();  // at 1500 ns
+    c.compute({OpKind::kGemm, 1000, 0, "b"});
+    const bool late = req.test();  // at 2500 ns
+    seen[static_cast<size_t>(c.rank())] = (early ? 1 : 0) + (late ? 2 : 0);
+  });
+  EXPECT_EQ(seen[0], 2);
+  EXPECT_EQ(seen[1], 2);
+}
+
+TEST(EngineErrors, DeadlockNamesWhoWaitsOnWhat) {
+  Topology topo = test::make_topo(1, 4, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+  try {
+    engine.run([](Communicator& c) {
+      std::vector<float> buf(4);
+      if (c.rank() == 0) c.recv(buf, 4, 1, 9);  // rank 1 never sends
+      c.barrier();
+    });
+    FAIL() << "expected a deadlock report";
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 waits in recv of 4 elements from rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("barrier"), std::string::npos) << m;
+  }
+}
+
+TEST(EngineErrors, MismatchedCollectivesNameRanksAndCalls) {
+  Topology topo = test::make_topo(1, 4, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+  try {
+    engine.run([](Communicator& c) {
+      std::vector<float> s(40), d(40);
+      if (c.rank() == 2)
+        c.all_gather(s, d, 4);
+      else
+        c.all_to_all(s, d, c.rank() == 3 ? 5 : 4);
+    });
+    FAIL() << "expected a mismatch";
+  } catch (const RankError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("mismatched collectives"), std::string::npos) << m;
+    EXPECT_NE(m.find("called all_to_all(count=4)"), std::string::npos) << m;
+    EXPECT_TRUE(m.find("called all_gather(count=4)") != std::string::npos ||
+                m.find("called all_to_all(count=5)") != std::string::npos) << m;
+    EXPECT_TRUE(e.user_error());
+  }
+}
+
+TEST(EngineErrors, SizeMismatchInSendRecv) {
+  Topology topo = test::make_topo(1, 2, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 1);
+  try {
+    engine.run([](Communicator& c) {
+      std::vector<float> buf(8);
+      if (c.rank() == 0) c.send(buf, 8, 1, 0);
+      else c.recv(buf, 6, 0, 0);
+    });
+    FAIL();
+  } catch (const RankError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 sends 8 elements to rank 1, which expects 6"), std::string::npos) << e.what();
+  }
+}
+
+TEST(EngineErrors, ExceptionInOneTileIsRethrownWithItsRank) {
+  Topology topo = test::make_topo(2, 3, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+  try {
+    engine.run([](Communicator& c) {
+      c.barrier();
+      if (c.rank() == 4) throw std::runtime_error("injected failure");
+      c.barrier();  // the others wait here for rank 4 forever
+    });
+    FAIL();
+  } catch (const RankError& e) {
+    EXPECT_EQ(e.rank(), 4);
+    EXPECT_NE(std::string(e.what()).find("injected failure"), std::string::npos);
+    EXPECT_FALSE(e.user_error());
+  }
+}
+
+// A program with data-dependent work, sub-groups, and overlapping non-blocking collectives.
+struct Outcome {
+  std::string timeline;
+  std::vector<std::vector<float>> data;
+  std::vector<SimTime> ends;
+};
+
+Outcome run_program(int workers, const std::string& algo) {
+  Topology topo = test::make_topo(2, 3, 2);
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.all_to_all_algorithm = algo;
+  emu::Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, std::vector<LinkCost>{{SimTime::from_ns(200), 2e11}, {SimTime::from_ns(900), 2e10}, {SimTime::from_ns(3000), 2.5e9}}),
+                     test::unit_device(), o);
+  Outcome out;
+  out.data.resize(12);
+  std::mutex m;
+  emu::RunResult r = engine.run([&](Communicator& c) {
+    std::mt19937 rng(static_cast<unsigned>(c.rank()) * 31u + 1u);
+    const int p = c.size();
+    std::vector<float> x(static_cast<size_t>(p * 64));
+    for (float& v : x) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+    auto node = c.split(c.topology().node(c.rank()), c.rank());
+    std::vector<float> y(x.size());
+    for (int step = 0; step < 5; ++step) {
+      Request big = c.iall_to_all(x, y, 64, "big");
+      std::vector<float> nx(static_cast<size_t>(node->size() * 16)), ny(nx.size());
+      for (size_t i = 0; i < nx.size(); ++i) nx[i] = x[i] * 2;
+      Request small = node->iall_to_all(nx, ny, 16, "small");
+      c.compute({OpKind::kGemm, 1000.0 + std::uniform_int_distribution<int>(0, 5000)(rng), 0, "work"});
+      small.wait();
+      big.wait();
+      for (size_t i = 0; i < x.size(); ++i) x[i] = y[i] * 0.5f + ny[i % ny.size()];
+      c.barrier();
+    }
+    std::lock_guard<std::mutex> lk(m);
+    out.data[static_cast<size_t>(c.rank())] = x;
+  });
+  out.timeline = r.timeline_sha256;
+  out.ends = r.rank_end;
+  return out;
+}
+
+TEST(EngineDeterminism, SameTimelineAndBytesForOneTwoFourWorkers) {
+  for (const std::string algo : {"pairwise", "concurrent"}) {
+    Outcome w1 = run_program(1, algo);
+    for (int w : {2, 4, 1, 4}) {
+      Outcome o = run_program(w, algo);
+      EXPECT_EQ(o.timeline, w1.timeline) << "workers=" << w << " " << algo;
+      EXPECT_EQ(o.ends, w1.ends);
+      EXPECT_EQ(o.data, w1.data);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cocodiff

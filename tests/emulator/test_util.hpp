@@ -1,0 +1,38 @@
+#pragma once
+// Small clusters for emulator tests: a 3-level topology with alpha-beta tiers.
+
+#include <memory>
+
+#include "emulator/engine.hpp"
+#include "net_models/device_model.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff::test {
+
+/// tiles x gpus x nodes, tiers with the given latencies (ns) and bandwidths (bytes/s).
+inline Topology make_topo(int tiles, int gpus, int nodes) {
+  return Topology({{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
+}
+
+/// A device that runs 1 FLOP per ns (1 GFLOP/s) and 1 byte per ns, no launch overhead.
+inline std::shared_ptr<DeviceModel> unit_device() {
+  RooflineParams p;
+  p.name = "unit";
+  p.peak_flops_per_s = 1e9;
+  p.hbm_bytes_per_s = 1e9;
+  return std::make_shared<RooflineDevice>(p);
+}
+
+inline emu::Engine make_engine(const Topology& topo, std::vector<LinkCost> tiers, int workers,
+                               double wire_bytes = 4) {
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.wire_bytes_per_element = wire_bytes;
+  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, std::move(tiers)), unit_device(), o);
+}
+
+inline std::vector<LinkCost> uniform_tiers(int n, std::int64_t latency_ns, double bytes_per_s) {
+  return std::vector<LinkCost>(static_cast<size_t>(n), LinkCost{SimTime::from_ns(latency_ns), bytes_per_s});
+}
+
+}  // namespace cocodiff::test
