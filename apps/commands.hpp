@@ -3,7 +3,4 @@
 
 #include <CLI/CLI.hpp>
 
-namespace cocodiff::apps {
-
-
-}  // namespace cocodiff::apps
+namespace cocodiff::apps {}  // namespace cocodiff::apps

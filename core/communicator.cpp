@@ -23,7 +23,8 @@ std::vector<std::int64_t> prefix(const std::vector<std::int64_t>& counts) {
   for (size_t i = 1; i < counts.size(); ++i) d[i] = d[i - 1] + counts[i - 1];
   return d;
 }
-std::int64_t extent(const std::vector<std::int64_t>& counts, const std::vector<std::int64_t>& displs) {
+std::int64_t extent(const std::vector<std::int64_t>& counts,
+                    const std::vector<std::int64_t>& displs) {
   std::int64_t e = 0;
   for (size_t i = 0; i < counts.size(); ++i)
     if (counts[i] > 0) e = std::max(e, displs[i] + counts[i]);

@@ -69,7 +69,9 @@ class Communicator {
   /// World rank of a member of this group.
   virtual int world_rank(int group_rank) const = 0;
   /// Topology coordinates (innermost first) of a member of this group.
-  std::vector<int> coords(int group_rank) const { return topology().coords(world_rank(group_rank)); }
+  std::vector<int> coords(int group_rank) const {
+    return topology().coords(world_rank(group_rank));
+  }
 
   /// Collective: a new group of the ranks that passed the same color, ordered by (key, rank).
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;

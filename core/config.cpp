@@ -20,7 +20,8 @@ std::vector<std::string> split_key(std::string_view key) {
   return parts;
 }
 
-void collect_leaves(const toml::table& t, const std::string& prefix, std::vector<std::string>& out) {
+void collect_leaves(const toml::table& t, const std::string& prefix,
+                    std::vector<std::string>& out) {
   for (const auto& [k, v] : t) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
     if (const toml::table* sub = v.as_table(); sub != nullptr && !sub->empty())
@@ -46,13 +47,27 @@ void merge_missing(toml::table& dst, const toml::table& src) {
 std::string describe_node(const toml::node& node) {
   std::ostringstream os;
   switch (node.type()) {
-    case toml::node_type::string: os << "string \"" << node.value<std::string>().value_or("") << '"'; break;
-    case toml::node_type::integer: os << "integer " << node.value<std::int64_t>().value_or(0); break;
-    case toml::node_type::floating_point: os << "float " << node.value<double>().value_or(0); break;
-    case toml::node_type::boolean: os << "boolean " << (node.value<bool>().value_or(false) ? "true" : "false"); break;
-    case toml::node_type::array: os << "an array"; break;
-    case toml::node_type::table: os << "a table"; break;
-    default: os << "a date/time"; break;
+    case toml::node_type::string:
+      os << "string \"" << node.value<std::string>().value_or("") << '"';
+      break;
+    case toml::node_type::integer:
+      os << "integer " << node.value<std::int64_t>().value_or(0);
+      break;
+    case toml::node_type::floating_point:
+      os << "float " << node.value<double>().value_or(0);
+      break;
+    case toml::node_type::boolean:
+      os << "boolean " << (node.value<bool>().value_or(false) ? "true" : "false");
+      break;
+    case toml::node_type::array:
+      os << "an array";
+      break;
+    case toml::node_type::table:
+      os << "a table";
+      break;
+    default:
+      os << "a date/time";
+      break;
   }
   return os.str();
 }
@@ -66,8 +81,8 @@ Config Config::load(const std::filesystem::path& file) {
     c.root_ = toml::parse_file(file.string());
   } catch (const toml::parse_error& e) {
     throw ConfigError(file.string() + ":" + std::to_string(e.source().begin.line) + ":" +
-                      std::to_string(e.source().begin.column) + ": TOML syntax error: " +
-                      std::string(e.description()));
+                      std::to_string(e.source().begin.column) +
+                      ": TOML syntax error: " + std::string(e.description()));
   }
   c.source_ = file.string();
   c.dir_ = file.parent_path();
@@ -121,8 +136,10 @@ void Config::set(std::string_view assignment) {
     throw ConfigError("--set " + key + ": that key is a table; set one of its keys instead");
   if (existing != nullptr && existing->type() != v.type() &&
       !(existing->is_number() && v.is_number()))
-    throw ConfigError("--set " + key + ": expected " + describe_node(*existing).substr(0, describe_node(*existing).find(' ')) +
-                      " like the config's " + describe_node(*existing) + ", found " + describe_node(v));
+    throw ConfigError("--set " + key + ": expected " +
+                      describe_node(*existing).substr(0, describe_node(*existing).find(' ')) +
+                      " like the config's " + describe_node(*existing) + ", found " +
+                      describe_node(v));
   t->insert_or_assign(parts.back(), v);
   overridden_.insert(key);
 }
@@ -133,7 +150,8 @@ void Config::merge_under(std::string_view section, const Config& preset) {
     root_.insert(section, toml::table{});
     n = root_.get(section);
   }
-  if (!n->is_table()) throw ConfigError(source_ + ": '" + std::string(section) + "' must be a table");
+  if (!n->is_table())
+    throw ConfigError(source_ + ": '" + std::string(section) + "' must be a table");
   merge_missing(*n->as_table(), preset.root_);
 }
 
@@ -159,9 +177,7 @@ void Config::type_error(std::string_view key, std::string_view expected) const {
   throw ConfigError(where(key), key, expected, n ? describe_node(*n) : "nothing (key missing)");
 }
 
-void Config::mark_used(std::string_view key) const {
-  used_.insert(std::string(key));
-}
+void Config::mark_used(std::string_view key) const { used_.insert(std::string(key)); }
 
 std::int64_t Config::get_int(std::string_view key, std::int64_t def, std::int64_t lo,
                              std::int64_t hi) const {
@@ -182,7 +198,8 @@ std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int
   }
   std::string range = (lo == INT64_MIN && hi == INT64_MAX)
                           ? "an integer"
-                          : "an integer in [" + std::to_string(lo) + ", " + (hi == INT64_MAX ? std::string("inf") : std::to_string(hi)) + "]";
+                          : "an integer in [" + std::to_string(lo) + ", " +
+                                (hi == INT64_MAX ? std::string("inf") : std::to_string(hi)) + "]";
   if (!v) type_error(key, range);
   if (*v < lo || *v > hi) throw ConfigError(where(key), key, range, std::to_string(*v));
   return *v;
@@ -257,7 +274,8 @@ std::vector<T> get_list(const Config& cfg, const toml::node* n, std::string_view
     } else {
       v = e.value_exact<T>();
     }
-    if (!v) throw ConfigError(cfg.where(key), key, expected, "an element that is " + describe_node(e));
+    if (!v)
+      throw ConfigError(cfg.where(key), key, expected, "an element that is " + describe_node(e));
     out.push_back(*v);
   }
   return out;

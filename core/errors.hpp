@@ -59,12 +59,13 @@ class RankError : public Error {
   bool user_error_;
 };
 
-[[noreturn]] void check_failed(const char* file, int line, const char* cond, const std::string& msg);
+[[noreturn]] void check_failed(const char* file, int line, const char* cond,
+                               const std::string& msg);
 
 }  // namespace cocodiff
 
 /// Always-on invariant check: aborts with file:line and the message on failure.
-#define COCO_CHECK(cond, msg)                                            \
-  do {                                                                   \
+#define COCO_CHECK(cond, msg)                                              \
+  do {                                                                     \
     if (!(cond)) ::cocodiff::check_failed(__FILE__, __LINE__, #cond, msg); \
   } while (0)

@@ -16,7 +16,9 @@ class Sha256 {
   Sha256(const Sha256&) = delete;
   Sha256& operator=(const Sha256&) = delete;
   void update(std::span<const std::byte> data);
-  void update(std::string_view s) { update(std::as_bytes(std::span<const char>(s.data(), s.size()))); }
+  void update(std::string_view s) {
+    update(std::as_bytes(std::span<const char>(s.data(), s.size())));
+  }
   /// Finishes the digest: 64 lowercase hex characters.
   std::string hex();
 

@@ -21,11 +21,16 @@ struct OpCost {
 
 inline std::string_view op_kind_name(OpKind kind) {
   switch (kind) {
-    case OpKind::kGemm: return "gemm";
-    case OpKind::kAttention: return "attention";
-    case OpKind::kNorm: return "norm";
-    case OpKind::kElementwise: return "elementwise";
-    case OpKind::kCopy: return "copy";
+    case OpKind::kGemm:
+      return "gemm";
+    case OpKind::kAttention:
+      return "attention";
+    case OpKind::kNorm:
+      return "norm";
+    case OpKind::kElementwise:
+      return "elementwise";
+    case OpKind::kCopy:
+      return "copy";
   }
   return "?";
 }

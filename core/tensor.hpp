@@ -45,7 +45,9 @@ class Tensor {
     return m_;
   }
   /// Flat view of the data; empty when phantom (the communicator then moves sizes only).
-  std::span<float> data() { return phantom_ ? std::span<float>() : std::span<float>(m_.data(), m_.size()); }
+  std::span<float> data() {
+    return phantom_ ? std::span<float>() : std::span<float>(m_.data(), m_.size());
+  }
   std::span<const float> data() const {
     return phantom_ ? std::span<const float>() : std::span<const float>(m_.data(), m_.size());
   }
@@ -75,7 +77,8 @@ inline Tensor Tensor::from(Mat m) {
 }
 
 inline std::string Tensor::shape_str() const {
-  return "[" + std::to_string(rows_) + " x " + std::to_string(cols_) + (phantom_ ? ", phantom]" : "]");
+  return "[" + std::to_string(rows_) + " x " + std::to_string(cols_) +
+         (phantom_ ? ", phantom]" : "]");
 }
 
 }  // namespace cocodiff

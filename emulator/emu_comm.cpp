@@ -113,10 +113,9 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  return start_collective("all_gather(count=" + std::to_string(count) + ")", label,
-                          [send, recv, count](Port& p) {
-                            collectives::all_gather_ring(p, send, recv, count);
-                          });
+  return start_collective(
+      "all_gather(count=" + std::to_string(count) + ")", label,
+      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); });
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
@@ -129,8 +128,9 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
 }
 
 void EmuComm::barrier() {
-  start_collective("barrier", "barrier", [](Port& p) { collectives::barrier_dissemination(p); })
-      .wait();
+  start_collective("barrier", "barrier", [](Port& p) {
+    collectives::barrier_dissemination(p);
+  }).wait();
 }
 
 namespace {
@@ -183,7 +183,8 @@ std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
   }
   std::sort(members.begin(), members.end());
   detail::Group g;
-  g.ctx = mix(group_->ctx ^ mix(seq) ^ mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) + 0x51ed));
+  g.ctx = mix(group_->ctx ^ mix(seq) ^
+              mix(static_cast<std::uint64_t>(static_cast<std::uint32_t>(color)) + 0x51ed));
   int my_rank = -1;
   for (size_t i = 0; i < members.size(); ++i) {
     g.members.push_back(group_->members[static_cast<size_t>(members[i].second)]);

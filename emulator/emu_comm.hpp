@@ -55,8 +55,8 @@ struct Port {
   detail::Kernel& kernel;
   detail::FiberState& fiber;
   const detail::Group& group;
-  int me;              // group rank
-  std::uint64_t seq;   // the collective's sequence number on this group
+  int me;             // group rank
+  std::uint64_t seq;  // the collective's sequence number on this group
   std::string_view label;
   int wire_round = 0;
 

@@ -7,7 +7,10 @@ namespace cocodiff::emu {
 
 Engine::Engine(Topology topo, std::unique_ptr<NetworkModel> net,
                std::shared_ptr<const DeviceModel> device, EngineOptions options)
-    : topo_(std::move(topo)), net_(std::move(net)), device_(std::move(device)), options_(std::move(options)) {
+    : topo_(std::move(topo)),
+      net_(std::move(net)),
+      device_(std::move(device)),
+      options_(std::move(options)) {
   COCO_CHECK(net_ != nullptr && device_ != nullptr, "engine needs a network and a device model");
   if (options_.all_to_all_algorithm != "pairwise" && options_.all_to_all_algorithm != "concurrent")
     throw ConfigError("emulator.all_to_all: expected pairwise or concurrent, found \"" +

@@ -54,24 +54,24 @@ struct EngineOptions {
 struct TraceEvent {
   enum class Kind : std::uint8_t { kCompute, kWait, kFlow };
   Kind kind = Kind::kCompute;
-  int rank = 0;      // the tile (flows: the sender)
-  int peer = -1;     // flows: the receiver
-  int tier = -1;     // flows: topology tier
+  int rank = 0;             // the tile (flows: the sender)
+  int peer = -1;            // flows: the receiver
+  int tier = -1;            // flows: topology tier
   std::uint32_t label = 0;  // index into RunResult::labels
   SimTime start, end;
   std::int64_t bytes = 0;  // flows: wire bytes
 };
 
 struct RunResult {
-  SimTime makespan;                     // latest end clock over all tiles
-  std::vector<SimTime> rank_end;        // each tile's clock when its function returned
-  std::vector<SimTime> rank_compute;    // time charged by compute()
-  std::vector<SimTime> rank_exposed;    // time spent waiting for communication
+  SimTime makespan;                         // latest end clock over all tiles
+  std::vector<SimTime> rank_end;            // each tile's clock when its function returned
+  std::vector<SimTime> rank_compute;        // time charged by compute()
+  std::vector<SimTime> rank_exposed;        // time spent waiting for communication
   std::vector<std::int64_t> bytes_by_tier;  // wire bytes moved, per topology tier
-  std::uint64_t flows = 0;              // point-to-point transfers through the network model
-  std::uint64_t events = 0;             // simulation events processed (flows + computes + waits)
-  std::string timeline_sha256;          // digest of every event of the timeline
-  std::vector<TraceEvent> trace;        // empty unless EngineOptions::trace
+  std::uint64_t flows = 0;                  // point-to-point transfers through the network model
+  std::uint64_t events = 0;       // simulation events processed (flows + computes + waits)
+  std::string timeline_sha256;    // digest of every event of the timeline
+  std::vector<TraceEvent> trace;  // empty unless EngineOptions::trace
   std::vector<std::string> labels;
   bool trace_truncated = false;
   double wall_seconds = 0;

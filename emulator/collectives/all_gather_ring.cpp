@@ -19,8 +19,8 @@ void all_gather_ring(Port& port, std::span<const float> send, std::span<float> r
     const int out_block = (r - k + p) % p;
     const int in_block = (r - k - 1 + 2 * p) % p;
     detail::ReqPtr rr = port.irecv(sub(recv, in_block * count, count), count, left, k);
-    detail::ReqPtr sr = port.isend(sub(std::span<const float>(recv), out_block * count, count),
-                                   count, right, k);
+    detail::ReqPtr sr =
+        port.isend(sub(std::span<const float>(recv), out_block * count, count), count, right, k);
     port.wait(rr);
     port.wait(sr);
   }

@@ -21,10 +21,13 @@ void all_reduce_ring(Port& port, std::span<float> data, std::int64_t count, Redu
   for (int k = 0; k + 1 < p; ++k) {
     const int out_c = (r - k + p) % p;
     const int in_c = (r - k - 1 + 2 * p) % p;
-    std::span<float> in_buf = data.empty() ? std::span<float>() : std::span<float>(tmp).first(static_cast<size_t>(chunk_size(in_c)));
+    std::span<float> in_buf =
+        data.empty() ? std::span<float>()
+                     : std::span<float>(tmp).first(static_cast<size_t>(chunk_size(in_c)));
     detail::ReqPtr rr = port.irecv(in_buf, chunk_size(in_c), left, k);
-    detail::ReqPtr sr = port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
-                                   chunk_size(out_c), right, k);
+    detail::ReqPtr sr =
+        port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
+                   chunk_size(out_c), right, k);
     port.wait(rr);
     port.wait(sr);
     if (!data.empty()) {
@@ -38,9 +41,11 @@ void all_reduce_ring(Port& port, std::span<float> data, std::int64_t count, Redu
   for (int k = 0; k + 1 < p; ++k) {
     const int out_c = (r + 1 - k + p) % p;
     const int in_c = (r - k + p) % p;
-    detail::ReqPtr rr = port.irecv(sub(data, chunk_begin(in_c), chunk_size(in_c)), chunk_size(in_c), left, p + k);
-    detail::ReqPtr sr = port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
-                                   chunk_size(out_c), right, p + k);
+    detail::ReqPtr rr =
+        port.irecv(sub(data, chunk_begin(in_c), chunk_size(in_c)), chunk_size(in_c), left, p + k);
+    detail::ReqPtr sr =
+        port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
+                   chunk_size(out_c), right, p + k);
     port.wait(rr);
     port.wait(sr);
   }

@@ -188,7 +188,8 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mut
   t.dst = dst;
   t.key = key;
   t.seq = seq;
-  t.bytes = static_cast<std::int64_t>(static_cast<double>(s.count) * options_.wire_bytes_per_element + 0.5);
+  t.bytes = static_cast<std::int64_t>(
+      static_cast<double>(s.count) * options_.wire_bytes_per_element + 0.5);
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
   t.label = options_.trace ? intern(s.label) : 0;
@@ -277,9 +278,9 @@ void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t s
   if (e.call != call) {
     const int a = g.members[static_cast<size_t>(e.first_group_rank)];
     const int b = g.members[static_cast<size_t>(group_rank)];
-    throw CommError("mismatched collectives on " + g.describe() + ", call #" +
-                    std::to_string(seq) + ": rank " + std::to_string(a) + " called " + e.call +
-                    ", rank " + std::to_string(b) + " called " + call);
+    throw CommError("mismatched collectives on " + g.describe() + ", call #" + std::to_string(seq) +
+                    ": rank " + std::to_string(a) + " called " + e.call + ", rank " +
+                    std::to_string(b) + " called " + call);
   }
   if (++e.seen == static_cast<int>(g.members.size())) collectives_.erase(it);
 }
@@ -326,7 +327,8 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
 std::string Kernel::deadlock_report() const {
   std::vector<const FiberState*> b(blocked_list_.begin(), blocked_list_.end());
   std::sort(b.begin(), b.end(), [](const FiberState* x, const FiberState* y) {
-    return std::tie(x->rank, y->is_main, x->waiting_on) < std::tie(y->rank, x->is_main, y->waiting_on);
+    return std::tie(x->rank, y->is_main, x->waiting_on) <
+           std::tie(y->rank, x->is_main, y->waiting_on);
   });
   std::string s = "deadlock: no rank can make progress at virtual time " +
                   std::to_string(net_.now().seconds()) + " s; " + std::to_string(b.size()) +
@@ -345,7 +347,8 @@ std::string Kernel::deadlock_report() const {
   for (const auto& [key, ch] : channels_) {
     const auto& [ctx, src, dst, tag] = key;
     auto g = groups_seen_.find(ctx);
-    std::string where = g != groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
+    std::string where =
+        g != groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
     for (size_t i = 0; i < ch.recvs.size() && unmatched < 8; ++i, ++unmatched)
       s += "\n  rank " + std::to_string(dst) + " posted a recv from rank " + std::to_string(src) +
            " on " + where + " that no send matches";
@@ -367,9 +370,11 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   (void)lk;
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
-    std::sort(new_transfers_.begin(), new_transfers_.end(), [](const Transfer& a, const Transfer& b) {
-      return std::tie(a.start, a.src, a.dst, a.key, a.seq) < std::tie(b.start, b.src, b.dst, b.key, b.seq);
-    });
+    std::sort(new_transfers_.begin(), new_transfers_.end(),
+              [](const Transfer& a, const Transfer& b) {
+                return std::tie(a.start, a.src, a.dst, a.key, a.seq) <
+                       std::tie(b.start, b.src, b.dst, b.key, b.seq);
+              });
     for (Transfer& t : new_transfers_) {
       const std::uint64_t id = next_flow_id_++;
       net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
@@ -477,9 +482,9 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
     }
     for (int r = 0; r < n; ++r) {
       FiberState* f = mains_[static_cast<size_t>(r)].get();
-      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_),
-                           [this, f, &tile_main] { fiber_main(*f, tile_main); })
-          .detach();
+      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_), [this, f, &tile_main] {
+        fiber_main(*f, tile_main);
+      }).detach();
     }
     controller();
     {
@@ -493,16 +498,19 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
 
   if (!failures_.empty()) {
     // Report the failure that happened first in virtual time (ties: lowest rank).
-    const Failure& f = *std::min_element(failures_.begin(), failures_.end(), [](const Failure& a, const Failure& b) {
-      return std::tie(a.clock, a.rank) < std::tie(b.clock, b.rank);
-    });
+    const Failure& f = *std::min_element(
+        failures_.begin(), failures_.end(), [](const Failure& a, const Failure& b) {
+          return std::tie(a.clock, a.rank) < std::tie(b.clock, b.rank);
+        });
     if (f.rank < 0) throw CommError(f.message);
-    if (f.message.rfind("rank ", 0) == 0) throw RankError(f.rank, f.message.substr(f.message.find(": ") + 2), f.user_error);
+    if (f.message.rfind("rank ", 0) == 0)
+      throw RankError(f.rank, f.message.substr(f.message.find(": ") + 2), f.user_error);
     throw RankError(f.rank, f.message, f.user_error);
   }
 
   RunResult res;
-  res.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  res.wall_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   Sha256 digest;
   for (int r = 0; r < n; ++r) {
     const TileStats& t = tiles_[static_cast<size_t>(r)];

@@ -8,11 +8,11 @@
 #include <atomic>
 #include <boost/fiber/condition_variable.hpp>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
-#include <deque>
 #include <span>
 #include <string>
 #include <tuple>
@@ -37,7 +37,7 @@ struct FiberState {
   bool wake = false;
   bool blocked = false;
   std::size_t blocked_index = 0;  // position in Kernel::blocked_list_
-  std::string waiting_on;  // for deadlock reports
+  std::string waiting_on;         // for deadlock reports
 };
 
 /// Completion state of a point-to-point operation or of a whole collective.

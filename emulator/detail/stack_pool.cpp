@@ -33,8 +33,8 @@ boost::context::stack_context StackPool::allocate() {
     }
   }
   if (base == nullptr) {
-    base = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                  -1, 0);
+    base = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
+                  MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (base == MAP_FAILED) throw std::bad_alloc();
     COCO_CHECK(::mprotect(base, page_size(), PROT_NONE) == 0, "guard page");
     std::lock_guard<std::mutex> lk(mutex_);

@@ -27,11 +27,13 @@ void check_all_to_all(Communicator& c, std::int64_t count) {
   const int p = c.size();
   std::vector<float> send(static_cast<size_t>(p * count)), recv(static_cast<size_t>(p * count), -1);
   for (int j = 0; j < p; ++j)
-    for (std::int64_t i = 0; i < count; ++i) send[static_cast<size_t>(j * count + i)] = tag_value(c.rank(), j, i);
+    for (std::int64_t i = 0; i < count; ++i)
+      send[static_cast<size_t>(j * count + i)] = tag_value(c.rank(), j, i);
   c.all_to_all(send, recv, count);
   for (int j = 0; j < p; ++j)
     for (std::int64_t i = 0; i < count; ++i)
-      ASSERT_EQ(recv[static_cast<size_t>(j * count + i)], tag_value(j, c.rank(), i)) << "from " << j;
+      ASSERT_EQ(recv[static_cast<size_t>(j * count + i)], tag_value(j, c.rank(), i))
+          << "from " << j;
 }
 
 TEST(Collectives, AllToAllWorldAndSubgroups) {
@@ -41,7 +43,8 @@ TEST(Collectives, AllToAllWorldAndSubgroups) {
     auto node = world.split(world.topology().node(world.world_rank(world.rank())), world.rank());
     EXPECT_EQ(node->size(), 6);
     check_all_to_all(*node, 5);
-    auto same_tile = world.split(world.topology().tile(world.world_rank(world.rank())), world.rank());
+    auto same_tile =
+        world.split(world.topology().tile(world.world_rank(world.rank())), world.rank());
     EXPECT_EQ(same_tile->size(), 6);
     check_all_to_all(*same_tile, 3);
     auto sub = same_tile->split(same_tile->rank() % 2, -same_tile->rank());  // reversed order
@@ -61,14 +64,17 @@ TEST(Collectives, AllToAllvRandomCounts) {
       rc[static_cast<size_t>(j)] = cnt(j, c.rank());
     }
     AllToAllvLayout l = AllToAllvLayout::packed(sc, rc);
-    std::vector<float> send(static_cast<size_t>(l.send_total())), recv(static_cast<size_t>(l.recv_total()));
+    std::vector<float> send(static_cast<size_t>(l.send_total())),
+        recv(static_cast<size_t>(l.recv_total()));
     for (int j = 0; j < p; ++j)
       for (std::int64_t i = 0; i < sc[static_cast<size_t>(j)]; ++i)
-        send[static_cast<size_t>(l.send_displs[static_cast<size_t>(j)] + i)] = tag_value(c.rank(), j, i);
+        send[static_cast<size_t>(l.send_displs[static_cast<size_t>(j)] + i)] =
+            tag_value(c.rank(), j, i);
     c.all_to_allv(send, recv, l);
     for (int j = 0; j < p; ++j)
       for (std::int64_t i = 0; i < rc[static_cast<size_t>(j)]; ++i)
-        ASSERT_EQ(recv[static_cast<size_t>(l.recv_displs[static_cast<size_t>(j)] + i)], tag_value(j, c.rank(), i));
+        ASSERT_EQ(recv[static_cast<size_t>(l.recv_displs[static_cast<size_t>(j)] + i)],
+                  tag_value(j, c.rank(), i));
   });
 }
 
@@ -81,19 +87,24 @@ TEST(Collectives, AllGatherAllReduceRandomSizes) {
       for (Communicator* c : {&world, groups.get()}) {
         const int p = c->size();
         std::vector<float> mine(static_cast<size_t>(n)), all(static_cast<size_t>(n * p));
-        for (std::int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = tag_value(c->rank(), 0, i);
+        for (std::int64_t i = 0; i < n; ++i)
+          mine[static_cast<size_t>(i)] = tag_value(c->rank(), 0, i);
         c->all_gather(mine, all, n);
         for (int j = 0; j < p; ++j)
-          for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(all[static_cast<size_t>(j * n + i)], tag_value(j, 0, i));
+          for (std::int64_t i = 0; i < n; ++i)
+            ASSERT_EQ(all[static_cast<size_t>(j * n + i)], tag_value(j, 0, i));
         // Integers in float are summed exactly, so the expected sum is exact.
         std::vector<float> v(static_cast<size_t>(n));
-        for (std::int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>(c->rank() + i);
+        for (std::int64_t i = 0; i < n; ++i)
+          v[static_cast<size_t>(i)] = static_cast<float>(c->rank() + i);
         c->all_reduce(v, n, ReduceOp::kSum);
         for (std::int64_t i = 0; i < n; ++i)
           ASSERT_EQ(v[static_cast<size_t>(i)], static_cast<float>(p * (p - 1) / 2 + p * i));
-        for (std::int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = static_cast<float>((c->rank() * 5 + i) % p);
+        for (std::int64_t i = 0; i < n; ++i)
+          v[static_cast<size_t>(i)] = static_cast<float>((c->rank() * 5 + i) % p);
         c->all_reduce(v, n, ReduceOp::kMax);
-        for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(v[static_cast<size_t>(i)], static_cast<float>(p - 1));
+        for (std::int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(v[static_cast<size_t>(i)], static_cast<float>(p - 1));
         c->barrier();
       }
     });

@@ -18,9 +18,10 @@ constexpr double kBytesPerS = 1e9;  // 1 byte per ns
 TEST(EngineTime, PointToPointIsAlphaPlusBetaPerTier) {
   Topology topo = test::make_topo(2, 2, 2);
   // Tier k: latency (k+1) us, bandwidth 10^(9-k) bytes/s.
-  std::vector<LinkCost> tiers = {{SimTime::from_ns(1000), 1e9}, {SimTime::from_ns(2000), 1e8}, {SimTime::from_ns(3000), 1e7}};
+  std::vector<LinkCost> tiers = {
+      {SimTime::from_ns(1000), 1e9}, {SimTime::from_ns(2000), 1e8}, {SimTime::from_ns(3000), 1e7}};
   emu::Engine engine = test::make_engine(topo, tiers, 2);
-  const std::int64_t n = 250;  // 1000 bytes
+  const std::int64_t n = 250;   // 1000 bytes
   for (int peer : {1, 2, 4}) {  // tier 0, 1, 2 from rank 0
     emu::RunResult r = engine.run([&](Communicator& c) {
       std::vector<float> buf(n);
@@ -28,7 +29,10 @@ TEST(EngineTime, PointToPointIsAlphaPlusBetaPerTier) {
       if (c.rank() == peer) c.recv(buf, n, 0, 0);
     });
     const int tier = topo.tier(0, peer);
-    const std::int64_t expect = 1000 * (tier + 1) + static_cast<std::int64_t>(1000 / tiers[static_cast<size_t>(tier)].bandwidth_bytes_per_s * 1e9);
+    const std::int64_t expect =
+        1000 * (tier + 1) +
+        static_cast<std::int64_t>(1000 / tiers[static_cast<size_t>(tier)].bandwidth_bytes_per_s *
+                                  1e9);
     EXPECT_EQ(r.rank_end[0].ns(), expect) << "tier " << tier;
     EXPECT_EQ(r.rank_end[static_cast<size_t>(peer)].ns(), expect);
     EXPECT_EQ(r.bytes_by_tier[static_cast<size_t>(tier)], 1000);
@@ -119,7 +123,8 @@ TEST(EngineErrors, MismatchedCollectivesNameRanksAndCalls) {
     EXPECT_NE(m.find("mismatched collectives"), std::string::npos) << m;
     EXPECT_NE(m.find("called all_to_all(count=4)"), std::string::npos) << m;
     EXPECT_TRUE(m.find("called all_gather(count=4)") != std::string::npos ||
-                m.find("called all_to_all(count=5)") != std::string::npos) << m;
+                m.find("called all_to_all(count=5)") != std::string::npos)
+        << m;
     EXPECT_TRUE(e.user_error());
   }
 }
@@ -130,12 +135,16 @@ TEST(EngineErrors, SizeMismatchInSendRecv) {
   try {
     engine.run([](Communicator& c) {
       std::vector<float> buf(8);
-      if (c.rank() == 0) c.send(buf, 8, 1, 0);
-      else c.recv(buf, 6, 0, 0);
+      if (c.rank() == 0)
+        c.send(buf, 8, 1, 0);
+      else
+        c.recv(buf, 6, 0, 0);
     });
     FAIL();
   } catch (const RankError& e) {
-    EXPECT_NE(std::string(e.what()).find("rank 0 sends 8 elements to rank 1, which expects 6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 0 sends 8 elements to rank 1, which expects 6"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -168,7 +177,11 @@ Outcome run_program(int workers, const std::string& algo) {
   emu::EngineOptions o;
   o.workers = workers;
   o.all_to_all_algorithm = algo;
-  emu::Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, std::vector<LinkCost>{{SimTime::from_ns(200), 2e11}, {SimTime::from_ns(900), 2e10}, {SimTime::from_ns(3000), 2.5e9}}),
+  emu::Engine engine(topo,
+                     std::make_unique<AlphaBetaModel>(
+                         topo, std::vector<LinkCost>{{SimTime::from_ns(200), 2e11},
+                                                     {SimTime::from_ns(900), 2e10},
+                                                     {SimTime::from_ns(3000), 2.5e9}}),
                      test::unit_device(), o);
   Outcome out;
   out.data.resize(12);
@@ -185,7 +198,8 @@ Outcome run_program(int workers, const std::string& algo) {
       std::vector<float> nx(static_cast<size_t>(node->size() * 16)), ny(nx.size());
       for (size_t i = 0; i < nx.size(); ++i) nx[i] = x[i] * 2;
       Request small = node->iall_to_all(nx, ny, 16, "small");
-      c.compute({OpKind::kGemm, 1000.0 + std::uniform_int_distribution<int>(0, 5000)(rng), 0, "work"});
+      c.compute(
+          {OpKind::kGemm, 1000.0 + std::uniform_int_distribution<int>(0, 5000)(rng), 0, "work"});
       small.wait();
       big.wait();
       for (size_t i = 0; i < x.size(); ++i) x[i] = y[i] * 0.5f + ny[i % ny.size()];

@@ -11,7 +11,8 @@ namespace cocodiff::test {
 
 /// tiles x gpus x nodes, tiers with the given latencies (ns) and bandwidths (bytes/s).
 inline Topology make_topo(int tiles, int gpus, int nodes) {
-  return Topology({{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
+  return Topology(
+      {{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
 }
 
 /// A device that runs 1 FLOP per ns (1 GFLOP/s) and 1 byte per ns, no launch overhead.
@@ -28,11 +29,13 @@ inline emu::Engine make_engine(const Topology& topo, std::vector<LinkCost> tiers
   emu::EngineOptions o;
   o.workers = workers;
   o.wire_bytes_per_element = wire_bytes;
-  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, std::move(tiers)), unit_device(), o);
+  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, std::move(tiers)), unit_device(),
+                     o);
 }
 
 inline std::vector<LinkCost> uniform_tiers(int n, std::int64_t latency_ns, double bytes_per_s) {
-  return std::vector<LinkCost>(static_cast<size_t>(n), LinkCost{SimTime::from_ns(latency_ns), bytes_per_s});
+  return std::vector<LinkCost>(static_cast<size_t>(n),
+                               LinkCost{SimTime::from_ns(latency_ns), bytes_per_s});
 }
 
 }  // namespace cocodiff::test
