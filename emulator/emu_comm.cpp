@@ -26,11 +26,6 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
   return x ^ (x >> 31);
 }
 
-std::string with_label(std::string call, std::string_view label) {
-  if (!label.empty()) call += " '" + std::string(label) + "'";
-  return call;
-}
-
 }  // namespace
 
 detail::ReqPtr Port::isend(std::span<const float> data, std::int64_t count, int peer, int step) {
@@ -62,7 +57,10 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
-  req->what = with_label(call + " #" + std::to_string(seq), label) + " on " + group_->describe();
+  req->op = detail::ReqState::Op::kCollective;
+  req->call = call + " #" + std::to_string(seq);
+  req->label = label;
+  req->group = group_;
   // The collective fiber borrows this communicator's group; the user keeps the communicator
   // alive until the request completes, as with MPI.
   kernel_.spawn_comm(

@@ -51,6 +51,37 @@ std::string Group::describe() const {
   return "group " + std::string(buf) + " (world ranks " + describe_ranks(members) + ")";
 }
 
+std::string ReqState::describe() const {
+  std::string s;
+  switch (op) {
+    case Op::kSend:
+      s = "send of " + std::to_string(count) + " elements to rank " + std::to_string(peer);
+      break;
+    case Op::kRecv:
+      s = "recv of " + std::to_string(count) + " elements from rank " + std::to_string(peer);
+      break;
+    case Op::kCollective:
+      s = call;
+      break;
+  }
+  if (!label.empty()) s += " ('" + label + "')";
+  if (group) s += " on " + group->describe();
+  return s;
+}
+
+std::string_view ReqState::trace_label() const {
+  if (!label.empty()) return label;
+  switch (op) {
+    case Op::kSend:
+      return "send";
+    case Op::kRecv:
+      return "recv";
+    case Op::kCollective:
+      return call;
+  }
+  return "?";
+}
+
 Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& device,
                const EngineOptions& options)
     : topo_(topo),
@@ -93,9 +124,11 @@ void Kernel::record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime sta
 
 // ---------------------------------------------------------------- fiber side
 
-void Kernel::block(FiberState& f, std::unique_lock<std::mutex>& lk, std::string what) {
+void Kernel::block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqState* req,
+                   bool in_test) {
   if (aborting_) throw Cancelled{};
-  f.waiting_on = std::move(what);
+  f.waiting_on = req;
+  f.waiting_in_test = in_test;
   f.blocked = true;
   f.blocked_index = blocked_list_.size();
   blocked_list_.push_back(&f);
@@ -131,8 +164,10 @@ void Kernel::complete(ReqState& r, SimTime t) {
 ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<const float> data, std::int64_t count, std::string_view label) {
   auto req = std::make_shared<ReqState>();
-  req->what = "send of " + std::to_string(count) + " elements to rank " + std::to_string(dst) +
-              (label.empty() ? "" : " ('" + std::string(label) + "')");
+  req->op = ReqState::Op::kSend;
+  req->peer = dst;
+  req->count = count;
+  req->label = label;
   std::unique_lock<std::mutex> lk(mutex_);
   ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -144,8 +179,10 @@ ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
 ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<float> data, std::int64_t count, std::string_view label) {
   auto req = std::make_shared<ReqState>();
-  req->what = "recv of " + std::to_string(count) + " elements from rank " + std::to_string(src) +
-              (label.empty() ? "" : " ('" + std::string(label) + "')");
+  req->op = ReqState::Op::kRecv;
+  req->peer = src;
+  req->count = count;
+  req->label = label;
   std::unique_lock<std::mutex> lk(mutex_);
   ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -202,7 +239,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
     std::unique_lock<std::mutex> lk(mutex_);
     if (!req.done) {
       req.waiter = &f;
-      block(f, lk, req.what);
+      block(f, lk, &req, false);
     }
     COCO_CHECK(req.done, "woken before completion");
   }
@@ -211,7 +248,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
     TileStats& t = tiles_[static_cast<size_t>(f.rank)];
     if (f.clock > before) {
       t.exposed += f.clock - before;
-      record_tile_event(f, TraceEvent::Kind::kWait, before, f.clock, req.what);
+      record_tile_event(f, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
     }
   }
 }
@@ -221,7 +258,7 @@ bool Kernel::test(FiberState& f, ReqState& req) {
   if (!req.done) {
     // Whether it completes by f.clock is known only once virtual time reaches f.clock.
     timers_.emplace(f.clock, &f);
-    block(f, lk, "test() of " + req.what);
+    block(f, lk, &req, true);
   }
   return req.done && req.done_time <= f.clock;
 }
@@ -340,7 +377,8 @@ std::string Kernel::deadlock_report() const {
       break;
     }
     s += "\n  rank " + std::to_string(f->rank) + (f->is_main ? "" : " (collective)") +
-         " waits in " + f->waiting_on;
+         " waits in " + (f->waiting_in_test ? "test() of " : "") +
+         (f->waiting_on ? f->waiting_on->describe() : std::string("?"));
   }
   // Posted operations that nothing matches name the missing partner.
   size_t unmatched = 0;

@@ -36,18 +36,10 @@ struct FiberState {
   boost::fibers::condition_variable_any cv;
   bool wake = false;
   bool blocked = false;
-  std::size_t blocked_index = 0;  // position in Kernel::blocked_list_
-  std::string waiting_on;         // for deadlock reports
+  std::size_t blocked_index = 0;                // position in Kernel::blocked_list_
+  const struct ReqState* waiting_on = nullptr;  // for deadlock reports
+  bool waiting_in_test = false;
 };
-
-/// Completion state of a point-to-point operation or of a whole collective.
-struct ReqState {
-  bool done = false;
-  SimTime done_time;
-  FiberState* waiter = nullptr;
-  std::string what;  // e.g. "all_to_all #3 'v' on group 0x1f (12 ranks)"
-};
-using ReqPtr = std::shared_ptr<ReqState>;
 
 /// A group of world ranks sharing a context id (what MPI calls a communicator).
 struct Group {
@@ -55,6 +47,26 @@ struct Group {
   std::vector<int> members;  // world ranks, in group-rank order
   std::string describe() const;
 };
+
+/// Completion state of a point-to-point operation or of a whole collective. Descriptions are
+/// built only when a report needs them: requests are on the hot path.
+struct ReqState {
+  enum class Op : std::uint8_t { kSend, kRecv, kCollective };
+  bool done = false;
+  SimTime done_time;
+  FiberState* waiter = nullptr;
+  Op op = Op::kSend;
+  int peer = -1;  // world rank of the other side (point-to-point)
+  std::int64_t count = 0;
+  std::string label;                   // the caller's label ("v", "q"), may be empty
+  std::string call;                    // collectives: "all_to_all(count=4) #3"
+  std::shared_ptr<const Group> group;  // collectives
+  /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
+  std::string describe() const;
+  /// Short name for trace spans.
+  std::string_view trace_label() const;
+};
+using ReqPtr = std::shared_ptr<ReqState>;
 
 /// Per-tile accounting, written only by the tile's main fiber (and read after the run).
 struct TileStats {
@@ -129,7 +141,7 @@ class Kernel {
 
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
   void match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mutex>& lk);
-  void block(FiberState& f, std::unique_lock<std::mutex>& lk, std::string what);
+  void block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqState* req, bool in_test);
   void wake(FiberState& f);
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);
