@@ -1,0 +1,483 @@
+#include "mpi_backend/mpi_comm.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <map>
+
+#include "core/errors.hpp"
+#include "mpi_backend/detail/mpi_util.hpp"
+
+namespace cocodiff::mpi {
+
+// ---------------------------------------------------------------------------------------------
+// detail
+
+namespace detail {
+
+std::shared_ptr<const std::vector<float>> Shared::zeros_of(std::int64_t n) {
+  const auto need = static_cast<std::size_t>(std::max<std::int64_t>(n, 1));
+  if (!zeros || zeros->size() < need)
+    zeros = std::make_shared<const std::vector<float>>(
+        std::max(need, zeros ? 2 * zeros->size() : std::size_t{0}), 0.0f);
+  return zeros;
+}
+
+void check_mpi(int rc, std::string_view where) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) std::snprintf(text, sizeof text, "?");
+  int cls = rc;
+  MPI_Error_class(rc, &cls);
+  throw CommError(std::string(where) +
+                  ": MPI error: " + std::string(text, static_cast<size_t>(len)) +
+                  " (MPI error class " + std::to_string(cls) + ")");
+}
+
+int to_mpi_int(std::int64_t value, std::string_view what, std::string_view where) {
+  if (value < 0 || value > INT_MAX)
+    throw CommError(std::string(where) + ": " + std::string(what) + " is " + std::to_string(value) +
+                    ", outside MPI's int range [0, " + std::to_string(INT_MAX) +
+                    "]; split the transfer into smaller ones");
+  return static_cast<int>(value);
+}
+
+std::string placement_error(const Topology& topo, std::span<const int> host_id,
+                            std::span<const std::string> host_name) {
+  const std::string hint = ". Check the hostfile and the mapping (e.g. mpirun --map-by ppr:" +
+                           std::to_string(topo.ranks_per_node()) + ":node for " +
+                           std::to_string(topo.ranks_per_node()) + " ranks per node)";
+  std::map<int, int> first_on_host;  // host id -> first world rank on that host
+  std::map<int, int> first_in_node;  // topology node -> first world rank of that node
+  for (int r = 0; r < topo.num_ranks(); ++r) {
+    const auto ur = static_cast<size_t>(r);
+    const auto [h, new_host] = first_on_host.emplace(host_id[ur], r);
+    if (!new_host && topo.node(h->second) != topo.node(r))
+      return topo.describe_rank(h->second) + " and " + topo.describe_rank(r) +
+             " are on different nodes of the topology but run on the same host '" + host_name[ur] +
+             "'" + hint;
+    const auto [n, new_node] = first_in_node.emplace(topo.node(r), r);
+    if (!new_node && host_id[static_cast<size_t>(n->second)] != host_id[ur])
+      return topo.describe_rank(n->second) + " and " + topo.describe_rank(r) +
+             " are on one node of the topology but run on different hosts '" +
+             host_name[static_cast<size_t>(n->second)] + "' and '" + host_name[ur] + "'" + hint;
+  }
+  return {};
+}
+
+}  // namespace detail
+
+namespace {
+
+std::string with_label(std::string_view op, std::string_view label) {
+  std::string s(op);
+  if (!label.empty()) s += " '" + std::string(label) + "'";
+  return s;
+}
+
+std::string describe_levels(const Topology& topo) {
+  std::string s;
+  for (const TopologyLevel& l : topo.levels()) {
+    if (!s.empty()) s += " x ";
+    s += std::to_string(l.size) + " " + l.name;
+  }
+  return s;
+}
+
+bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
+  if (na == 0 || nb == 0) return false;
+  std::less<const float*> lt;
+  return lt(a, b + nb) && lt(b, a + na);
+}
+
+// One MPI request and everything the call needs until it completes: int count arrays,
+// scratch buffers for phantom sides, copies of send data that aliases the receive buffer.
+class MpiRequest final : public RequestImpl {
+ public:
+  explicit MpiRequest(std::string where) : where_(std::move(where)) {}
+  ~MpiRequest() override;
+
+  void wait() override {
+    if (done_) return;
+    MPI_Status status;
+    const int rc = MPI_Wait(&req_, &status);
+    finish(rc, status);
+  }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    MPI_Status status;
+    const int rc = MPI_Test(&req_, &flag, &status);
+    if (rc == MPI_SUCCESS && !flag) return false;
+    finish(rc, status);
+    return true;
+  }
+
+  MPI_Request* handle() { return &req_; }
+  const std::string& where() const { return where_; }
+  /// A receive checks the element count that arrived (MPI accepts shorter messages).
+  void expect_count(int count) { expect_count_ = count; }
+
+  // Keep-alive storage, released on completion.
+  std::vector<int> ints;
+  std::shared_ptr<const std::vector<float>> zeros;
+  std::unique_ptr<float[]> scratch;
+
+ private:
+  void finish(int rc, const MPI_Status& status) {
+    done_ = true;
+    release();
+    detail::check_mpi(rc, where_);
+    if (expect_count_ >= 0) {
+      int got = 0;
+      MPI_Get_count(&status, MPI_FLOAT, &got);
+      if (got != expect_count_)
+        throw CommError(where_ + ": received " + std::to_string(got) + " elements from rank " +
+                        std::to_string(status.MPI_SOURCE) + ", expected " +
+                        std::to_string(expect_count_));
+    }
+  }
+  void release() {
+    ints = {};
+    zeros.reset();
+    scratch.reset();
+  }
+
+  MPI_Request req_ = MPI_REQUEST_NULL;
+  std::string where_;
+  int expect_count_ = -1;
+  bool done_ = false;
+};
+
+MpiRequest::~MpiRequest() {
+  if (done_ || req_ == MPI_REQUEST_NULL) return;
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (std::uncaught_exceptions() > 0) {
+    // Unwinding towards an abort: waiting could hang on a peer that never comes, and freeing
+    // buffers MPI may still write is worse, so the buffers are deliberately leaked.
+    new std::vector<int>(std::move(ints));
+    new std::shared_ptr<const std::vector<float>>(std::move(zeros));
+    (void)scratch.release();
+    return;
+  }
+  // A request dropped without wait() is still completed, as MPI requires.
+  MPI_Wait(&req_, MPI_STATUS_IGNORE);
+}
+
+}  // namespace
+
+int exit_code_for(const std::exception& e) {
+  if (const auto* re = dynamic_cast<const RankError*>(&e)) return re->user_error() ? 2 : 1;
+  return dynamic_cast<const UserError*>(&e) ? 2 : 1;
+}
+
+// ---------------------------------------------------------------------------------------------
+// MpiRuntime
+
+MpiRuntime::MpiRuntime(int& argc, char**& argv) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (initialized) throw CommError("MPI is already initialised: create one MpiRuntime per process");
+  int provided = MPI_THREAD_SINGLE;
+  const int rc = MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  if (rc != MPI_SUCCESS)
+    throw CommError("MPI_Init_thread failed with error code " + std::to_string(rc));
+  // The DiT code calls MPI from one thread only, so SINGLE is enough if that is all we get.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+  start_wtime_s_ = MPI_Wtime();
+  uncaught_at_start_ = std::uncaught_exceptions();
+}
+
+MpiRuntime::~MpiRuntime() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (std::uncaught_exceptions() > uncaught_at_start_)
+    abort("an exception is propagating past MpiRuntime (wrap the run in run_guarded() to see it)",
+          1);
+  MPI_Finalize();
+}
+
+SimTime MpiRuntime::elapsed() const {
+  return SimTime::from_ns(std::llround((MPI_Wtime() - start_wtime_s_) * 1e9));
+}
+
+void MpiRuntime::abort(std::string_view message, int exit_code) const {
+  std::fprintf(stderr, "cocodiff: rank %d: %.*s\n", world_rank_, static_cast<int>(message.size()),
+               message.data());
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::abort();  // MPI_Abort does not return; this is for a broken MPI
+}
+
+int MpiRuntime::run_guarded(const std::function<int()>& body) const {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    abort(e.what(), exit_code_for(e));
+  } catch (...) {
+    abort("unknown exception", 1);
+  }
+}
+
+std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptions options) const {
+  // Every rank sees the same sizes, so every rank throws alike, before any collective.
+  if (topo.num_ranks() != world_size_)
+    throw CommError("the MPI job has " + std::to_string(world_size_) + " ranks but the topology (" +
+                    describe_levels(topo) + ") has " + std::to_string(topo.num_ranks()) +
+                    "; start it with mpirun -np " + std::to_string(topo.num_ranks()));
+
+  const std::string where = "world() on rank " + std::to_string(world_rank_);
+  MPI_Comm dup = MPI_COMM_NULL;
+  detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &dup), where + ": MPI_Comm_dup");
+  MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+  auto shared = std::make_shared<detail::Shared>();
+  shared->topology = topo;
+  shared->start_wtime_s = start_wtime_s_;
+  int* tag_ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
+  if (flag && tag_ub) shared->tag_ub = *tag_ub;
+  auto comm = std::make_unique<MpiComm>(std::move(shared), dup);  // owns dup from here on
+
+  if (options.check_hosts) {
+    // A host is the set of ranks MPI_COMM_TYPE_SHARED groups; its id is its lowest world rank.
+    MPI_Comm host = MPI_COMM_NULL;
+    detail::check_mpi(MPI_Comm_split_type(dup, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host),
+                      where + ": MPI_Comm_split_type");
+    int host_id = world_rank_;
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, &host_id, 1, MPI_INT, MPI_MIN, host);
+    MPI_Comm_free(&host);
+    detail::check_mpi(rc, where + ": host id");
+    std::vector<int> ids(static_cast<size_t>(world_size_));
+    detail::check_mpi(MPI_Allgather(&host_id, 1, MPI_INT, ids.data(), 1, MPI_INT, dup),
+                      where + ": gathering host ids");
+    char name[MPI_MAX_PROCESSOR_NAME] = {};
+    int len = 0;
+    MPI_Get_processor_name(name, &len);
+    std::vector<char> names(static_cast<size_t>(world_size_) * MPI_MAX_PROCESSOR_NAME);
+    detail::check_mpi(MPI_Allgather(name, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, names.data(),
+                                    MPI_MAX_PROCESSOR_NAME, MPI_CHAR, dup),
+                      where + ": gathering host names");
+    std::vector<std::string> host_names;
+    for (int r = 0; r < world_size_; ++r)
+      host_names.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
+    const std::string err = detail::placement_error(topo, ids, host_names);
+    if (!err.empty()) throw CommError("host placement does not match the topology: " + err);
+  }
+  return comm;
+}
+
+// ---------------------------------------------------------------------------------------------
+// MpiComm
+
+MpiComm::MpiComm(std::shared_ptr<detail::Shared> shared, MPI_Comm comm)
+    : shared_(std::move(shared)), comm_(comm) {
+  MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(comm_, &rank_);
+  MPI_Comm_size(comm_, &size_);
+  MPI_Group mine = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+  MPI_Comm_group(comm_, &mine);
+  MPI_Comm_group(MPI_COMM_WORLD, &world);
+  std::vector<int> ranks(static_cast<size_t>(size_));
+  for (int i = 0; i < size_; ++i) ranks[static_cast<size_t>(i)] = i;
+  members_.resize(static_cast<size_t>(size_));
+  MPI_Group_translate_ranks(mine, size_, ranks.data(), world, members_.data());
+  MPI_Group_free(&mine);
+  MPI_Group_free(&world);
+}
+
+MpiComm::~MpiComm() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  // MPI_Comm_free is local and lets pending operations finish.
+  if (!finalized && comm_ != MPI_COMM_NULL) MPI_Comm_free(&comm_);
+}
+
+const Topology& MpiComm::topology() const { return shared_->topology; }
+
+int MpiComm::world_rank(int group_rank) const {
+  COCO_CHECK(group_rank >= 0 && group_rank < size_, "group rank out of range");
+  return members_[static_cast<size_t>(group_rank)];
+}
+
+SimTime MpiComm::now() const {
+  return SimTime::from_ns(std::llround((MPI_Wtime() - shared_->start_wtime_s) * 1e9));
+}
+
+std::string MpiComm::where(std::string_view op, std::string_view label) const {
+  return with_label(op, label) + " on rank " + std::to_string(rank_) + " of " +
+         std::to_string(size_) + " (world rank " + std::to_string(members_[size_t(rank_)]) + ")";
+}
+
+std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
+  const std::string w = where("split", {});
+  // MPI wants colors >= 0; renumber the colors in use densely, in increasing order.
+  int mine[2] = {color, key};
+  std::vector<int> all(static_cast<size_t>(2 * size_));
+  detail::check_mpi(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm_), w);
+  std::vector<int> colors;
+  for (int r = 0; r < size_; ++r) colors.push_back(all[static_cast<size_t>(2 * r)]);
+  std::sort(colors.begin(), colors.end());
+  colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
+  const int dense =
+      static_cast<int>(std::lower_bound(colors.begin(), colors.end(), color) - colors.begin());
+  MPI_Comm sub = MPI_COMM_NULL;
+  detail::check_mpi(MPI_Comm_split(comm_, dense, key, &sub), w);
+  return std::make_unique<MpiComm>(shared_, sub);
+}
+
+void MpiComm::barrier() { detail::check_mpi(MPI_Barrier(comm_), where("barrier", {})); }
+
+Request MpiComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
+                                std::int64_t count, std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(where("all_to_all", label));
+  const int n = detail::to_mpi_int(count, "the count per rank", req->where());
+  const std::int64_t total = count * size_;
+  const float* sp = send.data();
+  float* rp = recv.data();
+  if (send.empty() && total > 0) {
+    req->zeros = shared_->zeros_of(total);
+    sp = req->zeros->data();
+  } else if (overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
+    std::copy_n(send.data(), total, req->scratch.get());
+    sp = req->scratch.get();
+  }
+  if (recv.empty() && total > 0) {
+    // Phantom receive (never together with the copy above: an empty span overlaps nothing).
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
+    rp = req->scratch.get();
+  }
+  detail::check_mpi(MPI_Ialltoall(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()),
+                    req->where());
+  return Request(std::move(req));
+}
+
+Request MpiComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
+                                 const AllToAllvLayout& layout, std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(where("all_to_allv", label));
+  const auto p = static_cast<size_t>(size_);
+  req->ints.resize(4 * p);
+  int* sc = req->ints.data();
+  int* sd = sc + p;
+  int* rc = sd + p;
+  int* rd = rc + p;
+  for (size_t i = 0; i < p; ++i) {
+    const std::string peer = " for rank " + std::to_string(i);
+    sc[i] = detail::to_mpi_int(layout.send_counts[i], "send count" + peer, req->where());
+    sd[i] = detail::to_mpi_int(layout.send_displs[i], "send displacement" + peer, req->where());
+    rc[i] = detail::to_mpi_int(layout.recv_counts[i], "receive count" + peer, req->where());
+    rd[i] = detail::to_mpi_int(layout.recv_displs[i], "receive displacement" + peer, req->where());
+  }
+  const std::int64_t send_total = layout.send_total(), recv_total = layout.recv_total();
+  const float* sp = send.data();
+  float* rp = recv.data();
+  if (send.empty() && send_total > 0) {
+    req->zeros = shared_->zeros_of(send_total);
+    sp = req->zeros->data();
+  } else if (overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(send_total));
+    std::copy_n(send.data(), send_total, req->scratch.get());
+    sp = req->scratch.get();
+  }
+  if (recv.empty() && recv_total > 0) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(recv_total));
+    rp = req->scratch.get();
+  }
+  detail::check_mpi(
+      MPI_Ialltoallv(sp, sc, sd, MPI_FLOAT, rp, rc, rd, MPI_FLOAT, comm_, req->handle()),
+      req->where());
+  return Request(std::move(req));
+}
+
+Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
+                                std::int64_t count, std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(where("all_gather", label));
+  const int n = detail::to_mpi_int(count, "the count per rank", req->where());
+  const std::int64_t total = count * size_;
+  const void* sp = send.data();
+  float* rp = recv.data();
+  if (send.empty() && count > 0) {
+    req->zeros = shared_->zeros_of(count);
+    sp = req->zeros->data();
+  } else if (recv.size() > 0 && send.data() == recv.data() + count * rank_) {
+    sp = MPI_IN_PLACE;  // the caller's block already sits where it belongs
+  } else if (overlaps(send.data(), send.size(), recv.data(), recv.size())) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(count));
+    std::copy_n(send.data(), count, req->scratch.get());
+    sp = req->scratch.get();
+  }
+  if (recv.empty() && total > 0) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
+    rp = req->scratch.get();
+  }
+  detail::check_mpi(MPI_Iallgather(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()),
+                    req->where());
+  return Request(std::move(req));
+}
+
+Request MpiComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                                std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(
+      where(op == ReduceOp::kSum ? "all_reduce(sum)" : "all_reduce(max)", label));
+  const int n = detail::to_mpi_int(count, "the count", req->where());
+  float* p = data.data();
+  if (data.empty() && count > 0) {
+    req->scratch = std::make_unique<float[]>(static_cast<size_t>(count));  // zeros: no NaNs
+    p = req->scratch.get();
+  }
+  detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT,
+                                   op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, req->handle()),
+                    req->where());
+  return Request(std::move(req));
+}
+
+namespace {
+void check_tag(int tag, int tag_ub, const std::string& where) {
+  if (tag < 0 || tag > tag_ub)
+    throw CommError(where + ": tag " + std::to_string(tag) + " outside MPI's range [0, " +
+                    std::to_string(tag_ub) + "]");
+}
+}  // namespace
+
+Request MpiComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
+                          std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(where("send to rank " + std::to_string(dest), label));
+  check_tag(tag, shared_->tag_ub, req->where());
+  const int n = detail::to_mpi_int(count, "the count", req->where());
+  const float* p = data.data();
+  if (data.empty() && count > 0) {
+    req->zeros = shared_->zeros_of(count);
+    p = req->zeros->data();
+  }
+  detail::check_mpi(MPI_Isend(p, n, MPI_FLOAT, dest, tag, comm_, req->handle()), req->where());
+  return Request(std::move(req));
+}
+
+Request MpiComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
+                          std::string_view label) {
+  auto req = std::make_shared<MpiRequest>(where("recv from rank " + std::to_string(source), label));
+  check_tag(tag, shared_->tag_ub, req->where());
+  const int n = detail::to_mpi_int(count, "the count", req->where());
+  float* p = data.data();
+  if (data.empty() && count > 0) {
+    req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(count));
+    p = req->scratch.get();
+  }
+  req->expect_count(n);
+  detail::check_mpi(MPI_Irecv(p, n, MPI_FLOAT, source, tag, comm_, req->handle()), req->where());
+  return Request(std::move(req));
+}
+
+}  // namespace cocodiff::mpi
