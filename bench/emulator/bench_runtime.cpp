@@ -82,6 +82,21 @@ void AllToAll(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(flows), benchmark::Counter::kIsRate);
 }
 
+// The same all-to-all in phantom mode (sizes only): the simulation's own cost per flow.
+void AllToAllPhantom(benchmark::State& state) {
+  const int p = static_cast<int>(state.range(0));
+  const int gpus = p >= 12 ? 6 : 1;
+  emu::Engine engine = make_engine(2, gpus, p / (2 * gpus), static_cast<int>(state.range(1)));
+  std::uint64_t flows = 0;
+  for (auto _ : state) {
+    flows += engine.run([&](Communicator& c) { c.all_to_all({}, {}, 1 << 20); }).flows;
+  }
+  state.counters["flows_per_s"] =
+      benchmark::Counter(static_cast<double>(flows), benchmark::Counter::kIsRate);
+  state.counters["wall_us_per_flow"] = benchmark::Counter(
+      static_cast<double>(flows), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 BENCHMARK(Handoff)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(AllToAll)
     ->Args({2, 1})
@@ -89,6 +104,13 @@ BENCHMARK(AllToAll)
     ->Args({12, 2})
     ->Args({96, 1})
     ->Args({96, 2})
+    ->ArgNames({"ranks", "workers"})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(AllToAllPhantom)
+    ->Args({96, 1})
+    ->Args({96, 2})
+    ->Args({384, 1})
     ->ArgNames({"ranks", "workers"})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
