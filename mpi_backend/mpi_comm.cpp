@@ -74,10 +74,21 @@ std::string placement_error(const Topology& topo, std::span<const int> host_id,
 
 namespace {
 
-std::string with_label(std::string_view op, std::string_view label) {
+// "send 'label' to rank 3 on rank 1 of 4 (world rank 5)": the prefix of every error message.
+std::string describe(std::string_view op, std::string_view label, int peer, int rank, int size,
+                     int world_rank) {
   std::string s(op);
   if (!label.empty()) s += " '" + std::string(label) + "'";
-  return s;
+  if (peer >= 0) s += (op == "recv" ? " from rank " : " to rank ") + std::to_string(peer);
+  return s + " on rank " + std::to_string(rank) + " of " + std::to_string(size) + " (world rank " +
+         std::to_string(world_rank) + ")";
+}
+
+// `value` as an MPI int; builds the error message only when it does not fit.
+template <typename Where>
+int mpi_int(std::int64_t value, const char* what, const Where& where) {
+  if (value >= 0 && value <= INT_MAX) return static_cast<int>(value);
+  return detail::to_mpi_int(value, what, where());  // throws
 }
 
 std::string describe_levels(const Topology& topo) {
@@ -99,7 +110,14 @@ bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
 // scratch buffers for phantom sides, copies of send data that aliases the receive buffer.
 class MpiRequest final : public RequestImpl {
  public:
-  explicit MpiRequest(std::string where) : where_(std::move(where)) {}
+  /// `op` is a string literal; the description is only built when an error needs it.
+  MpiRequest(const char* op, std::string_view label, int peer, const MpiComm& comm)
+      : op_(op),
+        label_(label),
+        peer_(peer),
+        rank_(comm.rank()),
+        size_(comm.size()),
+        world_rank_(comm.world_rank(comm.rank())) {}
   ~MpiRequest() override;
 
   void wait() override {
@@ -120,7 +138,7 @@ class MpiRequest final : public RequestImpl {
   }
 
   MPI_Request* handle() { return &req_; }
-  const std::string& where() const { return where_; }
+  std::string where() const { return describe(op_, label_, peer_, rank_, size_, world_rank_); }
   /// A receive checks the element count that arrived (MPI accepts shorter messages).
   void expect_count(int count) { expect_count_ = count; }
 
@@ -133,12 +151,12 @@ class MpiRequest final : public RequestImpl {
   void finish(int rc, const MPI_Status& status) {
     done_ = true;
     release();
-    detail::check_mpi(rc, where_);
+    if (rc != MPI_SUCCESS) detail::check_mpi(rc, where());
     if (expect_count_ >= 0) {
       int got = 0;
       MPI_Get_count(&status, MPI_FLOAT, &got);
       if (got != expect_count_)
-        throw CommError(where_ + ": received " + std::to_string(got) + " elements from rank " +
+        throw CommError(where() + ": received " + std::to_string(got) + " elements from rank " +
                         std::to_string(status.MPI_SOURCE) + ", expected " +
                         std::to_string(expect_count_));
     }
@@ -150,7 +168,9 @@ class MpiRequest final : public RequestImpl {
   }
 
   MPI_Request req_ = MPI_REQUEST_NULL;
-  std::string where_;
+  const char* op_;
+  std::string label_;
+  int peer_, rank_, size_, world_rank_;
   int expect_count_ = -1;
   bool done_ = false;
 };
@@ -172,6 +192,15 @@ MpiRequest::~MpiRequest() {
   MPI_Wait(&req_, MPI_STATUS_IGNORE);
 }
 
+void post(int rc, const MpiRequest& req) {
+  if (rc != MPI_SUCCESS) detail::check_mpi(rc, req.where());
+}
+
+void check_tag(int tag, int tag_ub, const MpiRequest& req) {
+  if (tag < 0 || tag > tag_ub)
+    throw CommError(req.where() + ": tag " + std::to_string(tag) + " outside MPI's range [0, " +
+                    std::to_string(tag_ub) + "]");
+}
 }  // namespace
 
 int exit_code_for(const std::exception& e) {
@@ -316,8 +345,7 @@ SimTime MpiComm::now() const {
 }
 
 std::string MpiComm::where(std::string_view op, std::string_view label) const {
-  return with_label(op, label) + " on rank " + std::to_string(rank_) + " of " +
-         std::to_string(size_) + " (world rank " + std::to_string(members_[size_t(rank_)]) + ")";
+  return describe(op, label, -1, rank_, size_, members_[static_cast<size_t>(rank_)]);
 }
 
 std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
@@ -341,8 +369,8 @@ void MpiComm::barrier() { detail::check_mpi(MPI_Barrier(comm_), where("barrier",
 
 Request MpiComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>(where("all_to_all", label));
-  const int n = detail::to_mpi_int(count, "the count per rank", req->where());
+  auto req = std::make_shared<MpiRequest>("all_to_all", label, -1, *this);
+  const int n = mpi_int(count, "the count per rank", [&] { return req->where(); });
   const std::int64_t total = count * size_;
   const float* sp = send.data();
   float* rp = recv.data();
@@ -359,27 +387,28 @@ Request MpiComm::do_iall_to_all(std::span<const float> send, std::span<float> re
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
     rp = req->scratch.get();
   }
-  detail::check_mpi(MPI_Ialltoall(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()),
-                    req->where());
+  post(MPI_Ialltoall(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
                                  const AllToAllvLayout& layout, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>(where("all_to_allv", label));
+  auto req = std::make_shared<MpiRequest>("all_to_allv", label, -1, *this);
   const auto p = static_cast<size_t>(size_);
   req->ints.resize(4 * p);
   int* sc = req->ints.data();
   int* sd = sc + p;
   int* rc = sd + p;
   int* rd = rc + p;
-  for (size_t i = 0; i < p; ++i) {
-    const std::string peer = " for rank " + std::to_string(i);
-    sc[i] = detail::to_mpi_int(layout.send_counts[i], "send count" + peer, req->where());
-    sd[i] = detail::to_mpi_int(layout.send_displs[i], "send displacement" + peer, req->where());
-    rc[i] = detail::to_mpi_int(layout.recv_counts[i], "receive count" + peer, req->where());
-    rd[i] = detail::to_mpi_int(layout.recv_displs[i], "receive displacement" + peer, req->where());
-  }
+  auto convert = [&](const std::vector<std::int64_t>& from, int* to, const char* what) {
+    for (size_t i = 0; i < p; ++i)
+      to[i] = mpi_int(from[i], what,
+                      [&] { return req->where() + " (rank " + std::to_string(i) + ")"; });
+  };
+  convert(layout.send_counts, sc, "the send count");
+  convert(layout.send_displs, sd, "the send displacement");
+  convert(layout.recv_counts, rc, "the receive count");
+  convert(layout.recv_displs, rd, "the receive displacement");
   const std::int64_t send_total = layout.send_total(), recv_total = layout.recv_total();
   const float* sp = send.data();
   float* rp = recv.data();
@@ -395,16 +424,14 @@ Request MpiComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(recv_total));
     rp = req->scratch.get();
   }
-  detail::check_mpi(
-      MPI_Ialltoallv(sp, sc, sd, MPI_FLOAT, rp, rc, rd, MPI_FLOAT, comm_, req->handle()),
-      req->where());
+  post(MPI_Ialltoallv(sp, sc, sd, MPI_FLOAT, rp, rc, rd, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>(where("all_gather", label));
-  const int n = detail::to_mpi_int(count, "the count per rank", req->where());
+  auto req = std::make_shared<MpiRequest>("all_gather", label, -1, *this);
+  const int n = mpi_int(count, "the count per rank", [&] { return req->where(); });
   const std::int64_t total = count * size_;
   const void* sp = send.data();
   float* rp = recv.data();
@@ -422,61 +449,52 @@ Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> re
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
     rp = req->scratch.get();
   }
-  detail::check_mpi(MPI_Iallgather(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()),
-                    req->where());
+  post(MPI_Iallgather(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                 std::string_view label) {
   auto req = std::make_shared<MpiRequest>(
-      where(op == ReduceOp::kSum ? "all_reduce(sum)" : "all_reduce(max)", label));
-  const int n = detail::to_mpi_int(count, "the count", req->where());
+      op == ReduceOp::kSum ? "all_reduce(sum)" : "all_reduce(max)", label, -1, *this);
+  const int n = mpi_int(count, "the count", [&] { return req->where(); });
   float* p = data.data();
   if (data.empty() && count > 0) {
     req->scratch = std::make_unique<float[]>(static_cast<size_t>(count));  // zeros: no NaNs
     p = req->scratch.get();
   }
-  detail::check_mpi(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT,
-                                   op == ReduceOp::kSum ? MPI_SUM : MPI_MAX, comm_, req->handle()),
-                    req->where());
+  post(MPI_Iallreduce(MPI_IN_PLACE, p, n, MPI_FLOAT, op == ReduceOp::kSum ? MPI_SUM : MPI_MAX,
+                      comm_, req->handle()),
+       *req);
   return Request(std::move(req));
 }
 
-namespace {
-void check_tag(int tag, int tag_ub, const std::string& where) {
-  if (tag < 0 || tag > tag_ub)
-    throw CommError(where + ": tag " + std::to_string(tag) + " outside MPI's range [0, " +
-                    std::to_string(tag_ub) + "]");
-}
-}  // namespace
-
 Request MpiComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                           std::string_view label) {
-  auto req = std::make_shared<MpiRequest>(where("send to rank " + std::to_string(dest), label));
-  check_tag(tag, shared_->tag_ub, req->where());
-  const int n = detail::to_mpi_int(count, "the count", req->where());
+  auto req = std::make_shared<MpiRequest>("send", label, dest, *this);
+  check_tag(tag, shared_->tag_ub, *req);
+  const int n = mpi_int(count, "the count", [&] { return req->where(); });
   const float* p = data.data();
   if (data.empty() && count > 0) {
     req->zeros = shared_->zeros_of(count);
     p = req->zeros->data();
   }
-  detail::check_mpi(MPI_Isend(p, n, MPI_FLOAT, dest, tag, comm_, req->handle()), req->where());
+  post(MPI_Isend(p, n, MPI_FLOAT, dest, tag, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                           std::string_view label) {
-  auto req = std::make_shared<MpiRequest>(where("recv from rank " + std::to_string(source), label));
-  check_tag(tag, shared_->tag_ub, req->where());
-  const int n = detail::to_mpi_int(count, "the count", req->where());
+  auto req = std::make_shared<MpiRequest>("recv", label, source, *this);
+  check_tag(tag, shared_->tag_ub, *req);
+  const int n = mpi_int(count, "the count", [&] { return req->where(); });
   float* p = data.data();
   if (data.empty() && count > 0) {
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(count));
     p = req->scratch.get();
   }
   req->expect_count(n);
-  detail::check_mpi(MPI_Irecv(p, n, MPI_FLOAT, source, tag, comm_, req->handle()), req->where());
+  post(MPI_Irecv(p, n, MPI_FLOAT, source, tag, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 

@@ -225,6 +225,9 @@ TEST_F(Mpi, SendRecvRingBothWays) {
     } catch (const CommError& e) {
       EXPECT_NE(std::string(e.what()).find("received 7 elements"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("expected 10"), std::string::npos) << e.what();
+      const std::string site = "recv from rank " + std::to_string(me - 1) + " on rank " +
+                               std::to_string(me) + " of " + std::to_string(p);
+      EXPECT_NE(std::string(e.what()).find(site), std::string::npos) << e.what();
       for (int i = 0; i < 7; ++i) bad += got[u(i)] != tag_value(me - 1, 0, i);
     }
   }
