@@ -14,9 +14,16 @@ AlphaBetaModel::AlphaBetaModel(Topology topo, std::vector<LinkCost> tiers)
     COCO_CHECK(t.bandwidth_bytes_per_s > 0, "bandwidth must be positive");
 }
 
+AlphaBetaModel::AlphaBetaModel(std::shared_ptr<const ClusterGraph> graph)
+    : topo_(graph->topology()), routes_(std::make_unique<RouteTable>(std::move(graph))) {}
+
 SimTime AlphaBetaModel::flow_time(int src, int dst, std::int64_t bytes) const {
+  COCO_CHECK(src != dst, "flow to self");
+  if (routes_ != nullptr) {
+    const RouteSummary s = routes_->summary(src, dst);
+    return s.latency + SimTime::from_seconds(static_cast<double>(bytes) / s.bottleneck_bytes_per_s);
+  }
   int tier = topo_.tier(src, dst);
-  COCO_CHECK(tier >= 0, "flow to self");
   const LinkCost& c = tiers_[static_cast<size_t>(tier)];
   return c.latency + SimTime::from_seconds(static_cast<double>(bytes) / c.bandwidth_bytes_per_s);
 }
@@ -43,6 +50,7 @@ void AlphaBetaModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed
 }
 
 std::unique_ptr<NetworkModel> AlphaBetaModel::clone_empty() const {
+  if (routes_ != nullptr) return std::make_unique<AlphaBetaModel>(routes_->graph_ptr());
   return std::make_unique<AlphaBetaModel>(topo_, tiers_);
 }
 

@@ -15,6 +15,7 @@
 
 #include "core/sim_time.hpp"
 #include "core/topology.hpp"
+#include "net_models/cluster_graph.hpp"
 
 namespace cocodiff {
 
@@ -44,12 +45,15 @@ struct LinkCost {
   double bandwidth_bytes_per_s = 1e9;
 };
 
-/// Congestion-unaware Hockney model: a flow between ranks of tier k takes
-/// latency_k + bytes / bandwidth_k, however many other flows run. The fast reference.
+/// Congestion-unaware Hockney model: a flow takes latency + bytes / bandwidth, however many
+/// other flows run. The fast reference. With a cluster graph, latency is the sum of the route's
+/// link latencies and bandwidth its bottleneck link; with per-tier costs, the pair's tier's.
 class AlphaBetaModel final : public NetworkModel {
  public:
   /// One LinkCost per topology tier (innermost first).
   AlphaBetaModel(Topology topo, std::vector<LinkCost> tiers);
+  /// Route-based: every pair's cost comes from its route through `graph`.
+  explicit AlphaBetaModel(std::shared_ptr<const ClusterGraph> graph);
 
   void add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) override;
   SimTime next_event_time() const override;
@@ -59,7 +63,7 @@ class AlphaBetaModel final : public NetworkModel {
   std::unique_ptr<NetworkModel> clone_empty() const override;
   std::string name() const override { return "alpha-beta"; }
 
-  /// The closed form this model uses: latency + bytes / bandwidth of the pair's tier.
+  /// The closed form this model uses: latency + bytes / bandwidth of the pair's route or tier.
   SimTime flow_time(int src, int dst, std::int64_t bytes) const;
 
  private:
@@ -69,8 +73,9 @@ class AlphaBetaModel final : public NetworkModel {
     bool operator>(const Pending& o) const { return done != o.done ? done > o.done : id > o.id; }
   };
   Topology topo_;
-  std::vector<LinkCost> tiers_;
-  std::vector<Pending> pending_;  // min-heap on (done, id)
+  std::vector<LinkCost> tiers_;                 // per-tier mode
+  mutable std::unique_ptr<RouteTable> routes_;  // route mode (a cache, hence mutable)
+  std::vector<Pending> pending_;                // min-heap on (done, id)
   SimTime now_;
 };
 

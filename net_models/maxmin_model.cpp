@@ -1,0 +1,257 @@
+#include "net_models/maxmin_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+#include "core/errors.hpp"
+
+namespace cocodiff {
+
+namespace {
+
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+/// Whole nanoseconds to move `bytes` at `rate`, rounded up like SimTime::from_seconds (so a
+/// lone flow costs exactly what the alpha-beta closed form says), never negative.
+std::int64_t transfer_ns(double bytes, double rate_bytes_per_s) {
+  if (!(bytes > 0)) return 0;
+  if (!(rate_bytes_per_s > 0)) return kNever / 2;
+  const double ns = std::ceil(bytes / rate_bytes_per_s * 1e9 - 1e-6);
+  if (ns >= static_cast<double>(kNever / 2)) return kNever / 2;
+  return std::max<std::int64_t>(0, static_cast<std::int64_t>(ns));
+}
+
+}  // namespace
+
+MaxMinModel::MaxMinModel(std::shared_ptr<const ClusterGraph> graph)
+    : routes_(std::move(graph)), links_(static_cast<size_t>(routes_.graph().num_links())) {
+  for (int l = 0; l < routes_.graph().num_links(); ++l)
+    links_[static_cast<size_t>(l)].bandwidth_bytes_per_s =
+        routes_.graph().link(l).bandwidth_bytes_per_s;
+}
+
+std::unique_ptr<NetworkModel> MaxMinModel::clone_empty() const {
+  return std::make_unique<MaxMinModel>(routes_.graph_ptr());
+}
+
+void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) {
+  COCO_CHECK(start >= now_, "flow starts in the past");
+  COCO_CHECK(src != dst, "flow to self");
+  COCO_CHECK(bytes >= 0, "negative flow size");
+  int slot;
+  if (free_slots_.empty()) {
+    slot = static_cast<int>(flows_.size());
+    flows_.emplace_back();
+  } else {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  }
+  COCO_CHECK(slot_of_.emplace(id, slot).second, "duplicate flow id " + std::to_string(id));
+  Flow& f = flows_[static_cast<size_t>(slot)];
+  f.id = id;
+  f.remaining_bytes = static_cast<double>(bytes);
+  f.rate_bytes_per_s = 0;
+  f.live = true;
+  f.active = false;
+  f.links.clear();
+  for (int l : routes_.route(src, dst))
+    if (routes_.graph().link(l).limited()) f.links.push_back(l);
+  ++live_;
+  pending_.push_back({(start + routes_.summary(src, dst).latency).ns(), id, slot});
+  std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
+}
+
+SimTime MaxMinModel::next_event_time() const {
+  std::int64_t t = kNever;
+  if (!pending_.empty()) t = pending_.front().join_ns;
+  if (!finish_.empty()) t = std::min(t, finish_.front().ns);  // the top is never stale
+  return SimTime::from_ns(t);
+}
+
+bool MaxMinModel::stale(const Finish& e) const {
+  const Flow& f = flows_[static_cast<size_t>(e.slot)];
+  return !f.live || f.id != e.id || f.version != e.version;
+}
+
+void MaxMinModel::prune_finish_heap() {
+  // Every re-solve pushes fresh entries; rebuild when stale ones dominate, so the heap stays
+  // proportional to the live flows.
+  if (finish_.size() > 4 * live_ + 1024) {
+    std::erase_if(finish_, [this](const Finish& e) { return stale(e); });
+    std::make_heap(finish_.begin(), finish_.end(), std::greater<>());
+  }
+  while (!finish_.empty() && stale(finish_.front())) {
+    std::pop_heap(finish_.begin(), finish_.end(), std::greater<>());
+    finish_.pop_back();
+  }
+}
+
+void MaxMinModel::activate(int slot, std::vector<std::uint64_t>& completed) {
+  Flow& f = flows_[static_cast<size_t>(slot)];
+  if (!(f.remaining_bytes > 0) || f.links.empty()) {
+    finish(slot, completed);  // nothing to share: done once the latency is paid
+    return;
+  }
+  f.active = true;
+  f.updated_ns = now_.ns();
+  f.pos.resize(f.links.size());
+  for (size_t h = 0; h < f.links.size(); ++h) {
+    LinkState& l = links_[static_cast<size_t>(f.links[h])];
+    f.pos[h] = static_cast<std::uint32_t>(l.flows.size());
+    l.flows.emplace_back(slot, static_cast<int>(h));
+    seeds_.push_back(f.links[h]);
+  }
+}
+
+void MaxMinModel::finish(int slot, std::vector<std::uint64_t>& completed) {
+  Flow& f = flows_[static_cast<size_t>(slot)];
+  if (f.active) {
+    for (size_t h = 0; h < f.links.size(); ++h) {
+      LinkState& l = links_[static_cast<size_t>(f.links[h])];
+      const std::uint32_t i = f.pos[h];
+      const std::pair<int, int> moved = l.flows.back();
+      l.flows[i] = moved;
+      flows_[static_cast<size_t>(moved.first)].pos[static_cast<size_t>(moved.second)] = i;
+      l.flows.pop_back();
+      seeds_.push_back(f.links[h]);
+    }
+  }
+  completed.push_back(f.id);
+  slot_of_.erase(f.id);
+  f.live = false;
+  f.active = false;
+  ++f.version;
+  free_slots_.push_back(slot);
+  --live_;
+}
+
+void MaxMinModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed) {
+  COCO_CHECK(t >= now_ && t <= next_event_time(), "advance beyond the next event");
+  now_ = t;
+  const size_t first = completed.size();
+  while (true) {
+    while (!finish_.empty() && finish_.front().ns <= t.ns()) {
+      const Finish e = finish_.front();
+      std::pop_heap(finish_.begin(), finish_.end(), std::greater<>());
+      finish_.pop_back();
+      if (!stale(e)) finish(e.slot, completed);
+    }
+    while (!pending_.empty() && pending_.front().join_ns <= t.ns()) {
+      const int slot = pending_.front().slot;
+      std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
+      pending_.pop_back();
+      activate(slot, completed);
+    }
+    if (seeds_.empty()) break;
+    solve(t.ns());
+    prune_finish_heap();
+    // A re-solved flow whose remainder rounds to zero finishes now: loop, never later.
+  }
+  prune_finish_heap();
+  std::sort(completed.begin() + static_cast<std::ptrdiff_t>(first), completed.end());
+}
+
+void MaxMinModel::solve(std::int64_t t) {
+  // 1. The connected component of the changed links: flows that share a link with a changed
+  //    flow, transitively. Max-min allocations of disjoint components are independent.
+  ++epoch_;
+  comp_links_.clear();
+  comp_flows_.clear();
+  stack_.clear();
+  for (int l : seeds_) {
+    LinkState& s = links_[static_cast<size_t>(l)];
+    if (s.mark == epoch_) continue;
+    s.mark = epoch_;
+    comp_links_.push_back(l);
+    stack_.push_back(l);
+  }
+  seeds_.clear();
+  while (!stack_.empty()) {
+    const int l = stack_.back();
+    stack_.pop_back();
+    for (const auto& [slot, hop] : links_[static_cast<size_t>(l)].flows) {
+      Flow& f = flows_[static_cast<size_t>(slot)];
+      if (f.mark == epoch_) continue;
+      f.mark = epoch_;
+      comp_flows_.push_back(slot);
+      for (int m : f.links) {
+        LinkState& s = links_[static_cast<size_t>(m)];
+        if (s.mark == epoch_) continue;
+        s.mark = epoch_;
+        comp_links_.push_back(m);
+        stack_.push_back(m);
+      }
+    }
+  }
+  ++stats_.solves;
+  stats_.flows_solved += comp_flows_.size();
+  stats_.largest_component = std::max<std::uint64_t>(stats_.largest_component, comp_flows_.size());
+
+  // 2. Bring every flow's remainder up to t at its old rate.
+  for (int slot : comp_flows_) {
+    Flow& f = flows_[static_cast<size_t>(slot)];
+    f.remaining_bytes -= f.rate_bytes_per_s * static_cast<double>(t - f.updated_ns) * 1e-9;
+    f.updated_ns = t;
+  }
+
+  // 3. Progressive filling: the link with the smallest fair share saturates first; its flows
+  //    get that share and leave the other links' budgets. Every flow fixed in one step gets
+  //    the same share and a link's budget drops by share x (flows fixed on it), so the result
+  //    does not depend on the order of any list: only on the set of flows and their routes.
+  shares_.clear();
+  for (int l : comp_links_) {
+    LinkState& s = links_[static_cast<size_t>(l)];
+    s.cap_left = s.bandwidth_bytes_per_s;
+    s.unfixed = static_cast<int>(s.flows.size());
+    s.newly_fixed = 0;
+    if (s.unfixed > 0) shares_.push_back({s.cap_left / s.unfixed, l});
+  }
+  std::make_heap(shares_.begin(), shares_.end(), std::greater<>());
+  while (!shares_.empty()) {
+    const Share top = shares_.front();
+    std::pop_heap(shares_.begin(), shares_.end(), std::greater<>());
+    shares_.pop_back();
+    LinkState& s = links_[static_cast<size_t>(top.link)];
+    if (s.unfixed == 0 || std::max(s.cap_left, 0.0) / s.unfixed != top.bytes_per_s) continue;
+    const double share = top.bytes_per_s;
+    touched_.clear();
+    for (const auto& [slot, hop] : s.flows) {
+      Flow& f = flows_[static_cast<size_t>(slot)];
+      if (f.fixed == epoch_) continue;
+      f.fixed = epoch_;
+      f.rate_bytes_per_s = share;
+      for (int m : f.links) {
+        LinkState& o = links_[static_cast<size_t>(m)];
+        if (o.newly_fixed++ == 0) touched_.push_back(m);
+        --o.unfixed;
+      }
+    }
+    for (int m : touched_) {
+      LinkState& o = links_[static_cast<size_t>(m)];
+      o.cap_left -= share * o.newly_fixed;
+      o.newly_fixed = 0;
+      if (o.unfixed > 0) shares_.push_back({std::max(o.cap_left, 0.0) / o.unfixed, m});
+      if (o.unfixed > 0) std::push_heap(shares_.begin(), shares_.end(), std::greater<>());
+    }
+  }
+
+  // 4. New completion times.
+  for (int slot : comp_flows_) {
+    Flow& f = flows_[static_cast<size_t>(slot)];
+    COCO_CHECK(f.fixed == epoch_, "progressive filling left a flow without a rate");
+    ++f.version;
+    f.finish_ns = t + transfer_ns(f.remaining_bytes, f.rate_bytes_per_s);
+    finish_.push_back({f.finish_ns, f.id, slot, f.version});
+    std::push_heap(finish_.begin(), finish_.end(), std::greater<>());
+  }
+}
+
+double MaxMinModel::rate_bytes_per_s(std::uint64_t id) const {
+  auto it = slot_of_.find(id);
+  if (it == slot_of_.end()) return 0;
+  const Flow& f = flows_[static_cast<size_t>(it->second)];
+  return f.active ? f.rate_bytes_per_s : 0;
+}
+
+}  // namespace cocodiff

@@ -1,0 +1,116 @@
+#pragma once
+// Flow-level max-min fair sharing (progressive filling), as in SimGrid's flow models. A flow
+// first pays its route's latency, then joins the links of its route and shares each link's
+// bandwidth max-min fairly with the other flows there. Rates are re-solved whenever a flow
+// joins or ends, only for the flows connected to it through shared links.
+//
+//   auto graph = std::make_shared<const ClusterGraph>(...);  // or load_cluster(cfg, dir).graph
+//   MaxMinModel net(graph);
+//   net.add_flow(0, /*src=*/0, /*dst=*/1, 1 << 20, SimTime{});
+//   net.add_flow(1, /*src=*/0, /*dst=*/2, 1 << 20, SimTime{});   // shares rank 0's uplink
+//   std::vector<std::uint64_t> done;
+//   while (net.active_flows() > 0) net.advance_to(net.next_event_time(), done);
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "net_models/cluster_graph.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff {
+
+class MaxMinModel final : public NetworkModel {
+ public:
+  explicit MaxMinModel(std::shared_ptr<const ClusterGraph> graph);
+
+  void add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) override;
+  SimTime next_event_time() const override;
+  void advance_to(SimTime t, std::vector<std::uint64_t>& completed) override;
+  SimTime now() const override { return now_; }
+  std::size_t active_flows() const override { return live_; }
+  std::unique_ptr<NetworkModel> clone_empty() const override;
+  std::string name() const override { return "maxmin"; }
+
+  /// Current rate of a flow in bytes/s; 0 while it still pays its latency or is unknown.
+  double rate_bytes_per_s(std::uint64_t id) const;
+
+  /// Work counters, for benchmarks.
+  struct Stats {
+    std::uint64_t solves = 0;             // re-solves (one per event time with changes)
+    std::uint64_t flows_solved = 0;       // sum of the flows re-solved
+    std::uint64_t largest_component = 0;  // most flows re-solved at once
+  };
+  const Stats& stats() const { return stats_; }
+
+ private:
+  struct Flow {
+    std::uint64_t id = 0;
+    double remaining_bytes = 0;
+    double rate_bytes_per_s = 0;
+    std::int64_t updated_ns = 0;  // remaining_bytes is as of this time
+    std::int64_t finish_ns = 0;
+    std::uint32_t version = 0;  // finish-heap entries of older versions are stale
+    std::uint32_t mark = 0;     // component search epoch
+    std::uint32_t fixed = 0;    // progressive-filling epoch in which its rate was fixed
+    bool live = false;
+    bool active = false;             // past its latency, sharing bandwidth
+    std::vector<int> links;          // limited links of its route
+    std::vector<std::uint32_t> pos;  // its index in each of those links' flow lists
+  };
+  struct LinkState {
+    double bandwidth_bytes_per_s = 0;
+    std::vector<std::pair<int, int>> flows;  // (flow slot, index into the flow's links)
+    double cap_left = 0;                     // solve scratch below
+    int unfixed = 0;
+    int newly_fixed = 0;
+    std::uint32_t mark = 0;
+  };
+  struct Pending {  // a flow paying its latency
+    std::int64_t join_ns;
+    std::uint64_t id;
+    int slot;
+    bool operator>(const Pending& o) const {
+      return join_ns != o.join_ns ? join_ns > o.join_ns : id > o.id;
+    }
+  };
+  struct Finish {
+    std::int64_t ns;
+    std::uint64_t id;
+    int slot;
+    std::uint32_t version;
+    bool operator>(const Finish& o) const { return ns != o.ns ? ns > o.ns : id > o.id; }
+  };
+  struct Share {
+    double bytes_per_s;
+    int link;
+    bool operator>(const Share& o) const {
+      return bytes_per_s != o.bytes_per_s ? bytes_per_s > o.bytes_per_s : link > o.link;
+    }
+  };
+
+  void activate(int slot, std::vector<std::uint64_t>& completed);
+  void finish(int slot, std::vector<std::uint64_t>& completed);
+  void solve(std::int64_t t);
+  void prune_finish_heap();
+  bool stale(const Finish& f) const;
+
+  RouteTable routes_;
+  std::vector<LinkState> links_;
+  std::vector<Flow> flows_;
+  std::vector<int> free_slots_;
+  std::unordered_map<std::uint64_t, int> slot_of_;  // lookups only: never iterated
+  std::vector<Pending> pending_;                    // min-heap on (join, id)
+  std::vector<Finish> finish_;                      // min-heap on (finish, id), lazily pruned
+  std::vector<int> seeds_;                          // links whose flow set changed
+  std::vector<int> comp_links_, comp_flows_, stack_, touched_;
+  std::vector<Share> shares_;
+  std::uint32_t epoch_ = 0;
+  std::size_t live_ = 0;
+  SimTime now_;
+  Stats stats_;
+};
+
+}  // namespace cocodiff
