@@ -1,0 +1,381 @@
+#include "net_models/cluster.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <set>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "net_models/maxmin_model.hpp"
+
+namespace cocodiff {
+
+namespace {
+
+// "n3.nic2". Built by appending: GCC 12 warns falsely (-Wrestrict) on "n" + std::to_string(n).
+std::string in_node(int node, std::string_view what, int index) {
+  std::string s = "n";
+  s.append(std::to_string(node)).append(".").append(what).append(std::to_string(index));
+  return s;
+}
+
+std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+// The run config's [cluster] section layered over the preset file: a key set in the run config
+// (or by --set) wins. Keys are read from whichever layer holds them, rather than from a merged
+// copy, because toml++ drops source positions when nodes are copied, and every error must name
+// the file and line the bad value came from.
+class Layers {
+ public:
+  Layers(const Config& run, const Config* preset) : run_(run), preset_(preset) {}
+
+  bool has(std::string_view k) const {
+    return run_.has(run_key(k)) || (preset_ != nullptr && preset_->has(k));
+  }
+  std::string where(std::string_view k) const { return src(k).where(full(k)); }
+  [[noreturn]] void fail(std::string_view k, std::string_view expected,
+                         std::string_view found) const {
+    throw ConfigError(where(k), run_key(k), expected, found);
+  }
+
+  std::int64_t get_int(std::string_view k, std::int64_t def, std::int64_t lo,
+                       std::int64_t hi) const {
+    return use(k).get_int(full(k), def, lo, hi);
+  }
+  std::int64_t require_int(std::string_view k, std::int64_t lo, std::int64_t hi) const {
+    return use(k).require_int(full(k), lo, hi);
+  }
+  std::string get_string(std::string_view k, std::string def) const {
+    return use(k).get_string(full(k), std::move(def));
+  }
+  std::string choice(std::string_view k, std::string def,
+                     std::initializer_list<std::string_view> choices) const {
+    return use(k).get_choice(full(k), std::move(def), choices);
+  }
+  std::vector<std::int64_t> get_int_list(std::string_view k, std::vector<std::int64_t> def) const {
+    return use(k).get_int_list(full(k), std::move(def));
+  }
+  std::vector<std::string> get_string_list(std::string_view k, std::vector<std::string> def) const {
+    return use(k).get_string_list(full(k), std::move(def));
+  }
+  /// A bandwidth given in GB/s (1e9 bytes/s) per direction, returned in bytes/s.
+  double bandwidth_bytes_per_s(std::string_view k) const {
+    return positive(k, "a bandwidth > 0 (GB/s per direction)") * 1e9;
+  }
+  /// A required number > 0; `expected` says what it is, with its unit.
+  double positive(std::string_view k, std::string_view expected) const {
+    const double v = use(k).require_double(full(k));
+    if (!(v > 0)) fail(k, expected, number(v));
+    return v;
+  }
+  SimTime latency(std::string_view k) const {
+    return SimTime::from_ns(use(k).require_int(full(k), 0, std::int64_t{1} << 50));
+  }
+  double efficiency(std::string_view k) const {
+    const double v = use(k).get_double(full(k), 1.0);
+    if (!(v > 0 && v <= 1)) fail(k, "an efficiency in (0, 1]", number(v));
+    return v;
+  }
+  /// Keys of a table in either layer, sorted.
+  std::vector<std::string> subkeys(std::string_view k) const {
+    std::set<std::string> all;
+    for (const std::string& s : run_.subkeys(run_key(k))) all.insert(s);
+    if (preset_ != nullptr)
+      for (const std::string& s : preset_->subkeys(k)) all.insert(s);
+    return {all.begin(), all.end()};
+  }
+
+  /// Throws on the first key of the preset or of the run's [cluster] section nobody read.
+  void check_no_unknown_keys() const {
+    auto complain = [](const Config& c, const std::string& k) {
+      throw ConfigError(c.where(k) + ": unknown key '" + k +
+                        "' in the cluster description (see net_models/cluster.hpp for the keys)");
+    };
+    if (preset_ != nullptr)
+      for (const std::string& k : preset_->unknown_keys()) complain(*preset_, k);
+    for (const std::string& k : run_.unknown_keys())
+      if (k.rfind("cluster.", 0) == 0) complain(run_, k);
+  }
+
+ private:
+  static std::string run_key(std::string_view k) { return "cluster." + std::string(k); }
+  bool in_run(std::string_view k) const { return preset_ == nullptr || run_.has(run_key(k)); }
+  const Config& src(std::string_view k) const { return in_run(k) ? run_ : *preset_; }
+  std::string full(std::string_view k) const { return in_run(k) ? run_key(k) : std::string(k); }
+  /// The layer to read k from; the key counts as read in both, so an overridden preset key is
+  /// not reported as unknown.
+  const Config& use(std::string_view k) const {
+    run_.mark_used(run_key(k));
+    if (preset_ != nullptr) preset_->mark_used(k);
+    return src(k);
+  }
+
+  const Config& run_;
+  const Config* preset_;
+};
+
+Topology read_topology(const Layers& in, int nodes) {
+  std::vector<std::string> names = in.get_string_list("topology.levels", {});
+  std::vector<std::int64_t> sizes = in.get_int_list("topology.sizes", {});
+  std::vector<std::string> tiers = in.get_string_list("topology.tiers", {});
+  const std::string node_tier = in.get_string("topology.node_tier", "inter-node");
+  const std::string count = std::to_string(names.size());
+  if (sizes.size() != names.size())
+    in.fail("topology.sizes", count + " sizes, one per entry of topology.levels",
+            std::to_string(sizes.size()));
+  if (tiers.size() != names.size())
+    in.fail("topology.tiers", count + " tier names, one per entry of topology.levels",
+            std::to_string(tiers.size()));
+  std::vector<TopologyLevel> levels;
+  std::set<std::string> seen;
+  std::int64_t ranks_per_node = 1;
+  for (size_t k = 0; k < names.size(); ++k) {
+    if (names[k].empty() || names[k] == "node" || !seen.insert(names[k]).second)
+      in.fail("topology.levels", "distinct level names other than \"node\"",
+              "\"" + names[k] + "\"");
+    if (sizes[k] < 1 || sizes[k] > 4096)
+      in.fail("topology.sizes", "sizes in [1, 4096]", std::to_string(sizes[k]));
+    ranks_per_node *= sizes[k];
+    levels.push_back({names[k], static_cast<int>(sizes[k]), tiers[k]});
+  }
+  if (ranks_per_node * nodes > (std::int64_t{1} << 20))
+    in.fail("nodes", "at most 2^20 ranks in all",
+            std::to_string(nodes) + " nodes x " + std::to_string(ranks_per_node) + " ranks");
+  levels.push_back({"node", nodes, node_tier});
+  return Topology(std::move(levels));
+}
+
+// Parses "a-b" into two local ranks in [0, n).
+std::pair<int, int> parse_pair(const Layers& in, const std::string& key, const std::string& s,
+                               int n) {
+  const std::string expected = "pairs \"a-b\" of local ranks in [0, " + std::to_string(n - 1) + "]";
+  const size_t dash = s.find('-');
+  int a = -1, b = -1;
+  auto parse = [](std::string_view t, int& v) {
+    auto [p, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    return ec == std::errc() && p == t.data() + t.size();
+  };
+  if (dash == std::string::npos || !parse(std::string_view(s).substr(0, dash), a) ||
+      !parse(std::string_view(s).substr(dash + 1), b))
+    in.fail(key, expected, "\"" + s + "\"");
+  for (int r : {a, b})
+    if (r < 0 || r >= n)
+      in.fail(key, expected,
+              "\"" + s + "\": local rank " + std::to_string(r) + " does not exist (a node has " +
+                  std::to_string(n) + " ranks)");
+  if (a == b) in.fail(key, expected, "\"" + s + "\": a link from a rank to itself");
+  return {a, b};
+}
+
+int level_index(const Layers& in, const std::string& key, const Topology& topo) {
+  const std::string name = in.get_string(key, "");
+  std::string list;
+  for (int k = 0; k + 1 < topo.num_levels(); ++k) {
+    if (topo.level(k).name == name) return k;
+    list += (list.empty() ? "" : " | ") + topo.level(k).name;
+  }
+  in.fail(key, "a level below the node: " + (list.empty() ? std::string("(none)") : list),
+          "\"" + name + "\"");
+}
+
+void add_link_classes(const Layers& in, ClusterGraph& g) {
+  const Topology& topo = g.topology();
+  const int rpn = topo.ranks_per_node();
+  const int nodes = topo.num_nodes();
+  const std::string default_tier =
+      topo.num_levels() > 1 ? topo.tier_name(topo.num_levels() - 2) : topo.tier_name(0);
+  for (const std::string& name : in.subkeys("links")) {
+    const std::string p = "links." + name + ".";
+    const std::string kind = in.choice(p + "kind", "", {"pair", "switch", "direct"});
+    const std::int64_t count = in.get_int(p + "count", 1, 1, 4096);
+    const double bw =
+        in.bandwidth_bytes_per_s(p + "bandwidth_gbytes_per_s") * static_cast<double>(count);
+    const SimTime lat = in.latency(p + "latency_ns");
+    if (kind == "direct") {
+      std::vector<std::pair<int, int>> pairs;
+      for (const std::string& s : in.get_string_list(p + "pairs", {}))
+        pairs.push_back(parse_pair(in, p + "pairs", s, rpn));
+      if (pairs.empty()) in.fail(p + "pairs", "at least one pair \"a-b\" of local ranks", "none");
+      const int cls = g.add_link_class(name, in.get_string(p + "tier", default_tier));
+      for (int n = 0; n < nodes; ++n)
+        for (auto [a, b] : pairs) g.add_duplex(n * rpn + a, n * rpn + b, lat, bw, cls);
+      continue;
+    }
+    const int k = level_index(in, p + "level", topo);
+    const int cls = g.add_link_class(name, in.get_string(p + "tier", topo.tier_name(k)));
+    int stride = 1;
+    for (int j = 0; j < k; ++j) stride *= topo.level(j).size;
+    const int size = topo.level(k).size;
+    if (kind == "pair") {
+      for (int a = 0; a < topo.num_ranks(); ++a)
+        for (int v = topo.coord(a, k) + 1; v < size; ++v)
+          g.add_duplex(a, a + (v - topo.coord(a, k)) * stride, lat, bw, cls);
+    } else {  // switch: one per group of ranks that share every coordinate above level k
+      const int group = stride * size;
+      for (int first = 0; first < topo.num_ranks(); first += group) {
+        const int n = topo.node(first);
+        const int sw =
+            g.add_vertex(in_node(n, name, (first % rpn) / group), VertexKind::kSwitch, n);
+        for (int r = first; r < first + group; ++r) g.add_duplex(r, sw, lat, bw, cls);
+      }
+    }
+  }
+}
+
+void add_nics_and_fabric(const Layers& in, ClusterGraph& g) {
+  const Topology& topo = g.topology();
+  const int rpn = topo.ranks_per_node();
+  const std::string tier = topo.tier_name(topo.num_levels() - 1);
+  const int count = static_cast<int>(in.require_int("nic.count", 1, 4096));
+  std::vector<std::int64_t> def(static_cast<size_t>(rpn));
+  for (int r = 0; r < rpn; ++r) def[static_cast<size_t>(r)] = r % count;
+  std::vector<std::int64_t> rank_nic = in.get_int_list("nic.rank_nic", def);
+  if (static_cast<int>(rank_nic.size()) != rpn)
+    in.fail("nic.rank_nic", "one NIC index per local rank (" + std::to_string(rpn) + ")",
+            std::to_string(rank_nic.size()) + " entries");
+  for (std::int64_t i : rank_nic)
+    if (i < 0 || i >= count)
+      in.fail("nic.rank_nic", "NIC indices in [0, " + std::to_string(count - 1) + "]",
+              std::to_string(i) +
+                  " (that NIC does not exist: nic.count = " + std::to_string(count) + ")");
+  const double nic_bw = in.bandwidth_bytes_per_s("nic.bandwidth_gbytes_per_s");
+  const SimTime nic_lat = in.latency("nic.latency_ns");
+  const double attach_bw = in.bandwidth_bytes_per_s("nic.attach_bandwidth_gbytes_per_s");
+  const SimTime attach_lat = in.latency("nic.attach_latency_ns");
+  in.choice("fabric.kind", "nonblocking", {"nonblocking"});
+  const SimTime fabric_lat = in.latency("fabric.latency_ns");
+
+  const int attach_cls = g.add_link_class("nic-attach", tier);
+  const int nic_cls = g.add_link_class("nic", tier);
+  const int fabric_cls = g.add_link_class("fabric", tier);
+  // The non-blocking core is one unlimited link that carries the fabric's latency.
+  const int core_in = g.add_vertex("fabric.in", VertexKind::kSwitch, -1);
+  const int core_out = g.add_vertex("fabric.out", VertexKind::kSwitch, -1);
+  g.add_link(core_in, core_out, fabric_lat, kUnlimitedBytesPerS, fabric_cls);
+  for (int n = 0; n < topo.num_nodes(); ++n) {
+    std::vector<int> nic(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) {
+      nic[static_cast<size_t>(i)] = g.add_vertex(in_node(n, "nic", i), VertexKind::kNic, n);
+      g.add_link(nic[static_cast<size_t>(i)], core_in, nic_lat, nic_bw, nic_cls);
+      g.add_link(core_out, nic[static_cast<size_t>(i)], nic_lat, nic_bw, nic_cls);
+    }
+    for (int r = 0; r < rpn; ++r)
+      g.add_duplex(n * rpn + r, nic[static_cast<size_t>(rank_nic[static_cast<size_t>(r)])],
+                   attach_lat, attach_bw, attach_cls);
+  }
+}
+
+RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
+  RooflineParams d;
+  d.name = in.get_string("device.name", cluster_name + " device");
+  d.peak_flops_per_s = in.positive("device.peak_tflops", "a peak > 0 (TFLOP/s)") * 1e12;
+  d.hbm_bytes_per_s = in.positive("device.hbm_gbytes_per_s", "a bandwidth > 0 (GB/s)") * 1e9;
+  d.launch_overhead =
+      SimTime::from_ns(in.get_int("device.launch_overhead_ns", 0, 0, std::int64_t{1} << 40));
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const std::string kind(op_kind_name(static_cast<OpKind>(k)));
+    d.compute_efficiency[static_cast<size_t>(k)] =
+        in.efficiency("device.compute_efficiency." + kind);
+    d.memory_efficiency[static_cast<size_t>(k)] = in.efficiency("device.memory_efficiency." + kind);
+  }
+  return d;
+}
+
+}  // namespace
+
+std::filesystem::path resolve_cluster_preset(const std::string& name_or_path,
+                                             const std::filesystem::path& config_dir,
+                                             const std::filesystem::path& preset_dir,
+                                             const std::string& where) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<fs::path> tried;
+  if (name_or_path.find('/') != std::string::npos ||
+      fs::path(name_or_path).extension() == ".toml") {
+    fs::path p(name_or_path);
+    tried.push_back(p.is_absolute() ? p : config_dir / p);
+  } else if (!name_or_path.empty()) {
+    tried.push_back(config_dir / "clusters" / (name_or_path + ".toml"));
+    tried.push_back(preset_dir / (name_or_path + ".toml"));
+  }
+  for (const fs::path& p : tried)
+    if (fs::is_regular_file(p, ec)) return p;
+  std::set<std::string> known;
+  for (const fs::path& dir : {config_dir / "clusters", preset_dir})
+    if (fs::is_directory(dir, ec))
+      for (const fs::directory_entry& e : fs::directory_iterator(dir, ec))
+        if (e.path().extension() == ".toml") known.insert(e.path().stem().string());
+  std::string expected = "a preset name (";
+  for (const std::string& k : known) expected += (expected.back() == '(' ? "" : ", ") + k;
+  expected += ") or a path to a cluster .toml file";
+  std::string found = "\"" + name_or_path + "\"";
+  if (!tried.empty()) {
+    found += " (looked for";
+    for (const fs::path& p : tried) found += " " + p.string();
+    found += ")";
+  }
+  throw ConfigError(where, "cluster.preset", expected, found);
+}
+
+std::unique_ptr<NetworkModel> make_network_model(const std::string& kind,
+                                                 std::shared_ptr<const ClusterGraph> graph) {
+  if (kind == "maxmin") return std::make_unique<MaxMinModel>(std::move(graph));
+  if (kind == "alpha-beta") return std::make_unique<AlphaBetaModel>(std::move(graph));
+  throw ConfigError("network model \"" + kind + "\": expected maxmin or alpha-beta");
+}
+
+Config load_cluster_config(const std::filesystem::path& file) {
+  Config c = Config::load(file);
+  if (c.has("cluster")) return c;
+  toml::table t{{"cluster", toml::table{{"preset", std::filesystem::absolute(file).string()}}}};
+  std::ostringstream os;
+  os << t;
+  return Config::parse(os.str(), file.string());
+}
+
+Cluster load_cluster(const Config& cfg, const std::filesystem::path& preset_dir) {
+  Cluster c;
+  std::optional<Config> preset;
+  if (cfg.has("cluster.preset")) {
+    const std::string name = cfg.get_string("cluster.preset", "");
+    const std::filesystem::path file =
+        resolve_cluster_preset(name, cfg.directory(), preset_dir, cfg.where("cluster.preset"));
+    preset = Config::load(file);
+    c.source = file.string();
+    c.name = file.stem().string();
+  } else {
+    c.source = cfg.source();
+    c.name = "cluster";
+    cfg.mark_used("cluster");  // an empty or missing section still counts as read
+  }
+  const Layers in(cfg, preset ? &*preset : nullptr);
+  c.name = in.get_string("name", c.name);
+  c.description = in.get_string("description", "");
+  c.network_kind = in.choice("network", "maxmin", {"maxmin", "alpha-beta"});
+  const int nodes = static_cast<int>(in.get_int("nodes", 1, 1, 1 << 20));
+  c.topology = read_topology(in, nodes);
+
+  auto graph = std::make_shared<ClusterGraph>(c.topology);
+  add_link_classes(in, *graph);
+  if (in.has("nic")) add_nics_and_fabric(in, *graph);
+  c.device_params = read_device(in, c.name);
+  in.check_no_unknown_keys();
+  if (auto bad = graph->find_unreachable_pair()) {
+    throw ConfigError(c.source + ": cluster '" + c.name +
+                      "': " + c.topology.describe_rank(bad->first) + " has no route to " +
+                      c.topology.describe_rank(bad->second) +
+                      (c.topology.num_nodes() > 1 && !in.has("nic")
+                           ? " (nodes > 1 needs a [nic] section to join the nodes)"
+                           : " (add links that reach every rank)"));
+  }
+  c.graph = std::move(graph);
+  c.network = make_network_model(c.network_kind, c.graph);
+  c.device = std::make_shared<RooflineDevice>(c.device_params);
+  return c;
+}
+
+}  // namespace cocodiff
