@@ -1,0 +1,43 @@
+#include "dit/attention_strategy.hpp"
+
+#include "dit/layers.hpp"
+
+namespace cocodiff::dit {
+
+TokenShard shard_tokens(std::int64_t total, int parts, int index) {
+  COCO_CHECK(parts >= 1 && index >= 0 && index < parts, "shard_tokens index");
+  const std::int64_t base = total / parts, rem = total % parts;
+  TokenShard s;
+  s.total = total;
+  s.count = base + (index < rem ? 1 : 0);
+  s.begin = index * base + std::min<std::int64_t>(index, rem);
+  return s;
+}
+
+std::vector<Tensor> SerialAttention::attend(const Exec& ex, const QkvSource& src,
+                                            const AttentionShape& shape) {
+  const int streams = src.num_streams();
+  std::vector<Tensor> parts[3];
+  for (int p = 0; p < 3; ++p) {
+    for (int s = 0; s < streams; ++s) {
+      Tensor x = src.project(ex, s, static_cast<QkvPart>(p), 0, shape.heads);
+      src.prepare(ex, s, static_cast<QkvPart>(p), x, 0, shape.heads);
+      parts[p].push_back(std::move(x));
+    }
+  }
+  std::vector<const Tensor*> q, k, v;
+  std::vector<std::int64_t> tokens;
+  for (int s = 0; s < streams; ++s) {
+    q.push_back(&parts[0][static_cast<size_t>(s)]);
+    k.push_back(&parts[1][static_cast<size_t>(s)]);
+    v.push_back(&parts[2][static_cast<size_t>(s)]);
+    tokens.push_back(src.rows(s) / shape.batch);
+  }
+  const Tensor o = attention(ex, concat_tokens(ex, q, shape.batch, "q_concat"),
+                             concat_tokens(ex, k, shape.batch, "k_concat"),
+                             concat_tokens(ex, v, shape.batch, "v_concat"), shape.heads,
+                             shape.head_dim, shape.batch, "attention");
+  return split_tokens(ex, o, tokens, shape.batch, "o_split");
+}
+
+}  // namespace cocodiff::dit

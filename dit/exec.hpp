@@ -1,0 +1,32 @@
+#pragma once
+// The execution context every DiT layer receives: where to charge compute, and whether to do
+// the math at all (phantom mode, `math = "skip"`).
+//
+//   Exec ex{comm, /*phantom=*/false};
+//   Tensor y = linear(ex, x, w, b, "qkv");   // math (unless phantom) + one OpCost charge
+//
+// Each layer function follows the same pattern:  if (!ex.phantom) { math }  ex.charge(cost);
+// so real and phantom runs charge identical virtual time for identical shapes.
+
+#include <cstdint>
+#include <string_view>
+
+#include "core/communicator.hpp"
+#include "core/op_cost.hpp"
+
+namespace cocodiff::dit {
+
+/// Bytes one element costs in HBM traffic: activations and weights are modelled as bf16.
+inline constexpr double kBytesPerElement = 2.0;
+
+struct Exec {
+  Communicator& comm;  // charges compute; the strategies use their own group communicators
+  bool phantom = false;
+
+  /// Charges one operation on this tile. `elements_moved` counts every element read or written.
+  void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {
+    comm.compute(OpCost{kind, flops, elements_moved * kBytesPerElement, label});
+  }
+};
+
+}  // namespace cocodiff::dit

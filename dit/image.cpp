@@ -1,0 +1,71 @@
+#include "dit/image.hpp"
+
+#include <png.h>
+
+#include <algorithm>
+#include <cstdio>
+
+#include "core/errors.hpp"
+
+namespace cocodiff::dit {
+
+Rgb latent_preview(const Tensor& latent, int height, int width, int upscale) {
+  COCO_CHECK(!latent.phantom() && latent.cols() == std::int64_t{height} * width && upscale >= 1,
+             "latent_preview: latent " + latent.shape_str());
+  const std::int64_t c = latent.rows();
+  Rgb img;
+  img.width = width * upscale;
+  img.height = height * upscale;
+  img.pixels.assign(static_cast<size_t>(img.width) * img.height * 3, 0);
+  for (int k = 0; k < 3; ++k) {
+    // Channel group k: [k*c/3, (k+1)*c/3), at least one channel.
+    const std::int64_t lo = std::min<std::int64_t>(k * c / 3, c - 1);
+    const std::int64_t hi = std::max<std::int64_t>((k + 1) * c / 3, lo + 1);
+    const Vec g = latent.mat().middleRows(lo, hi - lo).colwise().mean();
+    const float mn = g.minCoeff(), mx = g.maxCoeff();
+    const float scale = mx > mn ? 255.0f / (mx - mn) : 0.0f;
+    for (int y = 0; y < img.height; ++y)
+      for (int x = 0; x < img.width; ++x) {
+        const float v = (g(std::int64_t{y / upscale} * width + x / upscale) - mn) * scale;
+        img.pixels[(static_cast<size_t>(y) * img.width + x) * 3 + k] =
+            static_cast<std::uint8_t>(std::clamp(v + 0.5f, 0.0f, 255.0f));
+      }
+  }
+  return img;
+}
+
+void write_png(const std::filesystem::path& path, const Rgb& image) {
+  COCO_CHECK(image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+             "write_png: pixel buffer size");
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
+  if (fp == nullptr) throw InputError(tmp.string() + ": cannot open for writing");
+  png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
+  png_infop info = png ? png_create_info_struct(png) : nullptr;
+  if (png == nullptr || info == nullptr) {
+    png_destroy_write_struct(&png, &info);
+    std::fclose(fp);
+    throw InputError(path.string() + ": libpng initialisation failed");
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_write_struct(&png, &info);
+    std::fclose(fp);
+    std::remove(tmp.c_str());
+    throw InputError(path.string() + ": libpng write failed");
+  }
+  png_init_io(png, fp);
+  png_set_IHDR(png, info, static_cast<png_uint_32>(image.width),
+               static_cast<png_uint_32>(image.height), 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+  png_write_info(png, info);
+  for (int y = 0; y < image.height; ++y)
+    png_write_row(png, image.pixels.data() + static_cast<size_t>(y) * image.width * 3);
+  png_write_end(png, nullptr);
+  png_destroy_write_struct(&png, &info);
+  if (std::fclose(fp) != 0) throw InputError(tmp.string() + ": close failed");
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
+}
+
+}  // namespace cocodiff::dit

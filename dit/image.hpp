@@ -1,0 +1,29 @@
+#pragma once
+// Latent previews: a false-colour RGB view of a latent (not a VAE decode: the VAE is out of
+// scope) and a PNG writer (libpng; written to a temporary file, then renamed into place).
+//
+//   Rgb img = latent_preview(out.latent, out.latent_height, out.latent_width, /*upscale=*/4);
+//   write_png("preview.png", img);
+
+#include <cstdint>
+#include <filesystem>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace cocodiff::dit {
+
+struct Rgb {
+  int width = 0;
+  int height = 0;
+  std::vector<std::uint8_t> pixels;  // row-major, 3 bytes per pixel
+};
+
+/// Channels split into three equal groups (red, green, blue), each group's mean per pixel,
+/// scaled to [0, 255] by the group's min and max; each latent cell becomes upscale^2 pixels.
+Rgb latent_preview(const Tensor& latent, int height, int width, int upscale = 1);
+
+/// Writes an 8-bit RGB PNG atomically (temp file + rename). InputError on failure.
+void write_png(const std::filesystem::path& path, const Rgb& image);
+
+}  // namespace cocodiff::dit

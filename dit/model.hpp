@@ -1,0 +1,56 @@
+#pragma once
+// One transformer forward pass of a DiT family, on this rank's shard of image tokens.
+//
+//   std::unique_ptr<Model> m = make_model(cfg);
+//   std::shared_ptr<const Weights> w = init_weights(m->tensor_specs(), seed, phantom);
+//   Tensor v = m->forward(ex, *w, strategy, inputs);   // [B * local tokens, token_features]
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/tensor.hpp"
+#include "dit/attention_strategy.hpp"
+#include "dit/exec.hpp"
+#include "dit/model_config.hpp"
+#include "dit/weights.hpp"
+
+namespace cocodiff::dit {
+
+/// Inputs of one forward pass. Image tokens are packed latent patches in (c, py, px) order.
+struct ForwardInputs {
+  int batch = 1;
+  const Tensor* x = nullptr;       // [B * shard.count, token_features], local image tokens
+  int grid_h = 0, grid_w = 0;      // image tokens per side (latent side / patch)
+  TokenShard shard;                // this rank's image tokens (row-major over the grid)
+  std::vector<float> sigmas;       // B noise levels in [0, 1]
+  std::vector<float> guidance;     // B distilled-guidance values (FLUX.1-dev), else empty
+  const Tensor* text = nullptr;    // [B * text_tokens, text_dim], replicated on every rank
+  const Tensor* pooled = nullptr;  // [B, pooled_dim] or null
+  std::vector<int> class_labels;   // B labels (DiT), num_classes = the null class
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  const ModelConfig& config() const { return cfg_; }
+  /// Every tensor by its upstream checkpoint name, with its upstream shape.
+  virtual std::vector<TensorSpec> tensor_specs() const = 0;
+  /// The model's prediction (flow velocity) for the local tokens: [B * shard.count, features].
+  virtual Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
+                         const ForwardInputs& in) const = 0;
+
+ protected:
+  explicit Model(ModelConfig cfg) : cfg_(std::move(cfg)) {}
+  ModelConfig cfg_;
+};
+
+std::unique_ptr<Model> make_model(const ModelConfig& cfg);
+
+// One factory per family file (dit/models/).
+std::unique_ptr<Model> make_dit_xl(const ModelConfig& cfg);
+std::unique_ptr<Model> make_sd3(const ModelConfig& cfg);
+std::unique_ptr<Model> make_flux(const ModelConfig& cfg);
+std::unique_ptr<Model> make_qwen_image(const ModelConfig& cfg);
+
+}  // namespace cocodiff::dit

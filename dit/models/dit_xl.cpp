@@ -1,0 +1,99 @@
+// DiT (Peebles & Xie, facebookresearch/DiT models.py): class-conditional, adaLN-Zero blocks,
+// fused qkv, fixed 2-D sin-cos positions, no Q/K norm, no RoPE. Tensor names are the original
+// repository's (x_embedder.proj.weight, blocks.0.attn.qkv.weight, final_layer.linear.weight).
+
+#include <string>
+
+#include "dit/models/common.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+using models::SpecBuilder;
+
+class DitXl final : public Model {
+ public:
+  explicit DitXl(const ModelConfig& cfg) : Model(cfg) {}
+
+  std::vector<TensorSpec> tensor_specs() const override {
+    const std::int64_t d = cfg_.hidden();
+    const std::int64_t f = static_cast<std::int64_t>(d * cfg_.mlp_ratio);
+    const int p = cfg_.patch_size;
+    SpecBuilder sb;
+    sb.conv("x_embedder.proj", d, cfg_.latent_channels, p);
+    sb.linear("t_embedder.mlp.0", d, cfg_.timestep_dim);
+    sb.linear("t_embedder.mlp.2", d, d);
+    sb.embedding("y_embedder.embedding_table", cfg_.num_classes + 1, d);  // + the null class
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
+      const std::string b = "blocks." + std::to_string(i) + ".";
+      sb.linear(b + "attn.qkv", 3 * d, d);
+      sb.linear(b + "attn.proj", d, d);
+      sb.linear(b + "mlp.fc1", f, d);
+      sb.linear(b + "mlp.fc2", d, f);
+      sb.linear(b + "adaLN_modulation.1", 6 * d, d);
+    }
+    sb.linear("final_layer.linear", std::int64_t{p} * p * cfg_.out_channels, d);
+    sb.linear("final_layer.adaLN_modulation.1", 2 * d, d);
+    return sb.take();
+  }
+
+  // forward: x [B*n, C*p*p] -> velocity [B*n, C*p*p]
+  //   h = patch_embed(x) + pos;  c = t_mlp(temb(sigma * 1000)) + y_table[label]
+  //   per block: h += g1 * attn(mod(LN(h))); h += g2 * mlp(mod(LN(h)))
+  //   out = linear(mod(LN(h)))   ((py, px, c) order, first C of out_channels kept)
+  Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
+                 const ForwardInputs& in) const override {
+    const int batch = in.batch;
+    const std::int64_t d = cfg_.hidden();
+    Tensor h = models::dense(ex, w, "x_embedder.proj", *in.x, "patch_embed");  // [B*n, D]
+    models::add_positional(ex, h,
+                           sincos_pos_embed_2d(ex, static_cast<int>(d), in.grid_h, in.grid_w,
+                                               in.shard.begin, in.shard.count, 1.0, 0, 0),
+                           batch);
+    std::vector<float> t;
+    for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
+    Tensor c = models::embed_mlp(ex, w, "t_embedder.mlp.0", "t_embedder.mlp.2",
+                                 timestep_embedding(ex, t, cfg_.timestep_dim));  // [B, D]
+    gated_residual(
+        ex, c,
+        models::embedding_lookup(ex, w.get("y_embedder.embedding_table.weight"), in.class_labels),
+        nullptr, batch, "class_embed");
+    Tensor c_silu = c;
+    silu(ex, c_silu, "c_silu");
+
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
+      const std::string b = "blocks." + std::to_string(i) + ".";
+      const std::vector<Tensor> m = models::modulation(ex, w, b + "adaLN_modulation.1", c_silu, 6);
+      const Tensor hn = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm1");
+      models::StreamQkv s;
+      s.x = &hn;
+      s.sharded = true;
+      s.total_tokens = in.shard.total;
+      for (int part = 0; part < 3; ++part) {
+        s.w[part] = &w.get(b + "attn.qkv.weight");
+        s.b[part] = &w.get(b + "attn.qkv.bias");
+        s.row_offset[part] = part * d;
+      }
+      const models::ModelQkv src({s}, cfg_.head_dim, batch, cfg_.norm_eps);
+      std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch});
+      gated_residual(ex, h, models::dense(ex, w, b + "attn.proj", o[0], "attn_out"), &m[2], batch,
+                     "residual");
+      const Tensor hm = models::norm_modulate(ex, h, m[3], m[4], batch, cfg_.norm_eps, "norm2");
+      gated_residual(ex, h, models::mlp_gelu(ex, w, b + "mlp.fc1", b + "mlp.fc2", hm), &m[5], batch,
+                     "residual");
+    }
+    const std::vector<Tensor> m =
+        models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
+    const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");
+    const Tensor out = models::dense(ex, w, "final_layer.linear", hf, "final_linear");
+    return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels, cfg_.latent_channels,
+                                  cfg_.patch_size);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_dit_xl(const ModelConfig& cfg) { return std::make_unique<DitXl>(cfg); }
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,142 @@
+// FLUX.1 (diffusers FluxTransformer2DModel): double-stream MMDiT blocks over [text, image]
+// with per-head Q/K RMSNorm and 3-axis RoPE (ids: text (0,0,0), image (0, row, col)), then
+// single-stream blocks on the concatenated sequence: one modulation (shift, scale, gate), the
+// MLP input projection beside Q/K/V, and one output projection of [attention, gelu(mlp)].
+// Guidance-distilled (dev): the guidance value is an embedded input, one forward per step.
+
+#include <string>
+
+#include "dit/models/common.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+using models::SpecBuilder;
+
+const models::JointNames kNames{"norm1.linear", "norm1_context.linear", "ff", "ff_context"};
+
+class Flux final : public Model {
+ public:
+  explicit Flux(const ModelConfig& cfg) : Model(cfg) {}
+
+  std::vector<TensorSpec> tensor_specs() const override {
+    const std::int64_t d = cfg_.hidden();
+    const std::int64_t f = static_cast<std::int64_t>(d * cfg_.mlp_ratio);
+    SpecBuilder sb;
+    sb.linear("x_embedder", d, cfg_.token_features());
+    sb.linear("context_embedder", d, cfg_.text_dim);
+    sb.linear("time_text_embed.timestep_embedder.linear_1", d, cfg_.timestep_dim);
+    sb.linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    if (cfg_.guidance_embed) {
+      sb.linear("time_text_embed.guidance_embedder.linear_1", d, cfg_.timestep_dim);
+      sb.linear("time_text_embed.guidance_embedder.linear_2", d, d);
+    }
+    if (cfg_.pooled_dim > 0) {
+      sb.linear("time_text_embed.text_embedder.linear_1", d, cfg_.pooled_dim);
+      sb.linear("time_text_embed.text_embedder.linear_2", d, d);
+    }
+    models::JointBlockOptions opt;
+    opt.qk_norm = cfg_.qk_norm;
+    for (int i = 0; i < cfg_.double_blocks; ++i)
+      models::joint_block_specs(sb, "transformer_blocks." + std::to_string(i), d, cfg_.head_dim, f,
+                                kNames, opt);
+    for (int i = 0; i < cfg_.single_blocks; ++i) {
+      const std::string b = "single_transformer_blocks." + std::to_string(i) + ".";
+      sb.linear(b + "norm.linear", 3 * d, d);
+      sb.linear(b + "proj_mlp", f, d);
+      for (const char* n : {"to_q", "to_k", "to_v"}) sb.linear(b + "attn." + n, d, d);
+      if (cfg_.qk_norm) {
+        sb.norm(b + "attn.norm_q", cfg_.head_dim);
+        sb.norm(b + "attn.norm_k", cfg_.head_dim);
+      }
+      sb.linear(b + "proj_out", d, d + f);
+    }
+    sb.linear("norm_out.linear", 2 * d, d);
+    sb.linear("proj_out", cfg_.token_features(), d);
+    return sb.take();
+  }
+
+  // single block, in place on text c [B*Nt, D] and image x [B*n, D]:
+  //   (shift, scale, gate) = linear(silu(temb));  h = LN(s) * (1 + scale) + shift
+  //   s += gate * proj_out([attn(h), gelu(proj_mlp(h))])      [.., D + F] -> [.., D]
+  void single_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, int i,
+                    const Tensor& c_silu, const models::StreamRope& rope, const ForwardInputs& in,
+                    Tensor& c, Tensor& x) const {
+    const int batch = in.batch;
+    const std::string b = "single_transformer_blocks." + std::to_string(i) + ".";
+    const std::vector<Tensor> m = models::modulation(ex, w, b + "norm.linear", c_silu, 3);
+    Tensor* streams[2] = {&c, &x};
+    Tensor hn[2], mlp[2];
+    std::vector<models::StreamQkv> qkv(2);
+    for (int s = 0; s < 2; ++s) {
+      hn[s] = models::norm_modulate(ex, *streams[s], m[0], m[1], batch, cfg_.norm_eps, "norm");
+      mlp[s] = models::dense(ex, w, b + "proj_mlp", hn[s], "proj_mlp");
+      gelu_tanh(ex, mlp[s], "mlp_gelu");
+      qkv[s].x = &hn[s];
+      qkv[s].sharded = s == 1;
+      qkv[s].total_tokens = s == 1 ? in.shard.total : c.rows() / batch;
+      qkv[s].rope = s == 1 ? rope.image : rope.text;
+      models::bind_diffusers_qkv(qkv[s], w, b + "attn", false);
+    }
+    const models::ModelQkv src(std::move(qkv), cfg_.head_dim, batch, cfg_.norm_eps);
+    std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch});
+    for (int s = 0; s < 2; ++s) {
+      const Tensor cat = concat_cols(ex, o[static_cast<size_t>(s)], mlp[s], "attn_mlp_concat");
+      gated_residual(ex, *streams[s], models::dense(ex, w, b + "proj_out", cat, "proj_out"), &m[2],
+                     batch, "residual");
+    }
+  }
+
+  // forward: x [B*n, C*4], text [B*Nt, text_dim], pooled [B, 768] -> [B*n, C*4]
+  //   h = x_embedder(x);  c = context_embedder(text)
+  //   temb = t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)
+  //   double blocks, single blocks, out = proj_out(norm_out(h, temb))
+  Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
+                 const ForwardInputs& in) const override {
+    const int batch = in.batch;
+    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
+    Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    const float ts = static_cast<float>(cfg_.timestep_scale);
+    std::vector<float> t, g;
+    for (float s : in.sigmas) t.push_back(s * ts);
+    Tensor temb = models::embed_mlp(ex, w, "time_text_embed.timestep_embedder.linear_1",
+                                    "time_text_embed.timestep_embedder.linear_2",
+                                    timestep_embedding(ex, t, cfg_.timestep_dim));
+    if (cfg_.guidance_embed) {
+      COCO_CHECK(in.guidance.size() == static_cast<size_t>(batch), "FLUX needs guidance values");
+      for (float v : in.guidance) g.push_back(v * ts);
+      gated_residual(ex, temb,
+                     models::embed_mlp(ex, w, "time_text_embed.guidance_embedder.linear_1",
+                                       "time_text_embed.guidance_embedder.linear_2",
+                                       timestep_embedding(ex, g, cfg_.timestep_dim)),
+                     nullptr, batch, "temb_add");
+    }
+    if (cfg_.pooled_dim > 0)
+      gated_residual(ex, temb,
+                     models::embed_mlp(ex, w, "time_text_embed.text_embedder.linear_1",
+                                       "time_text_embed.text_embedder.linear_2", *in.pooled),
+                     nullptr, batch, "temb_add");
+    silu(ex, temb, "temb_silu");
+
+    // RoPE ids: text tokens all at (0, 0, 0); image token (0, row, col).
+    const RopeTable img_rope = rope_table(ex, models::image_positions(in.shard, in.grid_w, 0, 0),
+                                          cfg_.rope_axes, cfg_.rope_theta);
+    const RopeTable txt_rope =
+        rope_table(ex, Eigen::MatrixXd::Zero(c.rows() / batch, 3), cfg_.rope_axes, cfg_.rope_theta);
+    const models::StreamRope rope{&img_rope, &txt_rope};
+    models::JointBlockOptions opt;
+    opt.qk_norm = cfg_.qk_norm;
+    for (int i = 0; i < cfg_.double_blocks; ++i)
+      models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, opt,
+                          temb, rope, in.shard.total, batch, h, c);
+    for (int i = 0; i < cfg_.single_blocks; ++i) single_block(ex, w, attn, i, temb, rope, in, c, h);
+    return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_flux(const ModelConfig& cfg) { return std::make_unique<Flux>(cfg); }
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,82 @@
+// Qwen-Image (diffusers QwenImageTransformer2DModel): 60 MMDiT blocks over [text, image],
+// per-head Q/K RMSNorm, then RoPE on text and image separately (QwenEmbedRope, scale_rope):
+// image token (row, col) sits at (0, row - (H - H/2), col - (W - W/2)), text token k at
+// (m + k, m + k, m + k) with m = max(H/2, W/2). Text enters through RMSNorm + a linear; the
+// timestep alone drives modulation (no pooled text). True CFG is two forwards (sampler).
+
+#include <string>
+
+#include "dit/models/common.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+using models::SpecBuilder;
+
+const models::JointNames kNames{"img_mod.1", "txt_mod.1", "img_mlp", "txt_mlp"};
+
+class QwenImage final : public Model {
+ public:
+  explicit QwenImage(const ModelConfig& cfg) : Model(cfg) {}
+
+  std::vector<TensorSpec> tensor_specs() const override {
+    const std::int64_t d = cfg_.hidden();
+    SpecBuilder sb;
+    sb.linear("img_in", d, cfg_.token_features());
+    sb.norm("txt_norm", cfg_.text_dim);
+    sb.linear("txt_in", d, cfg_.text_dim);
+    sb.linear("time_text_embed.timestep_embedder.linear_1", d, cfg_.timestep_dim);
+    sb.linear("time_text_embed.timestep_embedder.linear_2", d, d);
+    models::JointBlockOptions opt;
+    opt.qk_norm = cfg_.qk_norm;
+    for (int i = 0; i < cfg_.double_blocks; ++i)
+      models::joint_block_specs(sb, "transformer_blocks." + std::to_string(i), d, cfg_.head_dim,
+                                static_cast<std::int64_t>(d * cfg_.mlp_ratio), kNames, opt);
+    sb.linear("norm_out.linear", 2 * d, d);
+    sb.linear("proj_out", cfg_.token_features(), d);
+    return sb.take();
+  }
+
+  // forward: x [B*n, C*4], text [B*Nt, text_dim] -> [B*n, C*4]
+  //   h = img_in(x);  c = txt_in(rms_norm(text));  temb = t_mlp(temb(sigma * 1000))
+  //   joint blocks; out = proj_out(norm_out(h, temb))
+  Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
+                 const ForwardInputs& in) const override {
+    const int batch = in.batch;
+    Tensor h = models::dense(ex, w, "img_in", *in.x, "img_in");
+    Tensor c = models::dense(
+        ex, w, "txt_in",
+        rms_norm(ex, *in.text, w.get("txt_norm.weight"), cfg_.norm_eps, "txt_norm"), "txt_in");
+    std::vector<float> t;
+    for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
+    Tensor temb = models::embed_mlp(ex, w, "time_text_embed.timestep_embedder.linear_1",
+                                    "time_text_embed.timestep_embedder.linear_2",
+                                    timestep_embedding(ex, t, cfg_.timestep_dim));
+    silu(ex, temb, "temb_silu");
+
+    const int gh = in.grid_h, gw = in.grid_w;
+    const RopeTable img_rope =
+        rope_table(ex, models::image_positions(in.shard, gw, -(gh - gh / 2), -(gw - gw / 2)),
+                   cfg_.rope_axes, cfg_.rope_theta);
+    const std::int64_t nt = c.rows() / batch;
+    Eigen::MatrixXd txt_pos(nt, 3);
+    const double m = std::max(gh / 2, gw / 2);
+    for (std::int64_t k = 0; k < nt; ++k) txt_pos.row(k).setConstant(m + static_cast<double>(k));
+    const RopeTable txt_rope = rope_table(ex, txt_pos, cfg_.rope_axes, cfg_.rope_theta);
+    models::JointBlockOptions opt;
+    opt.qk_norm = cfg_.qk_norm;
+    for (int i = 0; i < cfg_.double_blocks; ++i)
+      models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, opt,
+                          temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
+    return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen_image(const ModelConfig& cfg) {
+  return std::make_unique<QwenImage>(cfg);
+}
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,195 @@
+#include "dit/pipeline.hpp"
+
+#include "core/errors.hpp"
+#include "dit/layers.hpp"
+#include "dit/parallel/strategies.hpp"
+#include "dit/safetensors.hpp"
+#include "dit/sampler.hpp"
+
+namespace cocodiff::dit {
+
+std::shared_ptr<const Weights> make_weights(const ModelConfig& cfg, std::uint64_t seed,
+                                            bool phantom) {
+  return init_weights(make_model(cfg)->tensor_specs(), seed, phantom);
+}
+
+std::shared_ptr<const Weights> load_weights(const ModelConfig& cfg,
+                                            const std::filesystem::path& checkpoint) {
+  return load_safetensors_weights(checkpoint, make_model(cfg)->tensor_specs());
+}
+
+TextConditioning make_text_conditioning(const ModelConfig& cfg, std::uint64_t seed, bool negative,
+                                        bool phantom) {
+  TextConditioning t;
+  const std::string tag = negative ? "negative_" : "";
+  t.text =
+      seeded_normal(cfg.text_tokens, cfg.text_dim, seed, tag + "text_embeddings", 1.0f, phantom);
+  if (cfg.pooled_dim > 0)
+    t.pooled = seeded_normal(1, cfg.pooled_dim, seed, tag + "pooled_embeddings", 1.0f, phantom);
+  return t;
+}
+
+Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
+               const std::string& strategy, const ForwardInputs& in, bool phantom) {
+  const Exec ex{comm, phantom};
+  std::unique_ptr<AttentionStrategy> attn = make_attention_strategy(strategy, comm, cfg);
+  return make_model(cfg)->forward(ex, w, *attn, in);
+}
+
+namespace {
+
+// Rows of a [C, H*W] latent-resolution tensor as packed tokens, this rank's shard only.
+Tensor local_tokens(const Tensor& latent, int channels, int h, int w, int p,
+                    const TokenShard& shard, bool phantom) {
+  if (phantom) return Tensor::zeros(shard.count, std::int64_t{channels} * p * p, true);
+  const Tensor all = patchify(latent, channels, h, w, p);
+  return Tensor::from(all.mat().middleRows(shard.begin, shard.count));
+}
+
+// Repeats rows: [n, F] -> [k*n, F] (a batch of k identical sequences).
+Tensor repeat_rows(const Exec& ex, const Tensor& x, int k) {
+  Tensor y = Tensor::zeros(x.rows() * k, x.cols(), ex.phantom);
+  if (!ex.phantom)
+    for (int i = 0; i < k; ++i) y.mat().middleRows(i * x.rows(), x.rows()) = x.mat();
+  return y;
+}
+
+Tensor stack_rows(const Tensor& a, const Tensor& b) {
+  if (a.phantom()) return Tensor::zeros(a.rows() + b.rows(), a.cols(), true);
+  Mat m(a.rows() + b.rows(), a.cols());
+  m << a.mat(), b.mat();
+  return Tensor::from(std::move(m));
+}
+
+}  // namespace
+
+RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
+                   const RunSettings& st) {
+  const bool phantom = st.phantom;
+  COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
+  const Exec ex{comm, phantom};
+  const int cell = cfg.vae_scale * cfg.patch_size;
+  if (st.resolution <= 0 || st.resolution % cell != 0)
+    throw ConfigError("resolution " + std::to_string(st.resolution) +
+                      " is not a positive multiple of " + std::to_string(cell) +
+                      " pixels (VAE scale x patch size) for model " + cfg.name);
+  const int lh = st.resolution / cfg.vae_scale, lw = lh, p = cfg.patch_size;
+  const int gh = lh / p, gw = lw / p;
+  const int c = cfg.latent_channels;
+  const std::int64_t total = std::int64_t{gh} * gw;
+  const int ranks = comm.size(), rank = comm.rank();
+  const TokenShard shard = shard_tokens(total, ranks, rank);
+  const int features = cfg.token_features();
+
+  RunOutput out;
+  out.latent_height = lh;
+  out.latent_width = lw;
+  out.tokens = total;
+  out.local_tokens = shard.count;
+  out.steps = st.steps > 0 ? st.steps : cfg.default_steps;
+  out.sigmas = sigma_schedule(cfg, out.steps, total);
+  const double scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
+  const bool use_cfg = cfg.cfg_mode != CfgMode::kNone && scale != 1.0;
+  out.batch = use_cfg && cfg.cfg_mode == CfgMode::kBatch ? 2 : 1;
+
+  std::unique_ptr<Model> model = make_model(cfg);
+  std::unique_ptr<AttentionStrategy> attn = make_attention_strategy(st.strategy, comm, cfg);
+
+  // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
+  // so every rank draws exactly its rows of the same full tensor.
+  const Tensor noise = seeded_normal_rows(shard.begin, shard.count, features, st.seed,
+                                          "latent_noise", 1.0f, phantom);
+  Tensor x =
+      st.initial_latent ? local_tokens(*st.initial_latent, c, lh, lw, p, shard, phantom) : noise;
+  if (st.known_latent.has_value() != st.mask.has_value())
+    throw ConfigError("inpainting needs both a known latent and a mask");
+  Tensor known, mask;
+  if (st.known_latent) {
+    const Tensor& kl = *st.known_latent;
+    const Tensor& mk = *st.mask;
+    if (kl.rows() != c || kl.cols() != std::int64_t{lh} * lw || mk.rows() != 1 ||
+        mk.cols() != std::int64_t{lh} * lw)
+      throw ConfigError("inpainting: known latent must be [" + std::to_string(c) + " x " +
+                        std::to_string(lh * lw) + "] and mask [1 x " + std::to_string(lh * lw) +
+                        "], found " + kl.shape_str() + " and " + mk.shape_str());
+    known = local_tokens(kl, c, lh, lw, p, shard, phantom);
+    Tensor mask_c = Tensor::zeros(c, std::int64_t{lh} * lw, phantom);
+    if (!phantom) mask_c.mat() = mk.mat().replicate(c, 1);
+    mask = local_tokens(mask_c, c, lh, lw, p, shard, phantom);
+  }
+
+  // Conditioning (replicated on every rank).
+  const TextConditioning cond = make_text_conditioning(cfg, st.seed, false, phantom);
+  TextConditioning uncond;
+  if (use_cfg) uncond = make_text_conditioning(cfg, st.seed, true, phantom);
+
+  for (int i = 0; i < out.steps; ++i) {
+    const double sigma = out.sigmas[static_cast<size_t>(i)];
+    const double next = out.sigmas[static_cast<size_t>(i) + 1];
+    ForwardInputs in;
+    in.grid_h = gh;
+    in.grid_w = gw;
+    in.shard = shard;
+    auto run = [&](int batch, const Tensor& xb, const Tensor* text, const Tensor* pooled,
+                   std::vector<int> labels) {
+      in.batch = batch;
+      in.x = &xb;
+      in.sigmas.assign(static_cast<size_t>(batch), static_cast<float>(sigma));
+      in.guidance.clear();
+      if (cfg.guidance_embed)
+        in.guidance.assign(static_cast<size_t>(batch), static_cast<float>(scale));
+      in.text = text;
+      in.pooled = pooled;
+      in.class_labels = std::move(labels);
+      ++out.forwards;
+      return model->forward(ex, w, *attn, in);
+    };
+    const int null_class = cfg.num_classes;
+    Tensor v;
+    if (!use_cfg) {
+      v = run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
+    } else if (cfg.cfg_mode == CfgMode::kBatch) {
+      // [cond; uncond] as one batch of 2.
+      const Tensor x2 = repeat_rows(ex, x, 2);
+      const Tensor text2 = cfg.text_tokens > 0 ? stack_rows(cond.text, uncond.text) : Tensor();
+      const Tensor pooled2 = cfg.pooled_dim > 0 ? stack_rows(cond.pooled, uncond.pooled) : Tensor();
+      const Tensor v2 =
+          run(2, x2, &text2, cfg.pooled_dim > 0 ? &pooled2 : nullptr, {st.class_label, null_class});
+      // Batch-major rows: the conditional sequence first.
+      const Tensor vc = phantom ? Tensor::zeros(shard.count, features, true)
+                                : Tensor::from(v2.mat().topRows(shard.count));
+      const Tensor vu = phantom ? Tensor::zeros(shard.count, features, true)
+                                : Tensor::from(v2.mat().bottomRows(shard.count));
+      v = cfg_combine(ex, vc, vu, scale, false);
+    } else {
+      const Tensor vc =
+          run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
+      const Tensor vu =
+          run(1, x, &uncond.text, cfg.pooled_dim > 0 ? &uncond.pooled : nullptr, {null_class});
+      v = cfg_combine(ex, vc, vu, scale, true);
+    }
+    euler_step(ex, x, v, sigma, next);
+    if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
+  }
+
+  // Gather every rank's tokens (padded to the largest shard) and unpack the latent.
+  const std::int64_t max_rows = shard_tokens(total, ranks, 0).count;
+  std::vector<float> send, recv;
+  if (!phantom) {
+    send.assign(static_cast<size_t>(max_rows * features), 0.0f);
+    std::copy(x.data().begin(), x.data().end(), send.begin());
+    recv.resize(static_cast<size_t>(max_rows * features * ranks));
+  }
+  comm.all_gather(send, recv, max_rows * features, "latent_all_gather");
+  Tensor tokens = Tensor::zeros(total, features, phantom);
+  if (!phantom)
+    for (int r = 0; r < ranks; ++r) {
+      const TokenShard s = shard_tokens(total, ranks, r);
+      tokens.mat().middleRows(s.begin, s.count) =
+          ConstMatMap(recv.data() + r * max_rows * features, s.count, features);
+    }
+  out.latent = unpatchify(tokens, c, lh, lw, p);
+  return out;
+}
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,82 @@
+#pragma once
+// The DiT entry points other modules call: weights once, then generate() on every rank.
+//
+//   ModelConfig mc = load_model_config(cfg);
+//   std::shared_ptr<const Weights> w = make_weights(mc, seed, phantom);   // once, shared
+//   engine.run([&](Communicator& comm) {
+//     RunOutput out = generate(comm, mc, *w, {.resolution = 256, .steps = 4, .seed = 1});
+//     // out.latent: [C, H*W] full final latent on every rank
+//   });
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/tensor.hpp"
+#include "dit/model.hpp"
+#include "dit/model_config.hpp"
+#include "dit/weights.hpp"
+
+namespace cocodiff::dit {
+
+struct RunSettings {
+  int resolution = 1024;          // pixels per side (a multiple of vae_scale * patch_size)
+  int steps = 0;                  // denoising steps; 0 = the model's default
+  std::uint64_t seed = 0;         // noise and text embeddings (weights have their own seed)
+  bool phantom = false;           // math = "skip": shapes and costs only
+  std::string strategy = "flat";  // attention strategy (dit/parallel/strategies.hpp)
+  double cfg_scale = -1;          // < 0: the model's default (CFG scale or FLUX guidance)
+  int class_label = 0;            // DiT class
+  /// Inpainting: latent [C, H*W] to keep where mask is 0, and mask [1, H*W] (1 = generate),
+  /// both at latent resolution. Either both or neither.
+  std::optional<Tensor> known_latent;
+  std::optional<Tensor> mask;
+  /// Start from this latent [C, H*W] instead of seeded noise (the noise is still drawn for
+  /// inpainting's re-noising).
+  std::optional<Tensor> initial_latent;
+};
+
+struct RunOutput {
+  Tensor latent;            // [C, H*W] final latent, all tokens, on every rank (phantom: shape)
+  int latent_height = 0;    // H
+  int latent_width = 0;     // W
+  std::int64_t tokens = 0;  // image tokens per sample
+  std::int64_t local_tokens = 0;  // this rank's share
+  int steps = 0;
+  int forwards = 0;            // transformer passes (true CFG: 2 per step)
+  int batch = 1;               // sequences per forward (batch CFG: 2)
+  std::vector<double> sigmas;  // steps + 1 values
+};
+
+/// Seeded random weights for the model; no data when phantom. Call once, outside the ranks.
+std::shared_ptr<const Weights> make_weights(const ModelConfig& cfg, std::uint64_t seed,
+                                            bool phantom);
+/// Weights from a safetensors checkpoint with the upstream names (InputError on a mismatch).
+std::shared_ptr<const Weights> load_weights(const ModelConfig& cfg,
+                                            const std::filesystem::path& checkpoint);
+
+/// The conditioning of one prompt, made from the seed (text encoders are out of scope):
+/// text [text_tokens, text_dim], pooled [1, pooled_dim] (or empty). `negative` gives the
+/// unconditional / negative prompt's embeddings.
+struct TextConditioning {
+  Tensor text;
+  Tensor pooled;
+};
+TextConditioning make_text_conditioning(const ModelConfig& cfg, std::uint64_t seed, bool negative,
+                                        bool phantom);
+
+/// One transformer pass on this rank's tokens with the named strategy over `comm`.
+/// Collective over `comm`. Returns [B * in.shard.count, token_features].
+Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
+               const std::string& strategy, const ForwardInputs& in, bool phantom);
+
+/// The full sampling loop on every rank of `comm` (collective). Image tokens are sharded over
+/// the ranks; the final latent is gathered to all of them.
+RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
+                   const RunSettings& settings);
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,80 @@
+#pragma once
+// Model weights by upstream tensor name. Created once per run (seeded random init or a
+// safetensors checkpoint) and shared read-only by every rank: all emulated ranks live in one
+// process, so ranks hold a `std::shared_ptr<const Weights>`. Phantom weights hold shapes only.
+//
+//   std::vector<TensorSpec> specs = model_tensor_specs(model_cfg);
+//   std::shared_ptr<const Weights> w = init_weights(specs, /*seed=*/42, /*phantom=*/false);
+//   const Tensor& qkv = w->get("blocks.0.attn.qkv.weight");    // [3456, 1152]
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace cocodiff::dit {
+
+/// How a tensor is initialised when no checkpoint is given.
+enum class InitKind : std::uint8_t {
+  kLinear,     // N(0, 1/fan_in): keeps activations near unit variance through a projection
+  kBias,       // N(0, 0.02^2)
+  kNorm,       // 1 + N(0, 0.1^2): a norm's scale, near identity
+  kEmbedding,  // N(0, 1): lookup tables
+};
+
+/// One tensor of a model: its upstream name and shape. 2-D view: [shape[0], prod(shape[1:])];
+/// a 1-D tensor is viewed as [1, shape[0]].
+struct TensorSpec {
+  std::string name;
+  std::vector<std::int64_t> shape;
+  InitKind init = InitKind::kLinear;
+  std::int64_t rows() const;
+  std::int64_t cols() const;
+  std::int64_t numel() const { return rows() * cols(); }
+  std::string shape_str() const;
+};
+
+class Weights {
+ public:
+  explicit Weights(bool phantom) : phantom_(phantom) {}
+  /// Adds a tensor (shape must match spec's 2-D view).
+  void add(const TensorSpec& spec, Tensor t);
+  /// The tensor of that name; aborts if absent (a model asking for a tensor it never declared).
+  const Tensor& get(std::string_view name) const;
+  const Tensor* find(std::string_view name) const;
+  const TensorSpec& spec(std::string_view name) const;
+  bool phantom() const { return phantom_; }
+  std::size_t size() const { return tensors_.size(); }
+  /// Total parameters.
+  std::int64_t parameters() const;
+  /// Names in sorted order.
+  std::vector<std::string> names() const;
+
+ private:
+  struct Entry {
+    TensorSpec spec;
+    Tensor tensor;
+  };
+  bool phantom_;
+  std::map<std::string, Entry, std::less<>> tensors_;
+};
+
+/// A counter-based normal stream: element i of stream (seed, name) is a pure function of
+/// (seed, name, i), so values never depend on call order or rank count.
+float seeded_normal_at(std::uint64_t seed, std::string_view name, std::uint64_t i);
+/// A [rows, cols] tensor of N(0, stddev^2) values from stream (seed, name); shape only if phantom.
+Tensor seeded_normal(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
+                     std::string_view name, float stddev, bool phantom);
+/// Rows [row_begin, row_begin + count) of the seeded_normal(total_rows, cols, ...) tensor.
+Tensor seeded_normal_rows(std::int64_t row_begin, std::int64_t count, std::int64_t cols,
+                          std::uint64_t seed, std::string_view name, float stddev, bool phantom);
+
+/// Seeded random weights for `specs`; no data allocated when phantom. Blocking; call once.
+std::shared_ptr<const Weights> init_weights(const std::vector<TensorSpec>& specs,
+                                            std::uint64_t seed, bool phantom);
+
+}  // namespace cocodiff::dit
