@@ -1,0 +1,216 @@
+// Each DiT layer against a hand-computed or closed-form case, and its charged cost.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "dit/layers.hpp"
+#include "dit/local_comm.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+Tensor random(std::int64_t rows, std::int64_t cols, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  Mat m(rows, cols);
+  for (std::int64_t i = 0; i < m.size(); ++i) m.data()[i] = n(rng);
+  return Tensor::from(std::move(m));
+}
+
+TEST(Layers, LinearMatchesHandComputationAndChargesGemm) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  Mat x(2, 3), w(2, 3), b(1, 2);
+  x << 1, 2, 3, 4, 5, 6;
+  w << 1, 0, -1, 0.5, 0.5, 0.5;
+  b << 10, 20;
+  const Tensor xt = Tensor::from(x), wt = Tensor::from(w), bt = Tensor::from(b);
+  const Tensor y = linear(ex, xt, wt, &bt, "proj");
+  EXPECT_FLOAT_EQ(y.mat()(0, 0), 1 - 3 + 10);
+  EXPECT_FLOAT_EQ(y.mat()(0, 1), 3 + 20);
+  EXPECT_FLOAT_EQ(y.mat()(1, 0), 4 - 6 + 10);
+  EXPECT_FLOAT_EQ(y.mat()(1, 1), 7.5 + 20);
+  EXPECT_DOUBLE_EQ(comm.flops(), 2.0 * 2 * 3 * 2);
+  // Row range: only output feature 1.
+  const Tensor y1 = linear(ex, xt, wt, &bt, "proj", RowRange{1, 2});
+  ASSERT_EQ(y1.cols(), 1);
+  EXPECT_FLOAT_EQ(y1.mat()(1, 0), 7.5 + 20);
+}
+
+TEST(Layers, LayerNormAndRmsNorm) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  Mat x(1, 4);
+  x << 1, 2, 3, 4;  // mean 2.5, var 1.25
+  const Tensor ln = layer_norm(ex, Tensor::from(x), 0.0f, "ln");
+  const float s = 1.0f / std::sqrt(1.25f);
+  EXPECT_NEAR(ln.mat()(0, 0), -1.5f * s, 1e-6);
+  EXPECT_NEAR(ln.mat()(0, 3), 1.5f * s, 1e-6);
+  Mat w(1, 4);
+  w << 1, 2, 1, 0.5;
+  const Tensor rn = rms_norm(ex, Tensor::from(x), Tensor::from(w), 0.0f, "rms");
+  const float r = std::sqrt((1 + 4 + 9 + 16) / 4.0f);  // sqrt(7.5)
+  EXPECT_NEAR(rn.mat()(0, 1), 2 / r * 2, 1e-6);
+  EXPECT_NEAR(rn.mat()(0, 3), 4 / r * 0.5f, 1e-6);
+  // Per-head: two heads of 2 normalised independently.
+  Tensor h = Tensor::from(x);
+  Mat hw(1, 2);
+  hw << 1, 1;
+  rms_norm_heads(ex, h, Tensor::from(hw), 2, 0.0f, "qn");
+  EXPECT_NEAR(h.mat()(0, 0), 1 / std::sqrt(2.5f), 1e-6);
+  EXPECT_NEAR(h.mat()(0, 3), 4 / std::sqrt(12.5f), 1e-6);
+}
+
+TEST(Layers, GeluTanhSiluSwiglu) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  Mat x(1, 4);
+  x << -2, -0.5, 0, 1.5;
+  Tensor g = Tensor::from(x);
+  gelu_tanh(ex, g, "gelu");
+  // torch.nn.functional.gelu(x, approximate="tanh")
+  EXPECT_NEAR(g.mat()(0, 0), -0.04540230, 1e-6);
+  EXPECT_NEAR(g.mat()(0, 1), -0.15428599, 1e-6);
+  EXPECT_NEAR(g.mat()(0, 2), 0.0, 1e-7);
+  EXPECT_NEAR(g.mat()(0, 3), 1.39957158, 1e-6);
+  Tensor s = Tensor::from(x);
+  silu(ex, s, "silu");
+  EXPECT_NEAR(s.mat()(0, 0), -2 / (1 + std::exp(2.0f)), 1e-6);
+  EXPECT_NEAR(s.mat()(0, 3), 1.5 / (1 + std::exp(-1.5f)), 1e-6);
+  const Tensor sw = swiglu(ex, Tensor::from(x), "swiglu");  // silu([-2,-.5]) * [0, 1.5]
+  EXPECT_NEAR(sw.mat()(0, 0), 0.0, 1e-7);
+  EXPECT_NEAR(sw.mat()(0, 1), -0.5 / (1 + std::exp(0.5f)) * 1.5, 1e-6);
+}
+
+TEST(Layers, ModulateAndGatedResidualPerBatchElement) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  Tensor x = Tensor::from(Mat::Ones(4, 2));  // batch 2 x 2 tokens
+  Mat shift(2, 2), scale(2, 2);
+  shift << 1, 2, 3, 4;
+  scale << 0, 1, -1, 2;
+  modulate(ex, x, Tensor::from(shift), Tensor::from(scale), 2, "mod");
+  EXPECT_FLOAT_EQ(x.mat()(1, 1), 1 * 2 + 2);
+  EXPECT_FLOAT_EQ(x.mat()(2, 0), 0 + 3);
+  EXPECT_FLOAT_EQ(x.mat()(3, 1), 3 + 4);
+  Tensor r = Tensor::from(Mat::Zero(4, 2));
+  const Tensor gate = Tensor::from(scale);
+  gated_residual(ex, r, x, &gate, 2, "res");
+  EXPECT_FLOAT_EQ(r.mat()(3, 1), 7 * 2);
+  EXPECT_FLOAT_EQ(r.mat()(0, 0), 0);
+}
+
+TEST(Layers, TimestepEmbeddingValues) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  const Tensor e = timestep_embedding(ex, {0.0f, 500.0f}, 8);
+  // half = 4, f_i = 10000^(-i/4): 1, 0.1, 0.01, 0.001
+  EXPECT_FLOAT_EQ(e.mat()(0, 0), 1.0f);
+  EXPECT_FLOAT_EQ(e.mat()(0, 4), 0.0f);
+  EXPECT_NEAR(e.mat()(1, 0), std::cos(500.0), 1e-5);
+  EXPECT_NEAR(e.mat()(1, 5), std::sin(50.0), 1e-5);
+  EXPECT_NEAR(e.mat()(1, 7), std::sin(0.5), 1e-5);
+}
+
+TEST(Layers, RopePreservesNormsAndDependsOnRelativePosition) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  const std::vector<int> axes{4, 6, 6};
+  const int d = 16, heads = 2;
+  // Four tokens: positions p and p + delta along each axis, twice (different offsets).
+  Eigen::MatrixXd pos(4, 3);
+  pos << 0, 3, 5, 0, 7, 2, 1, 10, 12, 1, 14, 9;  // rows 1 - 0 == rows 3 - 2 = (0, 4, -3)
+  const RopeTable t = rope_table(ex, pos, axes, 10000.0);
+  const Tensor base = random(1, std::int64_t{heads} * d, 1);
+  const Tensor base_k = random(1, std::int64_t{heads} * d, 2);
+  Tensor q = Tensor::from(base.mat().replicate(4, 1));
+  Tensor k = Tensor::from(base_k.mat().replicate(4, 1));
+  apply_rope(ex, q, t, heads, 1, "rope");
+  apply_rope(ex, k, t, heads, 1, "rope");
+  for (int r = 0; r < 4; ++r) EXPECT_NEAR(q.mat().row(r).norm(), base.mat().norm(), 1e-4);
+  for (int h = 0; h < heads; ++h) {
+    const float s01 = q.mat().row(1).segment(h * d, d).dot(k.mat().row(0).segment(h * d, d));
+    const float s23 = q.mat().row(3).segment(h * d, d).dot(k.mat().row(2).segment(h * d, d));
+    const float s02 = q.mat().row(2).segment(h * d, d).dot(k.mat().row(0).segment(h * d, d));
+    EXPECT_NEAR(s01, s23, 1e-4) << "score must depend only on the position difference";
+    EXPECT_GT(std::abs(s01 - s02), 1e-3) << "a different offset must change the score";
+  }
+  // Position zero is the identity.
+  Eigen::MatrixXd zero = Eigen::MatrixXd::Zero(1, 3);
+  Tensor z = base;
+  apply_rope(ex, z, rope_table(ex, zero, axes, 10000.0), heads, 1, "rope");
+  EXPECT_EQ((z.mat() - base.mat()).norm(), 0.0f);
+}
+
+TEST(Layers, PatchifyRoundTripAndOrder) {
+  const int c = 3, h = 4, w = 6, p = 2;
+  Mat l(c, h * w);
+  for (int i = 0; i < l.size(); ++i) l.data()[i] = static_cast<float>(i);
+  const Tensor lat = Tensor::from(l);
+  const Tensor tok = patchify(lat, c, h, w, p);
+  ASSERT_EQ(tok.rows(), 6);
+  ASSERT_EQ(tok.cols(), 12);
+  // Token 1 = patch (row 0, col 1): pixel (y=1, x=3) of channel 2 is feature (2, 1, 1) = 11.
+  EXPECT_EQ(tok.mat()(1, 11), l(2, 1 * w + 3));
+  const Tensor back = unpatchify(tok, c, h, w, p);
+  EXPECT_EQ((back.mat() - l).norm(), 0.0f);
+  // (py, px, c) -> (c, py, px) reorder.
+  LocalComm comm;
+  Mat pqc(1, 8);
+  for (int py = 0; py < 2; ++py)
+    for (int px = 0; px < 2; ++px)
+      for (int ch = 0; ch < 2; ++ch) pqc(0, (py * 2 + px) * 2 + ch) = 100 * ch + 10 * py + px;
+  const Tensor cpq = patch_order_pqc_to_cpq(Exec{comm, false}, Tensor::from(pqc), 2, 1, 2);
+  ASSERT_EQ(cpq.cols(), 4);
+  EXPECT_EQ(cpq.mat()(0, 3), 11);  // c 0, py 1, px 1
+}
+
+TEST(Layers, OnlineSoftmaxAttentionMatchesNaive) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  const int heads = 3, d = 8, batch = 2;
+  const std::int64_t nq = 300, nk = 700;  // several blocks of 256, ragged ends
+  Tensor q = random(batch * nq, heads * d, 3), k = random(batch * nk, heads * d, 4),
+         v = random(batch * nk, heads * d, 5);
+  q.mat() *= 3.0f;  // sharp softmax: exercises the running max
+  const Tensor o = attention(ex, q, k, v, heads, d, batch, "attn");
+  const Mat ref = attention_naive(q.mat(), k.mat(), v.mat(), heads, d, batch);
+  EXPECT_LT((o.mat() - ref).norm() / ref.norm(), 1e-5);
+  EXPECT_DOUBLE_EQ(comm.flops(), 4.0 * batch * heads * nq * nk * d);
+}
+
+TEST(Layers, ConcatAndSplitTokensRoundTrip) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  const Tensor a = random(2 * 3, 4, 6), b = random(2 * 5, 4, 7);
+  const Tensor c = concat_tokens(ex, {&a, &b}, 2, "cat");
+  EXPECT_EQ(c.mat().row(3), b.mat().row(0));  // batch 0: a's 3 rows, then b's
+  EXPECT_EQ(c.mat().row(8), a.mat().row(3));  // batch 1 starts at row 8
+  const std::vector<Tensor> s = split_tokens(ex, c, {3, 5}, 2, "split");
+  EXPECT_EQ((s[0].mat() - a.mat()).norm(), 0.0f);
+  EXPECT_EQ((s[1].mat() - b.mat()).norm(), 0.0f);
+}
+
+TEST(Layers, PhantomChargesTheSameAsReal) {
+  LocalComm real_comm, phantom_comm;
+  for (LocalComm* c : {&real_comm, &phantom_comm}) {
+    const bool ph = c == &phantom_comm;
+    const Exec ex{*c, ph};
+    const Tensor x = ph ? Tensor::zeros(64, 32, true) : random(64, 32, 8);
+    const Tensor w = ph ? Tensor::zeros(48, 32, true) : random(48, 32, 9);
+    Tensor y = linear(ex, x, w, nullptr, "p");
+    gelu_tanh(ex, y, "g");
+    const Tensor n = layer_norm(ex, y, 1e-6f, "n");
+    attention(ex, n, n, n, 3, 16, 2, "a");
+    EXPECT_EQ(y.phantom(), ph);
+  }
+  EXPECT_GT(real_comm.flops(), 0);
+  EXPECT_EQ(real_comm.flops(), phantom_comm.flops());
+  EXPECT_EQ(real_comm.bytes(), phantom_comm.bytes());
+  EXPECT_EQ(real_comm.ops(), phantom_comm.ops());
+}
+
+}  // namespace
+}  // namespace cocodiff::dit

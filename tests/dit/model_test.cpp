@@ -1,0 +1,162 @@
+// Model configs, presets, tensor shapes of the full-size models, seeded weights.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.hpp"
+#include "dit/local_comm.hpp"
+#include "dit/model.hpp"
+#include "dit/pipeline.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+std::int64_t params(const std::string& preset) {
+  const ModelConfig cfg = load_model_preset(preset);
+  std::int64_t n = 0;
+  for (const TensorSpec& s : make_model(cfg)->tensor_specs()) n += s.numel();
+  return n;
+}
+
+TEST(ModelConfig, FullSizeParameterCountsMatchPublishedSizes) {
+  // DiT paper: DiT-XL/2 675M parameters (pos_embed is a fixed buffer, not counted here).
+  EXPECT_NEAR(static_cast<double>(params("dit-xl-2")), 675e6, 1.5e6);
+  // FLUX.1-dev transformer: 11.9B (diffusers FluxTransformer2DModel).
+  EXPECT_NEAR(static_cast<double>(params("flux1-dev")), 11.9e9, 0.05e9);
+  // SD3.5 Large: 8.1B; SD3.5 Medium: 2.5B (Stability AI model cards). Those counts include
+  // PatchEmbed's persistent sin-cos buffer (max^2 x hidden), which we compute instead.
+  EXPECT_NEAR(static_cast<double>(params("sd35-large") + 192 * 192 * 2432), 8.1e9, 0.1e9);
+  EXPECT_NEAR(static_cast<double>(params("sd35-medium") + 384 * 384 * 1536), 2.5e9, 0.05e9);
+  // Qwen-Image: 20B MMDiT.
+  EXPECT_NEAR(static_cast<double>(params("qwen-image")), 20.4e9, 0.3e9);
+}
+
+TEST(ModelConfig, UpstreamTensorNamesAndShapes) {
+  auto shape_of = [](const std::string& preset, const std::string& name) {
+    for (const TensorSpec& s : make_model(load_model_preset(preset))->tensor_specs())
+      if (s.name == name) return s.shape;
+    return std::vector<std::int64_t>{};
+  };
+  using V = std::vector<std::int64_t>;
+  EXPECT_EQ(shape_of("dit-xl-2", "x_embedder.proj.weight"), (V{1152, 4, 2, 2}));
+  EXPECT_EQ(shape_of("dit-xl-2", "blocks.27.attn.qkv.weight"), (V{3456, 1152}));
+  EXPECT_EQ(shape_of("dit-xl-2", "blocks.0.adaLN_modulation.1.weight"), (V{6912, 1152}));
+  EXPECT_EQ(shape_of("dit-xl-2", "final_layer.linear.weight"), (V{32, 1152}));
+  EXPECT_EQ(shape_of("dit-xl-2", "y_embedder.embedding_table.weight"), (V{1001, 1152}));
+  EXPECT_EQ(shape_of("flux1-dev", "x_embedder.weight"), (V{3072, 64}));
+  EXPECT_EQ(shape_of("flux1-dev", "context_embedder.weight"), (V{3072, 4096}));
+  EXPECT_EQ(shape_of("flux1-dev", "transformer_blocks.18.attn.to_q.weight"), (V{3072, 3072}));
+  EXPECT_EQ(shape_of("flux1-dev", "transformer_blocks.0.attn.norm_added_k.weight"), (V{128}));
+  EXPECT_EQ(shape_of("flux1-dev", "single_transformer_blocks.37.proj_mlp.weight"),
+            (V{12288, 3072}));
+  EXPECT_EQ(shape_of("flux1-dev", "single_transformer_blocks.0.proj_out.weight"), (V{3072, 15360}));
+  EXPECT_EQ(shape_of("flux1-dev", "time_text_embed.guidance_embedder.linear_1.weight"),
+            (V{3072, 256}));
+  EXPECT_EQ(shape_of("flux1-dev", "time_text_embed.text_embedder.linear_1.weight"), (V{3072, 768}));
+  EXPECT_EQ(shape_of("sd35-medium", "transformer_blocks.12.norm1.linear.weight"),
+            (V{9 * 1536, 1536}));
+  EXPECT_EQ(shape_of("sd35-medium", "transformer_blocks.13.norm1.linear.weight"),
+            (V{6 * 1536, 1536}));
+  EXPECT_EQ(shape_of("sd35-large", "transformer_blocks.37.norm1_context.linear.weight"),
+            (V{2 * 2432, 2432}));
+  EXPECT_TRUE(shape_of("sd35-large", "transformer_blocks.37.attn.to_add_out.weight").empty());
+  EXPECT_EQ(shape_of("qwen-image", "transformer_blocks.59.img_mod.1.weight"), (V{18432, 3072}));
+  EXPECT_EQ(shape_of("qwen-image", "txt_norm.weight"), (V{3584}));
+}
+
+TEST(ModelConfig, RunConfigOverridesPresetAndErrorsNameFileLineKey) {
+  Config cfg = Config::parse("[model]\npreset = \"flux1-tiny\"\ndouble_blocks = 1\n", "run.toml");
+  cfg.set("model.single_blocks=3");
+  const ModelConfig m = load_model_config(cfg);
+  EXPECT_EQ(m.name, "flux1-tiny");
+  EXPECT_EQ(m.double_blocks, 1);  // run config wins over the preset's 2
+  EXPECT_EQ(m.single_blocks, 3);  // --set wins
+  EXPECT_EQ(m.heads, 24);         // from the preset
+  EXPECT_TRUE(cfg.unknown_keys().empty());
+
+  Config bad = Config::parse("[model]\npreset = \"flux1-tiny\"\nheads = 0\n", "run.toml");
+  try {
+    load_model_config(bad);
+    FAIL() << "heads = 0 accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("run.toml:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.heads"), std::string::npos) << e.what();
+  }
+  Config axes =
+      Config::parse("[model]\npreset = \"flux1-tiny\"\nrope_axes = [4, 4, 4]\n", "r.toml");
+  EXPECT_THROW(load_model_config(axes), ConfigError);  // sums to 12, head_dim is 16
+  Config missing = Config::parse("[model]\npreset = \"no-such-model\"\n", "r.toml");
+  try {
+    load_model_config(missing);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("no-such-model"), std::string::npos);
+  }
+  // A preset value that is wrong is reported at the preset file's line.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "cocodiff_models";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "broken.toml") << "family = \"flux\"\nheads = 24\nhead_dim = 7\n";
+  try {
+    load_model_preset("broken", dir);
+    FAIL();
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("broken.toml:3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Weights, ValuesDependOnSeedAndNameOnly) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  std::vector<TensorSpec> specs = make_model(cfg)->tensor_specs();
+  const auto a = init_weights(specs, 7, false);
+  std::reverse(specs.begin(), specs.end());
+  const auto b = init_weights(specs, 7, false);
+  const auto c = init_weights(specs, 8, false);
+  for (const std::string& n : a->names()) {
+    ASSERT_EQ((a->get(n).mat() - b->get(n).mat()).norm(), 0.0f) << n;
+  }
+  EXPECT_GT((a->get("x_embedder.weight").mat() - c->get("x_embedder.weight").mat()).norm(), 1.0f);
+  // Linear weights ~ N(0, 1/fan_in).
+  const Mat& w = a->get("single_transformer_blocks.0.proj_out.weight").mat();
+  const double var = w.squaredNorm() / static_cast<double>(w.size());
+  EXPECT_NEAR(var * static_cast<double>(w.cols()), 1.0, 0.05);
+  // Phantom weights allocate nothing but keep shapes.
+  const auto p = make_weights(load_model_preset("flux1-dev"), 7, true);
+  EXPECT_TRUE(p->get("x_embedder.weight").phantom());
+  EXPECT_EQ(p->get("x_embedder.weight").cols(), 64);
+  EXPECT_TRUE(p->get("x_embedder.weight").data().empty());
+}
+
+TEST(Pipeline, SerialRunIsDeterministicAndFinite) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 1, false);
+  RunSettings st;
+  st.resolution = 64;
+  st.steps = 2;
+  st.seed = 3;
+  st.strategy = "serial";
+  LocalComm c1, c2;
+  const RunOutput a = generate(c1, cfg, *w, st);
+  const RunOutput b = generate(c2, cfg, *w, st);
+  ASSERT_EQ(a.latent.rows(), 16);
+  ASSERT_EQ(a.latent.cols(), 8 * 8);
+  EXPECT_TRUE(a.latent.mat().allFinite());
+  EXPECT_EQ((a.latent.mat() - b.latent.mat()).norm(), 0.0f);
+  EXPECT_EQ(a.forwards, 2);
+  st.seed = 4;
+  LocalComm c3;
+  const RunOutput d = generate(c3, cfg, *w, st);
+  EXPECT_GT((a.latent.mat() - d.latent.mat()).norm(), 1e-3f);
+  EXPECT_THROW(
+      {
+        RunSettings bad = st;
+        bad.resolution = 60;
+        LocalComm c4;
+        generate(c4, cfg, *w, bad);
+      },
+      ConfigError);
+}
+
+}  // namespace
+}  // namespace cocodiff::dit

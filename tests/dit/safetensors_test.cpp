@@ -1,0 +1,173 @@
+// safetensors round trips and every loader error.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "core/errors.hpp"
+#include "dit/model.hpp"
+#include "dit/pipeline.hpp"
+#include "dit/safetensors.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path tmp(const std::string& name) {
+  const fs::path d = fs::temp_directory_path() / "cocodiff_st_test";
+  fs::create_directories(d);
+  return d / name;
+}
+
+// A raw file: 8-byte length + header + data bytes.
+void write_raw(const fs::path& p, const std::string& header, std::size_t data_bytes) {
+  std::ofstream out(p, std::ios::binary);
+  std::uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+  out << header;
+  for (std::size_t i = 0; i < data_bytes; ++i) out.put('\0');
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(Safetensors, RoundTripF32AndBf16) {
+  Mat m(2, 3);
+  m << 1, -2.5, 3.25, 1e-3f, 65504, -0.0f;
+  const Tensor t = Tensor::from(m);
+  const fs::path f32 = tmp("rt32.safetensors"), b16 = tmp("rt16.safetensors");
+  write_safetensors(f32, {{"a.weight", {2, 3}, &t}, {"b", {6}, &t}});
+  write_safetensors(b16, {{"a.weight", {2, 1, 3}, &t}}, StDtype::kBF16);
+  const SafetensorsFile f(f32);
+  EXPECT_EQ(f.entries().size(), 2u);
+  EXPECT_EQ((f.read("a.weight").mat() - m).norm(), 0.0f);
+  EXPECT_EQ(f.read("b").rows(), 1);
+  EXPECT_EQ(f.read("b").cols(), 6);
+  const SafetensorsFile g(b16);
+  EXPECT_EQ(g.find("a.weight")->dtype, StDtype::kBF16);
+  const Mat back = g.read("a.weight").mat();
+  EXPECT_EQ(back(0, 0), 1.0f);
+  EXPECT_EQ(back(0, 1), -2.5f);
+  EXPECT_NEAR(back(1, 0), 1e-3f, 1e-5f);  // bf16 keeps 8 mantissa bits
+  EXPECT_NE(back(1, 0), 1e-3f);
+}
+
+TEST(Safetensors, F16IsConverted) {
+  // 1.0 = 0x3C00, -2.0 = 0xC000, 65504 = 0x7BFF, smallest subnormal 2^-24 = 0x0001.
+  const fs::path p = tmp("f16.safetensors");
+  const std::string h = R"({"x":{"dtype":"F16","shape":[4],"data_offsets":[0,8]}})";
+  {
+    std::ofstream out(p, std::ios::binary);
+    std::uint64_t n = h.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+    out << h;
+    const unsigned char d[8] = {0x00, 0x3C, 0x00, 0xC0, 0xFF, 0x7B, 0x01, 0x00};
+    out.write(reinterpret_cast<const char*>(d), 8);
+  }
+  const Tensor t = SafetensorsFile(p).read("x");
+  EXPECT_EQ(t.mat()(0, 0), 1.0f);
+  EXPECT_EQ(t.mat()(0, 1), -2.0f);
+  EXPECT_EQ(t.mat()(0, 2), 65504.0f);
+  EXPECT_EQ(t.mat()(0, 3), std::ldexp(1.0f, -24));
+}
+
+TEST(Safetensors, ModelWeightsRoundTripByUpstreamNames) {
+  for (const char* preset : {"dit-xl-2-tiny", "flux1-tiny"}) {
+    const ModelConfig cfg = load_model_preset(preset);
+    const auto w = make_weights(cfg, 11, false);
+    const fs::path p = tmp(std::string(preset) + ".safetensors");
+    write_safetensors(p, *w);
+    const auto back = load_weights(cfg, p);
+    ASSERT_EQ(back->size(), w->size());
+    for (const std::string& n : w->names())
+      ASSERT_EQ((back->get(n).mat() - w->get(n).mat()).norm(), 0.0f) << n;
+  }
+}
+
+TEST(Safetensors, LoaderErrors) {
+  const ModelConfig cfg = load_model_preset("dit-xl-2-tiny");
+  const auto w = make_weights(cfg, 11, false);
+  const fs::path good = tmp("good.safetensors");
+  write_safetensors(good, *w);
+
+  // Missing tensor: a checkpoint without one of the model's tensors.
+  {
+    std::vector<SafetensorsTensor> ts;
+    for (const std::string& n : w->names())
+      if (n != "blocks.1.mlp.fc2.weight") ts.push_back({n, w->spec(n).shape, &w->get(n)});
+    const fs::path p = tmp("missing.safetensors");
+    write_safetensors(p, ts);
+    const std::string e = error_of([&] { load_weights(cfg, p); });
+    EXPECT_NE(e.find("missing tensor 'blocks.1.mlp.fc2.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find("missing.safetensors"), std::string::npos) << e;
+  }
+  // Wrong shape: same element count, different shape.
+  {
+    std::vector<SafetensorsTensor> ts;
+    for (const std::string& n : w->names()) {
+      std::vector<std::int64_t> shape = w->spec(n).shape;
+      if (n == "final_layer.linear.weight") shape = {shape[1], shape[0]};
+      ts.push_back({n, shape, &w->get(n)});
+    }
+    const fs::path p = tmp("shape.safetensors");
+    write_safetensors(p, ts);
+    const std::string e = error_of([&] { load_weights(cfg, p); });
+    EXPECT_NE(e.find("'final_layer.linear.weight' has shape [192, 32], expected [32, 192]"),
+              std::string::npos)
+        << e;
+  }
+  // Truncated file: cut the last bytes off a good one.
+  {
+    const fs::path p = tmp("truncated.safetensors");
+    fs::copy_file(good, p, fs::copy_options::overwrite_existing);
+    fs::resize_file(p, fs::file_size(p) - 100);
+    const std::string e = error_of([&] { SafetensorsFile f(p); });
+    EXPECT_NE(e.find("outside the"), std::string::npos) << e;
+    const fs::path q = tmp("tiny.safetensors");
+    write_raw(q, "", 0);
+    fs::resize_file(q, 5);
+    EXPECT_NE(error_of([&] { SafetensorsFile f(q); }).find("truncated"), std::string::npos);
+  }
+  // A header that lies about its own size, or a tensor whose offsets disagree with its shape
+  // (never allocated: validated against the file size first).
+  {
+    const fs::path p = tmp("liar.safetensors");
+    {
+      std::ofstream out(p, std::ios::binary);
+      const std::uint64_t n = std::uint64_t{1} << 40;  // claims a 1 TiB header
+      for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+      out << "{}";
+    }
+    EXPECT_NE(error_of([&] { SafetensorsFile f(p); }).find("header claims"), std::string::npos);
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[1000000000,1000000000],"data_offsets":[0,16]}})",
+              16);
+    EXPECT_NE(error_of([&] { SafetensorsFile f(p); }).find("larger than the file"),
+              std::string::npos);
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[2,2],"data_offsets":[0,12]}})", 16);
+    EXPECT_NE(error_of([&] { SafetensorsFile f(p); }).find("need 16"), std::string::npos);
+    write_raw(p, R"({"x":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]})", 16);
+    EXPECT_NE(error_of([&] { SafetensorsFile f(p); }).find("not valid JSON"), std::string::npos);
+  }
+  // Wrong dtype.
+  {
+    const fs::path p = tmp("dtype.safetensors");
+    write_raw(p, R"({"x":{"dtype":"I64","shape":[2],"data_offsets":[0,16]}})", 16);
+    const std::string e = error_of([&] { SafetensorsFile f(p); });
+    EXPECT_NE(e.find("unsupported dtype I64"), std::string::npos) << e;
+  }
+  // Not there at all.
+  EXPECT_NE(error_of([&] { SafetensorsFile f(tmp("nope.safetensors")); }).find("cannot read"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
