@@ -328,7 +328,14 @@ std::unique_ptr<NetworkModel> make_network_model(const std::string& kind,
   throw ConfigError("network model \"" + kind + "\": expected maxmin or alpha-beta");
 }
 
-Config load_cluster_config(const std::filesystem::path& file) {
+Config load_cluster_config(const std::string& file_or_preset,
+                           const std::filesystem::path& preset_dir) {
+  std::error_code ec;
+  std::filesystem::path file = file_or_preset;
+  if (!std::filesystem::exists(file, ec) && file_or_preset.find('/') == std::string::npos &&
+      file.extension() != ".toml")
+    file = resolve_cluster_preset(file_or_preset, std::filesystem::current_path(), preset_dir,
+                                  "command line");
   Config c = Config::load(file);
   if (c.has("cluster")) return c;
   toml::table t{{"cluster", toml::table{{"preset", std::filesystem::absolute(file).string()}}}};

@@ -62,10 +62,11 @@ Cluster load_cluster(const Config& cfg, const std::filesystem::path& preset_dir)
 std::unique_ptr<NetworkModel> make_network_model(const std::string& kind,
                                                  std::shared_ptr<const ClusterGraph> graph);
 
-/// Loads `file` as a run config; a file without a [cluster] table is taken to be a cluster
-/// preset itself and wrapped as `[cluster] preset = "<file>"`, so --set cluster.KEY works on
-/// both.
-Config load_cluster_config(const std::filesystem::path& file);
+/// Loads `file_or_preset` as a run config; a file without a [cluster] table is taken to be a
+/// cluster preset itself, and a bare name ("aurora") a preset in preset_dir: both are wrapped as
+/// `[cluster] preset = "<file>"`, so --set cluster.KEY works the same on all three.
+Config load_cluster_config(const std::string& file_or_preset,
+                           const std::filesystem::path& preset_dir);
 
 /// The file a preset name or path resolves to (see `preset` above); ConfigError if none.
 std::filesystem::path resolve_cluster_preset(const std::string& name_or_path,

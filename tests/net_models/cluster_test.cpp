@@ -1,0 +1,216 @@
+// Cluster presets: every preset loads with the expected shape, routes and device; run-config
+// and --set values override the preset; bad values are ConfigErrors naming file:line and key.
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "core/errors.hpp"
+#include "net_models/cluster.hpp"
+
+namespace cocodiff {
+namespace {
+
+const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+
+Cluster load(const std::string& preset, std::vector<std::string> sets = {}) {
+  Config cfg = Config::parse("[cluster]\npreset = \"" + preset + "\"\n", "run.toml");
+  for (const std::string& s : sets) cfg.set(s);
+  return load_cluster(cfg, kPresets);
+}
+
+// Writes a preset file and returns its path.
+std::filesystem::path write(const std::string& name, const std::string& text) {
+  std::filesystem::path p = std::filesystem::path(testing::TempDir()) / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "(no ConfigError)";
+}
+
+// A minimal valid preset: 2 GPUs per node on a switch, one NIC per GPU.
+const std::string kSmall = R"(name = "small"
+[topology]
+levels = ["gpu"]
+sizes = [2]
+tiers = ["intra-node"]
+[links.sw]
+kind = "switch"
+level = "gpu"
+bandwidth_gbytes_per_s = 100
+latency_ns = 100
+[nic]
+count = 2
+bandwidth_gbytes_per_s = 10
+latency_ns = 100
+attach_bandwidth_gbytes_per_s = 20
+attach_latency_ns = 100
+[fabric]
+latency_ns = 100
+[device]
+peak_tflops = 1
+hbm_gbytes_per_s = 1
+)";
+
+TEST(Presets, EveryPresetLoads) {
+  for (const auto& e : std::filesystem::directory_iterator(kPresets)) {
+    SCOPED_TRACE(e.path().string());
+    for (int nodes : {1, 2, 8}) {
+      Cluster c = load(e.path().stem().string(), {"cluster.nodes=" + std::to_string(nodes)});
+      EXPECT_EQ(c.topology.num_nodes(), nodes);
+      EXPECT_EQ(c.name, e.path().stem().string());
+      EXPECT_FALSE(c.graph->find_unreachable_pair().has_value());
+      EXPECT_GT(c.device_params.peak_flops_per_s, 0);
+      ASSERT_NE(c.network, nullptr);
+      EXPECT_EQ(c.network->name(), "maxmin");
+    }
+  }
+}
+
+TEST(Presets, AuroraShapeRoutesAndDevice) {
+  Cluster c = load("aurora", {"cluster.nodes=8"});
+  EXPECT_EQ(c.topology.num_ranks(), 96);
+  EXPECT_EQ(c.topology.ranks_per_node(), 12);
+  EXPECT_EQ(c.topology.tier_name(0), "die-to-die");
+  EXPECT_EQ(c.topology.tier_name(1), "intra-node");
+  EXPECT_EQ(c.topology.tier_name(2), "inter-node");
+  RouteTable routes(c.graph);
+  auto class_of = [&](int l) { return c.graph->link_class(c.graph->link(l).link_class).name; };
+  // Tile 0 -> tile 1 of GPU 0: MDFI.
+  ASSERT_EQ(routes.route(0, 1).size(), 1u);
+  EXPECT_EQ(class_of(routes.route(0, 1)[0]), "mdfi");
+  EXPECT_DOUBLE_EQ(routes.summary(0, 1).bottleneck_bytes_per_s, 196e9);
+  // Tile 0 of GPU 0 -> tile 0 of GPU 3: one Xe link.
+  ASSERT_EQ(routes.route(0, 6).size(), 1u);
+  EXPECT_EQ(class_of(routes.route(0, 6)[0]), "xe-link");
+  EXPECT_DOUBLE_EQ(routes.summary(0, 6).bottleneck_bytes_per_s, 15e9);
+  // Tile 0 of GPU 0 -> tile 1 of GPU 3: MDFI + Xe link, 1000 + 1500 ns.
+  EXPECT_EQ(routes.route(0, 7).size(), 2u);
+  EXPECT_EQ(routes.summary(0, 7).latency.ns(), 2500);
+  // Node 0 -> node 5: attach, NIC, fabric, NIC, attach = 500 + 1000 + 1500 + 1000 + 500 ns.
+  const auto r = routes.route(0, 5 * 12 + 4);
+  ASSERT_EQ(r.size(), 5u);
+  EXPECT_EQ(class_of(r[0]), "nic-attach");
+  EXPECT_EQ(class_of(r[2]), "fabric");
+  EXPECT_EQ(routes.summary(0, 64).latency.ns(), 4500);
+  EXPECT_DOUBLE_EQ(routes.summary(0, 64).bottleneck_bytes_per_s, 25e9);
+  // Local rank 4 (GPU 2, tile 0) uses NIC 0, like local rank 0 (the preset's rank_nic).
+  EXPECT_EQ(c.graph->vertex(c.graph->link(routes.route(4, 64)[0]).to).name, "n0.nic0");
+  EXPECT_DOUBLE_EQ(c.device_params.peak_flops_per_s, 273e12);
+  EXPECT_DOUBLE_EQ(c.device_params.hbm_bytes_per_s, 1638.4e9);
+  EXPECT_EQ(c.device_params.launch_overhead.ns(), 5000);
+  EXPECT_DOUBLE_EQ(c.device_params.compute_efficiency[static_cast<size_t>(OpKind::kAttention)],
+                   0.6);
+}
+
+TEST(Presets, HgxUsesNvswitchInsideAndOneNicPerGpu) {
+  Cluster c = load("hgx-h100", {"cluster.nodes=2"});
+  EXPECT_EQ(c.topology.num_ranks(), 16);
+  RouteTable routes(c.graph);
+  EXPECT_EQ(routes.route(0, 7).size(), 2u);  // GPU -> NVSwitch -> GPU
+  EXPECT_DOUBLE_EQ(routes.summary(0, 7).bottleneck_bytes_per_s, 370e9);
+  EXPECT_DOUBLE_EQ(routes.summary(3, 11).bottleneck_bytes_per_s, 48e9);
+  EXPECT_EQ(c.graph->vertex(c.graph->link(routes.route(3, 11)[0]).to).name, "n0.nic3");
+  Cluster h200 = load("hgx-h200");
+  EXPECT_DOUBLE_EQ(h200.device_params.hbm_bytes_per_s, 4800e9);
+  EXPECT_DOUBLE_EQ(c.device_params.hbm_bytes_per_s, 3350e9);
+}
+
+TEST(Presets, RunConfigAndSetOverrideThePreset) {
+  Config cfg = Config::parse(
+      "[cluster]\npreset = \"aurora\"\nnodes = 3\nnetwork = \"alpha-beta\"\n"
+      "[cluster.links.mdfi]\nlatency_ns = 42\n",
+      "run.toml");
+  cfg.set("cluster.links.xe-link.bandwidth_gbytes_per_s=30");
+  Cluster c = load_cluster(cfg, kPresets);
+  EXPECT_EQ(c.topology.num_nodes(), 3);
+  EXPECT_EQ(c.network->name(), "alpha-beta");
+  RouteTable routes(c.graph);
+  EXPECT_EQ(routes.summary(0, 1).latency.ns(), 42);
+  EXPECT_DOUBLE_EQ(routes.summary(0, 6).bottleneck_bytes_per_s, 30e9);
+  EXPECT_DOUBLE_EQ(routes.summary(0, 1).bottleneck_bytes_per_s, 196e9);  // untouched
+  EXPECT_NO_THROW(cfg.check_no_unknown_keys());  // every cluster key was read
+}
+
+TEST(Presets, AClusterFileIsItsOwnConfig) {
+  const auto p = write("small.toml", kSmall);
+  Config cfg = load_cluster_config(p.string(), kPresets);
+  cfg.set("cluster.nodes=3");
+  Cluster c = load_cluster(cfg, kPresets);
+  EXPECT_EQ(c.name, "small");
+  EXPECT_EQ(c.topology.num_ranks(), 6);
+  // An inline cluster (no preset) works too.
+  std::string text = "[cluster]\n" + kSmall;
+  for (size_t at = text.find("\n["); at != std::string::npos; at = text.find("\n[", at + 1))
+    text.insert(at + 2, "cluster.");
+  Config inline_cfg = Config::parse(text, "inline.toml");
+  EXPECT_EQ(load_cluster(inline_cfg, kPresets).topology.num_ranks(), 2);
+  // A bare preset name works as a config too.
+  Config named = load_cluster_config("hgx-h200", kPresets);
+  EXPECT_EQ(load_cluster(named, kPresets).name, "hgx-h200");
+}
+
+TEST(PresetErrors, ZeroBandwidthNamesWhereAndKey) {
+  std::string e = error_of([] { load("aurora", {"cluster.links.mdfi.bandwidth_gbytes_per_s=0"}); });
+  EXPECT_NE(e.find("--set cluster.links.mdfi.bandwidth_gbytes_per_s"), std::string::npos) << e;
+  EXPECT_NE(e.find("bandwidth > 0"), std::string::npos) << e;
+  // The same mistake inside a preset file names its file and line.
+  std::string text = kSmall;
+  text.replace(text.find("bandwidth_gbytes_per_s = 10\n"), 28, "bandwidth_gbytes_per_s = 0\n");
+  const auto p = write("zero.toml", text);
+  e = error_of([&] { load(p.string()); });
+  EXPECT_NE(e.find(p.string() + ":13"), std::string::npos) << e;
+  EXPECT_NE(e.find("nic.bandwidth_gbytes_per_s"), std::string::npos) << e;
+}
+
+TEST(PresetErrors, LinkToARankThatDoesNotExist) {
+  const auto p = write("nowhere.toml", kSmall +
+                                           "[links.extra]\nkind = \"direct\"\n"
+                                           "pairs = [\"0-1\", \"1-2\"]\n"
+                                           "bandwidth_gbytes_per_s = 5\nlatency_ns = 1\n");
+  std::string e = error_of([&] { load(p.string()); });
+  EXPECT_NE(e.find(p.string() + ":24"), std::string::npos) << e;
+  EXPECT_NE(e.find("links.extra.pairs"), std::string::npos) << e;
+  EXPECT_NE(e.find("local rank 2 does not exist"), std::string::npos) << e;
+  e = error_of([] { load("aurora", {"cluster.nic.rank_nic=[0,1,2,3,4,5,6,7,8,0,1,2]"}); });
+  EXPECT_NE(e.find("that NIC does not exist"), std::string::npos) << e;
+  e = error_of([] { load("aurora", {"cluster.links.mdfi.level=socket"}); });
+  EXPECT_NE(e.find("tile | gpu"), std::string::npos) << e;
+}
+
+TEST(PresetErrors, BadNodesUnknownPresetUnknownKeyAndDisconnectedNodes) {
+  std::string e = error_of([] { load("aurora", {"cluster.nodes=0"}); });
+  EXPECT_NE(e.find("--set cluster.nodes"), std::string::npos) << e;
+  e = error_of([] { load("summit"); });
+  EXPECT_NE(e.find("run.toml:2"), std::string::npos) << e;
+  EXPECT_NE(e.find("aurora"), std::string::npos) << e;  // lists the known presets
+  EXPECT_NE(e.find("\"summit\""), std::string::npos) << e;
+  e = error_of([] { load("aurora", {"cluster.links.mdfi.bandwith_gbytes_per_s=3"}); });
+  EXPECT_NE(e.find("unknown key 'cluster.links.mdfi.bandwith_gbytes_per_s'"), std::string::npos)
+      << e;
+  std::string text = kSmall;
+  text.insert(text.find("[nic]"), "typo = 1\n");
+  const auto typo = write("typo.toml", text);
+  e = error_of([&] { load(typo.string()); });
+  EXPECT_NE(e.find(typo.string() + ":11: unknown key 'links.sw.typo'"), std::string::npos) << e;
+  std::string no_nic = kSmall.substr(0, kSmall.find("[nic]")) +
+                       "[device]\npeak_tflops = 1\n"
+                       "hbm_gbytes_per_s = 1\n";
+  const auto island = write("island.toml", no_nic);
+  e = error_of([&] { load(island.string(), {"cluster.nodes=2"}); });
+  EXPECT_NE(e.find("has no route"), std::string::npos) << e;
+  e = error_of([] { load("aurora", {"cluster.device.compute_efficiency.gemm=1.5"}); });
+  EXPECT_NE(e.find("efficiency in (0, 1]"), std::string::npos) << e;
+  e = error_of([] { load("aurora", {"cluster.network=fluid"}); });
+  EXPECT_NE(e.find("maxmin | alpha-beta"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace cocodiff

@@ -1,0 +1,216 @@
+// The network models against closed forms: one flow, k flows on one link, a textbook max-min
+// allocation worked by hand, flows that start at different times, and the route-based
+// alpha-beta model. Bandwidths are chosen so that rates are whole bytes per ns.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+#include "net_models/cluster_graph.hpp"
+#include "net_models/maxmin_model.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff {
+namespace {
+
+constexpr double kGBps = 1e9;  // 1 GB/s = 1 byte per ns
+
+Topology flat_topo(int ranks) {
+  return Topology({{"gpu", ranks, "intra-node"}, {"node", 1, "inter-node"}});
+}
+
+// Runs the model until it is idle; returns each flow's completion time in ns.
+std::map<std::uint64_t, std::int64_t> drain(NetworkModel& net) {
+  std::map<std::uint64_t, std::int64_t> done;
+  while (net.active_flows() > 0) {
+    const SimTime t = net.next_event_time();
+    std::vector<std::uint64_t> ids;
+    net.advance_to(t, ids);
+    EXPECT_TRUE(std::is_sorted(ids.begin(), ids.end()));
+    for (std::uint64_t id : ids) EXPECT_TRUE(done.emplace(id, t.ns()).second) << id;
+  }
+  EXPECT_EQ(net.next_event_time(), SimTime::max());
+  return done;
+}
+
+// Ranks 0..2 in a line: 0 -a- 1 -b- 2, with the given latencies (ns) and bandwidths (bytes/s).
+std::shared_ptr<const ClusterGraph> line(std::int64_t lat_a, double bw_a, std::int64_t lat_b,
+                                         double bw_b) {
+  auto g = std::make_shared<ClusterGraph>(flat_topo(3));
+  const int cls = g->add_link_class("wire", "intra-node");
+  g->add_duplex(0, 1, SimTime::from_ns(lat_a), bw_a, cls);
+  g->add_duplex(1, 2, SimTime::from_ns(lat_b), bw_b, cls);
+  return g;
+}
+
+// Rank 0 with a slow uplink to a switch; ranks 1..k with fast links to it.
+std::shared_ptr<const ClusterGraph> star(int k, double uplink, double others) {
+  auto g = std::make_shared<ClusterGraph>(flat_topo(k + 1));
+  const int cls = g->add_link_class("port", "intra-node");
+  const int sw = g->add_vertex("switch", VertexKind::kSwitch, 0);
+  g->add_duplex(0, sw, SimTime::from_ns(100), uplink, cls);
+  for (int r = 1; r <= k; ++r) g->add_duplex(r, sw, SimTime::from_ns(100), others, cls);
+  return g;
+}
+
+TEST(MaxMin, OneFlowIsLatencyPlusBytesOverBandwidth) {
+  // Two hops: latency 1000 + 2000 ns; the bottleneck is the 4 GB/s hop.
+  auto g = line(1000, 10 * kGBps, 2000, 4 * kGBps);
+  MaxMinModel net(g);
+  net.add_flow(7, 0, 2, 10000, SimTime::from_ns(300));
+  EXPECT_EQ(net.next_event_time().ns(), 300 + 3000);  // it joins after paying the latency
+  auto done = drain(net);
+  EXPECT_EQ(done.at(7), 300 + 3000 + 10000 / 4);
+  // The route-based alpha-beta model gives the same closed form.
+  AlphaBetaModel ab(g);
+  EXPECT_EQ(ab.flow_time(0, 2, 10000).ns(), 3000 + 2500);
+  ab.add_flow(7, 0, 2, 10000, SimTime::from_ns(300));
+  EXPECT_EQ(drain(ab).at(7), 300 + 3000 + 2500);
+}
+
+TEST(MaxMin, KEqualFlowsOnOneLinkEachGetOneKth) {
+  for (int k : {1, 2, 3, 5, 8}) {
+    MaxMinModel net(star(k, 1 * kGBps, 100 * kGBps));
+    for (int r = 1; r <= k; ++r) net.add_flow(static_cast<std::uint64_t>(r), 0, r, 6000, SimTime{});
+    std::vector<std::uint64_t> ids;
+    net.advance_to(net.next_event_time(), ids);  // all join at t = 200 ns
+    EXPECT_TRUE(ids.empty());
+    for (int r = 1; r <= k; ++r)
+      EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(static_cast<std::uint64_t>(r)), kGBps / k) << k;
+    auto done = drain(net);
+    for (int r = 1; r <= k; ++r)
+      EXPECT_EQ(done.at(static_cast<std::uint64_t>(r)), 200 + 6000 * k) << "k=" << k;
+  }
+}
+
+TEST(MaxMin, TextbookAllocationWithDifferentRoutes) {
+  // Links a = 0->1 (10 GB/s) and b = 1->2 (6 GB/s), no latency. Flows:
+  //   A: 0->2 (a, b), 8000 B   B: 0->1 (a), 8000 B   C: 1->2 (b), 2000 B   D: 1->2 (b), 12000 B
+  // Progressive filling: b's fair share 6/3 = 2 is the smallest (a's is 10/2 = 5), so A, C, D
+  // get 2 B/ns; a has 10 - 2 = 8 left for B alone: B gets 8.
+  // t = 1000: B (8000 / 8) and C (2000 / 2) finish. A has 6000 left, D 10000. b now carries
+  //   A and D at 3 B/ns each (a carries A only, at 3: no longer a bottleneck).
+  // t = 3000: A finishes (6000 / 3). D has 10000 - 6000 = 4000 left, alone on b at 6 B/ns.
+  // t = 3000 + ceil(4000 / 6) = 3667: D finishes.
+  MaxMinModel net(line(0, 10 * kGBps, 0, 6 * kGBps));
+  net.add_flow(0, 0, 2, 8000, SimTime{});
+  net.add_flow(1, 0, 1, 8000, SimTime{});
+  net.add_flow(2, 1, 2, 2000, SimTime{});
+  net.add_flow(3, 1, 2, 12000, SimTime{});
+  std::vector<std::uint64_t> ids;
+  net.advance_to(SimTime{}, ids);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(0), 2 * kGBps);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(1), 8 * kGBps);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(2), 2 * kGBps);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(3), 2 * kGBps);
+  auto done = drain(net);
+  EXPECT_EQ(done.at(0), 3000);
+  EXPECT_EQ(done.at(1), 1000);
+  EXPECT_EQ(done.at(2), 1000);
+  EXPECT_EQ(done.at(3), 3667);
+}
+
+TEST(MaxMin, FlowsThatStartAtDifferentTimes) {
+  // One 1 GB/s link with 100 ns latency. A (10000 B) starts at 0 and joins at 100; B (2000 B)
+  // starts at 2000 and joins at 2100, when A has 8000 B left. Both then move 0.5 B/ns: B ends
+  // at 2100 + 4000 = 6100 with A at 6000 B left, which A then moves alone: 12100.
+  auto g = std::make_shared<ClusterGraph>(flat_topo(2));
+  g->add_duplex(0, 1, SimTime::from_ns(100), kGBps, g->add_link_class("wire", "intra-node"));
+  MaxMinModel net(g);
+  net.add_flow(1, 0, 1, 10000, SimTime{});
+  std::vector<std::uint64_t> ids;
+  net.advance_to(SimTime::from_ns(100), ids);
+  EXPECT_EQ(net.next_event_time().ns(), 10100);
+  net.add_flow(2, 0, 1, 2000, SimTime::from_ns(2000));  // added later, as the emulator does
+  auto done = drain(net);
+  EXPECT_EQ(done.at(2), 6100);
+  EXPECT_EQ(done.at(1), 12100);
+}
+
+TEST(MaxMin, ZeroByteFlowCostsItsLatency) {
+  MaxMinModel net(line(700, kGBps, 300, kGBps));
+  net.add_flow(3, 2, 0, 0, SimTime::from_ns(50));
+  EXPECT_EQ(drain(net).at(3), 50 + 1000);
+}
+
+TEST(MaxMin, OneLinkStaysBusyUntilTheLastByte) {
+  // Random sizes on one shared 3 GB/s link (rates are not whole bytes per ns): the link is
+  // never idle, so the last flow ends at latency + total / bandwidth, give or take the
+  // rounding up of each completion to a whole ns; no flow ends late by more than that.
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 5; ++trial) {
+    const int k = 2 + trial * 3;
+    MaxMinModel net(star(k, 3 * kGBps, 1000 * kGBps));
+    double total = 0;
+    for (int r = 1; r <= k; ++r) {
+      const std::int64_t bytes = std::uniform_int_distribution<std::int64_t>(1, 1 << 20)(rng);
+      total += static_cast<double>(bytes);
+      net.add_flow(static_cast<std::uint64_t>(r), 0, r, bytes, SimTime{});
+    }
+    auto done = drain(net);
+    std::int64_t last = 0;
+    for (auto [id, t] : done) last = std::max(last, t);
+    const double exact = 200 + total / 3;
+    EXPECT_GE(static_cast<double>(last), exact - 1e-6);
+    EXPECT_LE(static_cast<double>(last), exact + k);
+  }
+}
+
+TEST(MaxMin, ResultDoesNotDependOnTheOrderFlowsAreAdded) {
+  // All-pairs flows on a 6-rank star: the same set added in two orders (same ids) must give
+  // identical completion times, since the allocation is a function of the set of flows.
+  auto g = star(5, 2 * kGBps, 3 * kGBps);
+  struct F {
+    std::uint64_t id;
+    int src, dst;
+    std::int64_t bytes;
+  };
+  std::vector<F> flows;
+  for (int s = 0; s < 6; ++s)
+    for (int d = 0; d < 6; ++d)
+      if (s != d) flows.push_back({flows.size(), s, d, 1000 + 37 * s + 101 * d});
+  std::map<std::uint64_t, std::int64_t> first;
+  for (int order = 0; order < 3; ++order) {
+    std::mt19937 rng(static_cast<unsigned>(order));
+    if (order > 0) std::shuffle(flows.begin(), flows.end(), rng);
+    MaxMinModel net(g);
+    for (const F& f : flows) net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime{});
+    auto done = drain(net);
+    if (order == 0)
+      first = done;
+    else
+      EXPECT_EQ(done, first) << "order " << order;
+  }
+}
+
+TEST(MaxMin, CloneIsEmptyAndIndependent) {
+  MaxMinModel net(line(0, kGBps, 0, kGBps));
+  net.add_flow(1, 0, 2, 100, SimTime{});
+  std::unique_ptr<NetworkModel> c = net.clone_empty();
+  EXPECT_EQ(c->active_flows(), 0u);
+  EXPECT_EQ(c->name(), "maxmin");
+  c->add_flow(1, 0, 1, 100, SimTime{});
+  EXPECT_EQ(drain(*c).at(1), 100);
+  EXPECT_EQ(drain(net).at(1), 100);
+}
+
+TEST(ClusterGraph, RoutesTakeFewestHopsAndAreDeterministic) {
+  // A ring of 4 ranks plus a slow chord 0-2: 0 -> 2 takes the one-hop chord, 0 -> 1 the ring.
+  auto g = std::make_shared<ClusterGraph>(flat_topo(4));
+  const int ring = g->add_link_class("ring", "intra-node");
+  const int chord = g->add_link_class("chord", "intra-node");
+  for (int r = 0; r < 4; ++r) g->add_duplex(r, (r + 1) % 4, SimTime::from_ns(10), kGBps, ring);
+  g->add_duplex(0, 2, SimTime::from_ns(500), 0.1 * kGBps, chord);
+  RouteTable routes(g);
+  ASSERT_EQ(routes.route(0, 2).size(), 1u);
+  EXPECT_EQ(g->link_class(g->link(routes.route(0, 2)[0]).link_class).name, "chord");
+  EXPECT_EQ(routes.summary(0, 2).latency.ns(), 500);
+  EXPECT_EQ(routes.route(1, 3).size(), 2u);  // two equal ways round: the first found wins
+  EXPECT_EQ(g->describe_route(1, routes.route(1, 3)), g->describe_route(1, g->route(1, 3)));
+  EXPECT_FALSE(g->find_unreachable_pair().has_value());
+}
+
+}  // namespace
+}  // namespace cocodiff
