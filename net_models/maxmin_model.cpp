@@ -236,14 +236,20 @@ void MaxMinModel::solve(std::int64_t t) {
     }
   }
 
-  // 4. New completion times.
+  // 4. New completion times. A large component is cheaper to heapify at once than to push.
+  const bool bulk = comp_flows_.size() > finish_.size() / 4;
   for (int slot : comp_flows_) {
     Flow& f = flows_[static_cast<size_t>(slot)];
     COCO_CHECK(f.fixed == epoch_, "progressive filling left a flow without a rate");
     ++f.version;
     f.finish_ns = t + transfer_ns(f.remaining_bytes, f.rate_bytes_per_s);
     finish_.push_back({f.finish_ns, f.id, slot, f.version});
-    std::push_heap(finish_.begin(), finish_.end(), std::greater<>());
+    if (!bulk) std::push_heap(finish_.begin(), finish_.end(), std::greater<>());
+  }
+  if (bulk) {
+    // The old entries of re-solved flows are stale now: drop them while rebuilding.
+    std::erase_if(finish_, [this](const Finish& e) { return stale(e); });
+    std::make_heap(finish_.begin(), finish_.end(), std::greater<>());
   }
 }
 
