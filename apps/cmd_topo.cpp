@@ -64,8 +64,8 @@ std::pair<int, int> parse_route(const std::string& s, int ranks) {
 
 void print_route(RouteTable& routes, int a, int b) {
   const RouteSummary s = routes.summary(a, b);
-  std::printf("  %4d -> %-4d %d hops  %10s  %11s  %s\n", a, b, s.hops, us(s.latency).c_str(),
-              gbps(s.bottleneck_bytes_per_s).c_str(),
+  std::printf("  %4d -> %-4d %d hop%s  %10s  %11s  %s\n", a, b, s.hops, s.hops == 1 ? " " : "s",
+              us(s.latency).c_str(), gbps(s.bottleneck_bytes_per_s).c_str(),
               routes.graph().describe_route(a, routes.route(a, b)).c_str());
 }
 
