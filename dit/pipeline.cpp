@@ -36,6 +36,12 @@ Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   return make_model(cfg)->forward(ex, w, *attn, in);
 }
 
+void write_latent_safetensors(const std::filesystem::path& path, const RunOutput& out) {
+  write_safetensors(path, {{"latent",
+                            {out.latent.rows(), std::int64_t{out.latent_height}, out.latent_width},
+                            &out.latent}});
+}
+
 namespace {
 
 // Rows of a [C, H*W] latent-resolution tensor as packed tokens, this rank's shard only.

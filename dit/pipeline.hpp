@@ -74,6 +74,9 @@ TextConditioning make_text_conditioning(const ModelConfig& cfg, std::uint64_t se
 Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                const std::string& strategy, const ForwardInputs& in, bool phantom);
 
+/// Writes out.latent as safetensors tensor "latent" [C, H, W] (fp32), atomically.
+void write_latent_safetensors(const std::filesystem::path& path, const RunOutput& out);
+
 /// The full sampling loop on every rank of `comm` (collective). Image tokens are sharded over
 /// the ranks; the final latent is gathered to all of them.
 RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
