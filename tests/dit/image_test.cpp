@@ -1,0 +1,51 @@
+// Latent previews and the PNG writer.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+
+#include "dit/image.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+TEST(Image, PreviewScalesEachChannelGroupToFullRange) {
+  Mat l(3, 4);      // 3 channels, 2x2 latent
+  l << 0, 1, 2, 3,  // red ramps up
+      5, 5, 5, 5,   // green constant -> 0
+      4, 3, 2, 1;   // blue ramps down
+  const Rgb img = latent_preview(Tensor::from(l), 2, 2, 2);
+  ASSERT_EQ(img.width, 4);
+  ASSERT_EQ(img.height, 4);
+  auto px = [&](int y, int x, int k) { return img.pixels[(y * 4 + x) * 3 + k]; };
+  EXPECT_EQ(px(0, 0, 0), 0);
+  EXPECT_EQ(px(3, 3, 0), 255);  // latent cell (1, 1) upscaled x2
+  EXPECT_EQ(px(1, 1, 0), 0);    // still cell (0, 0)
+  EXPECT_EQ(px(0, 2, 0), 85);   // 1/3 of the range
+  EXPECT_EQ(px(2, 2, 1), 0);
+  EXPECT_EQ(px(0, 0, 2), 255);
+}
+
+TEST(Image, WritePngProducesAValidHeaderAndNoTempFile) {
+  Rgb img;
+  img.width = 5;
+  img.height = 3;
+  img.pixels.assign(5 * 3 * 3, 128);
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / "cocodiff_test.png";
+  write_png(p, img);
+  EXPECT_FALSE(std::filesystem::exists(p.string() + ".tmp"));
+  std::ifstream in(p, std::ios::binary);
+  const std::vector<unsigned char> b((std::istreambuf_iterator<char>(in)), {});
+  ASSERT_GT(b.size(), 24u);
+  const unsigned char sig[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  EXPECT_TRUE(std::equal(sig, sig + 8, b.begin()));
+  EXPECT_EQ(std::string(b.begin() + 12, b.begin() + 16), "IHDR");
+  EXPECT_EQ(b[19], 5);  // width, big-endian
+  EXPECT_EQ(b[23], 3);  // height
+  EXPECT_THROW(write_png("/nonexistent-dir/x.png", img), InputError);
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
