@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "emulator/engine.hpp"
@@ -42,12 +43,6 @@ struct NetbenchOptions {
   int workers = 0;
   std::string json;
 };
-
-std::filesystem::path cluster_preset_dir() {
-  const char* env = std::getenv("COCODIFF_CONFIG_DIR");
-  return std::filesystem::path(env != nullptr && *env != 0 ? env : COCODIFF_CONFIG_DIR) /
-         "clusters";
-}
 
 struct Row {
   std::int64_t bytes = 0;  // one rank's send buffer
@@ -99,9 +94,9 @@ void run_netbench(const NetbenchOptions& o) {
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     throw UserError("netbench: expected 1 <= --min-bytes <= --max-bytes, found " +
                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
-  Config cfg = load_cluster_config(o.config, cluster_preset_dir());
+  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
-  Cluster c = load_cluster(cfg, cluster_preset_dir());
+  Cluster c = load_cluster(cfg, config_dir() / "clusters");
   const Topology topo = c.topology;
   const int p = topo.num_ranks();
   const std::string network = c.network->name();

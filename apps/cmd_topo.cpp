@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
 
@@ -25,12 +26,6 @@ struct TopoOptions {
   std::vector<std::string> sets;
   std::vector<std::string> routes;
 };
-
-std::filesystem::path cluster_preset_dir() {
-  const char* env = std::getenv("COCODIFF_CONFIG_DIR");
-  return std::filesystem::path(env != nullptr && *env != 0 ? env : COCODIFF_CONFIG_DIR) /
-         "clusters";
-}
 
 std::string gbps(double bytes_per_s) {
   if (bytes_per_s == kUnlimitedBytesPerS) return "unlimited";
@@ -70,9 +65,9 @@ void print_route(RouteTable& routes, int a, int b) {
 }
 
 void run_topo(const TopoOptions& o) {
-  Config cfg = load_cluster_config(o.config, cluster_preset_dir());
+  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
-  Cluster c = load_cluster(cfg, cluster_preset_dir());
+  Cluster c = load_cluster(cfg, config_dir() / "clusters");
   const Topology& topo = c.topology;
   const ClusterGraph& g = *c.graph;
 

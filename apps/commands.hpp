@@ -3,7 +3,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+#include <vector>
+
 namespace cocodiff::apps {
+
+void add_run_command(CLI::App& app);
+void add_validate_command(CLI::App& app);
+/// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
+int run_mpi_main(const std::string& config, const std::vector<std::string>& sets,
+                 const std::string& out, bool quiet);
 
 /// `cocodiff topo`: prints a cluster's tiers, links, routes and device model.
 void add_topo_command(CLI::App& app);

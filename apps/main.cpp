@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   CLI::App app{"cocodiff: multi-node Diffusion Transformer inference emulator"};
   app.require_subcommand(1);
   // Sub-commands (one apps/cmd_*.cpp each):
+  cocodiff::apps::add_run_command(app);
+  cocodiff::apps::add_validate_command(app);
   cocodiff::apps::add_topo_command(app);
   cocodiff::apps::add_netbench_command(app);
   try {

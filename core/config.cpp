@@ -1,5 +1,6 @@
 #include "core/config.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -24,8 +25,8 @@ void collect_leaves(const toml::table& t, const std::string& prefix,
                     std::vector<std::string>& out) {
   for (const auto& [k, v] : t) {
     std::string key = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
-    if (const toml::table* sub = v.as_table(); sub != nullptr && !sub->empty())
-      collect_leaves(*sub, key, out);
+    if (const toml::table* sub = v.as_table(); sub != nullptr)
+      collect_leaves(*sub, key, out);  // an empty table has no leaves: nothing unknown in it
     else
       out.push_back(key);
   }
@@ -177,10 +178,14 @@ void Config::type_error(std::string_view key, std::string_view expected) const {
   throw ConfigError(where(key), key, expected, n ? describe_node(*n) : "nothing (key missing)");
 }
 
-void Config::mark_used(std::string_view key) const { used_.insert(std::string(key)); }
+void Config::mark_used(std::string_view key) const {
+  used_.insert(std::string(key));
+  known_.insert(std::string(key));
+}
 
 std::int64_t Config::get_int(std::string_view key, std::int64_t def, std::int64_t lo,
                              std::int64_t hi) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   return require_int(key, lo, hi);
 }
@@ -206,6 +211,7 @@ std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int
 }
 
 double Config::get_double(std::string_view key, double def, double lo, double hi) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   return require_double(key, lo, hi);
 }
@@ -228,6 +234,7 @@ double Config::require_double(std::string_view key, double lo, double hi) const 
 }
 
 bool Config::get_bool(std::string_view key, bool def) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   mark_used(key);
   std::optional<bool> v = find(key)->value_exact<bool>();
@@ -236,6 +243,7 @@ bool Config::get_bool(std::string_view key, bool def) const {
 }
 
 std::string Config::get_string(std::string_view key, std::string def) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   return require_string(key);
 }
@@ -284,12 +292,14 @@ std::vector<T> get_list(const Config& cfg, const toml::node* n, std::string_view
 
 std::vector<std::int64_t> Config::get_int_list(std::string_view key,
                                                std::vector<std::int64_t> def) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   mark_used(key);
   return get_list<std::int64_t>(*this, find(key), key, "an array of integers");
 }
 
 std::vector<double> Config::get_double_list(std::string_view key, std::vector<double> def) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   mark_used(key);
   return get_list<double>(*this, find(key), key, "an array of numbers");
@@ -297,6 +307,7 @@ std::vector<double> Config::get_double_list(std::string_view key, std::vector<do
 
 std::vector<std::string> Config::get_string_list(std::string_view key,
                                                  std::vector<std::string> def) const {
+  known_.insert(std::string(key));
   if (!has(key)) return def;
   mark_used(key);
   return get_list<std::string>(*this, find(key), key, "an array of strings");
@@ -334,11 +345,50 @@ std::vector<std::string> Config::unknown_keys() const {
   return unknown;
 }
 
+namespace {
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
 void Config::check_no_unknown_keys() const {
   std::vector<std::string> unknown = unknown_keys();
   if (unknown.empty()) return;
-  throw ConfigError(where(unknown.front()) + ": unknown key '" + unknown.front() +
-                    "' (check its spelling and section; `cocodiff validate` lists the known keys)");
+  const std::string& key = unknown.front();
+  const std::string section =
+      key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
+  std::string best;
+  std::size_t best_d = 3;  // suggest only close matches
+  std::string in_section;
+  for (const std::string& k : known_) {
+    const std::size_t d = edit_distance(k, key);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+    const std::size_t dot = k.rfind('.');
+    if (dot != std::string::npos && k.substr(0, dot) == section)
+      in_section += (in_section.empty() ? "" : ", ") + k.substr(dot + 1);
+  }
+  std::string msg = where(key) + ": unknown key '" + key + "'";
+  if (!best.empty()) msg += "; did you mean '" + best + "'?";
+  if (!in_section.empty()) msg += " (known keys of [" + section + "]: " + in_section + ")";
+  throw ConfigError(msg);
+}
+
+std::vector<std::string> Config::known_keys() const {
+  return std::vector<std::string>(known_.begin(), known_.end());
 }
 
 std::string Config::dump() const {

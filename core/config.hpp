@@ -64,8 +64,11 @@ class Config {
 
   /// Every leaf key that exists but was never read.
   std::vector<std::string> unknown_keys() const;
-  /// Throws ConfigError naming the first unknown key and where it is.
+  /// Throws ConfigError naming the first unknown key, where it is, the closest known key and
+  /// the known keys of its section.
   void check_no_unknown_keys() const;
+  /// Every key some reader asked for, present or not.
+  std::vector<std::string> known_keys() const;
 
   /// The resolved configuration as TOML text.
   std::string dump() const;
@@ -80,6 +83,7 @@ class Config {
   std::filesystem::path dir_;
   std::set<std::string, std::less<>> overridden_;
   mutable std::set<std::string, std::less<>> used_;
+  mutable std::set<std::string, std::less<>> known_;
 };
 
 /// Describes a TOML node for error messages: "integer 3", "string \"abc\"", "table".

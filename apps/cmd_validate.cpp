@@ -1,0 +1,31 @@
+// `cocodiff validate CONFIG [--set key=value ...]`: checks a config without running it and
+// prints the resolved settings.
+
+#include <iostream>
+
+#include "apps/commands.hpp"
+#include "apps/run_plan.hpp"
+
+namespace cocodiff::apps {
+
+void add_validate_command(CLI::App& app) {
+  struct Options {
+    std::string config;
+    std::vector<std::string> sets;
+    bool dump = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd =
+      app.add_subcommand("validate", "Check a run config and print what it resolves to");
+  cmd->add_option("config", opt->config, "Run config (TOML)")->required();
+  cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
+  cmd->add_flag("--dump", opt->dump, "Also print the fully resolved TOML");
+  cmd->callback([opt] {
+    RunPlan plan = resolve_run_plan(opt->config, opt->sets);
+    std::cout << describe(plan);
+    if (opt->dump) std::cout << "\n" << plan.cfg.dump() << "\n";
+    std::cout << opt->config << ": valid\n";
+  });
+}
+
+}  // namespace cocodiff::apps

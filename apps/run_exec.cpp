@@ -1,0 +1,164 @@
+#include "apps/run_exec.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <sstream>
+
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "core/hash.hpp"
+#include "dit/image.hpp"
+#include "dit/safetensors.hpp"
+#include "emulator/chrome_trace.hpp"
+
+namespace cocodiff::apps {
+
+namespace {
+
+nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backend) {
+  const Topology& t = plan.cluster.topology;
+  nlohmann::ordered_json r;
+  r["backend"] = backend;
+  r["strategy"] = plan.settings.strategy;
+  r["model"] = plan.model.name;
+  r["cluster"] = plan.cluster.name;
+  r["network"] = plan.cluster.network_kind;
+  r["device"] = plan.cluster.device->name();
+  r["ranks"] = t.num_ranks();
+  r["nodes"] = t.num_nodes();
+  r["math"] = plan.math;
+  r["steps"] = plan.settings.steps;
+  r["resolution"] = plan.settings.resolution;
+  r["tokens"] = plan.tokens();
+  r["seed"] = plan.settings.seed;
+  return r;
+}
+
+std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan) {
+  if (plan.weights_file && !plan.settings.phantom)
+    return dit::load_weights(plan.model, *plan.weights_file);
+  return dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
+}
+
+dit::RunSettings settings_for(const RunPlan& plan) {
+  dit::RunSettings s = plan.settings;
+  if (plan.initial_latent && !s.phantom) {
+    dit::SafetensorsFile f(*plan.initial_latent);
+    s.initial_latent = f.read("latent");
+  }
+  return s;
+}
+
+}  // namespace
+
+RunRecord run_emulated(const RunPlan& plan) {
+  const auto wall_start = std::chrono::steady_clock::now();
+  std::shared_ptr<const dit::Weights> weights = weights_for(plan);
+  const dit::RunSettings settings = settings_for(plan);
+
+  emu::Engine engine(plan.cluster.topology, plan.cluster.network->clone_empty(),
+                     plan.cluster.device, plan.engine);
+  RunRecord rec;
+  std::mutex mutex;
+  emu::RunResult res = engine.run([&](Communicator& comm) {
+    dit::RunOutput out = dit::generate(comm, plan.model, *weights, settings);
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lk(mutex);
+      rec.latent = std::move(out.latent);
+      rec.latent_height = out.latent_height;
+      rec.latent_width = out.latent_width;
+    }
+  });
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+
+  nlohmann::ordered_json r = base_report(plan, "emulator");
+  r["workers"] = plan.engine.workers;
+  r["virtual_time_s"] = res.makespan.seconds();
+  r["wall_time_s"] = wall_s;
+  r["output_sha256"] = plan.settings.phantom
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(sha256_hex(rec.latent.data()));
+  r["timeline_sha256"] = res.timeline_sha256;
+  nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
+  const Topology& t = plan.cluster.topology;
+  for (int k = 0; k < t.num_tiers(); ++k)
+    tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
+  r["bytes_by_tier"] = tiers;
+  // The critical tile ends last; its time is exactly compute + exposed communication.
+  size_t crit = 0;
+  double compute_sum = 0, exposed_sum = 0;
+  for (size_t i = 0; i < res.rank_end.size(); ++i) {
+    if (res.rank_end[i] > res.rank_end[crit]) crit = i;
+    compute_sum += res.rank_compute[i].seconds();
+    exposed_sum += res.rank_exposed[i].seconds();
+  }
+  const double n = static_cast<double>(res.rank_end.size());
+  r["breakdown"] = {
+      {"critical_rank", crit},
+      {"compute_s", res.rank_compute[crit].seconds()},
+      {"exposed_comm_s", res.rank_exposed[crit].seconds()},
+      {"exposed_comm_fraction",
+       res.makespan.ns() > 0 ? res.rank_exposed[crit].seconds() / res.makespan.seconds() : 0.0},
+      {"mean_compute_s", compute_sum / n},
+      {"mean_exposed_comm_s", exposed_sum / n},
+  };
+  r["flows"] = res.flows;
+  r["events"] = res.events;
+  r["trace_truncated"] = res.trace_truncated;
+  rec.report = std::move(r);
+  rec.emulated = std::move(res);
+  return rec;
+}
+
+void write_outputs(const RunPlan& plan, const RunRecord& rec,
+                   const std::filesystem::path& out_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) throw InputError(out_dir.string() + ": cannot create output directory: " + ec.message());
+  if (!rec.latent.phantom()) {
+    const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
+    dit::write_png(out_dir / "image.png",
+                   dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
+    if (plan.save_latent)
+      dit::write_safetensors(out_dir / "latent.safetensors",
+                             {{"latent", {rec.latent.rows(), rec.latent.cols()}, &rec.latent}});
+  }
+  if (rec.emulated && plan.engine.trace)
+    emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, out_dir / "trace.json");
+  write_file_atomic(out_dir / "report.json", rec.report.dump(2) + "\n");
+}
+
+std::string summarize(const RunRecord& rec) {
+  const nlohmann::ordered_json& r = rec.report;
+  std::ostringstream os;
+  char buf[256];
+  if (r.contains("virtual_time_s") && r["virtual_time_s"].is_number()) {
+    const nlohmann::ordered_json& b = r["breakdown"];
+    std::snprintf(buf, sizeof buf,
+                  "virtual time %.6f s (critical tile %d: compute %.6f s, exposed communication "
+                  "%.6f s = %.1f%%); wall time %.2f s\n",
+                  r["virtual_time_s"].get<double>(), b["critical_rank"].get<int>(),
+                  b["compute_s"].get<double>(), b["exposed_comm_s"].get<double>(),
+                  100 * b["exposed_comm_fraction"].get<double>(), r["wall_time_s"].get<double>());
+    os << buf;
+  } else {
+    std::snprintf(buf, sizeof buf, "wall time %.2f s\n", r["wall_time_s"].get<double>());
+    os << buf;
+  }
+  if (r.contains("bytes_by_tier")) {
+    os << "bytes by tier:";
+    for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it) {
+      std::snprintf(buf, sizeof buf, " %s %.3f GB", it.key().c_str(),
+                    it.value().get<double>() / 1e9);
+      os << buf;
+    }
+    os << "\n";
+  }
+  if (r["output_sha256"].is_string())
+    os << "output_sha256 " << r["output_sha256"].get<std::string>() << "\n";
+  return os.str();
+}
+
+}  // namespace cocodiff::apps

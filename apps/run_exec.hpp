@@ -1,0 +1,34 @@
+#pragma once
+// Executing a RunPlan on the emulator or over MPI, and writing its outputs atomically:
+// report.json, image.png (preview of the final latent), trace.json (Chrome trace), and
+// optionally latent.safetensors. Outputs are written only after the run succeeded.
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "apps/run_plan.hpp"
+#include "core/tensor.hpp"
+#include "emulator/engine.hpp"
+
+namespace cocodiff::apps {
+
+struct RunRecord {
+  nlohmann::ordered_json report;  // the fields of report.json
+  Tensor latent;                  // final latent [C, H*W] (phantom: shape only)
+  int latent_height = 0, latent_width = 0;
+  std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
+};
+
+/// Runs the plan on the emulator (blocking). Throws RankError / CommError / UserError.
+RunRecord run_emulated(const RunPlan& plan);
+
+/// Writes report.json, image.png (real math only), trace.json (when the plan traces) and
+/// latent.safetensors (when asked) into out_dir, each atomically.
+void write_outputs(const RunPlan& plan, const RunRecord& record,
+                   const std::filesystem::path& out_dir);
+
+/// One-paragraph summary for the terminal.
+std::string summarize(const RunRecord& record);
+
+}  // namespace cocodiff::apps

@@ -1,0 +1,105 @@
+#include "apps/run_plan.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <thread>
+
+#include "core/errors.hpp"
+#include "dit/parallel/strategies.hpp"
+
+namespace cocodiff::apps {
+
+std::filesystem::path config_dir() {
+  const char* env = std::getenv("COCODIFF_CONFIG_DIR");
+  return env != nullptr && *env != 0 ? std::filesystem::path(env)
+                                     : std::filesystem::path(COCODIFF_CONFIG_DIR);
+}
+
+RunPlan resolve_run_plan(const std::filesystem::path& config_file,
+                         const std::vector<std::string>& sets) {
+  RunPlan plan;
+  plan.cfg = Config::load(config_file);
+  for (const std::string& s : sets) plan.cfg.set(s);
+  Config& cfg = plan.cfg;
+
+  plan.model = dit::load_model_config(cfg, config_dir() / "models");
+  plan.weights_seed = static_cast<std::uint64_t>(cfg.get_int("model.weights_seed", 0, 0));
+  plan.cluster = load_cluster(cfg, config_dir() / "clusters");
+
+  dit::RunSettings& s = plan.settings;
+  s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
+  s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
+  s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
+  plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
+  s.phantom = plan.math == "skip";
+  std::vector<std::string> names = dit::attention_strategy_names();
+  s.strategy = cfg.get_string("run.strategy", "flat");
+  if (std::find(names.begin(), names.end(), s.strategy) == names.end()) {
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : " | ") + n;
+    throw ConfigError(cfg.where("run.strategy"), "run.strategy", "one of " + list,
+                      "\"" + s.strategy + "\"");
+  }
+  s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
+  s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
+  if (cfg.has("run.weights"))
+    plan.weights_file = cfg.directory() / cfg.require_string("run.weights");
+  if (cfg.has("run.initial_latent"))
+    plan.initial_latent = cfg.directory() / cfg.require_string("run.initial_latent");
+  plan.save_latent = cfg.get_bool("run.save_latent", false);
+
+  emu::EngineOptions& e = plan.engine;
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  e.workers = static_cast<int>(cfg.get_int("emulator.workers", cores, 1, 1024));
+  e.trace = cfg.get_bool("emulator.trace", true);
+  e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
+  e.all_to_all_algorithm =
+      cfg.get_choice("emulator.all_to_all", "pairwise", {"pairwise", "concurrent"});
+  e.wire_bytes_per_element = cfg.get_double("emulator.wire_bytes_per_element", 2, 0.125, 16);
+  e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
+                  << 10;
+
+  // Consistency between sections.
+  const int unit = plan.model.vae_scale * plan.model.patch_size;
+  if (s.resolution % unit != 0)
+    throw ConfigError(cfg.where("run.resolution"), "run.resolution",
+                      "a multiple of " + std::to_string(unit) + " (VAE " +
+                          std::to_string(plan.model.vae_scale) + " x patch " +
+                          std::to_string(plan.model.patch_size) + ")",
+                      std::to_string(s.resolution));
+  if (plan.tokens() % plan.ranks() != 0)
+    throw ConfigError(
+        cfg.where("run.resolution") + ": " + std::to_string(plan.tokens()) +
+        " image tokens at resolution " + std::to_string(s.resolution) +
+        " do not split evenly over " + std::to_string(plan.ranks()) +
+        " ranks (cluster.nodes = " + std::to_string(plan.cluster.topology.num_nodes()) +
+        "); pick a resolution whose token count is a multiple of the rank count");
+  if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat")
+    throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
+                      "\"" + s.strategy + "\"");
+  cfg.check_no_unknown_keys();
+  return plan;
+}
+
+std::string describe(const RunPlan& p) {
+  std::ostringstream os;
+  const Topology& t = p.cluster.topology;
+  os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
+     << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks
+     << " double + " << p.model.single_blocks << " single blocks)\n";
+  os << "run        " << p.settings.resolution << "^2 px, " << p.tokens() << " image tokens, "
+     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math
+     << ", strategy " << p.settings.strategy << "\n";
+  os << "cluster    " << p.cluster.name << ": " << t.num_nodes() << " node(s), " << t.num_ranks()
+     << " ranks (";
+  for (int k = t.num_levels() - 1; k >= 0; --k)
+    os << t.level(k).size << " " << t.level(k).name << (k > 0 ? " x " : "");
+  os << "), network " << p.cluster.network_kind << ", device " << p.cluster.device->name() << "\n";
+  os << "emulator   " << p.engine.workers << " worker thread(s), all-to-all "
+     << p.engine.all_to_all_algorithm << ", " << p.engine.wire_bytes_per_element
+     << " wire bytes per element, trace " << (p.engine.trace ? "on" : "off") << "\n";
+  return os.str();
+}
+
+}  // namespace cocodiff::apps

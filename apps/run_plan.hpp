@@ -1,0 +1,48 @@
+#pragma once
+// A run config resolved into everything a run needs, checked before any work starts: the model,
+// the cluster, the sampler settings, the engine options. Shared by `run`, `validate`, `compare`.
+//
+//   RunPlan plan = resolve_run_plan("configs/quickstart.toml", {"run.steps=2"});
+//   std::cout << describe(plan);
+
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "dit/model_config.hpp"
+#include "dit/pipeline.hpp"
+#include "emulator/engine.hpp"
+#include "net_models/cluster.hpp"
+
+namespace cocodiff::apps {
+
+/// The configs/ directory: $COCODIFF_CONFIG_DIR, else the source tree's (compiled in).
+std::filesystem::path config_dir();
+
+struct RunPlan {
+  Config cfg;  // the resolved configuration (file + presets + --set)
+  dit::ModelConfig model;
+  Cluster cluster;
+  dit::RunSettings settings;  // steps resolved (never 0)
+  emu::EngineOptions engine;
+  std::string math;                                     // "real" | "skip"
+  std::uint64_t weights_seed = 0;                       // model.weights_seed
+  std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
+  std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
+  bool save_latent = false;                             // run.save_latent: write latent.safetensors
+  int ranks() const { return cluster.topology.num_ranks(); }
+  std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
+};
+
+/// Loads `config_file`, applies `sets` ("key=value", in order), reads every section and checks
+/// that the pieces agree (ranks vs tokens and heads, resolution vs patch size, unknown keys).
+/// ConfigError names the file, line and key.
+RunPlan resolve_run_plan(const std::filesystem::path& config_file,
+                         const std::vector<std::string>& sets);
+
+/// Human-readable summary of the resolved settings (for `validate` and `run`).
+std::string describe(const RunPlan& plan);
+
+}  // namespace cocodiff::apps
