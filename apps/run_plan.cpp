@@ -68,13 +68,6 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                           std::to_string(plan.model.vae_scale) + " x patch " +
                           std::to_string(plan.model.patch_size) + ")",
                       std::to_string(s.resolution));
-  if (plan.tokens() % plan.ranks() != 0)
-    throw ConfigError(
-        cfg.where("run.resolution") + ": " + std::to_string(plan.tokens()) +
-        " image tokens at resolution " + std::to_string(s.resolution) +
-        " do not split evenly over " + std::to_string(plan.ranks()) +
-        " ranks (cluster.nodes = " + std::to_string(plan.cluster.topology.num_nodes()) +
-        "); pick a resolution whose token count is a multiple of the rank count");
   if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat")
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
