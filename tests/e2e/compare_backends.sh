@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs one config on the emulator and under mpirun and checks that both report the same
+# output_sha256 (the final latent's bytes).
+# Usage: compare_backends.sh COCODIFF MPIEXEC NP CONFIG [--set k=v ...]
+set -euo pipefail
+bin=$1 mpiexec=$2 np=$3 config=$4
+shift 4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+sha() { grep -o '"output_sha256": "[0-9a-f]*"' "$1/report.json" | grep -o '[0-9a-f]\{64\}'; }
+"$bin" run "$config" "$@" --set emulator.trace=false --out "$work/emu" -q
+timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
+  "$bin" run "$config" "$@" --backend mpi --out "$work/mpi" -q
+emu=$(sha "$work/emu")
+mpi=$(sha "$work/mpi")
+echo "emulator output_sha256 $emu"
+echo "mpi      output_sha256 $mpi"
+if [ -z "$emu" ] || [ "$emu" != "$mpi" ]; then
+  echo "FAIL: the backends disagree"
+  exit 1
+fi
+echo "1 passed, 0 failed"
