@@ -82,6 +82,15 @@ std::string_view ReqState::trace_label() const {
   return "?";
 }
 
+std::size_t Kernel::ChannelKeyHash::operator()(const ChannelKey& k) const noexcept {
+  std::uint64_t h = std::get<0>(k) * 0x9e3779b97f4a7c15ull;
+  h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(std::get<1>(k))) << 32 |
+        static_cast<std::uint32_t>(std::get<2>(k))) +
+       0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+  h ^= std::get<3>(k) + 0x94d049bb133111ebull + (h << 6) + (h >> 2);
+  return static_cast<std::size_t>(h);
+}
+
 Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& device,
                const EngineOptions& options)
     : topo_(topo),
@@ -195,8 +204,8 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mut
   if (ch.sends.empty() || ch.recvs.empty()) return;
   PostedSend s = std::move(ch.sends.front());
   PostedRecv r = std::move(ch.recvs.front());
-  ch.sends.pop_front();
-  ch.recvs.pop_front();
+  ch.sends.erase(ch.sends.begin());
+  ch.recvs.erase(ch.recvs.begin());
   const std::uint64_t seq = ch.matched++;
   const int src = std::get<1>(key);
   const int dst = std::get<2>(key);
@@ -382,7 +391,12 @@ std::string Kernel::deadlock_report() const {
   }
   // Posted operations that nothing matches name the missing partner.
   size_t unmatched = 0;
-  for (const auto& [key, ch] : channels_) {
+  std::vector<std::pair<ChannelKey, const Channel*>> open;
+  for (const auto& [key, ch] : channels_) open.emplace_back(key, &ch);
+  std::sort(open.begin(), open.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key, chp] : open) {
+    const Channel& ch = *chp;
     const auto& [ctx, src, dst, tag] = key;
     auto g = groups_seen_.find(ctx);
     std::string where =
@@ -416,7 +430,8 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
     for (Transfer& t : new_transfers_) {
       const std::uint64_t id = next_flow_id_++;
       net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
-      in_flight_.emplace(id, std::move(t));
+      COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
+      in_flight_.emplace_back(std::move(t));
     }
     new_transfers_.clear();
   }
@@ -427,9 +442,11 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
     std::vector<std::uint64_t> done;
     net_.advance_to(t_net, done);
     for (std::uint64_t id : done) {
-      auto it = in_flight_.find(id);
-      COCO_CHECK(it != in_flight_.end(), "unknown flow completed");
-      Transfer& t = it->second;
+      COCO_CHECK(id >= in_flight_base_ && id - in_flight_base_ < in_flight_.size(),
+                 "unknown flow completed");
+      std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
+      COCO_CHECK(slot.has_value(), "flow completed twice");
+      Transfer& t = *slot;
       const int tier = topo_.tier(t.src, t.dst);
       bytes_by_tier_[static_cast<size_t>(tier)] += t.bytes;
       ++flows_;
@@ -452,7 +469,11 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
       }
       complete(*t.sreq, t_net);
       complete(*t.rreq, t_net);
-      in_flight_.erase(it);
+      slot.reset();
+      while (!in_flight_.empty() && !in_flight_.front().has_value()) {
+        in_flight_.pop_front();
+        ++in_flight_base_;
+      }
     }
   } else {
     while (!timers_.empty() && timers_.begin()->first == t_timer) {

@@ -13,6 +13,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -120,8 +121,9 @@ class Kernel {
   };
   using ChannelKey = std::tuple<std::uint64_t, int, int, std::uint64_t>;  // ctx, src, dst, tag
   struct Channel {
-    std::deque<PostedSend> sends;
-    std::deque<PostedRecv> recvs;
+    // Usually one of each: a collective's step has its own tag.
+    std::vector<PostedSend> sends;
+    std::vector<PostedRecv> recvs;
     std::uint64_t matched = 0;
   };
   struct Transfer {
@@ -166,9 +168,13 @@ class Kernel {
   std::atomic<bool> aborting_{false};
   std::vector<std::unique_ptr<FiberState>> mains_;
   std::vector<FiberState*> blocked_list_;  // fibers currently blocked (unordered)
-  std::map<ChannelKey, Channel> channels_;
+  struct ChannelKeyHash {
+    std::size_t operator()(const ChannelKey& k) const noexcept;
+  };
+  std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::unordered_map<std::uint64_t, Transfer> in_flight_;
+  std::deque<std::optional<Transfer>> in_flight_;  // flow id - in_flight_base_ -> transfer
+  std::uint64_t in_flight_base_ = 0;
   std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
