@@ -32,7 +32,10 @@ void add_run_command(CLI::App& app) {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
     RunRecord rec = run_emulated(plan);
-    write_outputs(plan, rec, opt->out);
+    {
+      const std::unique_lock<std::mutex> hold = hold_interrupts();
+      write_outputs(plan, rec, opt->out);
+    }
     if (!opt->quiet) std::cout << summarize(rec) << "outputs in " << opt->out << "/\n";
   });
 }

@@ -3,12 +3,16 @@
 
 #include <CLI/CLI.hpp>
 
+#include <mutex>
 #include <string>
 #include <vector>
 
 namespace cocodiff::apps {
 
 void add_run_command(CLI::App& app);
+/// Held while a command writes its outputs: SIGINT/SIGTERM wait until it is released, so an
+/// interrupted command leaves complete output files or none (apps/main.cpp).
+std::unique_lock<std::mutex> hold_interrupts();
 void add_validate_command(CLI::App& app);
 /// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
 int run_mpi_main(const std::string& config, const std::vector<std::string>& sets,

@@ -1,14 +1,70 @@
 // cocodiff: emulate multi-node DiT inference on one machine, or run it on a cluster with MPI.
-// Exit codes: 0 success, 1 internal error, 2 bad input (config, files, flags, collectives).
+// Exit codes: 0 success, 1 internal error, 2 bad input (config, files, flags, collectives),
+// 128 + signal number when interrupted (130 for Ctrl-C / SIGINT, 143 for SIGTERM).
 
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
+
+#include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
 
 #include "apps/commands.hpp"
 #include "core/errors.hpp"
 
+namespace cocodiff::apps {
+
+namespace {
+
+// SIGINT and SIGTERM are blocked in every thread (main blocks them before any thread exists, and
+// threads inherit the mask: engine workers, MPI progress threads) and taken by one watcher thread
+// with sigwait(). The watcher runs ordinary code, not an async signal handler, so it may lock a
+// mutex; it writes its message with write(2) and leaves with _exit() so that no destructor or
+// atexit handler races the still-running workers. Outputs are written only after a run succeeded
+// and only while hold_interrupts() is held, so an interrupt leaves the out directory with either
+// nothing or complete files, never a temporary.
+std::mutex g_output_mutex;
+std::atomic<bool> g_outputs_started{false};
+
+void watch_interrupts(sigset_t set) {
+  int sig = 0;
+  if (::sigwait(&set, &sig) != 0) return;
+  std::lock_guard<std::mutex> lk(g_output_mutex);  // let an output file finish its rename
+  const std::string msg = std::string("cocodiff: interrupted by ") +
+                          (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+                          (g_outputs_started.load() ? "; the outputs were already complete\n"
+                                                    : "; stopped, no outputs written\n");
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
+  ::_exit(128 + sig);
+}
+
+void start_interrupt_watcher() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  if (::pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return;  // keep the default actions
+  std::thread(watch_interrupts, set).detach();
+}
+
+}  // namespace
+
+std::unique_lock<std::mutex> hold_interrupts() {
+  std::unique_lock<std::mutex> lk(g_output_mutex);
+  g_outputs_started = true;
+  return lk;
+}
+
+}  // namespace cocodiff::apps
+
 int main(int argc, char** argv) {
+  cocodiff::apps::start_interrupt_watcher();  // first: before any other thread starts
   CLI::App app{"cocodiff: multi-node Diffusion Transformer inference emulator"};
   app.require_subcommand(1);
   // Sub-commands (one apps/cmd_*.cpp each):
@@ -16,6 +72,21 @@ int main(int argc, char** argv) {
   cocodiff::apps::add_validate_command(app);
   cocodiff::apps::add_topo_command(app);
   cocodiff::apps::add_netbench_command(app);
+  if (argc > 1 && argv[1][0] != '-') {  // CLI11 alone would only say "A subcommand is required"
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == argv[1];
+      names += (names.empty() ? "" : " | ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr,
+                   "cocodiff: error: unknown command '%s' (expected %s)\n"
+                   "Run with --help for more information.\n",
+                   argv[1], names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

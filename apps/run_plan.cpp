@@ -68,6 +68,24 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                           std::to_string(plan.model.vae_scale) + " x patch " +
                           std::to_string(plan.model.patch_size) + ")",
                       std::to_string(s.resolution));
+  if (plan.tokens() < plan.ranks()) {
+    std::int64_t side = 1;  // the smallest grid side with a token per rank
+    while (side * side < plan.ranks()) ++side;
+    throw ConfigError(cfg.where("run.resolution"), "run.resolution",
+                      "at least one image token per rank: " + std::to_string(plan.ranks()) +
+                          " ranks need a resolution of at least " + std::to_string(side * unit),
+                      std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) +
+                          " image tokens)");
+  }
+  if (s.strategy == "flat" && plan.model.heads % plan.ranks() != 0) {
+    const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
+    throw ConfigError(cfg.where(key), key,
+                      "a rank count that divides the " + std::to_string(plan.model.heads) +
+                          " heads of " + plan.model.name +
+                          " (flat Ulysses gives every rank heads / ranks heads)",
+                      std::to_string(plan.cluster.topology.num_nodes()) + " nodes = " +
+                          std::to_string(plan.ranks()) + " ranks");
+  }
   if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat")
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");

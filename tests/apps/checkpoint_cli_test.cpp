@@ -1,0 +1,109 @@
+// Bad checkpoints given to `cocodiff run` (run.weights, run.initial_latent): exit 2 with a message
+// naming the file and the tensor, no crash, no output files.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/tensor.hpp"
+#include "dit/safetensors.hpp"
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CheckpointCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cocodiff_ckpt_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  // A raw safetensors file: 8-byte length, header, `data_bytes` zero bytes.
+  fs::path raw(const std::string& name, const std::string& header, std::size_t data_bytes) {
+    const fs::path p = dir_ / name;
+    std::ofstream out(p, std::ios::binary);
+    const std::uint64_t n = header.size();
+    for (int i = 0; i < 8; ++i) out.put(static_cast<char>(n >> (8 * i)));
+    out << header << std::string(data_bytes, '\0');
+    return p;
+  }
+
+  // Runs flux1-tiny with real math and `key` = `file`; expects exit 2 naming every piece.
+  void expect_rejected(const std::string& key, const fs::path& file,
+                       const std::vector<std::string>& pieces) {
+    const fs::path cfg = dir_ / "run.toml";
+    std::ofstream(cfg) << "[model]\npreset = \"flux1-tiny\"\n[run]\nresolution = 64\nsteps = 1\n"
+                       << "math = \"real\"\n"
+                       << key.substr(4) << " = \"" << file.filename().string() << "\"\n"
+                       << "[cluster]\npreset = \"uniform\"\nnodes = 1\n[emulator]\nworkers = 1\n";
+    const fs::path out = dir_ / "out";
+    const ChildResult r =
+        run_cocodiff({"run", cfg.string(), "--out", out.string(), "-q"}, dir_ / "log");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("cocodiff: error: " + file.string() + ": ", 0), 0u) << r.err;
+    for (const std::string& p : pieces) EXPECT_NE(r.err.find(p), std::string::npos) << p;
+    EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out)) << "outputs left in " << out;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointCli, TruncatedWeights) {
+  // A tensor whose bytes are cut off: the header promises 64 bytes, the file holds 40.
+  expect_rejected(
+      "run.weights",
+      raw("w.safetensors",
+          R"({"x_embedder.weight":{"dtype":"F32","shape":[4,4],"data_offsets":[0,64]}})", 40),
+      {"tensor 'x_embedder.weight': data_offsets [0, 64) outside the 40-byte data "
+       "section (truncated file?)"});
+}
+
+TEST_F(CheckpointCli, HeaderClaimingATerabyteTensorFailsBeforeAllocating) {
+  expect_rejected(
+      "run.weights",
+      raw("w.safetensors",
+          R"({"x":{"dtype":"F32","shape":[262144,1048576],"data_offsets":[0,1099511627776]}})", 16),
+      {"tensor 'x': shape larger than the file"});
+  expect_rejected("run.weights", raw("h.safetensors", "", 0), {"header is not valid JSON"});
+}
+
+TEST_F(CheckpointCli, WrongDtype) {
+  expect_rejected(
+      "run.weights",
+      raw("w.safetensors", R"({"x":{"dtype":"I8","shape":[4],"data_offsets":[0,4]}})", 4),
+      {"tensor 'x': unsupported dtype I8 (expected F32, F16 or BF16)"});
+}
+
+TEST_F(CheckpointCli, MissingTensorNamesTheExpectedShape) {
+  Mat m = Mat::Zero(1, 4);
+  const Tensor t = Tensor::from(m);
+  const fs::path p = dir_ / "w.safetensors";
+  dit::write_safetensors(p, {{"unrelated", {4}, &t}});
+  expect_rejected("run.weights", p, {"missing tensor '", "(the model expects shape ["});
+}
+
+TEST_F(CheckpointCli, InitialLatentWithoutTheLatentTensor) {
+  Mat m = Mat::Zero(1, 4);
+  const Tensor t = Tensor::from(m);
+  const fs::path p = dir_ / "latent.safetensors";
+  dit::write_safetensors(p, {{"not_latent", {4}, &t}});
+  expect_rejected("run.initial_latent", p, {"no tensor 'latent'"});
+}
+
+TEST_F(CheckpointCli, MissingWeightsFile) {
+  expect_rejected("run.weights", dir_ / "nope.safetensors", {"cannot read checkpoint"});
+}
+
+}  // namespace
+}  // namespace cocodiff::test

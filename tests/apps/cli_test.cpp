@@ -1,0 +1,230 @@
+// End-to-end errors of the `cocodiff` binary: every bad config, cluster file, flag and --set value
+// exits 2 with one message that names the file, the line, the key, what was expected and what was
+// found, and leaves nothing in the --out directory.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = COCODIFF_TEST_DATA;
+
+class Cli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ::testing::TestInfo* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("cocodiff_cli_" + std::to_string(::getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    out_ = dir_ / "out";
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  ChildResult run(std::vector<std::string> args) { return run_cocodiff(args, dir_); }
+  /// `cocodiff run CONFIG --out OUT extra...`
+  ChildResult run_config(const fs::path& config, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args{"run", config.string(), "--out", out_.string(), "-q"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run(args);
+  }
+  fs::path write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ / name) << text;
+    return dir_ / name;
+  }
+
+  /// Files left in the --out directory (none must exist after an error).
+  std::vector<std::string> out_files() const {
+    std::vector<std::string> names;
+    std::error_code ec;
+    if (fs::is_directory(out_, ec))
+      for (const fs::directory_entry& e : fs::directory_iterator(out_))
+        names.push_back(e.path().filename().string());
+    return names;
+  }
+
+  /// Exit code 2, one "cocodiff: error: " line holding every piece, no output files.
+  void expect_user_error(const ChildResult& r, const std::vector<std::string>& pieces) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(r.err.rfind("cocodiff: error: ", 0), 0u) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    for (const std::string& p : pieces) EXPECT_NE(r.err.find(p), std::string::npos) << p;
+    EXPECT_EQ(r.out, "");
+    EXPECT_TRUE(out_files().empty()) << "left in --out: " << out_files().front();
+  }
+
+  fs::path dir_, out_;
+};
+
+TEST_F(Cli, GoodConfigRunsAndValidates) {
+  const ChildResult r = run_config(kData / "good.toml");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_TRUE(fs::is_regular_file(out_ / "report.json"));
+  const ChildResult v = run({"validate", (kData / "good.toml").string()});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("good.toml: valid"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("flux1-tiny"), std::string::npos) << v.out;
+}
+
+TEST_F(Cli, UnknownKeyNamesFileLineAndSuggestsTheKey) {
+  const std::string f = (kData / "unknown_key.toml").string();
+  expect_user_error(run_config(f), {f + ":8: unknown key 'run.stpes'", "did you mean 'run.steps'?",
+                                    "known keys of [run]: "});
+  const ChildResult v = run({"validate", f});
+  EXPECT_EQ(v.exit_code, 2);
+  EXPECT_NE(v.err.find(f + ":8: unknown key 'run.stpes'"), std::string::npos) << v.err;
+  EXPECT_EQ(v.out.find("valid"), std::string::npos) << v.out;
+}
+
+TEST_F(Cli, WrongTypeNamesExpectedAndFound) {
+  const std::string f = (kData / "wrong_type.toml").string();
+  expect_user_error(run_config(f), {f + ":6: key 'run.steps': expected an integer in [1, ",
+                                    "found string \"four\""});
+}
+
+TEST_F(Cli, OutOfRangeNamesTheRange) {
+  const std::string f = (kData / "out_of_range.toml").string();
+  expect_user_error(run_config(f),
+                    {f + ":6: key 'run.steps': expected an integer in [1, 100000], found 0"});
+  const std::string g = (kData / "good.toml").string();
+  expect_user_error(
+      run_config(g, {"--set", "cluster.nodes=0"}),
+      {"--set cluster.nodes: key 'cluster.nodes': expected an integer in [1, ", "found 0"});
+  expect_user_error(run_config(g, {"--set", "emulator.workers=-3"}),
+                    {"--set emulator.workers: key 'emulator.workers': expected an integer in "
+                     "[1, 1024], found -3"});
+  expect_user_error(
+      run_config(g, {"--set", "run.math=fast"}),
+      {"--set run.math: key 'run.math': expected one of real | skip, found \"fast\""});
+}
+
+TEST_F(Cli, ResolutionMustBeAMultipleOfVaeTimesPatch) {
+  const std::string f = (kData / "resolution_not_multiple.toml").string();
+  expect_user_error(run_config(f), {f + ":5: key 'run.resolution': expected a multiple of 16 "
+                                        "(VAE 8 x patch 2), found 200"});
+}
+
+TEST_F(Cli, HeadsMustDivideAmongRanks) {
+  const std::string f = (kData / "heads_vs_ranks.toml").string();
+  expect_user_error(run_config(f),
+                    {f + ":13: key 'cluster.nodes'", "24 heads", "16 ranks", "found 4 nodes"});
+  const ChildResult v = run({"validate", f});
+  EXPECT_EQ(v.exit_code, 2) << "validate must catch what run would: " << v.out;
+}
+
+TEST_F(Cli, TokensMustCoverRanks) {
+  const std::string f = (kData / "tokens_vs_ranks.toml").string();
+  expect_user_error(run_config(f),
+                    {f + ":6: key 'run.resolution'", "24 ranks", "found 32 (4 image tokens)"});
+}
+
+TEST_F(Cli, MissingModelPreset) {
+  const std::string f = (kData / "no_model_preset.toml").string();
+  expect_user_error(run_config(f), {f + ":2: key 'model.preset'", "expected a model preset name",
+                                    "found \"flux9-tiny\""});
+}
+
+TEST_F(Cli, MissingClusterPresetListsTheKnownOnes) {
+  const std::string f = (kData / "no_cluster_preset.toml").string();
+  expect_user_error(run_config(f), {f + ":9: key 'cluster.preset'", "aurora, ", "uniform",
+                                    "found \"aurora-next\""});
+}
+
+TEST_F(Cli, ClusterLinkToNowhere) {
+  const std::string c = (kData / "clusters" / "link_to_nowhere.toml").string();
+  expect_user_error(run_config(kData / "link_to_nowhere.toml"),
+                    {c + ":12: key 'cluster.links.nvlink.pairs'",
+                     "found \"2-7\": local rank 7 does not exist (a node has 4 ranks)"});
+  // A link class on a level the topology does not have.
+  expect_user_error(
+      run_config(kData / "good.toml", {"--set", "cluster.links.extra.kind=pair", "--set",
+                                       "cluster.links.extra.level=socket", "--set",
+                                       "cluster.links.extra.bandwidth_gbytes_per_s=1", "--set",
+                                       "cluster.links.extra.latency_ns=1"}),
+      {"key 'cluster.links.extra.level': expected a level below the node: tile | "
+       "gpu, found \"socket\""});
+}
+
+TEST_F(Cli, ClusterZeroBandwidth) {
+  const std::string c = (kData / "clusters" / "zero_bandwidth.toml").string();
+  expect_user_error(run_config(kData / "zero_bandwidth.toml"),
+                    {c + ":13: key 'cluster.links.nvswitch.bandwidth_gbytes_per_s'",
+                     "expected a bandwidth > 0 (GB/s per direction), found 0"});
+}
+
+TEST_F(Cli, TomlSyntaxErrorNamesLineAndColumn) {
+  const std::string f = (kData / "syntax_error.toml").string();
+  expect_user_error(run_config(f), {f + ":5:", "TOML syntax error"});
+}
+
+TEST_F(Cli, MissingConfigFile) {
+  const std::string f = (dir_ / "nope.toml").string();
+  expect_user_error(run_config(f), {f + ": no such config file"});
+  expect_user_error(run({"validate", f}), {f + ": no such config file"});
+}
+
+TEST_F(Cli, UnknownFlagIsAnErrorWithAHint) {
+  const ChildResult r = run_config(kData / "good.toml", {"--stpes", "4"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--stpes"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
+  EXPECT_TRUE(out_files().empty());
+  const ChildResult s = run({"frobnicate"});
+  EXPECT_EQ(s.exit_code, 2);
+  EXPECT_EQ(
+      s.err.rfind("cocodiff: error: unknown command 'frobnicate' (expected run | validate", 0), 0u)
+      << s.err;
+  EXPECT_NE(s.err.find("--help"), std::string::npos) << s.err;
+  const ChildResult b = run_config(kData / "good.toml", {"--backend", "gpu"});
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.err.find("gpu"), std::string::npos) << b.err;
+  EXPECT_NE(b.err.find("emulator"), std::string::npos) << b.err;
+}
+
+TEST_F(Cli, BadSetValues) {
+  const fs::path g = kData / "good.toml";
+  expect_user_error(run_config(g, {"--set", "run.steps"}),
+                    {"--set 'run.steps': expected key=value, e.g. --set run.steps=4"});
+  expect_user_error(run_config(g, {"--set", "=4"}), {"--set '=4': expected key=value"});
+  expect_user_error(run_config(g, {"--set", "run..steps=4"}),
+                    {"--set 'run..steps=4': empty key part"});
+  // A type mismatch against the config's own value, and against the reader's expectation.
+  expect_user_error(run_config(g, {"--set", "run.steps=abc"}),
+                    {"--set run.steps: expected integer like the config's integer 1, found "
+                     "string \"abc\""});
+  expect_user_error(run_config(g, {"--set", "run.cfg_scale=abc"}),
+                    {"--set run.cfg_scale: key 'run.cfg_scale': expected a number in [-1, 100], "
+                     "found string \"abc\""});
+  expect_user_error(run_config(g, {"--set", "run=4"}),
+                    {"--set run: that key is a table; set one of its keys instead"});
+  expect_user_error(run_config(g, {"--set", "run.steps.x=4"}),
+                    {"--set run.steps.x: 'steps' is integer 1, not a table"});
+  // An unknown key from the command line is named as such.
+  expect_user_error(run_config(g, {"--set", "run.stpes=4"}),
+                    {"--set run.stpes: unknown key 'run.stpes'; did you mean 'run.steps'?"});
+}
+
+TEST_F(Cli, ValidateDoesNotNeedOut) {
+  const ChildResult v = run({"validate", (kData / "good.toml").string(), "--set", "run.steps=2"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("2 steps"), std::string::npos) << v.out;
+  const ChildResult bad = run({"validate", (kData / "good.toml").string(), "--set", "run.x=1"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--set run.x: unknown key 'run.x'"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace cocodiff::test

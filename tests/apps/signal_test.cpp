@@ -1,0 +1,62 @@
+// Ctrl-C and SIGTERM end `cocodiff run` at once with a message, exit code 128 + signal, and no
+// file in the --out directory (outputs are written only after a run succeeded).
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A phantom FLUX.1-dev run on 2 Aurora nodes (24 tiles) with far more steps than a test can wait
+// for: it is still running whenever the signal arrives.
+ChildResult interrupt_long_run(int sig, const fs::path& dir) {
+  fs::remove_all(dir);
+  const fs::path out = dir / "out";
+  Child c = Child::start(
+      {"run", (fs::path(COCODIFF_TEST_DATA) / "good.toml").string(), "--out", out.string(), "--set",
+       "model.preset=flux1-dev", "--set", "cluster.preset=aurora", "--set", "cluster.nodes=2",
+       "--set", "run.resolution=1024", "--set", "run.steps=100000", "--set", "emulator.workers=2"},
+      dir);
+  // Wait until the plan is printed: the config is resolved and the emulator is starting.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (c.out_so_far().find("emulator ") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // let the fibers get going
+  const auto sent = std::chrono::steady_clock::now();
+  c.signal(sig);
+  ChildResult r = c.wait(std::chrono::seconds(30));
+  EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::seconds(10));
+  EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out)) << "files left in " << out;
+  return r;
+}
+
+TEST(Signals, SigintExits130WithAMessageAndNoOutputs) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_sigint_" + std::to_string(::getpid()));
+  const ChildResult r = interrupt_long_run(SIGINT, dir);
+  EXPECT_EQ(r.term_signal, 0) << "killed by the signal instead of handling it";
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  EXPECT_EQ(r.err, "cocodiff: interrupted by SIGINT; stopped, no outputs written\n");
+  EXPECT_NE(r.out.find("flux1-dev"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(Signals, SigtermExits143) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_sigterm_" + std::to_string(::getpid()));
+  const ChildResult r = interrupt_long_run(SIGTERM, dir);
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_EQ(r.err, "cocodiff: interrupted by SIGTERM; stopped, no outputs written\n");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cocodiff::test
