@@ -1,5 +1,6 @@
 #include "apps/run_exec.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <mutex>
@@ -41,6 +42,73 @@ std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan) {
   return dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
 }
 
+// strategy_stats of report.json: V-First per layer kind (means per layer and rank), V-Major
+// per tier (all ranks summed). Absent sections: the strategy has no such mechanism.
+nlohmann::ordered_json strategy_stats_json(const RunPlan& plan, const dit::StrategyStats& st) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  j["ranks"] = st.ranks;
+  if (!st.v_first.empty()) {
+    nlohmann::ordered_json vf = nlohmann::ordered_json::object();
+    for (const auto& [kind, v] : st.v_first) {
+      const double l = std::max<double>(1.0, static_cast<double>(v.layers));
+      vf[kind] = {
+          {"layers", v.layers},  // layer executions summed over ranks
+          {"v_proj_s", v.v_proj_s / l},
+          {"qk_prep_s", v.qk_prep_s / l},
+          {"v_phase1_s", v.v_phase1_s / l},
+          {"v_transfer_s", v.v_transfer_s / l},
+          {"v_exposed_s", v.v_exposed_s / l},
+          {"v_hidden_share", v.v_transfer_s > 0 ? 1.0 - v.v_exposed_s / v.v_transfer_s : 1.0},
+          {"condition_held_fraction", static_cast<double>(v.condition_held) / l},
+          {"phase1_hidden_fraction", static_cast<double>(v.phase1_hidden) / l},
+      };
+    }
+    j["v_first"] = vf;
+    j["v_first_note"] =
+        "means per layer; condition = T(V proj) + T(V phase 1) <= T(Q,K prep) with T(V proj) "
+        "from layer start to V's launch (projection + pack), T(V phase 1) from launch to the "
+        "first observed completion of V's first exchange phase (exact when the rank had to wait "
+        "for it, else an upper bound), T(Q,K prep) the Q/K projections, norms and RoPE; "
+        "phase1_hidden: V's first phase had completed when Q/K preparation ended";
+  }
+  if (!st.v_major.empty()) {
+    const dit::StrategyOptions& o = plan.settings.strategy_options;
+    nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
+    for (const auto& [tier, v] : st.v_major) {
+      const double bpe = dit::kBytesPerElement;
+      tiers[tier] = {
+          {"v_full_bytes", v.full_elements * bpe},
+          {"v_sent_bytes", v.sent_elements * bpe},
+          {"bytes_saved", (v.full_elements - v.sent_elements) * bpe},
+          {"saved_fraction", v.full_elements > 0 ? 1.0 - v.sent_elements / v.full_elements : 0.0},
+          {"blocks", v.blocks},
+          {"active_block_fraction",
+           v.blocks > 0 ? static_cast<double>(v.active_blocks) / static_cast<double>(v.blocks)
+                        : 0.0},
+      };
+    }
+    j["v_major"] = {
+        {"threshold", o.v_major_threshold},
+        {"block_tokens", o.v_major_block_tokens},
+        {"block_heads", o.v_major_block_heads},
+        {"warmup_steps", o.v_major_warmup_steps},
+        {"refresh_every", o.v_major_refresh_every},
+        {"active_blocks_from",
+         st.v_major_phantom ? "v_major.phantom_active_fraction (phantom mode: no data to measure)"
+                            : "measured change against the receiver's copy"},
+        {"phantom_active_fraction", st.v_major_phantom
+                                        ? nlohmann::ordered_json(o.v_major_phantom_active_fraction)
+                                        : nlohmann::ordered_json(nullptr)},
+        {"tiers", tiers},
+        {"cache_bytes_total", st.v_major_cache_bytes},
+        {"cache_bytes_per_rank", st.v_major_cache_bytes / std::max(1, st.ranks)},
+        {"bytes_note",
+         "bf16 (2 bytes per element), all ranks summed; sent bytes include the block masks"},
+    };
+  }
+  return j;
+}
+
 dit::RunSettings settings_for(const RunPlan& plan) {
   dit::RunSettings s = plan.settings;
   if (plan.initial_latent && !s.phantom) {
@@ -61,8 +129,10 @@ RunRecord run_emulated(const RunPlan& plan) {
                      plan.cluster.device, plan.engine);
   RunRecord rec;
   std::mutex mutex;
+  std::vector<dit::StrategyStats> stats(static_cast<size_t>(plan.ranks()));
   emu::RunResult res = engine.run([&](Communicator& comm) {
     dit::RunOutput out = dit::generate(comm, plan.model, *weights, settings);
+    stats[static_cast<size_t>(comm.rank())] = std::move(out.strategy_stats);
     if (comm.rank() == 0) {
       std::lock_guard<std::mutex> lk(mutex);
       rec.latent = std::move(out.latent);
@@ -107,6 +177,9 @@ RunRecord run_emulated(const RunPlan& plan) {
   r["flows"] = res.flows;
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
+  dit::StrategyStats merged = stats.at(0);
+  for (size_t i = 1; i < stats.size(); ++i) merged.merge(stats[i]);
+  r["strategy_stats"] = strategy_stats_json(plan, merged);
   rec.report = std::move(r);
   rec.emulated = std::move(res);
   return rec;
@@ -122,8 +195,9 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
     dit::write_png(out_dir / "image.png",
                    dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
     if (plan.save_latent)
-      dit::write_safetensors(out_dir / "latent.safetensors",
-                             {{"latent", {rec.latent.rows(), rec.latent.cols()}, &rec.latent}});
+      dit::write_safetensors(
+          out_dir / "latent.safetensors",
+          {{"latent", {rec.latent.rows(), rec.latent_height, rec.latent_width}, &rec.latent}});
   }
   if (rec.emulated && plan.engine.trace)
     emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, out_dir / "trace.json");

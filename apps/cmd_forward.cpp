@@ -1,0 +1,120 @@
+// `cocodiff forward --model PRESET --weights W.safetensors --input IN.safetensors
+//                   --output OUT.safetensors`
+// One transformer pass on given inputs, serially, for conformance checks against other
+// frameworks (PyTorch/diffusers). Tensors of IN (fp32, fp16 or bf16):
+//   latent       [C, H, W]  the latent at latent resolution (C = the model's latent channels)
+//   sigma        [1]        noise level in [0, 1] (the model sees sigma * timestep_scale)
+//   text         [T, D]     text embeddings (SD3, FLUX, Qwen-Image), T = model.text_tokens
+//   pooled       [1, P]     pooled text embedding (SD3, FLUX), optional when P = 0
+//   guidance     [1]        FLUX.1-dev distilled guidance, optional (default: the preset's)
+//   class_label  [1]        DiT class index, optional (default 0)
+// OUT holds `velocity` [C_out, H, W], the model's prediction, in fp32.
+
+#include <iostream>
+
+#include "apps/commands.hpp"
+#include "apps/run_plan.hpp"
+#include "core/errors.hpp"
+#include "dit/layers.hpp"
+#include "dit/local_comm.hpp"
+#include "dit/model.hpp"
+#include "dit/pipeline.hpp"
+#include "dit/safetensors.hpp"
+
+namespace cocodiff::apps {
+
+namespace {
+
+struct ForwardOptions {
+  std::string model;
+  std::string weights;
+  std::string input;
+  std::string output;
+  std::vector<std::string> sets;
+};
+
+float scalar(const dit::SafetensorsFile& f, const std::string& name, float def) {
+  if (f.find(name) == nullptr) return def;
+  Tensor t = f.read(name);
+  if (t.numel() != 1)
+    throw InputError(f.path().string() + ": tensor '" + name + "' must hold one value, has " +
+                     std::to_string(t.numel()));
+  return t.mat()(0, 0);
+}
+
+Tensor required(const dit::SafetensorsFile& f, const std::string& name, std::int64_t rows,
+                std::int64_t cols) {
+  if (f.find(name) == nullptr)
+    throw InputError(f.path().string() + ": missing input tensor '" + name + "'");
+  Tensor t = f.read(name);
+  if (t.rows() != rows || t.cols() != cols)
+    throw InputError(f.path().string() + ": tensor '" + name + "' is " + t.shape_str() +
+                     ", expected [" + std::to_string(rows) + " x " + std::to_string(cols) + "]");
+  return t;
+}
+
+void run_forward(const ForwardOptions& o) {
+  // The model preset, with --set model.* overrides, resolved like a run config's [model].
+  Config cfg = Config::parse("[model]\npreset = \"" + o.model + "\"\n", "--model");
+  for (const std::string& s : o.sets) cfg.set(s);
+  const dit::ModelConfig mc = dit::load_model_config(cfg, config_dir() / "models");
+  cfg.check_no_unknown_keys();
+  std::shared_ptr<const dit::Weights> w = dit::load_weights(mc, o.weights);
+
+  dit::SafetensorsFile in(o.input);
+  const dit::SafetensorsEntry* le = in.find("latent");
+  if (le == nullptr) throw InputError(o.input + ": missing input tensor 'latent' [C, H, W]");
+  if (le->shape.size() != 3 || le->shape[0] != mc.latent_channels)
+    throw InputError(o.input + ": 'latent' must be [" + std::to_string(mc.latent_channels) +
+                     ", H, W]");
+  const int h = static_cast<int>(le->shape[1]), wd = static_cast<int>(le->shape[2]);
+  if (h % mc.patch_size != 0 || wd % mc.patch_size != 0)
+    throw InputError(o.input + ": latent H and W must be multiples of the patch size " +
+                     std::to_string(mc.patch_size));
+  const Tensor latent = in.read("latent");
+  const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
+  std::optional<Tensor> text, pooled;
+  if (mc.text_tokens > 0) text = required(in, "text", mc.text_tokens, mc.text_dim);
+  if (mc.pooled_dim > 0) pooled = required(in, "pooled", 1, mc.pooled_dim);
+
+  dit::ForwardInputs fi;
+  fi.batch = 1;
+  fi.x = &tokens;
+  fi.grid_h = h / mc.patch_size;
+  fi.grid_w = wd / mc.patch_size;
+  fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
+  fi.sigmas = {scalar(in, "sigma", -1)};
+  if (fi.sigmas[0] < 0 || fi.sigmas[0] > 1)
+    throw InputError(o.input + ": tensor 'sigma' [1] in [0, 1] is required");
+  if (mc.guidance_embed) fi.guidance = {scalar(in, "guidance", static_cast<float>(mc.cfg_scale))};
+  if (text) fi.text = &*text;
+  if (pooled) fi.pooled = &*pooled;
+  if (mc.num_classes > 0) fi.class_labels = {static_cast<int>(scalar(in, "class_label", 0))};
+
+  dit::LocalComm comm;
+  const Tensor out = dit::forward(comm, mc, *w, "serial", fi, /*phantom=*/false);
+  const int out_channels = static_cast<int>(out.cols()) / (mc.patch_size * mc.patch_size);
+  const Tensor velocity = dit::unpatchify(out, out_channels, h, wd, mc.patch_size);
+  dit::write_safetensors(o.output, {{"velocity", {out_channels, h, wd}, &velocity}});
+  std::cout << "forward " << mc.name << ": latent [" << mc.latent_channels << ", " << h << ", "
+            << wd << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (velocity ["
+            << out_channels << ", " << h << ", " << wd << "], " << comm.flops() / 1e9
+            << " GFLOP)\n";
+}
+
+}  // namespace
+
+void add_forward_command(CLI::App& app) {
+  auto o = std::make_shared<ForwardOptions>();
+  CLI::App* cmd =
+      app.add_subcommand("forward", "One transformer pass on given inputs (conformance checks)");
+  cmd->add_option("--model", o->model, "Model preset (configs/models/NAME.toml)")->required();
+  cmd->add_option("--weights", o->weights, "Checkpoint (safetensors, upstream names)")->required();
+  cmd->add_option("--input", o->input, "Inputs: latent, sigma, text, pooled, guidance, class_label")
+      ->required();
+  cmd->add_option("--output", o->output, "Output safetensors (velocity)")->required();
+  cmd->add_option("--set", o->sets, "Override a model key: --set model.double_blocks=2");
+  cmd->callback([o] { run_forward(*o); });
+}
+
+}  // namespace cocodiff::apps
