@@ -95,7 +95,8 @@ Config Config::parse(std::string_view text, std::string source) {
   try {
     c.root_ = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    throw ConfigError(source + ":" + std::to_string(e.source().begin.line) +
+    throw ConfigError(source + ":" + std::to_string(e.source().begin.line) + ":" +
+                      std::to_string(e.source().begin.column) +
                       ": TOML syntax error: " + std::string(e.description()));
   }
   c.source_ = std::move(source);
@@ -152,7 +153,8 @@ void Config::merge_under(std::string_view section, const Config& preset) {
     n = root_.get(section);
   }
   if (!n->is_table())
-    throw ConfigError(source_ + ": '" + std::string(section) + "' must be a table");
+    throw ConfigError(where(section), section, "a table ([" + std::string(section) + "])",
+                      describe_node(*n));
   merge_missing(*n->as_table(), preset.root_);
 }
 
