@@ -16,6 +16,31 @@ std::filesystem::path config_dir() {
                                      : std::filesystem::path(COCODIFF_CONFIG_DIR);
 }
 
+namespace {
+
+// [pipeline], [v_major], [usp]: the strategies' settings (dit::StrategyOptions). Read whatever
+// the strategy, so a key is checked (and never reported unknown) in every run.
+void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
+  o.uneven_heads = cfg.get_bool("ulysses.uneven_heads", o.uneven_heads);
+  o.pipeline_chunks = static_cast<int>(cfg.get_int("pipeline.chunks", o.pipeline_chunks, 1, 1024));
+  o.v_major_threshold = cfg.get_double("v_major.threshold", o.v_major_threshold, 0, 1e6);
+  o.v_major_block_tokens =
+      static_cast<int>(cfg.get_int("v_major.block_tokens", o.v_major_block_tokens, 1, 1 << 24));
+  o.v_major_block_heads =
+      static_cast<int>(cfg.get_int("v_major.block_heads", o.v_major_block_heads, 1, 4096));
+  o.v_major_tiers = cfg.get_string_list("v_major.tiers", o.v_major_tiers);
+  o.v_major_warmup_steps =
+      static_cast<int>(cfg.get_int("v_major.warmup_steps", o.v_major_warmup_steps, 1, 100000));
+  o.v_major_refresh_every =
+      static_cast<int>(cfg.get_int("v_major.refresh_every", o.v_major_refresh_every, 0, 100000));
+  o.v_major_phantom_active_fraction =
+      cfg.get_double("v_major.phantom_active_fraction", o.v_major_phantom_active_fraction, 0, 1);
+  o.usp_ring_levels = static_cast<int>(cfg.get_int("usp.ring_levels", o.usp_ring_levels, 0, 16));
+  o.usp_tapa = cfg.get_bool("usp.tapa", o.usp_tapa);
+}
+
+}  // namespace
+
 RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                          const std::vector<std::string>& sets) {
   RunPlan plan;
@@ -35,12 +60,13 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   s.phantom = plan.math == "skip";
   std::vector<std::string> names = dit::attention_strategy_names();
   s.strategy = cfg.get_string("run.strategy", "flat");
-  if (std::find(names.begin(), names.end(), s.strategy) == names.end()) {
+  if (const std::string err = dit::attention_strategy_error(s.strategy); !err.empty()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : " | ") + n;
-    throw ConfigError(cfg.where("run.strategy"), "run.strategy", "one of " + list,
-                      "\"" + s.strategy + "\"");
+    throw ConfigError(cfg.where("run.strategy"), "run.strategy",
+                      "one of " + list + " (or features joined by '+')", "\"" + s.strategy + "\"");
   }
+  read_strategy_options(cfg, s.strategy_options);
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
   if (cfg.has("run.weights"))
@@ -71,24 +97,48 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   if (plan.tokens() < plan.ranks()) {
     std::int64_t side = 1;  // the smallest grid side with a token per rank
     while (side * side < plan.ranks()) ++side;
-    throw ConfigError(cfg.where("run.resolution"), "run.resolution",
-                      "at least one image token per rank: " + std::to_string(plan.ranks()) +
-                          " ranks need a resolution of at least " + std::to_string(side * unit),
-                      std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) +
-                          " image tokens)");
+    throw ConfigError(
+        cfg.where("run.resolution"), "run.resolution",
+        "at least one image token per rank: " + std::to_string(plan.ranks()) +
+            " ranks need a resolution of at least " + std::to_string(side * unit),
+        std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) + " image tokens)");
   }
-  if (s.strategy == "flat" && plan.model.heads % plan.ranks() != 0) {
+  const Topology& topo = plan.cluster.topology;
+  if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
+    throw ConfigError(cfg.where("usp.ring_levels"), "usp.ring_levels",
+                      "fewer than the topology's " + std::to_string(topo.num_levels()) + " levels",
+                      std::to_string(s.strategy_options.usp_ring_levels));
+  // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
+  int ulysses_degree = plan.ranks();
+  if (s.strategy == "usp")
+    for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
+         k < plan.cluster.topology.num_levels(); ++k)
+      ulysses_degree /= std::max(1, plan.cluster.topology.level(std::max(0, k)).size);
+  if (s.strategy != "serial" && !s.strategy_options.uneven_heads &&
+      plan.model.heads % ulysses_degree != 0) {
     const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
     throw ConfigError(cfg.where(key), key,
                       "a rank count that divides the " + std::to_string(plan.model.heads) +
                           " heads of " + plan.model.name +
-                          " (flat Ulysses gives every rank heads / ranks heads)",
-                      std::to_string(plan.cluster.topology.num_nodes()) + " nodes = " +
-                          std::to_string(plan.ranks()) + " ranks");
+                          " (Ulysses gives every rank heads / ranks heads; set "
+                          "ulysses.uneven_heads = true for DeepSpeed's uneven split)",
+                      std::to_string(plan.cluster.topology.num_nodes()) +
+                          " nodes = " + std::to_string(ulysses_degree) + " ranks");
   }
   if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat")
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
+  for (const std::string& tier : s.strategy_options.v_major_tiers) {
+    bool found = false;
+    std::string list;
+    for (int k = 0; k < topo.num_tiers(); ++k) {
+      found = found || topo.tier_name(k) == tier;
+      list += (list.empty() ? "" : ", ") + topo.tier_name(k);
+    }
+    if (!found)
+      throw ConfigError(cfg.where("v_major.tiers"), "v_major.tiers",
+                        "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
+  }
   cfg.check_no_unknown_keys();
   return plan;
 }

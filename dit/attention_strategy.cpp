@@ -1,5 +1,7 @@
 #include "dit/attention_strategy.hpp"
 
+#include <algorithm>
+
 #include "dit/layers.hpp"
 
 namespace cocodiff::dit {
@@ -38,6 +40,31 @@ std::vector<Tensor> SerialAttention::attend(const Exec& ex, const QkvSource& src
                              concat_tokens(ex, v, shape.batch, "v_concat"), shape.heads,
                              shape.head_dim, shape.batch, "attention");
   return split_tokens(ex, o, tokens, shape.batch, "o_split");
+}
+
+void StrategyStats::merge(const StrategyStats& o) {
+  for (const auto& [kind, v] : o.v_first) {
+    VFirstKindStats& m = v_first[kind];
+    m.layers += v.layers;
+    m.v_proj_s += v.v_proj_s;
+    m.qk_prep_s += v.qk_prep_s;
+    m.v_phase1_s += v.v_phase1_s;
+    m.v_transfer_s += v.v_transfer_s;
+    m.v_exposed_s += v.v_exposed_s;
+    m.condition_held += v.condition_held;
+    m.phase1_hidden += v.phase1_hidden;
+  }
+  for (const auto& [tier, v] : o.v_major) {
+    VMajorTierStats& m = v_major[tier];
+    m.full_elements += v.full_elements;
+    m.sent_elements += v.sent_elements;
+    m.blocks += v.blocks;
+    m.active_blocks += v.active_blocks;
+  }
+  v_major_cache_bytes += o.v_major_cache_bytes;
+  v_major_phantom = v_major_phantom || o.v_major_phantom;
+  v_major_threshold = std::max(v_major_threshold, o.v_major_threshold);
+  ranks += o.ranks;
 }
 
 }  // namespace cocodiff::dit

@@ -13,7 +13,9 @@
 // shard_tokens(total, P, r)); text tokens are replicated on every rank.
 
 #include <cstdint>
+#include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -57,6 +59,59 @@ struct AttentionShape {
   int heads = 1;
   int head_dim = 1;
   int batch = 1;
+  /// The kind of attention layer ("flux_double", "flux_single", "sd3_joint", ...): strategy
+  /// statistics are reported per kind.
+  std::string_view kind = "attention";
+};
+
+/// Settings of the strategies beyond their name (config sections [pipeline], [v_major], [usp]).
+struct StrategyOptions {
+  /// Heads that do not divide the Ulysses degree: false = ConfigError, true = DeepSpeed's uneven
+  /// split (the first heads % P ranks get one head more).
+  bool uneven_heads = false;
+  int pipeline_chunks = 2;  // head groups Q/K preparation is split into (pipeline)
+  // V-Major selective communication.
+  double v_major_threshold = 0.02;  // a block is sent when ||new - held|| > threshold ||held||
+  int v_major_block_tokens = 64;    // rows (batch x tokens) per block
+  int v_major_block_heads = 1;      // heads per block
+  std::vector<std::string> v_major_tiers = {"inter-node"};  // tiers whose V is selective
+  int v_major_warmup_steps = 2;                             // first steps send everything
+  int v_major_refresh_every = 0;                  // every n-th step sends everything (0: never)
+  double v_major_phantom_active_fraction = 0.25;  // phantom mode: share of blocks sent
+  // Ulysses x Ring (usp).
+  int usp_ring_levels = 1;  // outermost topology levels the ring spans (the rest: Ulysses)
+  bool usp_tapa = false;    // Ulysses part as TAPA phases instead of one flat all-to-all
+};
+
+/// V-First on one kind of layer, summed over layers (and over ranks when merged).
+struct VFirstKindStats {
+  std::int64_t layers = 0;
+  double v_proj_s = 0;              // T(V proj)
+  double qk_prep_s = 0;             // T(Q, K prep): projections, norms, RoPE
+  double v_phase1_s = 0;            // T(V first phase): launch to first observed completion
+  double v_transfer_s = 0;          // launch to completion of V's whole exchange
+  double v_exposed_s = 0;           // time the rank waited for V
+  std::int64_t condition_held = 0;  // layers with T(V proj) + T(V phase 1) <= T(Q, K prep)
+  std::int64_t phase1_hidden = 0;   // layers whose V phase 1 ended before Q/K prep did
+};
+
+/// V-Major traffic on one tier, summed over layers and steps (and ranks when merged).
+struct VMajorTierStats {
+  double full_elements = 0;  // V elements an exact exchange sends on this tier
+  double sent_elements = 0;  // elements actually sent (active blocks + masks)
+  std::int64_t blocks = 0;   // blocks considered
+  std::int64_t active_blocks = 0;
+};
+
+/// What a strategy measured during a run (rank-local; merge() sums ranks).
+struct StrategyStats {
+  std::map<std::string, VFirstKindStats> v_first;  // by AttentionShape::kind
+  std::map<std::string, VMajorTierStats> v_major;  // by tier name
+  double v_major_cache_bytes = 0;  // sender mirrors + receiver caches, bf16 (2 bytes/element)
+  bool v_major_phantom = false;    // true: active blocks came from phantom_active_fraction
+  double v_major_threshold = 0;
+  int ranks = 1;  // ranks merged into these numbers
+  void merge(const StrategyStats& o);
 };
 
 class AttentionStrategy {
@@ -70,6 +125,11 @@ class AttentionStrategy {
   /// for the local tokens. Blocking (every exchange it starts has completed on return).
   virtual std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                                      const AttentionShape& shape) = 0;
+  /// Called before every transformer pass: denoising step and pass within it (true CFG: 0, 1).
+  /// Strategies with state across steps (V-Major caches) key it by (pass, layer in the pass).
+  virtual void begin_forward(int /*step*/, int /*pass*/) {}
+  /// What the strategy measured so far on this rank.
+  virtual StrategyStats stats() const { return {}; }
 };
 
 /// The serial reference: project, prepare, concatenate, attend, split. Degree 1.

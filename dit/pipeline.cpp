@@ -99,7 +99,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   out.batch = use_cfg && cfg.cfg_mode == CfgMode::kBatch ? 2 : 1;
 
   std::unique_ptr<Model> model = make_model(cfg);
-  std::unique_ptr<AttentionStrategy> attn = make_attention_strategy(st.strategy, comm, cfg);
+  std::unique_ptr<AttentionStrategy> attn =
+      make_attention_strategy(st.strategy, comm, cfg, st.strategy_options);
 
   // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
   // so every rank draws exactly its rows of the same full tensor.
@@ -132,6 +133,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   for (int i = 0; i < out.steps; ++i) {
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
+    int pass = 0;
     ForwardInputs in;
     in.grid_h = gh;
     in.grid_w = gw;
@@ -148,6 +150,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       in.pooled = pooled;
       in.class_labels = std::move(labels);
       ++out.forwards;
+      attn->begin_forward(i, pass++);
       return model->forward(ex, w, *attn, in);
     };
     const int null_class = cfg.num_classes;
@@ -195,6 +198,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
           ConstMatMap(recv.data() + r * max_rows * features, s.count, features);
     }
   out.latent = unpatchify(tokens, c, lh, lw, p);
+  out.strategy_stats = attn->stats();
   return out;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/communicator.hpp"
 #include "core/tensor.hpp"
+#include "dit/attention_strategy.hpp"
 #include "dit/model.hpp"
 #include "dit/model_config.hpp"
 #include "dit/weights.hpp"
@@ -24,13 +25,14 @@
 namespace cocodiff::dit {
 
 struct RunSettings {
-  int resolution = 1024;          // pixels per side (a multiple of vae_scale * patch_size)
-  int steps = 0;                  // denoising steps; 0 = the model's default
-  std::uint64_t seed = 0;         // noise and text embeddings (weights have their own seed)
-  bool phantom = false;           // math = "skip": shapes and costs only
-  std::string strategy = "flat";  // attention strategy (dit/parallel/strategies.hpp)
-  double cfg_scale = -1;          // < 0: the model's default (CFG scale or FLUX guidance)
-  int class_label = 0;            // DiT class
+  int resolution = 1024;             // pixels per side (a multiple of vae_scale * patch_size)
+  int steps = 0;                     // denoising steps; 0 = the model's default
+  std::uint64_t seed = 0;            // noise and text embeddings (weights have their own seed)
+  bool phantom = false;              // math = "skip": shapes and costs only
+  std::string strategy = "flat";     // attention strategy (dit/parallel/strategies.hpp)
+  StrategyOptions strategy_options;  // [pipeline], [v_major], [usp] settings
+  double cfg_scale = -1;             // < 0: the model's default (CFG scale or FLUX guidance)
+  int class_label = 0;               // DiT class
   /// Inpainting: latent [C, H*W] to keep where mask is 0, and mask [1, H*W] (1 = generate),
   /// both at latent resolution. Either both or neither.
   std::optional<Tensor> known_latent;
@@ -47,9 +49,10 @@ struct RunOutput {
   std::int64_t tokens = 0;  // image tokens per sample
   std::int64_t local_tokens = 0;  // this rank's share
   int steps = 0;
-  int forwards = 0;            // transformer passes (true CFG: 2 per step)
-  int batch = 1;               // sequences per forward (batch CFG: 2)
-  std::vector<double> sigmas;  // steps + 1 values
+  int forwards = 0;              // transformer passes (true CFG: 2 per step)
+  int batch = 1;                 // sequences per forward (batch CFG: 2)
+  std::vector<double> sigmas;    // steps + 1 values
+  StrategyStats strategy_stats;  // what the attention strategy measured on this rank
 };
 
 /// Seeded random weights for the model; no data when phantom. Call once, outside the ranks.

@@ -151,7 +151,10 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
   std::vector<StreamQkv> streams =
       opt.text_first ? std::vector<StreamQkv>{txt, img} : std::vector<StreamQkv>{img, txt};
   const ModelQkv src(std::move(streams), cfg.head_dim, batch, eps);
-  std::vector<Tensor> out = attn.attend(ex, src, {cfg.heads, cfg.head_dim, batch});
+  // Layer kind for strategy statistics: "flux_double", "sd3_joint", "qwen-image_joint".
+  const std::string kind = cfg.family == Family::kFlux ? "flux_double"
+                                                       : family_name(cfg.family) + "_joint";
+  std::vector<Tensor> out = attn.attend(ex, src, {cfg.heads, cfg.head_dim, batch, kind});
   gated_residual(ex, x,
                  dense(ex, w, p + "attn.to_out.0", out[static_cast<size_t>(img_index)], "attn_out"),
                  &mi[2], batch, "residual");
@@ -162,7 +165,7 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
     img2.total_tokens = image_tokens;
     bind_diffusers_qkv(img2, w, p + "attn2", false);
     const ModelQkv src2({img2}, cfg.head_dim, batch, eps);
-    std::vector<Tensor> out2 = attn.attend(ex, src2, {cfg.heads, cfg.head_dim, batch});
+    std::vector<Tensor> out2 = attn.attend(ex, src2, {cfg.heads, cfg.head_dim, batch, "sd3_attn2"});
     gated_residual(ex, x, dense(ex, w, p + "attn2.to_out.0", out2[0], "attn2_out"), &mi[8], batch,
                    "residual");
   }

@@ -76,7 +76,7 @@ class DitXl final : public Model {
         s.row_offset[part] = part * d;
       }
       const models::ModelQkv src({s}, cfg_.head_dim, batch, cfg_.norm_eps);
-      std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch});
+      std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "dit"});
       gated_residual(ex, h, models::dense(ex, w, b + "attn.proj", o[0], "attn_out"), &m[2], batch,
                      "residual");
       const Tensor hm = models::norm_modulate(ex, h, m[3], m[4], batch, cfg_.norm_eps, "norm2");

@@ -80,7 +80,7 @@ class Flux final : public Model {
       models::bind_diffusers_qkv(qkv[s], w, b + "attn", false);
     }
     const models::ModelQkv src(std::move(qkv), cfg_.head_dim, batch, cfg_.norm_eps);
-    std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch});
+    std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "flux_single"});
     for (int s = 0; s < 2; ++s) {
       const Tensor cat = concat_cols(ex, o[static_cast<size_t>(s)], mlp[s], "attn_mlp_concat");
       gated_residual(ex, *streams[s], models::dense(ex, w, b + "proj_out", cat, "proj_out"), &m[2],

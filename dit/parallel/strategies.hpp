@@ -1,7 +1,14 @@
 #pragma once
 // Attention strategies by name (the run config's `run.strategy`).
 //
-//   std::unique_ptr<AttentionStrategy> s = make_attention_strategy("flat", comm, model_cfg);
+//   std::unique_ptr<AttentionStrategy> s = make_attention_strategy("cocodiff", comm, model_cfg,
+//   opt);
+//
+// Names: serial (one rank), flat (Ulysses, one all-to-all per tensor), tapa (TAPA phases),
+// v_first (tapa + V-First), pipeline (tapa + chunked Q/K preparation), v_major (tapa + V-Major),
+// cocodiff (tapa + v_first + pipeline + v_major), usp (Ulysses x Ring). Compositions join
+// features with '+': "flat+v_first", "tapa+v_first+pipeline", ... (features: flat | tapa,
+// v_first, pipeline, v_major).
 
 #include <memory>
 #include <string>
@@ -13,13 +20,20 @@
 
 namespace cocodiff::dit {
 
-/// Names make_attention_strategy accepts.
+/// The named strategies make_attention_strategy accepts (compositions with '+' come on top).
 std::vector<std::string> attention_strategy_names();
 
-/// "serial" (one rank only) or "flat" (Ulysses over all of `comm`). `comm` is borrowed and
-/// must outlive the strategy. ConfigError for an unknown name or an impossible degree.
+/// Empty when `name` is a valid strategy or composition, else what is wrong with it.
+std::string attention_strategy_error(const std::string& name);
+
+/// True for strategies that change the output (v_major with a threshold above 0).
+bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options);
+
+/// Collective over `comm` (borrowed; must outlive the strategy). ConfigError for an unknown
+/// name or impossible settings.
 std::unique_ptr<AttentionStrategy> make_attention_strategy(const std::string& name,
                                                            Communicator& comm,
-                                                           const ModelConfig& cfg);
+                                                           const ModelConfig& cfg,
+                                                           const StrategyOptions& options = {});
 
 }  // namespace cocodiff::dit

@@ -1,0 +1,332 @@
+#include "dit/parallel/sp_attention.hpp"
+
+#include <algorithm>
+
+#include "core/errors.hpp"
+#include "dit/layers.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+double n(std::int64_t v) { return static_cast<double>(v); }
+size_t u(std::int64_t i) { return static_cast<size_t>(i); }
+
+std::vector<ColumnRange> head_columns(const HeadSplit& hs, int head_dim) {
+  std::vector<ColumnRange> c;
+  for (size_t d = 0; d < hs.begin.size(); ++d)
+    c.push_back({std::int64_t{hs.begin[d]} * head_dim, std::int64_t{hs.count[d]} * head_dim});
+  return c;
+}
+
+}  // namespace
+
+HeadSplit::HeadSplit(int heads, int parts) {
+  COCO_CHECK(parts >= 1 && heads >= 1, "HeadSplit");
+  int at = 0;
+  for (int r = 0; r < parts; ++r) {
+    const int c = heads / parts + (r < heads % parts ? 1 : 0);
+    begin.push_back(at);
+    count.push_back(c);
+    at += c;
+    max_count = std::max(max_count, c);
+  }
+}
+
+// to_heads: x [B*n_me, *] -> block (me, d) = [B*n_me, cols(d).count] = x[:, cols(d)]
+std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, const Tensor& x,
+                                              std::int64_t total, int batch,
+                                              std::vector<ColumnRange> cols, std::string label,
+                                              VMajorChannel* v_major) {
+  const int p = g.size();
+  COCO_CHECK(x.rows() == batch * shard_tokens(total, p, g.rank()).count,
+             "to_heads: x " + x.shape_str());
+  auto shape = [total, batch, p, cols](int s, int d) {
+    return BlockShape{batch * shard_tokens(total, p, s).count, cols[u(d)].count};
+  };
+  auto xc = std::make_unique<BlockExchange>(g, shape, ex.phantom, std::move(label), v_major);
+  xc->start(
+      ex, [&](int d, MatMap out) { out = x.mat().middleCols(cols[u(d)].begin, cols[u(d)].count); });
+  return xc;
+}
+
+// unpack: block (s, me) [B*n_s, w] -> y rows b*total + begin_s, columns [col0, col0 + w)
+void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::int64_t total,
+                     int batch, std::int64_t col0, std::int64_t width, Tensor& y) {
+  x.finish(ex);
+  const int p = g.size();
+  if (!ex.phantom && width > 0)
+    for (int s = 0; s < p; ++s) {
+      const TokenShard sh = shard_tokens(total, p, s);
+      const ConstMatMap blk = x.block(s);
+      for (int b = 0; b < batch; ++b)
+        y.mat().block(b * total + sh.begin, col0, sh.count, width) =
+            blk.middleRows(b * sh.count, sh.count);
+    }
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(batch * total * width), "a2a_unpack");
+}
+
+// to_sequence: o [B*total, w_me] -> block (me, d) = [B*n_d, w_me] (d's tokens);
+//              block (s, me) [B*n_me, w_s] -> y[:, cols(s)]
+Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64_t total, int batch,
+                   const std::vector<ColumnRange>& cols, std::string label) {
+  const int p = g.size(), me = g.rank();
+  COCO_CHECK(o.rows() == batch * total, "to_sequence: o " + o.shape_str());
+  auto shape = [total, batch, p, cols](int s, int d) {
+    return BlockShape{batch * shard_tokens(total, p, d).count, cols[u(s)].count};
+  };
+  BlockExchange xc(g, shape, ex.phantom, std::move(label));
+  xc.start(ex, [&](int d, MatMap out) {
+    const TokenShard sh = shard_tokens(total, p, d);
+    for (int b = 0; b < batch; ++b)
+      out.middleRows(b * sh.count, sh.count) = o.mat().middleRows(b * total + sh.begin, sh.count);
+  });
+  xc.finish(ex);
+  const TokenShard mine = shard_tokens(total, p, me);
+  std::int64_t width = 0;
+  for (const ColumnRange& c : cols) width = std::max(width, c.begin + c.count);
+  Tensor y = Tensor::zeros(batch * mine.count, width, ex.phantom);
+  if (!ex.phantom)
+    for (int s = 0; s < p; ++s)
+      if (cols[u(s)].count > 0)
+        y.mat().middleCols(cols[u(s)].begin, cols[u(s)].count) = xc.block(s);
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "a2a_unpack");
+  return y;
+}
+
+Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
+                      const std::vector<ColumnRange>& cols, std::string_view label) {
+  const int p = g.size();
+  std::int64_t maxw = 0, width = 0;
+  for (const ColumnRange& c : cols) {
+    maxw = std::max(maxw, c.count);
+    width = std::max(width, c.begin + c.count);
+  }
+  const std::int64_t rows = o.rows(), count = rows * maxw;
+  std::vector<float> send, recv;
+  if (!ex.phantom) {
+    send.assign(u(count), 0.0f);
+    if (o.cols() > 0) MatMap(send.data(), rows, maxw).leftCols(o.cols()) = o.mat();
+    recv.resize(u(count * p));
+  }
+  g.all_gather(send, recv, count, label);
+  Tensor y = Tensor::zeros(rows, width, ex.phantom);
+  if (!ex.phantom)
+    for (int i = 0; i < p; ++i)
+      if (cols[u(i)].count > 0)
+        y.mat().middleCols(cols[u(i)].begin, cols[u(i)].count) =
+            ConstMatMap(recv.data() + i * count, rows, maxw).leftCols(cols[u(i)].count);
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "gather_unpack");
+  return y;
+}
+
+SpAttention::SpAttention(std::string name, Communicator& group, const ModelConfig& cfg,
+                         SpFeatures features, const StrategyOptions& options)
+    : name_(std::move(name)), group_(group, features.tapa), f_(features), opt_(options) {
+  if (cfg.heads % group.size() != 0 && !opt_.uneven_heads)
+    throw ConfigError(name_ + ": " + std::to_string(cfg.heads) +
+                      " attention heads are not divisible by the sequence-parallel degree " +
+                      std::to_string(group.size()) +
+                      " (set ulysses.uneven_heads = true for DeepSpeed's uneven split, or use "
+                      "usp)");
+  if (f_.chunks < 1) throw ConfigError("pipeline.chunks must be >= 1");
+  if (f_.v_major) VMajorCache probe(opt_, group.topology(), true);  // tier names checked now
+}
+
+void SpAttention::begin_forward(int step, int pass) {
+  step_ = step;
+  pass_ = pass;
+  if (v_major_) v_major_->begin_forward(step, pass);
+}
+
+StrategyStats SpAttention::stats() const {
+  StrategyStats s;
+  s.v_first = v_first_;
+  if (v_major_) v_major_->add_to(s);
+  return s;
+}
+
+std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
+                                        const AttentionShape& shape) {
+  const int p = group_.size(), me = group_.rank();
+  const HeadSplit hs(shape.heads, p);
+  const int hl = hs.count[u(me)], h0 = hs.begin[u(me)];
+  const int dh = shape.head_dim, batch = shape.batch;
+  const std::int64_t hw = std::int64_t{hl} * dh;
+  const std::vector<ColumnRange> head_cols = head_columns(hs, dh);
+  const int streams = src.num_streams();
+  if (f_.v_major && !v_major_) {
+    v_major_ = std::make_unique<VMajorCache>(opt_, group_.comm().topology(), ex.phantom);
+    v_major_->begin_forward(step_, pass_);
+  }
+  const int layer = v_major_ ? v_major_->next_layer() : 0;
+  Communicator& clock = ex.comm;
+
+  struct Pending {
+    int part, stream;
+    std::int64_t col0, width;  // this rank's columns of the assembled tensor
+    std::unique_ptr<VMajorChannel> channel;
+    std::unique_ptr<BlockExchange> x;
+  };
+  std::vector<Pending> pending;
+  auto progress = [&] {
+    for (Pending& pd : pending) pd.x->progress(ex);
+  };
+  // A blocking exchange (flat/tapa Q, K, V; V without v_first; Q/K without pipeline) is driven
+  // to its end right after its launch; the exchanges still in flight progress meanwhile.
+  auto drive = [&](BlockExchange& x) {
+    while (!x.done()) {
+      progress();
+      x.wait_step(ex);
+    }
+  };
+  std::vector<Tensor> parts[3];
+  for (auto& v : parts) v.resize(u(streams));
+
+  static constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
+  const int order_vf[3] = {2, 0, 1}, order_std[3] = {0, 1, 2};
+  const int* order = f_.v_first ? order_vf : order_std;
+  const SimTime t_start = clock.now();
+  double qk_prep_s = 0;
+  SimTime v_launch;
+  BlockExchange* v_first_x = nullptr;
+  bool phase1_hidden = false;  // V's first phase seen complete when Q/K preparation ended
+  auto qk_prepared = [&] {
+    if (v_first_x == nullptr) return;
+    v_first_x->progress(ex);
+    phase1_hidden = v_first_x->phases_seen() > 0;
+  };
+  for (int oi = 0; oi < 3; ++oi) {
+    const int part = order[oi];
+    const QkvPart qp = static_cast<QkvPart>(part);
+    for (int s = 0; s < streams; ++s) {
+      const SimTime t0 = clock.now();
+      if (!src.sharded(s) || p == 1) {
+        // Replicated (or a group of one): this rank's heads, no exchange.
+        Tensor x = src.project(ex, s, qp, p == 1 ? 0 : h0, p == 1 ? shape.heads : h0 + hl);
+        src.prepare(ex, s, qp, x, 0, p == 1 ? shape.heads : hl);
+        parts[part][u(s)] = std::move(x);
+        if (part != 2) {
+          qk_prep_s += (clock.now() - t0).seconds();
+          qk_prepared();
+        }
+        progress();
+        continue;
+      }
+      const std::int64_t total = src.total_tokens(s);
+      parts[part][u(s)] = Tensor::zeros(batch * total, hw, ex.phantom);
+      Tensor x = src.project(ex, s, qp, 0, shape.heads);
+      if (part == 2 || f_.chunks <= 1) {
+        src.prepare(ex, s, qp, x, 0, shape.heads);
+        if (part != 2) {
+          qk_prep_s += (clock.now() - t0).seconds();
+          qk_prepared();
+        }
+        Pending pd{part, s, 0, hw, nullptr, nullptr};
+        if (part == 2 && v_major_)
+          pd.channel = std::make_unique<VMajorChannel>(*v_major_, layer * 8 + s, dh);
+        pd.x = start_to_heads(ex, group_, x, total, batch, head_cols, std::string(kA2a[part]),
+                              pd.channel.get());
+        if (part == 2 && f_.v_first && v_first_x == nullptr) {
+          v_first_x = pd.x.get();
+          v_launch = clock.now();
+        }
+        BlockExchange& launched = *pd.x;
+        pending.push_back(std::move(pd));
+        if (part == 2 ? !f_.v_first : f_.chunks <= 1) drive(launched);
+        progress();
+        continue;
+      }
+      qk_prep_s += (clock.now() - t0).seconds();
+      progress();
+      // Pipeline: chunk c holds, of every destination's heads, the c-th of `chunks` groups.
+      for (int c = 0; c < f_.chunks; ++c) {
+        std::vector<ColumnRange> chunk_cols(u(p)), packed_cols(u(p));
+        std::int64_t width = 0;
+        for (int d = 0; d < p; ++d) {
+          const int cnt = hs.count[u(d)];
+          const int b0 = cnt * c / f_.chunks, b1 = cnt * (c + 1) / f_.chunks;
+          chunk_cols[u(d)] = {std::int64_t{hs.begin[u(d)] + b0} * dh, std::int64_t{b1 - b0} * dh};
+          packed_cols[u(d)] = {width, chunk_cols[u(d)].count};
+          width += chunk_cols[u(d)].count;
+        }
+        if (width == 0) continue;  // every destination has fewer heads than chunks
+        const SimTime t1 = clock.now();
+        // The chunk's heads, gathered (a strided view for the device kernels: not charged).
+        Tensor xc = Tensor::zeros(x.rows(), width, ex.phantom);
+        if (!ex.phantom)
+          for (int d = 0; d < p; ++d)
+            if (chunk_cols[u(d)].count > 0)
+              xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
+                  x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
+        src.prepare(ex, s, qp, xc, 0, static_cast<int>(width / dh));
+        qk_prep_s += (clock.now() - t1).seconds();
+        qk_prepared();
+        const int cnt = hs.count[u(me)];
+        const std::int64_t col0 = std::int64_t{cnt * c / f_.chunks} * dh;
+        Pending pd{part, s, col0, packed_cols[u(me)].count, nullptr, nullptr};
+        pd.x = start_to_heads(ex, group_, xc, total, batch, packed_cols, std::string(kA2a[part]));
+        pending.push_back(std::move(pd));
+        progress();
+      }
+    }
+  }
+  // V-First bookkeeping: was V's first phase through when Q/K preparation ended?
+  // Drive every exchange to its end: whichever has a step ready moves on; otherwise wait for
+  // the oldest one's step in flight.
+  while (true) {
+    progress();
+    BlockExchange* next = nullptr;
+    for (Pending& pd : pending)
+      if (!pd.x->done()) {
+        next = pd.x.get();
+        break;
+      }
+    if (next == nullptr) break;
+    next->wait_step(ex);
+  }
+  if (f_.v_first && v_first_x != nullptr) {
+    VFirstKindStats& st = v_first_[std::string(shape.kind)];
+    const double phase1 = (v_first_x->phase_seen(0) - v_launch).seconds();
+    const double v_proj = (v_launch - t_start).seconds();
+    st.layers += 1;
+    st.v_proj_s += v_proj;
+    st.qk_prep_s += qk_prep_s;
+    st.v_phase1_s += phase1;
+    st.v_transfer_s += (v_first_x->end_time() - v_launch).seconds();
+    st.v_exposed_s += v_first_x->waited().seconds();
+    if (v_proj + phase1 <= qk_prep_s) st.condition_held += 1;
+    if (phase1_hidden) st.phase1_hidden += 1;
+  }
+  for (Pending& pd : pending)
+    unpack_to_heads(ex, group_, *pd.x, src.total_tokens(pd.stream), batch, pd.col0, pd.width,
+                    parts[pd.part][u(pd.stream)]);
+  pending.clear();
+
+  std::vector<const Tensor*> q, k, v;
+  std::vector<std::int64_t> tokens;
+  for (int s = 0; s < streams; ++s) {
+    q.push_back(&parts[0][u(s)]);
+    k.push_back(&parts[1][u(s)]);
+    v.push_back(&parts[2][u(s)]);
+    tokens.push_back(src.sharded(s) ? src.total_tokens(s) : src.rows(s) / batch);
+  }
+  const int heads_here = p == 1 ? shape.heads : hl;
+  const Tensor o = attention(
+      ex, concat_tokens(ex, q, batch, "q_concat"), concat_tokens(ex, k, batch, "k_concat"),
+      concat_tokens(ex, v, batch, "v_concat"), heads_here, dh, batch, "attention");
+  std::vector<Tensor> outs = split_tokens(ex, o, tokens, batch, "o_split");
+  if (p == 1) return outs;
+  for (int s = 0; s < streams; ++s) {
+    Tensor& os = outs[u(s)];
+    if (src.sharded(s))
+      os = to_sequence(ex, group_, os, src.total_tokens(s), batch, head_cols, "o_all_to_all");
+    else if (src.wants_output(s))
+      os = gather_columns(ex, group_.comm(), os, head_cols, "text_o_all_gather");
+    else
+      os = Tensor::zeros(os.rows(), std::int64_t{shape.heads} * dh, ex.phantom);
+  }
+  return outs;
+}
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,93 @@
+#pragma once
+// Ulysses sequence parallelism with the CoCoDiff mechanisms, each switchable:
+//   exchange  flat (one all-to-all over the group) or TAPA (one phase per topology level)
+//   v_first   V is projected first and its exchange launched non-blocking; Q/K projection,
+//             RMSNorm and RoPE run while it flies (the exchanges progress between those steps)
+//   pipeline  Q/K preparation in `chunks` head groups (within every destination's heads), each
+//             group's exchange launched as soon as it is prepared
+//   v_major   V is sent selectively on the slow tiers (dit/parallel/v_major.hpp)
+// Uneven head counts use DeepSpeed's split (24 heads over 16 ranks: 2 heads on the first 8,
+// 1 on the rest); uneven token shards follow shard_tokens. Text tokens are replicated: each rank
+// projects its own heads of them; an all_gather (padded to the largest head share) reassembles
+// the text output.
+//
+//   SpFeatures f{.tapa = true, .v_first = true, .chunks = 2};
+//   SpAttention a("cocodiff", comm, cfg, f, options);   // collective (TAPA splits the group)
+//   std::vector<Tensor> out = a.attend(ex, src, shape);
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "dit/attention_strategy.hpp"
+#include "dit/model_config.hpp"
+#include "dit/parallel/tapa.hpp"
+#include "dit/parallel/v_major.hpp"
+
+namespace cocodiff::dit {
+
+/// Heads of an SP group of `parts` ranks: rank r owns [begin[r], begin[r] + count[r]); the
+/// first heads % parts ranks one more (DeepSpeed-Ulysses' uneven split).
+struct HeadSplit {
+  HeadSplit(int heads, int parts);
+  std::vector<int> begin, count;
+  int max_count = 0;
+};
+
+struct SpFeatures {
+  bool tapa = false;
+  bool v_first = false;
+  int chunks = 1;  // pipeline: head groups of Q/K preparation (1: off)
+  bool v_major = false;
+};
+
+class SpAttention final : public AttentionStrategy {
+ public:
+  /// Collective over `group` (borrowed, must outlive this object).
+  SpAttention(std::string name, Communicator& group, const ModelConfig& cfg, SpFeatures features,
+              const StrategyOptions& options);
+  std::string name() const override { return name_; }
+  int degree() const override { return group_.size(); }
+  int index() const override { return group_.rank(); }
+  std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
+                             const AttentionShape& shape) override;
+  void begin_forward(int step, int pass) override;
+  StrategyStats stats() const override;
+
+ private:
+  std::string name_;
+  SpGroup group_;
+  SpFeatures f_;
+  StrategyOptions opt_;
+  int step_ = 0, pass_ = 0;
+  std::unique_ptr<VMajorCache> v_major_;  // made at the first layer (needs the phantom flag)
+  std::map<std::string, VFirstKindStats> v_first_;
+};
+
+/// The exchanges of one Ulysses layer over `g`, shared by SpAttention and Ulysses x Ring:
+/// x [B*n_me, cols] (this rank's tokens, the columns of every destination) -> the columns of
+/// this rank for all tokens of the group. `cols_of(d)`: [first column, count] of destination d.
+struct ColumnRange {
+  std::int64_t begin = 0, count = 0;
+};
+
+/// Sequence -> heads: starts the exchange of x (rows: B x this rank's tokens of `total`).
+std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, const Tensor& x,
+                                              std::int64_t total, int batch,
+                                              std::vector<ColumnRange> cols, std::string label,
+                                              VMajorChannel* v_major = nullptr);
+/// Finishes the exchange and writes it into y [B*total, *], columns [col0, col0 + width).
+void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::int64_t total,
+                     int batch, std::int64_t col0, std::int64_t width, Tensor& y);
+/// Heads -> sequence, blocking: o [B*total, width(me)] -> [B*n_me, sum of widths], member s's
+/// columns at offset(s).
+Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64_t total, int batch,
+                   const std::vector<ColumnRange>& cols, std::string label);
+/// Reassembles a replicated stream's heads over `g`: o [rows, width(me)] -> [rows, total width].
+Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
+                      const std::vector<ColumnRange>& cols, std::string_view label);
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,324 @@
+#include "dit/parallel/tapa.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "dit/parallel/v_major.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+double n(std::int64_t v) { return static_cast<double>(v); }
+
+// One digit of a block order: coordinate j (group level index) of the block's source or
+// destination.
+struct Digit {
+  bool source;
+  int level;
+};
+
+}  // namespace
+
+SpGroup::SpGroup(Communicator& group, bool tapa) : group_(group), tapa_(tapa) {
+  const Topology& t = group.topology();
+  const int p = group.size();
+  const int me = group.rank();
+  const std::vector<int> mine = group.coords(me);
+  // The levels in which members differ, and each member's digits in them.
+  std::vector<int> levels;
+  for (int k = 0; k < t.num_levels(); ++k)
+    for (int m = 0; m < p; ++m)
+      if (group.coords(m)[static_cast<size_t>(k)] != mine[static_cast<size_t>(k)]) {
+        levels.push_back(k);
+        break;
+      }
+  std::vector<int> radix;
+  std::int64_t product = 1;
+  for (int k : levels) {
+    radix.push_back(t.level(k).size);
+    product *= t.level(k).size;
+  }
+  const int nl = static_cast<int>(levels.size());
+  auto digits_of = [&](int g) {
+    std::vector<int> d(static_cast<size_t>(nl));
+    for (int j = 0; j < nl; ++j) {
+      d[static_cast<size_t>(j)] = g % radix[static_cast<size_t>(j)];
+      g /= radix[static_cast<size_t>(j)];
+    }
+    return d;
+  };
+  bool aligned = product == p;
+  for (int m = 0; aligned && m < p; ++m) {
+    const std::vector<int> c = group.coords(m);
+    const std::vector<int> d = digits_of(m);
+    for (int j = 0; j < nl; ++j)
+      aligned = aligned &&
+                c[static_cast<size_t>(levels[static_cast<size_t>(j)])] == d[static_cast<size_t>(j)];
+  }
+  if (tapa && !aligned)
+    throw ConfigError(
+        "TAPA needs a sequence-parallel group that is a full box of the topology "
+        "in rank order; this group of " +
+        std::to_string(p) + " ranks is not");
+  if (!tapa || nl <= 1) {
+    // Flat: one all-to-all over the whole group.
+    tapa_ = false;
+    Phase ph;
+    ph.comm = &group_;
+    ph.members = p;
+    for (int d = 0; d < p; ++d) {
+      ph.send.push_back({me, d});
+      ph.send_from.push_back(d);
+      ph.recv.push_back({d, me});
+    }
+    for (int v = 0; v <= p; ++v) {
+      ph.send_member_begin.push_back(v);
+      ph.recv_member_begin.push_back(v);
+    }
+    for (int v = 0; v < p; ++v) ph.member_tier.push_back(tier_to(v));
+    phases_.push_back(std::move(ph));
+    return;
+  }
+  const std::vector<int> md = digits_of(me);
+  auto encode = [&](const std::vector<int>& d) {
+    int g = 0;
+    for (int j = nl - 1; j >= 0; --j)
+      g = g * radix[static_cast<size_t>(j)] + d[static_cast<size_t>(j)];
+    return g;
+  };
+  // Blocks in the order `spec` (outermost first); digits not in spec are fixed by `fixed_src`
+  // (levels >= src_from take the holder's digit) and `fixed_dst` (levels < dst_to).
+  auto enumerate = [&](const std::vector<Digit>& spec) {
+    std::vector<std::pair<int, int>> out;
+    std::vector<int> sd = md, dd = md;  // fixed digits: the holder's
+    std::vector<int> ctr(spec.size(), 0);
+    while (true) {
+      for (size_t i = 0; i < spec.size(); ++i)
+        (spec[i].source ? sd : dd)[static_cast<size_t>(spec[i].level)] = ctr[i];
+      out.push_back({encode(sd), encode(dd)});
+      int i = static_cast<int>(spec.size()) - 1;
+      while (i >= 0) {
+        const size_t u = static_cast<size_t>(i);
+        if (++ctr[u] < radix[static_cast<size_t>(spec[u].level)]) break;
+        ctr[u] = 0;
+        --i;
+      }
+      if (i < 0) break;
+    }
+    return out;
+  };
+  std::vector<std::pair<int, int>> prev;
+  for (int d = 0; d < p; ++d) prev.push_back({me, d});  // the caller's order: destination rank
+  for (int k = 0; k < nl; ++k) {
+    Phase ph;
+    // One group per combination of the other digits; group rank = digit k.
+    std::vector<int> c = md;
+    c[static_cast<size_t>(k)] = 0;
+    level_comms_.push_back(group_.split(encode(c), md[static_cast<size_t>(k)]));
+    ph.comm = level_comms_.back().get();
+    ph.members = radix[static_cast<size_t>(k)];
+    std::vector<Digit> send_spec, recv_spec{{true, k}};
+    for (int j = k; j < nl; ++j) send_spec.push_back({false, j});
+    for (int j = k + 1; j < nl; ++j) recv_spec.push_back({false, j});
+    for (int j = k - 1; j >= 0; --j) {
+      send_spec.push_back({true, j});
+      recv_spec.push_back({true, j});
+    }
+    ph.send = enumerate(send_spec);
+    ph.recv = enumerate(recv_spec);
+    std::vector<std::pair<std::int64_t, int>> index;
+    for (size_t i = 0; i < prev.size(); ++i)
+      index.push_back({std::int64_t{prev[i].first} * p + prev[i].second, static_cast<int>(i)});
+    std::sort(index.begin(), index.end());
+    for (const auto& [s, d] : ph.send) {
+      const std::int64_t key = std::int64_t{s} * p + d;
+      auto it = std::lower_bound(index.begin(), index.end(), std::make_pair(key, -1));
+      COCO_CHECK(it != index.end() && it->first == key, "TAPA block order");
+      ph.send_from.push_back(it->second);
+    }
+    const int per = p / ph.members;
+    for (int v = 0; v <= ph.members; ++v) {
+      ph.send_member_begin.push_back(v * per);
+      ph.recv_member_begin.push_back(v * per);
+    }
+    for (int v = 0; v < ph.members; ++v) {
+      const int w = ph.comm->world_rank(v);
+      const int my_w = group_.world_rank(me);
+      ph.member_tier.push_back(w == my_w ? -1 : t.tier(my_w, w));
+    }
+    prev = ph.recv;
+    phases_.push_back(std::move(ph));
+  }
+  for (int s = 0; s < p; ++s)
+    COCO_CHECK(prev[static_cast<size_t>(s)] == std::make_pair(s, me), "TAPA final order");
+}
+
+int SpGroup::tier_to(int m) const {
+  const int a = group_.world_rank(group_.rank()), b = group_.world_rank(m);
+  return a == b ? -1 : group_.topology().tier(a, b);
+}
+
+BlockExchange::BlockExchange(const SpGroup& g, ShapeFn shape, bool phantom, std::string label,
+                             VMajorChannel* v_major)
+    : g_(&g),
+      shape_(std::move(shape)),
+      phantom_(phantom),
+      label_(std::move(label)),
+      v_major_(v_major) {}
+
+void BlockExchange::start(const Exec& ex, const FillFn& fill) {
+  const SpGroup::Phase& ph = g_->phases()[0];
+  // Phase 0 is packed straight from the caller's tensor in the phase's send order.
+  std::int64_t total = 0;
+  for (const auto& [s, d] : ph.send) total += shape_(s, d).numel();
+  cur_.clear();
+  cur_offset_.assign(ph.send.size(), 0);
+  if (!phantom_) cur_.resize(static_cast<size_t>(total));
+  // cur_ holds the blocks in phase-0 send order; send_from is then the identity.
+  std::int64_t at = 0;
+  for (size_t i = 0; i < ph.send.size(); ++i) {
+    const BlockShape b = shape_(ph.send[i].first, ph.send[i].second);
+    if (!phantom_ && b.numel() > 0)
+      fill(ph.send[i].second, MatMap(cur_.data() + at, b.rows, b.cols));
+    cur_offset_[static_cast<size_t>(ph.send_from[i])] = at;
+    at += b.numel();
+  }
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(total), "a2a_pack");
+  phase_ = 0;
+  sub_step_ = 0;
+  phase_seen_.clear();
+  waited_ = SimTime();
+  launch_phase(ex);
+  launch_time_ = ex.comm.now();
+}
+
+PhaseIo BlockExchange::io() {
+  return PhaseIo{g_->phases()[static_cast<size_t>(phase_)],
+                 shape_,
+                 phantom_,
+                 send_,
+                 send_off_,
+                 recv_,
+                 recv_off_,
+                 layout_,
+                 mask_send_,
+                 mask_recv_,
+                 mask_layout_};
+}
+
+void BlockExchange::launch_phase(const Exec& ex) {
+  const SpGroup::Phase& ph = g_->phases()[static_cast<size_t>(phase_)];
+  const size_t m = static_cast<size_t>(ph.members);
+  // Sizes of the send and receive orders.
+  send_off_.assign(ph.send.size() + 1, 0);
+  recv_off_.assign(ph.recv.size() + 1, 0);
+  for (size_t i = 0; i < ph.send.size(); ++i)
+    send_off_[i + 1] = send_off_[i] + shape_(ph.send[i].first, ph.send[i].second).numel();
+  for (size_t i = 0; i < ph.recv.size(); ++i)
+    recv_off_[i + 1] = recv_off_[i] + shape_(ph.recv[i].first, ph.recv[i].second).numel();
+  const std::int64_t send_total = send_off_.back(), recv_total = recv_off_.back();
+  // Re-pack the current buffer into this phase's send order (phase 0: start() packed it in
+  // this order already, so the copy below is free there).
+  send_.clear();
+  if (!phantom_) {
+    send_.resize(static_cast<size_t>(send_total));
+    for (size_t i = 0; i < ph.send.size(); ++i) {
+      const std::int64_t len = send_off_[i + 1] - send_off_[i];
+      if (len > 0)
+        std::memcpy(send_.data() + send_off_[i],
+                    cur_.data() + cur_offset_[static_cast<size_t>(ph.send_from[i])],
+                    static_cast<size_t>(len) * sizeof(float));
+    }
+  }
+  if (phase_ > 0) ex.charge(OpKind::kCopy, 0, 2.0 * n(send_total), "tapa_repack");
+  std::vector<std::int64_t> sc(m), rc(m), sdp(m), rdp(m);
+  for (size_t v = 0; v < m; ++v) {
+    const size_t sb = static_cast<size_t>(ph.send_member_begin[v]);
+    const size_t se = static_cast<size_t>(ph.send_member_begin[v + 1]);
+    const size_t rb = static_cast<size_t>(ph.recv_member_begin[v]);
+    const size_t re = static_cast<size_t>(ph.recv_member_begin[v + 1]);
+    sdp[v] = send_off_[sb];
+    sc[v] = send_off_[se] - send_off_[sb];
+    rdp[v] = recv_off_[rb];
+    rc[v] = recv_off_[re] - recv_off_[rb];
+  }
+  cur_offset_.assign(recv_off_.begin(), recv_off_.end() - 1);
+  recv_.clear();
+  if (!phantom_) recv_.resize(static_cast<size_t>(recv_total));
+  layout_ = AllToAllvLayout{sc, sdp, rc, rdp};
+  if (v_major_ != nullptr && v_major_->selective(ph)) {
+    // V-Major: selective peers get a mask of the active blocks first, then only those blocks.
+    PhaseIo pio = io();
+    v_major_->pack(ex, phase_, pio);
+    sub_step_ = 0;
+    request_ = ph.comm->iall_to_allv(mask_send_, mask_recv_, mask_layout_, label_ + "_mask");
+    return;
+  }
+  if (v_major_ != nullptr) {
+    PhaseIo pio = io();
+    v_major_->record_sent(phase_, pio);
+  }
+  sub_step_ = 1;
+  bool equal = true;
+  for (size_t v = 0; v < m; ++v) equal = equal && sc[v] == sc[0] && rc[v] == sc[0];
+  if (equal)
+    request_ = ph.comm->iall_to_all(send_, recv_, sc[0], label_);
+  else
+    request_ = ph.comm->iall_to_allv(send_, recv_, layout_, label_);
+}
+
+void BlockExchange::complete_phase(const Exec& ex) {
+  const SpGroup::Phase& ph = g_->phases()[static_cast<size_t>(phase_)];
+  if (sub_step_ == 0) {
+    // V-Major: the mask tells this rank how much each selective peer sends.
+    PhaseIo pio = io();
+    v_major_->plan_receive(phase_, pio);
+    sub_step_ = 1;
+    request_ = ph.comm->iall_to_allv(send_, recv_, layout_, label_);
+    return;
+  }
+  if (v_major_ != nullptr) {
+    PhaseIo pio = io();
+    if (v_major_->selective(ph))
+      v_major_->unpack(ex, phase_, pio);
+    else
+      v_major_->record_received(phase_, pio);
+  }
+  if (!phantom_) recv_.resize(static_cast<size_t>(recv_off_.back()));
+  cur_.swap(recv_);
+  phase_seen_.push_back(ex.comm.now());
+  ++phase_;
+  sub_step_ = 0;
+  if (!done()) launch_phase(ex);
+}
+
+bool BlockExchange::progress(const Exec& ex) {
+  while (!done() && request_.test()) complete_phase(ex);
+  return done();
+}
+
+void BlockExchange::wait_step(const Exec& ex) {
+  if (done()) return;
+  const SimTime t0 = ex.comm.now();
+  request_.wait();
+  waited_ += ex.comm.now() - t0;
+  complete_phase(ex);
+}
+
+void BlockExchange::finish(const Exec& ex) {
+  while (!done()) wait_step(ex);
+  send_ = {};
+  mask_send_ = {};
+  mask_recv_ = {};
+}
+
+ConstMatMap BlockExchange::block(int s) const {
+  COCO_CHECK(done() && !phantom_, "block() before finish() or in phantom mode");
+  const int me = g_->rank();
+  const BlockShape b = shape_(s, me);
+  return ConstMatMap(cur_.data() + cur_offset_[static_cast<size_t>(s)], b.rows, b.cols);
+}
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,147 @@
+#pragma once
+// Block all-to-all over a sequence-parallel group, flat or TAPA (tile-aware parallel
+// all-to-all). Every member s sends one block to every member d; block (s, d) has a shape both
+// sides can compute (BlockShape), so uneven token shards and uneven head splits need no size
+// exchange.
+//
+// TAPA: the group's members differ in some topology levels (tile, gpu, node); phase k is one
+// all-to-all among the members that differ only in coordinate k, all such groups at once, so
+// every message crosses one direct link. A holder's buffer before phase k is ordered by the
+// digits (outermost first) [d_k, d_k+1, ..., d_L-1, s_k-1, ..., s_0] (s_j, d_j: coordinate j
+// of a block's source and destination), so each peer's blocks are contiguous; it receives
+// [s_k, d_k+1, ..., d_L-1, s_k-1, ..., s_0] and re-packs locally before the next phase. After
+// the last phase the order is [s_L-1, ..., s_0]: source rank order, what a flat all-to-all gives.
+//
+//   SpGroup g(comm, /*tapa=*/true);            // collective: one split per level, cached
+//   BlockExchange x(g, shape_fn, phantom, "v_all_to_all");
+//   x.start(ex, fill_fn);                      // packs phase 0 and launches it
+//   x.progress(ex);                            // between compute steps: next phase if ready
+//   x.finish(ex);                              // blocking; x.block(s) = block (s, me)
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "core/tensor.hpp"
+#include "dit/exec.hpp"
+
+namespace cocodiff::dit {
+
+class VMajorChannel;
+
+/// The SP group and its exchange phases: one (flat) or one per varying topology level (TAPA).
+class SpGroup {
+ public:
+  /// Collective over `group` (borrowed). Its members must be the ranks that differ from this one
+  /// only in some topology levels, in rank order (as split() by the other coordinates gives).
+  SpGroup(Communicator& group, bool tapa);
+  Communicator& comm() const { return group_; }
+  int size() const { return group_.size(); }
+  int rank() const { return group_.rank(); }
+  bool tapa() const { return tapa_; }
+
+  struct Phase {
+    Communicator* comm = nullptr;  // the phase's all-to-all group (group_ itself when flat)
+    int members = 1;
+    std::vector<std::pair<int, int>> send;  // (s, d) in send order; member v owns a run of them
+    std::vector<int> send_from;             // index of send[i] in the previous order
+    std::vector<std::pair<int, int>> recv;  // (s, d) in receive order
+    std::vector<int> send_member_begin, recv_member_begin;  // runs per member (size members+1)
+    std::vector<int> member_tier;  // topology tier of the link to each member (-1: self)
+  };
+  const std::vector<Phase>& phases() const { return phases_; }
+  /// Topology tier of the link between this rank and group member `m` (-1: itself).
+  int tier_to(int m) const;
+
+ private:
+  Communicator& group_;
+  bool tapa_;
+  std::vector<std::unique_ptr<Communicator>> level_comms_;
+  std::vector<Phase> phases_;
+};
+
+struct BlockShape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t numel() const { return rows * cols; }
+};
+
+using BlockShapeFn = std::function<BlockShape(int s, int d)>;
+
+/// The buffers of one phase, as a V-Major channel sees them. Offsets are per block of the
+/// phase's send / receive order (size blocks + 1); the full region of `send` / `recv` holds every
+/// block at those offsets, compacted data for selective peers goes after it.
+struct PhaseIo {
+  const SpGroup::Phase& ph;
+  const BlockShapeFn& shape;
+  bool phantom;
+  std::vector<float>& send;
+  const std::vector<std::int64_t>& send_off;
+  std::vector<float>& recv;
+  const std::vector<std::int64_t>& recv_off;
+  AllToAllvLayout& layout;  // of the data exchange
+  std::vector<float>& mask_send;
+  std::vector<float>& mask_recv;
+  AllToAllvLayout& mask_layout;
+};
+
+/// One in-flight block all-to-all. Buffers live in the object; keep it alive until finish().
+class BlockExchange {
+ public:
+  using ShapeFn = BlockShapeFn;
+  /// Writes block (me, d), a [rows, cols] row-major matrix, into `out`.
+  using FillFn = std::function<void(int d, MatMap out)>;
+
+  BlockExchange(const SpGroup& g, ShapeFn shape, bool phantom, std::string label,
+                VMajorChannel* v_major = nullptr);
+  BlockExchange(BlockExchange&&) = default;
+  BlockExchange& operator=(BlockExchange&&) = default;
+
+  /// Packs phase 0 (charged as a copy) and launches it.
+  void start(const Exec& ex, const FillFn& fill);
+  /// Non-blocking: when the current phase has completed, re-packs and launches the next.
+  /// Returns true once every phase has completed.
+  bool progress(const Exec& ex);
+  /// Blocks until the step in flight (a phase, or a V-Major mask) completes, then launches the
+  /// next one. No-op when done.
+  void wait_step(const Exec& ex);
+  /// Blocks until done. Afterwards block(s) is what member s sent to this rank.
+  void finish(const Exec& ex);
+  bool done() const { return phase_ >= static_cast<int>(g_->phases().size()); }
+  ConstMatMap block(int s) const;
+
+  SimTime launch_time() const { return launch_time_; }
+  /// Time at which phase k was first seen complete (exact when finish() had to wait for it).
+  SimTime phase_seen(int k) const { return phase_seen_.at(static_cast<size_t>(k)); }
+  int phases_seen() const { return static_cast<int>(phase_seen_.size()); }
+  SimTime end_time() const { return phase_seen_.empty() ? launch_time_ : phase_seen_.back(); }
+  /// Time this rank spent blocked in finish().
+  SimTime waited() const { return waited_; }
+
+ private:
+  void launch_phase(const Exec& ex);
+  void complete_phase(const Exec& ex);
+  PhaseIo io();
+
+  const SpGroup* g_ = nullptr;
+  ShapeFn shape_;
+  bool phantom_ = false;
+  std::string label_;
+  VMajorChannel* v_major_ = nullptr;
+  int phase_ = 0;     // phase in flight (== phases().size() when done)
+  int sub_step_ = 0;  // V-Major phases: 0 mask exchange, 1 data exchange
+  Request request_;
+  std::vector<float> cur_, send_, recv_, mask_send_, mask_recv_;
+  std::vector<std::int64_t> cur_offset_;           // offset of each block of the current order
+  std::vector<std::int64_t> send_off_, recv_off_;  // of the phase in flight
+  AllToAllvLayout layout_, mask_layout_;
+  SimTime launch_time_;
+  SimTime waited_;
+  std::vector<SimTime> phase_seen_;
+};
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,42 @@
+#pragma once
+// Ulysses x Ring (USP, as in xDiT): the inner topology levels form Ulysses groups (an
+// all-to-all turns "all heads, my tokens" into "my heads, the group's tokens"), the outer
+// levels (`usp.ring_levels`, default 1: across nodes) form rings: each ring member holds Q/K/V
+// of its group's token chunk for the same heads and passes the K/V chunks around the ring
+// (isend/irecv of the next chunk overlapped with attention on the current one). Partial
+// results are merged with their log-sum-exp in a fixed order (text keys, then ring members
+// 0..R-1), so every ring member computes the text rows bitwise identically. Heads that do not
+// divide the Ulysses degree use the uneven split of HeadSplit.
+//
+//   UlyssesRing usp(comm, cfg, options);          // collective: two splits (+ TAPA's)
+//   std::vector<Tensor> out = usp.attend(ex, src, shape);
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/communicator.hpp"
+#include "dit/attention_strategy.hpp"
+#include "dit/model_config.hpp"
+#include "dit/parallel/tapa.hpp"
+
+namespace cocodiff::dit {
+
+class UlyssesRing final : public AttentionStrategy {
+ public:
+  UlyssesRing(Communicator& world, const ModelConfig& cfg, const StrategyOptions& options);
+  std::string name() const override { return "usp"; }
+  int degree() const override { return world_.size(); }
+  int index() const override { return world_.rank(); }
+  std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
+                             const AttentionShape& shape) override;
+  int ulysses_degree() const { return ulysses_comm_->size(); }
+  int ring_degree() const { return ring_comm_->size(); }
+
+ private:
+  Communicator& world_;
+  std::unique_ptr<Communicator> ulysses_comm_, ring_comm_;
+  std::unique_ptr<SpGroup> ulysses_;
+};
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,310 @@
+#include "dit/parallel/v_major.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/errors.hpp"
+
+namespace cocodiff::dit {
+
+namespace {
+
+double n(std::int64_t v) { return static_cast<double>(v); }
+
+// Phantom mode: sub-block i of a peer's run is active when the running share crosses an integer.
+bool phantom_active(std::int64_t i, double f) {
+  return std::floor(static_cast<double>(i + 1) * f) > std::floor(static_cast<double>(i) * f);
+}
+
+// Visits the sub-blocks of a [rows, cols] block: rows in runs of `tr`, columns in runs of `tc`.
+template <typename F>
+void for_subblocks(BlockShape b, std::int64_t tr, std::int64_t tc, F&& f) {
+  for (std::int64_t r0 = 0; r0 < b.rows; r0 += tr)
+    for (std::int64_t c0 = 0; c0 < b.cols; c0 += tc)
+      f(r0, std::min(tr, b.rows - r0), c0, std::min(tc, b.cols - c0));
+}
+
+}  // namespace
+
+VMajorCache::VMajorCache(const StrategyOptions& options, const Topology& topo, bool phantom)
+    : opt_(options),
+      topo_(topo),
+      phantom_(phantom),
+      tier_on_(static_cast<size_t>(topo.num_tiers())) {
+  for (const std::string& name : opt_.v_major_tiers) {
+    bool found = false;
+    for (int k = 0; k < topo.num_tiers(); ++k)
+      if (topo.tier_name(k) == name) {
+        tier_on_[static_cast<size_t>(k)] = true;
+        found = true;
+      }
+    if (!found) {
+      std::string list;
+      for (int k = 0; k < topo.num_tiers(); ++k)
+        list += (list.empty() ? "" : ", ") + topo.tier_name(k);
+      throw ConfigError("v_major.tiers: unknown tier \"" + name + "\" (this cluster has " + list +
+                        ")");
+    }
+  }
+}
+
+void VMajorCache::begin_forward(int step, int pass) {
+  pass_ = pass;
+  layer_ = 0;
+  full_ = step < opt_.v_major_warmup_steps ||
+          (opt_.v_major_refresh_every > 0 && step % opt_.v_major_refresh_every == 0);
+}
+
+bool VMajorCache::tier_selected(int tier) const {
+  return tier >= 0 && tier < static_cast<int>(tier_on_.size()) &&
+         tier_on_[static_cast<size_t>(tier)];
+}
+
+void VMajorCache::add_to(StrategyStats& s) const {
+  for (const auto& [name, t] : tiers_) {
+    VMajorTierStats& m = s.v_major[name];
+    m.full_elements += t.full_elements;
+    m.sent_elements += t.sent_elements;
+    m.blocks += t.blocks;
+    m.active_blocks += t.active_blocks;
+  }
+  s.v_major_cache_bytes += cache_elements_ * kBytesPerElement;
+  s.v_major_phantom = s.v_major_phantom || phantom_;
+  s.v_major_threshold = opt_.v_major_threshold;
+}
+
+bool VMajorChannel::member_selective(const SpGroup::Phase& ph, int v) const {
+  return c_.tier_selected(ph.member_tier[static_cast<size_t>(v)]);
+}
+
+bool VMajorChannel::selective(const SpGroup::Phase& ph) const {
+  if (c_.full_step()) return false;
+  for (int v = 0; v < ph.members; ++v)
+    if (member_selective(ph, v)) return true;
+  return false;
+}
+
+std::uint64_t VMajorChannel::key(int phase, int s, int d) const {
+  return (static_cast<std::uint64_t>(layer_) << 40) | (static_cast<std::uint64_t>(phase) << 32) |
+         (static_cast<std::uint64_t>(s) << 16) | static_cast<std::uint64_t>(d);
+}
+
+std::int64_t VMajorChannel::subblocks(BlockShape b) const {
+  const std::int64_t tr = c_.opt_.v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  return ((b.rows + tr - 1) / tr) * ((b.cols + tc - 1) / tc);
+}
+
+std::vector<float>& VMajorChannel::entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
+                                         std::uint64_t k, std::int64_t numel) {
+  auto [it, fresh] = m.try_emplace(k);
+  if (c_.phantom_) {
+    if (c_.phantom_sizes_.try_emplace(k ^ (&m == &c_.held_ ? 1ull << 63 : 0), numel).second)
+      c_.cache_elements_ += n(numel);
+  } else if (fresh) {
+    c_.cache_elements_ += n(numel);
+  }
+  return it->second;
+}
+
+void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
+  const SpGroup::Phase& ph = io.ph;
+  const size_t m = static_cast<size_t>(ph.members);
+  const std::int64_t tr = c_.opt_.v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  const double thr2 = c_.opt_.v_major_threshold * c_.opt_.v_major_threshold;
+  const bool exact = c_.opt_.v_major_threshold == 0;
+  const double f = c_.opt_.v_major_phantom_active_fraction;
+  const std::int64_t full_total = io.send_off.back();
+  std::vector<std::int64_t> msc(m, 0), mrc(m, 0);
+  std::vector<float> compact;
+  io.mask_send.clear();
+  double scanned = 0, compacted = 0;
+  for (size_t v = 0; v < m; ++v) {
+    if (!member_selective(ph, static_cast<int>(v))) continue;
+    VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[v])];
+    const std::int64_t before = static_cast<std::int64_t>(compact.size());
+    std::int64_t phantom_sent = 0, idx = 0;
+    for (int i = ph.send_member_begin[v]; i < ph.send_member_begin[v + 1]; ++i) {
+      const auto [s, d] = ph.send[static_cast<size_t>(i)];
+      const BlockShape b = io.shape(s, d);
+      ts.full_elements += n(b.numel());
+      scanned += n(b.numel());
+      std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
+      const bool have = !io.phantom && !mirror.empty();
+      if (!io.phantom && mirror.empty()) mirror.assign(static_cast<size_t>(b.numel()), 0.0f);
+      const float* data =
+          io.phantom ? nullptr : io.send.data() + io.send_off[static_cast<size_t>(i)];
+      for_subblocks(
+          b, tr, tc, [&](std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
+            bool active;
+            if (io.phantom) {
+              active = phantom_active(idx, f);
+              if (active) phantom_sent += rn * cn;
+            } else {
+              active = !have;
+              double diff2 = 0, ref2 = 0;
+              for (std::int64_t r = 0; r < rn && (!active || !exact); ++r) {
+                const float* a = data + (r0 + r) * b.cols + c0;
+                const float* h = mirror.data() + (r0 + r) * b.cols + c0;
+                if (exact) {
+                  active =
+                      active || std::memcmp(a, h, static_cast<size_t>(cn) * sizeof(float)) != 0;
+                } else {
+                  for (std::int64_t c = 0; c < cn; ++c) {
+                    const double e = double(a[c]) - double(h[c]);
+                    diff2 += e * e;
+                    ref2 += double(h[c]) * double(h[c]);
+                  }
+                }
+              }
+              if (!exact && diff2 > thr2 * ref2) active = true;
+              io.mask_send.push_back(active ? 1.0f : 0.0f);
+              if (active)
+                for (std::int64_t r = 0; r < rn; ++r) {
+                  const float* a = data + (r0 + r) * b.cols + c0;
+                  compact.insert(compact.end(), a, a + cn);
+                  std::memcpy(mirror.data() + (r0 + r) * b.cols + c0, a,
+                              static_cast<size_t>(cn) * sizeof(float));
+                }
+            }
+            ++ts.blocks;
+            if (active) ++ts.active_blocks;
+            ++idx;
+          });
+    }
+    const std::int64_t sent =
+        io.phantom ? phantom_sent : static_cast<std::int64_t>(compact.size()) - before;
+    if (io.phantom) compact.resize(0);
+    msc[v] = idx;
+    ts.sent_elements += n(sent) + n(idx);
+    compacted += n(sent);
+    io.layout.send_counts[v] = sent;
+    io.layout.send_displs[v] = full_total + (io.phantom ? 0 : before);
+    if (io.phantom) {
+      // Phantom: the compact region is never touched; displacements only need to be valid.
+      io.layout.send_displs[v] = 0;
+    }
+    // The peer's run to this rank has the same blocks, hence the same number of sub-blocks.
+    std::int64_t rsub = 0;
+    for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i)
+      rsub += subblocks(
+          io.shape(ph.recv[static_cast<size_t>(i)].first, ph.recv[static_cast<size_t>(i)].second));
+    mrc[v] = rsub;
+  }
+  if (!io.phantom) io.send.insert(io.send.end(), compact.begin(), compact.end());
+  io.mask_layout = AllToAllvLayout::packed(msc, mrc);
+  if (io.phantom) io.mask_send.clear();
+  io.mask_recv.assign(io.phantom ? 0 : static_cast<size_t>(io.mask_layout.recv_total()), 0.0f);
+  // Compare against the mirror (read both), write the compacted blocks and the mirror.
+  ex.charge(OpKind::kElementwise, 3.0 * scanned, 2.0 * scanned + 4.0 * compacted, "v_major_select");
+}
+
+void VMajorChannel::plan_receive(int /*phase*/, PhaseIo& io) {
+  const SpGroup::Phase& ph = io.ph;
+  const size_t m = static_cast<size_t>(ph.members);
+  const std::int64_t tr = c_.opt_.v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  const double f = c_.opt_.v_major_phantom_active_fraction;
+  std::int64_t tail = io.recv_off.back();
+  std::int64_t mi = 0;  // position in the received mask
+  for (size_t v = 0; v < m; ++v) {
+    if (!member_selective(ph, static_cast<int>(v))) continue;
+    std::int64_t count = 0, idx = 0;
+    mi = io.mask_layout.recv_displs[v];
+    for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i) {
+      const auto [s, d] = ph.recv[static_cast<size_t>(i)];
+      for_subblocks(io.shape(s, d), tr, tc,
+                    [&](std::int64_t, std::int64_t rn, std::int64_t, std::int64_t cn) {
+                      const bool active = io.phantom
+                                              ? phantom_active(idx, f)
+                                              : io.mask_recv[static_cast<size_t>(mi + idx)] != 0;
+                      if (active) count += rn * cn;
+                      ++idx;
+                    });
+    }
+    io.layout.recv_counts[v] = count;
+    io.layout.recv_displs[v] = io.phantom ? 0 : tail;
+    tail += count;
+  }
+  if (!io.phantom) io.recv.resize(static_cast<size_t>(tail));
+}
+
+void VMajorChannel::unpack(const Exec& ex, int phase, PhaseIo& io) {
+  const SpGroup::Phase& ph = io.ph;
+  const size_t m = static_cast<size_t>(ph.members);
+  const std::int64_t tr = c_.opt_.v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  double patched = 0, copied = 0;
+  for (size_t v = 0; v < m; ++v) {
+    if (!member_selective(ph, static_cast<int>(v))) continue;
+    std::int64_t at = io.layout.recv_displs[v];
+    std::int64_t idx = 0;
+    const std::int64_t mi = io.mask_layout.recv_displs[v];
+    for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i) {
+      const auto [s, d] = ph.recv[static_cast<size_t>(i)];
+      const BlockShape b = io.shape(s, d);
+      std::vector<float>& held = entry(c_.held_, key(phase, s, d), b.numel());
+      copied += n(b.numel());
+      if (io.phantom) continue;
+      if (held.empty()) held.assign(static_cast<size_t>(b.numel()), 0.0f);
+      for_subblocks(b, tr, tc,
+                    [&](std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
+                      if (io.mask_recv[static_cast<size_t>(mi + idx)] != 0) {
+                        for (std::int64_t r = 0; r < rn; ++r) {
+                          std::memcpy(held.data() + (r0 + r) * b.cols + c0, io.recv.data() + at,
+                                      static_cast<size_t>(cn) * sizeof(float));
+                          at += cn;
+                        }
+                        patched += n(rn * cn);
+                      }
+                      ++idx;
+                    });
+      std::memcpy(io.recv.data() + io.recv_off[static_cast<size_t>(i)], held.data(),
+                  static_cast<size_t>(b.numel()) * sizeof(float));
+    }
+  }
+  ex.charge(OpKind::kCopy, 0, 2.0 * (patched + copied), "v_major_patch");
+}
+
+void VMajorChannel::record_sent(int phase, PhaseIo& io) {
+  const SpGroup::Phase& ph = io.ph;
+  for (int v = 0; v < ph.members; ++v) {
+    if (!member_selective(ph, v)) continue;
+    VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[static_cast<size_t>(v)])];
+    for (int i = ph.send_member_begin[static_cast<size_t>(v)];
+         i < ph.send_member_begin[static_cast<size_t>(v) + 1]; ++i) {
+      const auto [s, d] = ph.send[static_cast<size_t>(i)];
+      const BlockShape b = io.shape(s, d);
+      ts.full_elements += n(b.numel());
+      ts.sent_elements += n(b.numel());
+      ts.blocks += subblocks(b);
+      ts.active_blocks += subblocks(b);
+      std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
+      if (!io.phantom) {
+        const float* a = io.send.data() + io.send_off[static_cast<size_t>(i)];
+        mirror.assign(a, a + b.numel());
+      }
+    }
+  }
+}
+
+void VMajorChannel::record_received(int phase, PhaseIo& io) {
+  const SpGroup::Phase& ph = io.ph;
+  for (int v = 0; v < ph.members; ++v) {
+    if (!member_selective(ph, v)) continue;
+    for (int i = ph.recv_member_begin[static_cast<size_t>(v)];
+         i < ph.recv_member_begin[static_cast<size_t>(v) + 1]; ++i) {
+      const auto [s, d] = ph.recv[static_cast<size_t>(i)];
+      const BlockShape b = io.shape(s, d);
+      std::vector<float>& held = entry(c_.held_, key(phase, s, d), b.numel());
+      if (!io.phantom) {
+        const float* a = io.recv.data() + io.recv_off[static_cast<size_t>(i)];
+        held.assign(a, a + b.numel());
+      }
+    }
+  }
+}
+
+}  // namespace cocodiff::dit

@@ -1,0 +1,87 @@
+#pragma once
+// V-Major selective communication: adjacent denoising steps produce similar V, so on the slow
+// tiers (inter-node by default) a TAPA or flat phase sends V only for the blocks (rows x head
+// group) whose change since the copy the receiver holds exceeds a threshold:
+//   active(b) = ||V_new(b) - V_held(b)||_2 > threshold * ||V_held(b)||_2   (threshold 0: any bit)
+// The sender keeps a mirror of what each receiver holds, so both sides agree bitwise; a mask
+// all-to-all (one element per block) tells the receiver what follows, then the active blocks
+// go, and the receiver patches its cache and hands the full block on. The first
+// `warmup_steps` steps and every `refresh_every`-th step send everything (caches refreshed).
+// Phantom mode has no values to compare: a fixed share of the blocks
+// (`phantom_active_fraction`, spread evenly) is sent instead, and stats say so.
+//
+//   VMajorCache cache(options, topology);          // per rank, owned by the strategy
+//   cache.begin_forward(step, pass);               // before every transformer pass
+//   VMajorChannel ch(cache, cache.next_layer(), head_dim);
+//   BlockExchange v(group, shape, phantom, "v_all_to_all", &ch);   // V only
+
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "dit/attention_strategy.hpp"
+#include "dit/parallel/tapa.hpp"
+
+namespace cocodiff::dit {
+
+class VMajorCache {
+ public:
+  /// ConfigError when a tier name is not one of the topology's.
+  VMajorCache(const StrategyOptions& options, const Topology& topo, bool phantom);
+  void begin_forward(int step, int pass);
+  /// Key of the next attention layer of the current pass.
+  int next_layer() { return pass_ * 65536 + layer_++; }
+  /// Warm-up and refresh steps send everything.
+  bool full_step() const { return full_; }
+  bool tier_selected(int tier) const;
+  const StrategyOptions& options() const { return opt_; }
+  bool phantom() const { return phantom_; }
+  /// Statistics so far (v_major fields of StrategyStats).
+  void add_to(StrategyStats& s) const;
+
+ private:
+  friend class VMajorChannel;
+  StrategyOptions opt_;
+  const Topology& topo_;
+  bool phantom_;
+  std::vector<bool> tier_on_;
+  int pass_ = 0, layer_ = 0;
+  bool full_ = true;
+  // (layer, phase, source, destination) -> block values: what each receiver holds (mirror,
+  // kept by the sender) and what this rank holds as a receiver.
+  std::unordered_map<std::uint64_t, std::vector<float>> mirror_, held_;
+  std::unordered_map<std::uint64_t, std::int64_t> phantom_sizes_;  // phantom: keys seen
+  std::map<std::string, VMajorTierStats> tiers_;
+  double cache_elements_ = 0;
+};
+
+/// One V exchange's use of the cache.
+class VMajorChannel {
+ public:
+  VMajorChannel(VMajorCache& cache, int layer, int head_dim)
+      : c_(cache), layer_(layer), head_dim_(head_dim) {}
+  /// True when this phase compacts some peer's blocks (not on full steps).
+  bool selective(const SpGroup::Phase& ph) const;
+  /// Sender: masks and compacted active blocks for selective peers; sets io.mask_layout and the
+  /// send side of io.layout; the non-selective peers keep their full blocks.
+  void pack(const Exec& ex, int phase, PhaseIo& io);
+  /// Receiver, after the mask arrived: receive counts of selective peers; sizes io.recv.
+  void plan_receive(int phase, PhaseIo& io);
+  /// Receiver: patches the held copies and writes the full blocks into io.recv.
+  void unpack(const Exec& ex, int phase, PhaseIo& io);
+  /// Full steps: the sender's mirror and the receiver's copy take the values sent.
+  void record_sent(int phase, PhaseIo& io);
+  void record_received(int phase, PhaseIo& io);
+
+ private:
+  bool member_selective(const SpGroup::Phase& ph, int v) const;
+  std::uint64_t key(int phase, int s, int d) const;
+  std::int64_t subblocks(BlockShape b) const;
+  std::vector<float>& entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
+                            std::uint64_t k, std::int64_t numel);
+  VMajorCache& c_;
+  int layer_;
+  int head_dim_;
+};
+
+}  // namespace cocodiff::dit
