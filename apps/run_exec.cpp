@@ -12,6 +12,7 @@
 #include "dit/image.hpp"
 #include "dit/safetensors.hpp"
 #include "emulator/chrome_trace.hpp"
+#include "emulator/timeline_plot.hpp"
 
 namespace cocodiff::apps {
 
@@ -201,6 +202,12 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   }
   if (rec.emulated && plan.engine.trace)
     emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, out_dir / "trace.json");
+  if (rec.emulated && plan.engine.trace)  // a PNG Gantt chart; warns and skips without gnuplot
+    emu::write_timeline_png_or_warn(
+        *rec.emulated, plan.cluster.topology, out_dir / "timeline.png",
+        {.title = plan.model.name + ", " + plan.settings.strategy + ", " + plan.cluster.name +
+                  " x " + std::to_string(plan.cluster.topology.num_nodes()) + " node(s), " +
+                  plan.math + " math, " + std::to_string(plan.settings.steps) + " step(s)"});
   write_file_atomic(out_dir / "report.json", rec.report.dump(2) + "\n");
 }
 
