@@ -216,6 +216,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
       const std::int64_t total = src.total_tokens(s);
       parts[part][u(s)] = Tensor::zeros(batch * total, hw, ex.phantom);
       Tensor x = src.project(ex, s, qp, 0, shape.heads);
+      progress();
       if (part == 2 || f_.chunks <= 1) {
         src.prepare(ex, s, qp, x, 0, shape.heads);
         if (part != 2) {
@@ -233,7 +234,9 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
         }
         BlockExchange& launched = *pd.x;
         pending.push_back(std::move(pd));
-        if (part == 2 ? !f_.v_first : f_.chunks <= 1) drive(launched);
+        // Blocking unless V-First (V, then Q and K, fly while the next ones are computed) or
+        // pipelining (Q/K head groups fly) lets them run on.
+        if (!f_.v_first && (part == 2 || f_.chunks <= 1)) drive(launched);
         progress();
         continue;
       }

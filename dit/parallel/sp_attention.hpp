@@ -2,7 +2,9 @@
 // Ulysses sequence parallelism with the CoCoDiff mechanisms, each switchable:
 //   exchange  flat (one all-to-all over the group) or TAPA (one phase per topology level)
 //   v_first   V is projected first and its exchange launched non-blocking; Q/K projection,
-//             RMSNorm and RoPE run while it flies (the exchanges progress between those steps)
+//             RMSNorm and RoPE run while it flies, and Q's and K's exchanges are launched
+//             non-blocking too (every exchange progresses between compute steps); without it,
+//             each exchange blocks (project, prepare, exchange, wait: Q, then K, then V)
 //   pipeline  Q/K preparation in `chunks` head groups (within every destination's heads), each
 //             group's exchange launched as soon as it is prepared
 //   v_major   V is sent selectively on the slow tiers (dit/parallel/v_major.hpp)

@@ -1,0 +1,354 @@
+// The CoCoDiff strategies on the emulator: exactness against the serial run and flat Ulysses
+// (bitwise for TAPA and V-Major at threshold 0), uneven heads, Ulysses x Ring, the TAPA byte
+// volumes per tier against the hierarchical all-to-all formulas, and V-First's time against a
+// hand-computed closed form.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "core/errors.hpp"
+#include "dit/layers.hpp"
+#include "dit/local_comm.hpp"
+#include "dit/parallel/sp_attention.hpp"
+#include "dit/parallel/strategies.hpp"
+#include "dit/parallel/tapa.hpp"
+#include "dit/pipeline.hpp"
+#include "dit/quality.hpp"
+#include "emulator/engine.hpp"
+#include "net_models/device_model.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+// tiles x gpus x nodes with Aurora-like tiers (alpha-beta, no contention).
+emu::Engine make_engine(int tiles, int gpus, int nodes) {
+  Topology topo(
+      {{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
+  std::vector<LinkCost> tiers{{SimTime::from_ns(2000), 196e9},
+                              {SimTime::from_ns(5000), 15e9},
+                              {SimTime::from_ns(10000), 25e9}};
+  RooflineParams p;
+  p.name = "test-tile";
+  p.peak_flops_per_s = 273e12;
+  p.hbm_bytes_per_s = 1e12;
+  p.launch_overhead = SimTime::from_ns(5000);
+  emu::EngineOptions o;
+  o.workers = 2;
+  o.trace = false;
+  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers),
+                     std::make_shared<RooflineDevice>(p), o);
+}
+
+struct Outcome {
+  Tensor latent;  // rank 0's
+  emu::RunResult result;
+  StrategyStats stats;  // merged over ranks
+};
+
+Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w, const RunSettings& st) {
+  Outcome out;
+  std::mutex mu;
+  std::vector<StrategyStats> stats(static_cast<size_t>(engine.topology().num_ranks()));
+  out.result = engine.run([&](Communicator& comm) {
+    RunOutput o = generate(comm, cfg, w, st);
+    stats[static_cast<size_t>(comm.rank())] = o.strategy_stats;
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out.latent = std::move(o.latent);
+    }
+  });
+  out.stats = stats[0];
+  for (size_t i = 1; i < stats.size(); ++i) out.stats.merge(stats[i]);
+  return out;
+}
+
+Tensor serial(const ModelConfig& cfg, const Weights& w, RunSettings st) {
+  st.strategy = "serial";
+  LocalComm comm;
+  return generate(comm, cfg, w, st).latent;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data().data(), b.data().data(), a.data().size_bytes()) == 0;
+}
+
+RunSettings small_run(int steps) {
+  RunSettings st;
+  st.resolution = 192;  // 24x24 latent, 144 image tokens
+  st.steps = steps;
+  st.seed = 9;
+  return st;
+}
+
+TEST(Strategies, ExactStrategiesMatchSerialAndTapaIsBitwiseFlat) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = small_run(2);
+  const Tensor ref = serial(cfg, *w, st);
+  // 12 ranks (2 heads each: pipeline chunks split them) and 24 ranks over 2 nodes.
+  for (int nodes : {1, 2}) {
+    emu::Engine engine = make_engine(2, 6, nodes);
+    st.strategy = "flat";
+    const Outcome flat = run(engine, cfg, *w, st);
+    EXPECT_LT(relative_l2(ref, flat.latent), 1e-5);
+    for (const char* name : {"tapa", "v_first", "pipeline", "cocodiff"}) {
+      st.strategy = name;
+      st.strategy_options.v_major_threshold = 0;  // cocodiff exact
+      const Outcome r = run(engine, cfg, *w, st);
+      EXPECT_LT(relative_l2(ref, r.latent), 1e-5) << name << " nodes " << nodes;
+      // TAPA: bitwise flat's output; more bytes inside a node, the same across nodes.
+      if (std::string(name) == "tapa") {
+        EXPECT_TRUE(bitwise_equal(flat.latent, r.latent)) << "tapa vs flat, nodes " << nodes;
+        EXPECT_GT(r.result.bytes_by_tier[0], flat.result.bytes_by_tier[0]);
+        // (TAPA's splits add a few hundred bytes of their own.)
+        EXPECT_NEAR(static_cast<double>(r.result.bytes_by_tier[2]),
+                    static_cast<double>(flat.result.bytes_by_tier[2]),
+                    1e-3 * static_cast<double>(flat.result.bytes_by_tier[2]));
+      }
+    }
+  }
+}
+
+TEST(Strategies, SingleStreamAndDualAttentionModelsMatchSerial) {
+  for (const char* model : {"sd35-tiny", "dit-xl-2-tiny"}) {
+    const ModelConfig cfg = load_model_preset(model);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = small_run(2);
+    const Tensor ref = serial(cfg, *w, st);
+    emu::Engine engine = make_engine(2, 6, 2);
+    for (const char* name : {"cocodiff", "usp"}) {
+      st.strategy = name;
+      st.strategy_options.v_major_threshold = 0;
+      EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5) << model << " " << name;
+    }
+  }
+}
+
+TEST(Strategies, UnevenHeadsAndUspMatchSerial) {
+  const ModelConfig cfg = load_model_preset("qwen-image-tiny");  // 24 heads
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = small_run(2);
+  const Tensor ref = serial(cfg, *w, st);
+  // 2 x 4 x 2 = 16 ranks: 24 heads split [2 x 8, 1 x 8].
+  emu::Engine engine = make_engine(2, 4, 2);
+  st.strategy = "flat";
+  try {
+    run(engine, cfg, *w, st);
+    FAIL() << "24 heads over 16 ranks accepted without ulysses.uneven_heads";
+  } catch (const RankError& e) {
+    EXPECT_NE(std::string(e.what()).find("uneven_heads"), std::string::npos) << e.what();
+  }
+  st.strategy_options.uneven_heads = true;
+  for (const char* name : {"flat", "tapa", "cocodiff"}) {
+    st.strategy = name;
+    st.strategy_options.v_major_threshold = 0;
+    EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5) << name;
+  }
+  // Ulysses over 2 x 4 = 8 ranks (3 heads each), ring over 2 nodes; and Ulysses over the tiles
+  // only (12 heads each), ring over gpu x node.
+  st.strategy = "usp";
+  EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5);
+  st.strategy_options.usp_ring_levels = 2;
+  EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5);
+  // More ranks than Ulysses can give heads to: 2 x 4 x 4 = 32 ranks, 24 heads, usp 8 x 4.
+  emu::Engine big = make_engine(2, 4, 4);
+  st.strategy_options.usp_ring_levels = 1;
+  st.resolution = 128;  // 64 tokens, 2 per rank
+  const Tensor ref2 = serial(cfg, *w, st);
+  EXPECT_LT(relative_l2(ref2, run(big, cfg, *w, st).latent), 1e-5);
+}
+
+TEST(Strategies, VMajorThresholdZeroIsBitwiseExactAndAboveZeroSavesBytes) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = small_run(4);
+  emu::Engine engine = make_engine(2, 6, 2);
+  st.strategy = "tapa";
+  const Outcome exact = run(engine, cfg, *w, st);
+  st.strategy = "v_major";
+  st.strategy_options.v_major_warmup_steps = 1;
+  st.strategy_options.v_major_threshold = 0;
+  const Outcome zero = run(engine, cfg, *w, st);
+  EXPECT_TRUE(bitwise_equal(exact.latent, zero.latent));
+  ASSERT_TRUE(zero.stats.v_major.count("inter-node"));
+  EXPECT_GT(zero.stats.v_major_cache_bytes, 0);
+  st.strategy_options.v_major_threshold = 0.5;
+  st.strategy_options.v_major_block_tokens = 4;
+  const Outcome lossy = run(engine, cfg, *w, st);
+  const VMajorTierStats& t = lossy.stats.v_major.at("inter-node");
+  EXPECT_LT(t.sent_elements, t.full_elements);
+  EXPECT_LT(t.active_blocks, t.blocks);
+  EXPECT_LT(lossy.result.bytes_by_tier[2], exact.result.bytes_by_tier[2]);
+  EXPECT_EQ(lossy.result.bytes_by_tier[0], exact.result.bytes_by_tier[0]);  // slow tier only
+  const double e = relative_l2(exact.latent, lossy.latent);
+  EXPECT_GT(e, 0.0);
+  EXPECT_LT(e, 0.5);
+  // A refresh every step sends everything: bitwise exact again.
+  st.strategy_options.v_major_refresh_every = 1;
+  EXPECT_TRUE(bitwise_equal(exact.latent, run(engine, cfg, *w, st).latent));
+}
+
+TEST(Strategies, VFirstIsNeverSlowerThanTapaOnFullSizeModels) {
+  for (const char* model : {"flux1-dev", "sd35-large"}) {
+    const ModelConfig cfg = load_model_preset(model);
+    const auto w = make_weights(cfg, 0, true);
+    RunSettings st;
+    st.resolution = 1024;
+    st.steps = 1;
+    st.phantom = true;
+    st.strategy_options.uneven_heads = true;  // SD3.5 Large: 38 heads over 24 ranks
+    emu::Engine engine = make_engine(2, 6, 2);
+    st.strategy = "tapa";
+    const Outcome tapa = run(engine, cfg, *w, st);
+    st.strategy = "v_first";
+    const Outcome vf = run(engine, cfg, *w, st);
+    EXPECT_LE(vf.result.makespan, tapa.result.makespan) << model;
+    EXPECT_FALSE(vf.stats.v_first.empty());
+    st.strategy = "flat";
+    EXPECT_LT(tapa.result.makespan, run(engine, cfg, *w, st).result.makespan) << model;
+  }
+}
+
+// A layer with hand-set costs: V projection cv, Q/K projection cq, Q/K norm cn (seconds at a
+// 1 TFLOP/s unit device: flops = seconds * 1e12), one sharded stream.
+class CostedQkv final : public QkvSource {
+ public:
+  CostedQkv(std::int64_t local, std::int64_t total, double cv, double cq, double cn)
+      : local_(local), total_(total), cv_(cv), cq_(cq), cn_(cn) {}
+  int num_streams() const override { return 1; }
+  bool sharded(int) const override { return true; }
+  std::int64_t total_tokens(int) const override { return total_; }
+  std::int64_t rows(int) const override { return local_; }
+  Tensor project(const Exec& ex, int, QkvPart part, int h0, int h1) const override {
+    ex.charge(OpKind::kGemm, (part == QkvPart::kV ? cv_ : cq_) * 1e12, 0, "proj");
+    return Tensor::zeros(local_, std::int64_t{h1 - h0} * kHeadDim, true);
+  }
+  void prepare(const Exec& ex, int, QkvPart part, Tensor&, int, int) const override {
+    if (part != QkvPart::kV) ex.charge(OpKind::kNorm, cn_ * 1e12, 0, "norm");
+  }
+  static constexpr int kHeadDim = 64;
+
+ private:
+  std::int64_t local_, total_;
+  double cv_, cq_, cn_;
+};
+
+TEST(Strategies, VFirstTimeMatchesTheClosedFormOverlap) {
+  // 2 ranks (two tiles of one GPU), alpha-beta link, unit device with free memory traffic.
+  Topology topo({{"tile", 2, "die-to-die"}});
+  const double alpha_s = 10e-6, bw = 1e9;
+  RooflineParams dev;
+  dev.peak_flops_per_s = 1e12;
+  dev.hbm_bytes_per_s = 1e30;  // packing is free: only the charged FLOPs take time
+  emu::EngineOptions o;
+  o.workers = 1;
+  o.trace = false;
+  emu::Engine engine(topo,
+                     std::make_unique<AlphaBetaModel>(
+                         topo, std::vector<LinkCost>{{SimTime::from_seconds(alpha_s), bw}}),
+                     std::make_shared<RooflineDevice>(dev), o);
+  const int heads = 2;
+  const std::int64_t total = 1000, local = 500;
+  // One block: local tokens x one head, 2 wire bytes per element.
+  const double a2a = alpha_s + static_cast<double>(local * CostedQkv::kHeadDim * 2) / bw;
+  const double cv = 20e-6, cq = 60e-6, cn = 20e-6;
+  const double attn = 4.0 * 1 * total * total * CostedQkv::kHeadDim / 1e12;  // 1 head, batch 1
+  ModelConfig cfg = load_model_preset("flux1-tiny");
+  cfg.heads = heads;
+  auto layer_time = [&](const std::string& name) {
+    StrategyStats stats;
+    const emu::RunResult r = engine.run([&](Communicator& comm) {
+      std::unique_ptr<AttentionStrategy> s = make_attention_strategy(name, comm, cfg);
+      const Exec ex{comm, true};
+      const CostedQkv src(local, total, cv, cq, cn);
+      s->attend(ex, src, {heads, CostedQkv::kHeadDim, 1, "costed"});
+      if (comm.rank() == 0) stats = s->stats();
+    });
+    return std::make_pair(r.makespan.seconds(), stats);
+  };
+  // Blocking: Q, K, V each wait for their exchange, then attention and the output exchange.
+  const double tapa_expected = cv + 2 * (cq + cn) + 4 * a2a + attn;
+  // V-First: V flies during Q/K preparation, Q's exchange during K's; only K's is exposed
+  // (no contention on an alpha-beta link: a2a each).
+  const double vf_expected = cv + 2 * (cq + cn) + 2 * a2a + attn;
+  const auto [tapa_s, tapa_stats] = layer_time("tapa");
+  const auto [vf_s, vf_stats] = layer_time("v_first");
+  EXPECT_NEAR(tapa_s, tapa_expected, 1e-8);
+  EXPECT_NEAR(vf_s, vf_expected, 1e-8);
+  const VFirstKindStats& k = vf_stats.v_first.at("costed");
+  EXPECT_EQ(k.layers, 1);
+  EXPECT_NEAR(k.v_proj_s, cv, 1e-8);
+  EXPECT_NEAR(k.qk_prep_s, 2 * (cq + cn), 1e-8);
+  EXPECT_EQ(k.v_exposed_s, 0.0);
+  // V's exchange ends at cv + a2a = 94 us; it is seen at the next step boundary, the end of Q's
+  // preparation (cv + cq + cn = 100 us): an upper bound, within one step of the truth.
+  EXPECT_NEAR(k.v_phase1_s, cq + cn, 1e-8);
+  EXPECT_GE(k.v_phase1_s, a2a - 1e-9);
+  EXPECT_EQ(k.condition_held, 1);  // cv + 80 us <= 160 us
+  EXPECT_EQ(k.phase1_hidden, 1);
+  EXPECT_LT(vf_s, tapa_s);
+}
+
+// Every block carries (source, destination) so misplaced data shows.
+TEST(Strategies, TapaBytesPerTierMatchTheHierarchicalFormula) {
+  const int tiles = 2, gpus = 3, nodes = 2, p = tiles * gpus * nodes;
+  const std::int64_t m = 1000;  // elements per destination block
+  std::vector<std::int64_t> bytes[2];
+  for (int tapa = 0; tapa < 2; ++tapa) {
+    emu::Engine engine = make_engine(tiles, gpus, nodes);
+    // The splits' own traffic, subtracted below.
+    const emu::RunResult setup =
+        engine.run([&](Communicator& comm) { const SpGroup g(comm, tapa == 1); });
+    const emu::RunResult r = engine.run([&](Communicator& comm) {
+      const SpGroup g(comm, tapa == 1);
+      EXPECT_EQ(static_cast<int>(g.phases().size()), tapa == 1 ? 3 : 1);
+      const Exec ex{comm, false};
+      BlockExchange x(
+          g,
+          [m](int, int) {
+            return BlockShape{1, m};
+          },
+          false, "a2a");
+      const int me = comm.rank();
+      x.start(ex, [&](int d, MatMap out) { out.setConstant(static_cast<float>(me * 1000 + d)); });
+      x.finish(ex);
+      for (int s = 0; s < p; ++s) {
+        const ConstMatMap b = x.block(s);
+        EXPECT_EQ(b.minCoeff(), static_cast<float>(s * 1000 + me));
+        EXPECT_EQ(b.maxCoeff(), static_cast<float>(s * 1000 + me));
+      }
+    });
+    bytes[tapa] = r.bytes_by_tier;
+    for (size_t k = 0; k < bytes[tapa].size(); ++k) bytes[tapa][k] -= setup.bytes_by_tier[k];
+  }
+  const std::int64_t mb = m * 2;  // wire bytes per block (2 per element)
+  // Flat: a rank's blocks go straight to their destination's tier.
+  EXPECT_EQ(bytes[0][0], p * (tiles - 1) * mb);
+  EXPECT_EQ(bytes[0][1], p * tiles * (gpus - 1) * mb);
+  EXPECT_EQ(bytes[0][2], p * tiles * gpus * (nodes - 1) * mb);
+  // TAPA, phase per level: (size_k - 1) peers, each getting P / size_k blocks.
+  EXPECT_EQ(bytes[1][0], p * (tiles - 1) * (p / tiles) * mb);
+  EXPECT_EQ(bytes[1][1], p * (gpus - 1) * (p / gpus) * mb);
+  EXPECT_EQ(bytes[1][2], p * (nodes - 1) * (p / nodes) * mb);
+  EXPECT_EQ(bytes[1][2], bytes[0][2]);  // (N-1) G m across nodes either way
+}
+
+TEST(Strategies, NamesAndCompositions) {
+  EXPECT_TRUE(attention_strategy_error("cocodiff").empty());
+  EXPECT_TRUE(attention_strategy_error("flat+v_first+pipeline").empty());
+  EXPECT_NE(attention_strategy_error("flat+tapa").find("one exchange"), std::string::npos);
+  EXPECT_NE(attention_strategy_error("tapa+warp").find("warp"), std::string::npos);
+  StrategyOptions o;
+  o.v_major_threshold = 0;
+  EXPECT_FALSE(attention_strategy_is_lossy("cocodiff", o));
+  o.v_major_threshold = 0.1;
+  EXPECT_TRUE(attention_strategy_is_lossy("cocodiff", o));
+  EXPECT_FALSE(attention_strategy_is_lossy("v_first", o));
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
