@@ -15,6 +15,7 @@ void add_run_command(CLI::App& app);
 std::unique_lock<std::mutex> hold_interrupts();
 void add_validate_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
 /// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
 int run_mpi_main(const std::string& config, const std::vector<std::string>& sets,
                  const std::string& out, bool quiet);

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   cocodiff::apps::add_run_command(app);
   cocodiff::apps::add_validate_command(app);
   cocodiff::apps::add_forward_command(app);
+  cocodiff::apps::add_compare_command(app);
   cocodiff::apps::add_topo_command(app);
   cocodiff::apps::add_netbench_command(app);
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 alone would only say "A subcommand is required"

@@ -1,0 +1,187 @@
+// `cocodiff compare CONFIG --strategies flat,tapa,v_first,cocodiff [--set k=v ...] [--out DIR]`
+// Runs one config under several attention strategies on the emulator and prints one table:
+// virtual time, speedup over flat, exposed communication, bytes per tier and (real math only)
+// quality against the exact run (flat; made on demand when not in the list). compare.json holds
+// one entry per strategy: the report.json fields plus speedup_vs_flat and quality.
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "apps/commands.hpp"
+#include "apps/run_exec.hpp"
+#include "apps/run_plan.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "dit/image.hpp"
+#include "dit/parallel/strategies.hpp"
+#include "dit/quality.hpp"
+
+namespace cocodiff::apps {
+
+namespace {
+
+// The preview image as a [3, H*W] tensor of 0..255 values (PSNR / SSIM input).
+Tensor preview_tensor(const RunRecord& rec) {
+  const dit::Rgb img = dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, 1);
+  Mat m(3, static_cast<Eigen::Index>(img.width) * img.height);
+  for (Eigen::Index i = 0; i < m.cols(); ++i)
+    for (int c = 0; c < 3; ++c) m(c, i) = img.pixels[static_cast<size_t>(3 * i + c)];
+  return Tensor::from(std::move(m));
+}
+
+nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& rec) {
+  if (rec.latent.phantom() || exact.latent.phantom()) return nullptr;
+  const Tensor a = preview_tensor(exact), b = preview_tensor(rec);
+  const double psnr = dit::psnr(a, b, 255.0);
+  const auto finite_or_null = [](double v) {
+    return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json("inf");
+  };
+  return {{"reference", "flat (exact)"},
+          {"latent_relative_l2", dit::relative_l2(exact.latent, rec.latent)},
+          {"preview_psnr_db", finite_or_null(psnr)},
+          {"preview_ssim", dit::ssim(a, b, rec.latent_height, rec.latent_width, 255.0)},
+          {"bitwise_equal", exact.report["output_sha256"] == rec.report["output_sha256"]}};
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+}  // namespace
+
+void add_compare_command(CLI::App& app) {
+  struct Options {
+    std::string config;
+    std::string strategies = "flat,tapa,v_first,pipeline,cocodiff";
+    std::vector<std::string> sets;
+    std::string out = "out/compare";
+    bool outputs = false;
+  };
+  auto opt = std::make_shared<Options>();
+  CLI::App* cmd = app.add_subcommand(
+      "compare", "Run one config under several attention strategies and compare them");
+  cmd->add_option("config", opt->config, "Run config (TOML)")->required();
+  cmd->add_option("--strategies", opt->strategies,
+                  "Comma-separated strategies (flat is run as the reference when absent)");
+  cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
+  cmd->add_option("--out", opt->out, "Output directory (compare.json)");
+  cmd->add_flag("--outputs", opt->outputs,
+                "Also write each strategy's run outputs (report.json, image.png, trace.json) to "
+                "OUT/STRATEGY/");
+  cmd->callback([opt] {
+    std::vector<std::string> names;
+    std::stringstream ss(opt->strategies);
+    for (std::string n; std::getline(ss, n, ',');)
+      if (!n.empty()) names.push_back(n);
+    if (names.empty()) throw ConfigError("--strategies: expected at least one strategy name");
+    for (const std::string& n : names)
+      if (const std::string e = dit::attention_strategy_error(n); !e.empty())
+        throw ConfigError("--strategies: " + e);
+    const bool flat_listed = std::find(names.begin(), names.end(), "flat") != names.end();
+    std::vector<std::string> order = names;
+    if (!flat_listed)
+      order.insert(order.begin(), "flat");
+    else {
+      order.erase(std::find(order.begin(), order.end(), "flat"));
+      order.insert(order.begin(), "flat");
+    }
+    // Resolve every plan before running anything: a bad config fails at once.
+    std::vector<RunPlan> plans;
+    for (const std::string& n : order) {
+      std::vector<std::string> sets = {"emulator.trace=" +
+                                       std::string(opt->outputs ? "true" : "false")};
+      sets.insert(sets.end(), opt->sets.begin(), opt->sets.end());
+      sets.push_back("run.strategy=" + n);
+      plans.push_back(resolve_run_plan(opt->config, sets));
+    }
+    std::cout << describe(plans[0]) << std::flush;
+    std::vector<RunRecord> recs;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < plans.size(); ++i) {
+      std::fprintf(stderr, "[%zu/%zu] %-24s running...", i + 1, plans.size(), order[i].c_str());
+      std::fflush(stderr);
+      const auto ts = std::chrono::steady_clock::now();
+      recs.push_back(run_emulated(plans[i]));
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      const double total =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::fprintf(stderr, "\r[%zu/%zu] %-24s done in %.1f s (virtual %.6f s; %.1f s elapsed)\n",
+                   i + 1, plans.size(), order[i].c_str(), el,
+                   recs.back().report["virtual_time_s"].get<double>(), total);
+      if (opt->outputs) {
+        auto lock = hold_interrupts();
+        write_outputs(plans[i], recs.back(), std::filesystem::path(opt->out) / order[i]);
+      }
+    }
+    const double flat_s = recs[0].report["virtual_time_s"].get<double>();
+    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+    const Topology& topo = plans[0].cluster.topology;
+    // Table header.
+    std::ostringstream tab;
+    char line[512];
+    std::snprintf(line, sizeof line, "%-24s %12s %8s %12s %6s", "strategy", "virtual_s", "speedup",
+                  "exposed_s", "exp%");
+    tab << line;
+    for (int k = 0; k < topo.num_tiers(); ++k) {
+      std::snprintf(line, sizeof line, " %12s", (topo.tier_name(k) + "_GB").c_str());
+      tab << line;
+    }
+    const bool real = plans[0].math == "real";
+    if (real) {
+      std::snprintf(line, sizeof line, " %11s %9s %7s", "rel_l2", "psnr_db", "ssim");
+      tab << line;
+    }
+    tab << "\n";
+    for (size_t i = 0; i < recs.size(); ++i) {
+      const bool listed = std::find(names.begin(), names.end(), order[i]) != names.end();
+      nlohmann::ordered_json e = recs[i].report;
+      const double vt = e["virtual_time_s"].get<double>();
+      e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
+      e["quality"] = quality_json(recs[0], recs[i]);
+      e["reference_only"] = !listed;
+      const nlohmann::ordered_json& b = e["breakdown"];
+      std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,
+                    e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
+                    100 * b["exposed_comm_fraction"].get<double>());
+      tab << line;
+      for (int k = 0; k < topo.num_tiers(); ++k) {
+        std::snprintf(line, sizeof line, " %12.4f",
+                      e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
+        tab << line;
+      }
+      if (real) {
+        const nlohmann::ordered_json& q = e["quality"];
+        const std::string psnr = q["preview_psnr_db"].is_string()
+                                     ? std::string("inf")
+                                     : fmt("%.2f", q["preview_psnr_db"].get<double>());
+        std::snprintf(line, sizeof line, " %11.3e %9s %7.4f", q["latent_relative_l2"].get<double>(),
+                      psnr.c_str(), q["preview_ssim"].get<double>());
+        tab << line;
+      }
+      tab << "\n";
+      entries.push_back(std::move(e));
+    }
+    std::cout << tab.str();
+    if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
+    nlohmann::ordered_json doc;
+    doc["config"] = opt->config;
+    doc["sets"] = opt->sets;
+    doc["reference"] = "flat";
+    doc["entries"] = entries;
+    std::error_code ec;
+    std::filesystem::create_directories(opt->out, ec);
+    if (ec) throw InputError(opt->out + ": cannot create output directory: " + ec.message());
+    auto lock = hold_interrupts();
+    write_file_atomic(std::filesystem::path(opt->out) / "compare.json", doc.dump(2) + "\n");
+    std::cout << "compare.json in " << opt->out << "/\n";
+  });
+}
+
+}  // namespace cocodiff::apps
