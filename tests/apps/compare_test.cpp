@@ -1,0 +1,54 @@
+// `cocodiff compare` end to end: one table, compare.json with one entry per strategy, speedup
+// over flat, and quality against the exact run (real math): TAPA is bitwise flat, a lossy V-Major
+// is not.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_compare_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  const ChildResult r = run_cocodiff(
+      {"compare", config.string(), "--strategies", "tapa,cocodiff", "--set", "run.resolution=192",
+       "--set", "run.steps=3", "--set", "v_major.warmup_steps=1", "--set", "v_major.threshold=2",
+       "--set", "emulator.workers=2", "--out", (dir / "out").string()},
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("speedup"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[3/3] cocodiff"), std::string::npos) << r.err;  // progress lines
+  std::ifstream in(dir / "out" / "compare.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const nlohmann::json& e = doc["entries"];
+  ASSERT_EQ(e.size(), 3u);  // flat (the reference, run on demand), tapa, cocodiff
+  EXPECT_EQ(e[0]["strategy"], "flat");
+  EXPECT_TRUE(e[0]["reference_only"].get<bool>());
+  EXPECT_DOUBLE_EQ(e[0]["speedup_vs_flat"].get<double>(), 1.0);
+  EXPECT_GT(e[1]["speedup_vs_flat"].get<double>(), 1.0);  // TAPA beats flat across 2 nodes
+  EXPECT_TRUE(e[1]["quality"]["bitwise_equal"].get<bool>());
+  EXPECT_EQ(e[1]["quality"]["latent_relative_l2"].get<double>(), 0.0);
+  // Threshold 2: after the warm-up step, blocks are only sent when they changed by more than
+  // twice their size, so the output drifts and inter-node bytes drop.
+  EXPECT_FALSE(e[2]["quality"]["bitwise_equal"].get<bool>());
+  EXPECT_GT(e[2]["quality"]["latent_relative_l2"].get<double>(), 0.0);
+  EXPECT_LT(e[2]["bytes_by_tier"]["inter-node"].get<double>(),
+            e[1]["bytes_by_tier"]["inter-node"].get<double>());
+  EXPECT_TRUE(e[2]["strategy_stats"].contains("v_major"));
+  EXPECT_TRUE(e[2]["strategy_stats"].contains("v_first"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cocodiff::test
