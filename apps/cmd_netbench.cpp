@@ -153,6 +153,7 @@ void run_netbench(const NetbenchOptions& o) {
     j["network"] = network;
     j["wire_bytes_per_element"] = o.wire_bytes;
     std::vector<std::string> tiers;
+    tiers.reserve(static_cast<size_t>(topo.num_tiers()));
     for (int k = 0; k < topo.num_tiers(); ++k) tiers.push_back(topo.tier_name(k));
     j["tiers"] = tiers;
     j["rows"] = nlohmann::json::array();

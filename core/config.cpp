@@ -260,7 +260,7 @@ std::string Config::require_string(std::string_view key) const {
 
 std::string Config::get_choice(std::string_view key, std::string def,
                                std::initializer_list<std::string_view> choices) const {
-  std::string v = get_string(key, def);
+  std::string v = get_string(key, std::move(def));
   std::string list;
   for (std::string_view c : choices) {
     if (c == v) return v;

@@ -175,8 +175,8 @@ std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
   all_gather(mine, all, 2, "split");
   std::vector<std::pair<int, int>> members;  // (key, group rank) of ranks with my color
   for (int r = 0; r < p; ++r) {
-    const int c = std::bit_cast<int>(all[static_cast<size_t>(2 * r)]);
-    const int k = std::bit_cast<int>(all[static_cast<size_t>(2 * r + 1)]);
+    const int c = std::bit_cast<int>(all[2 * static_cast<size_t>(r)]);
+    const int k = std::bit_cast<int>(all[2 * static_cast<size_t>(r) + 1]);
     if (c == color) members.emplace_back(k, r);
   }
   std::sort(members.begin(), members.end());

@@ -299,6 +299,7 @@ std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptio
                                     MPI_MAX_PROCESSOR_NAME, MPI_CHAR, dup),
                       where + ": gathering host names");
     std::vector<std::string> host_names;
+    host_names.reserve(static_cast<size_t>(world_size_));
     for (int r = 0; r < world_size_; ++r)
       host_names.emplace_back(names.data() + static_cast<size_t>(r) * MPI_MAX_PROCESSOR_NAME);
     const std::string err = detail::placement_error(topo, ids, host_names);
@@ -355,7 +356,8 @@ std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
   std::vector<int> all(static_cast<size_t>(2 * size_));
   detail::check_mpi(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, comm_), w);
   std::vector<int> colors;
-  for (int r = 0; r < size_; ++r) colors.push_back(all[static_cast<size_t>(2 * r)]);
+  colors.reserve(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) colors.push_back(all[2 * static_cast<size_t>(r)]);
   std::sort(colors.begin(), colors.end());
   colors.erase(std::unique(colors.begin(), colors.end()), colors.end());
   const int dense =

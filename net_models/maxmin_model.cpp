@@ -16,9 +16,10 @@ constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 /// lone flow costs exactly what the alpha-beta closed form says), never negative.
 std::int64_t transfer_ns(double bytes, double rate_bytes_per_s) {
   if (!(bytes > 0)) return 0;
-  if (!(rate_bytes_per_s > 0)) return kNever / 2;
+  constexpr std::int64_t kFar = kNever / 2;  // far future, still safe to add to
+  if (!(rate_bytes_per_s > 0)) return kFar;
   const double ns = std::ceil(bytes / rate_bytes_per_s * 1e9 - 1e-6);
-  if (ns >= static_cast<double>(kNever / 2)) return kNever / 2;
+  if (ns >= static_cast<double>(kFar)) return kFar;
   return std::max<std::int64_t>(0, static_cast<std::int64_t>(ns));
 }
 

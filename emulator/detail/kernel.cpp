@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <boost/fiber/all.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <thread>
 
@@ -234,8 +235,7 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mut
   t.dst = dst;
   t.key = key;
   t.seq = seq;
-  t.bytes = static_cast<std::int64_t>(
-      static_cast<double>(s.count) * options_.wire_bytes_per_element + 0.5);
+  t.bytes = std::llround(static_cast<double>(s.count) * options_.wire_bytes_per_element);
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
   t.label = options_.trace ? intern(s.label) : 0;
