@@ -1,0 +1,317 @@
+// The emulator's own cost, measured on `cocodiff run` child processes:
+//  phantom  wall time, simulation events and flows per wall second, and peak resident memory
+//           (ru_maxrss of each child) as the tile count grows (Aurora, 1 to 128 nodes);
+//  real     the wall time of real math on 1 tile against the same run spread over P emulated
+//           tiles (the emulation's cost over the math itself);
+//  math     a transformer block's GFLOP/s next to Eigen GEMM's (runs bench_dit_block).
+// Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
+//
+//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math] [--nodes 1,2,4]
+//                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
+//                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "bench/common/bench_util.hpp"
+
+namespace cocodiff::bench {
+namespace {
+
+struct Options {
+  std::set<std::string> parts = {"phantom", "real", "math"};
+  std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
+  std::string model = "flux1-dev";
+  int resolution = 1024;
+  std::string strategy = "usp";
+  std::string blocks;  // "D,S": override the model's double and single block counts
+  int steps = 1;
+  std::string real_model = "flux1-tiny";
+  int real_resolution = 384;
+  int real_steps = 2;
+  std::vector<int> real_nodes = {2, 8};
+  std::string real_strategy = "usp";
+  std::filesystem::path dit_block_bin;
+};
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) v.push_back(std::stoi(x));
+  return v;
+}
+
+Options parse(const Args& a) {
+  Options o;
+#ifdef COCODIFF_DIT_BLOCK_BIN
+  o.dit_block_bin = COCODIFF_DIT_BLOCK_BIN;
+#endif
+  if (a.smoke) {
+    o.nodes = {1, 2};
+    o.blocks = "1,1";
+    o.real_nodes = {1};
+    o.real_steps = 1;
+    o.real_resolution = 192;
+  }
+  for (size_t i = 0; i < a.rest.size(); ++i) {
+    const std::string& k = a.rest[i];
+    if (i + 1 >= a.rest.size()) throw std::runtime_error("missing value after " + k);
+    const std::string v = a.rest[++i];
+    if (k == "--parts") {
+      o.parts.clear();
+      std::stringstream ss(v);
+      std::string p;
+      while (std::getline(ss, p, ',')) o.parts.insert(p);
+    } else if (k == "--nodes") {
+      o.nodes = int_list(v);
+    } else if (k == "--model") {
+      o.model = v;
+    } else if (k == "--resolution") {
+      o.resolution = std::stoi(v);
+    } else if (k == "--strategy") {
+      o.strategy = v;
+    } else if (k == "--blocks") {
+      o.blocks = v;
+    } else if (k == "--steps") {
+      o.steps = std::stoi(v);
+    } else if (k == "--real-nodes") {
+      o.real_nodes = int_list(v);
+    } else if (k == "--real-model") {
+      o.real_model = v;
+    } else if (k == "--real-strategy") {
+      o.real_strategy = v;
+    } else {
+      throw std::runtime_error("unknown option " + k);
+    }
+  }
+  return o;
+}
+
+std::vector<std::string> block_sets(const std::string& blocks) {
+  if (blocks.empty()) return {};
+  const auto comma = blocks.find(',');
+  return {"--set", "model.double_blocks=" + blocks.substr(0, comma), "--set",
+          "model.single_blocks=" + blocks.substr(comma + 1)};
+}
+
+[[noreturn]] void fail(const ChildRun& r, const std::string& what) {
+  std::fprintf(stderr, "%s failed (exit %d): %s\n", what.c_str(), r.exit_code, r.error.c_str());
+  std::exit(1);
+}
+
+// Phantom mode: cost of the emulation alone as the cluster grows.
+void phantom(const Args& a, const Options& o) {
+  Table t({"nodes", "tiles", "virtual ms", "events", "flows", "run wall s", "Mevents/s", "us/flow",
+           "peak RSS MiB"});
+  Progress progress(o.nodes.size());
+  std::string dat = "# tiles wall_s events_per_s us_per_flow rss_mib\n";
+  for (int n : o.nodes) {
+    progress.step(fmt("phantom %s %dpx, %d node(s)", o.model.c_str(), o.resolution, n));
+    std::vector<std::string> sets = {"--set", "run.math=skip",
+                                     "--set", "model.preset=" + o.model,
+                                     "--set", "run.resolution=" + std::to_string(o.resolution),
+                                     "--set", "run.steps=" + std::to_string(o.steps),
+                                     "--set", "run.strategy=" + o.strategy,
+                                     "--set", "cluster.preset=aurora",
+                                     "--set", "cluster.nodes=" + std::to_string(n),
+                                     "--set", "emulator.trace=false"};
+    for (const std::string& s : block_sets(o.blocks)) sets.push_back(s);
+    const ChildRun r = run_cocodiff(a, sets, fmt("phantom_n%d", n));
+    if (!r.ok()) fail(r, fmt("phantom run on %d node(s)", n));
+    const auto& rep = r.report;
+    const double run_s = rep["wall_time_s"].get<double>();
+    const double events = rep["events"].get<double>(), flows = rep["flows"].get<double>();
+    const double rss_mib = static_cast<double>(r.maxrss_kib) / 1024.0;
+    const int tiles = rep["ranks"].get<int>();
+    t.add({std::to_string(n), std::to_string(tiles),
+           fmt("%.3f", rep["virtual_time_s"].get<double>() * 1e3), fmt("%.0f", events),
+           fmt("%.0f", flows), fmt("%.2f", run_s), fmt("%.3f", events / run_s / 1e6),
+           fmt("%.2f", flows > 0 ? run_s / flows * 1e6 : 0.0), fmt("%.0f", rss_mib)},
+          {{"nodes", n},
+           {"tiles", tiles},
+           {"virtual_time_s", rep["virtual_time_s"]},
+           {"events", events},
+           {"flows", flows},
+           {"run_wall_s", run_s},
+           {"process_wall_s", r.wall_s},
+           {"events_per_s", events / run_s},
+           {"wall_us_per_flow", flows > 0 ? run_s / flows * 1e6 : 0.0},
+           {"peak_rss_mib", rss_mib}});
+    dat += fmt("%d %.6g %.6g %.6g %.6g\n", tiles, run_s, events / run_s,
+               flows > 0 ? run_s / flows * 1e6 : 0.0, rss_mib);
+  }
+  progress.done();
+  const nlohmann::json meta = {
+      {"model", o.model},
+      {"resolution", o.resolution},
+      {"strategy", o.strategy},
+      {"steps", o.steps},
+      {"blocks", o.blocks.empty() ? "preset" : o.blocks},
+      {"cluster", "aurora"},
+      {"workers", a.workers},
+      {"note",
+       "run wall s = report.json wall_time_s (engine run); peak RSS = ru_maxrss of the "
+       "child cocodiff process; trace off"}};
+  t.finish(a, "emulator_phantom", meta);
+  const std::string title =
+      fmt("phantom-mode cost: %s %dpx, %d step(s), %s, %s blocks, Aurora, %d worker(s)",
+          o.model.c_str(), o.resolution, o.steps, o.strategy.c_str(),
+          o.blocks.empty() ? "all" : o.blocks.c_str(), a.workers);
+  plot(a, "emulator_phantom", dat,
+       "set multiplot layout 1,2 title '" + title +
+           "'\n"
+           "set logscale x 2\nset grid\nset key top left\nset xlabel 'emulated tiles'\n"
+           "set logscale y\nset ylabel 'wall seconds'\nset y2label 'million events / s'\n"
+           "set y2tics\nset ytics nomirror\n"
+           "plot $DATA using 1:2 with linespoints lw 2 pt 7 title 'wall time (left)', "
+           "$DATA using 1:($3/1e6) axes x1y2 with linespoints lw 2 pt 5 title 'events/s (right)'\n"
+           "unset y2tics\nunset y2label\nset ytics mirror\nunset logscale y\n"
+           "set ylabel 'MiB'\nset yrange [0:*]\n"
+           "plot $DATA using 1:5 with linespoints lw 2 pt 7 lc rgb '#D55E00' title 'peak RSS', "
+           "$DATA using 1:4 axes x1y2 with linespoints lw 2 pt 5 lc rgb '#009E73' "
+           "title 'wall us per flow (right)'\n"
+           "unset multiplot\n",
+       1300, 520);
+}
+
+// Real math: the same run on 1 tile and on P emulated tiles.
+void real(const Args& a, const Options& o) {
+  struct Point {
+    std::string label;
+    std::vector<std::string> sets;
+  };
+  const std::vector<std::string> base = {
+      "--set", "run.math=real",
+      "--set", "model.preset=" + o.real_model,
+      "--set", "run.resolution=" + std::to_string(o.real_resolution),
+      "--set", "run.steps=" + std::to_string(o.real_steps),
+      "--set", "emulator.trace=false"};
+  std::vector<Point> points;
+  // One tile: a one-rank cluster (uniform preset, 1 tile x 1 GPU x 1 node), serial reference.
+  points.push_back({"1 tile (serial)",
+                    {"--set", "cluster.preset=uniform", "--set", "cluster.nodes=1", "--set",
+                     "cluster.topology.sizes=[1,1]", "--set", "cluster.nic.rank_nic=[0]", "--set",
+                     "cluster.nic.count=1", "--set", "run.strategy=serial"}});
+  for (int n : o.real_nodes)
+    points.push_back(
+        {fmt("%d Aurora tiles (%s)", 12 * n, n * 12 <= 24 ? "flat" : o.real_strategy.c_str()),
+         {"--set", "cluster.preset=aurora", "--set", "cluster.nodes=" + std::to_string(n), "--set",
+          "run.strategy=" + (n * 12 <= 24 ? std::string("flat") : o.real_strategy)}});
+  Table t({"run", "tiles", "run wall s", "x 1 tile", "events", "flows", "us/event", "peak RSS MiB",
+           "output sha256"});
+  Progress progress(points.size());
+  double wall1 = 0;
+  std::string dat = "# label wall_s ratio\n";
+  int i = 0;
+  for (const Point& p : points) {
+    progress.step("real math: " + p.label);
+    std::vector<std::string> sets = base;
+    sets.insert(sets.end(), p.sets.begin(), p.sets.end());
+    const ChildRun r = run_cocodiff(a, sets, fmt("real_%d", i));
+    if (!r.ok()) fail(r, "real-math run " + p.label);
+    const auto& rep = r.report;
+    const double wall = rep["wall_time_s"].get<double>();
+    if (i == 0) wall1 = wall;
+    const double events = rep["events"].get<double>();
+    const std::string sha = rep["output_sha256"].is_string()
+                                ? rep["output_sha256"].get<std::string>().substr(0, 12)
+                                : "-";
+    t.add({p.label, std::to_string(rep["ranks"].get<int>()), fmt("%.3f", wall),
+           fmt("%.2f", wall / wall1), fmt("%.0f", events), fmt("%.0f", rep["flows"].get<double>()),
+           fmt("%.1f", events > 0 ? (wall - wall1) / events * 1e6 : 0.0),
+           fmt("%.0f", static_cast<double>(r.maxrss_kib) / 1024), sha},
+          {{"run", p.label},
+           {"tiles", rep["ranks"]},
+           {"run_wall_s", wall},
+           {"ratio_to_1_tile", wall / wall1},
+           {"events", events},
+           {"flows", rep["flows"]},
+           {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024},
+           {"output_sha256", rep["output_sha256"]}});
+    dat += fmt("\"%s\" %.6g %.6g\n", p.label.c_str(), wall, wall / wall1);
+    ++i;
+  }
+  progress.done();
+  t.finish(
+      a, "emulator_real",
+      {{"model", o.real_model},
+       {"resolution", o.real_resolution},
+       {"steps", o.real_steps},
+       {"workers", a.workers},
+       {"note", "us/event = (wall - wall of 1 tile) / events: the emulation's cost per event"}});
+  plot(a, "emulator_real", dat,
+       fmt("set title 'real math, %s %dpx, %d step(s): wall time, 1 tile vs emulated tiles "
+           "(%d worker(s))'\n",
+           o.real_model.c_str(), o.real_resolution, o.real_steps, a.workers) +
+           "set style fill solid 0.8 border -1\nset boxwidth 0.6\nset grid ytics\n"
+           "set ylabel 'wall seconds'\nset yrange [0:*]\nset xtics nomirror\n"
+           "plot $DATA using 0:2:xtic(1) with boxes lc rgb '#0072B2' notitle, "
+           "$DATA using 0:2:(sprintf('%.2fx', $3)) with labels offset 0,1 notitle\n",
+       900, 500);
+}
+
+// Math throughput: bench_dit_block's block GFLOP/s against Eigen GEMM in the same run.
+void math(const Args& a, const Options& o) {
+  if (o.dit_block_bin.empty()) {
+    std::fprintf(stderr, "math: bench_dit_block not known; skipped\n");
+    return;
+  }
+  Progress progress(1);
+  progress.step("bench_dit_block");
+  const std::filesystem::path json = std::filesystem::absolute(a.out / "dit_block_raw.json");
+  std::vector<std::string> argv = {o.dit_block_bin.string(), "--json", json.string()};
+  if (a.smoke) argv.push_back("--smoke");
+  const ChildRun r = run_command(argv, a.out / "dit_block_log.txt");
+  if (r.exit_code != 0) fail(r, "bench_dit_block");
+  std::ifstream in(json);
+  const nlohmann::json j = nlohmann::json::parse(in);
+  Table t({"size", "hidden", "tokens", "block GFLOP", "block GFLOP/s", "GEMM GFLOP/s", "ratio"});
+  std::string dat = "# size block_gflops gemm_gflops\n";
+  for (const auto& row : j["results"]) {
+    const double b = row["block_gflops"].get<double>(), g = row["gemm_gflops"].get<double>();
+    t.add({row["size"].get<std::string>(), std::to_string(row["hidden"].get<int>()),
+           std::to_string(row["tokens"].get<long long>()),
+           fmt("%.2f", row["block_gflop"].get<double>()), fmt("%.1f", b), fmt("%.1f", g),
+           fmt("%.2f", b / g)},
+          row);
+    dat += fmt("\"%s\" %.6g %.6g\n", row["size"].get<std::string>().c_str(), b, g);
+  }
+  progress.done();
+  t.finish(a, "emulator_math", {{"source", "bench_dit_block (bench/dit), 1 thread"}});
+  plot(a, "emulator_math", dat,
+       "set title 'real math: FLUX double-stream block vs Eigen GEMM of its projection (same "
+       "run)'\nset style data histogram\nset style histogram cluster gap 1\n"
+       "set style fill solid 0.8 border -1\nset grid ytics\nset ylabel 'GFLOP/s'\n"
+       "set yrange [0:*]\nset key top left\n"
+       "plot $DATA using 2:xtic(1) title 'transformer block' lc rgb '#0072B2', "
+       "'' using 3 title 'Eigen GEMM' lc rgb '#E69F00'\n",
+       800, 450);
+}
+
+int main_impl(int argc, char** argv) {
+  const Args a = parse_args(argc, argv,
+                            " [--parts phantom,real,math] [--nodes 1,2,..] [--model M] "
+                            "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
+                            "[--real-nodes 2,8] [--real-model M] [--real-strategy S]");
+  Options o;
+  try {
+    o = parse(a);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], e.what());
+    return 2;
+  }
+  if (o.parts.count("phantom")) phantom(a, o);
+  if (o.parts.count("real")) real(a, o);
+  if (o.parts.count("math")) math(a, o);
+  return 0;
+}
+
+}  // namespace
+}  // namespace cocodiff::bench
+
+int main(int argc, char** argv) { return cocodiff::bench::main_impl(argc, argv); }
