@@ -1,5 +1,7 @@
 // `cocodiff run CONFIG [--set key=value ...] [--out DIR] [--backend emulator|mpi]`
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <iostream>
 
@@ -10,26 +12,23 @@
 namespace cocodiff::apps {
 
 void add_run_command(CLI::App& app) {
-  struct Options {
-    std::string config;
-    std::vector<std::string> sets;
-    std::string out = "out";
-    std::string backend = "emulator";
-    bool quiet = false;
-  };
-  auto opt = std::make_shared<Options>();
+  auto opt = std::make_shared<RunCommandOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a config: DiT inference on the emulator or MPI");
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
   cmd->add_option("--out", opt->out, "Output directory (report.json, image.png, trace.json)");
   cmd->add_option("--backend", opt->backend, "emulator | mpi")
       ->check(CLI::IsMember({"emulator", "mpi"}));
+  cmd->add_option("--inject-fault", opt->inject_fault,
+                  "Make rank R throw at the start of step S: rank=R,step=S (tests failure paths)");
   cmd->add_flag("-q,--quiet", opt->quiet, "Print only errors");
   cmd->callback([opt] {
     if (opt->backend == "mpi") {
-      std::exit(run_mpi_main(opt->config, opt->sets, opt->out, opt->quiet));
+      std::exit(run_mpi_main(*opt));
     }
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
+    if (!opt->inject_fault.empty()) plan.fault = parse_fault(opt->inject_fault, plan);
+    plan.progress = !opt->quiet && isatty(STDERR_FILENO) != 0;
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
     RunRecord rec = run_emulated(plan);
     {

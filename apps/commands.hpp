@@ -16,9 +16,17 @@ std::unique_lock<std::mutex> hold_interrupts();
 void add_validate_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
+/// The options of `cocodiff run`.
+struct RunCommandOptions {
+  std::string config;
+  std::vector<std::string> sets;
+  std::string out = "out";
+  std::string backend = "emulator";
+  std::string inject_fault;  // "rank=R,step=S" or empty
+  bool quiet = false;
+};
 /// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
-int run_mpi_main(const std::string& config, const std::vector<std::string>& sets,
-                 const std::string& out, bool quiet);
+int run_mpi_main(const RunCommandOptions& opt);
 
 /// `cocodiff topo`: prints a cluster's tiers, links, routes and device model.
 void add_topo_command(CLI::App& app);

@@ -19,14 +19,16 @@
 namespace cocodiff::apps {
 
 #ifdef COCODIFF_HAVE_MPI
-int run_mpi_main(const std::string& config, const std::vector<std::string>& sets,
-                 const std::string& out, bool quiet) {
+int run_mpi_main(const RunCommandOptions& opt) {
+  const std::string& out = opt.out;
+  const bool quiet = opt.quiet;
   int argc = 0;
   char** argv = nullptr;
   mpi::MpiRuntime runtime(argc, argv);
   return runtime.run_guarded([&] {
     const auto wall_start = std::chrono::steady_clock::now();
-    RunPlan plan = resolve_run_plan(config, sets);
+    RunPlan plan = resolve_run_plan(opt.config, opt.sets);
+    if (!opt.inject_fault.empty()) plan.fault = parse_fault(opt.inject_fault, plan);
     std::unique_ptr<Communicator> world = runtime.world(plan.cluster.topology);
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan) << std::flush;
@@ -36,7 +38,9 @@ int run_mpi_main(const std::string& config, const std::vector<std::string>& sets
             : dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
     world->barrier();
     const SimTime t0 = world->now();
-    dit::RunOutput result = dit::generate(*world, plan.model, *weights, plan.settings);
+    dit::RunSettings settings = plan.settings;
+    settings.on_step = step_hook(plan);
+    dit::RunOutput result = dit::generate(*world, plan.model, *weights, settings);
     world->barrier();
     const SimTime t1 = world->now();
     if (root) {
@@ -72,7 +76,7 @@ int run_mpi_main(const std::string& config, const std::vector<std::string>& sets
   });
 }
 #else
-int run_mpi_main(const std::string&, const std::vector<std::string>&, const std::string&, bool) {
+int run_mpi_main(const RunCommandOptions&) {
   throw ConfigError("--backend mpi: this cocodiff was built without MPI (COCODIFF_WITH_MPI=OFF)");
 }
 #endif

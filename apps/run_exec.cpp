@@ -112,6 +112,7 @@ nlohmann::ordered_json strategy_stats_json(const RunPlan& plan, const dit::Strat
 
 dit::RunSettings settings_for(const RunPlan& plan) {
   dit::RunSettings s = plan.settings;
+  s.on_step = step_hook(plan);
   if (plan.initial_latent && !s.phantom) {
     dit::SafetensorsFile f(*plan.initial_latent);
     s.initial_latent = f.read("latent");

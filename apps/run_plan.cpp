@@ -1,6 +1,7 @@
 #include "apps/run_plan.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
@@ -141,6 +142,53 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   }
   cfg.check_no_unknown_keys();
   return plan;
+}
+
+FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
+  FaultSpec f{-1, -1};
+  std::string rest = spec;
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    const std::string item = rest.substr(0, comma);
+    rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    const size_t eq = item.find('=');
+    const std::string key = item.substr(0, eq);
+    int value = -1;
+    if (eq != std::string::npos && eq + 1 < item.size() &&
+        item.find_first_not_of("0123456789", eq + 1) == std::string::npos &&
+        item.size() - eq - 1 <= 9)
+      value = std::stoi(item.substr(eq + 1));
+    if (value < 0 || (key != "rank" && key != "step"))
+      throw ConfigError("--inject-fault '" + spec +
+                        "': expected rank=R,step=S with non-negative integers, e.g. rank=3,step=1");
+    (key == "rank" ? f.rank : f.step) = value;
+  }
+  if (f.rank < 0 || f.step < 0)
+    throw ConfigError("--inject-fault '" + spec + "': both rank=R and step=S are needed");
+  if (f.rank >= plan.ranks())
+    throw ConfigError("--inject-fault: rank " + std::to_string(f.rank) +
+                      " does not exist; the run has " + std::to_string(plan.ranks()) + " ranks");
+  if (f.step >= plan.settings.steps)
+    throw ConfigError("--inject-fault: step " + std::to_string(f.step) +
+                      " does not exist; the run has " + std::to_string(plan.settings.steps) +
+                      " steps (0 to " + std::to_string(plan.settings.steps - 1) + ")");
+  return f;
+}
+
+std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
+  const std::optional<FaultSpec> fault = plan.fault;
+  const bool progress = plan.progress;
+  const int steps = plan.settings.steps;
+  if (!fault && !progress) return {};
+  return [fault, progress, steps](int rank, int step) {
+    if (progress && rank == 0) {
+      std::fprintf(stderr, "\rstep %d/%d%s", step + 1, steps, step + 1 == steps ? "\n" : "");
+      std::fflush(stderr);
+    }
+    if (fault && fault->rank == rank && fault->step == step)
+      throw Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
+                  std::to_string(rank) + ",step=" + std::to_string(step) + ")");
+  };
 }
 
 std::string describe(const RunPlan& p) {

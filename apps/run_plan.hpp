@@ -6,6 +6,7 @@
 //   std::cout << describe(plan);
 
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,6 +22,12 @@ namespace cocodiff::apps {
 /// The configs/ directory: $COCODIFF_CONFIG_DIR, else the source tree's (compiled in).
 std::filesystem::path config_dir();
 
+/// `--inject-fault rank=R,step=S`: rank R throws at the start of denoising step S.
+struct FaultSpec {
+  int rank = 0;
+  int step = 0;
+};
+
 struct RunPlan {
   Config cfg;  // the resolved configuration (file + presets + --set)
   dit::ModelConfig model;
@@ -32,6 +39,8 @@ struct RunPlan {
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
+  std::optional<FaultSpec> fault;                       // --inject-fault
+  bool progress = false;                                // "step i/N" on stderr (rank 0)
   int ranks() const { return cluster.topology.num_ranks(); }
   std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
 };
@@ -41,6 +50,12 @@ struct RunPlan {
 /// ConfigError names the file, line and key.
 RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                          const std::vector<std::string>& sets);
+
+/// Parses "rank=R,step=S" against the plan's rank and step counts; ConfigError otherwise.
+FaultSpec parse_fault(const std::string& spec, const RunPlan& plan);
+
+/// The per-step hook of a plan: progress on rank 0 and the injected fault, if any.
+std::function<void(int rank, int step)> step_hook(const RunPlan& plan);
 
 /// Human-readable summary of the resolved settings (for `validate` and `run`).
 std::string describe(const RunPlan& plan);

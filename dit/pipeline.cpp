@@ -131,6 +131,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   if (use_cfg) uncond = make_text_conditioning(cfg, st.seed, true, phantom);
 
   for (int i = 0; i < out.steps; ++i) {
+    if (st.on_step) st.on_step(comm.rank(), i);
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
     int pass = 0;

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,9 @@ struct RunSettings {
   /// Start from this latent [C, H*W] instead of seeded noise (the noise is still drawn for
   /// inpainting's re-noising).
   std::optional<Tensor> initial_latent;
+  /// Called on every rank at the start of each denoising step with (comm rank, step index):
+  /// progress reports, fault injection. May throw; the exception ends the run on that rank.
+  std::function<void(int rank, int step)> on_step;
 };
 
 struct RunOutput {

@@ -96,3 +96,24 @@ TEST(Run, PhantomChargesTheSameVirtualTimeAsRealMath) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Run, InjectedFaultIsReportedWithItsRankAndLeavesNoOutputs) {
+  const fs::path out = temp_dir("fault");
+  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/quickstart.toml --set run.steps=3 --inject-fault rank=5,step=1 --out " +
+                          out.string() + " -q";
+  Result r = sh(cmd);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("rank 5: injected fault at step 1"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
+  Result bad = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                  "/quickstart.toml --inject-fault rank=24,step=0 --out " + out.string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.output.find("rank 24 does not exist; the run has 24 ranks"), std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
