@@ -169,15 +169,30 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     std::unique_ptr<BlockExchange> x;
   };
   std::vector<Pending> pending;
+  // Exchanges in flight share the phase communicators: each launches its phase k only after
+  // every older one has issued its phase k, so all ranks issue them in the same order.
   auto progress = [&] {
-    for (Pending& pd : pending) pd.x->progress(ex);
+    int limit = 1 << 30;
+    for (Pending& pd : pending) {
+      pd.x->progress(ex, limit);
+      limit = std::min(limit, pd.x->issued_phases());
+    }
+  };
+  // Waits for a step of the oldest unfinished exchange (never held back by the order above).
+  auto wait_oldest = [&] {
+    for (Pending& pd : pending)
+      if (!pd.x->done()) {
+        pd.x->wait_step(ex);
+        return;
+      }
   };
   // A blocking exchange (flat/tapa Q, K, V; V without v_first; Q/K without pipeline) is driven
   // to its end right after its launch; the exchanges still in flight progress meanwhile.
   auto drive = [&](BlockExchange& x) {
-    while (!x.done()) {
+    while (true) {
       progress();
-      x.wait_step(ex);
+      if (x.done()) break;
+      wait_oldest();
     }
   };
   std::vector<Tensor> parts[3];
@@ -193,7 +208,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   bool phase1_hidden = false;  // V's first phase seen complete when Q/K preparation ended
   auto qk_prepared = [&] {
     if (v_first_x == nullptr) return;
-    v_first_x->progress(ex);
+    progress();
     phase1_hidden = v_first_x->phases_seen() > 0;
   };
   for (int oi = 0; oi < 3; ++oi) {
@@ -279,14 +294,10 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   // the oldest one's step in flight.
   while (true) {
     progress();
-    BlockExchange* next = nullptr;
-    for (Pending& pd : pending)
-      if (!pd.x->done()) {
-        next = pd.x.get();
-        break;
-      }
-    if (next == nullptr) break;
-    next->wait_step(ex);
+    bool all_done = true;
+    for (Pending& pd : pending) all_done = all_done && pd.x->done();
+    if (all_done) break;
+    wait_oldest();
   }
   if (f_.v_first && v_first_x != nullptr) {
     VFirstKindStats& st = v_first_[std::string(shape.kind)];

@@ -188,6 +188,7 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   ex.charge(OpKind::kCopy, 0, 2.0 * n(total), "a2a_pack");
   phase_ = 0;
   sub_step_ = 0;
+  awaiting_launch_ = false;
   phase_seen_.clear();
   waited_ = SimTime();
   launch_phase(ex);
@@ -291,16 +292,33 @@ void BlockExchange::complete_phase(const Exec& ex) {
   phase_seen_.push_back(ex.comm.now());
   ++phase_;
   sub_step_ = 0;
-  if (!done()) launch_phase(ex);
+  awaiting_launch_ = !done();  // launched by progress() or wait_step()
 }
 
-bool BlockExchange::progress(const Exec& ex) {
-  while (!done() && request_.test()) complete_phase(ex);
+int BlockExchange::issued_phases() const {
+  if (done() || awaiting_launch_) return phase_;
+  return sub_step_ == 1 ? phase_ + 1 : phase_;
+}
+
+bool BlockExchange::progress(const Exec& ex, int launch_limit) {
+  while (!done()) {
+    if (awaiting_launch_) {
+      if (phase_ >= launch_limit) break;
+      awaiting_launch_ = false;
+      launch_phase(ex);
+    }
+    if (!request_.test()) break;
+    complete_phase(ex);
+  }
   return done();
 }
 
 void BlockExchange::wait_step(const Exec& ex) {
   if (done()) return;
+  if (awaiting_launch_) {
+    awaiting_launch_ = false;
+    launch_phase(ex);
+  }
   const SimTime t0 = ex.comm.now();
   request_.wait();
   waited_ += ex.comm.now() - t0;

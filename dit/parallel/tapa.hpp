@@ -103,12 +103,17 @@ class BlockExchange {
 
   /// Packs phase 0 (charged as a copy) and launches it.
   void start(const Exec& ex, const FillFn& fill);
-  /// Non-blocking: when the current phase has completed, re-packs and launches the next.
-  /// Returns true once every phase has completed.
-  bool progress(const Exec& ex);
-  /// Blocks until the step in flight (a phase, or a V-Major mask) completes, then launches the
-  /// next one. No-op when done.
+  /// Non-blocking: completes the step in flight if it is through and launches the next phase
+  /// when its index is below `launch_limit`. Several exchanges in flight on the same phase
+  /// communicators must issue their collectives in the same order on every rank: a caller with
+  /// exchanges A then B passes B the limit A.issued_phases(), so B's phase k never goes before
+  /// A's. Returns true once every phase has completed.
+  bool progress(const Exec& ex, int launch_limit = 1 << 30);
+  /// Blocks until the step in flight (a phase, or a V-Major mask) completes; launches the next
+  /// phase (ignoring any limit: call it on the oldest exchange only). No-op when done.
   void wait_step(const Exec& ex);
+  /// Phases whose collectives have all been issued.
+  int issued_phases() const;
   /// Blocks until done. Afterwards block(s) is what member s sent to this rank.
   void finish(const Exec& ex);
   bool done() const { return phase_ >= static_cast<int>(g_->phases().size()); }
@@ -132,8 +137,9 @@ class BlockExchange {
   bool phantom_ = false;
   std::string label_;
   VMajorChannel* v_major_ = nullptr;
-  int phase_ = 0;     // phase in flight (== phases().size() when done)
-  int sub_step_ = 0;  // V-Major phases: 0 mask exchange, 1 data exchange
+  int phase_ = 0;                 // phase in flight (== phases().size() when done)
+  int sub_step_ = 0;              // V-Major phases: 0 mask exchange, 1 data exchange
+  bool awaiting_launch_ = false;  // phase_ is complete-ready but not launched yet
   Request request_;
   std::vector<float> cur_, send_, recv_, mask_send_, mask_recv_;
   std::vector<std::int64_t> cur_offset_;           // offset of each block of the current order

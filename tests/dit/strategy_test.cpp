@@ -337,6 +337,50 @@ TEST(Strategies, TapaBytesPerTierMatchTheHierarchicalFormula) {
   EXPECT_EQ(bytes[1][2], bytes[0][2]);  // (N-1) G m across nodes either way
 }
 
+// Two exchanges in flight on the same phase communicators, polled at different times on
+// different ranks: A is big, B tiny, so B's first phase ends long before A's. GPU 1's tiles poll
+// while A is still in flight, GPU 0's only after it ended. Without the launch limit GPU 1 would
+// issue B's phase 1 before A's and GPU 0 A's first: a size mismatch.
+TEST(Strategies, ConcurrentTapaExchangesIssuePhasesInOrder) {
+  emu::Engine engine = make_engine(2, 2, 2);  // 8 ranks, 3 phases
+  for (const bool limit : {true, false}) {
+    auto body = [&](Communicator& comm) {
+      const SpGroup g(comm, true);
+      const Exec ex{comm, true};  // phantom: sizes only
+      BlockExchange a(
+          g,
+          [](int, int) {
+            return BlockShape{1, 100'000'000};
+          },
+          true, "a");
+      BlockExchange b(
+          g,
+          [](int, int) {
+            return BlockShape{1, 10};
+          },
+          true, "b");
+      a.start(ex, {});
+      b.start(ex, {});
+      for (int i = 0; i < 40; ++i) {             // 40 x 200 us of work; A's first phase takes ~4 ms
+        if (comm.coords(comm.rank())[1] == 1) {  // GPU 1 polls; phase 1 groups GPUs 0 and 1
+          a.progress(ex);
+          b.progress(ex, limit ? a.issued_phases() : 1 << 30);
+        }
+        comm.compute({OpKind::kGemm, 5.46e10, 0, "work"});
+      }
+      while (!a.done() || !b.done()) {
+        a.progress(ex);
+        b.progress(ex, limit ? a.issued_phases() : 1 << 30);
+        (a.done() ? b : a).wait_step(ex);
+      }
+    };
+    if (limit)
+      EXPECT_NO_THROW(engine.run(body));
+    else
+      EXPECT_THROW(engine.run(body), RankError);  // mismatched collectives: the test can tell
+  }
+}
+
 TEST(Strategies, NamesAndCompositions) {
   EXPECT_TRUE(attention_strategy_error("cocodiff").empty());
   EXPECT_TRUE(attention_strategy_error("flat+v_first+pipeline").empty());
