@@ -38,6 +38,7 @@ struct ChildRun {
   int exit_code = -1;
   double wall_s = 0;
   long maxrss_kib = 0;        // getrusage(RUSAGE_CHILDREN)-style ru_maxrss of this child
+  double cpu_s = 0;           // the child's user + system CPU seconds (robust to a busy machine)
   nlohmann::json report;      // null unless the run succeeded
   std::string error;          // the child's last output lines when it failed
   std::filesystem::path dir;  // its output directory

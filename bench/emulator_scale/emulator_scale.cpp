@@ -170,8 +170,8 @@ void phantom(const Args& a, const Options& o) {
            "set y2tics\nset ytics nomirror\n"
            "plot $DATA using 1:2 with linespoints lw 2 pt 7 title 'wall time (left)', "
            "$DATA using 1:($3/1e6) axes x1y2 with linespoints lw 2 pt 5 title 'events/s (right)'\n"
-           "unset y2tics\nunset y2label\nset ytics mirror\nunset logscale y\n"
-           "set ylabel 'MiB'\nset yrange [0:*]\n"
+           "unset logscale y\nset ylabel 'peak RSS (MiB)'\nset y2label 'wall us per flow'\n"
+           "set yrange [0:*]\nset y2range [0:*]\n"
            "plot $DATA using 1:5 with linespoints lw 2 pt 7 lc rgb '#D55E00' title 'peak RSS', "
            "$DATA using 1:4 axes x1y2 with linespoints lw 2 pt 5 lc rgb '#009E73' "
            "title 'wall us per flow (right)'\n"
@@ -202,11 +202,11 @@ void real(const Args& a, const Options& o) {
         {fmt("%d Aurora tiles (%s)", 12 * n, n * 12 <= 24 ? "flat" : o.real_strategy.c_str()),
          {"--set", "cluster.preset=aurora", "--set", "cluster.nodes=" + std::to_string(n), "--set",
           "run.strategy=" + (n * 12 <= 24 ? std::string("flat") : o.real_strategy)}});
-  Table t({"run", "tiles", "run wall s", "x 1 tile", "events", "flows", "us/event", "peak RSS MiB",
-           "output sha256"});
+  Table t({"run", "tiles", "run wall s", "x 1 tile", "CPU s", "CPU x 1 tile", "events", "flows",
+           "CPU us/event", "peak RSS MiB", "output sha256"});
   Progress progress(points.size());
-  double wall1 = 0;
-  std::string dat = "# label wall_s ratio\n";
+  double wall1 = 0, cpu1 = 0;
+  std::string dat = "# label wall_s ratio cpu_s cpu_ratio\n";
   int i = 0;
   for (const Point& p : points) {
     progress.step("real math: " + p.label);
@@ -216,42 +216,53 @@ void real(const Args& a, const Options& o) {
     if (!r.ok()) fail(r, "real-math run " + p.label);
     const auto& rep = r.report;
     const double wall = rep["wall_time_s"].get<double>();
-    if (i == 0) wall1 = wall;
+    if (i == 0) {
+      wall1 = wall;
+      cpu1 = r.cpu_s;
+    }
     const double events = rep["events"].get<double>();
     const std::string sha = rep["output_sha256"].is_string()
                                 ? rep["output_sha256"].get<std::string>().substr(0, 12)
                                 : "-";
     t.add({p.label, std::to_string(rep["ranks"].get<int>()), fmt("%.3f", wall),
-           fmt("%.2f", wall / wall1), fmt("%.0f", events), fmt("%.0f", rep["flows"].get<double>()),
-           fmt("%.1f", events > 0 ? (wall - wall1) / events * 1e6 : 0.0),
+           fmt("%.2f", wall / wall1), fmt("%.2f", r.cpu_s), fmt("%.2f", r.cpu_s / cpu1),
+           fmt("%.0f", events), fmt("%.0f", rep["flows"].get<double>()),
+           fmt("%.1f", events > 0 ? (r.cpu_s - cpu1) / events * 1e6 : 0.0),
            fmt("%.0f", static_cast<double>(r.maxrss_kib) / 1024), sha},
           {{"run", p.label},
            {"tiles", rep["ranks"]},
            {"run_wall_s", wall},
            {"ratio_to_1_tile", wall / wall1},
+           {"process_cpu_s", r.cpu_s},
+           {"cpu_ratio_to_1_tile", r.cpu_s / cpu1},
            {"events", events},
            {"flows", rep["flows"]},
            {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024},
            {"output_sha256", rep["output_sha256"]}});
-    dat += fmt("\"%s\" %.6g %.6g\n", p.label.c_str(), wall, wall / wall1);
+    dat += fmt("\"%s\" %.6g %.6g %.6g %.6g\n", p.label.c_str(), wall, wall / wall1, r.cpu_s,
+               r.cpu_s / cpu1);
     ++i;
   }
   progress.done();
-  t.finish(
-      a, "emulator_real",
-      {{"model", o.real_model},
-       {"resolution", o.real_resolution},
-       {"steps", o.real_steps},
-       {"workers", a.workers},
-       {"note", "us/event = (wall - wall of 1 tile) / events: the emulation's cost per event"}});
+  t.finish(a, "emulator_real",
+           {{"model", o.real_model},
+            {"resolution", o.real_resolution},
+            {"steps", o.real_steps},
+            {"workers", a.workers},
+            {"note",
+             "run wall s = report.json wall_time_s (weights + run); CPU s = user + system CPU of "
+             "the whole child; CPU us/event = (CPU - CPU of 1 tile) / events, the emulation's "
+             "cost per event; wall times depend on the machine's load, CPU times much less"}});
   plot(a, "emulator_real", dat,
-       fmt("set title 'real math, %s %dpx, %d step(s): wall time, 1 tile vs emulated tiles "
-           "(%d worker(s))'\n",
+       fmt("set title 'real math, %s %dpx, %d step(s): 1 tile vs emulated tiles (%d worker(s)); "
+           "labels: CPU time x 1 tile'\n",
            o.real_model.c_str(), o.real_resolution, o.real_steps, a.workers) +
-           "set style fill solid 0.8 border -1\nset boxwidth 0.6\nset grid ytics\n"
-           "set ylabel 'wall seconds'\nset yrange [0:*]\nset xtics nomirror\n"
-           "plot $DATA using 0:2:xtic(1) with boxes lc rgb '#0072B2' notitle, "
-           "$DATA using 0:2:(sprintf('%.2fx', $3)) with labels offset 0,1 notitle\n",
+           "set style data histogram\nset style histogram cluster gap 1\n"
+           "set style fill solid 0.8 border -1\nset grid ytics\nset key top left\n"
+           "set ylabel 'seconds'\nset yrange [0:*]\nset xtics nomirror\n"
+           "plot $DATA using 2:xtic(1) title 'run wall time' lc rgb '#0072B2', "
+           "'' using 4 title 'process CPU time (user + sys)' lc rgb '#E69F00', "
+           "'' using ($0+0.17):4:(sprintf('%.2fx', $5)) with labels offset 0,1 notitle\n",
        900, 500);
 }
 
