@@ -166,7 +166,7 @@ Tensor SafetensorsFile::read(const std::string& name) const {
   float* d = m.data();
   const std::int64_t n = rows * cols;
   if (e->dtype == StDtype::kF32) {
-    std::memcpy(d, raw.data(), raw.size());
+    if (!raw.empty()) std::memcpy(d, raw.data(), raw.size());  // an empty tensor has no data
   } else {
     for (std::int64_t i = 0; i < n; ++i) {
       std::uint16_t h;
