@@ -26,8 +26,8 @@ for model in flux1-dev sd35-large; do
     done
   done
 done
-# Real math, small model: quality of V-Major at two thresholds (12 steps, 2 warm-up).
-for thr in 0.05 0.2; do
+# Real math, small model: quality of V-Major at four thresholds (12 steps, 2 warm-up).
+for thr in 0.05 0.2 0.5 1.0; do
   name="flux1-tiny_real_thr${thr}"
   [ -f "$out/$name/compare.json" ] && continue
   echo "== $name" >&2
