@@ -83,18 +83,32 @@ if [ "${1:-}" = "__stage" ]; then  # one stage in its own shell, so that set -e 
 fi
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(asan fuzz)
+[ ${#stages[@]} -gt 0 ] || stages=(fuzz asan)  # the bounded stage first
 summary=()
+budget=${COCODIFF_CI_BUDGET_S:-4800}
 failed=0
 for s in "${stages[@]}"; do
   case "$s" in asan | tsan | fuzz) ;; *) echo "ci.sh: unknown stage '$s' (asan | tsan | fuzz)" >&2; exit 2 ;; esac
   echo "=== ci stage $s: start $(date -u +%H:%M:%S)"
   t0=$SECONDS
   rc=0
-  bash "$0" __stage "$s" || rc=$?
+  # CI has 90 minutes in all: a stage gets what is left of COCODIFF_CI_BUDGET_S (measured from
+  # the start of .ci/run) and is stopped, reported as incomplete, when it runs out; a stage that
+  # fails inside its time fails CI.
+  left=$((budget - (SECONDS + ${COCODIFF_CI_ELAPSED_S:-0})))
+  if [ "$left" -lt 300 ]; then
+    rc=124
+  else
+    timeout --kill-after=30 "$left" bash "$0" __stage "$s" || rc=$?
+  fi
   dt=$((SECONDS - t0))
   result=ok
-  [ $rc -eq 0 ] || { result="FAILED (exit $rc)"; failed=1; }
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    result="INCOMPLETE (out of the CI time budget, ${budget}s)"
+  elif [ $rc -ne 0 ]; then
+    result="FAILED (exit $rc)"
+    failed=1
+  fi
   line=$(printf '%-5s %3dm%02ds  %s' "$s" $((dt / 60)) $((dt % 60)) "$result")
   echo "=== ci stage $line"
   summary+=("$line")
