@@ -144,6 +144,7 @@ void Kernel::block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqSta
   blocked_list_.push_back(&f);
   if (--runnable_ == 0) controller_cv_.notify_one();
   f.cv.wait(lk, [&f] { return f.wake; });
+  asan_on_stack(f.stack);  // back on this fiber's stack, possibly on another thread
   f.wake = false;
   if (aborting_) throw Cancelled{};
 }
@@ -293,8 +294,9 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
     ++runnable_;
     ++live_;
   }
-  boost::fibers::fiber(std::allocator_arg, PooledStack(comm_stacks_),
+  boost::fibers::fiber(std::allocator_arg, PooledStack(comm_stacks_, state->stack),
                        [this, state, body = std::move(body), req = std::move(req)] {
+                         asan_on_stack(state->stack);
                          try {
                            body(*state);
                            std::lock_guard<std::mutex> lk(mutex_);
@@ -351,6 +353,7 @@ void Kernel::record_error(int rank, const std::exception_ptr& e) {
 }
 
 void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main) {
+  asan_on_stack(f.stack);
   try {
     Group world;
     world.ctx = 1;
@@ -486,9 +489,11 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
 }
 
 void Kernel::controller() {
+  const StackBounds own_stack = asan_thread_stack();
   std::unique_lock<std::mutex> lk(mutex_);
   while (true) {
     controller_cv_.wait(lk, [this] { return runnable_ == 0; });
+    asan_on_stack(own_stack);  // this thread may have run fibers while waiting
     if (live_ == 0) break;
     if (aborting_) {
       // Tear-down: wake everything still blocked; each throws Cancelled and ends.
@@ -530,6 +535,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
       boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
       std::unique_lock<boost::fibers::mutex> lk(done_mutex);
       done_cv.wait(lk, [&] { return done; });
+      asan_on_stack(asan_thread_stack());
     });
   }
   std::thread controller_thread([&] {
@@ -541,9 +547,9 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
     }
     for (int r = 0; r < n; ++r) {
       FiberState* f = mains_[static_cast<size_t>(r)].get();
-      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_), [this, f, &tile_main] {
-        fiber_main(*f, tile_main);
-      }).detach();
+      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_, f->stack),
+                           [this, f, &tile_main] { fiber_main(*f, tile_main); })
+          .detach();
     }
     controller();
     {

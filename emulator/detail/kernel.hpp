@@ -40,6 +40,7 @@ struct FiberState {
   std::size_t blocked_index = 0;                // position in Kernel::blocked_list_
   const struct ReqState* waiting_on = nullptr;  // for deadlock reports
   bool waiting_in_test = false;
+  StackBounds stack;  // set when the fiber's stack is allocated
 };
 
 /// A group of world ranks sharing a context id (what MPI calls a communicator).
