@@ -3,17 +3,10 @@
 #   asan  ASan + UBSan build (gcc) of everything but benchmarks and MPI; the whole CTest suite.
 #   fuzz  libFuzzer build (clang-14, ASan + UBSan) of tests/fuzz; a bounded run of each target
 #         over its checked-in corpus.
-#   tsan  (opt-in, not run by default) TSan build (gcc) of the emulator and network-model tests,
-#         which run the engine with 2-4 worker threads. It does not work yet: tile fibers migrate
-#         between worker threads through a shared ready queue, and Boost.Context switches stacks
-#         (Debian's 1.74 is built with fcontext and has no TSan hooks at all) without telling TSan,
-#         so a fiber that entered functions on one thread returns from them on another, TSan's
-#         per-thread shadow call stack underflows and the TSan runtime itself crashes (SEGV in
-#         StackDepot hashing, reached from a shared_ptr release in all_to_allv_pairwise). This is
-#         not a race report, so no suppression can help. Making it work needs the emulator's
-#         scheduler to call __tsan_create_fiber / __tsan_switch_to_fiber for every context it
-#         hands to Boost (emulator/detail/scheduler.cpp), or a Boost built with ucontext + TSan.
-# Usage: bash scripts/ci.sh [asan] [fuzz] [tsan]      (no argument: asan, then fuzz)
+#   tsan  TSan build (gcc) of the emulator and network-model tests, which run the engine with
+#         1, 2 and 4 worker threads; tile fibers migrate between the workers, and the emulator
+#         announces every switch to TSan (emulator/detail/scheduler.hpp, fiber_launch.hpp).
+# Usage: bash scripts/ci.sh [fuzz] [tsan] [asan]      (no argument: all three, in that order)
 # Env:   COCODIFF_FUZZ_RUNS (default 20000) iterations per fuzz target, COCODIFF_FUZZ_SECONDS
 #        (default 300) wall-time cap per target; build dirs are build-asan/, build-tsan/,
 #        build-fuzz/.
@@ -43,6 +36,7 @@ stage_asan() {
 stage_tsan() {
   # -Wno-tsan: GCC warns that TSan does not model the atomic_thread_fence inside Boost.Fiber's
   # headers (intrusive_ptr_release); that is a limit of TSan, not a bug we can fix in our code.
+  # halt_on_error: any report fails the stage.
   cmake -S . -B build-tsan "${common[@]}" -DCOCODIFF_SANITIZE=thread -DCMAKE_CXX_FLAGS=-Wno-tsan
   cmake --build build-tsan -j "$jobs" --target emulator_test net_models_test
   local opts="halt_on_error=1:second_deadlock_stack=1"
@@ -81,7 +75,7 @@ if [ "${1:-}" = "__stage" ]; then  # one stage in its own shell, so that set -e 
 fi
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(fuzz asan)  # the bounded stage first
+[ ${#stages[@]} -gt 0 ] || stages=(fuzz tsan asan)  # the bounded stages first
 summary=()
 budget=${COCODIFF_CI_BUDGET_S:-4800}
 failed=0

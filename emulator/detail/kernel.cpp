@@ -9,6 +9,7 @@
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
+#include "emulator/detail/fiber_launch.hpp"
 #include "emulator/detail/scheduler.hpp"
 #include "emulator/emu_comm.hpp"
 
@@ -294,22 +295,21 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
     ++runnable_;
     ++live_;
   }
-  boost::fibers::fiber(std::allocator_arg, PooledStack(comm_stacks_, state->stack),
-                       [this, state, body = std::move(body), req = std::move(req)] {
-                         asan_on_stack(state->stack);
-                         try {
-                           body(*state);
-                           std::lock_guard<std::mutex> lk(mutex_);
-                           complete(*req, state->clock);
-                         } catch (const Cancelled&) {
-                         } catch (...) {
-                           record_error(state->rank, std::current_exception());
-                         }
-                         std::lock_guard<std::mutex> lk(mutex_);
-                         --live_;
-                         if (--runnable_ == 0) controller_cv_.notify_one();
-                       })
-      .detach();
+  launch_fiber(PooledStack(comm_stacks_, state->stack),
+               [this, state, body = std::move(body), req = std::move(req)] {
+                 asan_on_stack(state->stack);
+                 try {
+                   body(*state);
+                   std::lock_guard<std::mutex> lk(mutex_);
+                   complete(*req, state->clock);
+                 } catch (const Cancelled&) {
+                 } catch (...) {
+                   record_error(state->rank, std::current_exception());
+                 }
+                 std::lock_guard<std::mutex> lk(mutex_);
+                 --live_;
+                 if (--runnable_ == 0) controller_cv_.notify_one();
+               });
 }
 
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
@@ -526,14 +526,17 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   const auto wall_start = std::chrono::steady_clock::now();
 
   ReadyQueue queue;
+  // A thread mutex, and the notification made while holding it: a woken worker can only leave
+  // its wait, and then end its thread and destroy its scheduler, once notify_all() has stopped
+  // touching that scheduler (Boost hands a fiber of another thread to that thread's scheduler).
   bool done = false;
-  boost::fibers::mutex done_mutex;
-  boost::fibers::condition_variable done_cv;
+  std::mutex done_mutex;
+  boost::fibers::condition_variable_any done_cv;
   std::vector<std::thread> threads;
   for (int w = 1; w < workers; ++w) {
     threads.emplace_back([&] {
       boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
-      std::unique_lock<boost::fibers::mutex> lk(done_mutex);
+      std::unique_lock<std::mutex> lk(done_mutex);
       done_cv.wait(lk, [&] { return done; });
       asan_on_stack(asan_thread_stack());
     });
@@ -547,15 +550,12 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
     }
     for (int r = 0; r < n; ++r) {
       FiberState* f = mains_[static_cast<size_t>(r)].get();
-      boost::fibers::fiber(std::allocator_arg, PooledStack(main_stacks_, f->stack),
-                           [this, f, &tile_main] { fiber_main(*f, tile_main); })
-          .detach();
+      launch_fiber(PooledStack(main_stacks_, f->stack),
+                   [this, f, &tile_main] { fiber_main(*f, tile_main); });
     }
     controller();
-    {
-      std::lock_guard<boost::fibers::mutex> lk(done_mutex);
-      done = true;
-    }
+    std::lock_guard<std::mutex> lk(done_mutex);
+    done = true;
     done_cv.notify_all();
   });
   controller_thread.join();

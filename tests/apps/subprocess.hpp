@@ -69,11 +69,12 @@ class Child {
   std::string out_so_far() const { return read_text(out_); }
   void signal(int sig) const { ::kill(pid_, sig); }
 
-  /// Waits at most `timeout` (then kills the child and reports SIGKILL).
+  /// Waits at most `timeout` times the build's COCODIFF_TEST_TIME_SCALE (then kills the child
+  /// and reports SIGKILL).
   ChildResult wait(std::chrono::seconds timeout = std::chrono::seconds(120)) {
     ChildResult r;
     int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    const auto deadline = std::chrono::steady_clock::now() + timeout * kTimeScale;
     while (::waitpid(pid_, &status, WNOHANG) == 0) {
       if (std::chrono::steady_clock::now() > deadline) {
         ::kill(pid_, SIGKILL);
@@ -90,6 +91,11 @@ class Child {
   }
 
  private:
+#ifdef COCODIFF_TEST_TIME_SCALE
+  static constexpr int kTimeScale = COCODIFF_TEST_TIME_SCALE;
+#else
+  static constexpr int kTimeScale = 1;
+#endif
   pid_t pid_ = -1;
   std::filesystem::path out_, err_;
 };
