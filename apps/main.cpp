@@ -12,10 +12,13 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "apps/commands.hpp"
+#include "core/config.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::apps {
@@ -61,6 +64,26 @@ std::unique_lock<std::mutex> hold_interrupts() {
   return lk;
 }
 
+namespace {
+/// "did you mean '--steps'?" for the first unexpected argument in CLI11's message that is
+/// close to an option of the command being parsed; empty when none is.
+std::string flag_hint(const CLI::App& app, const std::string& message) {
+  std::vector<std::string> options;
+  for (const CLI::App* sub : app.get_subcommands())
+    for (const CLI::Option* opt : sub->get_options())
+      for (const std::string& name : opt->get_lnames()) options.push_back("--" + name);
+  std::istringstream words(message.substr(message.find(':') + 1));
+  std::string word;
+  while (words >> word) {
+    if (word.rfind("--", 0) != 0) continue;
+    word = word.substr(0, word.find('='));
+    const std::string best = closest_match(word, options);
+    if (!best.empty()) return "did you mean '" + best + "' instead of '" + word + "'?";
+  }
+  return {};
+}
+}  // namespace
+
 }  // namespace cocodiff::apps
 
 int main(int argc, char** argv) {
@@ -91,6 +114,11 @@ int main(int argc, char** argv) {
   }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::ExtrasError& e) {
+    app.exit(e);
+    const std::string hint = cocodiff::apps::flag_hint(app, e.what());
+    if (!hint.empty()) std::fprintf(stderr, "cocodiff: %s\n", hint.c_str());
+    return 2;
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;

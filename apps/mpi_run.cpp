@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <mutex>
 
 #include "apps/commands.hpp"
 #include "apps/run_exec.hpp"
@@ -69,7 +70,10 @@ int run_mpi_main(const RunCommandOptions& opt) {
       rec.latent = std::move(result.latent);
       rec.latent_height = result.latent_height;
       rec.latent_width = result.latent_width;
-      write_outputs(plan, rec, out);
+      {
+        const std::unique_lock<std::mutex> hold = hold_interrupts();  // no half-written outputs
+        write_outputs(plan, rec, out);
+      }
       if (!quiet) std::cout << summarize(rec) << "outputs in " << out << "/\n";
     }
     return 0;

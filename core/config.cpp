@@ -364,21 +364,29 @@ std::size_t edit_distance(std::string_view a, std::string_view b) {
 }
 }  // namespace
 
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates,
+                          std::size_t max_distance) {
+  std::string best;
+  std::size_t best_d = max_distance + 1;
+  for (const std::string& c : candidates) {
+    const std::size_t d = edit_distance(c, word);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
 void Config::check_no_unknown_keys() const {
   std::vector<std::string> unknown = unknown_keys();
   if (unknown.empty()) return;
   const std::string& key = unknown.front();
   const std::string section =
       key.substr(0, key.rfind('.') == std::string::npos ? 0 : key.rfind('.'));
-  std::string best;
-  std::size_t best_d = 3;  // suggest only close matches
+  const std::string best = closest_match(key, known_keys());
   std::string in_section;
   for (const std::string& k : known_) {
-    const std::size_t d = edit_distance(k, key);
-    if (d < best_d) {
-      best_d = d;
-      best = k;
-    }
     const std::size_t dot = k.rfind('.');
     if (dot != std::string::npos && k.substr(0, dot) == section)
       in_section += (in_section.empty() ? "" : ", ") + k.substr(dot + 1);

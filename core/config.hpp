@@ -21,6 +21,11 @@
 
 namespace cocodiff {
 
+/// The candidate closest to `word` by edit distance, if at most `max_distance` edits away
+/// (ties: the first in `candidates`); empty otherwise. For "did you mean" hints.
+std::string closest_match(std::string_view word, const std::vector<std::string>& candidates,
+                          std::size_t max_distance = 2);
+
 class Config {
  public:
   Config() = default;

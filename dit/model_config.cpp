@@ -1,6 +1,10 @@
 #include "dit/model_config.hpp"
 
+#include <algorithm>
+#include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "core/errors.hpp"
 
@@ -92,6 +96,21 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
                         "\"" + name + "\" (no file " + file.string() + ")");
     preset = Config::load(file);
     preset->mark_used("preset");
+  }
+  if (!preset && !cfg.has("model.family")) {
+    // Neither a preset nor the start of a custom model: say so, rather than failing later on
+    // whichever default of the custom path happens to be checked first.
+    std::vector<std::string> names;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(preset_dir, ec))
+      if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
+    std::sort(names.begin(), names.end());
+    std::string list;
+    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw ConfigError(cfg.where(cfg.has("model") ? "model" : ""), "model.preset",
+                      "a model preset" + (list.empty() ? "" : " (" + list + ")") +
+                          ", or a custom model described from model.family on",
+                      cfg.has("model") ? "a [model] table with neither" : "no [model] table");
   }
   const Reader cfg_reader(cfg, preset ? &*preset : nullptr);
   ModelConfig m;

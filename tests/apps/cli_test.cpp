@@ -181,6 +181,11 @@ TEST_F(Cli, UnknownFlagIsAnErrorWithAHint) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find("--stpes"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("did you mean"), std::string::npos) << r.err;  // nothing close to it
+  const ChildResult t = run_config(kData / "good.toml", {"--bakend=mpi"});
+  EXPECT_EQ(t.exit_code, 2);
+  EXPECT_NE(t.err.find("did you mean '--backend' instead of '--bakend'?"), std::string::npos)
+      << t.err;
   EXPECT_TRUE(out_files().empty());
   const ChildResult s = run({"frobnicate"});
   EXPECT_EQ(s.exit_code, 2);

@@ -95,6 +95,17 @@ TEST(ModelConfig, RunConfigOverridesPresetAndErrorsNameFileLineKey) {
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("no-such-model"), std::string::npos);
   }
+  // Neither a preset nor a custom model: the message says what is missing and lists presets.
+  Config neither = Config::parse("[run]\nsteps = 2\n[model]\nheads = 4\n", "r.toml");
+  try {
+    load_model_config(neither);
+    FAIL();
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("r.toml:3: key 'model.preset': expected a model preset (", 0), 0u) << what;
+    EXPECT_NE(what.find("flux1-tiny"), std::string::npos) << what;
+    EXPECT_NE(what.find("found a [model] table with neither"), std::string::npos) << what;
+  }
   // A preset value that is wrong is reported at the preset file's line.
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "cocodiff_models";
   std::filesystem::create_directories(dir);
