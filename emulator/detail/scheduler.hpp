@@ -45,7 +45,7 @@ class SharedQueueAlgorithm final : public boost::fibers::algo::algorithm {
   void announce_switch(boost::fibers::context* next) noexcept;
 
   ReadyQueue& queue_;
-  void* thread_fiber_ = nullptr;  // TSan's fiber for this thread's pinned contexts
+  [[maybe_unused]] void* thread_fiber_ = nullptr;  // TSan's fiber for this thread's pinned contexts
   boost::fibers::scheduler::ready_queue_type local_;
   bool notified_ = false;  // guarded by queue_.mutex
 };
