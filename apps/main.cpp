@@ -78,7 +78,13 @@ std::string flag_hint(const CLI::App& app, const std::string& message) {
     if (word.rfind("--", 0) != 0) continue;
     word = word.substr(0, word.find('='));
     const std::string best = closest_match(word, options);
-    if (!best.empty()) return "did you mean '" + best + "' instead of '" + word + "'?";
+    if (best.empty()) continue;
+    std::string hint = "did you mean '";
+    hint += best;
+    hint += "' instead of '";
+    hint += word;
+    hint += "'?";
+    return hint;
   }
   return {};
 }

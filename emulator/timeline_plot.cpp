@@ -74,7 +74,7 @@ bool zoom_window(const RunResult& r, int events, SimTime& begin, SimTime& end) {
   std::vector<SimTime> starts;
   for (const TraceEvent& e : r.trace)
     if (e.rank == 0 && e.kind == TraceEvent::Kind::kCompute) starts.push_back(e.start);
-  if (events < 1 || starts.size() <= static_cast<size_t>(2 * events)) return false;
+  if (events < 1 || starts.size() <= 2 * static_cast<size_t>(events)) return false;
   std::sort(starts.begin(), starts.end());
   const size_t i0 = starts.size() / 2;
   begin = starts[i0];
@@ -161,6 +161,7 @@ int run_process(const std::vector<std::string>& argv, const std::filesystem::pat
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;

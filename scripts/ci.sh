@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # CI stages that run after the main test suite (bash scripts/test.sh), each timed:
+#   lint  scripts/lint.sh on build/ (configured by scripts/test.sh): clang-format check of every
+#         source, clang-tidy (bugprone-*, performance-*) on core, net_models, emulator,
+#         mpi_backend and apps.
 #   asan  ASan + UBSan build (gcc) of everything but benchmarks and MPI; the whole CTest suite.
 #   fuzz  libFuzzer build (clang-14, ASan + UBSan) of tests/fuzz; a bounded run of each target
 #         over its checked-in corpus.
 #   tsan  TSan build (gcc) of the emulator and network-model tests, which run the engine with
 #         1, 2 and 4 worker threads; tile fibers migrate between the workers, and the emulator
 #         announces every switch to TSan (emulator/detail/scheduler.hpp, fiber_launch.hpp).
-# Usage: bash scripts/ci.sh [fuzz] [tsan] [asan]      (no argument: all three, in that order)
+# Usage: bash scripts/ci.sh [lint] [fuzz] [tsan] [asan]   (no argument: all four, in that order)
 # Env:   COCODIFF_FUZZ_RUNS (default 20000) iterations per fuzz target, COCODIFF_FUZZ_SECONDS
 #        (default 300) wall-time cap per target; build dirs are build-asan/, build-tsan/,
 #        build-fuzz/.
@@ -31,6 +34,11 @@ stage_asan() {
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0:detect_stack_use_after_return=0 \
     UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs"
+}
+
+stage_lint() {
+  [ -f build/compile_commands.json ] || cmake -S . -B build -G Ninja
+  bash scripts/lint.sh build
 }
 
 stage_tsan() {
@@ -75,12 +83,12 @@ if [ "${1:-}" = "__stage" ]; then  # one stage in its own shell, so that set -e 
 fi
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(fuzz tsan asan)  # the bounded stages first
+[ ${#stages[@]} -gt 0 ] || stages=(lint fuzz tsan asan)  # the bounded stages first
 summary=()
 budget=${COCODIFF_CI_BUDGET_S:-4800}
 failed=0
 for s in "${stages[@]}"; do
-  case "$s" in asan | tsan | fuzz) ;; *) echo "ci.sh: unknown stage '$s' (asan | tsan | fuzz)" >&2; exit 2 ;; esac
+  case "$s" in lint | asan | tsan | fuzz) ;; *) echo "ci.sh: unknown stage '$s' (lint | asan | tsan | fuzz)" >&2; exit 2 ;; esac
   echo "=== ci stage $s: start $(date -u +%H:%M:%S)"
   t0=$SECONDS
   rc=0
