@@ -10,6 +10,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg) {
       return make_sd3(cfg);
     case Family::kFlux:
       return make_flux(cfg);
+    case Family::kFlux2:
+      return make_flux2(cfg);
     case Family::kQwenImage:
       return make_qwen_image(cfg);
   }

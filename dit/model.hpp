@@ -51,6 +51,7 @@ std::unique_ptr<Model> make_model(const ModelConfig& cfg);
 std::unique_ptr<Model> make_dit_xl(const ModelConfig& cfg);
 std::unique_ptr<Model> make_sd3(const ModelConfig& cfg);
 std::unique_ptr<Model> make_flux(const ModelConfig& cfg);
+std::unique_ptr<Model> make_flux2(const ModelConfig& cfg);
 std::unique_ptr<Model> make_qwen_image(const ModelConfig& cfg);
 
 }  // namespace cocodiff::dit

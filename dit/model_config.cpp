@@ -22,6 +22,8 @@ std::string family_name(Family f) {
       return "sd3";
     case Family::kFlux:
       return "flux";
+    case Family::kFlux2:
+      return "flux2";
     case Family::kQwenImage:
       return "qwen-image";
   }
@@ -116,11 +118,12 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   ModelConfig m;
   m.name = cfg_reader.get_string("name", "custom");
   const std::string family =
-      cfg_reader.get_choice("family", "flux", {"dit", "sd3", "flux", "qwen-image"});
-  m.family = family == "dit"    ? Family::kDiT
-             : family == "sd3"  ? Family::kSD3
-             : family == "flux" ? Family::kFlux
-                                : Family::kQwenImage;
+      cfg_reader.get_choice("family", "flux", {"dit", "sd3", "flux", "flux2", "qwen-image"});
+  m.family = family == "dit"     ? Family::kDiT
+             : family == "sd3"   ? Family::kSD3
+             : family == "flux"  ? Family::kFlux
+             : family == "flux2" ? Family::kFlux2
+                                 : Family::kQwenImage;
   m.heads = cfg_reader.get_int("heads", m.heads, 1, 1024);
   m.head_dim = cfg_reader.get_int("head_dim", m.head_dim, 2, 1024);
   if (m.head_dim % 2 != 0)
@@ -185,6 +188,16 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
     throw ConfigError(cfg_reader.where("rope_axes"), "model.rope_axes",
                       "3 RoPE axis widths (frame, row, column) for family " + family,
                       std::to_string(m.rope_axes.size()) + " axes");
+  if (m.family == Family::kFlux2 && m.rope_axes.size() != 4)
+    throw ConfigError(cfg_reader.where("rope_axes"), "model.rope_axes",
+                      "4 RoPE axis widths (frame, row, column, text index) for family flux2",
+                      std::to_string(m.rope_axes.size()) + " axes");
+  if (m.family == Family::kFlux2 && !m.guidance_embed)
+    throw ConfigError(cfg_reader.where("guidance_embed"), "model.guidance_embed",
+                      "true (FLUX.2 always embeds the guidance value)", "false");
+  if (m.family == Family::kFlux2 && m.pooled_dim != 0)
+    throw ConfigError(cfg_reader.where("pooled_dim"), "model.pooled_dim",
+                      "0 (FLUX.2 has no pooled text embedding)", std::to_string(m.pooled_dim));
   if (m.dual_attention_blocks > 0 && m.family != Family::kSD3)
     throw ConfigError(cfg_reader.where("dual_attention_blocks"), "model.dual_attention_blocks",
                       "0 (only the sd3 family has dual attention)",

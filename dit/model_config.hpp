@@ -15,9 +15,9 @@
 
 namespace cocodiff::dit {
 
-enum class Family { kDiT, kSD3, kFlux, kQwenImage };
+enum class Family { kDiT, kSD3, kFlux, kFlux2, kQwenImage };
 
-/// "dit" | "sd3" | "flux" | "qwen-image".
+/// "dit" | "sd3" | "flux" | "flux2" | "qwen-image".
 std::string family_name(Family f);
 
 /// How the sampler applies classifier-free guidance.

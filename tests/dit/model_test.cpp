@@ -32,6 +32,8 @@ TEST(ModelConfig, FullSizeParameterCountsMatchPublishedSizes) {
   EXPECT_NEAR(static_cast<double>(params("sd35-medium") + 384 * 384 * 1536), 2.5e9, 0.05e9);
   // Qwen-Image: 20B MMDiT.
   EXPECT_NEAR(static_cast<double>(params("qwen-image")), 20.4e9, 0.3e9);
+  // FLUX.2-dev: 32B (Black Forest Labs model card).
+  EXPECT_NEAR(static_cast<double>(params("flux2-dev")), 32.0e9, 0.3e9);
 }
 
 TEST(ModelConfig, UpstreamTensorNamesAndShapes) {
@@ -65,6 +67,38 @@ TEST(ModelConfig, UpstreamTensorNamesAndShapes) {
   EXPECT_TRUE(shape_of("sd35-large", "transformer_blocks.37.attn.to_add_out.weight").empty());
   EXPECT_EQ(shape_of("qwen-image", "transformer_blocks.59.img_mod.1.weight"), (V{18432, 3072}));
   EXPECT_EQ(shape_of("qwen-image", "txt_norm.weight"), (V{3584}));
+  // FLUX.2: shared modulation, SwiGLU (2 x 3 x 6144), fused single-block projections, no bias.
+  EXPECT_EQ(shape_of("flux2-dev", "x_embedder.weight"), (V{6144, 128}));
+  EXPECT_TRUE(shape_of("flux2-dev", "x_embedder.bias").empty());
+  EXPECT_EQ(shape_of("flux2-dev", "context_embedder.weight"), (V{6144, 15360}));
+  EXPECT_EQ(shape_of("flux2-dev", "double_stream_modulation_img.linear.weight"),
+            (V{6 * 6144, 6144}));
+  EXPECT_EQ(shape_of("flux2-dev", "single_stream_modulation.linear.weight"), (V{3 * 6144, 6144}));
+  EXPECT_TRUE(shape_of("flux2-dev", "transformer_blocks.0.norm1.linear.weight").empty());
+  EXPECT_EQ(shape_of("flux2-dev", "transformer_blocks.7.ff.linear_in.weight"), (V{36864, 6144}));
+  EXPECT_EQ(shape_of("flux2-dev", "transformer_blocks.7.ff_context.linear_out.weight"),
+            (V{6144, 18432}));
+  EXPECT_EQ(shape_of("flux2-dev", "single_transformer_blocks.47.attn.to_qkv_mlp_proj.weight"),
+            (V{3 * 6144 + 2 * 18432, 6144}));
+  EXPECT_EQ(shape_of("flux2-dev", "single_transformer_blocks.0.attn.to_out.weight"),
+            (V{6144, 6144 + 18432}));
+  EXPECT_EQ(shape_of("flux2-dev", "time_guidance_embed.guidance_embedder.linear_1.weight"),
+            (V{6144, 256}));
+}
+
+TEST(ModelConfig, Flux2NeedsFourRopeAxesAndTheGuidanceEmbedding) {
+  Config axes =
+      Config::parse("[model]\npreset = \"flux2-tiny\"\nrope_axes = [4, 6, 6]\n", "r.toml");
+  try {
+    load_model_config(axes);
+    FAIL() << "3 RoPE axes accepted for flux2";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.rope_axes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("4 RoPE axis widths"), std::string::npos) << e.what();
+  }
+  Config guidance =
+      Config::parse("[model]\npreset = \"flux2-tiny\"\nguidance_embed = false\n", "r.toml");
+  EXPECT_THROW(load_model_config(guidance), ConfigError);
 }
 
 TEST(ModelConfig, RunConfigOverridesPresetAndErrorsNameFileLineKey) {

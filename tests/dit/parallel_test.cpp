@@ -85,7 +85,7 @@ TEST_P(FamilyTest, FlatUlyssesMatchesSerialAtDegrees2To24) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, FamilyTest,
-                         ::testing::Values("dit-xl-2-tiny", "sd35-tiny", "flux1-tiny",
+                         ::testing::Values("dit-xl-2-tiny", "sd35-tiny", "flux1-tiny", "flux2-tiny",
                                            "qwen-image-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;

@@ -81,7 +81,7 @@ TEST(Safetensors, F16IsConverted) {
 }
 
 TEST(Safetensors, ModelWeightsRoundTripByUpstreamNames) {
-  for (const char* preset : {"dit-xl-2-tiny", "flux1-tiny"}) {
+  for (const char* preset : {"dit-xl-2-tiny", "flux1-tiny", "flux2-tiny"}) {
     const ModelConfig cfg = load_model_preset(preset);
     const auto w = make_weights(cfg, 11, false);
     const fs::path p = tmp(std::string(preset) + ".safetensors");

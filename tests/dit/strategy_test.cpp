@@ -114,7 +114,8 @@ TEST(Strategies, ExactStrategiesMatchSerialAndTapaIsBitwiseFlat) {
 }
 
 TEST(Strategies, SingleStreamAndDualAttentionModelsMatchSerial) {
-  for (const char* model : {"sd35-tiny", "dit-xl-2-tiny"}) {
+  // flux2-tiny: fused Q/K/V + MLP projection in single blocks, 4-axis RoPE.
+  for (const char* model : {"sd35-tiny", "dit-xl-2-tiny", "flux2-tiny"}) {
     const ModelConfig cfg = load_model_preset(model);
     const auto w = make_weights(cfg, 5, false);
     RunSettings st = small_run(2);
