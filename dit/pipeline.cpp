@@ -100,7 +100,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
 
   std::unique_ptr<Model> model = make_model(cfg);
   std::unique_ptr<AttentionStrategy> attn =
-      make_attention_strategy(st.strategy, comm, cfg, st.strategy_options);
+      st.make_strategy ? st.make_strategy(comm, cfg)
+                       : make_attention_strategy(st.strategy, comm, cfg, st.strategy_options);
 
   // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
   // so every rank draws exactly its rows of the same full tensor.

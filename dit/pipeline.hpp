@@ -44,6 +44,10 @@ struct RunSettings {
   /// Called on every rank at the start of each denoising step with (comm rank, step index):
   /// progress reports, fault injection. May throw; the exception ends the run on that rank.
   std::function<void(int rank, int step)> on_step;
+  /// A strategy of your own instead of `strategy` (research code, tests): called once per rank
+  /// with that rank's communicator. Null: make_attention_strategy(strategy, ...).
+  std::function<std::unique_ptr<AttentionStrategy>(Communicator&, const ModelConfig&)>
+      make_strategy;
 };
 
 struct RunOutput {

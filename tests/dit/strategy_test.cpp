@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
@@ -110,6 +112,55 @@ TEST(Strategies, ExactStrategiesMatchSerialAndTapaIsBitwiseFlat) {
                     1e-3 * static_cast<double>(flat.result.bytes_by_tier[2]));
       }
     }
+  }
+}
+
+// A test-only strategy bug: flat Ulysses, except that one rank, at its third attention layer,
+// waits for a message rank 0 never sends instead of joining the all-to-all. The run must end
+// with a deadlock report naming both sides, not hang.
+class LosesAnExchange final : public AttentionStrategy {
+ public:
+  LosesAnExchange(Communicator& comm, const ModelConfig& cfg, int bad_rank)
+      : comm_(comm), flat_(make_attention_strategy("flat", comm, cfg)), bad_rank_(bad_rank) {}
+  std::string name() const override { return "loses_an_exchange"; }
+  int degree() const override { return flat_->degree(); }
+  int index() const override { return flat_->index(); }
+  std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
+                             const AttentionShape& shape) override {
+    if (comm_.rank() == bad_rank_ && ++calls_ == 3) {
+      std::vector<float> buf(4);
+      comm_.recv(buf, 4, 0, 77);
+    }
+    return flat_->attend(ex, src, shape);
+  }
+
+ private:
+  Communicator& comm_;
+  std::unique_ptr<AttentionStrategy> flat_;
+  int bad_rank_;
+  int calls_ = 0;
+};
+
+TEST(Strategies, AStrategyThatLeavesRanksWaitingIsReportedAsADeadlock) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = small_run(2);
+  st.make_strategy = [](Communicator& comm, const ModelConfig& c) {
+    return std::make_unique<LosesAnExchange>(comm, c, 5);
+  };
+  emu::Engine engine = make_engine(2, 6, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    run(engine, cfg, *w, st);
+    FAIL() << "expected a deadlock report";
+  } catch (const CommError& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string m = e.what();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 5 waits in recv of 4 elements from rank 0"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 waits in all_to_all"), std::string::npos) << m;
+    EXPECT_LT(s, 60.0) << "the report came after " << s << " s";  // a guard against a hang
+    std::printf("deadlock reported after %.3f s of wall time:\n%s\n", s, m.c_str());
   }
 }
 
