@@ -136,21 +136,10 @@ ChildRun run_command(const std::vector<std::string>& argv, const std::filesystem
   return r;
 }
 
-ChildRun run_cocodiff(const Args& args, const std::vector<std::string>& extra,
-                      const std::string& name) {
-  const std::filesystem::path dir = args.out / "runs" / name;
+ChildRun run_report(const std::vector<std::string>& argv, const std::filesystem::path& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   std::filesystem::remove(dir / "report.json", ec);
-  std::vector<std::string> argv = {args.cocodiff.string(),
-                                   "run",
-                                   args.config.string(),
-                                   "--out",
-                                   dir.string(),
-                                   "-q",
-                                   "--set",
-                                   "emulator.workers=" + std::to_string(args.workers)};
-  argv.insert(argv.end(), extra.begin(), extra.end());
   ChildRun r = run_command(argv, dir / "log.txt");
   r.dir = dir;
   if (r.exit_code == 0) {
@@ -162,6 +151,29 @@ ChildRun run_cocodiff(const Args& args, const std::vector<std::string>& extra,
     }
   }
   return r;
+}
+
+ChildRun run_cocodiff(const Args& args, const std::vector<std::string>& extra,
+                      const std::string& name) {
+  const std::filesystem::path dir = args.out / "runs" / name;
+  std::vector<std::string> argv = {args.cocodiff.string(),
+                                   "run",
+                                   args.config.string(),
+                                   "--out",
+                                   dir.string(),
+                                   "-q",
+                                   "--set",
+                                   "emulator.workers=" + std::to_string(args.workers)};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return run_report(argv, dir);
+}
+
+std::vector<int> int_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string x;
+  while (std::getline(ss, x, ',')) v.push_back(std::stoi(x));
+  return v;
 }
 
 Progress::Progress(size_t total) : total_(total), t0_(std::chrono::steady_clock::now()) {}

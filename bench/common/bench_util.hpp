@@ -53,6 +53,14 @@ ChildRun run_cocodiff(const Args& args, const std::vector<std::string>& extra,
 /// Runs any command with stdout+stderr into `log`; returns exit code, wall time and ru_maxrss.
 ChildRun run_command(const std::vector<std::string>& argv, const std::filesystem::path& log);
 
+/// Runs a command that writes `dir`/report.json (a `cocodiff run --out dir`, under mpirun or
+/// not) with its output in `dir`/log.txt; a stale report.json is removed first and the new one
+/// read into ChildRun::report. Never throws for a failing child.
+ChildRun run_report(const std::vector<std::string>& argv, const std::filesystem::path& dir);
+
+/// "1,2,4" -> {1, 2, 4} (std::stoi's exceptions for a non-number).
+std::vector<int> int_list(const std::string& s);
+
 /// printf into a std::string.
 std::string fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
 

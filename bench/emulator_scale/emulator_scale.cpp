@@ -38,14 +38,6 @@ struct Options {
   std::filesystem::path dit_block_bin;
 };
 
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(std::stoi(x));
-  return v;
-}
-
 Options parse(const Args& a) {
   Options o;
 #ifdef COCODIFF_DIT_BLOCK_BIN

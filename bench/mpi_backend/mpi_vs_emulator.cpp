@@ -15,8 +15,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "bench/common/bench_util.hpp"
 
@@ -30,14 +28,6 @@ struct Options {
   std::string strategy = "flat";
   std::string mpiexec;
 };
-
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string x;
-  while (std::getline(ss, x, ',')) v.push_back(std::stoi(x));
-  return v;
-}
 
 Options parse(const Args& a) {
   Options o;
@@ -107,30 +97,16 @@ std::vector<std::string> layout_sets(const Options& o, int p) {
 
 ChildRun run_mpi(const Args& a, const Options& o, int p, const std::string& name) {
   const std::filesystem::path dir = a.out / "runs" / name;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  std::filesystem::remove(dir / "report.json", ec);
   std::vector<std::string> argv = {o.mpiexec};
-  if (geteuid() == 0) argv.push_back("--allow-run-as-root");
-  for (const char* s : {"--oversubscribe", "-np"}) argv.emplace_back(s);
-  argv.push_back(std::to_string(p));
+  if (geteuid() == 0) argv.emplace_back("--allow-run-as-root");
   for (const std::string& s :
-       {a.cocodiff.string(), std::string("run"), a.config.string(), std::string("--backend"),
-        std::string("mpi"), std::string("--out"), dir.string(), std::string("-q")})
+       {std::string("--oversubscribe"), std::string("-np"), std::to_string(p), a.cocodiff.string(),
+        std::string("run"), a.config.string(), std::string("--backend"), std::string("mpi"),
+        std::string("--out"), dir.string(), std::string("-q")})
     argv.push_back(s);
   const std::vector<std::string> sets = layout_sets(o, p);
   argv.insert(argv.end(), sets.begin(), sets.end());
-  ChildRun r = run_command(argv, dir / "log.txt");
-  r.dir = dir;
-  if (r.exit_code == 0) {
-    std::ifstream in(dir / "report.json");
-    try {
-      r.report = nlohmann::json::parse(in);
-    } catch (const std::exception& e) {
-      r.error = std::string("report.json: ") + e.what();
-    }
-  }
-  return r;
+  return run_report(argv, dir);
 }
 
 int main_impl(int argc, char** argv) {

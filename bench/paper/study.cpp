@@ -48,12 +48,6 @@ std::vector<std::string> split(const std::string& s) {
   return v;
 }
 
-std::vector<int> int_list(const std::string& s) {
-  std::vector<int> v;
-  for (const std::string& x : split(s)) v.push_back(std::stoi(x));
-  return v;
-}
-
 Options parse(const Args& a) {
   Options o;
   if (a.smoke) {
