@@ -13,6 +13,11 @@ void Request::wait() {
 
 bool Request::test() { return !impl_ || impl_->test(); }
 
+SimTime Request::completed_at(SimTime seen) const {
+  if (!impl_) return seen;
+  return impl_->completed_at().value_or(seen);
+}
+
 void wait_all(std::span<Request> requests) {
   for (Request& r : requests) r.wait();
 }

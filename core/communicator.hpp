@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -27,6 +28,9 @@ class RequestImpl {
   virtual ~RequestImpl() = default;
   virtual void wait() = 0;
   virtual bool test() = 0;
+  /// When the operation completed, if the backend knows it better than the caller's clock at
+  /// the moment it saw the completion (the emulator knows the exact virtual time).
+  virtual std::optional<SimTime> completed_at() const { return std::nullopt; }
 };
 
 /// Handle to a non-blocking operation. A default-constructed Request is already complete.
@@ -38,6 +42,10 @@ class Request {
   void wait();
   /// True once complete at the caller's current time; never blocks for long.
   bool test();
+  /// After wait() or a test() that returned true: when the operation completed (emulator: its
+  /// exact virtual completion time, possibly before the caller looked), or `seen` when the
+  /// backend cannot tell (MPI: real time has no record of it).
+  SimTime completed_at(SimTime seen) const;
 
  private:
   std::shared_ptr<RequestImpl> impl_;

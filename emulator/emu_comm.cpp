@@ -80,6 +80,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
         : kernel(k), owner(o), state(std::move(s)) {}
     void wait() override { kernel.wait(owner, *state); }
     bool test() override { return kernel.test(owner, *state); }
+    std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
   };
   return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
 }
@@ -140,6 +141,7 @@ struct P2pRequest final : RequestImpl {
       : kernel(k), owner(o), state(std::move(s)) {}
   void wait() override { kernel.wait(owner, *state); }
   bool test() override { return kernel.test(owner, *state); }
+  std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
 };
 
 void check_tag(int tag, int rank) {

@@ -189,7 +189,7 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   phase_ = 0;
   sub_step_ = 0;
   awaiting_launch_ = false;
-  phase_seen_.clear();
+  phase_done_.clear();
   waited_ = SimTime();
   launch_phase(ex);
   launch_time_ = ex.comm.now();
@@ -289,7 +289,7 @@ void BlockExchange::complete_phase(const Exec& ex) {
   }
   if (!phantom_) recv_.resize(static_cast<size_t>(recv_off_.back()));
   cur_.swap(recv_);
-  phase_seen_.push_back(ex.comm.now());
+  phase_done_.push_back(request_.completed_at(ex.comm.now()));
   ++phase_;
   sub_step_ = 0;
   awaiting_launch_ = !done();  // launched by progress() or wait_step()

@@ -120,10 +120,10 @@ class BlockExchange {
   ConstMatMap block(int s) const;
 
   SimTime launch_time() const { return launch_time_; }
-  /// Time at which phase k was first seen complete (exact when finish() had to wait for it).
-  SimTime phase_seen(int k) const { return phase_seen_.at(static_cast<size_t>(k)); }
-  int phases_seen() const { return static_cast<int>(phase_seen_.size()); }
-  SimTime end_time() const { return phase_seen_.empty() ? launch_time_ : phase_seen_.back(); }
+  /// When phase k completed: exact on the emulator; on MPI, when it was first seen complete.
+  SimTime phase_done(int k) const { return phase_done_.at(static_cast<size_t>(k)); }
+  int phases_seen() const { return static_cast<int>(phase_done_.size()); }
+  SimTime end_time() const { return phase_done_.empty() ? launch_time_ : phase_done_.back(); }
   /// Time this rank spent blocked in finish().
   SimTime waited() const { return waited_; }
 
@@ -147,7 +147,7 @@ class BlockExchange {
   AllToAllvLayout layout_, mask_layout_;
   SimTime launch_time_;
   SimTime waited_;
-  std::vector<SimTime> phase_seen_;
+  std::vector<SimTime> phase_done_;
 };
 
 }  // namespace cocodiff::dit

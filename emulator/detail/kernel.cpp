@@ -274,6 +274,12 @@ bool Kernel::test(FiberState& f, ReqState& req) {
   return req.done && req.done_time <= f.clock;
 }
 
+std::optional<SimTime> Kernel::done_time(const ReqState& req) {
+  std::lock_guard<std::mutex> lk(mutex_);
+  if (!req.done) return std::nullopt;
+  return req.done_time;
+}
+
 void Kernel::compute(FiberState& f, const OpCost& cost) {
   if (aborting_) throw Cancelled{};
   const SimTime start = f.clock;

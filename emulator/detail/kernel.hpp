@@ -97,6 +97,8 @@ class Kernel {
   void wait(FiberState& f, ReqState& req);
   /// True when req completed at or before f.clock (may block until virtual time reaches it).
   bool test(FiberState& f, ReqState& req);
+  /// req's completion time, once it is complete (nullopt before).
+  std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
