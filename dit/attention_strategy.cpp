@@ -23,7 +23,7 @@ std::vector<Tensor> SerialAttention::attend(const Exec& ex, const QkvSource& src
   for (int p = 0; p < 3; ++p) {
     for (int s = 0; s < streams; ++s) {
       Tensor x = src.project(ex, s, static_cast<QkvPart>(p), 0, shape.heads);
-      src.prepare(ex, s, static_cast<QkvPart>(p), x, 0, shape.heads);
+      src.prepare(ex, s, static_cast<QkvPart>(p), x, 0, shape.heads, 0);
       parts[p].push_back(std::move(x));
     }
   }

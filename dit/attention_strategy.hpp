@@ -51,8 +51,10 @@ class QkvSource {
   /// The projection of heads [h0, h1) of the local tokens: [rows, (h1 - h0) * head_dim].
   virtual Tensor project(const Exec& ex, int stream, QkvPart part, int h0, int h1) const = 0;
   /// Q/K preparation (per-head RMSNorm, RoPE) of heads [h0, h1), in place; V: nothing.
-  virtual void prepare(const Exec& ex, int stream, QkvPart part, Tensor& x, int h0,
-                       int h1) const = 0;
+  /// x holds, of every batch element, the local tokens [token0, token0 + x.rows() / batch)
+  /// (token0 = 0 and all local tokens unless a strategy prepares them in token chunks).
+  virtual void prepare(const Exec& ex, int stream, QkvPart part, Tensor& x, int h0, int h1,
+                       std::int64_t token0) const = 0;
 };
 
 struct AttentionShape {
@@ -76,7 +78,7 @@ struct StrategyOptions {
   int v_major_block_heads = 1;      // heads per block
   std::vector<std::string> v_major_tiers = {"inter-node"};  // tiers whose V is selective
   int v_major_warmup_steps = 2;                             // first steps send everything
-  int v_major_refresh_every = 0;                  // every n-th step sends everything (0: never)
+  int v_major_refresh_every = 10;                 // every n-th step sends everything (0: never)
   double v_major_phantom_active_fraction = 0.25;  // phantom mode: share of blocks sent
   // Ulysses x Ring (usp).
   int usp_ring_levels = 1;  // outermost topology levels the ring spans (the rest: Ulysses)
@@ -88,7 +90,7 @@ struct VFirstKindStats {
   std::int64_t layers = 0;
   double v_proj_s = 0;              // T(V proj)
   double qk_prep_s = 0;             // T(Q, K prep): projections, norms, RoPE
-  double v_phase1_s = 0;            // T(V first phase): launch to first observed completion
+  double v_phase1_s = 0;            // T(V first phase): launch to its completion
   double v_transfer_s = 0;          // launch to completion of V's whole exchange
   double v_exposed_s = 0;           // time the rank waited for V
   std::int64_t condition_held = 0;  // layers with T(V proj) + T(V phase 1) <= T(Q, K prep)

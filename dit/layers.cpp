@@ -267,15 +267,17 @@ RopeTable rope_table(const Exec& ex, const Eigen::MatrixXd& positions,
 //   x: [B*N, heads*D], table: [N, D/2]
 // ---------------------------------------------------------------------------------------------
 void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, int batch,
-                std::string_view label) {
+                std::string_view label, std::int64_t token0) {
   const int d = table.head_dim;
-  COCO_CHECK(x.cols() == std::int64_t{heads} * d && x.rows() == table.tokens * batch,
-             "apply_rope: x " + x.shape_str() + " vs " + std::to_string(table.tokens) +
-                 " tokens x " + std::to_string(d));
-  if (!ex.phantom) {
+  const std::int64_t tokens = batch > 0 ? x.rows() / batch : 0;
+  COCO_CHECK(x.cols() == std::int64_t{heads} * d && x.rows() == tokens * batch && token0 >= 0 &&
+                 token0 + tokens <= table.tokens,
+             "apply_rope: x " + x.shape_str() + " (tokens from " + std::to_string(token0) +
+                 ") vs " + std::to_string(table.tokens) + " tokens x " + std::to_string(d));
+  if (!ex.phantom && tokens > 0) {
     const int pairs = d / 2;
     for (std::int64_t row = 0; row < x.rows(); ++row) {
-      const std::int64_t t = row % table.tokens;
+      const std::int64_t t = token0 + row % tokens;
       float* xr = x.mat().row(row).data();
       const float* c = table.cos.row(t).data();
       const float* s = table.sin.row(t).data();
@@ -290,8 +292,7 @@ void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, in
       }
     }
   }
-  ex.charge(OpKind::kElementwise, 3.0 * n(x.numel()), 2.0 * n(x.numel()) + n(table.tokens) * d,
-            label);
+  ex.charge(OpKind::kElementwise, 3.0 * n(x.numel()), 2.0 * n(x.numel()) + n(tokens) * d, label);
 }
 
 // ---------------------------------------------------------------------------------------------

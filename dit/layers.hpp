@@ -91,9 +91,10 @@ RopeTable rope_table(const Exec& ex, const Eigen::MatrixXd& positions,
                      const std::vector<int>& axes_dim, double theta);
 
 /// Rotates interleaved pairs (x[2i], x[2i+1]) of every head of every row in place (FLUX/Qwen
-/// convention).   x: [B*N, h*D], table for N tokens.
+/// convention).   x: [B*n, h*D] holds tokens [token0, token0 + n) of the table's N tokens
+/// (n = N, token0 = 0: all of them).
 void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, int batch,
-                std::string_view label);
+                std::string_view label, std::int64_t token0 = 0);
 
 /// 2x2 (p x p) packing: latent [C, H*W] (channel-major) -> tokens [(H/p)(W/p), C*p*p], each
 /// token's features in (c, py, px) order (FLUX pack, and DiT/SD3 conv patch embedding).

@@ -66,14 +66,15 @@ Tensor ModelQkv::project(const Exec& ex, int s, QkvPart part, int h0, int h1) co
                 RowRange{off + std::int64_t{h0} * head_dim_, off + std::int64_t{h1} * head_dim_});
 }
 
-void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, int h1) const {
+void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, int h1,
+                       std::int64_t token0) const {
   if (part == QkvPart::kV) return;
   const StreamQkv& st = at(s);
   const int p = static_cast<int>(part);
   if (st.norm[p] != nullptr)
     rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, p == 0 ? "q_norm" : "k_norm");
   if (st.rope != nullptr)
-    apply_rope(ex, x, *st.rope, h1 - h0, batch_, p == 0 ? "q_rope" : "k_rope");
+    apply_rope(ex, x, *st.rope, h1 - h0, batch_, p == 0 ? "q_rope" : "k_rope", token0);
 }
 
 void bind_diffusers_qkv(StreamQkv& s, const Weights& w, const std::string& attn_prefix,

@@ -73,7 +73,8 @@ class ModelQkv final : public QkvSource {
   std::int64_t rows(int s) const override { return at(s).x->rows(); }
   bool wants_output(int s) const override { return at(s).wants_output; }
   Tensor project(const Exec& ex, int s, QkvPart part, int h0, int h1) const override;
-  void prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, int h1) const override;
+  void prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, int h1,
+               std::int64_t token0) const override;
 
  private:
   const StreamQkv& at(int s) const { return streams_.at(static_cast<size_t>(s)); }

@@ -33,16 +33,22 @@ HeadSplit::HeadSplit(int heads, int parts) {
   }
 }
 
+TokenShard TokenChunk::of(const TokenShard& shard) const {
+  const std::int64_t a = shard.count * index / count, b = shard.count * (index + 1) / count;
+  return TokenShard{shard.begin + a, b - a, shard.total};
+}
+
 // to_heads: x [B*n_me, *] -> block (me, d) = [B*n_me, cols(d).count] = x[:, cols(d)]
+// (n_me: this rank's tokens, or their chunk)
 std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, const Tensor& x,
                                               std::int64_t total, int batch,
                                               std::vector<ColumnRange> cols, std::string label,
-                                              VMajorChannel* v_major) {
+                                              VMajorChannel* v_major, TokenChunk chunk) {
   const int p = g.size();
-  COCO_CHECK(x.rows() == batch * shard_tokens(total, p, g.rank()).count,
+  COCO_CHECK(x.rows() == batch * chunk.of(shard_tokens(total, p, g.rank())).count,
              "to_heads: x " + x.shape_str());
-  auto shape = [total, batch, p, cols](int s, int d) {
-    return BlockShape{batch * shard_tokens(total, p, s).count, cols[u(d)].count};
+  auto shape = [total, batch, p, cols, chunk](int s, int d) {
+    return BlockShape{batch * chunk.of(shard_tokens(total, p, s)).count, cols[u(d)].count};
   };
   auto xc = std::make_unique<BlockExchange>(g, shape, ex.phantom, std::move(label), v_major);
   xc->start(
@@ -52,18 +58,21 @@ std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, 
 
 // unpack: block (s, me) [B*n_s, w] -> y rows b*total + begin_s, columns [col0, col0 + w)
 void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::int64_t total,
-                     int batch, std::int64_t col0, std::int64_t width, Tensor& y) {
+                     int batch, std::int64_t col0, std::int64_t width, Tensor& y,
+                     TokenChunk chunk) {
   x.finish(ex);
   const int p = g.size();
+  std::int64_t rows = 0;
+  for (int s = 0; s < p; ++s) rows += batch * chunk.of(shard_tokens(total, p, s)).count;
   if (!ex.phantom && width > 0)
     for (int s = 0; s < p; ++s) {
-      const TokenShard sh = shard_tokens(total, p, s);
+      const TokenShard sh = chunk.of(shard_tokens(total, p, s));
       const ConstMatMap blk = x.block(s);
       for (int b = 0; b < batch; ++b)
         y.mat().block(b * total + sh.begin, col0, sh.count, width) =
             blk.middleRows(b * sh.count, sh.count);
     }
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(batch * total * width), "a2a_unpack");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(rows * width), "a2a_unpack");
 }
 
 // to_sequence: o [B*total, w_me] -> block (me, d) = [B*n_d, w_me] (d's tokens);
@@ -167,6 +176,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     std::int64_t col0, width;  // this rank's columns of the assembled tensor
     std::unique_ptr<VMajorChannel> channel;
     std::unique_ptr<BlockExchange> x;
+    TokenChunk tokens;  // the rows it carries (pipelining by tokens)
   };
   std::vector<Pending> pending;
   // Exchanges in flight share the phase communicators: each launches its phase k only after
@@ -205,11 +215,11 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   double qk_prep_s = 0;
   SimTime v_launch;
   BlockExchange* v_first_x = nullptr;
-  bool phase1_hidden = false;  // V's first phase seen complete when Q/K preparation ended
+  SimTime qk_end;  // when the last Q/K preparation ended (V-First)
   auto qk_prepared = [&] {
     if (v_first_x == nullptr) return;
+    qk_end = clock.now();
     progress();
-    phase1_hidden = v_first_x->phases_seen() > 0;
   };
   for (int oi = 0; oi < 3; ++oi) {
     const int part = order[oi];
@@ -219,7 +229,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
       if (!src.sharded(s) || p == 1) {
         // Replicated (or a group of one): this rank's heads, no exchange.
         Tensor x = src.project(ex, s, qp, p == 1 ? 0 : h0, p == 1 ? shape.heads : h0 + hl);
-        src.prepare(ex, s, qp, x, 0, p == 1 ? shape.heads : hl);
+        src.prepare(ex, s, qp, x, 0, p == 1 ? shape.heads : hl, 0);
         parts[part][u(s)] = std::move(x);
         if (part != 2) {
           qk_prep_s += (clock.now() - t0).seconds();
@@ -233,12 +243,12 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
       Tensor x = src.project(ex, s, qp, 0, shape.heads);
       progress();
       if (part == 2 || f_.chunks <= 1) {
-        src.prepare(ex, s, qp, x, 0, shape.heads);
+        src.prepare(ex, s, qp, x, 0, shape.heads, 0);
         if (part != 2) {
           qk_prep_s += (clock.now() - t0).seconds();
           qk_prepared();
         }
-        Pending pd{part, s, 0, hw, nullptr, nullptr};
+        Pending pd{part, s, 0, hw, nullptr, nullptr, {}};
         if (part == 2 && v_major_)
           pd.channel = std::make_unique<VMajorChannel>(*v_major_, layer * 8 + s, dh);
         pd.x = start_to_heads(ex, group_, x, total, batch, head_cols, std::string(kA2a[part]),
@@ -257,39 +267,63 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
       }
       qk_prep_s += (clock.now() - t0).seconds();
       progress();
-      // Pipeline: chunk c holds, of every destination's heads, the c-th of `chunks` groups.
-      for (int c = 0; c < f_.chunks; ++c) {
-        std::vector<ColumnRange> chunk_cols(u(p)), packed_cols(u(p));
-        std::int64_t width = 0;
-        for (int d = 0; d < p; ++d) {
-          const int cnt = hs.count[u(d)];
-          const int b0 = cnt * c / f_.chunks, b1 = cnt * (c + 1) / f_.chunks;
-          chunk_cols[u(d)] = {std::int64_t{hs.begin[u(d)] + b0} * dh, std::int64_t{b1 - b0} * dh};
-          packed_cols[u(d)] = {width, chunk_cols[u(d)].count};
-          width += chunk_cols[u(d)].count;
+      // Pipeline by heads: chunk c holds, of every destination's heads, the c-th of `chunks`
+      // groups (the last rank has the fewest heads under the uneven split).
+      if (hs.count.back() >= f_.chunks) {
+        for (int c = 0; c < f_.chunks; ++c) {
+          std::vector<ColumnRange> chunk_cols(u(p)), packed_cols(u(p));
+          std::int64_t width = 0;
+          for (int d = 0; d < p; ++d) {
+            const int cnt = hs.count[u(d)];
+            const int b0 = cnt * c / f_.chunks, b1 = cnt * (c + 1) / f_.chunks;
+            chunk_cols[u(d)] = {std::int64_t{hs.begin[u(d)] + b0} * dh, std::int64_t{b1 - b0} * dh};
+            packed_cols[u(d)] = {width, chunk_cols[u(d)].count};
+            width += chunk_cols[u(d)].count;
+          }
+          const SimTime t1 = clock.now();
+          // The chunk's heads, gathered (a strided view for the device kernels: not charged).
+          Tensor xc = Tensor::zeros(x.rows(), width, ex.phantom);
+          if (!ex.phantom)
+            for (int d = 0; d < p; ++d)
+              if (chunk_cols[u(d)].count > 0)
+                xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
+                    x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
+          src.prepare(ex, s, qp, xc, 0, static_cast<int>(width / dh), 0);
+          qk_prep_s += (clock.now() - t1).seconds();
+          qk_prepared();
+          const int cnt = hs.count[u(me)];
+          const std::int64_t col0 = std::int64_t{cnt * c / f_.chunks} * dh;
+          Pending pd{part, s, col0, packed_cols[u(me)].count, nullptr, nullptr, {}};
+          pd.x = start_to_heads(ex, group_, xc, total, batch, packed_cols, std::string(kA2a[part]));
+          pending.push_back(std::move(pd));
+          progress();
         }
-        if (width == 0) continue;  // every destination has fewer heads than chunks
+        continue;
+      }
+      // Pipeline by tokens: chunk c holds the c-th of `chunks` groups of every rank's tokens,
+      // all heads (a destination with one head or none still gets every chunk in turn).
+      const std::int64_t n_me = x.rows() / batch;
+      for (int c = 0; c < f_.chunks; ++c) {
+        const TokenChunk tc{c, f_.chunks};
+        const TokenShard mine = tc.of(TokenShard{0, n_me, n_me});
         const SimTime t1 = clock.now();
-        // The chunk's heads, gathered (a strided view for the device kernels: not charged).
-        Tensor xc = Tensor::zeros(x.rows(), width, ex.phantom);
+        // The chunk's rows of every batch element, gathered (a strided view: not charged).
+        Tensor xc = Tensor::zeros(batch * mine.count, x.cols(), ex.phantom);
         if (!ex.phantom)
-          for (int d = 0; d < p; ++d)
-            if (chunk_cols[u(d)].count > 0)
-              xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
-                  x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
-        src.prepare(ex, s, qp, xc, 0, static_cast<int>(width / dh));
+          for (int b = 0; b < batch; ++b)
+            xc.mat().middleRows(b * mine.count, mine.count) =
+                x.mat().middleRows(b * n_me + mine.begin, mine.count);
+        src.prepare(ex, s, qp, xc, 0, shape.heads, mine.begin);
         qk_prep_s += (clock.now() - t1).seconds();
         qk_prepared();
-        const int cnt = hs.count[u(me)];
-        const std::int64_t col0 = std::int64_t{cnt * c / f_.chunks} * dh;
-        Pending pd{part, s, col0, packed_cols[u(me)].count, nullptr, nullptr};
-        pd.x = start_to_heads(ex, group_, xc, total, batch, packed_cols, std::string(kA2a[part]));
+        Pending pd{part, s, 0, hw, nullptr, nullptr, tc};
+        pd.x = start_to_heads(ex, group_, xc, total, batch, head_cols, std::string(kA2a[part]),
+                              nullptr, tc);
         pending.push_back(std::move(pd));
         progress();
       }
     }
   }
-  // V-First bookkeeping: was V's first phase through when Q/K preparation ended?
   // Drive every exchange to its end: whichever has a step ready moves on; otherwise wait for
   // the oldest one's step in flight.
   while (true) {
@@ -301,7 +335,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   }
   if (f_.v_first && v_first_x != nullptr) {
     VFirstKindStats& st = v_first_[std::string(shape.kind)];
-    const double phase1 = (v_first_x->phase_seen(0) - v_launch).seconds();
+    const double phase1 = (v_first_x->phase_done(0) - v_launch).seconds();
     const double v_proj = (v_launch - t_start).seconds();
     st.layers += 1;
     st.v_proj_s += v_proj;
@@ -310,11 +344,11 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     st.v_transfer_s += (v_first_x->end_time() - v_launch).seconds();
     st.v_exposed_s += v_first_x->waited().seconds();
     if (v_proj + phase1 <= qk_prep_s) st.condition_held += 1;
-    if (phase1_hidden) st.phase1_hidden += 1;
+    if (v_first_x->phase_done(0) <= qk_end) st.phase1_hidden += 1;
   }
   for (Pending& pd : pending)
     unpack_to_heads(ex, group_, *pd.x, src.total_tokens(pd.stream), batch, pd.col0, pd.width,
-                    parts[pd.part][u(pd.stream)]);
+                    parts[pd.part][u(pd.stream)], pd.tokens);
   pending.clear();
 
   std::vector<const Tensor*> q, k, v;

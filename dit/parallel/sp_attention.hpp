@@ -5,8 +5,10 @@
 //             RMSNorm and RoPE run while it flies, and Q's and K's exchanges are launched
 //             non-blocking too (every exchange progresses between compute steps); without it,
 //             each exchange blocks (project, prepare, exchange, wait: Q, then K, then V)
-//   pipeline  Q/K preparation in `chunks` head groups (within every destination's heads), each
-//             group's exchange launched as soon as it is prepared
+//   pipeline  Q/K preparation in `chunks` parts, each part's exchange launched as soon as it is
+//             prepared: head groups (within every destination's heads) when every destination
+//             has at least `chunks` heads, otherwise token groups (of every rank's tokens), so
+//             that one head per rank (FLUX's 24 heads on 24 or more tiles) still pipelines
 //   v_major   V is sent selectively on the slow tiers (dit/parallel/v_major.hpp)
 // Uneven head counts use DeepSpeed's split (24 heads over 16 ranks: 2 heads on the first 8,
 // 1 on the rest); uneven token shards follow shard_tokens. Text tokens are replicated: each rank
@@ -75,15 +77,26 @@ class SpAttention final : public AttentionStrategy {
 struct ColumnRange {
   std::int64_t begin = 0, count = 0;
 };
+/// Part `index` of `count` equal parts of every member's tokens (pipelining by tokens); the
+/// default is all of them.
+struct TokenChunk {
+  int index = 0, count = 1;
+  /// The chunk of a member's shard: [begin, begin + count) of the group's tokens.
+  TokenShard of(const TokenShard& shard) const;
+};
 
-/// Sequence -> heads: starts the exchange of x (rows: B x this rank's tokens of `total`).
+/// Sequence -> heads: starts the exchange of x (rows: B x this rank's tokens of `total`, or of
+/// their `chunk`).
 std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, const Tensor& x,
                                               std::int64_t total, int batch,
                                               std::vector<ColumnRange> cols, std::string label,
-                                              VMajorChannel* v_major = nullptr);
-/// Finishes the exchange and writes it into y [B*total, *], columns [col0, col0 + width).
+                                              VMajorChannel* v_major = nullptr,
+                                              TokenChunk chunk = {});
+/// Finishes the exchange and writes it into y [B*total, *], columns [col0, col0 + width) (the
+/// rows of every member's `chunk` of tokens).
 void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::int64_t total,
-                     int batch, std::int64_t col0, std::int64_t width, Tensor& y);
+                     int batch, std::int64_t col0, std::int64_t width, Tensor& y,
+                     TokenChunk chunk = {});
 /// Heads -> sequence, blocking: o [B*total, width(me)] -> [B*n_me, sum of widths], member s's
 /// columns at offset(s).
 Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64_t total, int batch,

@@ -134,12 +134,12 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
     for (int s = 0; s < streams; ++s) {
       if (!src.sharded(s)) {
         Tensor x = src.project(ex, s, qp, h0, h0 + hl);
-        src.prepare(ex, s, qp, x, 0, hl);
+        src.prepare(ex, s, qp, x, 0, hl, 0);
         parts[part].push_back(std::move(x));
         continue;
       }
       Tensor x = src.project(ex, s, qp, 0, shape.heads);
-      src.prepare(ex, s, qp, x, 0, shape.heads);
+      src.prepare(ex, s, qp, x, 0, shape.heads, 0);
       const std::int64_t chunk = chunk_of(ri, src.total_tokens(s)).count;
       if (ud == 1) {
         parts[part].push_back(std::move(x));

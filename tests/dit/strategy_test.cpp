@@ -91,17 +91,26 @@ TEST(Strategies, ExactStrategiesMatchSerialAndTapaIsBitwiseFlat) {
   const auto w = make_weights(cfg, 5, false);
   RunSettings st = small_run(2);
   const Tensor ref = serial(cfg, *w, st);
-  // 12 ranks (2 heads each: pipeline chunks split them) and 24 ranks over 2 nodes.
+  // 12 ranks (2 heads each: pipeline chunks split them) and 24 ranks over 2 nodes (1 head
+  // each: pipeline chunks split the tokens).
   for (int nodes : {1, 2}) {
     emu::Engine engine = make_engine(2, 6, nodes);
     st.strategy = "flat";
     const Outcome flat = run(engine, cfg, *w, st);
     EXPECT_LT(relative_l2(ref, flat.latent), 1e-5);
+    Outcome tapa;
     for (const char* name : {"tapa", "v_first", "pipeline", "cocodiff"}) {
       st.strategy = name;
       st.strategy_options.v_major_threshold = 0;  // cocodiff exact
       const Outcome r = run(engine, cfg, *w, st);
       EXPECT_LT(relative_l2(ref, r.latent), 1e-5) << name << " nodes " << nodes;
+      // Pipelining reorders nothing numerically (same values, prepared in parts) and really
+      // sends Q and K in 2 parts each: more transfers for the same bytes.
+      if (std::string(name) == "pipeline") {
+        EXPECT_TRUE(bitwise_equal(tapa.latent, r.latent)) << "pipeline vs tapa, nodes " << nodes;
+        EXPECT_GT(r.result.flows, tapa.result.flows) << "nodes " << nodes;
+      }
+      if (std::string(name) == "tapa") tapa = r;
       // TAPA: bitwise flat's output; more bytes inside a node, the same across nodes.
       if (std::string(name) == "tapa") {
         EXPECT_TRUE(bitwise_equal(flat.latent, r.latent)) << "tapa vs flat, nodes " << nodes;
@@ -159,7 +168,8 @@ TEST(Strategies, AStrategyThatLeavesRanksWaitingIsReportedAsADeadlock) {
     EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 5 waits in recv of 4 elements from rank 0"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 0 waits in all_to_all"), std::string::npos) << m;
-    EXPECT_LT(s, 60.0) << "the report came after " << s << " s";  // a guard against a hang
+    // Within a second of wall time (sanitized builds run slower by their time scale).
+    EXPECT_LT(s, 1.0 * COCODIFF_TEST_TIME_SCALE) << "the report came after " << s << " s";
     std::printf("deadlock reported after %.3f s of wall time:\n%s\n", s, m.c_str());
   }
 }
@@ -239,6 +249,17 @@ TEST(Strategies, VMajorThresholdZeroIsBitwiseExactAndAboveZeroSavesBytes) {
   const double e = relative_l2(exact.latent, lossy.latent);
   EXPECT_GT(e, 0.0);
   EXPECT_LT(e, 0.5);
+  // A refresh every other step (steps 0 and 2 of 4) sends everything at step 2: more than
+  // with no refresh in those 4 steps, less than everything, and the mirror and the receivers'
+  // caches restart from the exact V there.
+  st.strategy_options.v_major_refresh_every = 2;
+  const Outcome refreshed = run(engine, cfg, *w, st);
+  const VMajorTierStats& tr = refreshed.stats.v_major.at("inter-node");
+  EXPECT_EQ(tr.full_elements, t.full_elements);
+  EXPECT_GT(tr.sent_elements, t.sent_elements);
+  EXPECT_LT(tr.sent_elements, tr.full_elements);
+  EXPECT_GT(tr.active_blocks, t.active_blocks);
+  EXPECT_GT(relative_l2(exact.latent, refreshed.latent), 0.0);
   // A refresh every step sends everything: bitwise exact again.
   st.strategy_options.v_major_refresh_every = 1;
   EXPECT_TRUE(bitwise_equal(exact.latent, run(engine, cfg, *w, st).latent));
@@ -279,7 +300,7 @@ class CostedQkv final : public QkvSource {
     ex.charge(OpKind::kGemm, (part == QkvPart::kV ? cv_ : cq_) * 1e12, 0, "proj");
     return Tensor::zeros(local_, std::int64_t{h1 - h0} * kHeadDim, true);
   }
-  void prepare(const Exec& ex, int, QkvPart part, Tensor&, int, int) const override {
+  void prepare(const Exec& ex, int, QkvPart part, Tensor&, int, int, std::int64_t) const override {
     if (part != QkvPart::kV) ex.charge(OpKind::kNorm, cn_ * 1e12, 0, "norm");
   }
   static constexpr int kHeadDim = 64;
@@ -289,60 +310,70 @@ class CostedQkv final : public QkvSource {
   double cv_, cq_, cn_;
 };
 
+// V-First on two tiles against its closed form, once with V's exchange shorter than the Q/K
+// preparation (the overlap condition holds, V is hidden) and once on a slow link where it does
+// not (V's exchange outlasts Q/K and the rank waits for it).
 TEST(Strategies, VFirstTimeMatchesTheClosedFormOverlap) {
-  // 2 ranks (two tiles of one GPU), alpha-beta link, unit device with free memory traffic.
-  Topology topo({{"tile", 2, "die-to-die"}});
-  const double alpha_s = 10e-6, bw = 1e9;
-  RooflineParams dev;
-  dev.peak_flops_per_s = 1e12;
-  dev.hbm_bytes_per_s = 1e30;  // packing is free: only the charged FLOPs take time
-  emu::EngineOptions o;
-  o.workers = 1;
-  o.trace = false;
-  emu::Engine engine(topo,
-                     std::make_unique<AlphaBetaModel>(
-                         topo, std::vector<LinkCost>{{SimTime::from_seconds(alpha_s), bw}}),
-                     std::make_shared<RooflineDevice>(dev), o);
-  const int heads = 2;
-  const std::int64_t total = 1000, local = 500;
-  // One block: local tokens x one head, 2 wire bytes per element.
-  const double a2a = alpha_s + static_cast<double>(local * CostedQkv::kHeadDim * 2) / bw;
-  const double cv = 20e-6, cq = 60e-6, cn = 20e-6;
-  const double attn = 4.0 * 1 * total * total * CostedQkv::kHeadDim / 1e12;  // 1 head, batch 1
-  ModelConfig cfg = load_model_preset("flux1-tiny");
-  cfg.heads = heads;
-  auto layer_time = [&](const std::string& name) {
-    StrategyStats stats;
-    const emu::RunResult r = engine.run([&](Communicator& comm) {
-      std::unique_ptr<AttentionStrategy> s = make_attention_strategy(name, comm, cfg);
-      const Exec ex{comm, true};
-      const CostedQkv src(local, total, cv, cq, cn);
-      s->attend(ex, src, {heads, CostedQkv::kHeadDim, 1, "costed"});
-      if (comm.rank() == 0) stats = s->stats();
-    });
-    return std::make_pair(r.makespan.seconds(), stats);
-  };
-  // Blocking: Q, K, V each wait for their exchange, then attention and the output exchange.
-  const double tapa_expected = cv + 2 * (cq + cn) + 4 * a2a + attn;
-  // V-First: V flies during Q/K preparation, Q's exchange during K's; only K's is exposed
-  // (no contention on an alpha-beta link: a2a each).
-  const double vf_expected = cv + 2 * (cq + cn) + 2 * a2a + attn;
-  const auto [tapa_s, tapa_stats] = layer_time("tapa");
-  const auto [vf_s, vf_stats] = layer_time("v_first");
-  EXPECT_NEAR(tapa_s, tapa_expected, 1e-8);
-  EXPECT_NEAR(vf_s, vf_expected, 1e-8);
-  const VFirstKindStats& k = vf_stats.v_first.at("costed");
-  EXPECT_EQ(k.layers, 1);
-  EXPECT_NEAR(k.v_proj_s, cv, 1e-8);
-  EXPECT_NEAR(k.qk_prep_s, 2 * (cq + cn), 1e-8);
-  EXPECT_EQ(k.v_exposed_s, 0.0);
-  // V's exchange ends at cv + a2a = 94 us; it is seen at the next step boundary, the end of Q's
-  // preparation (cv + cq + cn = 100 us): an upper bound, within one step of the truth.
-  EXPECT_NEAR(k.v_phase1_s, cq + cn, 1e-8);
-  EXPECT_GE(k.v_phase1_s, a2a - 1e-9);
-  EXPECT_EQ(k.condition_held, 1);  // cv + 80 us <= 160 us
-  EXPECT_EQ(k.phase1_hidden, 1);
-  EXPECT_LT(vf_s, tapa_s);
+  for (const double bw : {1e9, 1e8}) {
+    SCOPED_TRACE("link bandwidth " + std::to_string(bw));
+    // 2 ranks (two tiles of one GPU), alpha-beta link, unit device with free memory traffic.
+    Topology topo({{"tile", 2, "die-to-die"}});
+    const double alpha_s = 10e-6;
+    RooflineParams dev;
+    dev.peak_flops_per_s = 1e12;
+    dev.hbm_bytes_per_s = 1e30;  // packing is free: only the charged FLOPs take time
+    emu::EngineOptions o;
+    o.workers = 1;
+    o.trace = false;
+    emu::Engine engine(topo,
+                       std::make_unique<AlphaBetaModel>(
+                           topo, std::vector<LinkCost>{{SimTime::from_seconds(alpha_s), bw}}),
+                       std::make_shared<RooflineDevice>(dev), o);
+    const int heads = 2;
+    const std::int64_t total = 1000, local = 500;
+    // One block: local tokens x one head, 2 wire bytes per element: 74 us at 1 GB/s, 650 us at
+    // 100 MB/s.
+    const double a2a = alpha_s + static_cast<double>(local * CostedQkv::kHeadDim * 2) / bw;
+    const double cv = 20e-6, cq = 60e-6, cn = 20e-6;
+    const double attn = 4.0 * 1 * total * total * CostedQkv::kHeadDim / 1e12;  // 1 head, batch 1
+    ModelConfig cfg = load_model_preset("flux1-tiny");
+    cfg.heads = heads;
+    auto layer_time = [&](const std::string& name) {
+      StrategyStats stats;
+      const emu::RunResult r = engine.run([&](Communicator& comm) {
+        std::unique_ptr<AttentionStrategy> s = make_attention_strategy(name, comm, cfg);
+        const Exec ex{comm, true};
+        const CostedQkv src(local, total, cv, cq, cn);
+        s->attend(ex, src, {heads, CostedQkv::kHeadDim, 1, "costed"});
+        if (comm.rank() == 0) stats = s->stats();
+      });
+      return std::make_pair(r.makespan.seconds(), stats);
+    };
+    // Blocking: Q, K, V each wait for their exchange, then attention and the output exchange.
+    const double tapa_expected = cv + 2 * (cq + cn) + 4 * a2a + attn;
+    // V-First: V flies from cv, Q's exchange from cv + (cq + cn), K's from cv + 2 (cq + cn);
+    // with no contention on an alpha-beta link each takes a2a, so K's ends last.
+    const double vf_expected = cv + 2 * (cq + cn) + 2 * a2a + attn;
+    const auto [tapa_s, tapa_stats] = layer_time("tapa");
+    const auto [vf_s, vf_stats] = layer_time("v_first");
+    EXPECT_NEAR(tapa_s, tapa_expected, 1e-8);
+    EXPECT_NEAR(vf_s, vf_expected, 1e-8);
+    const VFirstKindStats& k = vf_stats.v_first.at("costed");
+    const double qk = 2 * (cq + cn);
+    EXPECT_EQ(k.layers, 1);
+    EXPECT_NEAR(k.v_proj_s, cv, 1e-8);
+    EXPECT_NEAR(k.qk_prep_s, qk, 1e-8);
+    // V's one phase takes exactly a2a (its completion time, not when the rank looked).
+    EXPECT_NEAR(k.v_phase1_s, a2a, 1e-8);
+    EXPECT_NEAR(k.v_transfer_s, a2a, 1e-8);
+    // The rank reaches V's wait at cv + qk and waits for whatever of V is still in flight.
+    EXPECT_NEAR(k.v_exposed_s, std::max(0.0, a2a - qk), 1e-8);
+    const bool holds = cv + a2a <= qk;
+    EXPECT_EQ(holds, bw == 1e9);  // 94 us <= 160 us; 670 us > 160 us
+    EXPECT_EQ(k.condition_held, holds ? 1 : 0);
+    EXPECT_EQ(k.phase1_hidden, a2a <= qk ? 1 : 0);
+    EXPECT_LT(vf_s, tapa_s);
+  }
 }
 
 // Every block carries (source, destination) so misplaced data shows.
