@@ -18,34 +18,10 @@
 #include "core/errors.hpp"
 #include "dit/image.hpp"
 #include "dit/parallel/strategies.hpp"
-#include "dit/quality.hpp"
 
 namespace cocodiff::apps {
 
 namespace {
-
-// The preview image as a [3, H*W] tensor of 0..255 values (PSNR / SSIM input).
-Tensor preview_tensor(const RunRecord& rec) {
-  const dit::Rgb img = dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, 1);
-  Mat m(3, static_cast<Eigen::Index>(img.width) * img.height);
-  for (Eigen::Index i = 0; i < m.cols(); ++i)
-    for (int c = 0; c < 3; ++c) m(c, i) = img.pixels[static_cast<size_t>(3 * i + c)];
-  return Tensor::from(std::move(m));
-}
-
-nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& rec) {
-  if (rec.latent.phantom() || exact.latent.phantom()) return nullptr;
-  const Tensor a = preview_tensor(exact), b = preview_tensor(rec);
-  const double psnr = dit::psnr(a, b, 255.0);
-  const auto finite_or_null = [](double v) {
-    return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json("inf");
-  };
-  return {{"reference", "flat (exact)"},
-          {"latent_relative_l2", dit::relative_l2(exact.latent, rec.latent)},
-          {"preview_psnr_db", finite_or_null(psnr)},
-          {"preview_ssim", dit::ssim(a, b, rec.latent_height, rec.latent_width, 255.0)},
-          {"bitwise_equal", exact.report["output_sha256"] == rec.report["output_sha256"]}};
-}
 
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -144,7 +120,7 @@ void add_compare_command(CLI::App& app) {
       nlohmann::ordered_json e = recs[i].report;
       const double vt = e["virtual_time_s"].get<double>();
       e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
-      e["quality"] = quality_json(recs[0], recs[i]);
+      e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
       e["reference_only"] = !listed;
       const nlohmann::ordered_json& b = e["breakdown"];
       std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,

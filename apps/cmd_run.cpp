@@ -1,4 +1,6 @@
 // `cocodiff run CONFIG [--set key=value ...] [--out DIR] [--backend emulator|mpi]`
+// A lossy strategy (V-Major above threshold 0) on real math is also run exactly, and
+// report.json gets its quality against that run.
 
 #include <unistd.h>
 
@@ -8,6 +10,7 @@
 #include "apps/commands.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "dit/parallel/strategies.hpp"
 
 namespace cocodiff::apps {
 
@@ -31,6 +34,20 @@ void add_run_command(CLI::App& app) {
     plan.progress = !opt->quiet && isatty(STDERR_FILENO) != 0;
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
     RunRecord rec = run_emulated(plan);
+    // A lossy run (V-Major above threshold 0) reports its quality against the exact run of the
+    // same config: the same strategy at threshold 0, which is bitwise exact.
+    if (!plan.settings.phantom &&
+        dit::attention_strategy_is_lossy(plan.settings.strategy, plan.settings.strategy_options)) {
+      std::vector<std::string> sets = opt->sets;
+      sets.insert(sets.end(), {"v_major.threshold=0", "emulator.trace=false"});
+      RunPlan exact_plan = resolve_run_plan(opt->config, sets);
+      if (!opt->quiet)
+        std::cout << "quality reference: the same run with v_major.threshold = 0 (exact)\n"
+                  << std::flush;
+      const RunRecord exact = run_emulated(exact_plan);
+      rec.report["quality"] =
+          quality_json(exact, rec, plan.settings.strategy + " with v_major.threshold = 0 (exact)");
+    }
     {
       const std::unique_lock<std::mutex> hold = hold_interrupts();
       write_outputs(plan, rec, opt->out);

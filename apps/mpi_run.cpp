@@ -33,32 +33,19 @@ int run_mpi_main(const RunCommandOptions& opt) {
     std::unique_ptr<Communicator> world = runtime.world(plan.cluster.topology);
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan) << std::flush;
-    std::shared_ptr<const dit::Weights> weights =
-        plan.weights_file && !plan.settings.phantom
-            ? dit::load_weights(plan.model, *plan.weights_file)
-            : dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
+    std::shared_ptr<const dit::Weights> weights = weights_for(plan);
+    const dit::RunSettings settings = settings_for(plan);
     world->barrier();
     const SimTime t0 = world->now();
-    dit::RunSettings settings = plan.settings;
-    settings.on_step = step_hook(plan);
     dit::RunOutput result = dit::generate(*world, plan.model, *weights, settings);
     world->barrier();
     const SimTime t1 = world->now();
     if (root) {
       RunRecord rec;
       nlohmann::ordered_json& r = rec.report;
-      const Topology& t = plan.cluster.topology;
-      r["backend"] = "mpi";
-      r["strategy"] = plan.settings.strategy;
-      r["model"] = plan.model.name;
-      r["cluster"] = plan.cluster.name;
-      r["ranks"] = t.num_ranks();
-      r["nodes"] = t.num_nodes();
-      r["math"] = plan.math;
-      r["steps"] = plan.settings.steps;
-      r["resolution"] = plan.settings.resolution;
-      r["tokens"] = plan.tokens();
-      r["seed"] = plan.settings.seed;
+      r = base_report(plan, "mpi");
+      r["network"] = nullptr;  // real MPI: no network or device model
+      r["device"] = nullptr;
       r["virtual_time_s"] = nullptr;  // measured, not modelled: see the wall-clock fields
       r["wall_time_s"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();

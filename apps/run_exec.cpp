@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <mutex>
 #include <sstream>
@@ -10,13 +11,12 @@
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "dit/image.hpp"
+#include "dit/quality.hpp"
 #include "dit/safetensors.hpp"
 #include "emulator/chrome_trace.hpp"
 #include "emulator/timeline_plot.hpp"
 
 namespace cocodiff::apps {
-
-namespace {
 
 nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backend) {
   const Topology& t = plan.cluster.topology;
@@ -42,6 +42,8 @@ std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan) {
     return dit::load_weights(plan.model, *plan.weights_file);
   return dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
 }
+
+namespace {
 
 // strategy_stats of report.json: V-First per layer kind (means per layer and rank), V-Major
 // per tier (all ranks summed). Absent sections: the strategy has no such mechanism.
@@ -110,17 +112,29 @@ nlohmann::ordered_json strategy_stats_json(const RunPlan& plan, const dit::Strat
   return j;
 }
 
+}  // namespace
+
 dit::RunSettings settings_for(const RunPlan& plan) {
   dit::RunSettings s = plan.settings;
   s.on_step = step_hook(plan);
   if (plan.initial_latent && !s.phantom) {
     dit::SafetensorsFile f(*plan.initial_latent);
+    const dit::SafetensorsEntry* e = f.find("latent");
+    const int side = plan.model.latent_side(plan.settings.resolution);
+    const std::vector<std::int64_t> want = {plan.model.latent_channels, side, side};
+    if (e != nullptr && e->shape != want) {
+      std::string got, expected;
+      for (std::int64_t d : e->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
+      for (std::int64_t d : want) expected += (expected.empty() ? "" : ", ") + std::to_string(d);
+      throw InputError(f.path().string() + ": tensor \"latent\" has shape [" + got +
+                       "], run.initial_latent wants [" + expected + "] (latent channels, " +
+                       "height, width of " + plan.model.name + " at " +
+                       std::to_string(plan.settings.resolution) + " px)");
+    }
     s.initial_latent = f.read("latent");
   }
   return s;
 }
-
-}  // namespace
 
 RunRecord run_emulated(const RunPlan& plan) {
   const auto wall_start = std::chrono::steady_clock::now();
@@ -212,6 +226,36 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   write_file_atomic(out_dir / "report.json", rec.report.dump(2) + "\n");
 }
 
+namespace {
+// The preview image as a [3, H*W] tensor of 0..255 values.
+Tensor preview_tensor(const RunRecord& rec) {
+  const dit::Rgb img = dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, 1);
+  Mat m(3, static_cast<Eigen::Index>(img.width) * img.height);
+  for (Eigen::Index i = 0; i < m.cols(); ++i)
+    for (int c = 0; c < 3; ++c) m(c, i) = img.pixels[static_cast<size_t>(3 * i + c)];
+  return Tensor::from(std::move(m));
+}
+
+nlohmann::ordered_json finite_or_inf(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json("inf");
+}
+}  // namespace
+
+nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& rec,
+                                    const std::string& reference) {
+  if (rec.latent.phantom() || exact.latent.phantom()) return nullptr;
+  const Tensor a = preview_tensor(exact), b = preview_tensor(rec);
+  const double range = dit::data_range(exact.latent);
+  const int h = rec.latent_height, w = rec.latent_width;
+  return {{"reference", reference},
+          {"latent_relative_l2", dit::relative_l2(exact.latent, rec.latent)},
+          {"latent_psnr_db", finite_or_inf(dit::psnr(exact.latent, rec.latent, range))},
+          {"latent_ssim", dit::ssim(exact.latent, rec.latent, h, w, range)},
+          {"preview_psnr_db", finite_or_inf(dit::psnr(a, b, 255.0))},
+          {"preview_ssim", dit::ssim(a, b, h, w, 255.0)},
+          {"bitwise_equal", exact.report["output_sha256"] == rec.report["output_sha256"]}};
+}
+
 std::string summarize(const RunRecord& rec) {
   const nlohmann::ordered_json& r = rec.report;
   std::ostringstream os;
@@ -240,6 +284,16 @@ std::string summarize(const RunRecord& rec) {
   }
   if (r["output_sha256"].is_string())
     os << "output_sha256 " << r["output_sha256"].get<std::string>() << "\n";
+  if (r.contains("quality") && r["quality"].is_object()) {
+    const nlohmann::ordered_json& q = r["quality"];
+    const auto db = [](const nlohmann::ordered_json& v) {
+      return v.is_string() ? std::string("inf") : std::to_string(v.get<double>());
+    };
+    os << "quality vs " << q["reference"].get<std::string>() << ": latent relative L2 "
+       << q["latent_relative_l2"].get<double>() << ", latent PSNR " << db(q["latent_psnr_db"])
+       << " dB, preview PSNR " << db(q["preview_psnr_db"]) << " dB, SSIM "
+       << q["preview_ssim"].get<double>() << "\n";
+  }
   return os.str();
 }
 

@@ -20,6 +20,14 @@ struct RunRecord {
   std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
 };
 
+/// The report fields every backend writes (config, sizes, backend name).
+nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backend);
+/// The run's weights: the plan's checkpoint, or seeded by tensor name.
+std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan);
+/// The sampler settings of the plan, with the step hook and the initial latent loaded (its
+/// shape checked: InputError naming the file).
+dit::RunSettings settings_for(const RunPlan& plan);
+
 /// Runs the plan on the emulator (blocking). Throws RankError / CommError / UserError.
 RunRecord run_emulated(const RunPlan& plan);
 
@@ -27,6 +35,12 @@ RunRecord run_emulated(const RunPlan& plan);
 /// latent.safetensors (when asked) into out_dir, each atomically.
 void write_outputs(const RunPlan& plan, const RunRecord& record,
                    const std::filesystem::path& out_dir);
+
+/// Quality of `record` against an exact run of the same config (null in phantom mode):
+/// relative L2 of the final latent; PSNR and SSIM of the latent (float, over the exact
+/// latent's range) and of the preview images as written (8-bit); and whether the bytes match.
+nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& record,
+                                    const std::string& reference);
 
 /// One-paragraph summary for the terminal.
 std::string summarize(const RunRecord& record);
