@@ -1,0 +1,120 @@
+// `cocodiff netbench` and `cocodiff topo` end to end on the uniform preset (8 ranks: 2 tiles x
+// 2 GPUs x 2 nodes; every transfer alone costs alpha = 2 us + m / 10 GB/s, rounded up to the
+// nanosecond, and every rank has its own NIC, so nothing contends): the nccl-tests row against
+// the closed forms of flat pairwise and of TAPA (one all-to-all per level), and the topology
+// listing.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kRanks = 8;
+constexpr double kAlphaNs = 2000;
+constexpr double kBytesPerNs = 10;  // 10 GB/s
+
+// One transfer of m bytes alone, in ns, rounded up as the engine rounds each flow's time.
+double transfer_ns(double m) { return kAlphaNs + std::ceil(m / kBytesPerNs); }
+
+class Netbench : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cocodiff_netbench_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  /// netbench on `uniform` at one size; returns the JSON row.
+  nlohmann::json row(const std::string& algo, std::int64_t bytes) {
+    const fs::path json = dir_ / (algo + ".json");
+    const std::string b = std::to_string(bytes);
+    const ChildResult r = run_cocodiff({"netbench", "uniform", "--algo", algo, "--min-bytes", b,
+                                        "--max-bytes", b, "--json", json.string()},
+                                       dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("busbw(GB/s)"), std::string::npos) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(read_text(json));
+    EXPECT_EQ(j["ranks"], kRanks);
+    EXPECT_EQ(j["rows"].size(), 1u);
+    return j["rows"][0];
+  }
+  fs::path dir_;
+};
+
+TEST_F(Netbench, FlatIsPMinusOneRoundsWithExactBytesPerTier) {
+  // 8192 bytes per rank = 512 elements (2 wire bytes each) to each of 8 ranks: 1 KiB messages.
+  const nlohmann::json r = row("flat", 8192);
+  const double m = 1024;
+  EXPECT_EQ(r["count_per_peer"], 512);
+  EXPECT_EQ(r["time_ns"].get<double>(), (kRanks - 1) * transfer_ns(m));
+  // Each rank sends 1 message die-to-die, 2 inside its node, 4 to the other node.
+  EXPECT_EQ(r["bytes_by_tier"]["die-to-die"], kRanks * 1 * 1024);
+  EXPECT_EQ(r["bytes_by_tier"]["intra-node"], kRanks * 2 * 1024);
+  EXPECT_EQ(r["bytes_by_tier"]["inter-node"], kRanks * 4 * 1024);
+  EXPECT_EQ(r["flows"], kRanks * (kRanks - 1));
+  const double algbw = 8192.0 / r["time_ns"].get<double>();  // bytes per ns = GB/s
+  EXPECT_NEAR(r["algbw_gbytes_per_s"].get<double>(), algbw, 1e-9);
+  EXPECT_NEAR(r["busbw_gbytes_per_s"].get<double>(), algbw * (kRanks - 1) / kRanks, 1e-9);
+}
+
+TEST_F(Netbench, TapaIsOneHalfExchangePerLevel) {
+  // Three levels of 2: each phase sends half of the rank's 8192 bytes to its one peer.
+  const nlohmann::json r = row("tapa", 8192);
+  EXPECT_EQ(r["time_ns"].get<double>(), 3 * transfer_ns(4096));
+  for (const char* tier : {"die-to-die", "intra-node", "inter-node"})
+    EXPECT_EQ(r["bytes_by_tier"][tier], kRanks * 4096) << tier;
+  EXPECT_EQ(r["flows"], 3 * kRanks);
+  // Fewer, larger messages: TAPA beats flat's 7 rounds here.
+  EXPECT_LT(r["time_ns"].get<double>(), row("flat", 8192)["time_ns"].get<double>());
+}
+
+TEST_F(Netbench, SizesDoubleFromMinToMax) {
+  const fs::path json = dir_ / "sweep.json";
+  const ChildResult r = run_cocodiff(
+      {"netbench", "uniform", "--min-bytes", "1K", "--max-bytes", "16K", "--json", json.string()},
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j["rows"].size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    const double bytes = 1024.0 * static_cast<double>(1 << i);
+    EXPECT_EQ(j["rows"][i]["bytes"].get<double>(), bytes);
+    EXPECT_EQ(j["rows"][i]["time_ns"].get<double>(), (kRanks - 1) * transfer_ns(bytes / kRanks));
+  }
+}
+
+TEST_F(Netbench, BadSizesAreAUserError) {
+  const ChildResult r =
+      run_cocodiff({"netbench", "uniform", "--min-bytes", "64K", "--max-bytes", "1K"}, dir_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("--min-bytes <= --max-bytes"), std::string::npos) << r.err;
+}
+
+TEST_F(Netbench, TopoListsTiersLinksRoutesAndDevice) {
+  const ChildResult r = run_cocodiff({"topo", "uniform"}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* piece :
+       {"8 = tile x2 [die-to-die] * gpu x2 [intra-node] * node x2 [inter-node]", "link classes",
+        "nic-attach", "10.0 GB/s", "0 -> 1", "0 -> 4", "n0.gpu0.tile0 -nic-attach-> n0.nic0",
+        "device unit device (roofline)", "launch overhead"})
+    EXPECT_NE(r.out.find(piece), std::string::npos) << piece << "\n" << r.out;
+  // Aurora: 12 tiles per node over MDFI and Xe Link, 8 NICs.
+  const ChildResult a = run_cocodiff({"topo", "aurora"}, dir_);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_NE(a.out.find("tile x2 [die-to-die] * gpu x6 [intra-node]"), std::string::npos) << a.out;
+}
+
+}  // namespace
+}  // namespace cocodiff::test

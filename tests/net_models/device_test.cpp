@@ -1,0 +1,75 @@
+// The roofline device model against closed forms: compute-bound and memory-bound ops, per-kind
+// efficiencies, the launch overhead, and the device presets of the cluster files.
+
+#include <gtest/gtest.h>
+
+#include "net_models/cluster.hpp"
+#include "net_models/device_model.hpp"
+
+namespace cocodiff {
+namespace {
+
+const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+
+RooflineParams unit() {
+  RooflineParams p;
+  p.peak_flops_per_s = 1e12;  // 1 FLOP per ps
+  p.hbm_bytes_per_s = 1e11;   // 10 ps per byte
+  p.launch_overhead = SimTime::from_ns(3000);
+  p.compute_efficiency = {1.0, 0.5, 1.0, 1.0, 1.0};  // attention at half the GEMM rate
+  p.memory_efficiency = {1.0, 1.0, 0.8, 0.8, 0.25};
+  return p;
+}
+
+TEST(Roofline, ComputeBoundIsFlopsOverPeakPlusLaunch) {
+  const RooflineDevice d(unit());
+  // 2e9 FLOPs over 1e6 bytes: 2 ms of compute, 10 us of memory.
+  EXPECT_EQ(d.time({OpKind::kGemm, 2e9, 1e6}).ns(), 2'000'000 + 3'000);
+  // Attention runs at half the rate: 4 ms.
+  EXPECT_EQ(d.time({OpKind::kAttention, 2e9, 1e6}).ns(), 4'000'000 + 3'000);
+}
+
+TEST(Roofline, MemoryBoundIsBytesOverBandwidthPlusLaunch) {
+  const RooflineDevice d(unit());
+  // 1e3 FLOPs, 1e8 bytes: 1 ms at full bandwidth, 1.25 ms at 80%, 4 ms at 25%.
+  EXPECT_EQ(d.time({OpKind::kGemm, 1e3, 1e8}).ns(), 1'000'000 + 3'000);
+  EXPECT_EQ(d.time({OpKind::kNorm, 1e3, 1e8}).ns(), 1'250'000 + 3'000);
+  EXPECT_EQ(d.time({OpKind::kCopy, 0, 1e8}).ns(), 4'000'000 + 3'000);
+}
+
+TEST(Roofline, TheSlowerSideBindsAtTheRidgePoint) {
+  const RooflineDevice d(unit());
+  // Ridge point of a GEMM: 10 FLOPs per byte. Below it memory binds, above it compute.
+  EXPECT_EQ(d.time({OpKind::kGemm, 9e8, 1e8}).ns(), 1'003'000);
+  EXPECT_EQ(d.time({OpKind::kGemm, 1e9, 1e8}).ns(), 1'003'000);
+  EXPECT_EQ(d.time({OpKind::kGemm, 2e9, 1e8}).ns(), 2'003'000);
+  // An empty op still pays its launch.
+  EXPECT_EQ(d.time({OpKind::kElementwise, 0, 0}).ns(), 3'000);
+}
+
+TEST(Roofline, PresetsCarryTheirDevices) {
+  struct Want {
+    const char* preset;
+    double tflops, hbm_gb_s, launch_us;
+  };
+  for (const Want& w : {Want{"aurora", 273, 1638.4, 5}, Want{"hgx-h100", 989, 3350, 4},
+                        Want{"hgx-h200", 989, 4800, 4}}) {
+    SCOPED_TRACE(w.preset);
+    const Config cfg =
+        Config::parse(std::string("[cluster]\npreset = \"") + w.preset + "\"\n", "run.toml");
+    const Cluster c = load_cluster(cfg, kPresets);
+    const RooflineParams& p = c.device_params;
+    EXPECT_DOUBLE_EQ(p.peak_flops_per_s, w.tflops * 1e12);
+    EXPECT_DOUBLE_EQ(p.hbm_bytes_per_s, w.hbm_gb_s * 1e9);
+    EXPECT_EQ(p.launch_overhead.ns(), static_cast<std::int64_t>(w.launch_us * 1000));
+    // A large GEMM runs at peak x efficiency: one 8192^3 bf16 GEMM.
+    const double n = 8192, flops = 2 * n * n * n, bytes = 3 * n * n * 2;
+    const double expect_s = std::max(flops / (p.peak_flops_per_s * p.compute_efficiency[0]),
+                                     bytes / (p.hbm_bytes_per_s * p.memory_efficiency[0])) +
+                            w.launch_us * 1e-6;
+    EXPECT_NEAR(c.device->time({OpKind::kGemm, flops, bytes}).seconds(), expect_s, 1e-9);
+  }
+}
+
+}  // namespace
+}  // namespace cocodiff
