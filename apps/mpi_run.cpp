@@ -30,7 +30,8 @@ int run_mpi_main(const RunCommandOptions& opt) {
     const auto wall_start = std::chrono::steady_clock::now();
     RunPlan plan = resolve_run_plan(opt.config, opt.sets);
     if (!opt.inject_fault.empty()) plan.fault = parse_fault(opt.inject_fault, plan);
-    std::unique_ptr<Communicator> world = runtime.world(plan.cluster.topology);
+    std::unique_ptr<Communicator> world =
+        runtime.world(plan.cluster.topology, mpi::WorldOptions{plan.mpi_check_hosts});
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan) << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);

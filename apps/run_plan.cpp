@@ -86,6 +86,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.wire_bytes_per_element = cfg.get_double("emulator.wire_bytes_per_element", 2, 0.125, 16);
   e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
                   << 10;
+  plan.mpi_check_hosts = cfg.get_bool("mpi.check_hosts", true);
 
   // Consistency between sections.
   const int unit = plan.model.vae_scale * plan.model.patch_size;

@@ -41,6 +41,9 @@ struct RunPlan {
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
   std::optional<FaultSpec> fault;                       // --inject-fault
   bool progress = false;                                // "step i/N" on stderr (rank 0)
+  // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
+  // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
+  bool mpi_check_hosts = true;
   int ranks() const { return cluster.topology.num_ranks(); }
   std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
 };

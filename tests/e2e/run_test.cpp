@@ -71,6 +71,33 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
   fs::remove_all(out);
 }
 
+// A lossy run (V-Major at threshold 0.5 across the quickstart's 2 nodes, selective from step
+// 1) reports its quality against the same run at threshold 0; an exact one reports none.
+TEST(Run, LossyRunReportsItsQualityAgainstTheExactRun) {
+  const fs::path out = temp_dir("quality");
+  const std::string lossy =
+      "--set run.steps=2 --set run.strategy=cocodiff --set v_major.warmup_steps=1";
+  nlohmann::json r = run_quickstart(out, lossy + " --set v_major.threshold=0.5");
+  ASSERT_TRUE(r.contains("quality")) << r.dump(2);
+  const nlohmann::json& q = r["quality"];
+  EXPECT_NE(q["reference"].get<std::string>().find("threshold = 0"), std::string::npos);
+  EXPECT_EQ(q["bitwise_equal"], false);
+  EXPECT_GT(q["latent_relative_l2"].get<double>(), 0.0);
+  EXPECT_LT(q["latent_relative_l2"].get<double>(), 0.5);
+  EXPECT_GT(q["latent_psnr_db"].get<double>(), 10.0);
+  EXPECT_GT(q["latent_ssim"].get<double>(), 0.5);
+  EXPECT_LE(q["preview_ssim"].get<double>(), 1.0);
+  EXPECT_GT(r["strategy_stats"]["v_major"]["tiers"]["inter-node"]["bytes_saved"].get<double>(),
+            0.0);
+  // The exact run's bytes are those of the same strategy at threshold 0.
+  const fs::path exact_out = temp_dir("quality_exact");
+  nlohmann::json e = run_quickstart(exact_out, lossy + " --set v_major.threshold=0");
+  EXPECT_FALSE(e.contains("quality"));
+  EXPECT_NE(e["output_sha256"], r["output_sha256"]);
+  fs::remove_all(out);
+  fs::remove_all(exact_out);
+}
+
 TEST(Run, SameBytesAndTimelineForOneAndTwoWorkers) {
   const fs::path a = temp_dir("w1"), b = temp_dir("w2");
   nlohmann::json r1 = run_quickstart(a, "--set emulator.workers=1");
