@@ -197,9 +197,10 @@ void speedup(const Args& a, const Options& o) {
            "tapa x", "cocodiff x", "flat exposed %", "cocodiff exposed %", "wall s"});
   Table e({"model", "res", "nodes", "strategy", "compute ms", "exposed ms", "exposed %"});
   Progress progress(points);
-  std::ostringstream dat, exposed_dat;
+  std::ostringstream dat;
   dat << "# group model res nodes tapa_x cocodiff_x\n";
-  exposed_dat << "# label compute_ms exposed_ms\n";
+  // Exposed-communication shares: one gnuplot data block (index) per model.
+  std::map<std::string, std::ostringstream> exposed_dat;
   std::vector<double> tapa_x, cc_x;
   std::map<std::string, int> groups_per_model;
   for (const auto& m : o.models) {
@@ -259,9 +260,10 @@ void speedup(const Args& a, const Options& o) {
                  {"compute_s", x.compute_s},
                  {"exposed_s", x.exposed_s},
                  {"step_s", x.step_s}});
-          exposed_dat << fmt("\"%s %d/%dn %s\" %.6g %.6g\n", short_model(m).c_str(), res, n,
-                             s.c_str(), x.compute_s * 1e3, x.exposed_s * 1e3);
+          exposed_dat[m] << fmt("\"%d/%dn %s\" %.6g %.6g\n", res, n, s.c_str(),
+                                100 * x.compute_s / x.step_s, 100 * x.exposed_s / x.step_s);
         }
+        exposed_dat[m] << "\"\" 0 0\n";  // a gap between configurations
       }
     }
   }
@@ -304,17 +306,32 @@ void speedup(const Args& a, const Options& o) {
            "plot $DATA using 5:xtic(1) title 'tapa' lc rgb '#E69F00', '' using 6 title "
            "'cocodiff (tapa+v_first+pipeline+v_major)' lc rgb '#0072B2'\n",
        std::max(900, 60 + groups * 34), 560);
-  plot(a, "study_exposed" + sfx, exposed_dat.str(),
-       "set title 'virtual time per step on the critical tile: compute vs exposed "
-       "communication, " +
-           o.cluster +
-           "'\nset style data histogram\nset style histogram rowstacked\n"
-           "set style fill solid 0.85 border -1\nset boxwidth 0.8\nset grid ytics\n"
-           "set ylabel 'virtual ms per step'\nset yrange [0:*]\nset key top left\n"
-           "set xtics rotate by -60 font 'sans,7' nomirror\n"
-           "plot $DATA using 2:xtic(1) title 'compute' lc rgb '#0072B2', '' using 3 title "
-           "'exposed communication' lc rgb '#A50F15'\n",
-       std::max(900, 60 + groups * 3 * 14), 600);
+  // One panel per model: for each resolution and node count, flat / tapa / cocodiff as bars
+  // stacked to 100% of the critical tile's step (compute below, exposed communication above).
+  std::string blocks, panels;
+  int panel = 0, widest = 0;
+  for (const auto& m : o.models) {
+    if (!exposed_dat.count(m)) continue;
+    blocks += (panel > 0 ? "\n\n" : "") + exposed_dat[m].str();
+    panels += fmt("set title '%s'\n", short_model(m).c_str()) +
+              fmt("plot $DATA index %d using 2:xtic(1) title 'compute' lc rgb '#0072B2', '' "
+                  "index %d using 3 title 'exposed communication' lc rgb '#A50F15'\n",
+                  panel, panel) +
+              (panel == 0 ? "unset key\n" : "");
+    widest = std::max(widest, 4 * groups_per_model[m]);
+    ++panel;
+  }
+  if (panel > 0)
+    plot(a, "study_exposed" + sfx, blocks,
+         fmt("set multiplot layout %d,1 title 'share of each step spent computing and waiting for "
+             "communication (critical tile), phantom mode, %s'\n",
+             panel, o.cluster.c_str()) +
+             "set style data histogram\nset style histogram rowstacked\n"
+             "set style fill solid 0.85 border -1\nset boxwidth 0.8\nset grid ytics\n"
+             "set ylabel '% of step'\nset yrange [0:100]\nset key outside right top\n"
+             "set xtics rotate by -60 font 'sans,8' nomirror\n" +
+             panels + "unset multiplot\n",
+         std::max(900, 200 + widest * 24), 330 * panel);
 }
 
 void breakdown(const Args& a, const Options& o) {
