@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <mutex>
 #include <random>
 
@@ -107,6 +108,92 @@ TEST(Collectives, AllGatherAllReduceRandomSizes) {
           ASSERT_EQ(v[static_cast<size_t>(i)], static_cast<float>(p - 1));
         c->barrier();
       }
+    });
+  }
+}
+
+// Random sub-groups (colour and key a seeded function of the rank, ties in key broken by the
+// parent rank, as MPI_Comm_split does), random sizes, and every collective, blocking and
+// non-blocking, against what each member must hold.
+TEST(Collectives, EveryCollectiveOnRandomSubgroupsWithRandomSizes) {
+  for (int trial = 0; trial < 3; ++trial) {
+    std::mt19937 rng(100 + trial);
+    std::vector<int> color(12), key(12);
+    for (int r = 0; r < 12; ++r) {
+      color[static_cast<size_t>(r)] = std::uniform_int_distribution<int>(0, 2)(rng);
+      key[static_cast<size_t>(r)] = std::uniform_int_distribution<int>(0, 4)(rng);
+    }
+    const std::int64_t n = std::uniform_int_distribution<int>(1, 40)(rng);
+    const int salt = std::uniform_int_distribution<int>(1, 97)(rng);
+    SCOPED_TRACE("trial " + std::to_string(trial) + ", n " + std::to_string(n));
+    on_cluster([&](Communicator& world) {
+      const int me = world.rank();
+      auto g = world.split(color[static_cast<size_t>(me)], key[static_cast<size_t>(me)]);
+      // Membership and order: same colour, sorted by (key, world rank).
+      std::vector<int> want;
+      for (int r = 0; r < 12; ++r)
+        if (color[static_cast<size_t>(r)] == color[static_cast<size_t>(me)]) want.push_back(r);
+      std::stable_sort(want.begin(), want.end(), [&](int a, int b) {
+        return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)];
+      });
+      ASSERT_EQ(g->size(), static_cast<int>(want.size()));
+      for (int i = 0; i < g->size(); ++i) ASSERT_EQ(g->world_rank(i), want[static_cast<size_t>(i)]);
+      ASSERT_EQ(g->world_rank(g->rank()), me);
+      const int p = g->size(), r = g->rank();
+      // Element i of member a's block for member b: identifies (a, b, i) in world ranks.
+      auto v = [&](int a, int b, std::int64_t i) {
+        return tag_value(g->world_rank(a), g->world_rank(b), i);
+      };
+      // all_to_all with a random count.
+      check_all_to_all(*g, n);
+      // iall_to_allv: count(a -> b) a seeded function of both.
+      auto cnt = [&](int a, int b) {
+        return static_cast<std::int64_t>((a * 31 + b * 17 + salt) % 9);
+      };
+      std::vector<std::int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+      for (int j = 0; j < p; ++j) {
+        sc[static_cast<size_t>(j)] = cnt(r, j);
+        rc[static_cast<size_t>(j)] = cnt(j, r);
+      }
+      const AllToAllvLayout l = AllToAllvLayout::packed(sc, rc);
+      std::vector<float> vs(static_cast<size_t>(l.send_total())),
+          vr(static_cast<size_t>(l.recv_total()), -1);
+      for (int j = 0; j < p; ++j)
+        for (std::int64_t i = 0; i < sc[static_cast<size_t>(j)]; ++i)
+          vs[static_cast<size_t>(l.send_displs[static_cast<size_t>(j)] + i)] = v(r, j, i);
+      Request rv = g->iall_to_allv(vs, vr, l);
+      // iall_gather and iall_reduce in flight at the same time.
+      std::vector<float> mine(static_cast<size_t>(n)), all(static_cast<size_t>(n * p), -1);
+      for (std::int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = v(r, r, i);
+      Request ra = g->iall_gather(mine, all, n);
+      std::vector<float> sum(static_cast<size_t>(n));
+      for (std::int64_t i = 0; i < n; ++i)
+        sum[static_cast<size_t>(i)] = static_cast<float>(g->world_rank(r) + i);
+      Request rs = g->iall_reduce(sum, n, ReduceOp::kSum);
+      rs.wait();
+      ra.wait();
+      rv.wait();
+      for (int j = 0; j < p; ++j)
+        for (std::int64_t i = 0; i < rc[static_cast<size_t>(j)]; ++i)
+          ASSERT_EQ(vr[static_cast<size_t>(l.recv_displs[static_cast<size_t>(j)] + i)], v(j, r, i));
+      for (int j = 0; j < p; ++j)
+        for (std::int64_t i = 0; i < n; ++i)
+          ASSERT_EQ(all[static_cast<size_t>(j * n + i)], v(j, j, i));
+      float ranks = 0;
+      for (int w : want) ranks += static_cast<float>(w);
+      for (std::int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(sum[static_cast<size_t>(i)], ranks + static_cast<float>(p * i));
+      // send/recv around the group's ring.
+      if (p > 1) {
+        const int right = (r + 1) % p, left = (r - 1 + p) % p;
+        std::vector<float> out(static_cast<size_t>(n)), in(static_cast<size_t>(n), -1);
+        for (std::int64_t i = 0; i < n; ++i) out[static_cast<size_t>(i)] = v(r, right, i);
+        Request rin = g->irecv(in, n, left, 1);
+        g->send(out, n, right, 1);
+        rin.wait();
+        for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(in[static_cast<size_t>(i)], v(left, r, i));
+      }
+      g->barrier();
     });
   }
 }

@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <random>
+#include <regex>
 
 #include "core/errors.hpp"
 #include "tests/emulator/test_util.hpp"
@@ -102,7 +103,30 @@ TEST(EngineErrors, DeadlockNamesWhoWaitsOnWhat) {
     const std::string m = e.what();
     EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 0 waits in recv of 4 elements from rank 1"), std::string::npos) << m;
-    EXPECT_NE(m.find("barrier"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1 waits in barrier"), std::string::npos) << m;
+    EXPECT_NE(m.find("on group 1 (world ranks 0-3)"), std::string::npos) << m;
+  }
+}
+
+TEST(EngineErrors, DeadlockOnASubGroupNamesTheSubGroup) {
+  Topology topo = test::make_topo(1, 4, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);
+  try {
+    engine.run([](Communicator& c) {
+      // {0, 1} and {2, 3}; in the first, world rank 1 waits in a barrier that rank 0 never joins.
+      std::unique_ptr<Communicator> half = c.split(c.rank() / 2, c.rank());
+      std::vector<float> buf(4);
+      if (c.rank() == 0) half->recv(buf, 4, 1, 3);
+      if (c.rank() == 1) half->barrier();
+    });
+    FAIL() << "expected a deadlock report";
+  } catch (const CommError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 0 waits in recv of 4 elements from rank 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("rank 1 waits in barrier"), std::string::npos) << m;
+    EXPECT_NE(m.find("(world ranks 0-1)"), std::string::npos) << m;
+    EXPECT_EQ(m.find("rank 2 waits"), std::string::npos) << m;  // {2, 3} finished
   }
 }
 
@@ -121,10 +145,23 @@ TEST(EngineErrors, MismatchedCollectivesNameRanksAndCalls) {
   } catch (const RankError& e) {
     const std::string m = e.what();
     EXPECT_NE(m.find("mismatched collectives"), std::string::npos) << m;
-    EXPECT_NE(m.find("called all_to_all(count=4)"), std::string::npos) << m;
-    EXPECT_TRUE(m.find("called all_gather(count=4)") != std::string::npos ||
-                m.find("called all_to_all(count=5)") != std::string::npos)
-        << m;
+    // Whichever pair meets first is reported (the first caller, then the one that disagrees),
+    // each with its rank and its call: rank 2's all_gather or rank 3's count against a rank
+    // whose call differs.
+    const std::regex pair(
+        "call #0: rank ([0-3]) called (all_to_all\\(count=[45]\\)|all_gather\\(count=4\\)), "
+        "rank ([0-3]) called (all_to_all\\(count=[45]\\)|all_gather\\(count=4\\))");
+    std::smatch g;
+    ASSERT_TRUE(std::regex_search(m, g, pair)) << m;
+    auto call_of = [](int rank) {
+      return rank == 2 ? std::string("all_gather(count=4)")
+                       : "all_to_all(count=" + std::string(rank == 3 ? "5" : "4") + ")";
+    };
+    const int a = std::stoi(g[1]), b = std::stoi(g[3]);
+    EXPECT_EQ(g[2], call_of(a)) << m;
+    EXPECT_EQ(g[4], call_of(b)) << m;
+    EXPECT_NE(call_of(a), call_of(b)) << m;
+    EXPECT_NE(m.find("world ranks 0-3"), std::string::npos) << m;
     EXPECT_TRUE(e.user_error());
   }
 }
