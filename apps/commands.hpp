@@ -13,6 +13,9 @@ void add_run_command(CLI::App& app);
 /// Held while a command writes its outputs: SIGINT/SIGTERM wait until it is released, so an
 /// interrupted command leaves complete output files or none (apps/main.cpp).
 std::unique_lock<std::mutex> hold_interrupts();
+/// From now on SIGINT/SIGTERM end the process without a message (an MPI rank waiting for
+/// another rank's abort, which reports the error).
+void quiet_interrupts();
 void add_validate_command(CLI::App& app);
 void add_forward_command(CLI::App& app);
 void add_compare_command(CLI::App& app);

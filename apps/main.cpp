@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -34,13 +35,18 @@ namespace {
 // nothing or complete files, never a temporary.
 std::mutex g_output_mutex;
 std::atomic<bool> g_outputs_started{false};
+std::atomic<bool> g_quiet{false};
 
 void watch_interrupts(sigset_t set) {
   int sig = 0;
   if (::sigwait(&set, &sig) != 0) return;
   std::lock_guard<std::mutex> lk(g_output_mutex);  // let an output file finish its rename
-  const std::string msg = std::string("cocodiff: interrupted by ") +
-                          (sig == SIGINT ? "SIGINT" : "SIGTERM") +
+  if (g_quiet.load()) ::_exit(128 + sig);
+  // Under mpirun, say which rank: the launcher stops every rank when one of them fails.
+  const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const std::string who =
+      mpi_rank != nullptr ? std::string("cocodiff: rank ") + mpi_rank + ": " : "cocodiff: ";
+  const std::string msg = who + "interrupted by " + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
                           (g_outputs_started.load() ? "; the outputs were already complete\n"
                                                     : "; stopped, no outputs written\n");
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
@@ -57,6 +63,8 @@ void start_interrupt_watcher() {
 }
 
 }  // namespace
+
+void quiet_interrupts() { g_quiet = true; }
 
 std::unique_lock<std::mutex> hold_interrupts() {
   std::unique_lock<std::mutex> lk(g_output_mutex);

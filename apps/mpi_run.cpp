@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <exception>
 #include <iostream>
 #include <mutex>
+#include <optional>
 
 #include "apps/commands.hpp"
 #include "apps/run_exec.hpp"
@@ -28,8 +30,23 @@ int run_mpi_main(const RunCommandOptions& opt) {
   mpi::MpiRuntime runtime(argc, argv);
   return runtime.run_guarded([&] {
     const auto wall_start = std::chrono::steady_clock::now();
-    RunPlan plan = resolve_run_plan(opt.config, opt.sets);
-    if (!opt.inject_fault.empty()) plan.fault = parse_fault(opt.inject_fault, plan);
+    // Every rank resolves the config alike: a bad config or rank count fails on all of them,
+    // and is reported once, by the lowest failing rank, not once per rank.
+    std::optional<RunPlan> resolved;
+    std::exception_ptr bad_input;
+    try {
+      resolved.emplace(resolve_run_plan(opt.config, opt.sets));
+      if (!opt.inject_fault.empty()) resolved->fault = parse_fault(opt.inject_fault, *resolved);
+      runtime.check_size(resolved->cluster.topology);
+    } catch (...) {
+      bad_input = std::current_exception();
+    }
+    if (const int first = runtime.lowest_failed_rank(bad_input != nullptr); first >= 0) {
+      if (first == runtime.world_rank()) std::rethrow_exception(bad_input);
+      quiet_interrupts();
+      runtime.abort_quietly(2);
+    }
+    RunPlan& plan = *resolved;
     std::unique_ptr<Communicator> world =
         runtime.world(plan.cluster.topology, mpi::WorldOptions{plan.mpi_check_hosts});
     const bool root = world->rank() == 0;

@@ -1,6 +1,7 @@
 #include "mpi_backend/mpi_comm.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <thread>
 
 #include "core/errors.hpp"
 #include "mpi_backend/detail/mpi_util.hpp"
@@ -259,12 +261,29 @@ int MpiRuntime::run_guarded(const std::function<int()>& body) const {
   }
 }
 
-std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptions options) const {
+int MpiRuntime::lowest_failed_rank(bool failed) const {
+  int first = failed ? world_rank_ : world_size_;
+  // MPI_COMM_WORLD aborts on errors by default: a broken job ends here rather than hangs.
+  MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return first < world_size_ ? first : -1;
+}
+
+void MpiRuntime::abort_quietly(int exit_code) const {
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // the reporting rank aborts first
+  MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::abort();
+}
+
+void MpiRuntime::check_size(const Topology& topo) const {
   // Every rank sees the same sizes, so every rank throws alike, before any collective.
   if (topo.num_ranks() != world_size_)
     throw CommError("the MPI job has " + std::to_string(world_size_) + " ranks but the topology (" +
                     describe_levels(topo) + ") has " + std::to_string(topo.num_ranks()) +
                     "; start it with mpirun -np " + std::to_string(topo.num_ranks()));
+}
+
+std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptions options) const {
+  check_size(topo);
 
   const std::string where = "world() on rank " + std::to_string(world_rank_);
   MPI_Comm dup = MPI_COMM_NULL;

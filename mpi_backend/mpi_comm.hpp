@@ -70,11 +70,24 @@ class MpiRuntime {
   /// topo.num_ranks() or (with check_hosts) if hosts and topology nodes disagree.
   std::unique_ptr<Communicator> world(const Topology& topo, WorldOptions options = {}) const;
 
+  /// Throws CommError (on every rank alike, with no communication) when the world size differs
+  /// from topo.num_ranks(); world() checks it too.
+  void check_size(const Topology& topo) const;
+
   /// Runs body and returns its exit code; on any exception prints "rank R: what" to stderr and
   /// aborts the whole job (MPI_Abort, exit code 2 for a UserError, 1 otherwise). Never hangs.
   int run_guarded(const std::function<int()>& body) const;
   /// Prints "cocodiff: rank R: message" to stderr and kills every rank of the job.
   [[noreturn]] void abort(std::string_view message, int exit_code) const;
+
+  /// Collective over MPI_COMM_WORLD after work every rank does alike (resolving a config):
+  /// the lowest world rank whose work failed, or -1 when none did. The job then reports one
+  /// error instead of one per rank: that rank aborts with its message, the others with
+  /// abort_quietly().
+  int lowest_failed_rank(bool failed) const;
+  /// Waits (at most a few seconds) for another rank's abort to end the job, then aborts it
+  /// without a message of its own.
+  [[noreturn]] void abort_quietly(int exit_code) const;
 
  private:
   int world_rank_ = 0;
