@@ -67,7 +67,7 @@ struct RunResult {
   std::vector<SimTime> rank_end;            // each tile's clock when its function returned
   std::vector<SimTime> rank_compute;        // time charged by compute()
   std::vector<SimTime> rank_exposed;        // time spent waiting for communication
-  std::vector<std::int64_t> bytes_by_tier;  // wire bytes moved, per topology tier
+  std::vector<std::int64_t> bytes_by_tier;  // wire bytes, each transfer under its ranks' tier
   std::uint64_t flows = 0;                  // point-to-point transfers through the network model
   std::uint64_t events = 0;       // simulation events processed (flows + computes + waits)
   std::string timeline_sha256;    // digest of every event of the timeline
