@@ -144,6 +144,58 @@ TEST(Layers, RopePreservesNormsAndDependsOnRelativePosition) {
   EXPECT_EQ((z.mat() - base.mat()).norm(), 0.0f);
 }
 
+// Closed form: pair i of axis a rotates by pos[a] * theta^(-2 j / axes_dim[a]) (j: the pair's
+// index inside its axis), on interleaved pairs (x[2i], x[2i+1]); token0 picks table rows.
+TEST(Layers, RopeAnglesAreTheClosedForm) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  const std::vector<int> axes{2, 4};  // head_dim 6: pair 0 on axis 0, pairs 1-2 on axis 1
+  Eigen::MatrixXd pos(2, 2);
+  pos << 7, 11, 3, 5;
+  const RopeTable t = rope_table(ex, pos, axes, 10000.0);
+  const double a0 = 3, a1 = 5, a2 = 5 * std::pow(10000.0, -2.0 / 4);  // token 1
+  Mat x(1, 6);
+  x << 1, 0, 1, 0, 0, 1;
+  Tensor q = Tensor::from(x);
+  apply_rope(ex, q, t, 1, 1, "rope", 1);  // one row: token 1 of the table
+  const Mat& y = q.mat();
+  EXPECT_NEAR(y(0, 0), std::cos(a0), 1e-6);
+  EXPECT_NEAR(y(0, 1), std::sin(a0), 1e-6);
+  EXPECT_NEAR(y(0, 2), std::cos(a1), 1e-6);
+  EXPECT_NEAR(y(0, 3), std::sin(a1), 1e-6);
+  EXPECT_NEAR(y(0, 4), -std::sin(a2), 1e-6);
+  EXPECT_NEAR(y(0, 5), std::cos(a2), 1e-6);
+  // Both tokens, two heads, batch 2: rows b * 2 + t rotate by token t's angles in every head.
+  Tensor all = Tensor::from(Mat(x.replicate(4, 2)));
+  apply_rope(ex, all, t, 2, 2, "rope");
+  for (int h = 0; h < 2; ++h) {
+    EXPECT_NEAR(all.mat()(0, h * 6 + 0), std::cos(7.0), 1e-6);
+    EXPECT_NEAR(all.mat()(2, h * 6 + 3), std::sin(11.0), 1e-6);
+    EXPECT_NEAR(all.mat()(3, h * 6 + 4), -std::sin(a2), 1e-6);
+  }
+}
+
+// DiT's get_2d_sincos_pos_embed: [sin(w o), cos(w o), sin(h o), cos(h o)], o_i =
+// 10000^(-i / (dim / 4)); SD3 crops the grid and scales positions.
+TEST(Layers, SinCosPosEmbed2dValues) {
+  LocalComm comm;
+  const Exec ex{comm, false};
+  // dim 8: quarter 2, o = (1, 0.01). Grid 2 x 3, tokens 4 and 5: (h, w) = (1, 1) and (1, 2).
+  const Tensor e = sincos_pos_embed_2d(ex, 8, 2, 3, 4, 2, 1.0, 0, 0);
+  ASSERT_EQ(e.rows(), 2);
+  const double want[2][8] = {{std::sin(1.0), std::sin(0.01), std::cos(1.0), std::cos(0.01),
+                              std::sin(1.0), std::sin(0.01), std::cos(1.0), std::cos(0.01)},
+                             {std::sin(2.0), std::sin(0.02), std::cos(2.0), std::cos(0.02),
+                              std::sin(1.0), std::sin(0.01), std::cos(1.0), std::cos(0.01)}};
+  for (int r = 0; r < 2; ++r)
+    for (int c = 0; c < 8; ++c) EXPECT_NEAR(e.mat()(r, c), want[r][c], 1e-6) << r << "," << c;
+  // SD3: crop offset (1, 2), positions scaled by 0.5: token 0 sits at (h, w) = (0.5, 1).
+  const Tensor s = sincos_pos_embed_2d(ex, 8, 2, 3, 0, 1, 0.5, 1, 2);
+  EXPECT_NEAR(s.mat()(0, 0), std::sin(1.0), 1e-6);
+  EXPECT_NEAR(s.mat()(0, 4), std::sin(0.5), 1e-6);
+  EXPECT_NEAR(s.mat()(0, 7), std::cos(0.005), 1e-6);
+}
+
 TEST(Layers, PatchifyRoundTripAndOrder) {
   const int c = 3, h = 4, w = 6, p = 2;
   Mat l(c, h * w);

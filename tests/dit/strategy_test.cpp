@@ -224,6 +224,58 @@ TEST(Strategies, UnevenHeadsAndUspMatchSerial) {
   EXPECT_LT(relative_l2(ref2, run(big, cfg, *w, st).latent), 1e-5);
 }
 
+// More ranks than heads, as FLUX on 48 or 96 tiles: 24 heads over 32 ranks leave 8 ranks with
+// no head in attention, and pipelining splits tokens. Ulysses x Ring with an uneven Ulysses
+// split: 24 heads over 10 ranks (2 tiles x 5 GPUs), ring across 2 nodes.
+TEST(Strategies, FewerHeadsThanRanksAndUnevenUspMatchSerial) {
+  const ModelConfig cfg = load_model_preset("qwen-image-tiny");  // 24 heads
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = small_run(2);
+  st.resolution = 128;  // 64 image tokens: 2 per rank
+  st.strategy_options.uneven_heads = true;
+  st.strategy_options.v_major_threshold = 0;
+  const Tensor ref = serial(cfg, *w, st);
+  emu::Engine engine = make_engine(2, 4, 4);
+  Outcome tapa;
+  for (const char* name : {"flat", "tapa", "pipeline", "cocodiff"}) {
+    st.strategy = name;
+    const Outcome r = run(engine, cfg, *w, st);
+    EXPECT_LT(relative_l2(ref, r.latent), 1e-5) << name;
+    if (std::string(name) == "tapa") tapa = r;
+    if (std::string(name) == "pipeline") {
+      EXPECT_TRUE(bitwise_equal(tapa.latent, r.latent));
+      EXPECT_GT(r.result.flows, tapa.result.flows);
+    }
+  }
+  emu::Engine odd = make_engine(2, 5, 2);
+  st.strategy = "usp";
+  st.resolution = 192;
+  EXPECT_LT(relative_l2(serial(cfg, *w, st), run(odd, cfg, *w, st).latent), 1e-5);
+}
+
+// Phantom mode cannot measure how much V changed: V-Major sends the preset share of blocks
+// (v_major.phantom_active_fraction) on its tiers after the warm-up, and nothing else changes.
+TEST(Strategies, PhantomVMajorSendsItsActiveFraction) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, true);
+  RunSettings st = small_run(2);
+  st.phantom = true;
+  st.strategy_options.v_major_warmup_steps = 1;
+  emu::Engine engine = make_engine(2, 6, 2);
+  st.strategy = "tapa+v_first+pipeline";
+  const Outcome exact = run(engine, cfg, *w, st);
+  st.strategy = "cocodiff";
+  const Outcome vm = run(engine, cfg, *w, st);
+  const VMajorTierStats& t = vm.stats.v_major.at("inter-node");
+  // Step 0 sends every block, step 1 a quarter of them.
+  const double active = static_cast<double>(t.active_blocks) / static_cast<double>(t.blocks);
+  EXPECT_NEAR(active, (1 + st.strategy_options.v_major_phantom_active_fraction) / 2, 0.02);
+  EXPECT_LT(t.sent_elements, 0.7 * t.full_elements);
+  EXPECT_LT(vm.result.bytes_by_tier[2], exact.result.bytes_by_tier[2]);
+  EXPECT_EQ(vm.result.bytes_by_tier[0], exact.result.bytes_by_tier[0]);
+  EXPECT_EQ(vm.result.bytes_by_tier[1], exact.result.bytes_by_tier[1]);
+}
+
 TEST(Strategies, VMajorThresholdZeroIsBitwiseExactAndAboveZeroSavesBytes) {
   const ModelConfig cfg = load_model_preset("flux1-tiny");
   const auto w = make_weights(cfg, 5, false);
