@@ -172,6 +172,7 @@ RunRecord run_emulated(const RunPlan& plan) {
   for (int k = 0; k < t.num_tiers(); ++k)
     tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
   r["bytes_by_tier"] = tiers;
+  r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
   // The critical tile ends last; its time is exactly compute + exposed communication.
   size_t crit = 0;
   double compute_sum = 0, exposed_sum = 0;

@@ -29,6 +29,14 @@ std::shared_ptr<const std::vector<float>> Shared::zeros_of(std::int64_t n) {
   return zeros;
 }
 
+void Shared::count_sent(int from, int to, std::int64_t elements) {
+  const int t = topology.tier(from, to);
+  if (t < 0 || elements <= 0) return;
+  if (sent_bytes_by_tier.size() < static_cast<size_t>(topology.num_tiers()))
+    sent_bytes_by_tier.resize(static_cast<size_t>(topology.num_tiers()), 0);
+  sent_bytes_by_tier[static_cast<size_t>(t)] += elements * static_cast<std::int64_t>(sizeof(float));
+}
+
 void check_mpi(int rc, std::string_view where) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -113,19 +121,23 @@ bool overlaps(const float* a, std::size_t na, const float* b, std::size_t nb) {
 class MpiRequest final : public RequestImpl {
  public:
   /// `op` is a string literal; the description is only built when an error needs it.
-  MpiRequest(const char* op, std::string_view label, int peer, const MpiComm& comm)
+  MpiRequest(const char* op, std::string_view label, int peer, const MpiComm& comm,
+             std::shared_ptr<detail::Shared> accounting)
       : op_(op),
         label_(label),
         peer_(peer),
         rank_(comm.rank()),
         size_(comm.size()),
-        world_rank_(comm.world_rank(comm.rank())) {}
+        world_rank_(comm.world_rank(comm.rank())),
+        accounting_(std::move(accounting)) {}
   ~MpiRequest() override;
 
   void wait() override {
     if (done_) return;
     MPI_Status status;
+    const double t0 = MPI_Wtime();
     const int rc = MPI_Wait(&req_, &status);
+    accounting_->comm_wait_s += MPI_Wtime() - t0;
     finish(rc, status);
   }
 
@@ -175,6 +187,7 @@ class MpiRequest final : public RequestImpl {
   int peer_, rank_, size_, world_rank_;
   int expect_count_ = -1;
   bool done_ = false;
+  std::shared_ptr<detail::Shared> accounting_;
 };
 
 MpiRequest::~MpiRequest() {
@@ -386,11 +399,31 @@ std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
   return std::make_unique<MpiComm>(shared_, sub);
 }
 
-void MpiComm::barrier() { detail::check_mpi(MPI_Barrier(comm_), where("barrier", {})); }
+void MpiComm::barrier() {
+  const double t0 = MPI_Wtime();
+  const int rc = MPI_Barrier(comm_);
+  shared_->comm_wait_s += MPI_Wtime() - t0;
+  detail::check_mpi(rc, where("barrier", {}));
+}
+
+void MpiComm::count_to_all(std::int64_t elements_each) const {
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_)
+      shared_->count_sent(members_[static_cast<size_t>(rank_)], members_[static_cast<size_t>(j)],
+                          elements_each);
+}
+
+Accounting MpiComm::accounting() const {
+  Accounting a;
+  a.comm_wait_s = shared_->comm_wait_s;
+  a.sent_bytes_by_tier = shared_->sent_bytes_by_tier;
+  a.sent_bytes_by_tier.resize(static_cast<size_t>(shared_->topology.num_tiers()), 0);
+  return a;
+}
 
 Request MpiComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>("all_to_all", label, -1, *this);
+  auto req = std::make_shared<MpiRequest>("all_to_all", label, -1, *this, shared_);
   const int n = mpi_int(count, "the count per rank", [&] { return req->where(); });
   const std::int64_t total = count * size_;
   const float* sp = send.data();
@@ -408,13 +441,14 @@ Request MpiComm::do_iall_to_all(std::span<const float> send, std::span<float> re
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
     rp = req->scratch.get();
   }
+  count_to_all(count);
   post(MPI_Ialltoall(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
                                  const AllToAllvLayout& layout, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>("all_to_allv", label, -1, *this);
+  auto req = std::make_shared<MpiRequest>("all_to_allv", label, -1, *this, shared_);
   const auto p = static_cast<size_t>(size_);
   req->ints.resize(4 * p);
   int* sc = req->ints.data();
@@ -445,13 +479,17 @@ Request MpiComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(recv_total));
     rp = req->scratch.get();
   }
+  for (int j = 0; j < size_; ++j)
+    if (j != rank_)
+      shared_->count_sent(members_[static_cast<size_t>(rank_)], members_[static_cast<size_t>(j)],
+                          layout.send_counts[static_cast<size_t>(j)]);
   post(MPI_Ialltoallv(sp, sc, sd, MPI_FLOAT, rp, rc, rd, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  auto req = std::make_shared<MpiRequest>("all_gather", label, -1, *this);
+  auto req = std::make_shared<MpiRequest>("all_gather", label, -1, *this, shared_);
   const int n = mpi_int(count, "the count per rank", [&] { return req->where(); });
   const std::int64_t total = count * size_;
   const void* sp = send.data();
@@ -470,6 +508,7 @@ Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> re
     req->scratch = std::make_unique_for_overwrite<float[]>(static_cast<size_t>(total));
     rp = req->scratch.get();
   }
+  count_to_all(count);
   post(MPI_Iallgather(sp, n, MPI_FLOAT, rp, n, MPI_FLOAT, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
@@ -477,7 +516,7 @@ Request MpiComm::do_iall_gather(std::span<const float> send, std::span<float> re
 Request MpiComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                 std::string_view label) {
   auto req = std::make_shared<MpiRequest>(
-      op == ReduceOp::kSum ? "all_reduce(sum)" : "all_reduce(max)", label, -1, *this);
+      op == ReduceOp::kSum ? "all_reduce(sum)" : "all_reduce(max)", label, -1, *this, shared_);
   const int n = mpi_int(count, "the count", [&] { return req->where(); });
   float* p = data.data();
   if (data.empty() && count > 0) {
@@ -492,7 +531,7 @@ Request MpiComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
 
 Request MpiComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                           std::string_view label) {
-  auto req = std::make_shared<MpiRequest>("send", label, dest, *this);
+  auto req = std::make_shared<MpiRequest>("send", label, dest, *this, shared_);
   check_tag(tag, shared_->tag_ub, *req);
   const int n = mpi_int(count, "the count", [&] { return req->where(); });
   const float* p = data.data();
@@ -500,13 +539,16 @@ Request MpiComm::do_isend(std::span<const float> data, std::int64_t count, int d
     req->zeros = shared_->zeros_of(count);
     p = req->zeros->data();
   }
+  if (dest != rank_)
+    shared_->count_sent(members_[static_cast<size_t>(rank_)], members_[static_cast<size_t>(dest)],
+                        count);
   post(MPI_Isend(p, n, MPI_FLOAT, dest, tag, comm_, req->handle()), *req);
   return Request(std::move(req));
 }
 
 Request MpiComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                           std::string_view label) {
-  auto req = std::make_shared<MpiRequest>("recv", label, source, *this);
+  auto req = std::make_shared<MpiRequest>("recv", label, source, *this, shared_);
   check_tag(tag, shared_->tag_ub, *req);
   const int n = mpi_int(count, "the count", [&] { return req->where(); });
   float* p = data.data();

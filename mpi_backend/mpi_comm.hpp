@@ -99,6 +99,15 @@ class MpiRuntime {
 /// Exit code for an exception that ends a run: 2 for a UserError (bad input), 1 otherwise.
 int exit_code_for(const std::exception& e);
 
+/// What one process did through all communicators of its world, for the run report.
+struct Accounting {
+  /// fp32 payload bytes this rank sent, per topology tier (all-to-all, all-gather and
+  /// point-to-point; an all-reduce's traffic depends on MPI's algorithm and is not counted).
+  std::vector<std::int64_t> sent_bytes_by_tier;
+  /// Wall time this rank spent blocked in wait() and barrier().
+  double comm_wait_s = 0;
+};
+
 /// One group of ranks over one MPI communicator (owned; freed in the destructor).
 class MpiComm final : public Communicator {
  public:
@@ -121,6 +130,8 @@ class MpiComm final : public Communicator {
   SimTime now() const override;
   /// The underlying MPI communicator, for interop; still owned by this object.
   MPI_Comm handle() const { return comm_; }
+  /// This process's traffic and waiting so far, over every communicator split from its world.
+  Accounting accounting() const;
 
  protected:
   Request do_iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
@@ -139,6 +150,8 @@ class MpiComm final : public Communicator {
  private:
   /// "op 'label' on rank R (world rank W)", the prefix of every error this group throws.
   std::string where(std::string_view op, std::string_view label) const;
+  /// Counts `elements_each` sent to every other member.
+  void count_to_all(std::int64_t elements_each) const;
 
   std::shared_ptr<detail::Shared> shared_;
   MPI_Comm comm_;

@@ -19,4 +19,8 @@ if [ -z "$emu" ] || [ "$emu" != "$mpi" ]; then
   echo "FAIL: the backends disagree"
   exit 1
 fi
+# The MPI report has the emulator's fields, measured.
+for key in bytes_by_tier breakdown exposed_comm_s wire_bytes_per_element phases_wall_s; do
+  grep -q "\"$key\"" "$work/mpi/report.json" || { echo "FAIL: the MPI report has no $key"; exit 1; }
+done
 echo "1 passed, 0 failed"

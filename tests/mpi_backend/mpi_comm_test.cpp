@@ -335,6 +335,43 @@ TEST_F(Mpi, PhantomBuffersMoveBytes) {
   r.wait();
 }
 
+// The run report's measured traffic: fp32 payload per destination, counted under the tier
+// that joins the two ranks; time blocked in waits and barriers accumulates.
+TEST_F(Mpi, AccountingCountsBytesPerTierAndWaits) {
+  auto world = make_world();
+  const auto& mpi_world = dynamic_cast<const mpi::MpiComm&>(*world);
+  const Topology& topo = world->topology();
+  const mpi::Accounting a0 = mpi_world.accounting();
+  const std::int64_t count = 100;
+  const int p = world->size();
+  std::vector<float> send(u(count * p), 1.0f), recv(u(count * p));
+  world->all_to_all(send, recv, count);
+  // A point-to-point ring: each rank sends 7 elements to the next.
+  const int right = (world->rank() + 1) % p, left = (world->rank() + p - 1) % p;
+  std::vector<float> out(7, 2.0f), in(7);
+  Request r = world->irecv(in, 7, left, 4);
+  world->send(out, 7, right, 4);
+  r.wait();
+  world->barrier();
+  const mpi::Accounting a1 = mpi_world.accounting();
+  ASSERT_EQ(a1.sent_bytes_by_tier.size(), static_cast<size_t>(topo.num_tiers()));
+  std::vector<std::int64_t> want(u(topo.num_tiers()), 0);
+  for (int j = 0; j < p; ++j)
+    if (j != world->rank()) want[u(topo.tier(world->rank(), j))] += count * 4;
+  if (right != world->rank()) want[u(topo.tier(world->rank(), right))] += 7 * 4;
+  for (int k = 0; k < topo.num_tiers(); ++k)
+    EXPECT_EQ(a1.sent_bytes_by_tier[u(k)] - a0.sent_bytes_by_tier[u(k)], want[u(k)])
+        << topo.tier_name(k);
+  EXPECT_GE(a1.comm_wait_s, a0.comm_wait_s);
+  // Rank 0 arrives late at a barrier: every other rank waits at least that long in it.
+  if (world->rank() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const double w0 = mpi_world.accounting().comm_wait_s;
+  world->barrier();
+  if (world->rank() != 0) {
+    EXPECT_GE(mpi_world.accounting().comm_wait_s - w0, 0.04);
+  }
+}
+
 TEST_F(Mpi, CountsBeyondIntAreClearErrors) {
   auto world = make_world();
   const std::int64_t big = std::int64_t{1} << 31;
