@@ -13,6 +13,7 @@
 #include "dit/image.hpp"
 #include "dit/quality.hpp"
 #include "dit/safetensors.hpp"
+#include "dit/weights.hpp"
 #include "emulator/chrome_trace.hpp"
 #include "emulator/timeline_plot.hpp"
 
@@ -121,16 +122,13 @@ dit::RunSettings settings_for(const RunPlan& plan) {
     dit::SafetensorsFile f(*plan.initial_latent);
     const dit::SafetensorsEntry* e = f.find("latent");
     const int side = plan.model.latent_side(plan.settings.resolution);
-    const std::vector<std::int64_t> want = {plan.model.latent_channels, side, side};
-    if (e != nullptr && e->shape != want) {
-      std::string got, expected;
-      for (std::int64_t d : e->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
-      for (std::int64_t d : want) expected += (expected.empty() ? "" : ", ") + std::to_string(d);
-      throw InputError(f.path().string() + ": tensor \"latent\" has shape [" + got +
-                       "], run.initial_latent wants [" + expected + "] (latent channels, " +
-                       "height, width of " + plan.model.name + " at " +
+    const dit::TensorSpec want{"latent", {plan.model.latent_channels, side, side}};
+    if (e != nullptr && e->shape != want.shape)
+      throw InputError(f.path().string() + ": tensor \"latent\" has shape " +
+                       dit::TensorSpec{"latent", e->shape}.shape_str() +
+                       ", run.initial_latent wants " + want.shape_str() +
+                       " (latent channels, height, width of " + plan.model.name + " at " +
                        std::to_string(plan.settings.resolution) + " px)");
-    }
     s.initial_latent = f.read("latent");
   }
   return s;

@@ -32,8 +32,6 @@ std::shared_ptr<const std::vector<float>> Shared::zeros_of(std::int64_t n) {
 void Shared::count_sent(int from, int to, std::int64_t elements) {
   const int t = topology.tier(from, to);
   if (t < 0 || elements <= 0) return;
-  if (sent_bytes_by_tier.size() < static_cast<size_t>(topology.num_tiers()))
-    sent_bytes_by_tier.resize(static_cast<size_t>(topology.num_tiers()), 0);
   sent_bytes_by_tier[static_cast<size_t>(t)] += elements * static_cast<std::int64_t>(sizeof(float));
 }
 
@@ -304,6 +302,7 @@ std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptio
   MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
   auto shared = std::make_shared<detail::Shared>();
   shared->topology = topo;
+  shared->sent_bytes_by_tier.assign(static_cast<size_t>(topo.num_tiers()), 0);
   shared->start_wtime_s = start_wtime_s_;
   int* tag_ub = nullptr;
   int flag = 0;
@@ -417,7 +416,6 @@ Accounting MpiComm::accounting() const {
   Accounting a;
   a.comm_wait_s = shared_->comm_wait_s;
   a.sent_bytes_by_tier = shared_->sent_bytes_by_tier;
-  a.sent_bytes_by_tier.resize(static_cast<size_t>(shared_->topology.num_tiers()), 0);
   return a;
 }
 

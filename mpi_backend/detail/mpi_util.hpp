@@ -30,7 +30,7 @@ struct Shared {
   // What this process did through every communicator of its world (MPI_THREAD_FUNNELED: one
   // thread, no locking): payload bytes it sent per tier of the topology, and wall time it spent
   // blocked waiting for communication (in wait() and barrier()).
-  std::vector<std::int64_t> sent_bytes_by_tier;
+  std::vector<std::int64_t> sent_bytes_by_tier;  // one entry per tier, from world()
   double comm_wait_s = 0;
   /// Counts `elements` fp32 values sent from world rank `from` to world rank `to`.
   void count_sent(int from, int to, std::int64_t elements);
