@@ -5,11 +5,16 @@
 // one entry per strategy: the report.json fields plus speedup_vs_flat and quality.
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <exception>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <sstream>
+#include <thread>
 
 #include "apps/commands.hpp"
 #include "apps/run_exec.hpp"
@@ -76,21 +81,56 @@ void add_compare_command(CLI::App& app) {
       sets.push_back("run.strategy=" + n);
       plans.push_back(resolve_run_plan(opt->config, sets));
     }
-    std::cout << describe(plans[0]) << std::flush;
-    std::vector<RunRecord> recs;
+    std::cout << describe(plans[0], "emulator", order) << std::flush;
+    // The strategies' runs are independent: they run side by side, each on its own engine,
+    // as many at once as the hardware threads hold their workers (parallelism from independent
+    // work; more workers inside one run do not make it faster).
+    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const size_t jobs =
+        std::min(plans.size(),
+                 static_cast<size_t>(std::max(1, cores / std::max(1, plans[0].engine.workers))));
+    std::vector<std::optional<RunRecord>> results(plans.size());
+    std::vector<std::exception_ptr> errors(plans.size());
+    std::atomic<size_t> next{0};
+    std::mutex io;
+    size_t finished = 0;
     const auto t0 = std::chrono::steady_clock::now();
+    std::fprintf(stderr, "running %zu strategies, %zu at a time\n", plans.size(), jobs);
+    auto work = [&] {
+      for (size_t i; (i = next++) < plans.size();) {
+        const auto ts = std::chrono::steady_clock::now();
+        try {
+          results[i] = run_emulated(plans[i]);
+        } catch (...) {
+          errors[i] = std::current_exception();
+        }
+        const double el =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+        const double total =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::lock_guard<std::mutex> lk(io);
+        ++finished;
+        if (results[i])
+          std::fprintf(stderr, "[%zu/%zu] %-24s done in %.1f s (virtual %.6f s; %.1f s elapsed)\n",
+                       finished, plans.size(), order[i].c_str(), el,
+                       results[i]->report["virtual_time_s"].get<double>(), total);
+        else
+          std::fprintf(stderr, "[%zu/%zu] %-24s failed\n", finished, plans.size(),
+                       order[i].c_str());
+      }
+    };
+    {
+      std::vector<std::thread> threads;
+      for (size_t j = 1; j < jobs; ++j) threads.emplace_back(work);
+      work();
+      for (std::thread& t : threads) t.join();
+    }
+    // The first failure in strategy order is the one reported.
+    for (const std::exception_ptr& e : errors)
+      if (e) std::rethrow_exception(e);
+    std::vector<RunRecord> recs;
     for (size_t i = 0; i < plans.size(); ++i) {
-      std::fprintf(stderr, "[%zu/%zu] %-24s running...", i + 1, plans.size(), order[i].c_str());
-      std::fflush(stderr);
-      const auto ts = std::chrono::steady_clock::now();
-      recs.push_back(run_emulated(plans[i]));
-      const double el =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-      const double total =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      std::fprintf(stderr, "\r[%zu/%zu] %-24s done in %.1f s (virtual %.6f s; %.1f s elapsed)\n",
-                   i + 1, plans.size(), order[i].c_str(), el,
-                   recs.back().report["virtual_time_s"].get<double>(), total);
+      recs.push_back(std::move(*results[i]));
       if (opt->outputs) {
         auto lock = hold_interrupts();
         write_outputs(plans[i], recs.back(), std::filesystem::path(opt->out) / order[i]);

@@ -91,15 +91,21 @@ void run_forward(const ForwardOptions& o) {
   if (pooled) fi.pooled = &*pooled;
   if (mc.num_classes > 0) fi.class_labels = {static_cast<int>(scalar(in, "class_label", 0))};
 
+  fi.all_channels = true;  // DiT's learned-sigma channels too
+
   dit::LocalComm comm;
   const Tensor out = dit::forward(comm, mc, *w, "serial", fi, /*phantom=*/false);
   const int out_channels = static_cast<int>(out.cols()) / (mc.patch_size * mc.patch_size);
-  const Tensor velocity = dit::unpatchify(out, out_channels, h, wd, mc.patch_size);
-  dit::write_safetensors(o.output, {{"velocity", {out_channels, h, wd}, &velocity}});
+  const Tensor all = dit::unpatchify(out, out_channels, h, wd, mc.patch_size);
+  // "output": every predicted channel; "velocity": the latent channels the sampler steps with
+  // (the first latent_channels of "output"; the two are equal unless the model predicts more).
+  Tensor velocity = Tensor::from(all.mat().topRows(mc.latent_channels));
+  dit::write_safetensors(o.output, {{"velocity", {mc.latent_channels, h, wd}, &velocity},
+                                    {"output", {out_channels, h, wd}, &all}});
   std::cout << "forward " << mc.name << ": latent [" << mc.latent_channels << ", " << h << ", "
-            << wd << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (velocity ["
-            << out_channels << ", " << h << ", " << wd << "], " << comm.flops() / 1e9
-            << " GFLOP)\n";
+            << wd << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (output ["
+            << out_channels << ", " << h << ", " << wd << "], velocity = its first "
+            << mc.latent_channels << " channels, " << comm.flops() / 1e9 << " GFLOP)\n";
 }
 
 }  // namespace
@@ -112,7 +118,10 @@ void add_forward_command(CLI::App& app) {
   cmd->add_option("--weights", o->weights, "Checkpoint (safetensors, upstream names)")->required();
   cmd->add_option("--input", o->input, "Inputs: latent, sigma, text, pooled, guidance, class_label")
       ->required();
-  cmd->add_option("--output", o->output, "Output safetensors (velocity)")->required();
+  cmd->add_option(
+         "--output", o->output,
+         "Output safetensors: output (every predicted channel), velocity (the latent channels)")
+      ->required();
   cmd->add_option("--set", o->sets, "Override a model key: --set model.double_blocks=2");
   cmd->callback([o] { run_forward(*o); });
 }

@@ -5,9 +5,13 @@
 // carried. CONFIG is a run config with a [cluster] section, a cluster preset file, or a preset
 // name; --set overrides any cluster key (e.g. --set cluster.nodes=8).
 //
-// As in nccl-tests, "bytes" is one rank's whole send buffer (p blocks); algbw = bytes / time,
-// busbw = algbw (p-1)/p. `flat` is one all-to-all over the world; `tapa` one all-to-all per
-// topology level (innermost first) among the ranks that differ only at that level.
+// As in nccl-tests: "bytes" is one rank's send buffer for all_to_all (p blocks), its receive
+// buffer for all_gather (p blocks), its buffer for all_reduce, and the message for sendrecv
+// (rank r sends to r+1 and receives from r-1); algbw = bytes / time, and busbw = algbw times
+// (p-1)/p (all_to_all, all_gather), 2(p-1)/p (all_reduce) or 1 (sendrecv), so that busbw is
+// comparable with a link's bandwidth. The last line is "# Avg bus bandwidth", the mean busbw.
+// `flat` is one all-to-all over the world; `tapa` one all-to-all per topology level (innermost
+// first) among the ranks that differ only at that level (all_to_all only).
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -39,6 +43,8 @@ struct NetbenchOptions {
   std::string a2a = "pairwise";
   std::uint64_t min_bytes = 1 << 10;
   std::uint64_t max_bytes = 64 << 20;
+  double factor = 2;  // -f: size multiplier between rows
+  int nodes = 0;      // --nodes: cluster.nodes (0: the config's)
   double wire_bytes = 2;
   int workers = 0;
   std::string json;
@@ -46,7 +52,7 @@ struct NetbenchOptions {
 
 struct Row {
   std::int64_t bytes = 0;  // one rank's send buffer
-  std::int64_t count = 0;  // elements per destination
+  std::int64_t count = 0;  // elements per collective call argument (per peer / per rank)
   SimTime time;
   std::vector<std::int64_t> tier_bytes;
   std::uint64_t flows = 0;
@@ -67,16 +73,29 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
     comm.barrier();
     start[static_cast<size_t>(comm.rank())] = comm.now();
     if (count > 0) {
-      if (tapa)
+      const int r = comm.rank(), n = comm.size();
+      if (tapa) {
         tapa->run({}, {}, count, "netbench");
-      else
+      } else if (o.op == "all_to_all") {
         comm.all_to_all({}, {}, count, "netbench");
+      } else if (o.op == "all_gather") {
+        comm.all_gather({}, {}, count, "netbench");
+      } else if (o.op == "all_reduce") {
+        comm.all_reduce({}, count, ReduceOp::kSum, "netbench");
+      } else {  // sendrecv: a ring shift
+        Request send = comm.isend({}, count, (r + 1) % n, 7, "netbench");
+        Request recv = comm.irecv({}, count, (r + n - 1) % n, 7, "netbench");
+        send.wait();
+        recv.wait();
+      }
     }
     end[static_cast<size_t>(comm.rank())] = comm.now();
   });
   Row row;
   row.count = count;
-  row.bytes = static_cast<std::int64_t>(static_cast<double>(count) * p * o.wire_bytes);
+  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather";
+  row.bytes =
+      static_cast<std::int64_t>(static_cast<double>(count) * (p_blocks ? p : 1) * o.wire_bytes);
   row.time =
       *std::max_element(end.begin(), end.end()) - *std::min_element(start.begin(), start.end());
   row.tier_bytes = r.bytes_by_tier;
@@ -90,12 +109,25 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
   return row;
 }
 
+// busbw / algbw for `op` on p ranks (nccl-tests' factors).
+double bus_factor(const std::string& op, int p) {
+  if (op == "all_reduce") return 2.0 * (p - 1) / p;
+  if (op == "sendrecv") return 1.0;
+  return static_cast<double>(p - 1) / p;
+}
+
 void run_netbench(const NetbenchOptions& o) {
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     throw UserError("netbench: expected 1 <= --min-bytes <= --max-bytes, found " +
                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
+  if (!(o.factor > 1))
+    throw UserError("netbench: expected a step factor -f above 1, found " +
+                    std::to_string(o.factor));
+  if (o.algo == "tapa" && o.op != "all_to_all")
+    throw UserError("netbench: --algo tapa is an all-to-all algorithm, not one for " + o.op);
   Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
+  if (o.nodes > 0) cfg.set("cluster.nodes=" + std::to_string(o.nodes));
   Cluster c = load_cluster(cfg, config_dir() / "clusters");
   const Topology topo = c.topology;
   const int p = topo.num_ranks();
@@ -105,14 +137,23 @@ void run_netbench(const NetbenchOptions& o) {
   eo.workers = o.workers;
   eo.wire_bytes_per_element = o.wire_bytes;
   eo.all_to_all_algorithm = o.a2a;
+  eo.library = c.library;
   eo.trace = false;
   emu::Engine engine(topo, std::move(c.network), c.device, eo);
 
-  std::printf("# cocodiff netbench: %s, algo %s (%s rounds), cluster %s, %d ranks, network %s\n",
-              o.op.c_str(), o.algo.c_str(), o.a2a.c_str(), c.name.c_str(), p, network.c_str());
   std::printf(
-      "# bytes = one rank's send buffer (%g wire bytes per element); busbw = algbw (p-1)/p\n",
-      o.wire_bytes);
+      "# cocodiff netbench: %s, algo %s (%s rounds), cluster %s, %d node(s), %d ranks, network "
+      "%s\n",
+      o.op.c_str(), o.algo.c_str(), o.a2a.c_str(), c.name.c_str(), topo.num_nodes(), p,
+      network.c_str());
+  if (o.nodes == 0 && !cfg.has("cluster.nodes"))
+    std::printf("# nodes: the cluster file's default; --nodes N for more\n");
+  const char* what = o.op == "all_to_all"   ? "one rank's send buffer (p blocks)"
+                     : o.op == "all_gather" ? "one rank's receive buffer (p blocks)"
+                     : o.op == "all_reduce" ? "one rank's buffer"
+                                            : "the message each rank sends to the next";
+  std::printf("# bytes = %s, %g wire bytes per element; busbw = algbw x %.4g\n", what, o.wire_bytes,
+              bus_factor(o.op, p));
   std::printf("#%13s %12s %12s %11s %11s", "bytes", "count/peer", "time(us)", "algbw(GB/s)",
               "busbw(GB/s)");
   for (int k = 0; k < topo.num_tiers(); ++k)
@@ -125,14 +166,18 @@ void run_netbench(const NetbenchOptions& o) {
 
   std::vector<Row> rows;
   std::int64_t last_count = -1;
-  for (std::uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 2) {
+  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather";
+  double bus_sum = 0;
+  for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes);
+       size *= o.factor) {
     const std::int64_t count = std::max<std::int64_t>(
-        1, static_cast<std::int64_t>(static_cast<double>(bytes) / (p * o.wire_bytes)));
+        1, static_cast<std::int64_t>(size / ((p_blocks ? p : 1) * o.wire_bytes)));
     if (count == last_count) continue;  // below one element per peer, sizes repeat
     last_count = count;
     Row row = measure(engine, o, count, &setup);
     const double algbw = static_cast<double>(row.bytes) / row.time.seconds() / 1e9;
-    const double busbw = algbw * (p - 1) / p;
+    const double busbw = algbw * bus_factor(o.op, p);
+    bus_sum += busbw;
     std::printf(" %13lld %12lld %12.2f %11.2f %11.2f", static_cast<long long>(row.bytes),
                 static_cast<long long>(row.count), row.time.us(), algbw, busbw);
     for (std::int64_t b : row.tier_bytes) std::printf(" %14lld", static_cast<long long>(b));
@@ -140,6 +185,8 @@ void run_netbench(const NetbenchOptions& o) {
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
+  const double avg_busbw = rows.empty() ? 0 : bus_sum / static_cast<double>(rows.size());
+  std::printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g\n", avg_busbw);
 
   if (!o.json.empty()) {
     nlohmann::json j;
@@ -156,6 +203,7 @@ void run_netbench(const NetbenchOptions& o) {
     tiers.reserve(static_cast<size_t>(topo.num_tiers()));
     for (int k = 0; k < topo.num_tiers(); ++k) tiers.push_back(topo.tier_name(k));
     j["tiers"] = tiers;
+    j["avg_busbw_gbytes_per_s"] = avg_busbw;
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows) {
       const double algbw = static_cast<double>(r.bytes) / r.time.seconds() / 1e9;
@@ -164,7 +212,7 @@ void run_netbench(const NetbenchOptions& o) {
       jr["count_per_peer"] = r.count;
       jr["time_ns"] = r.time.ns();
       jr["algbw_gbytes_per_s"] = algbw;
-      jr["busbw_gbytes_per_s"] = algbw * (p - 1) / p;
+      jr["busbw_gbytes_per_s"] = algbw * bus_factor(o.op, p);
       nlohmann::json per_tier;
       for (int k = 0; k < topo.num_tiers(); ++k)
         per_tier[topo.tier_name(k)] = r.tier_bytes[static_cast<size_t>(k)];
@@ -189,16 +237,20 @@ void add_netbench_command(CLI::App& app) {
                   "run config with a [cluster] section, a cluster preset file, or a preset name")
       ->required();
   cmd->add_option("--set", o->sets, "override a key, e.g. --set cluster.nodes=8");
-  cmd->add_option("--op", o->op, "collective")->check(CLI::IsMember({"all_to_all"}));
+  cmd->add_option("--op", o->op, "collective")
+      ->check(CLI::IsMember({"all_to_all", "all_gather", "all_reduce", "sendrecv"}));
   cmd->add_option("--algo", o->algo, "flat: one world all-to-all; tapa: one phase per level")
       ->check(CLI::IsMember({"flat", "tapa"}));
   cmd->add_option("--rounds", o->a2a,
                   "how each all-to-all posts its messages: pairwise (p-1 rounds) or concurrent")
-      ->check(CLI::IsMember({"pairwise", "concurrent"}));
-  cmd->add_option("--min-bytes", o->min_bytes, "smallest send buffer per rank (e.g. 1K, 4MB)")
+      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "library"}));
+  cmd->add_option("-b,--min-bytes", o->min_bytes, "smallest send buffer per rank (e.g. 1K, 4MB)")
       ->transform(CLI::AsSizeValue(false));
-  cmd->add_option("--max-bytes", o->max_bytes, "largest send buffer per rank (e.g. 64M)")
+  cmd->add_option("-e,--max-bytes", o->max_bytes, "largest send buffer per rank (e.g. 64M)")
       ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("-f,--step-factor", o->factor, "size multiplier between rows (nccl-tests -f)");
+  cmd->add_option("--nodes", o->nodes, "nodes of the cluster (cluster.nodes; 0: the config's)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--wire-bytes", o->wire_bytes, "bytes per element on the wire (2 = bf16)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--workers", o->workers, "emulator worker threads (0: all hardware threads)")

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 
 #include "apps/commands.hpp"
@@ -19,13 +20,19 @@ void add_run_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("run", "Run a config: DiT inference on the emulator or MPI");
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
-  cmd->add_option("--out", opt->out, "Output directory (report.json, image.png, trace.json)");
+  cmd->add_option("--out", opt->out,
+                  "Output directory (report.json, image.png, trace.json); default out/<config "
+                  "name>, so runs of different configs do not mix");
   cmd->add_option("--backend", opt->backend, "emulator | mpi")
       ->check(CLI::IsMember({"emulator", "mpi"}));
   cmd->add_option("--inject-fault", opt->inject_fault,
                   "Make rank R throw at the start of step S: rank=R,step=S (tests failure paths)");
   cmd->add_flag("-q,--quiet", opt->quiet, "Print only errors");
+  add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
+    if (opt->out.empty())
+      opt->out =
+          (std::filesystem::path("out") / std::filesystem::path(opt->config).stem()).string();
     if (opt->backend == "mpi") {
       std::exit(run_mpi_main(*opt));
     }
@@ -37,7 +44,8 @@ void add_run_command(CLI::App& app) {
     // A lossy run (V-Major above threshold 0) reports its quality against the exact run of the
     // same config: the same strategy at threshold 0, which is bitwise exact.
     if (!plan.settings.phantom &&
-        dit::attention_strategy_is_lossy(plan.settings.strategy, plan.settings.strategy_options)) {
+        dit::attention_strategy_is_lossy(plan.settings.strategy, plan.settings.strategy_options,
+                                         plan.settings.strategies.get())) {
       std::vector<std::string> sets = opt->sets;
       sets.insert(sets.end(), {"v_major.threshold=0", "emulator.trace=false"});
       RunPlan exact_plan = resolve_run_plan(opt->config, sets);

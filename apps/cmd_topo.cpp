@@ -64,12 +64,54 @@ void print_route(RouteTable& routes, int a, int b) {
               routes.graph().describe_route(a, routes.route(a, b)).c_str());
 }
 
+// Warns (stderr) for each tier whose routes leave that tier's links: an intra-node transfer
+// through a NIC, say. Every node is alike, so the pairs from node 0 to nodes 0 and 1 stand for
+// all of them.
+void warn_routes_leaving_their_tier(RouteTable& routes) {
+  const ClusterGraph& g = routes.graph();
+  const Topology& topo = g.topology();
+  const int rpn = topo.ranks_per_node();
+  const int last = std::min(topo.num_ranks(), 2 * rpn);
+  std::vector<int> leaving(static_cast<size_t>(topo.num_tiers()), 0);
+  std::vector<int> pairs(leaving.size(), 0);
+  std::vector<std::pair<int, int>> example(leaving.size(), {-1, -1});
+  for (int a = 0; a < rpn; ++a)
+    for (int b = 0; b < last; ++b) {
+      if (a == b) continue;
+      const size_t t = static_cast<size_t>(topo.tier(a, b));
+      ++pairs[t];
+      if (!g.link_outside_tier(a, b, routes.route(a, b))) continue;
+      if (leaving[t]++ == 0) example[t] = {a, b};
+    }
+  for (size_t t = 0; t < leaving.size(); ++t) {
+    if (leaving[t] == 0) continue;
+    auto [a, b] = example[t];
+    const std::span<const int> r = routes.route(a, b);
+    const int l = *g.link_outside_tier(a, b, r);
+    std::fprintf(stderr,
+                 "warning: %d of %d %s routes from node 0 leave the %s links (through %s, tier "
+                 "%s), e.g. %s; add %s links to the cluster file if the machine has them\n",
+                 leaving[t], pairs[t], topo.tier_name(static_cast<int>(t)).c_str(),
+                 topo.tier_name(static_cast<int>(t)).c_str(),
+                 g.link_class(g.link(l).link_class).name.c_str(),
+                 g.link_class(g.link(l).link_class).tier.c_str(), g.describe_route(a, r).c_str(),
+                 topo.tier_name(static_cast<int>(t)).c_str());
+  }
+}
+
 void run_topo(const TopoOptions& o) {
   Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
   Cluster c = load_cluster(cfg, config_dir() / "clusters");
   const Topology& topo = c.topology;
   const ClusterGraph& g = *c.graph;
+  // Bad --route arguments fail before anything is printed.
+  std::vector<std::pair<int, int>> asked;
+  for (const std::string& s : o.routes) {
+    asked.push_back(parse_route(s, topo.num_ranks()));
+    if (asked.back().first == asked.back().second)
+      throw UserError("--route " + s + ": a rank to itself has no route");
+  }
 
   std::printf("cluster %s: %s\n", c.name.c_str(), c.description.c_str());
   std::printf("  source   %s\n", c.source.c_str());
@@ -123,14 +165,11 @@ void run_topo(const TopoOptions& o) {
     print_route(routes, 0, nearest);
     if (farthest != nearest) print_route(routes, 0, farthest);
   }
-  if (!o.routes.empty()) {
+  if (!asked.empty()) {
     std::printf("\nroutes\n");
-    for (const std::string& s : o.routes) {
-      auto [a, b] = parse_route(s, topo.num_ranks());
-      if (a == b) throw UserError("--route " + s + ": a rank to itself has no route");
-      print_route(routes, a, b);
-    }
+    for (auto [a, b] : asked) print_route(routes, a, b);
   }
+  warn_routes_leaving_their_tier(routes);
 
   const RooflineParams& d = c.device_params;
   std::printf("\ndevice %s (roofline)\n", d.name.c_str());

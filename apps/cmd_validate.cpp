@@ -8,6 +8,19 @@
 
 namespace cocodiff::apps {
 
+void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
+  cmd->add_option_function<int>(
+         "--ulysses-degree",
+         [&sets](int n) { sets.push_back("parallel.ulysses_degree=" + std::to_string(n)); },
+         "Ulysses (all-to-all) degree; x --ring-degree = ranks (parallel.ulysses_degree)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<int>(
+         "--ring-degree",
+         [&sets](int n) { sets.push_back("parallel.ring_degree=" + std::to_string(n)); },
+         "Ring-attention degree over outer topology levels (usp; parallel.ring_degree)")
+      ->check(CLI::PositiveNumber);
+}
+
 void add_validate_command(CLI::App& app) {
   struct Options {
     std::string config;
@@ -20,6 +33,7 @@ void add_validate_command(CLI::App& app) {
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
   cmd->add_flag("--dump", opt->dump, "Also print the fully resolved TOML");
+  add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     std::cout << describe(plan);

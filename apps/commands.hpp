@@ -17,13 +17,16 @@ std::unique_lock<std::mutex> hold_interrupts();
 /// another rank's abort, which reports the error).
 void quiet_interrupts();
 void add_validate_command(CLI::App& app);
+/// --ulysses-degree N and --ring-degree N on `cmd` (xDiT's flags): each appends
+/// parallel.ulysses_degree=N / parallel.ring_degree=N to `sets`, which must outlive the parse.
+void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets);
 void add_forward_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 /// The options of `cocodiff run`.
 struct RunCommandOptions {
   std::string config;
   std::vector<std::string> sets;
-  std::string out = "out";
+  std::string out;  // empty: out/<config file name without .toml>
   std::string backend = "emulator";
   std::string inject_fault;  // "rank=R,step=S" or empty
   bool quiet = false;
@@ -33,7 +36,11 @@ int run_mpi_main(const RunCommandOptions& opt);
 
 /// `cocodiff topo`: prints a cluster's tiers, links, routes and device model.
 void add_topo_command(CLI::App& app);
+/// `cocodiff weights`: a model's expected tensors; --check a checkpoint against them.
+void add_weights_command(CLI::App& app);
 /// `cocodiff netbench`: nccl-tests-style collective benchmark on the emulated cluster.
 void add_netbench_command(CLI::App& app);
+/// `cocodiff calibrate`: fits the collective library's software costs to measurements.
+void add_calibrate_command(CLI::App& app);
 
 }  // namespace cocodiff::apps

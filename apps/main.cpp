@@ -13,12 +13,14 @@
 #include <cstring>
 #include <exception>
 #include <mutex>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/run_plan.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
 
@@ -104,6 +106,18 @@ int main(int argc, char** argv) {
   cocodiff::apps::start_interrupt_watcher();  // first: before any other thread starts
   CLI::App app{"cocodiff: multi-node Diffusion Transformer inference emulator"};
   app.require_subcommand(1);
+  app.option_defaults()->always_capture_default();  // --help shows every option's default
+#ifndef COCODIFF_VERSION
+#define COCODIFF_VERSION "unknown"
+#endif
+#ifdef COCODIFF_HAVE_MPI
+  const char* mpi = "yes";
+#else
+  const char* mpi = "no";
+#endif
+  app.set_version_flag("--version", std::string("cocodiff ") + COCODIFF_VERSION +
+                                        "\nconfigs: " + cocodiff::apps::config_dir().string() +
+                                        "\nMPI backend: " + mpi);
   // Sub-commands (one apps/cmd_*.cpp each):
   cocodiff::apps::add_run_command(app);
   cocodiff::apps::add_validate_command(app);
@@ -111,6 +125,8 @@ int main(int argc, char** argv) {
   cocodiff::apps::add_compare_command(app);
   cocodiff::apps::add_topo_command(app);
   cocodiff::apps::add_netbench_command(app);
+  cocodiff::apps::add_calibrate_command(app);
+  cocodiff::apps::add_weights_command(app);
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 alone would only say "A subcommand is required"
     std::string names;
     bool known = false;
@@ -141,6 +157,11 @@ int main(int argc, char** argv) {
     return e.user_error() ? 2 : 1;
   } catch (const cocodiff::UserError& e) {
     std::fprintf(stderr, "cocodiff: error: %s\n", e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {  // a resource error: exit 2, as for any input too large
+    std::fprintf(stderr,
+                 "cocodiff: error: out of memory while building the run (std::bad_alloc); use "
+                 "run.math = \"skip\", a smaller model or resolution, or more memory\n");
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "cocodiff: internal error: %s\n", e.what());

@@ -51,7 +51,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
     std::unique_ptr<Communicator> world =
         runtime.world(plan.cluster.topology, mpi::WorldOptions{plan.mpi_check_hosts});
     const bool root = world->rank() == 0;
-    if (root && !quiet) std::cout << describe(plan) << std::flush;
+    if (root && !quiet) std::cout << describe(plan, "mpi") << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);
     const dit::RunSettings settings = settings_for(plan);
     const auto& mpi_world = dynamic_cast<const mpi::MpiComm&>(*world);

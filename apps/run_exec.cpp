@@ -190,6 +190,7 @@ RunRecord run_emulated(const RunPlan& plan) {
       {"mean_exposed_comm_s", exposed_sum / n},
   };
   r["flows"] = res.flows;
+  r["regions_replayed"] = res.regions_replayed;
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
   dit::StrategyStats merged = stats.at(0);
@@ -202,27 +203,38 @@ RunRecord run_emulated(const RunPlan& plan) {
 
 void write_outputs(const RunPlan& plan, const RunRecord& rec,
                    const std::filesystem::path& out_dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) throw InputError(out_dir.string() + ": cannot create output directory: " + ec.message());
+  // One set: everything goes into a staging directory beside out_dir, moved into place last.
+  OutputSet set(out_dir);
+  const std::filesystem::path& dir = set.dir();
   if (!rec.latent.phantom()) {
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    dit::write_png(out_dir / "image.png",
-                   dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
-    if (plan.save_latent)
+    dit::write_png(
+        dir / "image.png",
+        plan.model.pixel_space
+            ? dit::pixel_image(rec.latent, rec.latent_height, rec.latent_width, upscale)
+            : dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
+    output_test_point();
+    if (plan.save_latent) {
       dit::write_safetensors(
-          out_dir / "latent.safetensors",
+          dir / "latent.safetensors",
           {{"latent", {rec.latent.rows(), rec.latent_height, rec.latent_width}, &rec.latent}});
+      output_test_point();
+    }
   }
-  if (rec.emulated && plan.engine.trace)
-    emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, out_dir / "trace.json");
-  if (rec.emulated && plan.engine.trace)  // a PNG Gantt chart; warns and skips without gnuplot
+  if (rec.emulated && plan.engine.trace) {
+    emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, dir / "trace.json");
+    output_test_point();
+    // A PNG Gantt chart; warns and skips without gnuplot.
     emu::write_timeline_png_or_warn(
-        *rec.emulated, plan.cluster.topology, out_dir / "timeline.png",
+        *rec.emulated, plan.cluster.topology, dir / "timeline.png",
         {.title = plan.model.name + ", " + plan.settings.strategy + ", " + plan.cluster.name +
                   " x " + std::to_string(plan.cluster.topology.num_nodes()) + " node(s), " +
                   plan.math + " math, " + std::to_string(plan.settings.steps) + " step(s)"});
-  write_file_atomic(out_dir / "report.json", rec.report.dump(2) + "\n");
+    output_test_point();
+  }
+  write_file_atomic(dir / "report.json", rec.report.dump(2) + "\n");
+  output_test_point();
+  set.commit();
 }
 
 namespace {

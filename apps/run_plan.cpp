@@ -7,14 +7,31 @@
 #include <thread>
 
 #include "core/errors.hpp"
+#include "dit/image.hpp"
 #include "dit/parallel/strategies.hpp"
+
+#ifndef COCODIFF_CONFIG_DIR
+#define COCODIFF_CONFIG_DIR "configs"
+#endif
+#ifndef COCODIFF_INSTALL_CONFIG_DIR
+#define COCODIFF_INSTALL_CONFIG_DIR COCODIFF_CONFIG_DIR
+#endif
 
 namespace cocodiff::apps {
 
 std::filesystem::path config_dir() {
+  namespace fs = std::filesystem;
   const char* env = std::getenv("COCODIFF_CONFIG_DIR");
-  return env != nullptr && *env != 0 ? std::filesystem::path(env)
-                                     : std::filesystem::path(COCODIFF_CONFIG_DIR);
+  if (env != nullptr && *env != 0) return fs::path(env);
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path beside = exe.parent_path().parent_path() / "share" / "cocodiff" / "configs";
+    if (fs::is_directory(beside / "models", ec)) return beside;
+  }
+  fs::path installed(COCODIFF_INSTALL_CONFIG_DIR);
+  if (fs::is_directory(installed / "models", ec)) return installed;
+  return fs::path(COCODIFF_CONFIG_DIR);
 }
 
 namespace {
@@ -42,8 +59,63 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
 
 }  // namespace
 
+namespace {
+
+// Inpainting keys: run.inpaint_image (PNG of the known picture, resolution x resolution,
+// pixel-space models) and the region to generate, run.inpaint_rect = [x, y, width, height] in
+// pixels. Everything outside the rectangle is kept from the known picture.
+void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s) {
+  const bool has_image = cfg.has("run.inpaint_image"), has_rect = cfg.has("run.inpaint_rect");
+  if (!has_image && !has_rect) return;
+  if (!has_image || !has_rect)
+    throw ConfigError(cfg.where(has_image ? "run.inpaint_image" : "run.inpaint_rect"),
+                      has_image ? "run.inpaint_rect" : "run.inpaint_image",
+                      "run.inpaint_image and run.inpaint_rect together", "only one of them");
+  if (!m.pixel_space)
+    throw ConfigError(cfg.where("run.inpaint_image"), "run.inpaint_image",
+                      "a pixel-space model (model.pixel_space = true)",
+                      "model " + m.name + " with a latent space");
+  const std::filesystem::path file = cfg.directory() / cfg.require_string("run.inpaint_image");
+  const dit::Rgb img = dit::read_png(file);
+  const int n = s.resolution;
+  if (img.width != n || img.height != n)
+    throw ConfigError(
+        cfg.where("run.inpaint_image"), "run.inpaint_image",
+        "a " + std::to_string(n) + " x " + std::to_string(n) + " PNG (run.resolution)",
+        file.string() + " of " + std::to_string(img.width) + " x " + std::to_string(img.height));
+  const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
+  if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > n ||
+      r[1] + r[3] > n) {
+    std::string found = "[";
+    for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
+    throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
+                      "[x, y, width, height] inside the " + std::to_string(n) + " x " +
+                          std::to_string(n) + " image",
+                      found + "]");
+  }
+  const int c = m.latent_channels;
+  Tensor known = Tensor::zeros(c, std::int64_t{n} * n, false);
+  Tensor mask = Tensor::zeros(1, std::int64_t{n} * n, false);
+  for (int y = 0; y < n; ++y)
+    for (int x = 0; x < n; ++x) {
+      const std::int64_t i = std::int64_t{y} * n + x;
+      const std::uint8_t* px = &img.pixels[static_cast<size_t>(i) * 3];
+      for (int k = 0; k < c; ++k) {
+        const float v = c == 1 ? (px[0] + px[1] + px[2]) / 3.0f : px[k];
+        known.mat()(k, i) = v / 127.5f - 1.0f;
+      }
+      const bool inside = x >= r[0] && x < r[0] + r[2] && y >= r[1] && y < r[1] + r[3];
+      mask.mat()(0, i) = inside ? 1.0f : 0.0f;
+    }
+  s.known_latent = std::move(known);
+  s.mask = std::move(mask);
+}
+
+}  // namespace
+
 RunPlan resolve_run_plan(const std::filesystem::path& config_file,
-                         const std::vector<std::string>& sets) {
+                         const std::vector<std::string>& sets,
+                         std::shared_ptr<const dit::StrategyRegistry> strategies) {
   RunPlan plan;
   plan.cfg = Config::load(config_file);
   for (const std::string& s : sets) plan.cfg.set(s);
@@ -59,9 +131,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
   plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
   s.phantom = plan.math == "skip";
-  std::vector<std::string> names = dit::attention_strategy_names();
+  const dit::StrategyRegistry* user = strategies.get();
+  s.strategies = std::move(strategies);
+  std::vector<std::string> names = dit::attention_strategy_names(user);
   s.strategy = cfg.get_string("run.strategy", "flat");
-  if (const std::string err = dit::attention_strategy_error(s.strategy); !err.empty()) {
+  const bool user_strategy = user != nullptr && user->contains(s.strategy);
+  if (const std::string err = dit::attention_strategy_error(s.strategy, user); !err.empty()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : " | ") + n;
     throw ConfigError(cfg.where("run.strategy"), "run.strategy",
@@ -75,15 +150,19 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   if (cfg.has("run.initial_latent"))
     plan.initial_latent = cfg.directory() / cfg.require_string("run.initial_latent");
   plan.save_latent = cfg.get_bool("run.save_latent", false);
+  read_inpainting(cfg, plan.model, s);
 
   emu::EngineOptions& e = plan.engine;
-  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  e.workers = static_cast<int>(cfg.get_int("emulator.workers", cores, 1, 1024));
+  // One worker by default: a fiber hand-off between workers costs several times one on a single
+  // worker, so more workers never made a run faster (parallelism comes from independent runs).
+  e.workers = static_cast<int>(cfg.get_int("emulator.workers", 1, 1, 1024));
   e.trace = cfg.get_bool("emulator.trace", true);
+  e.replay = cfg.get_bool("emulator.replay", true);
   e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
-  e.all_to_all_algorithm =
-      cfg.get_choice("emulator.all_to_all", "pairwise", {"pairwise", "concurrent"});
+  e.all_to_all_algorithm = cfg.get_choice("emulator.all_to_all", "library",
+                                          {"library", "pairwise", "xor", "concurrent"});
   e.wire_bytes_per_element = cfg.get_double("emulator.wire_bytes_per_element", 2, 0.125, 16);
+  e.library = plan.cluster.library;
   e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
                   << 10;
   plan.mpi_check_hosts = cfg.get_bool("mpi.check_hosts", true);
@@ -110,24 +189,95 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     throw ConfigError(cfg.where("usp.ring_levels"), "usp.ring_levels",
                       "fewer than the topology's " + std::to_string(topo.num_levels()) + " levels",
                       std::to_string(s.strategy_options.usp_ring_levels));
+  // xDiT-style degrees: parallel.ulysses_degree x parallel.ring_degree = ranks. Ring attention
+  // runs over whole outer levels of the topology (usp.ring_levels), so a ring degree must be the
+  // product of the outermost levels' sizes: nodes, nodes x GPUs, ...
+  std::vector<int> ring_choices = {1};  // ring degree of 0, 1, 2, ... outer levels
+  for (int k = topo.num_levels() - 1; k > 0; --k)
+    ring_choices.push_back(ring_choices.back() * topo.level(k).size);
+  auto split_list = [&](bool heads_divide) {
+    std::string list;
+    for (size_t i = 0; i < ring_choices.size(); ++i) {
+      const int ring = ring_choices[i];
+      if (i > 0 && ring == ring_choices[i - 1]) continue;  // a level of size 1
+      const int u = plan.ranks() / ring;
+      if (heads_divide && plan.model.heads % u != 0) continue;
+      list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
+              " --ring-degree " + std::to_string(ring);
+    }
+    return list;
+  };
+  if (cfg.has("parallel.ulysses_degree") || cfg.has("parallel.ring_degree")) {
+    const bool has_u = cfg.has("parallel.ulysses_degree");
+    const bool has_r = cfg.has("parallel.ring_degree");
+    const int u_in = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
+    const int r_in = static_cast<int>(cfg.get_int("parallel.ring_degree", 0, 1, 1 << 20));
+    const int ring = has_r ? r_in : std::max(1, plan.ranks() / u_in);
+    const int ulysses = has_u ? u_in : std::max(1, plan.ranks() / r_in);
+    if (static_cast<std::int64_t>(ulysses) * ring != plan.ranks()) {
+      const std::string key = has_u ? "parallel.ulysses_degree" : "parallel.ring_degree";
+      throw ConfigError(cfg.where(key), key,
+                        "degrees whose product is the cluster's " + std::to_string(plan.ranks()) +
+                            " ranks (e.g. " + split_list(false) + ")",
+                        "ulysses " + std::to_string(ulysses) + " x ring " + std::to_string(ring) +
+                            " = " + std::to_string(static_cast<std::int64_t>(ulysses) * ring));
+    }
+    const auto level = std::find(ring_choices.begin(), ring_choices.end(), ring);
+    if (level == ring_choices.end()) {
+      std::string sizes;
+      for (size_t i = 0; i < ring_choices.size(); ++i)
+        if (i == 0 || ring_choices[i] != ring_choices[i - 1])
+          sizes += (sizes.empty() ? "" : ", ") + std::to_string(ring_choices[i]);
+      throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+                        "a ring over whole outer levels of the topology: one of " + sizes,
+                        std::to_string(ring));
+    }
+    if (ring > 1 && s.strategy != "usp") {
+      if (cfg.has("run.strategy"))
+        throw ConfigError(
+            cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+            "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the usp strategy)",
+            std::to_string(ring));
+      s.strategy = "usp";
+    }
+    if (s.strategy == "usp")
+      s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
+  }
   // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
   int ulysses_degree = plan.ranks();
   if (s.strategy == "usp")
     for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
          k < plan.cluster.topology.num_levels(); ++k)
       ulysses_degree /= std::max(1, plan.cluster.topology.level(std::max(0, k)).size);
-  if (s.strategy != "serial" && !s.strategy_options.uneven_heads &&
-      plan.model.heads % ulysses_degree != 0) {
-    const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
-    throw ConfigError(cfg.where(key), key,
-                      "a rank count that divides the " + std::to_string(plan.model.heads) +
-                          " heads of " + plan.model.name +
-                          " (Ulysses gives every rank heads / ranks heads; set "
-                          "ulysses.uneven_heads = true for DeepSpeed's uneven split)",
-                      std::to_string(plan.cluster.topology.num_nodes()) +
-                          " nodes = " + std::to_string(ulysses_degree) + " ranks");
+  const bool ulysses_split = s.strategy != "serial" && !user_strategy;
+  if (ulysses_split && plan.model.heads % ulysses_degree != 0) {
+    const std::string fits = split_list(true);
+    const std::string hint = fits.empty() ? "" : "; degree splits that divide them: " + fits;
+    if (!s.strategy_options.uneven_heads) {
+      const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
+      throw ConfigError(cfg.where(key), key,
+                        "a Ulysses degree that divides the " + std::to_string(plan.model.heads) +
+                            " heads of " + plan.model.name +
+                            " (Ulysses gives every rank heads / degree heads; set "
+                            "ulysses.uneven_heads = true for DeepSpeed's uneven split" +
+                            hint + ")",
+                        std::to_string(plan.cluster.topology.num_nodes()) +
+                            " nodes = " + std::to_string(plan.ranks()) + " ranks, Ulysses degree " +
+                            std::to_string(ulysses_degree));
+    }
+    const int heads = plan.model.heads;
+    plan.attention_note =
+        "uneven heads: " + std::to_string(heads) + " heads over Ulysses degree " +
+        std::to_string(ulysses_degree) + ": the first " + std::to_string(heads % ulysses_degree) +
+        " ranks of each Ulysses group hold " + std::to_string(heads / ulysses_degree + 1) +
+        " heads, the others " + std::to_string(heads / ulysses_degree) +
+        (heads < ulysses_degree
+             ? "; ranks " + std::to_string(heads) + " to " + std::to_string(ulysses_degree - 1) +
+                   " of each group hold none and idle in attention"
+             : std::string()) +
+        hint;
   }
-  if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat")
+  if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
   for (const std::string& tier : s.strategy_options.v_major_tiers) {
@@ -192,23 +342,35 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   };
 }
 
-std::string describe(const RunPlan& p) {
+std::string describe(const RunPlan& p, const std::string& backend,
+                     const std::vector<std::string>& strategies) {
   std::ostringstream os;
+  std::string strategy = "strategy " + p.settings.strategy;
+  if (!strategies.empty()) {
+    strategy = "strategies ";
+    for (size_t i = 0; i < strategies.size(); ++i) strategy += (i ? ", " : "") + strategies[i];
+  }
   const Topology& t = p.cluster.topology;
   os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
      << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks
      << " double + " << p.model.single_blocks << " single blocks)\n";
   os << "run        " << p.settings.resolution << "^2 px, " << p.tokens() << " image tokens, "
-     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math
-     << ", strategy " << p.settings.strategy << "\n";
+     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math << ", "
+     << strategy << "\n";
   os << "cluster    " << p.cluster.name << ": " << t.num_nodes() << " node(s), " << t.num_ranks()
      << " ranks (";
   for (int k = t.num_levels() - 1; k >= 0; --k)
     os << t.level(k).size << " " << t.level(k).name << (k > 0 ? " x " : "");
   os << "), network " << p.cluster.network_kind << ", device " << p.cluster.device->name() << "\n";
-  os << "emulator   " << p.engine.workers << " worker thread(s), all-to-all "
-     << p.engine.all_to_all_algorithm << ", " << p.engine.wire_bytes_per_element
-     << " wire bytes per element, trace " << (p.engine.trace ? "on" : "off") << "\n";
+  if (!p.attention_note.empty()) os << "attention  " << p.attention_note << "\n";
+  if (backend == "mpi") {
+    os << "backend    MPI: one process per rank (" << t.num_ranks()
+       << "), fp32 payloads (4 bytes per element on the wire), no trace or timeline\n";
+  } else {
+    os << "emulator   " << p.engine.workers << " worker thread(s), all-to-all "
+       << p.engine.all_to_all_algorithm << ", " << p.engine.wire_bytes_per_element
+       << " wire bytes per element, trace " << (p.engine.trace ? "on" : "off") << "\n";
+  }
   return os.str();
 }
 

@@ -7,19 +7,23 @@
 
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "core/config.hpp"
 #include "dit/model_config.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "dit/pipeline.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
 
 namespace cocodiff::apps {
 
-/// The configs/ directory: $COCODIFF_CONFIG_DIR, else the source tree's (compiled in).
+/// The configs/ directory, the first of: $COCODIFF_CONFIG_DIR; ../share/cocodiff/configs
+/// beside the running program (an installed tree, wherever it was moved); the install prefix's
+/// (compiled in); the source tree's (compiled in, for the build tree).
 std::filesystem::path config_dir();
 
 /// `--inject-fault rank=R,step=S`: rank R throws at the start of denoising step S.
@@ -44,6 +48,9 @@ struct RunPlan {
   // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;
+  /// How heads split when they do not divide the Ulysses degree (ulysses.uneven_heads): which
+  /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
+  std::string attention_note;
   int ranks() const { return cluster.topology.num_ranks(); }
   std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
 };
@@ -51,8 +58,10 @@ struct RunPlan {
 /// Loads `config_file`, applies `sets` ("key=value", in order), reads every section and checks
 /// that the pieces agree (ranks vs tokens and heads, resolution vs patch size, unknown keys).
 /// ConfigError names the file, line and key.
+/// `strategies`: the program's own attention strategies (run.strategy may name them).
 RunPlan resolve_run_plan(const std::filesystem::path& config_file,
-                         const std::vector<std::string>& sets);
+                         const std::vector<std::string>& sets,
+                         std::shared_ptr<const dit::StrategyRegistry> strategies = nullptr);
 
 /// Parses "rank=R,step=S" against the plan's rank and step counts; ConfigError otherwise.
 FaultSpec parse_fault(const std::string& spec, const RunPlan& plan);
@@ -60,7 +69,10 @@ FaultSpec parse_fault(const std::string& spec, const RunPlan& plan);
 /// The per-step hook of a plan: progress on rank 0 and the injected fault, if any.
 std::function<void(int rank, int step)> step_hook(const RunPlan& plan);
 
-/// Human-readable summary of the resolved settings (for `validate` and `run`).
-std::string describe(const RunPlan& plan);
+/// Human-readable summary of the resolved settings (for `validate`, `run`, `compare`): the
+/// engine line for backend "emulator", the MPI line for "mpi"; `strategies` (compare) replaces
+/// the plan's one strategy.
+std::string describe(const RunPlan& plan, const std::string& backend = "emulator",
+                     const std::vector<std::string>& strategies = {});
 
 }  // namespace cocodiff::apps

@@ -131,6 +131,18 @@ class Communicator {
   /// The caller's clock: virtual time on the emulator, wall time since start on MPI.
   virtual SimTime now() const = 0;
 
+  /// What begin_region() tells the caller.
+  struct RegionMark {
+    bool replayed = false;  // the region's recorded effect was applied: skip its body
+    std::uint64_t id = 0;   // names the (key, start state) of a replayable region; 0: none
+  };
+  /// Collective over the world (every rank, same key, same order): a region of the run starts
+  /// here and ends at the next call. With `may_skip`, an emulator that already simulated a
+  /// region of this key from the same start state (clock offsets, nothing in flight) applies
+  /// its recorded effect and returns replayed = true: the caller skips the body, which must
+  /// then depend on nothing but the key. Other backends and groups return {}.
+  virtual RegionMark begin_region(std::string_view /*key*/, bool /*may_skip*/) { return {}; }
+
  protected:
   virtual Request do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                  std::int64_t count, std::string_view label) = 0;

@@ -1,6 +1,10 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -43,6 +47,26 @@ void merge_missing(toml::table& dst, const toml::table& src) {
   }
 }
 
+// A config is a few kilobytes; a larger limit than any real one keeps a stray huge file (which
+// toml++ would hold in memory many times over) from exhausting memory.
+constexpr std::uintmax_t kMaxConfigBytes = std::uintmax_t{16} << 20;
+
+std::string file_kind(std::filesystem::file_type t) {
+  switch (t) {
+    case std::filesystem::file_type::directory:
+      return "directory";
+    case std::filesystem::file_type::fifo:
+      return "FIFO";
+    case std::filesystem::file_type::character:
+    case std::filesystem::file_type::block:
+      return "device";
+    case std::filesystem::file_type::socket:
+      return "socket";
+    default:
+      return "special file";
+  }
+}
+
 }  // namespace
 
 std::string describe_node(const toml::node& node) {
@@ -74,12 +98,24 @@ std::string describe_node(const toml::node& node) {
 }
 
 Config Config::load(const std::filesystem::path& file) {
+  namespace fs = std::filesystem;
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(file, ec))
+  const fs::file_status st = fs::status(file, ec);
+  if (st.type() == fs::file_type::not_found || st.type() == fs::file_type::none)
     throw ConfigError(file.string() + ": no such config file");
+  if (st.type() != fs::file_type::regular)
+    throw ConfigError(file.string() + ": not a regular file (a " + file_kind(st.type()) +
+                      "); a config is a TOML file");
+  const std::uintmax_t size_bytes = fs::file_size(file, ec);
+  if (!ec && size_bytes > kMaxConfigBytes)
+    throw ConfigError(file.string() + ": " + std::to_string(size_bytes) +
+                      " bytes; a config file may hold at most " + std::to_string(kMaxConfigBytes) +
+                      " bytes");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw ConfigError(file.string() + ": cannot be read (" + std::strerror(errno) + ")");
   Config c;
   try {
-    c.root_ = toml::parse_file(file.string());
+    c.root_ = toml::parse(in, file.string());
   } catch (const toml::parse_error& e) {
     throw ConfigError(file.string() + ":" + std::to_string(e.source().begin.line) + ":" +
                       std::to_string(e.source().begin.column) +
@@ -197,11 +233,7 @@ std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int
   const toml::node* n = find(key);
   std::optional<std::int64_t> v;
   if (n != nullptr) {
-    v = n->value_exact<std::int64_t>();
-    if (!v && n->is_floating_point()) {
-      double d = *n->value<double>();
-      if (d == static_cast<double>(static_cast<std::int64_t>(d))) v = static_cast<std::int64_t>(d);
-    }
+    v = n->value_exact<std::int64_t>();  // 384.0 is a float, not an integer: refused
   }
   std::string range = (lo == INT64_MIN && hi == INT64_MAX)
                           ? "an integer"
@@ -227,7 +259,7 @@ double Config::require_double(std::string_view key, double lo, double hi) const 
   range << "a number";
   if (lo > -1e300 || hi < 1e300) range << " in [" << lo << ", " << hi << "]";
   if (!v) type_error(key, range.str());
-  if (!(*v >= lo && *v <= hi)) {
+  if (!std::isfinite(*v) || !(*v >= lo && *v <= hi)) {
     std::ostringstream f;
     f << *v;
     throw ConfigError(where(key), key, range.str(), f.str());
@@ -281,6 +313,9 @@ std::vector<T> get_list(const Config& cfg, const toml::node* n, std::string_view
     std::optional<T> v;
     if constexpr (std::is_same_v<T, double>) {
       if (e.is_number()) v = e.value<double>();
+      if (v && !std::isfinite(*v))
+        throw ConfigError(cfg.where(key), key, "an array of finite numbers",
+                          "an element that is " + describe_node(e));
     } else {
       v = e.value_exact<T>();
     }

@@ -40,6 +40,20 @@ class InputError : public UserError {
   using UserError::UserError;
 };
 
+/// A run whose virtual time leaves the representable horizon (2^63 ns): some quantity (a
+/// bandwidth, a peak, a latency) is far outside the plausible range. The message names it.
+class TimeOverflowError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
+/// A run that would need more of a machine resource (memory) than it may use, or an allocation
+/// that failed; the message names what was being built.
+class ResourceError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 /// Ranks that disagree: mismatched collectives, wrong sizes, deadlocks. Message names ranks.
 class CommError : public UserError {
  public:

@@ -132,6 +132,9 @@ class AttentionStrategy {
   virtual void begin_forward(int /*step*/, int /*pass*/) {}
   /// What the strategy measured so far on this rank.
   virtual StrategyStats stats() const { return {}; }
+  /// What sets denoising step `step` apart from other steps beyond the configuration (V-Major:
+  /// a step that sends everything); in phantom mode, steps with equal keys do the same work.
+  virtual std::string step_key(int /*step*/) const { return {}; }
 };
 
 /// The serial reference: project, prepare, concatenate, attend, split. Degree 1.

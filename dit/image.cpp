@@ -34,6 +34,43 @@ Rgb latent_preview(const Tensor& latent, int height, int width, int upscale) {
   return img;
 }
 
+Rgb pixel_image(const Tensor& latent, int height, int width, int upscale) {
+  COCO_CHECK(!latent.phantom() && (latent.rows() == 1 || latent.rows() == 3) &&
+                 latent.cols() == std::int64_t{height} * width && upscale >= 1,
+             "pixel_image: latent " + latent.shape_str());
+  Rgb img;
+  img.width = width * upscale;
+  img.height = height * upscale;
+  img.pixels.assign(static_cast<size_t>(img.width) * img.height * 3, 0);
+  for (int y = 0; y < img.height; ++y)
+    for (int x = 0; x < img.width; ++x)
+      for (int k = 0; k < 3; ++k) {
+        const std::int64_t ch = latent.rows() == 1 ? 0 : k;
+        const float v = latent.mat()(ch, std::int64_t{y / upscale} * width + x / upscale);
+        img.pixels[(static_cast<size_t>(y) * img.width + x) * 3 + k] =
+            static_cast<std::uint8_t>(std::clamp((v + 1.0f) * 127.5f + 0.5f, 0.0f, 255.0f));
+      }
+  return img;
+}
+
+Rgb read_png(const std::filesystem::path& path) {
+  png_image im{};
+  im.version = PNG_IMAGE_VERSION;
+  if (png_image_begin_read_from_file(&im, path.c_str()) == 0)
+    throw InputError(path.string() + ": not a readable PNG (" + im.message + ")");
+  im.format = PNG_FORMAT_RGB;
+  Rgb img;
+  img.width = static_cast<int>(im.width);
+  img.height = static_cast<int>(im.height);
+  img.pixels.resize(PNG_IMAGE_SIZE(im));
+  if (png_image_finish_read(&im, nullptr, img.pixels.data(), 0, nullptr) == 0) {
+    const std::string msg = im.message;
+    png_image_free(&im);
+    throw InputError(path.string() + ": PNG decode failed (" + msg + ")");
+  }
+  return img;
+}
+
 void write_png(const std::filesystem::path& path, const Rgb& image) {
   COCO_CHECK(image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
              "write_png: pixel buffer size");

@@ -23,6 +23,13 @@ struct Rgb {
 /// scaled to [0, 255] by the group's min and max; each latent cell becomes upscale^2 pixels.
 Rgb latent_preview(const Tensor& latent, int height, int width, int upscale = 1);
 
+/// The image of a pixel-space latent (1 gray or 3 RGB channels in [-1, 1]): value v becomes
+/// round((v + 1) * 127.5) clamped to [0, 255]; each cell becomes upscale^2 pixels.
+Rgb pixel_image(const Tensor& latent, int height, int width, int upscale = 1);
+
+/// Reads an 8-bit PNG of any colour type as RGB. InputError naming the file on failure.
+Rgb read_png(const std::filesystem::path& path);
+
 /// Writes an 8-bit RGB PNG atomically (temp file + rename). InputError on failure.
 void write_png(const std::filesystem::path& path, const Rgb& image);
 

@@ -28,6 +28,9 @@ struct ForwardInputs {
   const Tensor* text = nullptr;    // [B * text_tokens, text_dim], replicated on every rank
   const Tensor* pooled = nullptr;  // [B, pooled_dim] or null
   std::vector<int> class_labels;   // B labels (DiT), num_classes = the null class
+  /// true: return every channel the final layer predicts (out_channels: DiT's learned sigma
+  /// too); false: the latent_channels the sampler steps with.
+  bool all_channels = false;
 };
 
 class Model {

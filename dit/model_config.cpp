@@ -143,6 +143,7 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.num_classes =
       cfg_reader.get_int("num_classes", m.family == Family::kDiT ? 1000 : 0, 0, 1 << 24);
   m.guidance_embed = cfg_reader.get_bool("guidance_embed", false);
+  m.pixel_space = cfg_reader.get_bool("pixel_space", false);
   m.timestep_dim = cfg_reader.get_int("timestep_dim", m.timestep_dim, 2, 1 << 16);
   for (std::int64_t a : cfg_reader.get_int_list("rope_axes")) {
     if (a <= 0 || a % 2 != 0)
@@ -178,6 +179,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.timestep_scale = cfg_reader.get_double("timestep_scale", 1000.0, 1e-6, 1e6);
 
   // Structural checks that involve several keys.
+  if (m.pixel_space && m.latent_channels != 1 && m.latent_channels != 3)
+    throw ConfigError(cfg_reader.where("latent_channels"), "model.latent_channels",
+                      "1 (gray) or 3 (RGB) channels for a pixel-space model",
+                      std::to_string(m.latent_channels));
   if (m.family == Family::kDiT && m.num_classes < 1)
     throw ConfigError(cfg_reader.where("num_classes"), "model.num_classes",
                       "at least 1 class for a DiT model", std::to_string(m.num_classes));

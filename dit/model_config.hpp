@@ -42,12 +42,14 @@ struct ModelConfig {
   int latent_channels = 16;  // VAE latent channels
   int out_channels = 16;     // channels the model predicts (DiT learn_sigma: 8)
   int patch_size = 2;
-  int vae_scale = 8;  // pixels per latent cell
+  int vae_scale = 8;         // pixels per latent cell
+  bool pixel_space = false;  // the latent is the image: 1 (gray) or 3 (RGB) channels in [-1, 1]
   // Conditioning.
   int text_tokens = 512;
   int text_dim = 4096;          // text encoder width (joint_attention_dim)
   int pooled_dim = 768;         // pooled text embedding width (0: none)
-  int num_classes = 0;          // DiT class labels (a null class is added for CFG)
+  int num_classes = 0;          // class labels (a null class is added for CFG); FLUX: learned
+                                // class tokens (class_embedding.*) replace the text embeddings
   bool guidance_embed = false;  // FLUX.1-dev distilled guidance input
   int timestep_dim = 256;       // sinusoidal embedding width
   // Positions.

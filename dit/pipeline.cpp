@@ -1,5 +1,7 @@
 #include "dit/pipeline.hpp"
 
+#include <unordered_map>
+
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
 #include "dit/parallel/strategies.hpp"
@@ -26,6 +28,22 @@ TextConditioning make_text_conditioning(const ModelConfig& cfg, std::uint64_t se
       seeded_normal(cfg.text_tokens, cfg.text_dim, seed, tag + "text_embeddings", 1.0f, phantom);
   if (cfg.pooled_dim > 0)
     t.pooled = seeded_normal(1, cfg.pooled_dim, seed, tag + "pooled_embeddings", 1.0f, phantom);
+  return t;
+}
+
+TextConditioning class_conditioning(const ModelConfig& cfg, const Weights& w, int label,
+                                    bool phantom) {
+  COCO_CHECK(label >= 0 && label <= cfg.num_classes, "class_conditioning label");
+  TextConditioning t;
+  t.text = Tensor::zeros(cfg.text_tokens, cfg.text_dim, phantom);
+  if (!phantom) {
+    const Tensor& table = w.get("class_embedding.text.weight");
+    t.text.mat() = ConstMatMap(table.mat().row(label).data(), cfg.text_tokens, cfg.text_dim);
+  }
+  if (cfg.pooled_dim > 0) {
+    t.pooled = Tensor::zeros(1, cfg.pooled_dim, phantom);
+    if (!phantom) t.pooled.mat() = w.get("class_embedding.pooled.weight").mat().row(label);
+  }
   return t;
 }
 
@@ -67,6 +85,42 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
   return Tensor::from(std::move(m));
 }
 
+// The strategy statistics a step added (sums only: the V-Major cache size is a high-water mark).
+StrategyStats stats_added(const StrategyStats& after, const StrategyStats& before) {
+  StrategyStats d = after;
+  for (auto& [kind, v] : d.v_first) {
+    auto it = before.v_first.find(kind);
+    if (it == before.v_first.end()) continue;
+    const VFirstKindStats& b = it->second;
+    v.layers -= b.layers;
+    v.v_proj_s -= b.v_proj_s;
+    v.qk_prep_s -= b.qk_prep_s;
+    v.v_phase1_s -= b.v_phase1_s;
+    v.v_transfer_s -= b.v_transfer_s;
+    v.v_exposed_s -= b.v_exposed_s;
+    v.condition_held -= b.condition_held;
+    v.phase1_hidden -= b.phase1_hidden;
+  }
+  for (auto& [tier, v] : d.v_major) {
+    auto it = before.v_major.find(tier);
+    if (it == before.v_major.end()) continue;
+    v.full_elements -= it->second.full_elements;
+    v.sent_elements -= it->second.sent_elements;
+    v.blocks -= it->second.blocks;
+    v.active_blocks -= it->second.active_blocks;
+  }
+  d.v_major_cache_bytes = 0;
+  d.ranks = 0;
+  return d;
+}
+
+// What a simulated step did on this rank beyond the emulator's own accounting, kept so that a
+// replayed step (Communicator::begin_region) adds the same.
+struct StepEffect {
+  StrategyStats stats;
+  int forwards = 0;
+};
+
 }  // namespace
 
 RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
@@ -101,7 +155,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   std::unique_ptr<Model> model = make_model(cfg);
   std::unique_ptr<AttentionStrategy> attn =
       st.make_strategy ? st.make_strategy(comm, cfg)
-                       : make_attention_strategy(st.strategy, comm, cfg, st.strategy_options);
+                       : make_attention_strategy(st.strategy, comm, cfg, st.strategy_options,
+                                                 st.strategies.get());
 
   // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
   // so every rank draws exactly its rows of the same full tensor.
@@ -126,13 +181,38 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     mask = local_tokens(mask_c, c, lh, lw, p, shard, phantom);
   }
 
-  // Conditioning (replicated on every rank).
-  const TextConditioning cond = make_text_conditioning(cfg, st.seed, false, phantom);
+  // Conditioning (replicated on every rank): learned class tokens where the model has them,
+  // else seeded stand-ins for the text encoder's output.
+  const bool class_tokens = cfg.family == Family::kFlux && cfg.num_classes > 0;
+  if (class_tokens && (st.class_label < 0 || st.class_label >= cfg.num_classes))
+    throw ConfigError("run.class_label " + std::to_string(st.class_label) + " is out of range: " +
+                      cfg.name + " has classes 0.." + std::to_string(cfg.num_classes - 1));
+  const TextConditioning cond = class_tokens ? class_conditioning(cfg, w, st.class_label, phantom)
+                                             : make_text_conditioning(cfg, st.seed, false, phantom);
   TextConditioning uncond;
-  if (use_cfg) uncond = make_text_conditioning(cfg, st.seed, true, phantom);
+  if (use_cfg)
+    uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
+                          : make_text_conditioning(cfg, st.seed, true, phantom);
 
+  // Every step is a region of the run (Communicator::begin_region): in phantom mode a step is a
+  // function of its key and of the start state alone, so the emulator may replay one it has
+  // already simulated from the same state instead of running it again.
+  std::unordered_map<std::uint64_t, StepEffect> step_effects;
+  StrategyStats replayed_stats;
+  replayed_stats.ranks = 0;
   for (int i = 0; i < out.steps; ++i) {
     if (st.on_step) st.on_step(comm.rank(), i);
+    const Communicator::RegionMark mark = comm.begin_region("step " + attn->step_key(i), phantom);
+    if (mark.replayed) {
+      auto it = step_effects.find(mark.id);
+      COCO_CHECK(it != step_effects.end(), "a replayed step was never simulated on this rank");
+      replayed_stats.merge(it->second.stats);
+      out.forwards += it->second.forwards;
+      continue;
+    }
+    const bool keep = phantom && mark.id != 0;
+    const StrategyStats stats_before = keep ? attn->stats() : StrategyStats{};
+    const int forwards_before = out.forwards;
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
     int pass = 0;
@@ -181,7 +261,11 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
     euler_step(ex, x, v, sigma, next);
     if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
+    if (keep)
+      step_effects[mark.id] = {stats_added(attn->stats(), stats_before),
+                               out.forwards - forwards_before};
   }
+  comm.begin_region("latent gather", false);
 
   // Gather every rank's tokens (padded to the largest shard) and unpack the latent.
   const std::int64_t max_rows = shard_tokens(total, ranks, 0).count;
@@ -201,6 +285,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
   out.latent = unpatchify(tokens, c, lh, lw, p);
   out.strategy_stats = attn->stats();
+  out.strategy_stats.merge(replayed_stats);  // sums only: its ranks and cache size are 0
   return out;
 }
 

@@ -21,6 +21,7 @@
 #include "dit/attention_strategy.hpp"
 #include "dit/model.hpp"
 #include "dit/model_config.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "dit/weights.hpp"
 
 namespace cocodiff::dit {
@@ -48,6 +49,8 @@ struct RunSettings {
   /// with that rank's communicator. Null: make_attention_strategy(strategy, ...).
   std::function<std::unique_ptr<AttentionStrategy>(Communicator&, const ModelConfig&)>
       make_strategy;
+  /// Strategies registered by the program; `strategy` may name one of them (shared, read-only).
+  std::shared_ptr<const StrategyRegistry> strategies;
 };
 
 struct RunOutput {
@@ -79,6 +82,11 @@ struct TextConditioning {
 };
 TextConditioning make_text_conditioning(const ModelConfig& cfg, std::uint64_t seed, bool negative,
                                         bool phantom);
+
+/// The learned class tokens of a class-conditioned FLUX model (class_embedding.* rows of
+/// `label`; label num_classes is the null class): text [text_tokens, text_dim], pooled [1, P].
+TextConditioning class_conditioning(const ModelConfig& cfg, const Weights& w, int label,
+                                    bool phantom);
 
 /// One transformer pass on this rank's tokens with the named strategy over `comm`.
 /// Collective over `comm`. Returns [B * in.shard.count, token_features].

@@ -1,11 +1,16 @@
 #include "dit/safetensors.hpp"
 
+#include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::dit {
@@ -52,6 +57,35 @@ std::uint16_t float_to_bf16(float f) {
   throw InputError(p.string() + ": " + what);
 }
 
+/// The format's layout rule: the tensors' byte ranges, in offset order, tile the data region
+/// exactly, from 0 to its end, with no gap and no overlap.
+void check_tiling(const std::filesystem::path& p,
+                  const std::map<std::string, SafetensorsEntry>& entries, std::uint64_t data_size) {
+  std::vector<std::pair<const std::string*, const SafetensorsEntry*>> by_offset;
+  by_offset.reserve(entries.size());
+  for (const auto& [name, e] : entries) by_offset.emplace_back(&name, &e);
+  std::sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  std::uint64_t next = 0;
+  const std::string* prev = nullptr;
+  for (const auto& [name, e] : by_offset) {
+    if (e->begin < next)
+      bad(p, "tensor '" + *name + "': data_offsets [" + std::to_string(e->begin) + ", " +
+                 std::to_string(e->end) + ") overlap tensor '" + *prev + "' (which ends at " +
+                 std::to_string(next) + ")");
+    if (e->begin > next)
+      bad(p, "tensor '" + *name + "': data_offsets [" + std::to_string(e->begin) + ", " +
+                 std::to_string(e->end) + ") leave a gap of " + std::to_string(e->begin - next) +
+                 " bytes before them (the tensors must tile the data section)");
+    next = e->end;
+    prev = name;
+  }
+  if (next != data_size)
+    bad(p, "the tensors cover " + std::to_string(next) + " bytes of the " +
+               std::to_string(data_size) + "-byte data section (trailing bytes or truncated)");
+}
+
 }  // namespace
 
 std::string st_dtype_name(StDtype d) {
@@ -89,12 +123,23 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
   const std::uint64_t data_size = file_size - data_start_;
 
   nlohmann::json j;
+  std::string duplicate;  // the first tensor name that appears twice (JSON would keep the last)
+  std::set<std::string> seen;
+  const nlohmann::json::parser_callback_t note_keys =
+      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+        if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string() &&
+            !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
+          duplicate = parsed.get<std::string>();
+        return true;
+      };
   try {
-    j = nlohmann::json::parse(header);
+    j = nlohmann::json::parse(header, note_keys);
   } catch (const nlohmann::json::exception& e) {
     bad(path_, std::string("header is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(path_, "header is not a JSON object");
+  if (!duplicate.empty())
+    bad(path_, "tensor '" + duplicate + "' is listed twice in the header (names must be unique)");
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
@@ -140,6 +185,7 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
                      std::to_string(numel * dtype_bytes(en.dtype)));
     entries_.emplace(name, std::move(en));
   }
+  check_tiling(path_, entries_, data_size);
 }
 
 const SafetensorsEntry* SafetensorsFile::find(const std::string& name) const {
@@ -156,6 +202,11 @@ Tensor SafetensorsFile::read(const std::string& name) const {
   } else if (!e->shape.empty()) {
     rows = e->shape[0];
     for (size_t i = 1; i < e->shape.size(); ++i) cols *= e->shape[i];
+  }
+  if (rows * cols == 0) {
+    TensorSpec shape{name, e->shape, {}};
+    bad(path_, "tensor '" + name + "' has the empty shape " + shape.shape_str() +
+                   " (every dimension must be at least 1)");
   }
   std::ifstream in(path_, std::ios::binary);
   in.seekg(static_cast<std::streamoff>(data_start_ + e->begin));
@@ -175,24 +226,116 @@ Tensor SafetensorsFile::read(const std::string& name) const {
                                         : half_to_float(h);
     }
   }
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(d[i]))
+      bad(path_, "tensor '" + name + "': element " + std::to_string(i) + " is " +
+                     (std::isnan(d[i]) ? "NaN" : "infinite") + " (inputs must be finite)");
   return Tensor::from(std::move(m));
+}
+
+SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) : path_(path) {
+  const std::string name = path.filename().string();
+  const std::string suffix = ".index.json";
+  if (name.size() <= suffix.size() ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    shards_.emplace_back(path);
+    for (const auto& [t, e] : shards_.back().entries()) shard_of_[t] = 0;
+    return;
+  }
+  std::ifstream in(path);
+  if (!in) bad(path, "cannot open the checkpoint index");
+  nlohmann::json index;
+  try {
+    index = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    bad(path, std::string("the index is not JSON: ") + e.what());
+  }
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    bad(path, "the index has no \"weight_map\" object (tensor name -> shard file)");
+  std::map<std::string, size_t> shard_index;  // shard file name -> index in shards_
+  for (const auto& [tensor, file] : index["weight_map"].items()) {
+    if (!file.is_string()) bad(path, "weight_map[\"" + tensor + "\"] is not a file name");
+    const std::string shard = file.get<std::string>();
+    if (shard.empty() || shard.find('/') != std::string::npos)
+      bad(path, "weight_map[\"" + tensor + "\"] = \"" + shard +
+                    "\": expected a file name beside the index");
+    auto [it, added] = shard_index.emplace(shard, shards_.size());
+    if (added) {
+      const std::filesystem::path p = path.parent_path() / shard;
+      if (!std::filesystem::exists(p))
+        bad(path,
+            "shard \"" + shard + "\" (of tensor '" + tensor + "') does not exist: " + p.string());
+      shards_.emplace_back(p);
+    }
+    if (shards_[it->second].find(tensor) == nullptr)
+      bad(path,
+          "the index places tensor '" + tensor + "' in " + shard + ", which does not hold it");
+    shard_of_[tensor] = it->second;
+  }
+}
+
+std::map<std::string, const SafetensorsEntry*> SafetensorsCheckpoint::entries() const {
+  std::map<std::string, const SafetensorsEntry*> out;
+  for (const auto& [name, shard] : shard_of_) out[name] = shards_[shard].find(name);
+  return out;
+}
+
+const SafetensorsEntry* SafetensorsCheckpoint::find(const std::string& name) const {
+  const auto it = shard_of_.find(name);
+  return it == shard_of_.end() ? nullptr : shards_[it->second].find(name);
+}
+
+Tensor SafetensorsCheckpoint::read(const std::string& name) const {
+  const auto it = shard_of_.find(name);
+  if (it == shard_of_.end()) bad(path_, "no tensor '" + name + "'");
+  return shards_[it->second].read(name);
+}
+
+std::string CheckpointCheck::describe() const {
+  std::string s;
+  for (const TensorSpec& t : missing)
+    s += "missing tensor '" + t.name + "' (expected shape " + t.shape_str() + ")\n";
+  for (const std::string& w : wrong_shape) s += "wrong shape: " + w + "\n";
+  for (const std::string& e : extra) s += "extra tensor '" + e + "' (not used by the model)\n";
+  return s;
+}
+
+CheckpointCheck check_checkpoint(const SafetensorsCheckpoint& ckpt,
+                                 const std::vector<TensorSpec>& specs) {
+  CheckpointCheck c;
+  std::map<std::string, const SafetensorsEntry*> present = ckpt.entries();
+  for (const TensorSpec& s : specs) {
+    const auto it = present.find(s.name);
+    if (it == present.end()) {
+      c.missing.push_back(s);
+      continue;
+    }
+    if (it->second->shape != s.shape)
+      c.wrong_shape.push_back("'" + s.name + "' has shape " +
+                              TensorSpec{s.name, it->second->shape, s.init}.shape_str() +
+                              ", expected " + s.shape_str());
+    present.erase(it);
+  }
+  for (const auto& [name, e] : present) c.extra.push_back(name);
+  return c;
 }
 
 std::shared_ptr<const Weights> load_safetensors_weights(const std::filesystem::path& path,
                                                         const std::vector<TensorSpec>& specs) {
-  const SafetensorsFile f(path);
-  auto w = std::make_shared<Weights>(false);
-  for (const TensorSpec& s : specs) {
-    const SafetensorsEntry* e = f.find(s.name);
-    if (e == nullptr)
-      bad(path, "missing tensor '" + s.name + "' (the model expects shape " + s.shape_str() + ")");
-    if (e->shape != s.shape) {
-      TensorSpec found{s.name, e->shape, s.init};
-      bad(path,
-          "tensor '" + s.name + "' has shape " + found.shape_str() + ", expected " + s.shape_str());
-    }
-    w->add(s, f.read(s.name));
+  const SafetensorsCheckpoint f(path);
+  const CheckpointCheck c = check_checkpoint(f, specs);
+  if (!c.ok()) {
+    std::string what = std::to_string(c.missing.size()) + " missing and " +
+                       std::to_string(c.wrong_shape.size()) +
+                       " mis-shaped tensor(s) (`cocodiff weights MODEL` lists what the model "
+                       "expects):";
+    for (const TensorSpec& t : c.missing)
+      what += "\n  missing tensor '" + t.name + "' (the model expects shape " + t.shape_str() + ")";
+    for (const std::string& w : c.wrong_shape) what += "\n  tensor " + w;
+    bad(path, what);
   }
+  auto w = std::make_shared<Weights>(false);
+  for (const TensorSpec& s : specs) w->add(s, f.read(s.name));
   return w;
 }
 
@@ -214,32 +357,27 @@ void write_safetensors(const std::filesystem::path& path,
   }
   std::string h = header.dump();
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw InputError(tmp.string() + ": cannot open for writing");
-    unsigned char len[8];
-    std::uint64_t n = h.size();
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
-    out.write(reinterpret_cast<const char*>(len), 8);
-    out.write(h.data(), static_cast<std::streamsize>(h.size()));
-    for (const SafetensorsTensor& t : tensors) {
-      std::span<const float> d = t.tensor->data();
-      if (dtype == StDtype::kF32) {
-        out.write(reinterpret_cast<const char*>(d.data()),
-                  static_cast<std::streamsize>(d.size() * 4));
-      } else {
-        std::vector<std::uint16_t> b(d.size());
-        for (size_t i = 0; i < d.size(); ++i) b[i] = float_to_bf16(d[i]);
-        out.write(reinterpret_cast<const char*>(b.data()),
-                  static_cast<std::streamsize>(b.size() * 2));
-      }
+  // A temporary beside `path`, removed on every failure (write error, failed rename, exception).
+  AtomicFile file(path);
+  std::ofstream& out = file.stream();
+  unsigned char len[8];
+  std::uint64_t n = h.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));
+  out.write(reinterpret_cast<const char*>(len), 8);
+  out.write(h.data(), static_cast<std::streamsize>(h.size()));
+  for (const SafetensorsTensor& t : tensors) {
+    std::span<const float> d = t.tensor->data();
+    if (dtype == StDtype::kF32) {
+      out.write(reinterpret_cast<const char*>(d.data()),
+                static_cast<std::streamsize>(d.size() * 4));
+    } else {
+      std::vector<std::uint16_t> b(d.size());
+      for (size_t i = 0; i < d.size(); ++i) b[i] = float_to_bf16(d[i]);
+      out.write(reinterpret_cast<const char*>(b.data()),
+                static_cast<std::streamsize>(b.size() * 2));
     }
-    if (!out) throw InputError(tmp.string() + ": write failed");
   }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
+  file.commit();
 }
 
 void write_safetensors(const std::filesystem::path& path, const Weights& weights, StDtype dtype) {

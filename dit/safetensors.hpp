@@ -47,8 +47,43 @@ class SafetensorsFile {
   std::map<std::string, SafetensorsEntry> entries_;
 };
 
-/// Loads every tensor of `specs` by name; InputError for a missing tensor or a wrong shape.
-/// Tensors in the file that the model does not use are ignored.
+/// A checkpoint: one .safetensors file, or a sharded one given by its index
+/// (`*.safetensors.index.json`: {"weight_map": {tensor name: shard file name}}, the shards
+/// beside the index), read as one set of tensors.
+class SafetensorsCheckpoint {
+ public:
+  /// Opens the file or the index and every shard it names. InputError naming the file for a
+  /// bad index (not JSON, no weight_map, a shard missing) or a tensor the index places in a
+  /// shard that does not hold it.
+  explicit SafetensorsCheckpoint(const std::filesystem::path& path);
+  const std::filesystem::path& path() const { return path_; }
+  /// Every tensor name with its entry, sorted by name.
+  std::map<std::string, const SafetensorsEntry*> entries() const;
+  const SafetensorsEntry* find(const std::string& name) const;
+  /// Reads one tensor as fp32 (see SafetensorsFile::read) from the shard that holds it.
+  Tensor read(const std::string& name) const;
+
+ private:
+  std::filesystem::path path_;
+  std::vector<SafetensorsFile> shards_;
+  std::map<std::string, size_t> shard_of_;  // tensor name -> index in shards_
+};
+
+/// What a checkpoint lacks or has too much of, against a model's tensors.
+struct CheckpointCheck {
+  std::vector<TensorSpec> missing;       // expected, absent
+  std::vector<std::string> extra;        // present, not expected (sorted)
+  std::vector<std::string> wrong_shape;  // "name: shape [..], expected [..]"
+  bool ok() const { return missing.empty() && wrong_shape.empty(); }
+  /// Every problem, one per line ("missing ...", "wrong shape ...", "extra ...").
+  std::string describe() const;
+};
+/// Compares a checkpoint's tensors with `specs` (all problems at once, no tensor data read).
+CheckpointCheck check_checkpoint(const SafetensorsCheckpoint& ckpt,
+                                 const std::vector<TensorSpec>& specs);
+
+/// Loads every tensor of `specs` by name from a file or a sharded index; InputError listing every
+/// missing tensor and every wrong shape at once. Tensors the model does not use are ignored.
 std::shared_ptr<const Weights> load_safetensors_weights(const std::filesystem::path& path,
                                                         const std::vector<TensorSpec>& specs);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 
 #include "core/errors.hpp"
@@ -47,6 +48,11 @@ EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group
       group_(std::make_shared<const detail::Group>(std::move(group))),
       group_rank_(group_rank) {}
 
+Communicator::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
+  if (size() != kernel_.topology().num_ranks()) return {};
+  return kernel_.begin_region(self_, key, may_skip);
+}
+
 int EmuComm::world_rank(int group_rank) const {
   COCO_CHECK(group_rank >= 0 && group_rank < size(), "group rank out of range");
   return group_->members[static_cast<size_t>(group_rank)];
@@ -85,28 +91,38 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
 }
 
+namespace {
+// Runs the all-to-all schedule `a` (every rank of the group picks the same one).
+void run_all_to_all(Port& p, std::span<const float> send, std::span<float> recv,
+                    const AllToAllvLayout& layout, AllToAllAlgorithm a) {
+  if (a == AllToAllAlgorithm::kConcurrent)
+    collectives::all_to_allv_concurrent(p, send, recv, layout);
+  else
+    collectives::all_to_allv_pairwise(p, send, recv, layout, a);
+}
+}  // namespace
+
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
   std::vector<std::int64_t> counts(static_cast<size_t>(size()), count);
   AllToAllvLayout layout = AllToAllvLayout::packed(counts, counts);
-  const bool concurrent = kernel_.options().all_to_all_algorithm == "concurrent";
+  const std::int64_t wire_bytes =
+      std::llround(static_cast<double>(count) * kernel_.options().wire_bytes_per_element);
+  const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
   return start_collective("all_to_all(count=" + std::to_string(count) + ")", label,
-                          [send, recv, layout = std::move(layout), concurrent](Port& p) {
-                            if (concurrent)
-                              collectives::all_to_allv_concurrent(p, send, recv, layout);
-                            else
-                              collectives::all_to_allv_pairwise(p, send, recv, layout);
+                          [send, recv, layout = std::move(layout), a](Port& p) {
+                            run_all_to_all(p, send, recv, layout, a);
                           });
 }
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
                                  const AllToAllvLayout& layout, std::string_view label) {
-  const bool concurrent = kernel_.options().all_to_all_algorithm == "concurrent";
-  return start_collective("all_to_allv", label, [send, recv, layout, concurrent](Port& p) {
-    if (concurrent)
-      collectives::all_to_allv_concurrent(p, send, recv, layout);
-    else
-      collectives::all_to_allv_pairwise(p, send, recv, layout);
+  // Ranks know only their own counts, so every size takes the large-message schedule (a rank
+  // choosing by its own counts could pair with a peer running another schedule).
+  const AllToAllAlgorithm a =
+      choose_all_to_all(kernel_.options().library, size(), std::int64_t{1} << 62);
+  return start_collective("all_to_allv", label, [send, recv, layout, a](Port& p) {
+    run_all_to_all(p, send, recv, layout, a);
   });
 }
 

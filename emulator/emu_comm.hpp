@@ -3,6 +3,7 @@
 // fiber. Collectives are straight-line algorithms (emulator/collectives/) run by a short-lived
 // fiber per call, so a non-blocking collective progresses while the tile computes.
 
+#include <cmath>
 #include <memory>
 
 #include "core/communicator.hpp"
@@ -22,6 +23,8 @@ class EmuComm final : public Communicator {
   void barrier() override;
   void compute(const OpCost& cost) override { kernel_.compute(self_, cost); }
   SimTime now() const override { return self_.clock; }
+  /// World communicator only (sub-groups return {}): see Communicator::begin_region.
+  RegionMark begin_region(std::string_view key, bool may_skip) override;
 
  protected:
   Request do_iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
@@ -67,6 +70,18 @@ struct Port {
   detail::ReqPtr isend(std::span<const float> data, std::int64_t count, int peer, int step);
   detail::ReqPtr irecv(std::span<float> data, std::int64_t count, int peer, int step);
   void wait(const detail::ReqPtr& r) { kernel.wait(fiber, *r); }
+  /// The collective library's software costs (free unless the cluster names a library).
+  const LibraryModel& library() const { return kernel.options().library; }
+  /// Wire bytes of `count` fp32 elements.
+  std::int64_t wire_bytes(std::int64_t count) const {
+    return std::llround(static_cast<double>(count) * kernel.options().wire_bytes_per_element);
+  }
+  /// The library's per-call software time, spent by this fiber before its first message.
+  void charge_call() { fiber.clock += library().call_overhead; }
+  /// The software time the sender spends on a message of `count` elements before posting it.
+  void charge_message(std::int64_t count) {
+    fiber.clock += message_software_time(library(), wire_bytes(count));
+  }
 };
 
 /// Sub-span helper that keeps phantom (empty) buffers empty.

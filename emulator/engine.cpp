@@ -12,9 +12,18 @@ Engine::Engine(Topology topo, std::unique_ptr<NetworkModel> net,
       device_(std::move(device)),
       options_(std::move(options)) {
   COCO_CHECK(net_ != nullptr && device_ != nullptr, "engine needs a network and a device model");
-  if (options_.all_to_all_algorithm != "pairwise" && options_.all_to_all_algorithm != "concurrent")
-    throw ConfigError("emulator.all_to_all: expected pairwise or concurrent, found \"" +
-                      options_.all_to_all_algorithm + "\"");
+  // A forced schedule replaces the library's choice at every size; "library" keeps it.
+  const std::string& a2a = options_.all_to_all_algorithm;
+  AllToAllAlgorithm forced{};
+  if (a2a == "pairwise") {
+    forced = AllToAllAlgorithm::kShift;
+  } else if (a2a != "library" && !parse_all_to_all_algorithm(a2a, forced)) {
+    throw ConfigError(
+        "emulator.all_to_all: expected pairwise, xor, concurrent or library, found \"" + a2a +
+        "\"");
+  }
+  if (a2a != "library")
+    options_.library.all_to_all_large = options_.library.all_to_all_small = forced;
 }
 
 Engine::~Engine() = default;

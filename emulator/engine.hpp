@@ -20,6 +20,7 @@
 #include "core/communicator.hpp"
 #include "core/sim_time.hpp"
 #include "core/topology.hpp"
+#include "net_models/collective_model.hpp"
 #include "net_models/device_model.hpp"
 #include "net_models/network_model.hpp"
 
@@ -30,8 +31,9 @@ class Kernel;
 }
 
 struct EngineOptions {
-  /// Worker threads that run the fibers; 0 means the machine's hardware threads.
-  int workers = 0;
+  /// Worker threads that run the fibers; 0 means the machine's hardware threads. One is the
+  /// fastest: a fiber hand-off between workers crosses threads through the engine's lock.
+  int workers = 1;
   /// Stack of each tile fiber. Eigen puts temporaries of up to EIGEN_STACK_ALLOCATION_LIMIT
   /// (128 KiB) on the stack, and a product may hold a few at once under our own frames:
   /// 1 MiB leaves 8x that limit. Stacks are reused from a pool and end in a guard page, so an
@@ -45,9 +47,16 @@ struct EngineOptions {
   bool trace = true;
   /// At most this many trace events are stored; the timeline hash covers all of them anyway.
   std::size_t trace_limit = 2'000'000;
-  /// All-to-all algorithm: "pairwise" (p-1 synchronised rounds, MPI's large-message default)
-  /// or "concurrent" (every pair at once, NCCL-style).
+  /// All-to-all algorithm: "pairwise" (p-1 synchronised rounds, shift order, MPI's
+  /// large-message default), "xor" (pairwise, XOR order for power-of-two groups), "concurrent"
+  /// (every pair at once, NCCL-style) or "library" (the library model's choice by size).
   std::string all_to_all_algorithm = "pairwise";
+  /// Software costs of the collective library (per call, per message, protocol, schedule); the
+  /// default is free, which keeps the network model's exact times.
+  LibraryModel library;
+  /// Replay regions (Communicator::begin_region) that start from a state already simulated
+  /// instead of simulating them again; the timeline, bytes and hash are the same either way.
+  bool replay = true;
 };
 
 /// One span of the virtual timeline.
@@ -69,9 +78,10 @@ struct RunResult {
   std::vector<SimTime> rank_exposed;        // time spent waiting for communication
   std::vector<std::int64_t> bytes_by_tier;  // wire bytes, each transfer under its ranks' tier
   std::uint64_t flows = 0;                  // point-to-point transfers through the network model
-  std::uint64_t events = 0;       // simulation events processed (flows + computes + waits)
-  std::string timeline_sha256;    // digest of every event of the timeline
-  std::vector<TraceEvent> trace;  // empty unless EngineOptions::trace
+  std::uint64_t events = 0;            // simulation events processed (flows + computes + waits)
+  std::uint64_t regions_replayed = 0;  // regions whose recorded effect was applied
+  std::string timeline_sha256;         // digest of every event of the timeline
+  std::vector<TraceEvent> trace;       // empty unless EngineOptions::trace
   std::vector<std::string> labels;
   bool trace_truncated = false;
   double wall_seconds = 0;

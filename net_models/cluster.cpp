@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -56,6 +57,12 @@ class Layers {
                      std::initializer_list<std::string_view> choices) const {
     return use(k).get_choice(full(k), std::move(def), choices);
   }
+  double get_double(std::string_view k, double def, double lo, double hi) const {
+    return use(k).get_double(full(k), def, lo, hi);
+  }
+  std::vector<double> get_double_list(std::string_view k, std::vector<double> def) const {
+    return use(k).get_double_list(full(k), std::move(def));
+  }
   std::vector<std::int64_t> get_int_list(std::string_view k, std::vector<std::int64_t> def) const {
     return use(k).get_int_list(full(k), std::move(def));
   }
@@ -64,12 +71,19 @@ class Layers {
   }
   /// A bandwidth given in GB/s (1e9 bytes/s) per direction, returned in bytes/s.
   double bandwidth_bytes_per_s(std::string_view k) const {
-    return positive(k, "a bandwidth > 0 (GB/s per direction)") * 1e9;
+    return physical(k, "bandwidth", "GB/s per direction", 1e-3, 1e6) * 1e9;
   }
-  /// A required number > 0; `expected` says what it is, with its unit.
-  double positive(std::string_view k, std::string_view expected) const {
+  /// A required physical quantity: finite, > 0 and within the plausible range [lo, hi] (in
+  /// `unit`), so that no value can push virtual time past its horizon or make a rate vanish.
+  double physical(std::string_view k, std::string_view what, std::string_view unit, double lo,
+                  double hi) const {
     const double v = use(k).require_double(full(k));
-    if (!(v > 0)) fail(k, expected, number(v));
+    if (!(v > 0)) fail(k, "a " + std::string(what) + " > 0 (" + std::string(unit) + ")", number(v));
+    if (!(v >= lo && v <= hi))
+      fail(k,
+           "a plausible " + std::string(what) + " in [" + number(lo) + ", " + number(hi) + "] " +
+               std::string(unit),
+           number(v));
     return v;
   }
   SimTime latency(std::string_view k) const {
@@ -93,7 +107,7 @@ class Layers {
   void check_no_unknown_keys() const {
     auto complain = [](const Config& c, const std::string& k) {
       throw ConfigError(c.where(k) + ": unknown key '" + k +
-                        "' in the cluster description (see net_models/cluster.hpp for the keys)");
+                        "' in the cluster description (configs/clusters/README.md lists the keys)");
     };
     if (preset_ != nullptr)
       for (const std::string& k : preset_->unknown_keys()) complain(*preset_, k);
@@ -272,8 +286,8 @@ void add_nics_and_fabric(const Layers& in, ClusterGraph& g) {
 RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   RooflineParams d;
   d.name = in.get_string("device.name", cluster_name + " device");
-  d.peak_flops_per_s = in.positive("device.peak_tflops", "a peak > 0 (TFLOP/s)") * 1e12;
-  d.hbm_bytes_per_s = in.positive("device.hbm_gbytes_per_s", "a bandwidth > 0 (GB/s)") * 1e9;
+  d.peak_flops_per_s = in.physical("device.peak_tflops", "peak", "TFLOP/s", 1e-3, 1e6) * 1e12;
+  d.hbm_bytes_per_s = in.physical("device.hbm_gbytes_per_s", "bandwidth", "GB/s", 1e-3, 1e6) * 1e9;
   d.launch_overhead =
       SimTime::from_ns(in.get_int("device.launch_overhead_ns", 0, 0, std::int64_t{1} << 40));
   for (int k = 0; k < kNumOpKinds; ++k) {
@@ -282,7 +296,89 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
         in.efficiency("device.compute_efficiency." + kind);
     d.memory_efficiency[static_cast<size_t>(k)] = in.efficiency("device.memory_efficiency." + kind);
   }
+  d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
+  for (const std::string& name : in.subkeys("device.kernels")) {
+    const std::string k = "device.kernels." + name;
+    KernelTable t;
+    t.flops = in.get_double_list(k + ".flops", {});
+    const std::vector<double> us = in.get_double_list(k + ".time_us", {});
+    t.source = in.get_string(k + ".source", "");
+    if (t.flops.empty() || us.size() != t.flops.size())
+      in.fail(
+          k + ".time_us", "one time per entry of " + k + ".flops (at least one)",
+          std::to_string(us.size()) + " times for " + std::to_string(t.flops.size()) + " sizes");
+    for (size_t i = 0; i < us.size(); ++i) {
+      if (!(t.flops[i] > 0) || (i > 0 && !(t.flops[i] > t.flops[i - 1])))
+        in.fail(k + ".flops", "FLOP counts > 0 in ascending order", number(t.flops[i]));
+      if (!(us[i] > 0)) in.fail(k + ".time_us", "times > 0 (microseconds)", number(us[i]));
+      t.time_s.push_back(us[i] * 1e-6);
+    }
+    d.kernels.emplace(name, std::move(t));
+  }
   return d;
+}
+
+// The collective library: [library] preset = "nccl" names configs/libraries/nccl.toml, whose
+// keys any key of [library] overrides; no [library] section means the free `ideal` model.
+LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_dir) {
+  LibraryModel lib;
+  if (!in.has("library")) return lib;
+  std::optional<Config> file;
+  if (in.has("library.preset")) {
+    const std::string name = in.get_string("library.preset", "ideal");
+    const std::filesystem::path path = preset_dir.parent_path() / "libraries" / (name + ".toml");
+    std::error_code ec;
+    if (name.find('/') != std::string::npos || !std::filesystem::exists(path, ec))
+      in.fail("library.preset", "a library preset of " + path.parent_path().string(),
+              "\"" + name + "\"");
+    file = Config::load(path);
+    lib.name = name;
+  }
+  // A key of [library] wins over the library preset's.
+  auto has = [&](const std::string& k) { return in.has("library." + k) || (file && file->has(k)); };
+  auto num = [&](const std::string& k, double def, double lo, double hi) {
+    if (in.has("library." + k)) return in.get_double("library." + k, def, lo, hi);
+    return file ? file->get_double(k, def, lo, hi) : def;
+  };
+  auto us = [&](const std::string& k) { return SimTime::from_seconds(num(k, 0, 0, 1e9) * 1e-6); };
+  auto bytes = [&](const std::string& k) {
+    return static_cast<std::int64_t>(num(k, -1, -1, 1e18));
+  };
+  auto algo = [&](const std::string& k, AllToAllAlgorithm def) {
+    if (!has(k)) return def;
+    const bool mine = in.has("library." + k);
+    const std::string v = mine ? in.get_string("library." + k, "") : file->get_string(k, "");
+    AllToAllAlgorithm a{};
+    if (!parse_all_to_all_algorithm(v, a)) {
+      const std::string expected = "shift | xor | concurrent";
+      if (mine) in.fail("library." + k, expected, "\"" + v + "\"");
+      throw ConfigError(file->where(k), k, expected, "\"" + v + "\"");
+    }
+    return a;
+  };
+  if (has("name"))
+    lib.name = in.has("library.name") ? in.get_string("library.name", lib.name)
+                                      : file->get_string("name", lib.name);
+  lib.call_overhead = us("call_overhead_us");
+  lib.message_overhead = us("message_overhead_us");
+  lib.eager_max_bytes = bytes("eager_max_bytes");
+  lib.eager_overhead = us("eager_overhead_us");
+  lib.eager_copy_bytes_per_s = num("eager_copy_gbytes_per_s", 0, 0, 1e6) * 1e9;
+  lib.rendezvous_overhead = us("rendezvous_overhead_us");
+  lib.chunk_bytes = std::max<std::int64_t>(0, bytes("chunk_bytes"));
+  lib.chunk_overhead = us("chunk_overhead_us");
+  lib.all_to_all_large = algo("all_to_all", AllToAllAlgorithm::kShift);
+  lib.all_to_all_small = algo("all_to_all_small", lib.all_to_all_large);
+  lib.all_to_all_small_max_bytes = bytes("all_to_all_small_max_bytes");
+  // Keys that [library] overrides count as read in the preset file too.
+  for (std::string_view k :
+       {"description", "source", "name", "call_overhead_us", "message_overhead_us",
+        "eager_max_bytes", "eager_overhead_us", "eager_copy_gbytes_per_s", "rendezvous_overhead_us",
+        "chunk_bytes", "chunk_overhead_us", "all_to_all", "all_to_all_small",
+        "all_to_all_small_max_bytes"})
+    if (file && file->has(k)) file->mark_used(k);
+  if (file) file->check_no_unknown_keys();
+  return lib;
 }
 
 }  // namespace
@@ -370,6 +466,7 @@ Cluster load_cluster(const Config& cfg, const std::filesystem::path& preset_dir)
   add_link_classes(in, *graph);
   if (in.has("nic")) add_nics_and_fabric(in, *graph);
   c.device_params = read_device(in, c.name);
+  c.library = read_library(in, preset_dir);
   in.check_no_unknown_keys();
   if (auto bad = graph->find_unreachable_pair()) {
     throw ConfigError(c.source + ": cluster '" + c.name +

@@ -8,26 +8,8 @@
 //   Cluster c = load_cluster(cfg, std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
 //   emu::Engine engine(c.topology, std::move(c.network), c.device);
 //
-// Keys of [cluster] (a preset file holds the same keys at its top level):
-//   preset       name (resolved as <config dir>/clusters/NAME.toml, then <preset_dir>/NAME.toml)
-//                or a path to a .toml file (relative to the config's directory); when absent the
-//                [cluster] section itself is the whole description
-//   nodes        node count >= 1 (default: the preset's `nodes`, else 1)
-//   network      "maxmin" (flow-level max-min sharing, default) | "alpha-beta" (no contention)
-//   name, description
-//   topology.levels/sizes/tiers  levels below the node, innermost first: ["tile","gpu"], [2,6],
-//                ["die-to-die","intra-node"]; topology.node_tier names the node-to-node tier
-//   links.NAME.* a class of links inside every node: kind = "pair" (a direct link between every
-//                two ranks that differ only at `level`), "switch" (one switch per group of ranks
-//                sharing all coordinates above `level`, a link from each rank to it) or "direct"
-//                (pairs = ["0-1", ...] of local ranks); bandwidth_gbytes_per_s per direction,
-//                latency_ns, count (bundled links), tier (for reports)
-//   nic.*        count per node, rank_nic (NIC of each local rank; default rank mod count),
-//                bandwidth_gbytes_per_s, latency_ns (NIC <-> fabric),
-//                attach_bandwidth_gbytes_per_s, attach_latency_ns (rank <-> NIC)
-//   fabric.*     kind = "nonblocking" (a core that never limits), latency_ns (crossing it)
-//   device.*     name, peak_tflops, hbm_gbytes_per_s, launch_overhead_ns,
-//                compute_efficiency.{gemm,attention,norm,elementwise,copy}, memory_efficiency.*
+// Every key of [cluster] (a preset file holds the same keys at its top level), with its unit,
+// default and what it models: configs/clusters/README.md (a test checks it against this loader).
 
 #include <filesystem>
 #include <memory>
@@ -36,6 +18,7 @@
 #include "core/config.hpp"
 #include "core/topology.hpp"
 #include "net_models/cluster_graph.hpp"
+#include "net_models/collective_model.hpp"
 #include "net_models/device_model.hpp"
 #include "net_models/network_model.hpp"
 
@@ -51,6 +34,7 @@ struct Cluster {
   std::unique_ptr<NetworkModel> network;  // a fresh model with no flows
   std::shared_ptr<const DeviceModel> device;
   RooflineParams device_params;
+  LibraryModel library;  // free (`ideal`) unless the description has a [library] section
 };
 
 /// Reads the [cluster] section of cfg, layered over its preset (keys in cfg and --set win).

@@ -1,6 +1,8 @@
 #include "net_models/cluster_graph.hpp"
 
 #include <algorithm>
+#include <array>
+#include <compare>
 #include <functional>
 #include <queue>
 #include <tuple>
@@ -62,36 +64,81 @@ int ClusterGraph::add_duplex(int a, int b, SimTime latency, double bandwidth_byt
   return id;
 }
 
+int ClusterGraph::tier_rank(const std::string& tier) const {
+  for (int k = 0; k < topo_.num_tiers(); ++k)
+    if (topo_.tier_name(k) == tier) return k;
+  return topo_.num_tiers();  // a tier the topology does not name: outside every level
+}
+
+int ClusterGraph::link_tier(int l) const { return tier_rank(link_class(link(l).link_class).tier); }
+
+namespace {
+
+// The cost of a path: the time a kRouteProbeBytes message spends on each tier's links (latency
+// plus size / bandwidth, link by link), outermost tier first, compared lexicographically. So a
+// route never uses a link of an outer tier when links of the pair's own tiers reach the peer (no
+// GPU-to-GPU route through a NIC's PCIe attach while NVLink exists), and among routes on the
+// same tiers the faster one wins, bandwidth included (not fewest hops, then latency). A sum of
+// per-link vectors, so extending two paths by the same link keeps their order (Dijkstra holds).
+constexpr int kMaxRouteTiers = 7;
+struct PathCost {
+  std::array<std::int64_t, kMaxRouteTiers + 1> ns_by_tier{};  // [0]: outermost tier
+  auto operator<=>(const PathCost&) const = default;
+};
+
+}  // namespace
+
 std::vector<int> ClusterGraph::route_tree(int src_vertex) const {
-  // Dijkstra on (hops, latency): fewest hops keeps traffic on direct links (a Xe link rather
-  // than a detour through the NIC); latency only breaks ties. Equal costs keep the first
-  // parent found, and links are scanned in id order, so the tree is deterministic.
-  using Cost = std::pair<int, std::int64_t>;
+  // Dijkstra on PathCost. Equal costs keep the first parent found, and links are scanned in id
+  // order, so the tree is deterministic.
   const size_t n = vertices_.size();
-  std::vector<Cost> best(n, {std::numeric_limits<int>::max(), 0});
+  const int outermost = std::min(topo_.num_tiers(), kMaxRouteTiers);
+  std::vector<PathCost> link_cost(links_.size());
+  for (size_t l = 0; l < links_.size(); ++l) {
+    const GraphLink& e = links_[l];
+    const int t = std::min(link_tier(static_cast<int>(l)), outermost);
+    // +1: a link costs something even with no latency and unlimited bandwidth.
+    link_cost[l].ns_by_tier[static_cast<size_t>(outermost - t)] =
+        1 + e.latency.ns() +
+        (e.limited() ? static_cast<std::int64_t>(kRouteProbeBytes / e.bandwidth_bytes_per_s * 1e9)
+                     : 0);
+  }
+  PathCost unreached;
+  unreached.ns_by_tier.fill(std::numeric_limits<std::int64_t>::max());
+  std::vector<PathCost> best(n, unreached);
   std::vector<int> parent(n, -1);
   std::vector<bool> done(n, false);
-  using Item = std::tuple<int, std::int64_t, int>;
+  using Item = std::pair<PathCost, int>;
   std::priority_queue<Item, std::vector<Item>, std::greater<>> heap;
-  best[static_cast<size_t>(src_vertex)] = {0, 0};
-  heap.emplace(0, 0, src_vertex);
+  best[static_cast<size_t>(src_vertex)] = PathCost{};
+  heap.emplace(PathCost{}, src_vertex);
   while (!heap.empty()) {
-    auto [hops, lat, v] = heap.top();
+    const auto [cost, v] = heap.top();
     heap.pop();
     if (done[static_cast<size_t>(v)]) continue;
     done[static_cast<size_t>(v)] = true;
     for (int l : out_[static_cast<size_t>(v)]) {
       const GraphLink& e = links_[static_cast<size_t>(l)];
-      const Cost c{hops + 1, lat + e.latency.ns()};
-      Cost& b = best[static_cast<size_t>(e.to)];
+      const PathCost& w = link_cost[static_cast<size_t>(l)];
+      PathCost c = cost;
+      for (size_t k = 0; k < c.ns_by_tier.size(); ++k) c.ns_by_tier[k] += w.ns_by_tier[k];
+      PathCost& b = best[static_cast<size_t>(e.to)];
       if (!done[static_cast<size_t>(e.to)] && c < b) {
         b = c;
         parent[static_cast<size_t>(e.to)] = l;
-        heap.emplace(c.first, c.second, e.to);
+        heap.emplace(c, e.to);
       }
     }
   }
   return parent;
+}
+
+std::optional<int> ClusterGraph::link_outside_tier(int src, int dst,
+                                                   std::span<const int> route) const {
+  const int tier = topo_.tier(src, dst);
+  for (int l : route)
+    if (link_tier(l) > tier) return l;
+  return std::nullopt;
 }
 
 std::vector<int> ClusterGraph::route(int src, int dst) const {

@@ -1,8 +1,10 @@
 #pragma once
 // The physical cluster as a directed graph: vertices are ranks (tiles or GPUs), NICs and
 // switches; each link carries one direction of traffic with its own latency and bandwidth. A
-// route is the list of links a transfer between two ranks crosses: the path with the fewest
-// hops, then the lowest latency, then the lowest link ids (so routing is deterministic).
+// route is the list of links a transfer between two ranks crosses. Routes keep to the tiers of
+// the two ranks and are bandwidth-aware: of all paths, the one on which a kRouteProbeBytes
+// message spends the least time (latency plus size / bandwidth, link by link) on links of the
+// outermost tier, then of the next tier inward, and so on; then the lowest link ids.
 //
 //   ClusterGraph g(Topology({{"gpu", 2, "intra-node"}, {"node", 1, "inter-node"}}));
 //   int sw = g.add_vertex("nvswitch", VertexKind::kSwitch, 0);
@@ -33,6 +35,10 @@ struct GraphVertex {
   VertexKind kind = VertexKind::kRank;
   int node = -1;  // -1: not inside one node (the fabric core)
 };
+
+/// The message size routes are chosen for, among routes on the same tiers: 1 MiB, about one
+/// rank's share of an attention all-to-all at the models' usual sizes.
+inline constexpr double kRouteProbeBytes = 1 << 20;
 
 /// A bandwidth that never limits (a non-blocking switch core).
 inline constexpr double kUnlimitedBytesPerS = std::numeric_limits<double>::infinity();
@@ -89,6 +95,14 @@ class ClusterGraph {
   std::vector<int> route_tree(int src_vertex) const;
   /// Links from rank src to rank dst in travel order (empty when src == dst or unreachable).
   std::vector<int> route(int src, int dst) const;
+  /// Position of a tier name among the topology's tiers, innermost 0 (the node tier last); a
+  /// name the topology does not have ranks outside them all.
+  int tier_rank(const std::string& tier) const;
+  /// tier_rank of link l's class.
+  int link_tier(int l) const;
+  /// The first link of `route` (from src to dst) whose tier is outside the tier joining src and
+  /// dst (an intra-node transfer through a NIC), if any: `topo` warns about such routes.
+  std::optional<int> link_outside_tier(int src, int dst, std::span<const int> route) const;
   RouteSummary summarize(std::span<const int> route) const;
   /// "n0.gpu0.tile0 -mdfi-> n0.gpu0.tile1 -xe-link-> n0.gpu1.tile1".
   std::string describe_route(int src, std::span<const int> route) const;

@@ -1,8 +1,11 @@
 #pragma once
-// Roofline device model: time = max(flops / (peak * eff_kind), bytes / (hbm * eff_kind)) + launch.
+// Roofline device model: time = max(flops / (peak * eff_kind), bytes / (hbm * eff_kind)) + launch,
+// or a measured kernel table's interpolation where one covers the op.
 
 #include <array>
+#include <map>
 #include <string>
+#include <vector>
 
 #include "core/op_cost.hpp"
 #include "core/sim_time.hpp"
@@ -15,6 +18,20 @@ class DeviceModel {
   /// Virtual time one tile needs for `cost`.
   virtual SimTime time(const OpCost& cost) const = 0;
   virtual std::string name() const = 0;
+  /// Factor on the time of compute that a tile issues while one of its collectives is open
+  /// (started and not yet waited for): communication kernels take SMs and HBM bandwidth.
+  /// 1 keeps overlap free.
+  virtual double overlap_compute_factor() const { return 1.0; }
+};
+
+/// Measured times of one kernel at several sizes, by FLOPs (ascending, distinct).
+struct KernelTable {
+  std::vector<double> flops;
+  std::vector<double> time_s;
+  std::string source;  // the measurement the points come from
+  /// Time at `flops` by linear interpolation in log(flops) -> log(time); nullopt outside the
+  /// measured range.
+  bool interpolate(double flops, double& time_s_out) const;
 };
 
 struct RooflineParams {
@@ -26,6 +43,12 @@ struct RooflineParams {
   std::array<double, kNumOpKinds> compute_efficiency{1, 1, 1, 1, 1};
   /// Achieved fraction of HBM bandwidth, per OpKind.
   std::array<double, kNumOpKinds> memory_efficiency{1, 1, 1, 1, 1};
+  /// See DeviceModel::overlap_compute_factor (>= 1).
+  double overlap_compute_factor = 1.0;
+  /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind
+  /// ("attention"). Inside a table's FLOP range its interpolation replaces the roofline (launch
+  /// included, as measured); outside it the roofline applies.
+  std::map<std::string, KernelTable, std::less<>> kernels;
 };
 
 class RooflineDevice final : public DeviceModel {
@@ -33,6 +56,7 @@ class RooflineDevice final : public DeviceModel {
   explicit RooflineDevice(RooflineParams p);
   SimTime time(const OpCost& cost) const override;
   std::string name() const override { return p_.name; }
+  double overlap_compute_factor() const override { return p_.overlap_compute_factor; }
   const RooflineParams& params() const { return p_; }
 
  private:

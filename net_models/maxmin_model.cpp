@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
+#include <sstream>
 
 #include "core/errors.hpp"
 
@@ -19,7 +21,13 @@ std::int64_t transfer_ns(double bytes, double rate_bytes_per_s) {
   constexpr std::int64_t kFar = kNever / 2;  // far future, still safe to add to
   if (!(rate_bytes_per_s > 0)) return kFar;
   const double ns = std::ceil(bytes / rate_bytes_per_s * 1e9 - 1e-6);
-  if (ns >= static_cast<double>(kFar)) return kFar;
+  if (ns >= static_cast<double>(kFar)) {
+    std::ostringstream os;
+    os << "virtual time overflow: a transfer of " << bytes << " bytes at " << rate_bytes_per_s
+       << " bytes/s (its share of the slowest link on the route, set by the cluster's "
+          "bandwidth_gbytes_per_s keys) ends beyond the representable horizon of 2^62 ns";
+    throw TimeOverflowError(os.str());
+  }
   return std::max<std::int64_t>(0, static_cast<std::int64_t>(ns));
 }
 
@@ -200,6 +208,17 @@ void MaxMinModel::solve(std::int64_t t) {
   //    get that share and leave the other links' budgets. Every flow fixed in one step gets
   //    the same share and a link's budget drops by share x (flows fixed on it), so the result
   //    does not depend on the order of any list: only on the set of flows and their routes.
+  if (comp_flows_.size() == 1) {
+    // A lone flow (the usual component: 1-2 flows on average) gets its route's narrowest
+    // link, exactly what progressive filling would give it (each share is bandwidth / 1).
+    Flow& f = flows_[static_cast<size_t>(comp_flows_[0])];
+    double rate = std::numeric_limits<double>::infinity();
+    for (int l : f.links)
+      rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
+    f.fixed = epoch_;
+    f.rate_bytes_per_s = std::max(rate, 0.0);
+    comp_links_.clear();
+  }
   shares_.clear();
   for (int l : comp_links_) {
     LinkState& s = links_[static_cast<size_t>(l)];

@@ -7,6 +7,12 @@
 
 namespace cocodiff {
 
+namespace {
+constexpr std::string_view kTransferWhat =
+    "a transfer at the slowest link's bandwidth on its route (the cluster's "
+    "bandwidth_gbytes_per_s keys)";
+}  // namespace
+
 AlphaBetaModel::AlphaBetaModel(Topology topo, std::vector<LinkCost> tiers)
     : topo_(std::move(topo)), tiers_(std::move(tiers)) {
   COCO_CHECK(static_cast<int>(tiers_.size()) == topo_.num_tiers(), "one LinkCost per tier");
@@ -21,11 +27,13 @@ SimTime AlphaBetaModel::flow_time(int src, int dst, std::int64_t bytes) const {
   COCO_CHECK(src != dst, "flow to self");
   if (routes_ != nullptr) {
     const RouteSummary s = routes_->summary(src, dst);
-    return s.latency + SimTime::from_seconds(static_cast<double>(bytes) / s.bottleneck_bytes_per_s);
+    return s.latency + SimTime::from_seconds(static_cast<double>(bytes) / s.bottleneck_bytes_per_s,
+                                             kTransferWhat);
   }
   int tier = topo_.tier(src, dst);
   const LinkCost& c = tiers_[static_cast<size_t>(tier)];
-  return c.latency + SimTime::from_seconds(static_cast<double>(bytes) / c.bandwidth_bytes_per_s);
+  return c.latency +
+         SimTime::from_seconds(static_cast<double>(bytes) / c.bandwidth_bytes_per_s, kTransferWhat);
 }
 
 void AlphaBetaModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes,

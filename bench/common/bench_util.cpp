@@ -66,7 +66,7 @@ Args parse_args(int argc, char** argv, const std::string& usage_tail) {
 #endif
 #ifdef COCODIFF_CONFIG_DIR
   a.config_dir = COCODIFF_CONFIG_DIR;
-  a.config = a.config_dir / "quickstart.toml";
+  a.config = a.config_dir / "flux1-tiny-24tiles.toml";
 #endif
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];

@@ -3,12 +3,16 @@
 //           (ru_maxrss of each child) as the tile count grows (Aurora, 1 to 128 nodes);
 //  real     the wall time of real math on 1 tile against the same run spread over P emulated
 //           tiles (the emulation's cost over the math itself);
-//  math     a transformer block's GFLOP/s next to Eigen GEMM's (runs bench_dit_block).
+//  math     a transformer block's GFLOP/s next to Eigen GEMM's (runs bench_dit_block);
+//  replay   phantom CPU seconds per strategy with step replay off (today's simulation of every
+//           step) and on, interleaved, medians of --repeats, and the command of each run.
 // Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
 //
 //   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math] [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
+//                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
+//                  [--replay-resolution 2048] [--replay-steps 28] [--repeats 3]
 
 #include <algorithm>
 #include <cmath>
@@ -23,7 +27,7 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real", "math"};
+  std::set<std::string> parts = {"phantom", "real", "math", "replay"};
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
   std::string model = "flux1-dev";
   int resolution = 1024;
@@ -36,6 +40,11 @@ struct Options {
   std::vector<int> real_nodes = {2, 8};
   std::string real_strategy = "usp";
   std::filesystem::path dit_block_bin;
+  std::vector<std::string> replay_strategies = {"usp", "tapa", "v_first", "flat", "cocodiff"};
+  int replay_nodes = 8;
+  int replay_resolution = 2048;
+  int replay_steps = 28;
+  int repeats = 3;
 };
 
 Options parse(const Args& a) {
@@ -49,6 +58,11 @@ Options parse(const Args& a) {
     o.real_nodes = {1};
     o.real_steps = 1;
     o.real_resolution = 192;
+    o.replay_strategies = {"flat", "cocodiff"};
+    o.replay_nodes = 1;
+    o.replay_resolution = 512;
+    o.replay_steps = 4;
+    o.repeats = 1;
   }
   for (size_t i = 0; i < a.rest.size(); ++i) {
     const std::string& k = a.rest[i];
@@ -77,6 +91,19 @@ Options parse(const Args& a) {
       o.real_model = v;
     } else if (k == "--real-strategy") {
       o.real_strategy = v;
+    } else if (k == "--replay-strategies") {
+      o.replay_strategies.clear();
+      std::stringstream ss(v);
+      std::string p;
+      while (std::getline(ss, p, ',')) o.replay_strategies.push_back(p);
+    } else if (k == "--replay-nodes") {
+      o.replay_nodes = std::stoi(v);
+    } else if (k == "--replay-resolution") {
+      o.replay_resolution = std::stoi(v);
+    } else if (k == "--replay-steps") {
+      o.replay_steps = std::stoi(v);
+    } else if (k == "--repeats") {
+      o.repeats = std::max(1, std::stoi(v));
     } else {
       throw std::runtime_error("unknown option " + k);
     }
@@ -258,6 +285,82 @@ void real(const Args& a, const Options& o) {
        900, 500);
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Step replay: the same phantom run simulated step by step (replay off, what every run cost
+// before replay) and with repeated steps replayed, interleaved so that both see the same load.
+// Both must give the same virtual time, bytes and timeline hash; the bench fails otherwise.
+void replay(const Args& a, const Options& o) {
+  Table t({"strategy", "tiles", "steps", "virtual s", "CPU s off", "CPU s on", "speedup",
+           "steps replayed", "peak RSS MiB on", "command (add --set emulator.replay=false)"});
+  Progress progress(o.replay_strategies.size() * static_cast<size_t>(o.repeats) * 2);
+  for (const std::string& s : o.replay_strategies) {
+    const std::vector<std::string> sets = {
+        "--set", "run.math=skip",
+        "--set", "model.preset=" + o.model,
+        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
+        "--set", "run.steps=" + std::to_string(o.replay_steps),
+        "--set", "run.strategy=" + s,
+        "--set", "cluster.preset=aurora",
+        "--set", "cluster.nodes=" + std::to_string(o.replay_nodes),
+        "--set", "ulysses.uneven_heads=true",
+        "--set", "v_major.warmup_steps=1",
+        "--set", "emulator.trace=false"};
+    std::vector<double> cpu[2];
+    ChildRun last[2];
+    for (int rep = 0; rep < o.repeats; ++rep)
+      for (int on = 0; on < 2; ++on) {
+        progress.step(fmt("replay %s: %s, repeat %d", on ? "on" : "off", s.c_str(), rep + 1));
+        std::vector<std::string> x = sets;
+        x.insert(x.end(), {"--set", std::string("emulator.replay=") + (on ? "true" : "false")});
+        last[on] = run_cocodiff(a, x, fmt("replay_%s_%s_%d", s.c_str(), on ? "on" : "off", rep));
+        if (!last[on].ok()) fail(last[on], "replay run of " + s);
+        cpu[on].push_back(last[on].cpu_s);
+      }
+    const nlohmann::json &off = last[0].report, &on = last[1].report;
+    for (const char* key : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
+      if (off[key] != on[key]) {
+        std::fprintf(stderr, "replay changed %s of %s\n", key, s.c_str());
+        std::exit(1);
+      }
+    std::string cmd = "cocodiff run configs/flux1-tiny-24tiles.toml";
+    for (size_t i = 1; i < sets.size(); i += 2) cmd += " --set " + sets[i];
+    cmd += fmt(" --set emulator.workers=%d", a.workers);
+    const double c0 = median(cpu[0]), c1 = median(cpu[1]);
+    t.add({s, std::to_string(on["ranks"].get<int>()), std::to_string(o.replay_steps),
+           fmt("%.4f", on["virtual_time_s"].get<double>()), fmt("%.2f", c0), fmt("%.2f", c1),
+           fmt("%.2f", c0 / c1), std::to_string(on["regions_replayed"].get<int>()),
+           fmt("%.0f", static_cast<double>(last[1].maxrss_kib) / 1024), cmd},
+          {{"strategy", s},
+           {"tiles", on["ranks"]},
+           {"steps", o.replay_steps},
+           {"virtual_time_s", on["virtual_time_s"]},
+           {"cpu_s_replay_off", cpu[0]},
+           {"cpu_s_replay_on", cpu[1]},
+           {"median_cpu_s_replay_off", c0},
+           {"median_cpu_s_replay_on", c1},
+           {"steps_replayed", on["regions_replayed"]},
+           {"peak_rss_mib_replay_on", static_cast<double>(last[1].maxrss_kib) / 1024},
+           {"timeline_sha256", on["timeline_sha256"]},
+           {"command", cmd}});
+  }
+  progress.done();
+  t.finish(a, "emulator_replay",
+           {{"model", o.model},
+            {"resolution", o.replay_resolution},
+            {"nodes", o.replay_nodes},
+            {"repeats", o.repeats},
+            {"workers", a.workers},
+            {"note",
+             "CPU s = user + system CPU of the child, median of the repeats, off and on "
+             "interleaved; replay off simulates every step (the cost before step replay); both "
+             "give the same virtual time, bytes, flows and timeline hash (checked)"}});
+}
+
 // Math throughput: bench_dit_block's block GFLOP/s against Eigen GEMM in the same run.
 void math(const Args& a, const Options& o) {
   if (o.dit_block_bin.empty()) {
@@ -298,9 +401,11 @@ void math(const Args& a, const Options& o) {
 
 int main_impl(int argc, char** argv) {
   const Args a = parse_args(argc, argv,
-                            " [--parts phantom,real,math] [--nodes 1,2,..] [--model M] "
+                            " [--parts phantom,real,math,replay] [--nodes 1,2,..] [--model M] "
                             "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
-                            "[--real-nodes 2,8] [--real-model M] [--real-strategy S]");
+                            "[--real-nodes 2,8] [--real-model M] [--real-strategy S] "
+                            "[--replay-strategies S,..] [--replay-nodes N] "
+                            "[--replay-resolution R] [--replay-steps N] [--repeats N]");
   Options o;
   try {
     o = parse(a);
@@ -311,6 +416,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("phantom")) phantom(a, o);
   if (o.parts.count("real")) real(a, o);
   if (o.parts.count("math")) math(a, o);
+  if (o.parts.count("replay")) replay(a, o);
   return 0;
 }
 

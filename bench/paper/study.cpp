@@ -13,15 +13,21 @@
 //
 //   study [--out DIR] [--smoke] [--parts speedup,breakdown,a2a] [--cluster aurora]
 //         [--models flux1-dev,sd35-large,...] [--resolutions 1024,2048] [--nodes 1,2,4,8]
-//         [--reuse]
+//         [--reuse] [--jobs N]
+//
+// The speedup part's runs are independent: --jobs of them (default: the hardware threads over
+// --workers) run side by side as child processes.
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "bench/common/bench_util.hpp"
 #include "core/config.hpp"
@@ -40,6 +46,7 @@ struct Options {
   int breakdown_resolution = 2048;
   int breakdown_nodes = 4;
   bool reuse = false;  // read an existing report.json instead of running again
+  int jobs = 0;        // runs side by side; 0: hardware threads / workers
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -72,6 +79,8 @@ Options parse(const Args& a) {
       o.parts = std::set<std::string>(p.begin(), p.end());
     } else if (k == "--cluster") {
       o.cluster = v;
+    } else if (k == "--jobs") {
+      o.jobs = std::max(0, std::stoi(v));
     } else if (k == "--models") {
       o.models = split(v);
     } else if (k == "--resolutions") {
@@ -209,15 +218,50 @@ EndToEnd end_to_end(const Args& a, const std::string& model) {
 
 void speedup(const Args& a, const Options& o) {
   const std::vector<std::string> strategies = {"flat", "tapa", "cocodiff"};
-  size_t points = 0;
-  for (const auto& m : o.models)
-    for (int r : o.resolutions)
-      if (allowed(m, r)) points += o.nodes.size();
   Table t({"model", "res", "nodes", "tiles", "flat ms/step", "tapa ms/step", "cocodiff ms/step",
            "tapa x", "cocodiff x", "flat exposed %", "cocodiff exposed %", "steps", "flat s/image",
            "cocodiff s/image", "cocodiff x image", "wall s"});
   Table e({"model", "res", "nodes", "strategy", "compute ms", "exposed ms", "exposed %"});
-  Progress progress(points);
+  // Every (model, resolution, nodes, strategy) is an independent run: run them side by side
+  // first, then tabulate in order.
+  struct Task {
+    std::string model;
+    int res, nodes;
+    std::string strategy;
+  };
+  std::vector<Task> tasks;
+  for (const auto& m : o.models)
+    for (int res : o.resolutions)
+      if (allowed(m, res))
+        for (int n : o.nodes)
+          for (const auto& s : strategies) tasks.push_back({m, res, n, s});
+  std::vector<StepTime> done(tasks.size());
+  {
+    const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    const size_t jobs = std::min(
+        tasks.size(),
+        static_cast<size_t>(o.jobs > 0 ? o.jobs : std::max(1, hw / std::max(1, a.workers))));
+    Progress progress(tasks.size());
+    std::mutex mu;
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i; (i = next++) < tasks.size();) {
+        const Task& k = tasks[i];
+        {
+          std::lock_guard<std::mutex> lk(mu);
+          progress.step(fmt("%s %dpx %d node(s) %s on %s (%zu at a time)", k.model.c_str(), k.res,
+                            k.nodes, k.strategy.c_str(), o.cluster.c_str(), jobs));
+        }
+        done[i] = step_time(a, o, k.model, k.res, k.nodes, k.strategy);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t j = 1; j < jobs; ++j) threads.emplace_back(work);
+    work();
+    for (std::thread& th : threads) th.join();
+    progress.done();
+  }
+  size_t next_done = 0;
   std::ostringstream dat;
   dat << "# group model res nodes tapa_x cocodiff_x\n";
   // Exposed-communication shares: one gnuplot data block (index) per model.
@@ -228,12 +272,11 @@ void speedup(const Args& a, const Options& o) {
     for (int res : o.resolutions) {
       if (!allowed(m, res)) continue;
       for (int n : o.nodes) {
-        progress.step(fmt("%s %dpx %d node(s) on %s", m.c_str(), res, n, o.cluster.c_str()));
         std::map<std::string, StepTime> st;
         double wall = 0;
         std::string err;
         for (const auto& s : strategies) {
-          st[s] = step_time(a, o, m, res, n, s);
+          st[s] = done[next_done++];
           wall += st[s].wall_s;
           if (!st[s].ok) err = s + ": " + st[s].error;
         }
@@ -300,7 +343,6 @@ void speedup(const Args& a, const Options& o) {
       }
     }
   }
-  progress.done();
   auto mean = [](const std::vector<double>& v) {
     double s = 0;
     for (double x : v) s += x;

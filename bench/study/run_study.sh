@@ -19,7 +19,7 @@ for model in flux1-dev sd35-large; do
       name="${model}_${res}_${nodes}n"
       [ -f "$out/$name/compare.json" ] && continue
       echo "== $name" >&2
-      "$bin" compare "$root/configs/quickstart.toml" --strategies "$strategies" \
+      "$bin" compare "$root/configs/flux1-tiny-24tiles.toml" --strategies "$strategies" \
         --set model.preset="$model" --set run.math=skip --set run.resolution="$res" \
         --set cluster.nodes="$nodes" --set run.steps=2 --set v_major.warmup_steps=1 \
         --set ulysses.uneven_heads=true --out "$out/$name" > "$out/$name.txt"
@@ -31,7 +31,7 @@ for thr in 0.05 0.2 0.5 1.0; do
   name="flux1-tiny_real_thr${thr}"
   [ -f "$out/$name/compare.json" ] && continue
   echo "== $name" >&2
-  "$bin" compare "$root/configs/quickstart.toml" --strategies "$strategies" \
+  "$bin" compare "$root/configs/flux1-tiny-24tiles.toml" --strategies "$strategies" \
     --set run.steps=12 --set v_major.threshold="$thr" --set v_major.block_tokens=16 \
     --out "$out/$name" > "$out/$name.txt"
 done

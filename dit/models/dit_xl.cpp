@@ -87,7 +87,8 @@ class DitXl final : public Model {
         models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
     const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");
     const Tensor out = models::dense(ex, w, "final_layer.linear", hf, "final_linear");
-    return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels, cfg_.latent_channels,
+    return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
+                                  in.all_channels ? cfg_.out_channels : cfg_.latent_channels,
                                   cfg_.patch_size);
   }
 };

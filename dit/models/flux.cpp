@@ -54,6 +54,14 @@ class Flux final : public Model {
     }
     sb.linear("norm_out.linear", 2 * d, d);
     sb.linear("proj_out", cfg_.token_features(), d);
+    if (cfg_.num_classes > 0) {
+      // Learned class conditioning in place of a text encoder: per class (and a null class for
+      // CFG, row num_classes) text_tokens x text_dim embeddings and a pooled embedding.
+      sb.embedding("class_embedding.text", cfg_.num_classes + 1,
+                   std::int64_t{cfg_.text_tokens} * cfg_.text_dim);
+      if (cfg_.pooled_dim > 0)
+        sb.embedding("class_embedding.pooled", cfg_.num_classes + 1, cfg_.pooled_dim);
+    }
     return sb.take();
   }
 

@@ -86,7 +86,8 @@ class Sd3 final : public Model {
       models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                           block_options(i), temb, {}, in.shard.total, batch, h, c);
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
-    return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels, cfg_.latent_channels,
+    return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
+                                  in.all_channels ? cfg_.out_channels : cfg_.latent_channels,
                                   cfg_.patch_size);
   }
 };

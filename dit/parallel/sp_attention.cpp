@@ -148,6 +148,11 @@ void SpAttention::begin_forward(int step, int pass) {
   if (v_major_) v_major_->begin_forward(step, pass);
 }
 
+std::string SpAttention::step_key(int step) const {
+  if (!f_.v_major) return {};
+  return VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective";
+}
+
 StrategyStats SpAttention::stats() const {
   StrategyStats s;
   s.v_first = v_first_;

@@ -60,6 +60,7 @@ class SpAttention final : public AttentionStrategy {
                              const AttentionShape& shape) override;
   void begin_forward(int step, int pass) override;
   StrategyStats stats() const override;
+  std::string step_key(int step) const override;
 
  private:
   std::string name_;

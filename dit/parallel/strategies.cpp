@@ -1,5 +1,6 @@
 #include "dit/parallel/strategies.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -64,21 +65,69 @@ Parsed parse(const std::string& name) {
 
 }  // namespace
 
-std::vector<std::string> attention_strategy_names() {
-  return {"serial", "flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp"};
+void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy) {
+  const bool well_formed =
+      !name.empty() && name.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                           "0123456789_-") == std::string::npos;
+  if (!well_formed)
+    throw ConfigError("strategy name \"" + name +
+                      "\": expected letters, digits, '_' or '-' (no '+', which joins features)");
+  const std::vector<std::string> builtin = attention_strategy_names();
+  const bool feature = name == "flat" || name == "tapa" || name == "v_first" ||
+                       name == "pipeline" || name == "v_major";
+  if (feature || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
+    throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
+  if (!factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
+  if (!entries_.emplace(name, Entry{std::move(factory), lossy}).second)
+    throw ConfigError("strategy \"" + name + "\" is already registered");
 }
 
-std::string attention_strategy_error(const std::string& name) {
+std::vector<std::string> StrategyRegistry::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, entry] : entries_) out.push_back(name);
+  return out;
+}
+
+std::unique_ptr<AttentionStrategy> StrategyRegistry::make(const std::string& name,
+                                                          Communicator& comm,
+                                                          const ModelConfig& cfg,
+                                                          const StrategyOptions& options) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end()) throw ConfigError("strategy \"" + name + "\" is not registered");
+  std::unique_ptr<AttentionStrategy> s = it->second.factory(comm, cfg, options);
+  if (!s) throw ConfigError("strategy \"" + name + "\": the factory returned no strategy");
+  return s;
+}
+
+bool StrategyRegistry::lossy(const std::string& name) const {
+  const auto it = entries_.find(name);
+  return it != entries_.end() && it->second.lossy;
+}
+
+std::vector<std::string> attention_strategy_names(const StrategyRegistry* user) {
+  std::vector<std::string> out = {"serial",   "flat",    "tapa",     "v_first",
+                                  "pipeline", "v_major", "cocodiff", "usp"};
+  if (user != nullptr)
+    for (const std::string& n : user->names()) out.push_back(n);
+  return out;
+}
+
+std::string attention_strategy_error(const std::string& name, const StrategyRegistry* user) {
   if (name == "serial" || name == "usp") return {};
+  if (user != nullptr && user->contains(name)) return {};
   const Parsed p = parse(name);
   if (p.ok) return {};
   std::string list;
-  for (const std::string& n : attention_strategy_names()) list += (list.empty() ? "" : " | ") + n;
+  for (const std::string& n : attention_strategy_names(user))
+    list += (list.empty() ? "" : " | ") + n;
   return "unknown attention strategy \"" + name + "\": " + p.error + " (expected " + list +
          ", or features joined by '+': flat|tapa, v_first, pipeline, v_major)";
 }
 
-bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options) {
+bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options,
+                                 const StrategyRegistry* user) {
+  if (user != nullptr && user->contains(name)) return user->lossy(name);
   if (name == "serial" || name == "usp") return false;
   const Parsed p = parse(name);
   return p.ok && p.features.v_major && options.v_major_threshold > 0;
@@ -87,7 +136,9 @@ bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions&
 std::unique_ptr<AttentionStrategy> make_attention_strategy(const std::string& name,
                                                            Communicator& comm,
                                                            const ModelConfig& cfg,
-                                                           const StrategyOptions& options) {
+                                                           const StrategyOptions& options,
+                                                           const StrategyRegistry* user) {
+  if (user != nullptr && user->contains(name)) return user->make(name, comm, cfg, options);
   if (name == "serial") {
     if (comm.size() != 1)
       throw ConfigError("strategy \"serial\" runs on one rank, not " + std::to_string(comm.size()));

@@ -52,8 +52,12 @@ VMajorCache::VMajorCache(const StrategyOptions& options, const Topology& topo, b
 void VMajorCache::begin_forward(int step, int pass) {
   pass_ = pass;
   layer_ = 0;
-  full_ = step < opt_.v_major_warmup_steps ||
-          (opt_.v_major_refresh_every > 0 && step % opt_.v_major_refresh_every == 0);
+  full_ = full_step_at(opt_, step);
+}
+
+bool VMajorCache::full_step_at(const StrategyOptions& options, int step) {
+  return step < options.v_major_warmup_steps ||
+         (options.v_major_refresh_every > 0 && step % options.v_major_refresh_every == 0);
 }
 
 bool VMajorCache::tier_selected(int tier) const {
@@ -98,17 +102,25 @@ std::int64_t VMajorChannel::subblocks(BlockShape b) const {
 
 std::vector<float>& VMajorChannel::entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
                                          std::uint64_t k, std::int64_t numel) {
-  auto [it, fresh] = m.try_emplace(k);
   if (c_.phantom_) {
-    if (c_.phantom_sizes_.try_emplace(k ^ (&m == &c_.held_ ? 1ull << 63 : 0), numel).second)
-      c_.cache_elements_ += n(numel);
-  } else if (fresh) {
-    c_.cache_elements_ += n(numel);
+    if (counting_) c_.cache_elements_ += n(numel);
+    return none_;
   }
+  auto [it, fresh] = m.try_emplace(k);
+  if (fresh) c_.cache_elements_ += n(numel);
   return it->second;
 }
 
+void VMajorChannel::begin_pass(int phase, bool held) {
+  // One pass visits the same blocks every step (a sender's mirror in pack and record_sent, a
+  // receiver's copy in unpack and record_received), so counting its first visit counts every
+  // distinct block once.
+  counting_ =
+      !c_.phantom_ || c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second;
+}
+
 void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
+  begin_pass(phase, false);
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
   const std::int64_t tr = c_.opt_.v_major_block_tokens;
@@ -232,6 +244,7 @@ void VMajorChannel::plan_receive(int /*phase*/, PhaseIo& io) {
 }
 
 void VMajorChannel::unpack(const Exec& ex, int phase, PhaseIo& io) {
+  begin_pass(phase, true);
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
   const std::int64_t tr = c_.opt_.v_major_block_tokens;
@@ -269,6 +282,7 @@ void VMajorChannel::unpack(const Exec& ex, int phase, PhaseIo& io) {
 }
 
 void VMajorChannel::record_sent(int phase, PhaseIo& io) {
+  begin_pass(phase, false);
   const SpGroup::Phase& ph = io.ph;
   for (int v = 0; v < ph.members; ++v) {
     if (!member_selective(ph, v)) continue;
@@ -291,6 +305,7 @@ void VMajorChannel::record_sent(int phase, PhaseIo& io) {
 }
 
 void VMajorChannel::record_received(int phase, PhaseIo& io) {
+  begin_pass(phase, true);
   const SpGroup::Phase& ph = io.ph;
   for (int v = 0; v < ph.members; ++v) {
     if (!member_selective(ph, v)) continue;

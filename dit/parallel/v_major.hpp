@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "dit/attention_strategy.hpp"
@@ -29,6 +30,8 @@ class VMajorCache {
   /// ConfigError when a tier name is not one of the topology's.
   VMajorCache(const StrategyOptions& options, const Topology& topo, bool phantom);
   void begin_forward(int step, int pass);
+  /// Whether `step` sends everything (a warm-up or refresh step) under `options`.
+  static bool full_step_at(const StrategyOptions& options, int step);
   /// Key of the next attention layer of the current pass.
   int next_layer() { return pass_ * 65536 + layer_++; }
   /// Warm-up and refresh steps send everything.
@@ -50,7 +53,9 @@ class VMajorCache {
   // (layer, phase, source, destination) -> block values: what each receiver holds (mirror,
   // kept by the sender) and what this rank holds as a receiver.
   std::unordered_map<std::uint64_t, std::vector<float>> mirror_, held_;
-  std::unordered_map<std::uint64_t, std::int64_t> phantom_sizes_;  // phantom: keys seen
+  // Phantom mode keeps counts, not caches: the (layer, phase, side) whose blocks were counted
+  // in cache_elements_ (one entry per exchange, not per block; no block buffers).
+  std::unordered_set<std::uint64_t> phantom_counted_;
   std::map<std::string, VMajorTierStats> tiers_;
   double cache_elements_ = 0;
 };
@@ -77,9 +82,15 @@ class VMajorChannel {
   bool member_selective(const SpGroup::Phase& ph, int v) const;
   std::uint64_t key(int phase, int s, int d) const;
   std::int64_t subblocks(BlockShape b) const;
+  /// Starts one pass over the blocks of `phase` on one side (held: receiver copies); in phantom
+  /// mode its blocks count towards the cache size only the first time.
+  void begin_pass(int phase, bool held);
+  /// The cache entry of block k (phantom: an empty vector, the block only counted).
   std::vector<float>& entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
                             std::uint64_t k, std::int64_t numel);
   VMajorCache& c_;
+  bool counting_ = true;     // phantom: this pass's blocks are not counted yet
+  std::vector<float> none_;  // phantom: the (always empty) entry of every block
   int layer_;
   int head_dim_;
 };

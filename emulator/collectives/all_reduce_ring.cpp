@@ -1,6 +1,6 @@
 // Ring all-reduce: a reduce-scatter ring (p-1 steps, each adding the received chunk into the
 // local one) then an all-gather ring (p-1 steps). Each chunk is reduced in one fixed order, so
-// results are bitwise reproducible. T = 2 (p-1) (alpha + (n/p) beta).
+// results are bitwise reproducible. T = call + 2 (p-1) (sw(n/p) + alpha + (n/p) beta).
 
 #include <algorithm>
 #include <vector>
@@ -12,6 +12,7 @@ namespace cocodiff::emu::collectives {
 void all_reduce_ring(Port& port, std::span<float> data, std::int64_t count, ReduceOp op) {
   const int p = port.size();
   const int r = port.rank();
+  port.charge_call();
   if (p == 1) return;
   const int right = (r + 1) % p;
   const int left = (r - 1 + p) % p;
@@ -25,6 +26,7 @@ void all_reduce_ring(Port& port, std::span<float> data, std::int64_t count, Redu
         data.empty() ? std::span<float>()
                      : std::span<float>(tmp).first(static_cast<size_t>(chunk_size(in_c)));
     detail::ReqPtr rr = port.irecv(in_buf, chunk_size(in_c), left, k);
+    port.charge_message(chunk_size(out_c));
     detail::ReqPtr sr =
         port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
                    chunk_size(out_c), right, k);
@@ -43,6 +45,7 @@ void all_reduce_ring(Port& port, std::span<float> data, std::int64_t count, Redu
     const int in_c = (r - k + p) % p;
     detail::ReqPtr rr =
         port.irecv(sub(data, chunk_begin(in_c), chunk_size(in_c)), chunk_size(in_c), left, p + k);
+    port.charge_message(chunk_size(out_c));
     detail::ReqPtr sr =
         port.isend(sub(std::span<const float>(data), chunk_begin(out_c), chunk_size(out_c)),
                    chunk_size(out_c), right, p + k);

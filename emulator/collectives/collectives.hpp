@@ -9,10 +9,12 @@
 
 namespace cocodiff::emu::collectives {
 
-/// p-1 synchronised rounds; in round k rank r sends to r+k and receives from r-k.
-/// Time on a contention-free network: (p-1) alpha + sum of message times.
+/// p-1 synchronised rounds; in round k rank r sends to r+k and receives from r-k (shift order)
+/// or exchanges with r^k (XOR order, power-of-two groups only).
+/// Time on a contention-free network: call + (p-1) alpha + sum of software and message times.
 void all_to_allv_pairwise(Port& port, std::span<const float> send, std::span<float> recv,
-                          const AllToAllvLayout& layout);
+                          const AllToAllvLayout& layout,
+                          AllToAllAlgorithm order = AllToAllAlgorithm::kShift);
 /// Every pair at once (NCCL-style grouped send/recv); the network model shares the links.
 void all_to_allv_concurrent(Port& port, std::span<const float> send, std::span<float> recv,
                             const AllToAllvLayout& layout);

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <new>
 #include <thread>
 
 #include "core/errors.hpp"
@@ -117,10 +118,10 @@ std::uint32_t Kernel::intern(std::string_view label) {
 void Kernel::record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime start, SimTime end,
                                std::string_view label) {
   TileStats& t = tiles_[static_cast<size_t>(f.rank)];
-  fnv_value(t.hash, kind);
-  fnv_value(t.hash, start.ns());
-  fnv_value(t.hash, end.ns());
-  fnv(t.hash, label.data(), label.size());
+  fnv_value(t.inner, kind);
+  fnv_value(t.inner, (start - t.region_start).ns());
+  fnv_value(t.inner, (end - t.region_start).ns());
+  fnv(t.inner, label.data(), label.size());
   ++t.events;
   if (options_.trace && t.trace.size() < tile_trace_cap_) {
     TraceEvent e;
@@ -257,6 +258,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
   f.clock = std::max(f.clock, req.done_time);
   if (f.is_main) {
     TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+    close_collective(t, req);
     if (f.clock > before) {
       t.exposed += f.clock - before;
       record_tile_event(f, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
@@ -271,7 +273,15 @@ bool Kernel::test(FiberState& f, ReqState& req) {
     timers_.emplace(f.clock, &f);
     block(f, lk, &req, true);
   }
-  return req.done && req.done_time <= f.clock;
+  const bool done = req.done && req.done_time <= f.clock;
+  if (done && f.is_main) close_collective(tiles_[static_cast<size_t>(f.rank)], req);
+  return done;
+}
+
+void Kernel::close_collective(TileStats& t, ReqState& req) {
+  if (!req.open) return;
+  req.open = false;
+  --t.open_collectives;
 }
 
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
@@ -283,7 +293,12 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 void Kernel::compute(FiberState& f, const OpCost& cost) {
   if (aborting_) throw Cancelled{};
   const SimTime start = f.clock;
-  const SimTime dt = device_.time(cost);
+  SimTime dt = device_.time(cost);
+  // Overlapped compute runs slower: the factor is decided by the tile's own program order
+  // (collectives started and not yet waited for), so the timeline stays deterministic.
+  const double slowdown = device_.overlap_compute_factor();
+  if (slowdown != 1.0 && tiles_[static_cast<size_t>(f.rank)].open_collectives > 0)
+    dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
   f.clock += dt;
   TileStats& t = tiles_[static_cast<size_t>(f.rank)];
   t.compute += dt;
@@ -296,6 +311,10 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
   state->rank = parent.rank;
   state->is_main = false;
   state->clock = parent.clock;
+  if (parent.is_main && req->op == ReqState::Op::kCollective) {
+    req->open = true;
+    ++tiles_[static_cast<size_t>(parent.rank)].open_collectives;
+  }
   {
     std::lock_guard<std::mutex> lk(mutex_);
     ++runnable_;
@@ -349,6 +368,11 @@ void Kernel::record_error(int rank, const std::exception_ptr& e) {
   } catch (const UserError& ex) {
     f.message = ex.what();
     f.user_error = true;
+  } catch (const std::bad_alloc&) {  // a resource error, not a bug: the run is too large
+    f.message =
+        "out of memory while running this tile's share of the model (std::bad_alloc); use "
+        "run.math = \"skip\", a smaller model or resolution, or more memory";
+    f.user_error = true;
   } catch (const std::exception& ex) {
     f.message = ex.what();
   } catch (...) {
@@ -375,6 +399,171 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
   std::lock_guard<std::mutex> lk(mutex_);
   --live_;
   if (--runnable_ == 0) controller_cv_.notify_one();
+}
+
+// ---------------------------------------------------------------- region marks
+
+Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
+  if (aborting_) throw Cancelled{};
+  COCO_CHECK(f.is_main, "region marks are made by tile fibers");
+  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  fnv_value(t.hash, t.region_start.ns());
+  fnv_value(t.hash, t.inner);
+  t.last_inner = t.inner;
+  t.inner = kFnvBasis;
+  t.region_start = f.clock;
+  const int m = t.marks++;
+  const int n = topo_.num_ranks();
+  std::unique_lock<std::mutex> lk(mutex_);
+  MarkState& ms = marks_[m];
+  if (ms.arrived == 0) {
+    ms.key = key;
+  } else if (ms.key != key) {
+    ms.replayable = false;
+  }
+  ms.replayable = ms.replayable && may_skip;
+  ++ms.arrived;
+  f.replayed = false;
+  f.region_id = 0;
+  if (!ms.broken) {
+    ms.waiters.push_back(&f);
+    ms.min_clock = std::min(ms.min_clock, f.clock);
+    block(f, lk, nullptr, false);
+  }
+  const Communicator::RegionMark res{f.replayed, f.region_id};
+  if (++marks_[m].passed == n) marks_.erase(m);
+  return res;
+}
+
+void Kernel::fold_flow_hash(SimTime next_base) {
+  fnv_value(flow_hash_, flow_base_.ns());
+  fnv_value(flow_hash_, flow_inner_);
+  flow_inner_ = kFnvBasis;
+  flow_base_ = next_base;
+}
+
+void Kernel::region_event(int mark) {
+  MarkState& ms = marks_.at(mark);
+  const int n = topo_.num_ranks();
+  const auto release = [&ms, this] {
+    for (FiberState* w : ms.waiters) wake(*w);
+    ms.waiters.clear();
+  };
+  // Quiescent: every tile waits here and nothing else is under way, so what follows depends
+  // only on the tiles' clock offsets and on what they run next (named by the key).
+  const bool quiescent = ms.arrived == n && live_ == n && failures_.empty() &&
+                         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
+                         net_.active_flows() == 0 &&
+                         std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
+                           return t.open_collectives == 0;  // no compute slowed by overlap
+                         });
+  if (!quiescent) {
+    ms.broken = true;
+    rec_.active = false;
+    release();
+    return;
+  }
+  SimTime t0 = SimTime::max();
+  for (const auto& m : mains_) t0 = std::min(t0, m->clock);
+  std::vector<std::int64_t> offsets(static_cast<size_t>(n));
+  for (int r = 0; r < n; ++r)
+    offsets[static_cast<size_t>(r)] = (mains_[static_cast<size_t>(r)]->clock - t0).ns();
+  // The region that ends here was recorded from the previous mark: keep its effect.
+  if (rec_.active && rec_.mark + 1 == mark) {
+    RegionRecord r;
+    r.end_ns = offsets;
+    for (std::int64_t& e : r.end_ns) e += (t0 - rec_.t0).ns();
+    r.tile_trace.resize(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      const auto u = static_cast<size_t>(i);
+      const TileStats& t = tiles_[u];
+      r.compute.push_back(t.compute - rec_.compute[u]);
+      r.exposed.push_back(t.exposed - rec_.exposed[u]);
+      r.events.push_back(t.events - rec_.events[u]);
+      r.inner.push_back(t.last_inner);
+      for (std::size_t k = rec_.trace_size[u]; k < t.trace.size(); ++k) {
+        TraceEvent e = t.trace[k];
+        e.start = e.start - rec_.t0;
+        e.end = e.end - rec_.t0;
+        r.tile_trace[u].push_back(e);
+      }
+    }
+    r.flow_inner = flow_inner_;
+    r.flows = flows_ - rec_.flows;
+    r.bytes_by_tier = bytes_by_tier_;
+    for (size_t k = 0; k < r.bytes_by_tier.size(); ++k) r.bytes_by_tier[k] -= rec_.bytes_by_tier[k];
+    for (std::size_t k = rec_.flow_trace_size; k < flow_trace_.size(); ++k) {
+      TraceEvent e = flow_trace_[k];
+      e.start = e.start - rec_.t0;
+      e.end = e.end - rec_.t0;
+      r.flow_trace.push_back(e);
+    }
+    records_.emplace(rec_.id, std::move(r));
+  }
+  rec_.active = false;
+  fold_flow_hash(t0);
+  std::uint64_t id = 0;
+  if (ms.replayable && options_.replay) {
+    auto [it, fresh] = region_ids_.try_emplace({ms.key, offsets}, region_ids_.size() + 1);
+    id = it->second;
+    auto rec = records_.find(id);
+    if (rec != records_.end()) {
+      // Replay: every tile jumps to where simulating the region would have taken it.
+      const RegionRecord& r = rec->second;
+      for (int i = 0; i < n; ++i) {
+        const auto u = static_cast<size_t>(i);
+        FiberState& f = *mains_[u];
+        TileStats& t = tiles_[u];
+        f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
+        f.replayed = true;
+        t.compute += r.compute[u];
+        t.exposed += r.exposed[u];
+        t.events += r.events[u];
+        t.inner = r.inner[u];
+        if (options_.trace)
+          for (TraceEvent e : r.tile_trace[u]) {
+            if (t.trace.size() >= tile_trace_cap_) break;
+            e.start = e.start + t0;
+            e.end = e.end + t0;
+            t.trace.push_back(e);
+          }
+      }
+      flow_inner_ = r.flow_inner;
+      flows_ += r.flows;
+      for (size_t k = 0; k < bytes_by_tier_.size(); ++k) bytes_by_tier_[k] += r.bytes_by_tier[k];
+      next_flow_id_ += r.flows;
+      in_flight_base_ = next_flow_id_;
+      if (options_.trace)
+        for (TraceEvent e : r.flow_trace) {
+          if (flow_trace_.size() >= options_.trace_limit / 2) break;
+          e.start = e.start + t0;
+          e.end = e.end + t0;
+          flow_trace_.push_back(e);
+        }
+      ++regions_replayed_;
+    } else {
+      // Simulate it once more, recording what it does.
+      rec_.active = true;
+      rec_.mark = mark;
+      rec_.id = id;
+      rec_.t0 = t0;
+      rec_.compute.clear();
+      rec_.exposed.clear();
+      rec_.events.clear();
+      rec_.trace_size.clear();
+      for (const TileStats& t : tiles_) {
+        rec_.compute.push_back(t.compute);
+        rec_.exposed.push_back(t.exposed);
+        rec_.events.push_back(t.events);
+        rec_.trace_size.push_back(t.trace.size());
+      }
+      rec_.flows = flows_;
+      rec_.bytes_by_tier = bytes_by_tier_;
+      rec_.flow_trace_size = flow_trace_.size();
+    }
+  }
+  for (FiberState* w : ms.waiters) w->region_id = id;
+  release();
 }
 
 // ---------------------------------------------------------------- controller side
@@ -446,8 +635,19 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   }
   const SimTime t_net = net_.next_event_time();
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
-  if (t_net == SimTime::max() && t_timer == SimTime::max()) return false;  // stuck
-  if (t_net <= t_timer) {
+  // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
+  SimTime t_region = SimTime::max();
+  int region_mark = -1;
+  for (const auto& [m, ms] : marks_)
+    if (!ms.waiters.empty() && ms.min_clock < t_region) {
+      t_region = ms.min_clock;
+      region_mark = m;
+    }
+  if (t_net == SimTime::max() && t_timer == SimTime::max() && region_mark < 0)
+    return false;  // stuck
+  if (region_mark >= 0 && t_region < t_net && t_region < t_timer) {
+    region_event(region_mark);
+  } else if (t_net <= t_timer) {
     std::vector<std::uint64_t> done;
     net_.advance_to(t_net, done);
     for (std::uint64_t id : done) {
@@ -459,11 +659,11 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
       const int tier = topo_.tier(t.src, t.dst);
       bytes_by_tier_[static_cast<size_t>(tier)] += t.bytes;
       ++flows_;
-      fnv_value(flow_hash_, t.start.ns());
-      fnv_value(flow_hash_, t_net.ns());
-      fnv_value(flow_hash_, t.src);
-      fnv_value(flow_hash_, t.dst);
-      fnv_value(flow_hash_, t.bytes);
+      fnv_value(flow_inner_, (t.start - flow_base_).ns());
+      fnv_value(flow_inner_, (t_net - flow_base_).ns());
+      fnv_value(flow_inner_, t.src);
+      fnv_value(flow_inner_, t.dst);
+      fnv_value(flow_inner_, t.bytes);
       if (options_.trace && flow_trace_.size() < options_.trace_limit / 2) {
         TraceEvent e;
         e.kind = TraceEvent::Kind::kFlow;
@@ -582,9 +782,12 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   RunResult res;
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  fold_flow_hash(SimTime{});
   Sha256 digest;
   for (int r = 0; r < n; ++r) {
-    const TileStats& t = tiles_[static_cast<size_t>(r)];
+    TileStats& t = tiles_[static_cast<size_t>(r)];
+    fnv_value(t.hash, t.region_start.ns());
+    fnv_value(t.hash, t.inner);
     res.rank_end.push_back(t.end);
     res.rank_compute.push_back(t.compute);
     res.rank_exposed.push_back(t.exposed);
@@ -600,6 +803,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.timeline_sha256 = digest.hex();
   res.events += flows_;
   res.flows = flows_;
+  res.regions_replayed = regions_replayed_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
   res.bytes_by_tier = bytes_by_tier_;

@@ -40,6 +40,8 @@ struct FiberState {
   std::size_t blocked_index = 0;                // position in Kernel::blocked_list_
   const struct ReqState* waiting_on = nullptr;  // for deadlock reports
   bool waiting_in_test = false;
+  bool replayed = false;  // set by the controller when it replays the region this fiber enters
+  std::uint64_t region_id = 0;
   StackBounds stack;  // set when the fiber's stack is allocated
 };
 
@@ -63,6 +65,7 @@ struct ReqState {
   std::string label;                   // the caller's label ("v", "q"), may be empty
   std::string call;                    // collectives: "all_to_all(count=4) #3"
   std::shared_ptr<const Group> group;  // collectives
+  bool open = false;                   // collectives: counted in its tile's open_collectives
   /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
   std::string describe() const;
   /// Short name for trace spans.
@@ -70,12 +73,24 @@ struct ReqState {
 };
 using ReqPtr = std::shared_ptr<ReqState>;
 
-/// Per-tile accounting, written only by the tile's main fiber (and read after the run).
+inline constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
+
+/// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
+/// the controller while every tile waits at a region mark.
 struct TileStats {
   SimTime end, compute, exposed;
-  std::uint64_t hash = 1469598103934665603ull;  // FNV-1a over the tile's events
+  /// The tile's events are hashed region by region: `inner` (FNV-1a) over the current region's
+  /// events with times relative to `region_start`, folded into `hash` with region_start when
+  /// the next region begins. A replayed region thus hashes exactly like a simulated one.
+  std::uint64_t hash = kFnvBasis;
+  std::uint64_t inner = kFnvBasis;
+  std::uint64_t last_inner = kFnvBasis;  // the region that ended at the latest mark
+  SimTime region_start;
+  int marks = 0;  // begin_region calls so far
   std::uint64_t events = 0;
   std::vector<TraceEvent> trace;
+  /// Collectives this tile started and has not yet waited for (its compute overlaps them).
+  int open_collectives = 0;
 };
 
 class Kernel {
@@ -100,6 +115,8 @@ class Kernel {
   /// req's completion time, once it is complete (nullopt before).
   std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
+  /// A region mark of the world (see Communicator::begin_region); main fibers only.
+  Communicator::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
@@ -148,10 +165,14 @@ class Kernel {
   void match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mutex>& lk);
   void block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqState* req, bool in_test);
   void wake(FiberState& f);
+  /// Drops req from t's open collectives once its owner has seen it complete.
+  static void close_collective(TileStats& t, ReqState& req);
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);
   std::uint32_t intern(std::string_view label);
   void controller();
+  void region_event(int mark);
+  void fold_flow_hash(SimTime next_base);
   bool controller_step(std::unique_lock<std::mutex>& lk);
   std::string deadlock_report() const;
   void record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime start, SimTime end,
@@ -191,10 +212,50 @@ class Kernel {
   };
   std::vector<Failure> failures_;
 
+  // Region marks (exact replay of repeated regions, see begin_region).
+  struct MarkState {
+    std::string key;
+    bool replayable = true;  // every rank passed the same key and may_skip
+    bool broken = false;     // released before all ranks arrived or with work in flight
+    int arrived = 0, passed = 0;
+    SimTime min_clock = SimTime::max();
+    std::vector<FiberState*> waiters;
+  };
+  /// What a region did, relative to its start T0 (the earliest clock at its mark).
+  struct RegionRecord {
+    std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0
+    std::vector<SimTime> compute, exposed;
+    std::vector<std::uint64_t> events, inner;
+    std::uint64_t flow_inner = kFnvBasis;
+    std::uint64_t flows = 0;
+    std::vector<std::int64_t> bytes_by_tier;
+    std::vector<std::vector<TraceEvent>> tile_trace;  // times relative to T0
+    std::vector<TraceEvent> flow_trace;
+  };
+  struct Recording {
+    bool active = false;
+    int mark = 0;
+    std::uint64_t id = 0;
+    SimTime t0;
+    std::vector<SimTime> compute, exposed;
+    std::vector<std::uint64_t> events;
+    std::vector<std::size_t> trace_size;
+    std::uint64_t flows = 0;
+    std::vector<std::int64_t> bytes_by_tier;
+    std::size_t flow_trace_size = 0;
+  };
+  std::map<int, MarkState> marks_;
+  std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
+  std::unordered_map<std::uint64_t, RegionRecord> records_;
+  Recording rec_;
+  std::uint64_t flow_inner_ = kFnvBasis;  // flows since the last quiescent mark, relative to
+  SimTime flow_base_;                     // that mark's T0 (see TileStats::inner)
+  std::uint64_t regions_replayed_ = 0;
+
   std::vector<TileStats> tiles_;
   std::size_t tile_trace_cap_ = 0;
   std::vector<TraceEvent> flow_trace_;
-  std::uint64_t flow_hash_ = 1469598103934665603ull;
+  std::uint64_t flow_hash_ = kFnvBasis;
   std::vector<std::int64_t> bytes_by_tier_;
   std::uint64_t flows_ = 0;
 

@@ -3,11 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "core/tensor.hpp"
+#include "dit/model_config.hpp"
+#include "dit/pipeline.hpp"
 #include "dit/safetensors.hpp"
 #include "tests/apps/subprocess.hpp"
 
@@ -142,6 +145,48 @@ TEST_F(CheckpointCli, SavedLatentStartsAnotherRun) {
 
 TEST_F(CheckpointCli, MissingWeightsFile) {
   expect_rejected("run.weights", dir_ / "nope.safetensors", {"cannot read checkpoint"});
+}
+
+// `weights --check` on a flux1-tiny checkpoint missing three tensors names all three at once,
+// with their expected shapes, also reports an extra one, and exits 2; the complete checkpoint
+// passes. `weights MODEL` lists every expected tensor.
+TEST_F(CheckpointCli, WeightsCheckNamesEveryMissingTensor) {
+  const dit::ModelConfig cfg = dit::load_model_preset("flux1-tiny");
+  const auto w = dit::make_weights(cfg, 3, false);
+  const std::vector<std::string> names = w->names();
+  ASSERT_GT(names.size(), 10u);
+  const std::vector<std::string> dropped = {names[1], names[names.size() / 2], names.back()};
+  std::vector<dit::SafetensorsTensor> ts;
+  for (const std::string& n : names)
+    if (std::find(dropped.begin(), dropped.end(), n) == dropped.end())
+      ts.push_back({n, w->spec(n).shape, &w->get(n)});
+  const Tensor stray = Tensor::from(Mat::Zero(1, 2));
+  ts.push_back({"not_a_flux_tensor", {2}, &stray});
+  const fs::path p = dir_ / "partial.safetensors";
+  dit::write_safetensors(p, ts);
+
+  const ChildResult r =
+      run_cocodiff({"weights", "flux1-tiny", "--check", p.string()}, dir_ / "log");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  for (const std::string& n : dropped)
+    EXPECT_NE(r.out.find("missing tensor '" + n + "' (expected shape " + w->spec(n).shape_str()),
+              std::string::npos)
+        << n << "\n"
+        << r.out;
+  EXPECT_NE(r.out.find("extra tensor 'not_a_flux_tensor'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("3 missing, 0 mis-shaped, 1 extra"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("3 missing and 0 mis-shaped tensor(s)"), std::string::npos) << r.err;
+
+  const fs::path full = dir_ / "full.safetensors";
+  dit::write_safetensors(full, *w);
+  const ChildResult ok =
+      run_cocodiff({"weights", "flux1-tiny", "--check", full.string()}, dir_ / "log2");
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+
+  const ChildResult list = run_cocodiff({"weights", "flux1-tiny"}, dir_ / "log3");
+  EXPECT_EQ(list.exit_code, 0) << list.err;
+  for (const std::string& n : names)
+    EXPECT_NE(list.out.find("  " + n + " "), std::string::npos) << n;
 }
 
 }  // namespace

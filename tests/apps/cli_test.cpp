@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -229,6 +231,44 @@ TEST_F(Cli, ValidateDoesNotNeedOut) {
   const ChildResult bad = run({"validate", (kData / "good.toml").string(), "--set", "run.x=1"});
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("--set run.x: unknown key 'run.x'"), std::string::npos) << bad.err;
+}
+
+// xDiT-style degrees: Ulysses x ring must be the rank count (exit 2 naming the key and the
+// product), a valid split runs usp with the ring over the outer levels, and heads that do not
+// divide the Ulysses degree get a suggestion (error) or a note naming the idle ranks (uneven).
+TEST_F(Cli, ParallelDegrees) {
+  const std::string smoke = std::string(COCODIFF_SOURCE_DIR) + "/configs/mpi-smoke.toml";
+  expect_user_error(
+      run({"validate", smoke, "--ulysses-degree", "3", "--ring-degree", "2"}),
+      {"parallel.ulysses_degree", "ulysses 3 x ring 2 = 6", "product is the cluster's 4 ranks"});
+  expect_user_error(run({"validate", smoke, "--ring-degree", "3"}), {"parallel.ring_degree"});
+  // mpi-smoke names run.strategy = "flat": a ring needs usp, and says so.
+  expect_user_error(run({"validate", smoke, "--ulysses-degree", "2", "--ring-degree", "2"}),
+                    {"ring attention runs in the usp strategy"});
+  const ChildResult ok = run({"validate", smoke, "--ulysses-degree", "2", "--ring-degree", "2",
+                              "--set", "run.strategy=usp"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_NE(ok.out.find("strategy usp"), std::string::npos) << ok.out;
+  expect_user_error(run({"validate", smoke, "--set", "model.heads=2"}),
+                    {"Ulysses degree 4", "--ulysses-degree 2 --ring-degree 2"});
+  const ChildResult uneven =
+      run({"validate", smoke, "--set", "model.heads=2", "--set", "ulysses.uneven_heads=true"});
+  EXPECT_EQ(uneven.exit_code, 0) << uneven.err;
+  EXPECT_NE(uneven.out.find("ranks 2 to 3 of each group hold none and idle in attention"),
+            std::string::npos)
+      << uneven.out;
+}
+
+// `run` without --out writes into out/<config name>/ of the working directory, not into out/
+// itself beside other runs.
+TEST_F(Cli, RunWithoutOutUsesADirectoryPerConfig) {
+  const fs::path cwd = dir_ / "cwd";
+  fs::create_directories(cwd);
+  const std::string cmd = "cd " + cwd.string() + " && " + COCODIFF_BIN + " run " +
+                          (kData / "good.toml").string() + " -q > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EXPECT_TRUE(fs::exists(cwd / "out" / "good" / "report.json"));
+  EXPECT_FALSE(fs::exists(cwd / "out" / "report.json"));
 }
 
 }  // namespace

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "tests/apps/subprocess.hpp"
 
@@ -20,7 +22,7 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
       fs::temp_directory_path() / ("cocodiff_compare_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
-  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "flux1-tiny-24tiles.toml";
   const ChildResult r = run_cocodiff(
       {"compare", config.string(), "--strategies", "tapa,cocodiff", "--set", "run.resolution=192",
        "--set", "run.steps=3", "--set", "v_major.warmup_steps=1", "--set", "v_major.threshold=2",
@@ -28,6 +30,7 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
       dir);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("speedup"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(", strategies flat, tapa, cocodiff\n"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("[3/3] cocodiff"), std::string::npos) << r.err;  // progress lines
   std::ifstream in(dir / "out" / "compare.json");
   const nlohmann::json doc = nlohmann::json::parse(in);
@@ -47,6 +50,42 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
             e[1]["bytes_by_tier"]["inter-node"].get<double>());
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_major"));
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_first"));
+  fs::remove_all(dir);
+}
+
+// compare runs its strategies side by side (one worker each): every entry is the report that
+// `cocodiff run` gives for that strategy alone, timeline included.
+TEST(Compare, SideBySideRunsEqualSeparateRuns) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_compare_par_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  const std::vector<std::string> sets = {"--set",       "run.math=skip", "--set",
+                                         "run.steps=3", "--set",         "emulator.workers=1"};
+  std::vector<std::string> args = {"compare", config.string(), "--strategies", "tapa,cocodiff,usp"};
+  args.insert(args.end(), sets.begin(), sets.end());
+  args.insert(args.end(), {"--out", (dir / "out").string()});
+  const ChildResult r = run_cocodiff(args, dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(dir / "out" / "compare.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const nlohmann::json& e = doc["entries"];
+  ASSERT_EQ(e.size(), 4u);
+  for (const nlohmann::json& entry : e) {
+    const std::string s = entry["strategy"].get<std::string>();
+    std::vector<std::string> one = {"run",   config.string(),       "--set", "run.strategy=" + s,
+                                    "--set", "emulator.trace=false"};
+    one.insert(one.end(), sets.begin(), sets.end());
+    one.insert(one.end(), {"--out", (dir / s).string(), "-q"});
+    const ChildResult rr = run_cocodiff(one, dir);
+    ASSERT_EQ(rr.exit_code, 0) << rr.out << rr.err;
+    std::ifstream rin(dir / s / "report.json");
+    const nlohmann::json rep = nlohmann::json::parse(rin);
+    EXPECT_EQ(entry["timeline_sha256"], rep["timeline_sha256"]) << s;
+    EXPECT_EQ(entry["virtual_time_s"], rep["virtual_time_s"]) << s;
+    EXPECT_EQ(entry["bytes_by_tier"], rep["bytes_by_tier"]) << s;
+  }
   fs::remove_all(dir);
 }
 

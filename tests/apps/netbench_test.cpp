@@ -116,5 +116,42 @@ TEST_F(Netbench, TopoListsTiersLinksRoutesAndDevice) {
   EXPECT_NE(a.out.find("tile x2 [die-to-die] * gpu x6 [intra-node]"), std::string::npos) << a.out;
 }
 
+// nccl-tests' interface: -b/-e/-f, the other collectives, --nodes and the "# Avg bus bandwidth"
+// line. sendrecv on `uniform` is a ring shift in which every rank's NIC carries one message each
+// way: m bytes take alpha + m / 10 GB/s, and busbw = algbw.
+TEST_F(Netbench, NcclTestsFlagsOpsAndSummary) {
+  const fs::path json = dir_ / "sr.json";
+  const ChildResult r = run_cocodiff({"netbench", "uniform", "--op", "sendrecv", "-b", "1K", "-e",
+                                      "64K", "-f", "8", "--workers", "1", "--json", json.string()},
+                                     dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(std::ifstream(json));
+  ASSERT_EQ(j["rows"].size(), 3u);  // 1K, 8K, 64K
+  double sum = 0;
+  for (size_t i = 0; i < 3; ++i) {
+    const double bytes = 1024.0 * std::pow(8.0, static_cast<double>(i));
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(row["bytes"].get<double>(), bytes);
+    EXPECT_EQ(row["time_ns"].get<double>(), transfer_ns(bytes));
+    EXPECT_DOUBLE_EQ(row["busbw_gbytes_per_s"].get<double>(),
+                     row["algbw_gbytes_per_s"].get<double>());
+    sum += row["busbw_gbytes_per_s"].get<double>();
+  }
+  EXPECT_NEAR(j["avg_busbw_gbytes_per_s"].get<double>(), sum / 3, 1e-9);
+  EXPECT_NE(r.out.find("# Avg bus bandwidth    : "), std::string::npos) << r.out;
+
+  for (const char* op : {"all_gather", "all_reduce"}) {
+    const ChildResult c = run_cocodiff(
+        {"netbench", "uniform", "--op", op, "-b", "64K", "-e", "64K", "--nodes", "1"}, dir_);
+    EXPECT_EQ(c.exit_code, 0) << op << c.err;
+    EXPECT_NE(c.out.find("1 node(s), 4 ranks"), std::string::npos) << op << c.out;
+    EXPECT_NE(c.out.find("# Avg bus bandwidth"), std::string::npos) << op << c.out;
+  }
+  const ChildResult bad =
+      run_cocodiff({"netbench", "uniform", "--op", "all_gather", "--algo", "tapa"}, dir_);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--algo tapa is an all-to-all algorithm"), std::string::npos) << bad.err;
+}
+
 }  // namespace
 }  // namespace cocodiff::test

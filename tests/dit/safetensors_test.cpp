@@ -169,5 +169,39 @@ TEST(Safetensors, LoaderErrors) {
             std::string::npos);
 }
 
+// A sharded checkpoint (index + shards, as upstream repositories ship large models) loads to
+// the same tensors as the single file; a bad index is an InputError naming the index.
+TEST(Safetensors, ShardedIndexLoadsLikeOneFile) {
+  const ModelConfig cfg = load_model_preset("dit-xl-2-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  const fs::path single = tmp("single.safetensors");
+  write_safetensors(single, *w);
+  std::vector<SafetensorsTensor> shard[2];
+  std::string map;
+  int i = 0;
+  for (const std::string& n : w->names()) {
+    const int s = i++ % 2;
+    shard[s].push_back({n, w->spec(n).shape, &w->get(n)});
+    map += std::string(map.empty() ? "" : ",") + "\"" + n + "\":\"model-0000" +
+           std::to_string(s + 1) + "-of-00002.safetensors\"";
+  }
+  write_safetensors(tmp("model-00001-of-00002.safetensors"), shard[0]);
+  write_safetensors(tmp("model-00002-of-00002.safetensors"), shard[1]);
+  const fs::path index = tmp("model.safetensors.index.json");
+  std::ofstream(index) << "{\"metadata\":{},\"weight_map\":{" << map << "}}";
+
+  const auto a = load_weights(cfg, single);
+  const auto b = load_weights(cfg, index);
+  ASSERT_EQ(a->names(), b->names());
+  for (const std::string& n : a->names()) EXPECT_TRUE(a->get(n).mat() == b->get(n).mat()) << n;
+
+  const fs::path bad = tmp("bad.safetensors.index.json");
+  std::ofstream(bad) << "{\"weight_map\":{\"x\":\"absent.safetensors\"}}";
+  EXPECT_NE(error_of([&] { load_weights(cfg, bad); }).find("shard \"absent.safetensors\""),
+            std::string::npos);
+  std::ofstream(bad) << "{\"no_map\":1}";
+  EXPECT_NE(error_of([&] { load_weights(cfg, bad); }).find("no \"weight_map\""), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cocodiff::dit

@@ -168,8 +168,9 @@ TEST(Strategies, AStrategyThatLeavesRanksWaitingIsReportedAsADeadlock) {
     EXPECT_NE(m.find("deadlock"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 5 waits in recv of 4 elements from rank 0"), std::string::npos) << m;
     EXPECT_NE(m.find("rank 0 waits in all_to_all"), std::string::npos) << m;
-    // Within a second of wall time (sanitized builds run slower by their time scale).
-    EXPECT_LT(s, 1.0 * COCODIFF_TEST_TIME_SCALE) << "the report came after " << s << " s";
+    // The watchdog reports within a second of the last progress; the budget also covers the steps
+    // before the lost exchange on a loaded machine (sanitized builds run slower by their scale).
+    EXPECT_LT(s, 3.0 * COCODIFF_TEST_TIME_SCALE) << "the report came after " << s << " s";
     std::printf("deadlock reported after %.3f s of wall time:\n%s\n", s, m.c_str());
   }
 }

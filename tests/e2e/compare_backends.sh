@@ -10,7 +10,13 @@ trap 'rm -rf "$work"' EXIT
 sha() { grep -o '"output_sha256": "[0-9a-f]*"' "$1/report.json" | grep -o '[0-9a-f]\{64\}'; }
 "$bin" run "$config" "$@" --set emulator.trace=false --out "$work/emu" -q
 timeout 120 "$mpiexec" --allow-run-as-root --oversubscribe -np "$np" \
-  "$bin" run "$config" "$@" --backend mpi --out "$work/mpi" -q
+  "$bin" run "$config" "$@" --backend mpi --out "$work/mpi" > "$work/mpi.log"
+# The MPI run's header describes MPI, not the emulator's workers and trace.
+grep -q "^backend    MPI: one process per rank ($np)" "$work/mpi.log" ||
+  { echo "FAIL: the MPI header does not describe MPI"; cat "$work/mpi.log"; exit 1; }
+if grep -q "worker thread" "$work/mpi.log"; then
+  echo "FAIL: the MPI header names emulator workers"; exit 1
+fi
 emu=$(sha "$work/emu")
 mpi=$(sha "$work/mpi")
 echo "emulator output_sha256 $emu"

@@ -76,5 +76,57 @@ TEST(Forward, CommandMatchesTheLibrary) {
   fs::remove_all(dir);
 }
 
+// DiT predicts noise and learned-sigma channels (out_channels = 2 x latent_channels): `forward`
+// writes every one of them as "output", equal to the library's prediction with all channels, and
+// "velocity" as the first latent_channels of it.
+TEST(Forward, WritesEveryOutputChannel) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_forward_dit_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const dit::ModelConfig mc =
+      dit::load_model_preset("dit-xl-2-tiny", fs::path(COCODIFF_CONFIG_DIR) / "models");
+  ASSERT_GT(mc.out_channels, mc.latent_channels);
+  std::shared_ptr<const dit::Weights> w = dit::make_weights(mc, 6, false);
+  dit::write_safetensors(dir / "w.safetensors", *w);
+  const int h = 8, wd = 8;
+  Tensor latent = Tensor::zeros(mc.latent_channels, h * wd, false);
+  latent.mat().setRandom();
+  Tensor sigma = Tensor::from(Mat::Constant(1, 1, 0.5f));
+  Tensor label = Tensor::from(Mat::Constant(1, 1, 3.0f));
+  dit::write_safetensors(dir / "in.safetensors", {{"latent", {mc.latent_channels, h, wd}, &latent},
+                                                  {"sigma", {1}, &sigma},
+                                                  {"class_label", {1}, &label}});
+  const std::string cmd = std::string(COCODIFF_BIN) + " forward --model dit-xl-2-tiny --weights " +
+                          (dir / "w.safetensors").string() + " --input " +
+                          (dir / "in.safetensors").string() + " --output " +
+                          (dir / "out.safetensors").string() + " > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+
+  const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
+  dit::ForwardInputs fi;
+  fi.x = &tokens;
+  fi.grid_h = h / mc.patch_size;
+  fi.grid_w = wd / mc.patch_size;
+  fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
+  fi.sigmas = {0.5f};
+  fi.class_labels = {3};
+  fi.all_channels = true;
+  dit::LocalComm comm;
+  const Tensor expect = dit::unpatchify(dit::forward(comm, mc, *w, "serial", fi, false),
+                                        mc.out_channels, h, wd, mc.patch_size);
+  dit::SafetensorsFile out(dir / "out.safetensors");
+  ASSERT_NE(out.find("output"), nullptr);
+  EXPECT_EQ(out.find("output")->shape, (std::vector<std::int64_t>{mc.out_channels, h, wd}));
+  EXPECT_EQ(out.find("velocity")->shape, (std::vector<std::int64_t>{mc.latent_channels, h, wd}));
+  const Tensor all = out.read("output");
+  ASSERT_EQ(all.rows(), expect.rows());
+  EXPECT_EQ((all.mat() - expect.mat()).cwiseAbs().maxCoeff(), 0.0f);
+  EXPECT_GT(expect.mat().bottomRows(mc.out_channels - mc.latent_channels).cwiseAbs().maxCoeff(),
+            0.0f);  // the learned-sigma channels are there, not zeros
+  const Tensor v = out.read("velocity");
+  EXPECT_TRUE(v.mat() == expect.mat().topRows(mc.latent_channels));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cocodiff

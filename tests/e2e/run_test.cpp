@@ -39,8 +39,8 @@ fs::path temp_dir(const std::string& name) {
 
 nlohmann::json run_quickstart(const fs::path& out, const std::string& sets) {
   const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                          "/quickstart.toml --set run.steps=1 " + sets + " --out " + out.string() +
-                          " -q";
+                          "/flux1-tiny-24tiles.toml --set run.steps=1 " + sets + " --out " +
+                          out.string() + " -q";
   Result r = sh(cmd);
   EXPECT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
   std::ifstream in(out / "report.json");
@@ -56,6 +56,9 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
     EXPECT_TRUE(r.contains(key)) << key;
   EXPECT_EQ(r["ranks"], 24);
   EXPECT_EQ(r["nodes"], 2);
+  // One worker unless asked: cross-thread fiber hand-offs make more workers slower.
+  EXPECT_EQ(r["workers"], 1);
+  EXPECT_EQ(r["regions_replayed"], 0);  // real math is simulated, never replayed
   EXPECT_EQ(r["tokens"], 576);
   EXPECT_EQ(r["output_sha256"].get<std::string>().size(), 64u);
   // Every tile's clock is compute plus exposed communication.
@@ -128,19 +131,136 @@ namespace {
 
 TEST(Run, InjectedFaultIsReportedWithItsRankAndLeavesNoOutputs) {
   const fs::path out = temp_dir("fault");
-  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                          "/quickstart.toml --set run.steps=3 --inject-fault rank=5,step=1 --out " +
-                          out.string() + " -q";
+  const std::string cmd =
+      std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+      "/flux1-tiny-24tiles.toml --set run.steps=3 --inject-fault rank=5,step=1 --out " +
+      out.string() + " -q";
   Result r = sh(cmd);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("rank 5: injected fault at step 1"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out));
   Result bad = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                  "/quickstart.toml --inject-fault rank=24,step=0 --out " + out.string());
+                  "/flux1-tiny-24tiles.toml --inject-fault rank=24,step=0 --out " + out.string());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("rank 24 does not exist; the run has 24 ranks"), std::string::npos)
       << bad.output;
   EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+
+namespace {
+
+// The quickstart runs the shipped trained weights (configs/weights/flux1-fmnist) on 24 tiles:
+// the checkpoint loads by its upstream names and the run reproduces the pinned output bytes.
+TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
+  const fs::path out = temp_dir("shipped");
+  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/quickstart.toml --out " + out.string() + " -q";
+  Result r = sh(cmd);
+  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+  std::ifstream in(out / "report.json");
+  const nlohmann::json rep = nlohmann::json::parse(in);
+  EXPECT_EQ(rep["ranks"], 24);
+  EXPECT_EQ(rep["tokens"], 196);
+  EXPECT_EQ(rep["output_sha256"],
+            "8f5a9bc8aaf7d28f323202d2b8f3b2e2bfcf86c72ae833ecf4e323ef933aa8c0");
+  EXPECT_TRUE(fs::exists(out / "image.png"));
+  fs::remove_all(out);
+}
+
+// A class label the model does not have is a config error (exit 2), with nothing written.
+TEST(Run, ClassLabelOutOfRangeExitsTwoAndWritesNothing) {
+  const fs::path out = temp_dir("bad_class");
+  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/quickstart.toml --set run.class_label=10 --out " + out.string();
+  Result r = sh(cmd);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("run.class_label 10 is out of range"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out / "report.json"));
+  EXPECT_FALSE(fs::exists(out / "image.png"));
+  fs::remove_all(out);
+}
+
+}  // namespace
+
+namespace {
+
+// The fp32 tensor "latent" of a latent.safetensors file.
+std::vector<float> read_latent(const fs::path& file) {
+  std::ifstream in(file, std::ios::binary);
+  std::uint64_t n = 0;
+  in.read(reinterpret_cast<char*>(&n), 8);
+  std::string header(n, ' ');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  const nlohmann::json h = nlohmann::json::parse(header);
+  const std::uint64_t b = h["latent"]["data_offsets"][0], e = h["latent"]["data_offsets"][1];
+  std::vector<float> v((e - b) / 4);
+  in.seekg(static_cast<std::streamoff>(8 + n + b));
+  in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(e - b));
+  return v;
+}
+
+// Inpainting on every strategy: outside run.inpaint_rect the final image is the known picture
+// (a held-back Fashion-MNIST test image), exactly: the sampler's blend at sigma 0 keeps it.
+TEST(Run, InpaintingKeepsTheKnownRegionOnEveryStrategy) {
+  const std::string data = std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/";
+  for (const char* strategy : {"flat", "tapa", "cocodiff", "usp"}) {
+    const fs::path out = temp_dir(std::string("inpaint_") + strategy);
+    const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                            "/quickstart.toml --set run.steps=2 --set run.class_label=7" +
+                            " --set run.inpaint_image=" + data + "fmnist_test_sneaker.png" +
+                            " --set run.inpaint_rect=[4,8,20,10] --set run.save_latent=true" +
+                            " --set emulator.trace=false --set run.strategy=" + strategy +
+                            " --out " + out.string() + " -q";
+    Result r = sh(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    const std::vector<float> a = read_latent(out / "latent.safetensors");
+    const std::vector<float> known = read_latent(fs::path(data) / "fmnist_test_sneaker.latent");
+    ASSERT_EQ(a.size(), 28u * 28u);
+    ASSERT_EQ(known.size(), a.size());
+    int kept = 0, changed = 0;
+    for (int y = 0; y < 28; ++y)
+      for (int x = 0; x < 28; ++x) {
+        const size_t i = static_cast<size_t>(y) * 28 + x;
+        const bool inside = x >= 4 && x < 24 && y >= 8 && y < 18;
+        if (!inside) {
+          EXPECT_EQ(a[i], known[i]) << strategy << " pixel " << x << "," << y;
+          ++kept;
+        } else if (a[i] != known[i]) {
+          ++changed;
+        }
+      }
+    EXPECT_EQ(kept, 28 * 28 - 200);
+    EXPECT_GT(changed, 100) << strategy;  // the rectangle is generated, not copied
+    fs::remove_all(out);
+  }
+}
+
+// Bad inpainting inputs exit 2 with nothing written.
+TEST(Run, BadInpaintingInputsExitTwoAndWriteNothing) {
+  const std::string data = std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/";
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/quickstart.toml --set run.steps=1 ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set run.inpaint_image=" + data + "wrong_size_27.png --set run.inpaint_rect=[0,0,4,4]",
+       "expected a 28 x 28 PNG (run.resolution)"},
+      {"--set run.inpaint_image=" + data +
+           "fmnist_test_sneaker.png --set "
+           "run.inpaint_rect=[20,0,10,4]",
+       "[x, y, width, height] inside the 28 x 28 image"},
+      {"--set run.inpaint_image=" + data + "fmnist_test_sneaker.png",
+       "run.inpaint_image and run.inpaint_rect together"},
+      {"--set run.inpaint_image=" + data + "missing.png --set run.inpaint_rect=[0,0,4,4]",
+       "not a readable PNG"},
+  };
+  for (const auto& [sets, message] : cases) {
+    const fs::path out = temp_dir("bad_inpaint");
+    Result r = sh(base + sets + " --out " + out.string());
+    EXPECT_EQ(r.exit_code, 2) << sets << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << sets;
+  }
 }
 
 }  // namespace

@@ -61,6 +61,7 @@ hbm_gbytes_per_s = 1
 
 TEST(Presets, EveryPresetLoads) {
   for (const auto& e : std::filesystem::directory_iterator(kPresets)) {
+    if (e.path().extension() != ".toml") continue;  // README.md: the schema
     SCOPED_TRACE(e.path().string());
     for (int nodes : {1, 2, 8}) {
       Cluster c = load(e.path().stem().string(), {"cluster.nodes=" + std::to_string(nodes)});
@@ -121,6 +122,58 @@ TEST(Presets, HgxUsesNvswitchInsideAndOneNicPerGpu) {
   Cluster h200 = load("hgx-h200");
   EXPECT_DOUBLE_EQ(h200.device_params.hbm_bytes_per_s, 4800e9);
   EXPECT_DOUBLE_EQ(c.device_params.hbm_bytes_per_s, 3350e9);
+}
+
+// The case that routing by fewest hops, then latency, got wrong: two GPUs share one NIC and
+// NVLink's latency (700 ns to the switch, 1400 ns GPU to GPU) is above the NIC attach's (500 ns
+// each way), so GPU -> NIC -> GPU (two hops, 25 GB/s) beat GPU -> NVSwitch -> GPU (two hops,
+// 240 GB/s). Routes now keep to the pair's tier, and bandwidth counts.
+TEST(Routing, SharedNicIntraNodeRouteUsesNvlink) {
+  Cluster c = load("hgx-h100", {"cluster.nodes=2", "cluster.links.nvlink.latency_ns=700",
+                                "cluster.links.nvlink.bandwidth_gbytes_per_s=240",
+                                "cluster.nic.count=1", "cluster.nic.rank_nic=[0,0,0,0,0,0,0,0]",
+                                "cluster.nic.attach_bandwidth_gbytes_per_s=25"});
+  RouteTable routes(c.graph);
+  const std::span<const int> r = routes.route(0, 1);
+  ASSERT_EQ(r.size(), 2u);
+  for (int l : r) EXPECT_EQ(c.graph->link_class(c.graph->link(l).link_class).name, "nvlink");
+  EXPECT_DOUBLE_EQ(routes.summary(0, 1).bottleneck_bytes_per_s, 240e9);
+  EXPECT_EQ(routes.summary(0, 1).latency.ns(), 1400);
+  EXPECT_FALSE(c.graph->link_outside_tier(0, 1, r).has_value());
+  // Across nodes the route still leaves through the shared NIC: that is the pair's tier.
+  const std::span<const int> across = routes.route(0, 9);
+  EXPECT_EQ(c.graph->link_class(c.graph->link(across[0]).link_class).name, "nic-attach");
+  EXPECT_FALSE(c.graph->link_outside_tier(0, 9, across).has_value());
+}
+
+// Where no link of the pair's tier exists (the uniform test cluster has no links inside a
+// node), the route leaves the tier and link_outside_tier names the first link that does.
+TEST(Routing, RouteOutsideItsTierIsReported) {
+  Cluster c = load("uniform");
+  RouteTable routes(c.graph);
+  const std::span<const int> r = routes.route(0, 1);
+  const std::optional<int> l = c.graph->link_outside_tier(0, 1, r);
+  ASSERT_TRUE(l.has_value());
+  EXPECT_EQ(c.graph->link_class(c.graph->link(*l).link_class).name, "nic-attach");
+}
+
+// Among routes on the same tiers, the faster one for a 1 MiB message wins, not the one with the
+// lower latency: a slow, low-latency direct link loses to a fast switch two hops away.
+TEST(Routing, BandwidthBreaksTiesBetweenRoutesOnOneTier) {
+  const std::filesystem::path p = write("two_paths.toml", kSmall + R"(
+[links.slow]
+kind = "direct"
+pairs = ["0-1"]
+bandwidth_gbytes_per_s = 1
+latency_ns = 10
+tier = "intra-node"
+)");
+  Config cfg = Config::parse("[cluster]\npreset = \"" + p.string() + "\"\n", "run.toml");
+  Cluster c = load_cluster(cfg, kPresets);
+  RouteTable routes(c.graph);
+  const std::span<const int> r = routes.route(0, 1);
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(c.graph->link_class(c.graph->link(r[0]).link_class).name, "sw");
 }
 
 TEST(Presets, RunConfigAndSetOverrideThePreset) {

@@ -196,20 +196,30 @@ TEST(MaxMin, CloneIsEmptyAndIndependent) {
   EXPECT_EQ(drain(net).at(1), 100);
 }
 
-TEST(ClusterGraph, RoutesTakeFewestHopsAndAreDeterministic) {
-  // A ring of 4 ranks plus a slow chord 0-2: 0 -> 2 takes the one-hop chord, 0 -> 1 the ring.
-  auto g = std::make_shared<ClusterGraph>(flat_topo(4));
-  const int ring = g->add_link_class("ring", "intra-node");
-  const int chord = g->add_link_class("chord", "intra-node");
-  for (int r = 0; r < 4; ++r) g->add_duplex(r, (r + 1) % 4, SimTime::from_ns(10), kGBps, ring);
-  g->add_duplex(0, 2, SimTime::from_ns(500), 0.1 * kGBps, chord);
-  RouteTable routes(g);
-  ASSERT_EQ(routes.route(0, 2).size(), 1u);
-  EXPECT_EQ(g->link_class(g->link(routes.route(0, 2)[0]).link_class).name, "chord");
-  EXPECT_EQ(routes.summary(0, 2).latency.ns(), 500);
-  EXPECT_EQ(routes.route(1, 3).size(), 2u);  // two equal ways round: the first found wins
-  EXPECT_EQ(g->describe_route(1, routes.route(1, 3)), g->describe_route(1, g->route(1, 3)));
-  EXPECT_FALSE(g->find_unreachable_pair().has_value());
+TEST(ClusterGraph, RoutesAreBandwidthAwareAndDeterministic) {
+  // A ring of 4 ranks plus a chord 0-2. A 1 MiB message crosses two ring links (1 GB/s) faster
+  // than a slow chord (0.1 GB/s): 0 -> 2 goes round the ring, although the chord is one hop.
+  // With a fast chord (10 GB/s) it takes the chord.
+  for (const double chord_gbps : {0.1, 10.0}) {
+    auto g = std::make_shared<ClusterGraph>(flat_topo(4));
+    const int ring = g->add_link_class("ring", "intra-node");
+    const int chord = g->add_link_class("chord", "intra-node");
+    for (int r = 0; r < 4; ++r) g->add_duplex(r, (r + 1) % 4, SimTime::from_ns(10), kGBps, ring);
+    g->add_duplex(0, 2, SimTime::from_ns(500), chord_gbps * kGBps, chord);
+    RouteTable routes(g);
+    if (chord_gbps < 1) {
+      ASSERT_EQ(routes.route(0, 2).size(), 2u);
+      EXPECT_EQ(g->link_class(g->link(routes.route(0, 2)[0]).link_class).name, "ring");
+      EXPECT_EQ(routes.summary(0, 2).latency.ns(), 20);
+    } else {
+      ASSERT_EQ(routes.route(0, 2).size(), 1u);
+      EXPECT_EQ(g->link_class(g->link(routes.route(0, 2)[0]).link_class).name, "chord");
+      EXPECT_EQ(routes.summary(0, 2).latency.ns(), 500);
+    }
+    EXPECT_EQ(routes.route(1, 3).size(), 2u);  // two equal ways round: the first found wins
+    EXPECT_EQ(g->describe_route(1, routes.route(1, 3)), g->describe_route(1, g->route(1, 3)));
+    EXPECT_FALSE(g->find_unreachable_pair().has_value());
+  }
 }
 
 }  // namespace

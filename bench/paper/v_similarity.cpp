@@ -1,0 +1,99 @@
+// V-Major's premise, measured: how much V (the image tokens' value projection) changes between
+// adjacent denoising steps, per attention layer, for the trained flux1-fmnist weights and for
+// seeded random weights of the same model. Serial runs (one rank): the numbers are properties
+// of the model, not of the strategy.
+//   v_similarity [--steps 20] [--seeds 8] [--out DIR]   -> DIR/v_similarity.csv
+// Each row: weights, layer, mean over seeds and steps 1..N-1 of ||V_t - V_{t-1}|| / ||V_{t-1}||.
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/config.hpp"
+#include "dit/local_comm.hpp"
+#include "dit/pipeline.hpp"
+
+namespace {
+
+using namespace cocodiff;
+
+// Serial attention that records each layer's image-stream V and its change since the last step.
+class Recorder final : public dit::AttentionStrategy {
+ public:
+  explicit Recorder(std::map<int, std::vector<double>>* change) : change_(change) {}
+  std::string name() const override { return "v_recorder"; }
+  int degree() const override { return 1; }
+  int index() const override { return 0; }
+  void begin_forward(int /*step*/, int /*pass*/) override { layer_ = 0; }
+  std::vector<Tensor> attend(const dit::Exec& ex, const dit::QkvSource& src,
+                             const dit::AttentionShape& shape) override {
+    for (int s = 0; s < src.num_streams(); ++s) {
+      if (!src.sharded(s)) continue;  // image tokens only (text V is constant per class)
+      const Tensor v = src.project(ex, s, dit::QkvPart::kV, 0, shape.heads);
+      auto it = prev_.find(layer_);
+      if (it != prev_.end()) {
+        const double d = (v.mat() - it->second.mat()).norm();
+        const double n = it->second.mat().norm();
+        (*change_)[layer_].push_back(n > 0 ? d / n : 0.0);
+      }
+      prev_[layer_] = v;
+    }
+    ++layer_;
+    return inner_.attend(ex, src, shape);
+  }
+
+ private:
+  std::map<int, std::vector<double>>* change_;
+  std::map<int, Tensor> prev_;
+  dit::SerialAttention inner_;
+  int layer_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 20, seeds = 8;
+  std::filesystem::path out = "bench-out";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--steps") steps = std::stoi(argv[i + 1]);
+    if (a == "--seeds") seeds = std::stoi(argv[i + 1]);
+    if (a == "--out") out = argv[i + 1];
+  }
+  const std::filesystem::path configs = COCODIFF_CONFIG_DIR;
+  const dit::ModelConfig mc = dit::load_model_preset("flux1-fmnist", configs / "models");
+  const auto trained =
+      dit::load_weights(mc, configs / "weights" / "flux1-fmnist" / "flux1-fmnist.safetensors");
+  const auto random = dit::make_weights(mc, 0, false);
+  std::filesystem::create_directories(out);
+  std::ofstream csv(out / "v_similarity.csv");
+  csv << "weights,layer,mean_relative_change,steps,seeds\n";
+  std::printf("%-8s %6s %22s\n", "weights", "layer", "mean ||dV|| / ||V||");
+  for (const auto& [label, w] : {std::pair{"trained", trained}, std::pair{"random", random}}) {
+    std::map<int, std::vector<double>> change;
+    for (int seed = 0; seed < seeds; ++seed) {
+      dit::LocalComm comm;
+      dit::RunSettings st;
+      st.resolution = 28;
+      st.steps = steps;
+      st.seed = static_cast<std::uint64_t>(seed);
+      st.class_label = seed % mc.num_classes;
+      st.make_strategy = [&change](Communicator&, const dit::ModelConfig&) {
+        return std::make_unique<Recorder>(&change);
+      };
+      dit::generate(comm, mc, *w, st);
+    }
+    for (const auto& [layer, v] : change) {
+      double sum = 0;
+      for (double x : v) sum += x;
+      const double mean = sum / static_cast<double>(v.size());
+      std::printf("%-8s %6d %22.4f\n", label, layer, mean);
+      csv << label << "," << layer << "," << mean << "," << steps << "," << seeds << "\n";
+    }
+  }
+  return 0;
+}

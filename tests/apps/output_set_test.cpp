@@ -1,0 +1,113 @@
+// A run's outputs are one set: a kill -9 at any point of the write phase (injected through
+// $COCODIFF_TEST_KILL_AT_WRITE) leaves the --out directory holding the complete previous set or
+// the complete new one, never a mix and never a temporary file; stale files of an earlier run are
+// gone once a new set is in place; the next run removes what a killed one left beside --out.
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kData = COCODIFF_TEST_DATA;
+
+using FileSet = std::map<std::string, std::string>;  // name -> bytes
+
+FileSet read_set(const fs::path& dir) {
+  FileSet s;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir))
+    s[e.path().filename().string()] = read_text(e.path());
+  return s;
+}
+
+/// The set without the files whose bytes vary from run to run (report.json holds wall times).
+FileSet stable(FileSet s) {
+  s.erase("report.json");
+  return s;
+}
+
+class OutputSet : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cocodiff_outset_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    ::unsetenv("COCODIFF_TEST_KILL_AT_WRITE");
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  ChildResult run(int seed, const fs::path& out) {
+    return run_cocodiff({"run", (kData / "good.toml").string(), "--out", out.string(), "-q",
+                         "--set", "run.math=real", "--set", "emulator.trace=false", "--set",
+                         "run.seed=" + std::to_string(seed)},
+                        dir_ / "log");
+  }
+  fs::path dir_;
+};
+
+TEST_F(OutputSet, AKillAtEveryWritePointLeavesTheOldSetOrTheNewOne) {
+  // The two complete sets, each written into a directory of its own.
+  ASSERT_EQ(run(42, dir_ / "ref_old").exit_code, 0);
+  ASSERT_EQ(run(7, dir_ / "ref_new").exit_code, 0);
+  fs::copy_file(kData / "good.toml", dir_ / "ref_old" / "stale.txt");  // an earlier run's file
+  const FileSet old_set = read_set(dir_ / "ref_old"), new_set = read_set(dir_ / "ref_new");
+  ASSERT_NE(stable(old_set), stable(new_set));
+
+  const fs::path out = dir_ / "work" / "out";
+  int kills = 0, saw_old = 0, saw_new = 0;
+  for (int point = 1; point < 40; ++point) {
+    // The old set in place again; what killed runs left beside it stays, for the last run.
+    fs::remove_all(out);
+    fs::create_directories(dir_ / "work");
+    fs::copy(dir_ / "ref_old", out);
+    ::setenv("COCODIFF_TEST_KILL_AT_WRITE", std::to_string(point).c_str(), 1);
+    const ChildResult r = run(7, out);
+    ::unsetenv("COCODIFF_TEST_KILL_AT_WRITE");
+    const FileSet now = read_set(out);
+    for (const auto& [name, bytes] : now)
+      EXPECT_EQ(name.find(".tmp"), std::string::npos) << "temporary in --out: " << name;
+    if (r.term_signal != SIGKILL) {  // past the last write point: the run completed
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(stable(now), stable(new_set));
+      EXPECT_EQ(now.count("stale.txt"), 0u);
+      // Nothing beside --out but the set itself: the staging directories that the killed runs
+      // left are gone.
+      std::vector<std::string> beside;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "work"))
+        beside.push_back(e.path().filename().string());
+      EXPECT_EQ(beside, std::vector<std::string>{"out"});
+      break;
+    }
+    ++kills;
+    const int seed = nlohmann::json::parse(now.at("report.json")).at("seed").get<int>();
+    if (seed == 42) {
+      EXPECT_EQ(now, old_set) << "kill at write point " << point;
+      ++saw_old;
+    } else {
+      EXPECT_EQ(seed, 7);
+      EXPECT_EQ(stable(now), stable(new_set)) << "kill at write point " << point;
+      EXPECT_EQ(now.count("stale.txt"), 0u);
+      ++saw_new;
+    }
+  }
+  EXPECT_GE(kills, 4);  // every file, and the switch itself
+  EXPECT_GE(saw_old, 3);
+  EXPECT_GE(saw_new, 1);
+}
+
+}  // namespace
+}  // namespace cocodiff::test

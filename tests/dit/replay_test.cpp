@@ -1,0 +1,182 @@
+// Exact replay of repeated regions (Communicator::begin_region): every strategy gives the same
+// virtual times, bytes per tier, flows, events and timeline hash with replay on and off, on 1,
+// 2 and 4 workers, under alpha-beta and max-min; regions whose key or start state differ (a
+// V-Major refresh step, a first step from zero offsets) are simulated, and a fault injected
+// mid-run ends the run the same way with replay on and off.
+
+#include <gtest/gtest.h>
+
+#include "core/errors.hpp"
+#include "dit/pipeline.hpp"
+#include "emulator/engine.hpp"
+#include "net_models/cluster.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+
+// Aurora with `nodes` nodes (12 tiles each), max-min or alpha-beta.
+emu::Engine aurora(int nodes, const std::string& network, int workers, bool replay) {
+  Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\n", "run.toml");
+  cfg.set("cluster.nodes=" + std::to_string(nodes));
+  cfg.set("cluster.network=" + network);
+  Cluster c = load_cluster(cfg, kPresets);
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.trace = false;
+  o.replay = replay;
+  return emu::Engine(c.topology, std::move(c.network), c.device, o);
+}
+
+ModelConfig small_flux() {
+  ModelConfig cfg = load_model_preset("flux1-dev");
+  cfg.double_blocks = 1;
+  cfg.single_blocks = 1;
+  return cfg;
+}
+
+struct Outcome {
+  emu::RunResult result;
+  int forwards = 0;
+  StrategyStats stats;  // rank 0's
+};
+
+Outcome run(emu::Engine& engine, const ModelConfig& cfg, const RunSettings& st) {
+  const std::shared_ptr<const Weights> w = make_weights(cfg, 1, true);
+  Outcome out;
+  out.result = engine.run([&](Communicator& comm) {
+    RunOutput o = generate(comm, cfg, *w, st);
+    if (comm.rank() == 0) {
+      out.forwards = o.forwards;
+      out.stats = o.strategy_stats;
+    }
+  });
+  return out;
+}
+
+void expect_same_timeline(const emu::RunResult& a, const emu::RunResult& b) {
+  EXPECT_EQ(a.makespan, b.makespan);
+  EXPECT_EQ(a.rank_end, b.rank_end);
+  EXPECT_EQ(a.rank_compute, b.rank_compute);
+  EXPECT_EQ(a.rank_exposed, b.rank_exposed);
+  EXPECT_EQ(a.bytes_by_tier, b.bytes_by_tier);
+  EXPECT_EQ(a.flows, b.flows);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.timeline_sha256, b.timeline_sha256);
+}
+
+RunSettings phantom_settings(const std::string& strategy, int steps) {
+  RunSettings st;
+  st.resolution = 128;
+  st.steps = steps;
+  st.seed = 3;
+  st.phantom = true;
+  st.strategy = strategy;
+  st.strategy_options.uneven_heads = true;
+  st.strategy_options.v_major_warmup_steps = 1;
+  st.strategy_options.v_major_refresh_every = 0;
+  return st;
+}
+
+TEST(Replay, EveryStrategyGivesTheSimulatedTimelineOnAnyWorkerCount) {
+  const ModelConfig cfg = small_flux();
+  for (const std::string strategy :
+       {"flat", "tapa", "v_first", "tapa+v_first+pipeline", "cocodiff", "usp"}) {
+    for (const std::string network : {"maxmin", "alpha-beta"}) {
+      if (network == "alpha-beta" && strategy != "flat" && strategy != "cocodiff") continue;
+      SCOPED_TRACE(strategy + " on " + network);
+      const RunSettings st = phantom_settings(strategy, 4);
+      emu::Engine off = aurora(2, network, 1, false);
+      const Outcome ref = run(off, cfg, st);
+      EXPECT_EQ(ref.result.regions_replayed, 0u);
+      for (int workers : {1, 2, 4}) {
+        SCOPED_TRACE("workers " + std::to_string(workers));
+        emu::Engine on = aurora(2, network, workers, true);
+        const Outcome got = run(on, cfg, st);
+        expect_same_timeline(got.result, ref.result);
+        EXPECT_EQ(got.forwards, ref.forwards);
+        // Steps after the first two start from a state already seen: they are replayed.
+        EXPECT_GE(got.result.regions_replayed, 2u);
+        for (const auto& [kind, v] : ref.stats.v_first) {
+          EXPECT_EQ(got.stats.v_first.at(kind).layers, v.layers);
+          EXPECT_NEAR(got.stats.v_first.at(kind).v_exposed_s, v.v_exposed_s, 1e-12);
+        }
+        for (const auto& [tier, v] : ref.stats.v_major) {
+          EXPECT_EQ(got.stats.v_major.at(tier).blocks, v.blocks);
+          EXPECT_EQ(got.stats.v_major.at(tier).active_blocks, v.active_blocks);
+        }
+        EXPECT_EQ(got.stats.v_major_cache_bytes, ref.stats.v_major_cache_bytes);
+      }
+    }
+  }
+}
+
+// V-Major refresh steps send everything: their key differs from a selective step's, so a
+// refresh step is simulated (the first time from its start state), never replayed from a
+// selective one, and the timeline stays the simulated one.
+TEST(Replay, VMajorRefreshStepsAreSimulated) {
+  const ModelConfig cfg = small_flux();
+  RunSettings st = phantom_settings("cocodiff", 8);
+  auto replayed = [&](int refresh_every, emu::RunResult* off_result) {
+    st.strategy_options.v_major_refresh_every = refresh_every;
+    emu::Engine off = aurora(2, "maxmin", 1, false);
+    emu::Engine on = aurora(2, "maxmin", 1, true);
+    const Outcome a = run(off, cfg, st);
+    const Outcome b = run(on, cfg, st);
+    expect_same_timeline(b.result, a.result);
+    if (off_result != nullptr) *off_result = a.result;
+    return b.result.regions_replayed;
+  };
+  emu::RunResult no_refresh, refresh;
+  const std::uint64_t without = replayed(0, &no_refresh);
+  const std::uint64_t with = replayed(3, &refresh);  // steps 3 and 6 send everything
+  EXPECT_LT(with, without);
+  EXPECT_GT(refresh.bytes_by_tier.back(), no_refresh.bytes_by_tier.back());
+}
+
+// Real math marks the same regions and never replays: its timeline equals phantom mode's.
+TEST(Replay, RealMathNeverReplaysAndHashesLikePhantom) {
+  ModelConfig cfg = load_model_preset("flux1-tiny");
+  cfg.double_blocks = 1;
+  cfg.single_blocks = 1;
+  RunSettings st;
+  st.resolution = 128;
+  st.steps = 3;
+  st.strategy = "flat";
+  emu::Engine real_engine = aurora(1, "maxmin", 1, true);
+  const std::shared_ptr<const Weights> w = make_weights(cfg, 1, false);
+  const emu::RunResult real =
+      real_engine.run([&](Communicator& comm) { (void)generate(comm, cfg, *w, st); });
+  EXPECT_EQ(real.regions_replayed, 0u);
+  st.phantom = true;
+  emu::Engine phantom_engine = aurora(1, "maxmin", 1, true);
+  const Outcome phantom = run(phantom_engine, cfg, st);
+  EXPECT_GT(phantom.result.regions_replayed, 0u);
+  expect_same_timeline(phantom.result, real);
+}
+
+// A rank failing at the start of a step ends the run with the same error, replay on or off.
+TEST(Replay, InjectedFaultFailsTheSameWay) {
+  const ModelConfig cfg = small_flux();
+  RunSettings st = phantom_settings("flat", 6);
+  st.on_step = [](int rank, int step) {
+    if (rank == 5 && step == 4) throw std::runtime_error("injected fault");
+  };
+  std::string messages[2];
+  for (int replay = 0; replay < 2; ++replay) {
+    emu::Engine e = aurora(1, "maxmin", 1, replay == 1);
+    try {
+      run(e, cfg, st);
+      ADD_FAILURE() << "the fault did not end the run";
+    } catch (const RankError& ex) {
+      messages[replay] = ex.what();
+      EXPECT_EQ(ex.rank(), 5);
+    }
+  }
+  EXPECT_NE(messages[0].find("injected fault"), std::string::npos) << messages[0];
+  EXPECT_EQ(messages[0], messages[1]);
+}
+
+}  // namespace
+}  // namespace cocodiff::dit

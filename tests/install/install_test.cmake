@@ -1,0 +1,54 @@
+# cmake -P install_test.cmake with BUILD_DIR, SOURCE_DIR, WORK_DIR, GENERATOR, CXX, LAUNCHER.
+function(check_run what)
+  execute_process(${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc}):\n${out}\n${err}")
+  endif()
+  set(LAST_OUTPUT "${out}" PARENT_SCOPE)
+endfunction()
+
+file(REMOVE_RECURSE ${WORK_DIR})
+set(prefix ${WORK_DIR}/prefix)
+check_run("cmake --install" COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
+
+foreach(f bin/cocodiff include/cocodiff/dit/pipeline.hpp include/cocodiff/apps/run_plan.hpp
+          share/cocodiff/configs/models/flux1-tiny.toml share/cocodiff/configs/clusters/aurora.toml)
+  if(NOT EXISTS ${prefix}/${f})
+    message(FATAL_ERROR "not installed: ${prefix}/${f}")
+  endif()
+endforeach()
+file(GLOB_RECURSE package_files ${prefix}/*/cocodiffConfig.cmake)
+if(NOT package_files)
+  message(FATAL_ERROR "no cocodiffConfig.cmake under ${prefix}")
+endif()
+
+# The installed program finds the configs installed beside it, from any directory.
+set(ENV{COCODIFF_CONFIG_DIR} "")
+check_run("cocodiff --version" COMMAND ${prefix}/bin/cocodiff --version WORKING_DIRECTORY ${WORK_DIR})
+string(FIND "${LAST_OUTPUT}" "configs: ${prefix}/share/cocodiff/configs" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "cocodiff --version does not name the installed configs:\n${LAST_OUTPUT}")
+endif()
+check_run("installed cocodiff validate"
+  COMMAND ${prefix}/bin/cocodiff validate ${prefix}/share/cocodiff/configs/mpi-smoke.toml
+  WORKING_DIRECTORY ${WORK_DIR})
+
+# A project of one's own: find_package(cocodiff), a strategy registered by name.
+set(launcher)
+if(LAUNCHER)
+  set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
+endif()
+check_run("configure examples/consumer"
+  COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR}/examples/consumer -B ${WORK_DIR}/consumer
+    -G ${GENERATOR} -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER=${CXX} ${launcher}
+    -DCMAKE_PREFIX_PATH=${prefix})
+check_run("build examples/consumer" COMMAND ${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
+check_run("run examples/consumer"
+  COMMAND ${WORK_DIR}/consumer/consumer ${SOURCE_DIR}/examples/consumer/consumer.toml
+  WORKING_DIRECTORY ${WORK_DIR})
+message(STATUS "${LAST_OUTPUT}")
+string(FIND "${LAST_OUTPUT}" "strategy kv_gather on 4 ranks" at)
+if(at EQUAL -1)
+  message(FATAL_ERROR "the consumer did not run its own strategy:\n${LAST_OUTPUT}")
+endif()
+file(REMOVE_RECURSE ${WORK_DIR})

@@ -1,0 +1,292 @@
+// The collective library model against closed forms: the software time of one message (eager,
+// rendezvous, chunked), the schedule choice, the pairwise peers, and each term's effect on an
+// all-to-all run by the emulator (one call, k messages, eager vs rendezvous, XOR vs shift on a
+// two-node platform), plus compute slowed while a collective is open.
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "core/errors.hpp"
+#include "emulator/engine.hpp"
+#include "net_models/cluster.hpp"
+#include "net_models/collective_model.hpp"
+
+namespace cocodiff {
+namespace {
+
+constexpr SimTime ns(std::int64_t v) { return SimTime::from_ns(v); }
+
+TEST(LibraryModel, DefaultIsFreeAndShift) {
+  LibraryModel ideal;
+  EXPECT_TRUE(ideal.is_free());
+  EXPECT_EQ(message_software_time(ideal, 0), SimTime{});
+  EXPECT_EQ(message_software_time(ideal, 1 << 30), SimTime{});
+  EXPECT_EQ(choose_all_to_all(ideal, 16, 1), AllToAllAlgorithm::kShift);
+  EXPECT_EQ(all_to_all_time_contention_free(ideal, 8, 10000, ns(2000), 1e10).ns(), 7 * 3000);
+}
+
+TEST(LibraryModel, MessageSoftwareTimeByProtocolAndChunks) {
+  LibraryModel lib;
+  lib.message_overhead = ns(1000);
+  lib.eager_max_bytes = 4096;
+  lib.eager_overhead = ns(300);
+  lib.eager_copy_bytes_per_s = 1e9;  // 1 byte per ns
+  lib.rendezvous_overhead = ns(5000);
+  lib.chunk_bytes = 1 << 20;
+  lib.chunk_overhead = ns(700);
+  EXPECT_FALSE(lib.is_free());
+  EXPECT_EQ(message_software_time(lib, 0).ns(), 1300);
+  EXPECT_EQ(message_software_time(lib, 4096).ns(), 1000 + 300 + 4096);
+  EXPECT_EQ(message_software_time(lib, 4097).ns(), 6000);
+  EXPECT_EQ(message_software_time(lib, 1 << 20).ns(), 6000);
+  EXPECT_EQ(message_software_time(lib, (1 << 20) + 1).ns(), 6700);
+  EXPECT_EQ(message_software_time(lib, 5 << 20).ns(), 6000 + 4 * 700);
+}
+
+TEST(LibraryModel, ScheduleBySizeAndXorNeedsAPowerOfTwo) {
+  LibraryModel lib;
+  lib.all_to_all_small = AllToAllAlgorithm::kConcurrent;
+  lib.all_to_all_large = AllToAllAlgorithm::kXor;
+  lib.all_to_all_small_max_bytes = 65536;
+  EXPECT_EQ(choose_all_to_all(lib, 16, 65536), AllToAllAlgorithm::kConcurrent);
+  EXPECT_EQ(choose_all_to_all(lib, 16, 65537), AllToAllAlgorithm::kXor);
+  EXPECT_EQ(choose_all_to_all(lib, 12, 65537), AllToAllAlgorithm::kShift);
+  AllToAllAlgorithm a{};
+  EXPECT_TRUE(parse_all_to_all_algorithm("xor", a));
+  EXPECT_EQ(a, AllToAllAlgorithm::kXor);
+  EXPECT_FALSE(parse_all_to_all_algorithm("bruck", a));
+}
+
+TEST(LibraryModel, PairwisePeersCoverEveryPeerOnce) {
+  for (AllToAllAlgorithm a : {AllToAllAlgorithm::kShift, AllToAllAlgorithm::kXor}) {
+    const int p = 16;
+    for (int r = 0; r < p; ++r) {
+      std::set<int> to, from;
+      for (int k = 1; k < p; ++k) {
+        const int s = pairwise_send_peer(a, p, r, k);
+        to.insert(s);
+        from.insert(pairwise_recv_peer(a, p, r, k));
+        // Whoever r sends to in round k receives from r in the same round.
+        EXPECT_EQ(pairwise_recv_peer(a, p, s, k), r);
+      }
+      EXPECT_EQ(to.size(), static_cast<size_t>(p - 1));
+      EXPECT_EQ(from.size(), static_cast<size_t>(p - 1));
+      EXPECT_EQ(to.count(r), 0u);
+    }
+  }
+  EXPECT_EQ(pairwise_send_peer(AllToAllAlgorithm::kXor, 8, 5, 3), 6);
+  EXPECT_EQ(pairwise_send_peer(AllToAllAlgorithm::kShift, 8, 5, 3), 0);
+}
+
+// ---- the emulator charging the library's costs ----
+
+// One device that runs 1 FLOP per ns; `factor` on compute overlapped with an open collective.
+std::shared_ptr<DeviceModel> unit_device(double factor = 1.0) {
+  RooflineParams p;
+  p.peak_flops_per_s = 1e9;
+  p.hbm_bytes_per_s = 1e9;
+  p.overlap_compute_factor = factor;
+  return std::make_shared<RooflineDevice>(p);
+}
+
+// `nodes` nodes of `gpus` ranks; alpha-beta tiers (intra, inter).
+emu::RunResult run_a2a(const LibraryModel& lib, const std::string& algo, int gpus, int nodes,
+                       std::int64_t count, std::vector<LinkCost> tiers, int workers = 2) {
+  Topology topo({{"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.wire_bytes_per_element = 4;
+  o.all_to_all_algorithm = algo;
+  o.library = lib;
+  o.trace = false;
+  emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, std::move(tiers)), unit_device(), o);
+  return e.run([&](Communicator& c) { c.all_to_all({}, {}, count); });
+}
+
+// 8 ranks, alpha 2000 ns, 10 GB/s everywhere; 2500 floats = 10000 bytes = 1000 ns per block.
+const std::vector<LinkCost> kUniform(2, LinkCost{ns(2000), 1e10});
+
+TEST(LibraryEngine, FreeLibraryKeepsTheExactTimesAndTimeline) {
+  const emu::RunResult base = run_a2a(LibraryModel{}, "pairwise", 4, 2, 2500, kUniform);
+  const emu::RunResult lib = run_a2a(LibraryModel{}, "library", 4, 2, 2500, kUniform, 1);
+  EXPECT_EQ(base.makespan.ns(), 7 * 3000);
+  EXPECT_EQ(lib.makespan, base.makespan);
+  EXPECT_EQ(lib.timeline_sha256, base.timeline_sha256);
+}
+
+TEST(LibraryEngine, OneCallCostsTheCallOverheadOnce) {
+  LibraryModel lib;
+  lib.call_overhead = ns(25000);
+  EXPECT_EQ(run_a2a(lib, "library", 4, 2, 2500, kUniform).makespan.ns(), 25000 + 7 * 3000);
+  EXPECT_EQ(run_a2a(lib, "concurrent", 4, 2, 2500, kUniform).makespan.ns(), 25000 + 3000);
+}
+
+TEST(LibraryEngine, EveryMessageCostsItsSender) {
+  LibraryModel lib;
+  lib.message_overhead = ns(400);
+  // Pairwise: each of the p-1 rounds waits for its message, software first.
+  EXPECT_EQ(run_a2a(lib, "pairwise", 4, 2, 2500, kUniform).makespan.ns(), 7 * (400 + 3000));
+  // Concurrent: the sender posts its 7 messages one after another; the last leaves at 7 sw.
+  EXPECT_EQ(run_a2a(lib, "concurrent", 4, 2, 2500, kUniform).makespan.ns(), 7 * 400 + 3000);
+  for (int k : {2, 4, 8}) {
+    EXPECT_EQ(run_a2a(lib, "pairwise", k, 1, 2500, kUniform).makespan,
+              all_to_all_time_contention_free(lib, k, 10000, ns(2000), 1e10))
+        << k;
+  }
+}
+
+TEST(LibraryEngine, EagerBelowTheThresholdRendezvousAbove) {
+  LibraryModel lib;
+  lib.eager_max_bytes = 10000;  // exactly one block of 2500 floats
+  lib.eager_overhead = ns(100);
+  lib.rendezvous_overhead = ns(6000);
+  EXPECT_EQ(run_a2a(lib, "pairwise", 4, 2, 2500, kUniform).makespan.ns(), 7 * (100 + 3000));
+  // 2501 floats: 10004 bytes, rendezvous, and 1000.4 ns of wire rounded up to 1001.
+  EXPECT_EQ(run_a2a(lib, "pairwise", 4, 2, 2501, kUniform).makespan.ns(), 7 * (6000 + 3001));
+}
+
+TEST(LibraryEngine, XorPairingKeepsRoundsOnOneTierOnTwoNodes) {
+  // 2 nodes x 8 GPUs; intra-node alpha 1 us at 100 GB/s, inter-node alpha 5 us at 10 GB/s.
+  const std::vector<LinkCost> tiers{{ns(1000), 1e11}, {ns(5000), 1e10}};
+  const std::int64_t count = 250000;  // 1 MB per peer: 10 us intra, 100 us inter
+  const std::int64_t intra = 1000 + 10000, inter = 5000 + 100000;
+  // Shift: every round k has a pair that crosses nodes, so all 15 rounds take the inter time.
+  EXPECT_EQ(run_a2a(LibraryModel{}, "pairwise", 8, 2, count, tiers).makespan.ns(), 15 * inter);
+  // XOR: rounds 1..7 stay inside the node, rounds 8..15 all cross.
+  EXPECT_EQ(run_a2a(LibraryModel{}, "xor", 8, 2, count, tiers).makespan.ns(),
+            7 * intra + 8 * inter);
+  LibraryModel mpich;
+  mpich.all_to_all_large = AllToAllAlgorithm::kXor;
+  EXPECT_EQ(run_a2a(mpich, "library", 8, 2, count, tiers).makespan.ns(), 7 * intra + 8 * inter);
+}
+
+TEST(LibraryEngine, XorAllToAllDeliversEveryBlock) {
+  Topology topo({{"gpu", 4, "intra-node"}, {"node", 2, "inter-node"}});
+  emu::EngineOptions o;
+  o.workers = 2;
+  o.all_to_all_algorithm = "xor";
+  emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, kUniform), unit_device(), o);
+  e.run([](Communicator& c) {
+    const int p = c.size();
+    std::vector<float> send(static_cast<size_t>(3 * p)), recv(send.size());
+    for (int j = 0; j < 3 * p; ++j)
+      send[static_cast<size_t>(j)] = static_cast<float>(100 * c.rank() + j / 3);
+    c.all_to_all(send, recv, 3);
+    for (int j = 0; j < 3 * p; ++j)
+      ASSERT_EQ(recv[static_cast<size_t>(j)], static_cast<float>(100 * (j / 3) + c.rank()));
+  });
+}
+
+TEST(Interference, OverlappedComputeIsMaxOfSlowedComputeAndTransfer) {
+  // One all-to-all of 7 rounds x 3000 ns = 21 us in flight; c ns of compute beside it,
+  // slowed by 1.5 while the collective is open: end = max(1.5 c, 21000).
+  Topology topo({{"gpu", 4, "intra-node"}, {"node", 2, "inter-node"}});
+  for (double c : {10000.0, 20000.0}) {
+    for (double factor : {1.0, 1.5}) {
+      emu::EngineOptions o;
+      o.workers = 2;
+      o.wire_bytes_per_element = 4;
+      emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, kUniform), unit_device(factor), o);
+      const emu::RunResult r = e.run([&](Communicator& comm) {
+        Request q = comm.iall_to_all({}, {}, 2500);
+        comm.compute({OpKind::kGemm, c, 0, "gemm"});
+        q.wait();
+        comm.compute({OpKind::kGemm, 1000, 0, "after"});  // not overlapped: full speed
+      });
+      const auto expect = static_cast<std::int64_t>(std::max(factor * c, 21000.0)) + 1000;
+      EXPECT_EQ(r.makespan.ns(), expect) << c << " " << factor;
+    }
+  }
+}
+
+// ---- presets and their parsing ----
+
+const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+
+Cluster load(const std::string& preset, const std::vector<std::string>& sets = {}) {
+  Config cfg = Config::parse("[cluster]\npreset = \"" + preset + "\"\n", "run.toml");
+  for (const std::string& s : sets) cfg.set(s);
+  return load_cluster(cfg, kPresets);
+}
+
+std::string load_error(const std::string& preset, const std::vector<std::string>& sets) {
+  try {
+    load(preset, sets);
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LibraryPresets, ClustersNameTheirLibraryAndKeysOverrideIt) {
+  const Cluster h100 = load("hgx-h100");
+  EXPECT_EQ(h100.library.name, "nccl");
+  EXPECT_EQ(h100.library.call_overhead.ns(), 46400);
+  EXPECT_EQ(h100.library.message_overhead.ns(), 3400);
+  EXPECT_EQ(h100.library.all_to_all_large, AllToAllAlgorithm::kConcurrent);
+  EXPECT_EQ(load("aurora").library.name, "oneccl");
+  EXPECT_TRUE(load("uniform").library.is_free());
+  EXPECT_TRUE(load("hgx-h100", {"cluster.library.preset=\"ideal\""}).library.is_free());
+  const Cluster over = load(
+      "hgx-h100", {"cluster.library.message_overhead_us=7", "cluster.library.all_to_all=\"xor\""});
+  EXPECT_EQ(over.library.message_overhead.ns(), 7000);
+  EXPECT_EQ(over.library.call_overhead.ns(), 46400);  // from the preset
+  EXPECT_EQ(over.library.all_to_all_large, AllToAllAlgorithm::kXor);
+  for (const char* lib : {"ideal", "nccl", "oneccl", "mpich", "openmpi"})
+    EXPECT_EQ(load("uniform", {std::string("cluster.library.preset=\"") + lib + "\""}).library.name,
+              lib);
+}
+
+TEST(LibraryPresets, BadLibraryKeysNameTheKey) {
+  EXPECT_NE(load_error("hgx-h100", {"cluster.library.preset=\"nope\""}).find("library.preset"),
+            std::string::npos);
+  EXPECT_NE(load_error("hgx-h100", {"cluster.library.all_to_all=\"bruck\""})
+                .find("shift | xor | concurrent"),
+            std::string::npos);
+  EXPECT_NE(load_error("hgx-h100", {"cluster.library.call_overhead_us=-1"})
+                .find("library.call_overhead_us"),
+            std::string::npos);
+  EXPECT_NE(load_error("hgx-h100", {"cluster.library.colour=1"}).find("unknown key"),
+            std::string::npos);
+}
+
+TEST(KernelTable, InterpolatesInLogLogAndFallsBackToTheRoofline) {
+  RooflineParams p;
+  p.peak_flops_per_s = 1e12;
+  p.hbm_bytes_per_s = 1e12;
+  p.kernels["q_proj"] = KernelTable{{1e9, 4e9}, {10e-6, 40e-6}, "test"};
+  p.kernels["attention"] = KernelTable{{1e9}, {99e-6}, "test"};
+  const RooflineDevice d(p);
+  EXPECT_EQ(d.time({OpKind::kGemm, 1e9, 0, "q_proj"}).ns(), 10000);
+  EXPECT_EQ(d.time({OpKind::kGemm, 4e9, 0, "q_proj"}).ns(), 40000);
+  // Halfway in log FLOPs: time grows as FLOPs (slope 1 in log-log) -> 20 us at 2e9.
+  EXPECT_NEAR(d.time({OpKind::kGemm, 2e9, 0, "q_proj"}).us(), 20.0, 0.002);
+  // Outside the range, or for another label: the roofline (1 ms per 1e9 FLOPs here).
+  EXPECT_EQ(d.time({OpKind::kGemm, 8e9, 0, "q_proj"}).ns(), 8'000'000);
+  EXPECT_EQ(d.time({OpKind::kGemm, 2e9, 0, "k_proj"}).ns(), 2'000'000);
+  // A kind's table serves ops of that kind without their own label's table.
+  EXPECT_EQ(d.time({OpKind::kAttention, 1e9, 0, "joint_attention"}).ns(), 99000);
+}
+
+TEST(KernelTable, PresetTablesParseAndBadOnesAreRefused) {
+  const Cluster h100 = load("hgx-h100");
+  ASSERT_EQ(h100.device_params.kernels.count("attention"), 1u);
+  EXPECT_DOUBLE_EQ(h100.device_params.overlap_compute_factor, 1.15);
+  // FLUX.1-dev q_proj at 4096 tokens per rank: the measured 137.5 us, not the roofline.
+  const double f = 2.0 * 4096 * 3072 * 3072;
+  EXPECT_NEAR(h100.device->time({OpKind::kGemm, f, 0, "q_proj"}).us(), 137.5, 0.01);
+  EXPECT_NE(load_error("hgx-h100", {"cluster.device.kernels.q_proj.time_us=[1.0]"})
+                .find("one time per entry"),
+            std::string::npos);
+  EXPECT_NE(load_error("uniform", {"cluster.device.kernels.x.flops=[2.0, 1.0]",
+                                   "cluster.device.kernels.x.time_us=[1.0, 2.0]"})
+                .find("ascending"),
+            std::string::npos);
+  EXPECT_NE(load_error("hgx-h100", {"cluster.device.overlap_compute_factor=0.5"})
+                .find("overlap_compute_factor"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace cocodiff
