@@ -36,10 +36,30 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
   if (!p_.kernels.empty()) {
     auto it = p_.kernels.find(cost.label);
     if (it == p_.kernels.end()) it = p_.kernels.find(op_kind_name(cost.kind));
-    double t = 0;
-    if (it != p_.kernels.end() && it->second.interpolate(cost.flops, t))
-      return SimTime::from_seconds(t);
+    if (it != p_.kernels.end() && !it->second.flops.empty()) {
+      const KernelTable& table = it->second;
+      double t = 0;
+      if (table.interpolate(cost.flops, t)) return SimTime::from_seconds(t);
+      if (cost.flops > 0) {
+        // Outside the measured range: the roofline, scaled by the table's ratio to the
+        // roofline at the nearest measured end (the op scaled to that end's FLOPs, its bytes in
+        // proportion). A kernel measured 10x slower than its roofline stays 10x slower past
+        // the last point instead of snapping back to the ideal.
+        const bool below = cost.flops < table.flops.front();
+        const double f_end = below ? table.flops.front() : table.flops.back();
+        const double t_end = below ? table.time_s.front() : table.time_s.back();
+        const OpCost at_end{cost.kind, f_end, cost.bytes * f_end / cost.flops, cost.label};
+        const double roof_end = roofline(at_end).seconds();
+        if (roof_end > 0)
+          return SimTime::from_seconds(roofline(cost).seconds() * t_end / roof_end,
+                                       "an operation's time extrapolated from device.kernels");
+      }
+    }
   }
+  return roofline(cost);
+}
+
+SimTime RooflineDevice::roofline(const OpCost& cost) const {
   const size_t k = static_cast<size_t>(cost.kind);
   double compute_s = cost.flops / (p_.peak_flops_per_s * p_.compute_efficiency[k]);
   double memory_s = cost.bytes / (p_.hbm_bytes_per_s * p_.memory_efficiency[k]);

@@ -1,6 +1,7 @@
 #pragma once
 // Roofline device model: time = max(flops / (peak * eff_kind), bytes / (hbm * eff_kind)) + launch,
-// or a measured kernel table's interpolation where one covers the op.
+// or a measured kernel table's interpolation where one covers the op (and the roofline scaled to
+// the table's nearest end beyond its range).
 
 #include <array>
 #include <map>
@@ -47,7 +48,8 @@ struct RooflineParams {
   double overlap_compute_factor = 1.0;
   /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind
   /// ("attention"). Inside a table's FLOP range its interpolation replaces the roofline (launch
-  /// included, as measured); outside it the roofline applies.
+  /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
+  /// roofline at the nearest end of the range.
   std::map<std::string, KernelTable, std::less<>> kernels;
 };
 
@@ -58,6 +60,8 @@ class RooflineDevice final : public DeviceModel {
   std::string name() const override { return p_.name; }
   double overlap_compute_factor() const override { return p_.overlap_compute_factor; }
   const RooflineParams& params() const { return p_; }
+  /// The roofline alone, without the measured tables.
+  SimTime roofline(const OpCost& cost) const;
 
  private:
   RooflineParams p_;

@@ -262,11 +262,30 @@ TEST(KernelTable, InterpolatesInLogLogAndFallsBackToTheRoofline) {
   EXPECT_EQ(d.time({OpKind::kGemm, 4e9, 0, "q_proj"}).ns(), 40000);
   // Halfway in log FLOPs: time grows as FLOPs (slope 1 in log-log) -> 20 us at 2e9.
   EXPECT_NEAR(d.time({OpKind::kGemm, 2e9, 0, "q_proj"}).us(), 20.0, 0.002);
-  // Outside the range, or for another label: the roofline (1 ms per 1e9 FLOPs here).
-  EXPECT_EQ(d.time({OpKind::kGemm, 8e9, 0, "q_proj"}).ns(), 8'000'000);
+  // Another label: the roofline (1 ms per 1e9 FLOPs here).
   EXPECT_EQ(d.time({OpKind::kGemm, 2e9, 0, "k_proj"}).ns(), 2'000'000);
-  // A kind's table serves ops of that kind without their own label's table.
+  EXPECT_EQ(d.roofline({OpKind::kGemm, 8e9, 0, "q_proj"}).ns(), 8'000'000);
+  // Outside the range: the roofline scaled by the table's ratio at the nearest end. Above:
+  // 8 ms x (40 us / 4 ms) = 80 us. Below: 0.5 ms x (10 us / 1 ms) = 5 us.
+  EXPECT_EQ(d.time({OpKind::kGemm, 8e9, 0, "q_proj"}).ns(), 80'000);
+  EXPECT_EQ(d.time({OpKind::kGemm, 0.5e9, 0, "q_proj"}).ns(), 5'000);
+  // A kind's table serves ops of that kind without their own label's table; a one-point table
+  // scales the roofline on both sides (2 ms x 99 us / 1 ms = 198 us).
   EXPECT_EQ(d.time({OpKind::kAttention, 1e9, 0, "joint_attention"}).ns(), 99000);
+  EXPECT_EQ(d.time({OpKind::kAttention, 2e9, 0, "joint_attention"}).ns(), 198000);
+}
+
+TEST(KernelTable, ExtrapolationScalesTheRooflineWithTheBytesInProportion) {
+  // A memory-bound op: 1 GB/s HBM, launch 0. The table says it runs 4x slower than its
+  // roofline at its only point; past it, the roofline (here bytes-bound) times 4.
+  RooflineParams p;
+  p.peak_flops_per_s = 1e15;
+  p.hbm_bytes_per_s = 1e9;
+  p.kernels["q_norm"] = KernelTable{{1e6}, {4e-3}, "test"};  // roofline at 1e6 FLOPs, 1e6 B: 1 ms
+  const RooflineDevice d(p);
+  EXPECT_EQ(d.time({OpKind::kNorm, 3e6, 3e6, "q_norm"}).ns(), 12'000'000);
+  // Zero FLOPs (a pure copy labelled like a table): the roofline alone.
+  EXPECT_EQ(d.time({OpKind::kNorm, 0, 2e6, "q_norm"}).ns(), 2'000'000);
 }
 
 TEST(KernelTable, PresetTablesParseAndBadOnesAreRefused) {
