@@ -297,6 +297,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     d.memory_efficiency[static_cast<size_t>(k)] = in.efficiency("device.memory_efficiency." + kind);
   }
   d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
+  d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
   for (const std::string& name : in.subkeys("device.kernels")) {
     const std::string k = "device.kernels." + name;
     KernelTable t;

@@ -10,6 +10,7 @@ namespace cocodiff {
 RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)) {
   COCO_CHECK(p_.peak_flops_per_s > 0 && p_.hbm_bytes_per_s > 0, "device peaks must be positive");
   COCO_CHECK(p_.overlap_compute_factor >= 1, "overlap compute factor must be >= 1");
+  COCO_CHECK(p_.overlap_transfer_factor >= 1, "overlap transfer factor must be >= 1");
   for (const auto& [name, t] : p_.kernels) {
     COCO_CHECK(!t.flops.empty() && t.flops.size() == t.time_s.size(), "kernel table " + name);
     for (size_t i = 0; i < t.flops.size(); ++i)

@@ -23,6 +23,10 @@ class DeviceModel {
   /// (started and not yet waited for): communication kernels take SMs and HBM bandwidth.
   /// 1 keeps overlap free.
   virtual double overlap_compute_factor() const { return 1.0; }
+  /// Factor on the transfers of a tile's collective while that tile computes beside it: the
+  /// overlapped part of the collective (at most the compute issued while it was open) takes
+  /// this much longer, as seen by the tile that waits for it. 1 keeps overlap free.
+  virtual double overlap_transfer_factor() const { return 1.0; }
 };
 
 /// Measured times of one kernel at several sizes, by FLOPs (ascending, distinct).
@@ -46,6 +50,8 @@ struct RooflineParams {
   std::array<double, kNumOpKinds> memory_efficiency{1, 1, 1, 1, 1};
   /// See DeviceModel::overlap_compute_factor (>= 1).
   double overlap_compute_factor = 1.0;
+  /// See DeviceModel::overlap_transfer_factor (>= 1).
+  double overlap_transfer_factor = 1.0;
   /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind
   /// ("attention"). Inside a table's FLOP range its interpolation replaces the roofline (launch
   /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
@@ -59,6 +65,7 @@ class RooflineDevice final : public DeviceModel {
   SimTime time(const OpCost& cost) const override;
   std::string name() const override { return p_.name; }
   double overlap_compute_factor() const override { return p_.overlap_compute_factor; }
+  double overlap_transfer_factor() const override { return p_.overlap_transfer_factor; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.
   SimTime roofline(const OpCost& cost) const;

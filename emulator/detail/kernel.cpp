@@ -255,7 +255,9 @@ void Kernel::wait(FiberState& f, ReqState& req) {
     }
     COCO_CHECK(req.done, "woken before completion");
   }
-  f.clock = std::max(f.clock, req.done_time);
+  if (f.is_main && req.open)
+    req.penalty = transfer_penalty(tiles_[static_cast<size_t>(f.rank)], req);
+  f.clock = std::max(f.clock, req.done_time + req.penalty);
   if (f.is_main) {
     TileStats& t = tiles_[static_cast<size_t>(f.rank)];
     close_collective(t, req);
@@ -273,9 +275,25 @@ bool Kernel::test(FiberState& f, ReqState& req) {
     timers_.emplace(f.clock, &f);
     block(f, lk, &req, true);
   }
-  const bool done = req.done && req.done_time <= f.clock;
-  if (done && f.is_main) close_collective(tiles_[static_cast<size_t>(f.rank)], req);
+  if (!req.done) return false;
+  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  const SimTime penalty = f.is_main && req.open ? transfer_penalty(t, req) : req.penalty;
+  const bool done = req.done_time + penalty <= f.clock;
+  if (done && f.is_main) {
+    req.penalty = penalty;
+    close_collective(t, req);
+  }
   return done;
+}
+
+SimTime Kernel::transfer_penalty(const TileStats& t, const ReqState& req) const {
+  const double factor = device_.overlap_transfer_factor();
+  if (factor == 1.0) return SimTime{};
+  // The part of the collective that ran beside this tile's compute runs `factor` times slower:
+  // at most the compute issued while it was open, at most the collective's own span.
+  const SimTime overlapped = std::min(t.overlapped_compute - req.overlap_mark,
+                                      req.done_time - std::min(req.done_time, req.started));
+  return SimTime::from_ns(std::llround(static_cast<double>(overlapped.ns()) * (factor - 1.0)));
 }
 
 void Kernel::close_collective(TileStats& t, ReqState& req) {
@@ -287,7 +305,7 @@ void Kernel::close_collective(TileStats& t, ReqState& req) {
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
   std::lock_guard<std::mutex> lk(mutex_);
   if (!req.done) return std::nullopt;
-  return req.done_time;
+  return req.done_time + req.penalty;
 }
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
@@ -297,10 +315,13 @@ void Kernel::compute(FiberState& f, const OpCost& cost) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   const double slowdown = device_.overlap_compute_factor();
-  if (slowdown != 1.0 && tiles_[static_cast<size_t>(f.rank)].open_collectives > 0)
-    dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
-  f.clock += dt;
   TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  if (t.open_collectives > 0) {
+    if (slowdown != 1.0)
+      dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
+    t.overlapped_compute += dt;
+  }
+  f.clock += dt;
   t.compute += dt;
   record_tile_event(f, TraceEvent::Kind::kCompute, start, f.clock,
                     cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
@@ -312,8 +333,11 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
   state->is_main = false;
   state->clock = parent.clock;
   if (parent.is_main && req->op == ReqState::Op::kCollective) {
+    TileStats& t = tiles_[static_cast<size_t>(parent.rank)];
     req->open = true;
-    ++tiles_[static_cast<size_t>(parent.rank)].open_collectives;
+    req->started = parent.clock;
+    req->overlap_mark = t.overlapped_compute;
+    ++t.open_collectives;
   }
   {
     std::lock_guard<std::mutex> lk(mutex_);

@@ -66,6 +66,9 @@ struct ReqState {
   std::string call;                    // collectives: "all_to_all(count=4) #3"
   std::shared_ptr<const Group> group;  // collectives
   bool open = false;                   // collectives: counted in its tile's open_collectives
+  SimTime started;                     // collectives: the starting tile's clock at the start
+  SimTime overlap_mark;                // its tile's overlapped_compute when it was opened
+  SimTime penalty;                     // transfer slowdown charged when it closed
   /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
   std::string describe() const;
   /// Short name for trace spans.
@@ -91,6 +94,9 @@ struct TileStats {
   std::vector<TraceEvent> trace;
   /// Collectives this tile started and has not yet waited for (its compute overlaps them).
   int open_collectives = 0;
+  /// Compute time this tile issued while at least one of its collectives was open; a
+  /// collective's share is the growth of this sum while it was open.
+  SimTime overlapped_compute;
 };
 
 class Kernel {
@@ -167,6 +173,9 @@ class Kernel {
   void wake(FiberState& f);
   /// Drops req from t's open collectives once its owner has seen it complete.
   static void close_collective(TileStats& t, ReqState& req);
+  /// The extra time an open collective of tile t takes because t computed beside it
+  /// (DeviceModel::overlap_transfer_factor).
+  SimTime transfer_penalty(const TileStats& t, const ReqState& req) const;
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);
   std::uint32_t intern(std::string_view label);

@@ -82,11 +82,13 @@ TEST(LibraryModel, PairwisePeersCoverEveryPeerOnce) {
 // ---- the emulator charging the library's costs ----
 
 // One device that runs 1 FLOP per ns; `factor` on compute overlapped with an open collective.
-std::shared_ptr<DeviceModel> unit_device(double factor = 1.0) {
+// `transfer_factor` on the part of a collective that runs beside the tile's compute.
+std::shared_ptr<DeviceModel> unit_device(double factor = 1.0, double transfer_factor = 1.0) {
   RooflineParams p;
   p.peak_flops_per_s = 1e9;
   p.hbm_bytes_per_s = 1e9;
   p.overlap_compute_factor = factor;
+  p.overlap_transfer_factor = transfer_factor;
   return std::make_shared<RooflineDevice>(p);
 }
 
@@ -197,6 +199,63 @@ TEST(Interference, OverlappedComputeIsMaxOfSlowedComputeAndTransfer) {
       const auto expect = static_cast<std::int64_t>(std::max(factor * c, 21000.0)) + 1000;
       EXPECT_EQ(r.makespan.ns(), expect) << c << " " << factor;
     }
+  }
+}
+
+TEST(Interference, TransfersBesideComputeAreSlowedByTheOverlappedPart) {
+  // The same 21 us all-to-all beside c ns of compute (not slowed), transfers slowed by ft while
+  // the tile computes: end = max(c, 21000 + (ft - 1) * min(c, 21000)).
+  Topology topo({{"gpu", 4, "intra-node"}, {"node", 2, "inter-node"}});
+  for (double c : {10000.0, 30000.0, 60000.0}) {
+    for (double ft : {1.0, 1.5, 2.0}) {
+      for (int workers : {1, 2}) {
+        emu::EngineOptions o;
+        o.workers = workers;
+        o.wire_bytes_per_element = 4;
+        emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, kUniform), unit_device(1.0, ft),
+                      o);
+        SimTime done_at;
+        const emu::RunResult r = e.run([&](Communicator& comm) {
+          Request q = comm.iall_to_all({}, {}, 2500);
+          comm.compute({OpKind::kGemm, c, 0, "gemm"});
+          q.wait();
+          if (comm.rank() == 0) done_at = q.completed_at(SimTime{});
+          comm.compute({OpKind::kGemm, 1000, 0, "after"});
+        });
+        const double transfer = 21000.0 + (ft - 1.0) * std::min(c, 21000.0);
+        EXPECT_EQ(r.makespan.ns(), static_cast<std::int64_t>(std::max(c, transfer)) + 1000)
+            << c << " " << ft;
+        // The request reports the completion the tile saw, slowdown included.
+        EXPECT_EQ(done_at.ns(), static_cast<std::int64_t>(transfer)) << c << " " << ft;
+      }
+    }
+  }
+}
+
+TEST(Interference, BothFactorsTogetherAndNoPenaltyWithoutOverlap) {
+  Topology topo({{"gpu", 4, "intra-node"}, {"node", 2, "inter-node"}});
+  emu::EngineOptions o;
+  o.workers = 1;
+  o.wire_bytes_per_element = 4;
+  {
+    // Compute 10 us slowed to 15 us beside the collective; the collective's overlapped part
+    // is those 15 us, slowed by 2: 21 + 15 = 36 us.
+    emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, kUniform), unit_device(1.5, 2.0), o);
+    const emu::RunResult r = e.run([&](Communicator& comm) {
+      Request q = comm.iall_to_all({}, {}, 2500);
+      comm.compute({OpKind::kGemm, 10000, 0, "gemm"});
+      q.wait();
+    });
+    EXPECT_EQ(r.makespan.ns(), 36000);
+  }
+  {
+    // Compute after the wait does not overlap: the blocking collective costs its 21 us.
+    emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, kUniform), unit_device(1.5, 2.0), o);
+    const emu::RunResult r = e.run([&](Communicator& comm) {
+      comm.all_to_all({}, {}, 2500);
+      comm.compute({OpKind::kGemm, 10000, 0, "gemm"});
+    });
+    EXPECT_EQ(r.makespan.ns(), 31000);
   }
 }
 
