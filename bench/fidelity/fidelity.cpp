@@ -2,7 +2,9 @@
 // (configs/measurements/h100): kernels by shape, single-rank NCCL calls by size, device copies,
 // and the one interference pair. One table, one summary per group.
 //   fidelity [--cluster hgx-h100] [--measurements DIR] [--out DIR]
-//     -> DIR/fidelity.csv, DIR/fidelity.json
+//     -> DIR/fidelity.csv, DIR/fidelity.json, and DIR/kernels_cocodiff.csv: the measured kernels
+//        as the ops cocodiff charges (op,kind,flops,bytes,time_us), what `cocodiff calibrate`
+//        reads to fit a device's roofline and kernel tables
 //
 // Kernels are predicted three ways, each with the OpCost cocodiff charges for that op
 // (dit/layers.cpp: a linear is 2*N*in*out FLOPs over its operands, bf16):
@@ -156,6 +158,7 @@ int main(int argc, char** argv) {
 
     // Kernels.
     const auto ops = kernel_ops();
+    std::string as_cocodiff = "op,kind,flops,bytes,time_us\n";
     for (const auto& r : read_csv(mdir / "kernels.csv")) {
       const auto it = ops.find(r.at("op"));
       if (it == ops.end()) continue;
@@ -164,6 +167,9 @@ int main(int argc, char** argv) {
       const double measured = std::stod(r.at("time_us")) / op.share;
       OpCost cost = op.cost(tokens, heads);
       cost.label = op.label;
+      as_cocodiff += bench::fmt("%s,%s,%.6g,%.6g,%.4f\n", op.label.c_str(),
+                                std::string(op_kind_name(cost.kind)).c_str(), cost.flops,
+                                cost.bytes, measured);
       const double roof = roofline.time(cost).seconds() * 1e6;
       const double tab = tabled.time(cost).seconds() * 1e6;
       RooflineParams held = shipped;
@@ -279,6 +285,7 @@ int main(int argc, char** argv) {
     std::ifstream ef(mdir / "env.json");
     if (ef) meta["environment"] = nlohmann::json::parse(ef);
     t.finish(args, "fidelity", meta);
+    bench::write_text(args.out / "kernels_cocodiff.csv", as_cocodiff);
     std::printf("\nkernels >= 4096 tokens per rank (attention: sequence length >= 4096):\n");
     std::printf("  roofline:        %s\n", k_roof_big.text().c_str());
     std::printf("  table, held out: %s\n", k_held_big.text().c_str());

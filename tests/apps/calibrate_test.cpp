@@ -92,6 +92,14 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
       {"big.csv", "op,ranks,bytes,time_us\nall_to_all,64,1024,3\n", "big.csv:2: 64 ranks"},
       {"empty.csv", "", "empty.csv: empty measurements file"},
       {"perf.txt", "# nThread 1 nGpus 1\n#  Rank  0\n#  Rank  1\n", "an nccl-tests file named"},
+      {"kind.csv", "op,kind,flops,bytes,time_us\nq_proj,matmul,1e9,1e6,5\n",
+       "kind.csv:2: expected kind gemm | attention | norm | elementwise | copy"},
+      {"kfields.csv", "op,kind,flops,bytes,time_us\nq_proj,gemm,1e9,5\n",
+       "kfields.csv:2: expected 5 fields"},
+      {"kzero.csv", "op,kind,flops,bytes,time_us\nq_proj,gemm,0,0,5\n",
+       "kzero.csv:2: expected flops or bytes > 0"},
+      {"ktime.csv", "op,kind,flops,bytes,time_us\nq_proj,gemm,1e9,1e6,nan\n",
+       "ktime.csv:2: expected time_us > 0"},
   };
   for (const Case& c : cases) {
     const fs::path data = write(c.name, c.text);
@@ -102,6 +110,35 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.name << ": " << r.err;
     EXPECT_FALSE(fs::exists(out)) << c.name;
   }
+}
+
+TEST_F(Calibrate, RecoversAKnownRooflineFromSyntheticKernelTimes) {
+  // The uniform preset: 1 GFLOP/s and 1 GB/s peaks. Times made with launch 2 us, GEMM at 70%
+  // of peak compute (compute-bound points) and norm at 50% of HBM (memory-bound points).
+  std::string csv = "op,kind,flops,bytes,time_us\n";
+  for (double f : {1e6, 3e6, 1e7, 3e7, 1e8})
+    csv += "q_proj,gemm," + std::to_string(f) + "," + std::to_string(f / 1000) + "," +
+           std::to_string((f / (1e9 * 0.7) + 2e-6) * 1e6) + "\n";
+  for (double b : {1e5, 3e5, 1e6, 3e6, 1e7})
+    csv += "q_norm,norm," + std::to_string(b / 4) + "," + std::to_string(b) + "," +
+           std::to_string((b / (1e9 * 0.5) + 2e-6) * 1e6) + "\n";
+  const fs::path data = write("kernels.csv", csv);
+  const fs::path out = dir_ / "overlay.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", data.string(), "--cluster", "uniform", "--out", out.string()}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("roofline_us"), std::string::npos) << r.out;
+  const std::string toml = read_text(out);
+  EXPECT_NEAR(key(toml, "launch_overhead_ns"), 2000, 20) << toml;
+  EXPECT_NEAR(key(toml, "gemm"), 0.7, 0.007) << toml;
+  EXPECT_NEAR(key(toml, "norm"), 0.5, 0.005) << toml;
+  EXPECT_NE(toml.find("[cluster.device.memory_efficiency]\nnorm = "), std::string::npos) << toml;
+  // Each op's points become its table, and the overlay is a cluster config of its own.
+  EXPECT_NE(toml.find("[cluster.device.kernels.q_proj]\nflops = [1e+06, 3e+06, 1e+07"),
+            std::string::npos)
+      << toml;
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
 TEST_F(Calibrate, ReadsNcclTestsOutputAsPrinted) {
