@@ -506,7 +506,7 @@ int main_impl(int argc, char** argv) {
   nlohmann::json meta = {
       {"model", "flux1-fmnist (trained)"},
       {"images", images.size()},
-      {"image_dir", o.images.string()},
+      {"image_dir", o.images.lexically_proximate(COCODIFF_SOURCE_DIR).string()},
       {"masks", o.masks},
       {"steps", steps},
       {"seed", kSeed},
