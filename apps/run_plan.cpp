@@ -62,52 +62,67 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
 namespace {
 
 // Inpainting keys: run.inpaint_image (PNG of the known picture, resolution x resolution,
-// pixel-space models) and the region to generate, run.inpaint_rect = [x, y, width, height] in
-// pixels. Everything outside the rectangle is kept from the known picture.
+// pixel-space models) and the region to generate, either run.inpaint_rect = [x, y, width,
+// height] in pixels or run.inpaint_mask, a PNG of the image's size whose nonzero (white) pixels
+// are generated and whose black pixels are kept. Everything outside the region is kept from the
+// known picture.
 void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s) {
-  const bool has_image = cfg.has("run.inpaint_image"), has_rect = cfg.has("run.inpaint_rect");
-  if (!has_image && !has_rect) return;
-  if (!has_image || !has_rect)
-    throw ConfigError(cfg.where(has_image ? "run.inpaint_image" : "run.inpaint_rect"),
-                      has_image ? "run.inpaint_rect" : "run.inpaint_image",
-                      "run.inpaint_image and run.inpaint_rect together", "only one of them");
+  const bool has_image = cfg.has("run.inpaint_image"), has_rect = cfg.has("run.inpaint_rect"),
+             has_mask = cfg.has("run.inpaint_mask");
+  if (!has_image && !has_rect && !has_mask) return;
+  if (has_rect && has_mask)
+    throw ConfigError(cfg.where("run.inpaint_mask"), "run.inpaint_mask",
+                      "run.inpaint_mask or run.inpaint_rect, not both",
+                      "both run.inpaint_mask and run.inpaint_rect");
+  const char* region_key = has_mask ? "run.inpaint_mask" : "run.inpaint_rect";
+  if (!has_image || (!has_rect && !has_mask))
+    throw ConfigError(cfg.where(has_image ? "run.inpaint_image" : region_key),
+                      has_image ? "run.inpaint_image" : region_key,
+                      "run.inpaint_image with run.inpaint_rect or run.inpaint_mask",
+                      has_image ? "run.inpaint_image alone" : std::string(region_key) + " alone");
   if (!m.pixel_space)
     throw ConfigError(cfg.where("run.inpaint_image"), "run.inpaint_image",
                       "a pixel-space model (model.pixel_space = true)",
                       "model " + m.name + " with a latent space");
-  const std::filesystem::path file = cfg.directory() / cfg.require_string("run.inpaint_image");
-  const dit::Rgb img = dit::read_png(file);
   const int n = s.resolution;
-  if (img.width != n || img.height != n)
-    throw ConfigError(
-        cfg.where("run.inpaint_image"), "run.inpaint_image",
-        "a " + std::to_string(n) + " x " + std::to_string(n) + " PNG (run.resolution)",
-        file.string() + " of " + std::to_string(img.width) + " x " + std::to_string(img.height));
-  const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
-  if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > n ||
-      r[1] + r[3] > n) {
-    std::string found = "[";
-    for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
-    throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
-                      "[x, y, width, height] inside the " + std::to_string(n) + " x " +
-                          std::to_string(n) + " image",
-                      found + "]");
-  }
-  const int c = m.latent_channels;
-  Tensor known = Tensor::zeros(c, std::int64_t{n} * n, false);
-  Tensor mask = Tensor::zeros(1, std::int64_t{n} * n, false);
-  for (int y = 0; y < n; ++y)
-    for (int x = 0; x < n; ++x) {
-      const std::int64_t i = std::int64_t{y} * n + x;
-      const std::uint8_t* px = &img.pixels[static_cast<size_t>(i) * 3];
-      for (int k = 0; k < c; ++k) {
-        const float v = c == 1 ? (px[0] + px[1] + px[2]) / 3.0f : px[k];
-        known.mat()(k, i) = v / 127.5f - 1.0f;
-      }
-      const bool inside = x >= r[0] && x < r[0] + r[2] && y >= r[1] && y < r[1] + r[3];
-      mask.mat()(0, i) = inside ? 1.0f : 0.0f;
+  const std::string size = std::to_string(n) + " x " + std::to_string(n);
+  // A PNG of the run's size: ConfigError naming the key and the file otherwise.
+  auto read_sized = [&](const char* key) {
+    const std::filesystem::path file = cfg.directory() / cfg.require_string(key);
+    dit::Rgb img;
+    try {
+      img = dit::read_png(file);
+    } catch (const InputError& e) {
+      throw ConfigError(cfg.where(key), key, "a " + size + " PNG", e.what());
     }
-  s.known_latent = std::move(known);
+    if (img.width != n || img.height != n)
+      throw ConfigError(
+          cfg.where(key), key, "a " + size + " PNG (run.resolution)",
+          file.string() + " of " + std::to_string(img.width) + " x " + std::to_string(img.height));
+    return img;
+  };
+  const dit::Rgb img = read_sized("run.inpaint_image");
+  Tensor mask;
+  if (has_mask) {
+    mask = dit::inpaint_mask(read_sized("run.inpaint_mask"));
+    if (mask.mat().maxCoeff() == 0.0f)
+      throw ConfigError(cfg.where("run.inpaint_mask"), "run.inpaint_mask",
+                        "a mask with at least one nonzero (white) pixel to generate",
+                        cfg.require_string("run.inpaint_mask") + ", black everywhere");
+  } else {
+    const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
+    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > n ||
+        r[1] + r[3] > n) {
+      std::string found = "[";
+      for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
+      throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
+                        "[x, y, width, height] inside the " + size + " image", found + "]");
+    }
+    mask = Tensor::zeros(1, std::int64_t{n} * n, false);
+    for (std::int64_t y = r[1]; y < r[1] + r[3]; ++y)
+      for (std::int64_t x = r[0]; x < r[0] + r[2]; ++x) mask.mat()(0, y * n + x) = 1.0f;
+  }
+  s.known_latent = dit::pixel_latent(img, m.latent_channels);
   s.mask = std::move(mask);
 }
 

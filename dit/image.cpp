@@ -53,6 +53,34 @@ Rgb pixel_image(const Tensor& latent, int height, int width, int upscale) {
   return img;
 }
 
+Tensor pixel_latent(const Rgb& image, int channels) {
+  COCO_CHECK((channels == 1 || channels == 3) &&
+                 image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
+             "pixel_latent: channels or pixel buffer size");
+  const std::int64_t n = std::int64_t{image.width} * image.height;
+  Tensor t = Tensor::zeros(channels, n, false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint8_t* px = &image.pixels[static_cast<size_t>(i) * 3];
+    for (int k = 0; k < channels; ++k) {
+      const float v = channels == 1 ? (px[0] + px[1] + px[2]) / 3.0f : px[k];
+      t.mat()(k, i) = v / 127.5f - 1.0f;
+    }
+  }
+  return t;
+}
+
+Tensor inpaint_mask(const Rgb& mask) {
+  COCO_CHECK(mask.pixels.size() == static_cast<size_t>(mask.width) * mask.height * 3,
+             "inpaint_mask: pixel buffer size");
+  const std::int64_t n = std::int64_t{mask.width} * mask.height;
+  Tensor t = Tensor::zeros(1, n, false);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::uint8_t* px = &mask.pixels[static_cast<size_t>(i) * 3];
+    t.mat()(0, i) = (px[0] | px[1] | px[2]) != 0 ? 1.0f : 0.0f;
+  }
+  return t;
+}
+
 Rgb read_png(const std::filesystem::path& path) {
   png_image im{};
   im.version = PNG_IMAGE_VERSION;

@@ -27,6 +27,14 @@ Rgb latent_preview(const Tensor& latent, int height, int width, int upscale = 1)
 /// round((v + 1) * 127.5) clamped to [0, 255]; each cell becomes upscale^2 pixels.
 Rgb pixel_image(const Tensor& latent, int height, int width, int upscale = 1);
 
+/// The pixel-space latent of an image (inverse of pixel_image): 1 channel (the mean of R, G, B)
+/// or 3, each pixel value p becoming p / 127.5 - 1 in [-1, 1]. Returns [channels, height*width].
+Tensor pixel_latent(const Rgb& image, int channels);
+
+/// An inpainting mask from a mask image: 1 (regenerate) where any of a pixel's R, G, B is
+/// nonzero (white), 0 (keep) where the pixel is black. Returns [1, height*width].
+Tensor inpaint_mask(const Rgb& mask);
+
 /// Reads an 8-bit PNG of any colour type as RGB. InputError naming the file on failure.
 Rgb read_png(const std::filesystem::path& path);
 

@@ -3,8 +3,11 @@
 // seeded random weights of the same model. Serial runs (one rank): the numbers are properties
 // of the model, not of the strategy.
 //   v_similarity [--steps 20] [--seeds 8] [--out DIR]   -> DIR/v_similarity.csv
-// Each row: weights, layer, mean over seeds and steps 1..N-1 of ||V_t - V_{t-1}|| / ||V_{t-1}||.
+// Each row: weights, layer, block (double- or single-stream, and its index among its kind), the
+// mean over seeds and steps 1..N-1 of ||V_t - V_{t-1}|| / ||V_{t-1}||, and its min and max over
+// the steps (each step's value is the mean over seeds).
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -24,11 +27,14 @@ using namespace cocodiff;
 // Serial attention that records each layer's image-stream V and its change since the last step.
 class Recorder final : public dit::AttentionStrategy {
  public:
-  explicit Recorder(std::map<int, std::vector<double>>* change) : change_(change) {}
+  explicit Recorder(std::map<int, std::vector<std::vector<double>>>* change) : change_(change) {}
   std::string name() const override { return "v_recorder"; }
   int degree() const override { return 1; }
   int index() const override { return 0; }
-  void begin_forward(int /*step*/, int /*pass*/) override { layer_ = 0; }
+  void begin_forward(int step, int /*pass*/) override {
+    layer_ = 0;
+    step_ = step;
+  }
   std::vector<Tensor> attend(const dit::Exec& ex, const dit::QkvSource& src,
                              const dit::AttentionShape& shape) override {
     for (int s = 0; s < src.num_streams(); ++s) {
@@ -38,7 +44,10 @@ class Recorder final : public dit::AttentionStrategy {
       if (it != prev_.end()) {
         const double d = (v.mat() - it->second.mat()).norm();
         const double n = it->second.mat().norm();
-        (*change_)[layer_].push_back(n > 0 ? d / n : 0.0);
+        std::vector<std::vector<double>>& per_step = (*change_)[layer_];
+        if (per_step.size() < static_cast<size_t>(step_))
+          per_step.resize(static_cast<size_t>(step_));
+        per_step[static_cast<size_t>(step_ - 1)].push_back(n > 0 ? d / n : 0.0);
       }
       prev_[layer_] = v;
     }
@@ -47,10 +56,11 @@ class Recorder final : public dit::AttentionStrategy {
   }
 
  private:
-  std::map<int, std::vector<double>>* change_;
+  std::map<int, std::vector<std::vector<double>>>* change_;
   std::map<int, Tensor> prev_;
   dit::SerialAttention inner_;
   int layer_ = 0;
+  int step_ = 0;
 };
 
 }  // namespace
@@ -71,10 +81,12 @@ int main(int argc, char** argv) {
   const auto random = dit::make_weights(mc, 0, false);
   std::filesystem::create_directories(out);
   std::ofstream csv(out / "v_similarity.csv");
-  csv << "weights,layer,mean_relative_change,steps,seeds\n";
-  std::printf("%-8s %6s %22s\n", "weights", "layer", "mean ||dV|| / ||V||");
+  csv << "weights,layer,block,mean_relative_change,min_step_change,max_step_change,steps,seeds\n";
+  std::printf("%-8s %6s %10s %20s %10s %10s\n", "weights", "layer", "block", "mean ||dV||/||V||",
+              "min step", "max step");
   for (const auto& [label, w] : {std::pair{"trained", trained}, std::pair{"random", random}}) {
-    std::map<int, std::vector<double>> change;
+    // change[layer][step - 1]: one value per seed
+    std::map<int, std::vector<std::vector<double>>> change;
     for (int seed = 0; seed < seeds; ++seed) {
       dit::LocalComm comm;
       dit::RunSettings st;
@@ -87,12 +99,26 @@ int main(int argc, char** argv) {
       };
       dit::generate(comm, mc, *w, st);
     }
-    for (const auto& [layer, v] : change) {
-      double sum = 0;
-      for (double x : v) sum += x;
-      const double mean = sum / static_cast<double>(v.size());
-      std::printf("%-8s %6d %22.4f\n", label, layer, mean);
-      csv << label << "," << layer << "," << mean << "," << steps << "," << seeds << "\n";
+    for (const auto& [layer, per_step] : change) {
+      double sum = 0, lo = 1e300, hi = 0;
+      std::size_t count = 0;
+      for (const std::vector<double>& v : per_step) {
+        double step_sum = 0;
+        for (double x : v) step_sum += x;
+        sum += step_sum;
+        count += v.size();
+        const double step_mean = step_sum / static_cast<double>(v.size());
+        lo = std::min(lo, step_mean);
+        hi = std::max(hi, step_mean);
+      }
+      const double mean = sum / static_cast<double>(count);
+      const std::string block = layer < mc.double_blocks
+                                    ? "double " + std::to_string(layer)
+                                    : "single " + std::to_string(layer - mc.double_blocks);
+      std::printf("%-8s %6d %10s %20.4f %10.4f %10.4f\n", label, layer, block.c_str(), mean, lo,
+                  hi);
+      csv << label << "," << layer << "," << block << "," << mean << "," << lo << "," << hi << ","
+          << steps << "," << seeds << "\n";
     }
   }
   return 0;

@@ -28,6 +28,40 @@ TEST(Image, PreviewScalesEachChannelGroupToFullRange) {
   EXPECT_EQ(px(0, 0, 2), 255);
 }
 
+// run.inpaint_mask's convention: any nonzero channel means "generate", only black means "keep".
+TEST(Image, InpaintMaskIsOneWhereAnyChannelIsNonzero) {
+  Rgb m;
+  m.width = 4;
+  m.height = 1;
+  m.pixels = {0, 0, 0, 255, 255, 255, 1, 0, 0, 0, 0, 7};
+  const Tensor t = inpaint_mask(m);
+  ASSERT_EQ(t.rows(), 1);
+  ASSERT_EQ(t.cols(), 4);
+  EXPECT_EQ(t.mat()(0, 0), 0.0f);
+  EXPECT_EQ(t.mat()(0, 1), 1.0f);
+  EXPECT_EQ(t.mat()(0, 2), 1.0f);
+  EXPECT_EQ(t.mat()(0, 3), 1.0f);
+}
+
+// pixel_latent inverts pixel_image: gray levels 0, 128, 255 map to -1, 128/127.5 - 1, 1 and back.
+TEST(Image, PixelLatentRoundTripsThroughPixelImage) {
+  Rgb g;
+  g.width = 3;
+  g.height = 1;
+  g.pixels = {0, 0, 0, 128, 128, 128, 255, 255, 255};
+  const Tensor l = pixel_latent(g, 1);
+  ASSERT_EQ(l.rows(), 1);
+  EXPECT_EQ(l.mat()(0, 0), -1.0f);
+  EXPECT_EQ(l.mat()(0, 2), 1.0f);
+  EXPECT_EQ(pixel_image(l, 1, 3).pixels, g.pixels);
+  // Three channels keep each colour.
+  Rgb c = g;
+  c.pixels = {255, 0, 0, 0, 255, 0, 0, 0, 255};
+  const Tensor l3 = pixel_latent(c, 3);
+  ASSERT_EQ(l3.rows(), 3);
+  EXPECT_EQ(pixel_image(l3, 1, 3).pixels, c.pixels);
+}
+
 TEST(Image, WritePngProducesAValidHeaderAndNoTempFile) {
   Rgb img;
   img.width = 5;

@@ -7,8 +7,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace {
 
@@ -250,7 +253,7 @@ TEST(Run, BadInpaintingInputsExitTwoAndWriteNothing) {
            "run.inpaint_rect=[20,0,10,4]",
        "[x, y, width, height] inside the 28 x 28 image"},
       {"--set run.inpaint_image=" + data + "fmnist_test_sneaker.png",
-       "run.inpaint_image and run.inpaint_rect together"},
+       "run.inpaint_image with run.inpaint_rect or run.inpaint_mask"},
       {"--set run.inpaint_image=" + data + "missing.png --set run.inpaint_rect=[0,0,4,4]",
        "not a readable PNG"},
   };
@@ -261,6 +264,71 @@ TEST(Run, BadInpaintingInputsExitTwoAndWriteNothing) {
     EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
     EXPECT_FALSE(fs::exists(out)) << sets;
   }
+}
+
+// run.inpaint_mask: a PNG whose white pixels are the region of run.inpaint_rect gives the
+// rectangle's output bytes (final latent and image), on the flat and cocodiff strategies.
+// tests/e2e/data/mask_*.png were written by bench/paper/data/export_fmnist_test.py's PNG writer.
+TEST(Run, InpaintMaskGivesTheRectanglesBytes) {
+  const std::string data = std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/";
+  for (const char* strategy : {"flat", "cocodiff"}) {
+    std::string sha[2];
+    for (int i = 0; i < 2; ++i) {
+      const fs::path out = temp_dir(std::string("mask_") + strategy + std::to_string(i));
+      const std::string region =
+          i == 0 ? " --set run.inpaint_rect=[4,8,20,10]"
+                 : " --set run.inpaint_mask=" + data + "mask_rect_4_8_20_10.png";
+      const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                              "/quickstart.toml --set run.steps=2 --set run.class_label=7" +
+                              " --set run.inpaint_image=" + data + "fmnist_test_sneaker.png" +
+                              region +
+                              " --set emulator.trace=false --set run.strategy=" + strategy +
+                              " --out " + out.string() + " -q";
+      Result r = sh(cmd);
+      ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+      std::ifstream in(out / "report.json");
+      sha[i] = nlohmann::json::parse(in)["output_sha256"].get<std::string>();
+      std::ifstream png(out / "image.png", std::ios::binary);
+      sha[i] += std::string(std::istreambuf_iterator<char>(png), {});
+      fs::remove_all(out);
+    }
+    EXPECT_EQ(sha[0], sha[1]) << strategy;
+  }
+}
+
+// Bad masks exit 2 naming the key, with nothing written.
+TEST(Run, BadInpaintMasksExitTwoAndWriteNothing) {
+  const std::string data = std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/";
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/quickstart.toml --set run.steps=1 --set run.inpaint_image=" + data +
+                           "fmnist_test_sneaker.png ";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--set run.inpaint_mask=" + data + "mask_wrong_size_28x27.png",
+       "key 'run.inpaint_mask': expected a 28 x 28 PNG (run.resolution)"},
+      {"--set run.inpaint_mask=" + data + "mask_corrupt.png",
+       "key 'run.inpaint_mask': expected a 28 x 28 PNG"},
+      {"--set run.inpaint_mask=" + data + "mask_not_png.png", "not a readable PNG"},
+      {"--set run.inpaint_mask=" + data + "mask_black.png",
+       "a mask with at least one nonzero (white) pixel"},
+      {"--set run.inpaint_mask=" + data +
+           "mask_rect_4_8_20_10.png --set run.inpaint_rect=[4,8,20,10]",
+       "found both run.inpaint_mask and run.inpaint_rect"},
+  };
+  for (const auto& [sets, message] : cases) {
+    const fs::path out = temp_dir("bad_mask");
+    Result r = sh(base + sets + " --out " + out.string());
+    EXPECT_EQ(r.exit_code, 2) << sets << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(out)) << sets;
+  }
+  // A mask without a known picture.
+  const fs::path out = temp_dir("bad_mask_alone");
+  Result r = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                "/quickstart.toml --set run.steps=1 --set run.inpaint_mask=" + data +
+                "mask_rect_4_8_20_10.png --out " + out.string());
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("found run.inpaint_mask alone"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 }  // namespace
