@@ -32,7 +32,10 @@ constexpr std::int64_t kStackResidentPhantomBytes = std::int64_t{64} << 10;
 // share of the label table and the JSON text of one event).
 constexpr std::int64_t kTraceEventBytes = 200;
 
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+// The arithmetic is in double, so that an absurd config (the fuzzer's) cannot overflow it;
+// bytes() clamps a part to 1 EiB, so that the sum of the parts fits an int64.
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+std::int64_t bytes(double v) { return static_cast<std::int64_t>(std::clamp(v, 0.0, 0x1p60)); }
 
 bool has_v_major(const std::string& strategy) {
   return strategy == "cocodiff" || strategy.find("v_major") != std::string::npos;
@@ -59,51 +62,49 @@ int attention_layers(const dit::ModelConfig& m) {
 //   sampler: x, noise, velocity, known latent, mask, step output (6 x L x features), the
 //          conditioning (text and, with CFG, the negative text) and the final gather
 //          ((P + 3) x N / P x features, every tile gathers the whole latent).
-std::int64_t tile_activation_bytes(const RunPlan& plan) {
+double tile_activation_bytes(const RunPlan& plan) {
   const dit::ModelConfig& m = plan.model;
-  const std::int64_t p = plan.ranks(), n = plan.tokens(), t = m.text_tokens;
-  const std::int64_t b = batch_of(plan), h = m.hidden(), f = m.token_features();
-  const std::int64_t l = ceil_div(n, p);
-  const std::int64_t heads_here = ceil_div(m.heads, p) * m.head_dim;
-  const auto ratio = static_cast<std::int64_t>(std::ceil(m.mlp_ratio));
-  const std::int64_t block = b * (l + t) * h * (8 + 2 * ratio);
-  const std::int64_t exchange = 8 * b * l * h + 4 * b * (n + t) * heads_here;
-  const std::int64_t cond =
-      2 * t * std::max<std::int64_t>(m.text_dim, h) + std::int64_t{2} * m.pooled_dim;
-  const std::int64_t sampler = 6 * l * f + cond + (p + 3) * l * f;
+  const double p = plan.ranks(), n = static_cast<double>(plan.tokens()), t = m.text_tokens;
+  const double b = batch_of(plan), h = m.hidden(), f = m.token_features();
+  const double l = ceil_div(n, p);
+  const double heads_here = ceil_div(m.heads, p) * m.head_dim;
+  const double ratio = std::ceil(m.mlp_ratio);
+  const double block = b * (l + t) * h * (8 + 2 * ratio);
+  const double exchange = 8 * b * l * h + 4 * b * (n + t) * heads_here;
+  const double cond = 2 * t * std::max<double>(m.text_dim, h) + 2.0 * m.pooled_dim;
+  const double sampler = 6 * l * f + cond + (p + 3) * l * f;
   return (block + exchange + sampler) * kFloatBytes;
 }
 
 // V-Major's caches on one tile: for every attention layer, the sender's mirror and the
 // receiver's copy of the V blocks exchanged over the selective tiers (its share of the tile's
 // V: the fraction of peers across those tiers).
-std::int64_t tile_v_major_bytes(const RunPlan& plan) {
+double tile_v_major_bytes(const RunPlan& plan) {
   if (!has_v_major(plan.settings.strategy)) return 0;
   const Topology& topo = plan.cluster.topology;
   const std::vector<std::string>& tiers = plan.settings.strategy_options.v_major_tiers;
-  std::int64_t slow_peers = 0;
+  double slow_peers = 0;
   for (int j = 1; j < topo.num_ranks(); ++j) {
     const int k = topo.tier(0, j);
     if (k >= 0 && std::find(tiers.begin(), tiers.end(), topo.tier_name(k)) != tiers.end())
       ++slow_peers;
   }
   const dit::ModelConfig& m = plan.model;
-  const std::int64_t p = plan.ranks();
-  const std::int64_t v = batch_of(plan) * ceil_div(plan.tokens(), p) * m.hidden();
-  return std::int64_t{2} * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
+  const double p = plan.ranks();
+  const double v = batch_of(plan) * ceil_div(static_cast<double>(plan.tokens()), p) * m.hidden();
+  return 2.0 * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
 }
 
 // Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
 // about 16 compute and wait spans and one flow per peer for each of the four exchanges.
-std::int64_t trace_events(const RunPlan& plan) {
+double trace_events(const RunPlan& plan) {
   if (!plan.engine.trace) return 0;
-  const std::int64_t p = plan.ranks();
-  const std::int64_t per_layer = p * (16 + 4 * (p - 1));
-  const std::int64_t passes =
-      std::int64_t{plan.settings.steps} *
-      (plan.model.cfg_mode == dit::CfgMode::kTrue && batch_of(plan) == 1 ? 2 : 1);
-  const std::int64_t events = passes * (attention_layers(plan.model) + 2) * per_layer;
-  return std::min<std::int64_t>(events, static_cast<std::int64_t>(plan.engine.trace_limit));
+  const double p = plan.ranks();
+  const double per_layer = p * (16 + 4 * (p - 1));
+  const double passes = plan.settings.steps *
+                        (plan.model.cfg_mode == dit::CfgMode::kTrue && batch_of(plan) == 1 ? 2 : 1);
+  const double events = passes * (attention_layers(plan.model) + 2) * per_layer;
+  return std::min(events, static_cast<double>(plan.engine.trace_limit));
 }
 
 }  // namespace
@@ -134,36 +135,37 @@ std::string MemoryEstimate::summary() const {
 
 MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) {
   const bool phantom = plan.settings.phantom;
-  std::int64_t weights = 0;
+  double weights = 0;
   if (!phantom) {
     for (const dit::TensorSpec& t : dit::make_model(plan.model)->tensor_specs())
-      weights += t.numel() * kFloatBytes;
+      weights += static_cast<double>(t.numel()) * kFloatBytes;
   }
-  const std::int64_t activations = phantom ? 0 : tile_activation_bytes(plan);
-  const std::int64_t v_major = phantom ? 0 : tile_v_major_bytes(plan);
+  const double activations = phantom ? 0 : tile_activation_bytes(plan);
+  const double v_major = phantom ? 0 : tile_v_major_bytes(plan);
   MemoryEstimate e;
   if (backend == "mpi") {
     // One process per tile: each loads its own weights; no fibers, no trace.
     const Topology& topo = plan.cluster.topology;
-    const std::int64_t here = plan.mpi_check_hosts ? topo.ranks_per_node() : topo.num_ranks();
-    e.scope = std::to_string(here) + " MPI process(es) on one host";
-    e.parts = {{"weights", here * weights},
-               {"activations", here * activations},
-               {"v_major caches", here * v_major},
-               {"program", here * kMpiProgramBytes}};
+    const double here = plan.mpi_check_hosts ? topo.ranks_per_node() : topo.num_ranks();
+    e.scope = std::to_string(static_cast<int>(here)) + " MPI process(es) on one host";
+    e.parts = {{"weights", bytes(here * weights)},
+               {"activations", bytes(here * activations)},
+               {"v_major caches", bytes(here * v_major)},
+               {"program", bytes(here * kMpiProgramBytes)}};
     return e;
   }
-  const std::int64_t p = plan.ranks();
-  const auto stack = std::min(static_cast<std::int64_t>(plan.engine.stack_bytes),
-                              phantom ? kStackResidentPhantomBytes : kStackResidentRealBytes);
+  const double p = plan.ranks();
+  const double stack =
+      std::min<double>(static_cast<double>(plan.engine.stack_bytes),
+                       phantom ? kStackResidentPhantomBytes : kStackResidentRealBytes);
   e.scope = "this process";
   e.parts = {
-      {"weights", weights},  // one copy, shared by every tile
-      {"activations", p * activations},
-      {"v_major caches", p * v_major},
-      {"tile bookkeeping", p * kTileBookkeepingBytes},
-      {"fiber stacks", p * stack},  // resident pages of p stacks
-      {"trace", trace_events(plan) * kTraceEventBytes},
+      {"weights", bytes(weights)},  // one copy, shared by every tile
+      {"activations", bytes(p * activations)},
+      {"v_major caches", bytes(p * v_major)},
+      {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
+      {"fiber stacks", bytes(p * stack)},  // resident pages of p stacks
+      {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
       {"program", kProgramBytes},
   };
   return e;
