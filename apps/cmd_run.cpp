@@ -9,8 +9,10 @@
 #include <iostream>
 
 #include "apps/commands.hpp"
+#include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "core/errors.hpp"
 #include "dit/parallel/strategies.hpp"
 
 namespace cocodiff::apps {
@@ -26,7 +28,14 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--backend", opt->backend, "emulator | mpi")
       ->check(CLI::IsMember({"emulator", "mpi"}));
   cmd->add_option("--inject-fault", opt->inject_fault,
-                  "Make rank R throw at the start of step S: rank=R,step=S (tests failure paths)");
+                  "Make rank R throw at the start of step S: rank=R,step=S (tests failure paths); "
+                  "kind=hang stops it there instead (--backend mpi)");
+  cmd->add_option_function<double>(
+         "--progress-timeout",
+         [opt](double s) { opt->sets.push_back("mpi.progress_timeout_s=" + std::to_string(s)); },
+         "--backend mpi: end the job, naming the stopped rank, when a wait sees no progress for "
+         "this many seconds (mpi.progress_timeout_s; 0: off)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("-q,--quiet", opt->quiet, "Print only errors");
   add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
@@ -38,6 +47,10 @@ void add_run_command(CLI::App& app) {
     }
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     if (!opt->inject_fault.empty()) plan.fault = parse_fault(opt->inject_fault, plan);
+    if (plan.fault && plan.fault->hang)  // the emulator has no wall-clock watchdog to end it
+      throw ConfigError(
+          "--inject-fault kind=hang: only with --backend mpi (it tests the MPI "
+          "progress watchdog, mpi.progress_timeout_s)");
     plan.progress = !opt->quiet && isatty(STDERR_FILENO) != 0;
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
     RunRecord rec = run_emulated(plan);
@@ -60,7 +73,13 @@ void add_run_command(CLI::App& app) {
       const std::unique_lock<std::mutex> hold = hold_interrupts();
       write_outputs(plan, rec, opt->out);
     }
-    if (!opt->quiet) std::cout << summarize(rec) << "outputs in " << opt->out << "/\n";
+    if (!opt->quiet) {
+      std::cout << summarize(rec);
+      if (const std::optional<std::int64_t> peak = peak_resident_bytes())
+        std::cout << "memory: peak resident " << human_bytes(*peak) << ", estimated "
+                  << human_bytes(estimate_memory(plan, "emulator").total_bytes()) << "\n";
+      std::cout << "outputs in " << opt->out << "/\n";
+    }
   });
 }
 

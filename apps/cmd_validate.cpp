@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "apps/commands.hpp"
+#include "apps/memory_estimate.hpp"
 #include "apps/run_plan.hpp"
 
 namespace cocodiff::apps {
@@ -36,6 +37,7 @@ void add_validate_command(CLI::App& app) {
   add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
+    check_memory_limit(plan, estimate_memory(plan, "emulator"));  // what `run` would refuse
     std::cout << describe(plan);
     if (opt->dump) std::cout << "\n" << plan.cfg.dump() << "\n";
     std::cout << opt->config << ": valid\n";

@@ -44,13 +44,16 @@ void watch_interrupts(sigset_t set) {
   if (::sigwait(&set, &sig) != 0) return;
   std::lock_guard<std::mutex> lk(g_output_mutex);  // let an output file finish its rename
   if (g_quiet.load()) ::_exit(128 + sig);
-  // Under mpirun, say which rank: the launcher stops every rank when one of them fails.
+  // Under mpirun, say which rank and that the launcher ended it: mpirun stops every rank when
+  // one of them fails (or the job is cancelled), so this line is never the cause.
   const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const std::string who =
-      mpi_rank != nullptr ? std::string("cocodiff: rank ") + mpi_rank + ": " : "cocodiff: ";
-  const std::string msg = who + "interrupted by " + (sig == SIGINT ? "SIGINT" : "SIGTERM") +
-                          (g_outputs_started.load() ? "; the outputs were already complete\n"
-                                                    : "; stopped, no outputs written\n");
+  const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  const std::string what = mpi_rank != nullptr ? std::string("cocodiff: rank ") + mpi_rank +
+                                                     ": ended by the launcher (" + name +
+                                                     "; another rank failed or the job was stopped)"
+                                               : "cocodiff: interrupted by " + name;
+  const std::string msg = what + (g_outputs_started.load() ? "; the outputs were already complete\n"
+                                                           : "; stopped, no outputs written\n");
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
   ::_exit(128 + sig);
 }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "apps/commands.hpp"
+#include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
 #include "core/errors.hpp"
@@ -29,6 +30,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
   int argc = 0;
   char** argv = nullptr;
   mpi::MpiRuntime runtime(argc, argv);
+  runtime.set_before_abort(quiet_interrupts);  // the aborting rank has said why already
   return runtime.run_guarded([&] {
     const auto wall_start = std::chrono::steady_clock::now();
     // Every rank resolves the config alike: a bad config or rank count fails on all of them,
@@ -39,6 +41,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
       resolved.emplace(resolve_run_plan(opt.config, opt.sets));
       if (!opt.inject_fault.empty()) resolved->fault = parse_fault(opt.inject_fault, *resolved);
       runtime.check_size(resolved->cluster.topology);
+      check_memory_limit(*resolved, estimate_memory(*resolved, "mpi"));
     } catch (...) {
       bad_input = std::current_exception();
     }
@@ -49,7 +52,9 @@ int run_mpi_main(const RunCommandOptions& opt) {
     }
     RunPlan& plan = *resolved;
     std::unique_ptr<Communicator> world =
-        runtime.world(plan.cluster.topology, mpi::WorldOptions{plan.mpi_check_hosts});
+        runtime.world(plan.cluster.topology,
+                      mpi::WorldOptions{.check_hosts = plan.mpi_check_hosts,
+                                        .progress_timeout_s = plan.mpi_progress_timeout_s});
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan, "mpi") << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);

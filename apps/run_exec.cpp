@@ -4,9 +4,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
+#include <new>
 #include <sstream>
+#include <string_view>
 
+#include "apps/memory_estimate.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
@@ -134,9 +138,40 @@ dit::RunSettings settings_for(const RunPlan& plan) {
   return s;
 }
 
+namespace {
+
+// Tests make a phase's allocation fail: COCODIFF_TEST_BAD_ALLOC=weights or =tiles.
+void alloc_test_point(std::string_view phase) {
+  const char* v = std::getenv("COCODIFF_TEST_BAD_ALLOC");
+  if (v != nullptr && phase == v) throw std::bad_alloc();
+}
+
+// Runs `build`; a failed allocation becomes a ResourceError naming what was being built and
+// the run's memory estimate.
+template <typename Build>
+auto building(const std::string& what, const MemoryEstimate& estimate, Build&& build) {
+  try {
+    return build();
+  } catch (const std::bad_alloc&) {
+    throw ResourceError("out of memory while building " + what + " (std::bad_alloc; the run's " +
+                        estimate.summary() +
+                        "): use run.math = \"skip\", a smaller model, resolution or rank count, "
+                        "or more memory");
+  }
+}
+
+}  // namespace
+
 RunRecord run_emulated(const RunPlan& plan) {
   const auto wall_start = std::chrono::steady_clock::now();
-  std::shared_ptr<const dit::Weights> weights = weights_for(plan);
+  // Before anything heavy: a run that would not fit stops here, not in an OOM kill.
+  const MemoryEstimate estimate = estimate_memory(plan, "emulator");
+  check_memory_limit(plan, estimate);
+  std::shared_ptr<const dit::Weights> weights =
+      building("the weights of " + plan.model.name, estimate, [&] {
+        alloc_test_point("weights");
+        return weights_for(plan);
+      });
   const dit::RunSettings settings = settings_for(plan);
 
   emu::Engine engine(plan.cluster.topology, plan.cluster.network->clone_empty(),
@@ -145,7 +180,14 @@ RunRecord run_emulated(const RunPlan& plan) {
   std::mutex mutex;
   std::vector<dit::StrategyStats> stats(static_cast<size_t>(plan.ranks()));
   emu::RunResult res = engine.run([&](Communicator& comm) {
-    dit::RunOutput out = dit::generate(comm, plan.model, *weights, settings);
+    dit::RunOutput out =
+        building("the activations of rank " + std::to_string(comm.rank()) + " (" + plan.model.name +
+                     ", " + std::to_string(plan.tokens()) + " image tokens over " +
+                     std::to_string(plan.ranks()) + " ranks)",
+                 estimate, [&] {
+                   alloc_test_point("tiles");
+                   return dit::generate(comm, plan.model, *weights, settings);
+                 });
     stats[static_cast<size_t>(comm.rank())] = std::move(out.strategy_stats);
     if (comm.rank() == 0) {
       std::lock_guard<std::mutex> lk(mutex);

@@ -1,11 +1,13 @@
 #include "apps/run_plan.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
 #include <thread>
 
+#include "apps/memory_estimate.hpp"
 #include "core/errors.hpp"
 #include "dit/image.hpp"
 #include "dit/parallel/strategies.hpp"
@@ -181,6 +183,16 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
                   << 10;
   plan.mpi_check_hosts = cfg.get_bool("mpi.check_hosts", true);
+  plan.mpi_progress_timeout_s = cfg.get_double("mpi.progress_timeout_s", 0, 0, 1e6);
+  if (cfg.has("emulator.memory_limit")) {
+    const std::int64_t limit = cfg.get_bytes("emulator.memory_limit", 0);
+    if (limit > 0) plan.memory_limit_bytes = limit;  // 0: no limit
+    plan.memory_limit_source = cfg.where("emulator.memory_limit");
+  } else {
+    cfg.get_bytes("emulator.memory_limit", 0);  // a known key
+    plan.memory_limit_bytes = available_memory_bytes();
+    plan.memory_limit_source = "default: MemAvailable of /proc/meminfo";
+  }
 
   // Consistency between sections.
   const int unit = plan.model.vae_scale * plan.model.patch_size;
@@ -319,6 +331,19 @@ FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
     rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
     const size_t eq = item.find('=');
     const std::string key = item.substr(0, eq);
+    if (key == "kind") {  // kind=throw (the default) or kind=hang
+      const std::string kind = eq == std::string::npos ? "" : item.substr(eq + 1);
+      if (kind != "throw" && kind != "hang") {
+        std::string msg = "--inject-fault '";
+        msg += spec;
+        msg += "': kind must be throw or hang, found '";
+        msg += kind;
+        msg += "'";
+        throw ConfigError(msg);
+      }
+      f.hang = kind == "hang";
+      continue;
+    }
     int value = -1;
     if (eq != std::string::npos && eq + 1 < item.size() &&
         item.find_first_not_of("0123456789", eq + 1) == std::string::npos &&
@@ -350,6 +375,13 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
     if (progress && rank == 0) {
       std::fprintf(stderr, "\rstep %d/%d%s", step + 1, steps, step + 1 == steps ? "\n" : "");
       std::fflush(stderr);
+    }
+    if (fault && fault->rank == rank && fault->step == step && fault->hang) {
+      std::fprintf(stderr,
+                   "cocodiff: rank %d: injected hang at step %d (--inject-fault kind=hang)\n", rank,
+                   step);
+      std::fflush(stderr);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // a stopped rank
     }
     if (fault && fault->rank == rank && fault->step == step)
       throw Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
@@ -386,6 +418,7 @@ std::string describe(const RunPlan& p, const std::string& backend,
        << p.engine.all_to_all_algorithm << ", " << p.engine.wire_bytes_per_element
        << " wire bytes per element, trace " << (p.engine.trace ? "on" : "off") << "\n";
   }
+  os << "memory     " << estimate_memory(p, backend).summary() << "\n";
   return os.str();
 }
 

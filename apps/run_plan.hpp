@@ -30,6 +30,8 @@ std::filesystem::path config_dir();
 struct FaultSpec {
   int rank = 0;
   int step = 0;
+  /// `kind=hang`: the rank stops there instead (sleeps forever), to test the MPI watchdog.
+  bool hang = false;
 };
 
 struct RunPlan {
@@ -48,6 +50,13 @@ struct RunPlan {
   // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;
+  /// mpi.progress_timeout_s: an MPI wait that sees no progress for this long ends the job
+  /// naming the rank that stopped (0: off).
+  double mpi_progress_timeout_s = 0;
+  /// emulator.memory_limit in bytes (default: MemAvailable); nullopt: no limit. A run whose
+  /// memory estimate exceeds it stops before allocating (apps/memory_estimate.hpp).
+  std::optional<std::int64_t> memory_limit_bytes;
+  std::string memory_limit_source;  // where the limit came from, for the error message
   /// How heads split when they do not divide the Ulysses degree (ulysses.uneven_heads): which
   /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
   std::string attention_note;
@@ -63,7 +72,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                          const std::vector<std::string>& sets,
                          std::shared_ptr<const dit::StrategyRegistry> strategies = nullptr);
 
-/// Parses "rank=R,step=S" against the plan's rank and step counts; ConfigError otherwise.
+/// Parses "rank=R,step=S[,kind=throw|hang]" against the plan's rank and step counts;
+/// ConfigError otherwise.
 FaultSpec parse_fault(const std::string& spec, const RunPlan& plan);
 
 /// The per-step hook of a plan: progress on rank 0 and the injected fault, if any.

@@ -1,8 +1,10 @@
 #include "core/config.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -242,6 +244,46 @@ std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int
   if (!v) type_error(key, range);
   if (*v < lo || *v > hi) throw ConfigError(where(key), key, range, std::to_string(*v));
   return *v;
+}
+
+std::int64_t Config::get_bytes(std::string_view key, std::int64_t def, std::int64_t lo) const {
+  known_.insert(std::string(key));
+  if (!has(key)) return def;
+  mark_used(key);
+  const std::string expected = "a size in bytes of at least " + std::to_string(lo) +
+                               ": an integer or a string such as \"8GiB\" or \"512MB\"";
+  const toml::node* n = find(key);
+  if (const std::optional<std::int64_t> v = n->value_exact<std::int64_t>()) {
+    if (*v < lo) throw ConfigError(where(key), key, expected, std::to_string(*v));
+    return *v;
+  }
+  const std::optional<std::string> text = n->value_exact<std::string>();
+  if (!text) type_error(key, expected);
+  // number, optional blanks, unit
+  const std::string& t = *text;
+  size_t i = 0;
+  while (i < t.size() && (std::isdigit(static_cast<unsigned char>(t[i])) != 0 || t[i] == '.')) ++i;
+  size_t u = i;
+  while (u < t.size() && t[u] == ' ') ++u;
+  std::string unit = t.substr(u);
+  for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  static const std::pair<const char*, double> kUnits[] = {
+      {"", 1},      {"B", 1},        {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},
+      {"TB", 1e12}, {"KIB", 0x1p10}, {"MIB", 0x1p20}, {"GIB", 0x1p30}, {"TIB", 0x1p40}};
+  double scale = 0;
+  for (const auto& [name, s] : kUnits)
+    if (unit == name) scale = s;
+  double number = -1;
+  if (i > 0 && scale > 0) {
+    char* end = nullptr;
+    const std::string digits = t.substr(0, i);
+    number = std::strtod(digits.c_str(), &end);
+    if (end != digits.c_str() + digits.size()) number = -1;
+  }
+  const double bytes = number * scale;
+  if (!(number >= 0) || !(bytes < 9.2e18) || bytes < static_cast<double>(lo))
+    throw ConfigError(where(key), key, expected, describe_node(*n));
+  return static_cast<std::int64_t>(bytes);
 }
 
 double Config::get_double(std::string_view key, double def, double lo, double hi) const {

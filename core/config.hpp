@@ -51,6 +51,9 @@ class Config {
   std::int64_t require_int(std::string_view key, std::int64_t lo = INT64_MIN,
                            std::int64_t hi = INT64_MAX) const;
   double get_double(std::string_view key, double def, double lo = -1e300, double hi = 1e300) const;
+  /// A size in bytes: an integer, or a string of a number and a unit ("8GiB", "512 MiB",
+  /// "1.5GB"; B, KB/MB/GB/TB powers of 1000, KiB/MiB/GiB/TiB powers of 1024). At least `lo`.
+  std::int64_t get_bytes(std::string_view key, std::int64_t def, std::int64_t lo = 0) const;
   double require_double(std::string_view key, double lo = -1e300, double hi = 1e300) const;
   bool get_bool(std::string_view key, bool def) const;
   std::string get_string(std::string_view key, std::string def) const;

@@ -35,6 +35,95 @@ void Shared::count_sent(int from, int to, std::int64_t elements) {
   sent_bytes_by_tier[static_cast<size_t>(t)] += elements * static_cast<std::int64_t>(sizeof(float));
 }
 
+namespace {
+constexpr int kPingTag = 1;  // "are you still making MPI calls?"
+constexpr int kPongTag = 2;  // "yes"
+}  // namespace
+
+Shared::~Shared() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && watchdog != MPI_COMM_NULL) MPI_Comm_free(&watchdog);
+}
+
+int Shared::wait(MPI_Request* request, MPI_Status* status, const std::function<std::string()>& what,
+                 int peer_world) {
+  if (progress_timeout_s <= 0) return MPI_Wait(request, status);
+  const double start = MPI_Wtime();
+  for (;;) {
+    int flag = 0;
+    const int rc = MPI_Test(request, &flag, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    answer_pings();
+    const double waited = MPI_Wtime() - start;
+    if (waited > progress_timeout_s) stalled(what(), peer_world, waited);
+    std::this_thread::yield();
+  }
+}
+
+void Shared::answer_pings() {
+  if (watchdog == MPI_COMM_NULL) return;
+  for (;;) {
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, watchdog, &flag, &st) != MPI_SUCCESS || !flag) return;
+    int asker = 0;
+    MPI_Recv(&asker, 1, MPI_INT, st.MPI_SOURCE, kPingTag, watchdog, MPI_STATUS_IGNORE);
+    MPI_Request answer = MPI_REQUEST_NULL;  // small and eager; never waited for
+    if (MPI_Isend(&pong_payload, 1, MPI_INT, st.MPI_SOURCE, kPongTag, watchdog, &answer) ==
+        MPI_SUCCESS)
+      MPI_Request_free(&answer);
+  }
+}
+
+void Shared::stalled(const std::string& what, int peer_world, double waited_s) {
+  // Ask every other rank whether it still makes MPI calls: a rank waiting too answers within
+  // milliseconds; one that stopped (or computes outside MPI for longer than the grace) does not.
+  ping_payload = world_rank;
+  for (int r = 0; r < world_size; ++r) {
+    if (r == world_rank) continue;
+    MPI_Request q = MPI_REQUEST_NULL;
+    if (MPI_Isend(&ping_payload, 1, MPI_INT, r, kPingTag, watchdog, &q) == MPI_SUCCESS)
+      MPI_Request_free(&q);
+  }
+  std::vector<char> answered(static_cast<size_t>(world_size), 0);
+  answered[static_cast<size_t>(world_rank)] = 1;
+  int missing = world_size - 1;
+  const double grace_s = std::clamp(progress_timeout_s, 0.5, 1.0);
+  const double t0 = MPI_Wtime();
+  while (missing > 0 && MPI_Wtime() - t0 < grace_s) {
+    answer_pings();
+    int flag = 0;
+    MPI_Status st;
+    if (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, watchdog, &flag, &st) == MPI_SUCCESS && flag) {
+      int v = 0;
+      MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, kPongTag, watchdog, MPI_STATUS_IGNORE);
+      char& a = answered[static_cast<size_t>(st.MPI_SOURCE)];
+      if (a == 0) --missing;
+      a = 1;
+    } else {
+      std::this_thread::yield();
+    }
+  }
+  std::string silent;
+  for (int r = 0; r < world_size; ++r)
+    if (answered[static_cast<size_t>(r)] == 0)
+      silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  char head[96];
+  std::snprintf(head, sizeof head, "no progress for %.1f s waiting in ", waited_s);
+  std::string msg = head + what;
+  if (peer_world >= 0) msg += " (peer: world rank " + std::to_string(peer_world) + ")";
+  char grace[48];
+  std::snprintf(grace, sizeof grace, "%.1f s", grace_s);
+  msg += silent.empty()
+             ? "; every other rank still makes MPI calls (they wait too: mismatched communication?)"
+             : "; stopped rank(s): " + silent + " (no answer within " + grace +
+                   "; the other ranks still make MPI calls)";
+  char timeout[64];
+  std::snprintf(timeout, sizeof timeout, " (mpi.progress_timeout_s = %g)", progress_timeout_s);
+  throw CommError(msg + timeout);
+}
+
 void check_mpi(int rc, std::string_view where) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING] = {};
@@ -127,6 +216,7 @@ class MpiRequest final : public RequestImpl {
         rank_(comm.rank()),
         size_(comm.size()),
         world_rank_(comm.world_rank(comm.rank())),
+        peer_world_(peer >= 0 ? comm.world_rank(peer) : -1),
         accounting_(std::move(accounting)) {}
   ~MpiRequest() override;
 
@@ -134,7 +224,8 @@ class MpiRequest final : public RequestImpl {
     if (done_) return;
     MPI_Status status;
     const double t0 = MPI_Wtime();
-    const int rc = MPI_Wait(&req_, &status);
+    const int rc = accounting_->wait(
+        &req_, &status, [this] { return where(); }, peer_world_);
     accounting_->comm_wait_s += MPI_Wtime() - t0;
     finish(rc, status);
   }
@@ -182,7 +273,7 @@ class MpiRequest final : public RequestImpl {
   MPI_Request req_ = MPI_REQUEST_NULL;
   const char* op_;
   std::string label_;
-  int peer_, rank_, size_, world_rank_;
+  int peer_, rank_, size_, world_rank_, peer_world_;
   int expect_count_ = -1;
   bool done_ = false;
   std::shared_ptr<detail::Shared> accounting_;
@@ -258,6 +349,7 @@ void MpiRuntime::abort(std::string_view message, int exit_code) const {
   std::fprintf(stderr, "cocodiff: rank %d: %.*s\n", world_rank_, static_cast<int>(message.size()),
                message.data());
   std::fflush(stderr);
+  if (before_abort_) before_abort_();
   MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::abort();  // MPI_Abort does not return; this is for a broken MPI
 }
@@ -304,6 +396,14 @@ std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptio
   shared->topology = topo;
   shared->sent_bytes_by_tier.assign(static_cast<size_t>(topo.num_tiers()), 0);
   shared->start_wtime_s = start_wtime_s_;
+  shared->world_rank = world_rank_;
+  shared->world_size = world_size_;
+  shared->progress_timeout_s = options.progress_timeout_s;
+  if (options.progress_timeout_s > 0) {
+    detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &shared->watchdog),
+                      where + ": MPI_Comm_dup (watchdog)");
+    MPI_Comm_set_errhandler(shared->watchdog, MPI_ERRORS_RETURN);
+  }
   int* tag_ub = nullptr;
   int flag = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
@@ -400,7 +500,16 @@ std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
 
 void MpiComm::barrier() {
   const double t0 = MPI_Wtime();
-  const int rc = MPI_Barrier(comm_);
+  int rc = MPI_SUCCESS;
+  if (shared_->progress_timeout_s > 0) {  // non-blocking, so that the watchdog can look at it
+    MPI_Request r = MPI_REQUEST_NULL;
+    rc = MPI_Ibarrier(comm_, &r);
+    if (rc == MPI_SUCCESS)
+      rc = shared_->wait(
+          &r, MPI_STATUS_IGNORE, [this] { return where("barrier", {}); }, -1);
+  } else {
+    rc = MPI_Barrier(comm_);
+  }
   shared_->comm_wait_s += MPI_Wtime() - t0;
   detail::check_mpi(rc, where("barrier", {}));
 }

@@ -45,6 +45,10 @@ struct WorldOptions {
   /// Require that MPI's shared-memory hosts and the topology's nodes coincide. Turn off only to
   /// run a multi-node topology on fewer hosts (testing the MPI path on one machine).
   bool check_hosts = true;
+  /// Progress watchdog: a wait (request or barrier) that does not complete within this many
+  /// seconds asks every rank whether it still makes MPI calls and ends the job, naming the
+  /// ranks that did not answer (CommError, exit code 2). 0: off (plain MPI_Wait).
+  double progress_timeout_s = 0;
 };
 
 /// MPI for the life of the object: MPI_Init_thread(FUNNELED) in the constructor, MPI_Finalize
@@ -77,6 +81,9 @@ class MpiRuntime {
   /// Runs body and returns its exit code; on any exception prints "rank R: what" to stderr and
   /// aborts the whole job (MPI_Abort, exit code 2 for a UserError, 1 otherwise). Never hangs.
   int run_guarded(const std::function<int()>& body) const;
+  /// Called just before this rank aborts the job (after its message is printed): the program
+  /// silences its own "ended by the launcher" notice, since this rank is the cause.
+  void set_before_abort(std::function<void()> hook) { before_abort_ = std::move(hook); }
   /// Prints "cocodiff: rank R: message" to stderr and kills every rank of the job.
   [[noreturn]] void abort(std::string_view message, int exit_code) const;
 
@@ -94,6 +101,7 @@ class MpiRuntime {
   int world_size_ = 1;
   double start_wtime_s_ = 0;
   int uncaught_at_start_ = 0;
+  std::function<void()> before_abort_;
 };
 
 /// Exit code for an exception that ends a run: 2 for a UserError (bad input), 1 otherwise.

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -34,6 +35,28 @@ struct Shared {
   double comm_wait_s = 0;
   /// Counts `elements` fp32 values sent from world rank `from` to world rank `to`.
   void count_sent(int from, int to, std::int64_t elements);
+
+  // The progress watchdog (WorldOptions::progress_timeout_s; 0: off, waits are plain MPI_Wait).
+  double progress_timeout_s = 0;
+  int world_rank = 0, world_size = 1;
+  MPI_Comm watchdog = MPI_COMM_NULL;       // a dup of the world for the "still there?" exchange
+  int ping_payload = 0, pong_payload = 0;  // buffers of the fire-and-forget watchdog sends
+  Shared() = default;
+  Shared(const Shared&) = delete;
+  Shared& operator=(const Shared&) = delete;
+  ~Shared();
+
+  /// MPI_Wait, or with the watchdog on, MPI_Test until done or until no progress for
+  /// progress_timeout_s: then asks every other rank whether it is still making MPI calls and
+  /// throws CommError naming `what`, the peer `peer_world` (-1: none) and the ranks that did not
+  /// answer. Answers other ranks' questions while it waits.
+  int wait(MPI_Request* request, MPI_Status* status, const std::function<std::string()>& what,
+           int peer_world);
+  /// Answers pending "still there?" questions of other ranks (a no-op with the watchdog off).
+  void answer_pings();
+
+ private:
+  [[noreturn]] void stalled(const std::string& what, int peer_world, double waited_s);
 };
 
 /// Throws CommError("<where>: <MPI error string> (MPI error class N)") unless rc is MPI_SUCCESS.

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -55,6 +56,21 @@ TEST(Signals, SigtermExits143) {
   const ChildResult r = interrupt_long_run(SIGTERM, dir);
   EXPECT_EQ(r.exit_code, 143) << r.err;
   EXPECT_EQ(r.err, "cocodiff: interrupted by SIGTERM; stopped, no outputs written\n");
+  fs::remove_all(dir);
+}
+
+// Under mpirun (OMPI_COMM_WORLD_RANK set), a rank the launcher ends says so and names itself:
+// mpirun sends SIGTERM to every rank when one of them fails.
+TEST(Signals, RankEndedByTheLauncherSaysSo) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_launcher_" + std::to_string(::getpid()));
+  ::setenv("OMPI_COMM_WORLD_RANK", "3", 1);
+  const ChildResult r = interrupt_long_run(SIGTERM, dir);
+  ::unsetenv("OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(r.exit_code, 143) << r.err;
+  EXPECT_EQ(r.err,
+            "cocodiff: rank 3: ended by the launcher (SIGTERM; another rank failed or the job was "
+            "stopped); stopped, no outputs written\n");
   fs::remove_all(dir);
 }
 

@@ -20,7 +20,8 @@ check() {  # name np expected-message [extra args...]
   local n
   n=$(grep -c -F -e "$want" "$work/log")
   [ "$n" -eq 1 ] || { echo "FAIL $name: '$want' printed $n times, expected once"; ok=0; }
-  ! grep -q "interrupted by" "$work/log" || { echo "FAIL $name: an interrupt notice"; ok=0; }
+  ! grep -q "interrupted by\|ended by the launcher" "$work/log" ||
+    { echo "FAIL $name: an interrupt notice"; ok=0; }
   [ ! -e "$work/out" ] || { echo "FAIL $name: outputs were written"; ok=0; }
   [ "$elapsed" -le 20 ] || { echo "FAIL $name: the job took ${elapsed} s"; ok=0; }
   echo "$name: exit code $code after ${elapsed} s"
@@ -29,5 +30,7 @@ check() {  # name np expected-message [extra args...]
 check rank_count 3 "the MPI job has 3 ranks but the topology (2 tile x 2 gpu x 1 node) has 4"
 check bad_set 4 "--set run.steps: key 'run.steps': expected an integer in [1, 100000], found 0" \
   --set run.steps=0
+check memory_limit 4 "more than emulator.memory_limit = 1.00 MiB (--set emulator.memory_limit)" \
+  --set emulator.memory_limit=1MiB
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -416,6 +416,36 @@ TEST_F(Mpi, MpiErrorsBecomeCommErrors) {
   }
 }
 
+// With the progress watchdog on, a receive whose peer stopped (here: sleeps outside MPI) ends
+// in a CommError within the timeout plus the 0.5-1 s grace, naming the peer and the silent rank.
+TEST_F(Mpi, WatchdogNamesTheStoppedPeer) {
+  auto world = make_world();  // no watchdog: the final barrier waits as long as it takes
+  auto watched =
+      g_runtime->world(test_topology(world_size()),
+                       mpi::WorldOptions{.check_hosts = false, .progress_timeout_s = 0.5});
+  std::vector<float> buf(1, 0.0f);
+  if (world->rank() == 0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      watched->recv(buf, 1, 1, 11);
+      ADD_FAILURE() << "a receive from a stopped rank completed";
+    } catch (const CommError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("no progress for 0."), std::string::npos) << what;
+      EXPECT_NE(what.find("waiting in recv from rank 1 on rank 0"), std::string::npos) << what;
+      EXPECT_NE(what.find("(peer: world rank 1)"), std::string::npos) << what;
+      EXPECT_NE(what.find("stopped rank(s): 1"), std::string::npos) << what;
+      EXPECT_NE(what.find("mpi.progress_timeout_s = 0.5"), std::string::npos) << what;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(2400));
+  }
+  if (world->rank() == 1) {
+    std::this_thread::sleep_for(std::chrono::seconds(3));  // stopped, as far as rank 0 knows
+    watched->send(buf, 1, 0, 11);                          // completes the receive rank 0 abandoned
+  }
+  world->barrier();
+}
+
 TEST_F(Mpi, NowIsWallTime) {
   auto world = make_world();
   const SimTime t0 = world->now();

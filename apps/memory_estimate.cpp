@@ -1,0 +1,233 @@
+#include "apps/memory_estimate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "core/errors.hpp"
+#include "dit/model.hpp"
+#include "emulator/engine.hpp"
+
+namespace cocodiff::apps {
+
+namespace {
+
+constexpr std::int64_t kFloatBytes = 4;  // every tensor is fp32
+// The program itself: code, shared libraries, allocator arenas, the parsed config and presets
+// (measured peak RSS of a run that stops after resolving its config: 14 MiB; bench/README.md).
+constexpr std::int64_t kProgramBytes = std::int64_t{16} << 20;
+// An MPI process adds the MPI library, its shared-memory transport and progress thread.
+constexpr std::int64_t kMpiProgramBytes = std::int64_t{48} << 20;
+// Phantom bookkeeping per tile: its strategy and sub-communicators, shape-only tensors, region
+// records, the engine's per-tile clocks, queues and statistics (measured: phantom FLUX.1-dev on
+// 96 tiles without trace, 18 MiB in all, 48 KiB per tile above the program).
+constexpr std::int64_t kTileBookkeepingBytes = std::int64_t{64} << 10;
+// The resident part of a fiber stack: stacks are reserved at emulator.stack_kib each but only
+// the pages a tile touches count; real math reaches Eigen's 128 KiB of stack temporaries.
+constexpr std::int64_t kStackResidentRealBytes = std::int64_t{192} << 10;
+constexpr std::int64_t kStackResidentPhantomBytes = std::int64_t{64} << 10;
+// Bytes per trace event while the run holds it and while trace.json is written (the event, its
+// share of the label table and the JSON text of one event).
+constexpr std::int64_t kTraceEventBytes = 200;
+
+// The arithmetic is in double, so that an absurd config (the fuzzer's) cannot overflow it;
+// bytes() clamps a part to 1 EiB, so that the sum of the parts fits an int64.
+double ceil_div(double a, double b) { return std::ceil(a / b); }
+std::int64_t bytes(double v) { return static_cast<std::int64_t>(std::clamp(v, 0.0, 0x1p60)); }
+
+bool has_v_major(const std::string& strategy) {
+  return strategy == "cocodiff" || strategy.find("v_major") != std::string::npos;
+}
+
+// Sequences per transformer pass: 2 with batch classifier-free guidance.
+int batch_of(const RunPlan& plan) {
+  const dit::ModelConfig& m = plan.model;
+  const double scale = plan.settings.cfg_scale >= 0 ? plan.settings.cfg_scale : m.cfg_scale;
+  return m.cfg_mode == dit::CfgMode::kBatch && scale != 1.0 ? 2 : 1;
+}
+
+int attention_layers(const dit::ModelConfig& m) {
+  return m.double_blocks + m.single_blocks + m.dual_attention_blocks;
+}
+
+// Activations one tile keeps alive during a transformer block, its share of the sampler's
+// state and the final latent gather, in bytes (real math only).
+//   rows = B * (L + T): the tile's image tokens (L = ceil(N / P)) and the replicated text.
+//   block: residual streams, norm output, Q, K, V, attention output, projection and MLP input
+//          (8 x hidden) plus the MLP hidden layer before and after its activation (2 x ratio)
+//   exchange: send and receive staging of Q, K, V and the output (8 x B * L x hidden) and the
+//          head-major full sequence of Q, K, V, output (4 x B * (N + T) x heads/P x head_dim)
+//   sampler: x, noise, velocity, known latent, mask, step output (6 x L x features), the
+//          conditioning (text and, with CFG, the negative text) and the final gather
+//          ((P + 3) x N / P x features, every tile gathers the whole latent).
+double tile_activation_bytes(const RunPlan& plan) {
+  const dit::ModelConfig& m = plan.model;
+  const double p = plan.ranks(), n = static_cast<double>(plan.tokens()), t = m.text_tokens;
+  const double b = batch_of(plan), h = m.hidden(), f = m.token_features();
+  const double l = ceil_div(n, p);
+  const double heads_here = ceil_div(m.heads, p) * m.head_dim;
+  const double ratio = std::ceil(m.mlp_ratio);
+  const double block = b * (l + t) * h * (8 + 2 * ratio);
+  const double exchange = 8 * b * l * h + 4 * b * (n + t) * heads_here;
+  const double cond = 2 * t * std::max<double>(m.text_dim, h) + 2.0 * m.pooled_dim;
+  const double sampler = 6 * l * f + cond + (p + 3) * l * f;
+  return (block + exchange + sampler) * kFloatBytes;
+}
+
+// V-Major's caches on one tile: for every attention layer, the sender's mirror and the
+// receiver's copy of the V blocks exchanged over the selective tiers (its share of the tile's
+// V: the fraction of peers across those tiers).
+double tile_v_major_bytes(const RunPlan& plan) {
+  if (!has_v_major(plan.settings.strategy)) return 0;
+  const Topology& topo = plan.cluster.topology;
+  const std::vector<std::string>& tiers = plan.settings.strategy_options.v_major_tiers;
+  double slow_peers = 0;
+  for (int j = 1; j < topo.num_ranks(); ++j) {
+    const int k = topo.tier(0, j);
+    if (k >= 0 && std::find(tiers.begin(), tiers.end(), topo.tier_name(k)) != tiers.end())
+      ++slow_peers;
+  }
+  const dit::ModelConfig& m = plan.model;
+  const double p = plan.ranks();
+  const double v = batch_of(plan) * ceil_div(static_cast<double>(plan.tokens()), p) * m.hidden();
+  return 2.0 * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
+}
+
+// Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
+// about 16 compute and wait spans and one flow per peer for each of the four exchanges.
+double trace_events(const RunPlan& plan) {
+  if (!plan.engine.trace) return 0;
+  const double p = plan.ranks();
+  const double per_layer = p * (16 + 4 * (p - 1));
+  const double passes = plan.settings.steps *
+                        (plan.model.cfg_mode == dit::CfgMode::kTrue && batch_of(plan) == 1 ? 2 : 1);
+  const double events = passes * (attention_layers(plan.model) + 2) * per_layer;
+  return std::min(events, static_cast<double>(plan.engine.trace_limit));
+}
+
+}  // namespace
+
+std::int64_t MemoryEstimate::total_bytes() const {
+  std::int64_t s = 0;
+  for (const MemoryPart& p : parts) s += p.bytes;
+  return s;
+}
+
+const MemoryPart& MemoryEstimate::biggest() const {
+  COCO_CHECK(!parts.empty(), "an empty memory estimate");
+  return *std::max_element(
+      parts.begin(), parts.end(),
+      [](const MemoryPart& a, const MemoryPart& b) { return a.bytes < b.bytes; });
+}
+
+std::string MemoryEstimate::summary() const {
+  std::string s = human_bytes(total_bytes()) + " estimated peak, " + scope + " (";
+  bool first = true;
+  for (const MemoryPart& p : parts) {
+    if (p.bytes == 0) continue;
+    s += (first ? "" : ", ") + p.name + " " + human_bytes(p.bytes);
+    first = false;
+  }
+  return s + ")";
+}
+
+MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) {
+  const bool phantom = plan.settings.phantom;
+  double weights = 0;
+  if (!phantom) {
+    for (const dit::TensorSpec& t : dit::make_model(plan.model)->tensor_specs())
+      weights += static_cast<double>(t.numel()) * kFloatBytes;
+  }
+  const double activations = phantom ? 0 : tile_activation_bytes(plan);
+  const double v_major = phantom ? 0 : tile_v_major_bytes(plan);
+  MemoryEstimate e;
+  if (backend == "mpi") {
+    // One process per tile: each loads its own weights; no fibers, no trace.
+    const Topology& topo = plan.cluster.topology;
+    const double here = plan.mpi_check_hosts ? topo.ranks_per_node() : topo.num_ranks();
+    e.scope = std::to_string(static_cast<int>(here)) + " MPI process(es) on one host";
+    e.parts = {{"weights", bytes(here * weights)},
+               {"activations", bytes(here * activations)},
+               {"v_major caches", bytes(here * v_major)},
+               {"program", bytes(here * kMpiProgramBytes)}};
+    return e;
+  }
+  const double p = plan.ranks();
+  const double stack =
+      std::min<double>(static_cast<double>(plan.engine.stack_bytes),
+                       phantom ? kStackResidentPhantomBytes : kStackResidentRealBytes);
+  e.scope = "this process";
+  e.parts = {
+      {"weights", bytes(weights)},  // one copy, shared by every tile
+      {"activations", bytes(p * activations)},
+      {"v_major caches", bytes(p * v_major)},
+      {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
+      {"fiber stacks", bytes(p * stack)},  // resident pages of p stacks
+      {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
+      {"program", kProgramBytes},
+  };
+  return e;
+}
+
+void check_memory_limit(const RunPlan& plan, const MemoryEstimate& estimate) {
+  if (!plan.memory_limit_bytes) return;
+  const std::int64_t total = estimate.total_bytes();
+  if (total <= *plan.memory_limit_bytes) return;
+  const MemoryPart& big = estimate.biggest();
+  throw ResourceError(
+      "the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
+      "), more than emulator.memory_limit = " + human_bytes(*plan.memory_limit_bytes) + " (" +
+      plan.memory_limit_source + "); the biggest part is " + big.name + " (" +
+      human_bytes(big.bytes) +
+      "): use run.math = \"skip\", a smaller model, resolution or rank count, or raise "
+      "emulator.memory_limit");
+}
+
+namespace {
+// The value of a "Name:   123 kB" line of a /proc file, in bytes.
+std::optional<std::int64_t> proc_kib_field(const char* file, const std::string& name) {
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(name, 0) != 0) continue;
+    std::istringstream words(line.substr(name.size()));
+    std::int64_t kib = -1;
+    std::string unit;
+    if (words >> kib >> unit && kib >= 0 && unit == "kB") return kib * 1024;
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+}  // namespace
+
+std::optional<std::int64_t> available_memory_bytes() {
+  return proc_kib_field("/proc/meminfo", "MemAvailable:");
+}
+
+std::optional<std::int64_t> peak_resident_bytes() {
+  return proc_kib_field("/proc/self/status", "VmHWM:");
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  auto v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024.0 && u < 5) {
+    v /= 1024.0;
+    ++u;
+  }
+  char buf[32];
+  if (u == 0)
+    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(bytes));
+  else
+    std::snprintf(buf, sizeof buf,
+                  v < 10    ? "%.2f %s"
+                  : v < 100 ? "%.1f %s"
+                            : "%.0f %s",
+                  v, kUnits[u]);
+  return buf;
+}
+
+}  // namespace cocodiff::apps

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Under mpirun with the progress watchdog on (mpi.progress_timeout_s = 3), a rank that stops
+# (--inject-fault kind=hang on rank 2) ends the job with exit code 2 within the timeout plus 5 s
+# of the stop, with a message naming rank 2; the stopped rank, ended by mpirun, says so; no
+# outputs are written.
+# Usage: mpi_watchdog.sh COCODIFF MPIEXEC CONFIG(4 ranks)
+set -uo pipefail
+bin=$1 mpiexec=$2 config=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+timeout=3
+start=$(date +%s.%N)
+timeout 90 "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$bin" run "$config" \
+  --backend mpi --inject-fault rank=2,step=1,kind=hang --progress-timeout "$timeout" \
+  --out "$work/out" -q > "$work/log" 2>&1 &
+job=$!
+hang_at=""
+while kill -0 "$job" 2> /dev/null; do  # the moment rank 2 stops
+  if [ -z "$hang_at" ] && grep -q "rank 2: injected hang at step 1" "$work/log"; then
+    hang_at=$(date +%s.%N)
+  fi
+  sleep 0.1
+done
+wait "$job"
+code=$?
+end=$(date +%s.%N)
+cat "$work/log"
+fail=0
+[ "$code" -eq 2 ] || { echo "FAIL: exit code $code, expected 2 (124 = hang)"; fail=1; }
+[ -n "$hang_at" ] || { echo "FAIL: rank 2 never reported its injected hang"; hang_at=$start; fail=1; }
+after_hang=$(echo "$end - $hang_at" | bc)
+total=$(echo "$end - $start" | bc)
+grep -q "no progress for [0-9.]* s waiting in .*stopped rank(s): 2 " "$work/log" ||
+  { echo "FAIL: no watchdog message naming rank 2"; fail=1; }
+grep -q "cocodiff: rank 2: ended by the launcher (SIGTERM" "$work/log" ||
+  { echo "FAIL: the stopped rank did not say the launcher ended it"; fail=1; }
+[ "$(echo "$after_hang <= $timeout + 5" | bc)" -eq 1 ] ||
+  { echo "FAIL: the job ended ${after_hang} s after the hang (limit $timeout + 5 s)"; fail=1; }
+[ "$(echo "$total <= 60" | bc)" -eq 1 ] || { echo "FAIL: the job took ${total} s"; fail=1; }
+[ ! -e "$work/out" ] || { echo "FAIL: outputs were written"; fail=1; }
+echo "job ended ${after_hang} s after rank 2 stopped (${total} s in all) with exit code $code"
+[ "$fail" -eq 0 ] && echo "1 passed, 0 failed" || echo "0 passed, 1 failed"
+exit "$fail"
