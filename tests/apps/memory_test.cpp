@@ -155,6 +155,9 @@ TEST_F(MemoryLimit, EstimateBoundsMeasuredPeakRss) {
   ASSERT_EQ(std::sscanf(line.c_str() + key.size(), "%lf %7s", &value, unit), 2) << line;
   ASSERT_STREQ(unit, "MiB,") << line;
   const double rss = value * 1024 * 1024;
+  // Sanitized builds (time scale > 1) add ASan's shadow memory and allocator to the resident
+  // set, which no estimate of the program's own memory should include.
+  if (COCODIFF_TEST_TIME_SCALE > 1) GTEST_SKIP() << "sanitized build: " << line;
   EXPECT_GE(static_cast<double>(estimate), 0.9 * rss) << line;
   EXPECT_LE(static_cast<double>(estimate), 2.5 * rss) << line;
 }
