@@ -19,9 +19,12 @@ namespace cocodiff::dit {
 /// Bytes one element costs in HBM traffic: activations and weights are modelled as bf16.
 inline constexpr double kBytesPerElement = 2.0;
 
+class MathCache;
+
 struct Exec {
   Communicator& comm;  // charges compute; the strategies use their own group communicators
   bool phantom = false;
+  MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
 
   /// Charges one operation on this tile. `elements_moved` counts every element read or written.
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "dit/math_cache.hpp"
+
 namespace cocodiff::dit {
 
 namespace {
@@ -29,7 +31,9 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
   const std::int64_t out = r1 - r0;
   Tensor y = Tensor::zeros(x.rows(), out, ex.phantom);
   if (!ex.phantom) {
-    y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
+    // Thin products (a tile's shard) reuse the weight packed once; same bytes as Eigen's.
+    if (ex.cache == nullptr || !ex.cache->multiply(x.mat(), w, r0, out, y.mat()))
+      y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
     if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
   }
   ex.charge(OpKind::kGemm, 2.0 * n(x.rows()) * n(x.cols()) * n(out),
