@@ -2,6 +2,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 namespace cocodiff::dit {
@@ -29,6 +30,42 @@ using Blocking = ei::gemm_blocking_space<Eigen::RowMajor, float, float, Eigen::D
 
 // Packed panels start on this many floats (Eigen's packed blocks are maximally aligned).
 constexpr std::int64_t kAlignFloats = EIGEN_MAX_ALIGN_BYTES / static_cast<int>(sizeof(float));
+
+std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
+  h ^= v + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  return h * 0xBF58476D1CE4E5B9ull;
+}
+
+std::uint64_t hash_inputs(std::initializer_list<const Tensor*> inputs) {
+  std::uint64_t h = 0x243F6A8885A308D3ull;
+  for (const Tensor* t : inputs) {
+    h = mix(h, static_cast<std::uint64_t>(t->rows()));
+    h = mix(h, static_cast<std::uint64_t>(t->cols()));
+    const std::span<const float> d = t->data();
+    const auto* bytes = reinterpret_cast<const unsigned char*>(d.data());
+    const size_t n = d.size_bytes();
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      std::uint64_t v = 0;
+      std::memcpy(&v, bytes + i, 8);
+      h = mix(h, v);
+    }
+    for (; i < n; ++i) h = mix(h, bytes[i]);
+  }
+  return h;
+}
+
+bool same_inputs(const std::vector<Mat>& kept, std::initializer_list<const Tensor*> inputs) {
+  if (kept.size() != inputs.size()) return false;
+  size_t i = 0;
+  for (const Tensor* t : inputs) {
+    const Mat& k = kept[i++];
+    if (k.rows() != t->rows() || k.cols() != t->cols() ||
+        std::memcmp(k.data(), t->mat().data(), sizeof(float) * static_cast<size_t>(k.size())) != 0)
+      return false;
+  }
+  return true;
+}
 
 std::int64_t aligned_up(std::int64_t n) {
   return (n + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
@@ -117,6 +154,68 @@ bool MathCache::multiply(const Mat& x, const Tensor& w, std::int64_t r0, std::in
     }
   }
   return true;
+}
+
+std::int64_t MathCache::shared_computed() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return computed_;
+}
+
+std::int64_t MathCache::shared_reused() const {
+  const std::lock_guard<std::mutex> lock(mu_);
+  return reused_;
+}
+
+std::vector<Tensor> MathCache::shared(const Exec& ex, const std::string& unit,
+                                      std::initializer_list<const Tensor*> inputs,
+                                      const SharedFn& fn) {
+  const std::uint64_t hash = hash_inputs(inputs);
+  std::shared_ptr<const Result> hit;
+  {
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto it = results_.find(unit);
+    if (it != results_.end())
+      for (const std::shared_ptr<const Result>& r : it->second)
+        if (r->hash == hash && same_inputs(r->inputs, inputs)) {
+          hit = r;
+          ++reused_;
+          break;
+        }
+  }
+  if (hit) {
+    for (const RecordedCharge& c : hit->charges) {
+      if (ex.record != nullptr) ex.record->push_back(c);  // inside an enclosing shared unit
+      ex.comm.compute(OpCost{c.kind, c.flops, c.bytes, c.label});
+    }
+    return hit->outputs;  // a copy: callers update their tensors in place
+  }
+  auto r = std::make_shared<Result>();
+  Exec rec = ex;
+  rec.record = &r->charges;
+  std::vector<Tensor> out = fn(rec);
+  if (ex.record != nullptr)
+    ex.record->insert(ex.record->end(), r->charges.begin(), r->charges.end());
+  r->hash = hash;
+  for (const Tensor* t : inputs) r->inputs.push_back(t->mat());
+  r->outputs = out;
+  const std::lock_guard<std::mutex> lock(mu_);
+  ++computed_;
+  std::vector<std::shared_ptr<const Result>>& kept = results_[unit];
+  size_t& slot = next_slot_[unit];
+  if (kept.size() < kResultsPerUnit) {
+    kept.push_back(std::move(r));
+  } else {
+    kept[slot] = std::move(r);
+    slot = (slot + 1) % kResultsPerUnit;
+  }
+  return out;
+}
+
+std::vector<Tensor> shared_work(const Exec& ex, const std::string& unit,
+                                std::initializer_list<const Tensor*> inputs,
+                                const MathCache::SharedFn& fn) {
+  if (ex.cache == nullptr || ex.phantom) return fn(ex);
+  return ex.cache->shared(ex, unit, inputs, fn);
 }
 
 }  // namespace cocodiff::dit

@@ -1,16 +1,24 @@
 #pragma once
-// What the emulated tiles of one process share read-only when they do real math: weights packed
-// once for the GEMM kernel. Every tile of a sequence-parallel run projects its thin shard (a few
-// rows) through the same weights; Eigen would repack the whole weight for each such product.
-// The cache packs each weight once and runs Eigen's own kernel on the packed panels with Eigen's
-// own blocking, so every product gives exactly the bytes Eigen's would.
+// What the emulated tiles of one process share read-only when they do real math:
+//  - weights packed once for the GEMM kernel. Every tile of a sequence-parallel run projects its
+//    thin shard (a few rows) through the same weights; Eigen would repack the whole weight for
+//    each such product. The cache packs each weight once and runs Eigen's own kernel on the
+//    packed panels with Eigen's own blocking, so every product gives exactly Eigen's bytes;
+//  - work that is identical on every tile (timestep and text embeddings, adaLN modulation, the
+//    replicated text stream): the first tile computes it, every later tile with bitwise equal
+//    inputs receives a copy of the outputs and is charged the same operations, in the same
+//    order, on its own clock, so its virtual timeline is what computing them would have given.
 //
 //   const Weights& w = ...;                         // owns the cache
 //   const Exec ex{comm, false, &w.math_cache()};    // linear() then uses it for thin products
+//   std::vector<Tensor> m = shared_work(ex, "block0.mod", {&c_silu}, [&](const Exec& e) {
+//     return modulation(e, w, "block0.mod", c_silu, 6); });
 //
 // Thread-safe (tiles may run on several worker threads); borrowed through Exec.
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -19,6 +27,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "dit/exec.hpp"
 
 namespace cocodiff::dit {
 
@@ -45,6 +54,17 @@ class MathCache {
   /// Packed floats held, for tests and reports.
   std::int64_t packed_floats() const;
 
+  /// Computations of shared work run, and handed out again (for tests and reports).
+  std::int64_t shared_computed() const;
+  std::int64_t shared_reused() const;
+
+  using SharedFn = std::function<std::vector<Tensor>(const Exec&)>;
+  /// The outputs of `fn` on this tile: a copy of those an earlier call of `unit` produced from
+  /// bitwise equal inputs (their charges replayed on ex's clock), else fn's own (then kept).
+  /// `fn` must be a pure function of `inputs` (and of the weights) that only charges compute.
+  std::vector<Tensor> shared(const Exec& ex, const std::string& unit,
+                             std::initializer_list<const Tensor*> inputs, const SharedFn& fn);
+
  private:
   // The lhs blocks of one weight row range for one (mc, kc) blocking, in Eigen's loop order
   // (i2 outer, k2 inner), block b at offsets[b] in data.
@@ -56,9 +76,29 @@ class MathCache {
   const Packed& packed(const Tensor& w, std::int64_t r0, std::int64_t out, std::int64_t mc,
                        std::int64_t kc);
 
+  // One earlier result of a shared unit.
+  struct Result {
+    std::uint64_t hash = 0;
+    std::vector<Mat> inputs;
+    std::vector<Tensor> outputs;
+    std::vector<RecordedCharge> charges;
+  };
+  // Results kept per unit: enough for the distinct inputs tiles hold at one time (two CFG
+  // passes, groups of tiles whose replicated tensors differ in their last bits).
+  static constexpr size_t kResultsPerUnit = 8;
+
   mutable std::mutex mu_;
   std::unordered_set<const Tensor*> adopted_;
   std::map<Key, std::unique_ptr<Packed>> packs_;
+  std::map<std::string, std::vector<std::shared_ptr<const Result>>, std::less<>> results_;
+  std::map<std::string, size_t, std::less<>> next_slot_;
+  std::int64_t computed_ = 0;
+  std::int64_t reused_ = 0;
 };
+
+/// MathCache::shared through ex's cache, or fn(ex) when there is none (or in phantom mode).
+std::vector<Tensor> shared_work(const Exec& ex, const std::string& unit,
+                                std::initializer_list<const Tensor*> inputs,
+                                const MathCache::SharedFn& fn);
 
 }  // namespace cocodiff::dit

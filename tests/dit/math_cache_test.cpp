@@ -84,5 +84,71 @@ TEST(MathCache, LinearThroughTheCacheEqualsLinearWithout) {
   EXPECT_GT(cache.packed_floats(), 0);
 }
 
+// A unit of shared work runs once for equal inputs; a later tile gets equal bytes and is
+// charged the same operations on its own clock; other inputs are computed again.
+TEST(MathCache, SharedWorkRunsOnceAndChargesEveryTile) {
+  MathCache cache;
+  const Tensor w = random(48, 32, 21), c = random(4, 32, 22);
+  cache.adopt(w);
+  int runs = 0;
+  const Tensor* in = &c;  // the input fn reads
+  auto fn = [&](const Exec& e) {
+    ++runs;
+    Tensor y = linear(e, *in, w, nullptr, "proj");
+    gelu_tanh(e, y, "gelu");
+    return std::vector<Tensor>{std::move(y), layer_norm(e, *in, 1e-6f, "norm")};
+  };
+  LocalComm first, second, direct;
+  const std::vector<Tensor> a = shared_work(Exec{first, false, &cache}, "unit", {&c}, fn);
+  const Tensor c_copy = Tensor::from(c.mat());  // equal bytes, another tensor
+  in = &c_copy;
+  const std::vector<Tensor> b = shared_work(Exec{second, false, &cache}, "unit", {&c_copy}, fn);
+  const std::vector<Tensor> d = fn(Exec{direct, false});
+  EXPECT_EQ(runs, 2);  // once shared, once directly
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(same_bytes(a[i].mat(), d[i].mat()));
+    EXPECT_TRUE(same_bytes(b[i].mat(), d[i].mat()));
+  }
+  EXPECT_EQ(second.ops(), direct.ops());
+  EXPECT_EQ(second.flops(), direct.flops());
+  EXPECT_EQ(second.bytes(), direct.bytes());
+  EXPECT_EQ(first.ops(), direct.ops());
+  EXPECT_EQ(cache.shared_computed(), 1);
+  EXPECT_EQ(cache.shared_reused(), 1);
+
+  Tensor other = Tensor::from(c.mat());
+  other.mat()(3, 31) += 1.0f;  // one element differs: computed again
+  in = &other;
+  const std::vector<Tensor> e = shared_work(Exec{second, false, &cache}, "unit", {&other}, fn);
+  EXPECT_EQ(runs, 3);
+  EXPECT_FALSE(same_bytes(e[0].mat(), d[0].mat()));
+  // Without a cache or in phantom mode: always computed.
+  in = &c;
+  shared_work(Exec{direct, false}, "unit", {&c}, fn);
+  EXPECT_EQ(runs, 4);
+  EXPECT_EQ(cache.shared_computed(), 2);
+}
+
+// A nested unit's charges reach the enclosing unit's record, hit or miss.
+TEST(MathCache, NestedSharedWorkIsRecordedByItsEnclosingUnit) {
+  MathCache cache;
+  const Tensor c = random(4, 16, 31);
+  auto inner = [&](const Exec& e) { return std::vector<Tensor>{layer_norm(e, c, 1e-6f, "norm")}; };
+  LocalComm warm;
+  shared_work(Exec{warm, false, &cache}, "inner", {&c}, inner);  // inner is now a hit
+  auto outer = [&](const Exec& e) {
+    std::vector<Tensor> h = shared_work(e, "inner", {&c}, inner);
+    gelu_tanh(e, h[0], "gelu");
+    return h;
+  };
+  LocalComm a, b;
+  shared_work(Exec{a, false, &cache}, "outer", {&c}, outer);
+  shared_work(Exec{b, false, &cache}, "outer", {&c}, outer);  // replays both charges
+  EXPECT_EQ(a.ops(), 2);
+  EXPECT_EQ(b.ops(), 2);
+  EXPECT_EQ(a.flops(), b.flops());
+}
+
 }  // namespace
 }  // namespace cocodiff::dit
