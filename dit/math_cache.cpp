@@ -132,6 +132,7 @@ bool MathCache::multiply(const Mat& x, const Tensor& w, std::int64_t r0, std::in
     if (adopted_.count(&w) == 0) return false;
     p = &packed(w, r0, out, mc, kc);  // stable: entries are never removed
   }
+  y.setZero();  // the kernel accumulates, as after Eigen's own setZero
   const RhsMapper rhs(x.data(), depth);
   const ResMapper res(y.data(), out);
   PackRhs pack_rhs;

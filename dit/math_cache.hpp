@@ -48,7 +48,7 @@ class MathCache {
   /// y = x W[r0 : r0 + out]^T, bitwise equal to Eigen's `y.noalias() = x * W.middleRows(r0,
   /// out).transpose()`. Returns false (y untouched) when the product is not one the cache serves:
   /// W not adopted, or x with a single row, too many rows, or a size Eigen computes lazily.
-  /// y: [x.rows(), out], zero on entry.
+  /// y: [x.rows(), out] (its values on entry are overwritten).
   bool multiply(const Mat& x, const Tensor& w, std::int64_t r0, std::int64_t out, Mat& y);
 
   /// Packed floats held, for tests and reports.

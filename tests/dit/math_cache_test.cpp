@@ -45,7 +45,7 @@ TEST(MathCache, PackedProductHasEigensBytes) {
     Mat want(c.rows, c.count);
     want.noalias() = x.mat() * w.mat().middleRows(c.r0, c.count).transpose();
     for (int rep = 0; rep < 2; ++rep) {
-      Mat got = Mat::Zero(c.rows, c.count);
+      Mat got = Mat::Constant(c.rows, c.count, 7.0f);  // overwritten
       ASSERT_TRUE(cache.multiply(x.mat(), w, c.r0, c.count, got));
       EXPECT_TRUE(same_bytes(got, want)) << c.rows << "x" << c.in << " * " << c.count;
     }
