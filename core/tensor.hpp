@@ -26,6 +26,8 @@ class Tensor {
   Tensor() = default;
   /// Zero-filled tensor; phantom tensors allocate nothing.
   static Tensor zeros(std::int64_t rows, std::int64_t cols, bool phantom);
+  /// Uninitialised tensor, for an output whose every element is written before it is read.
+  static Tensor uninitialized(std::int64_t rows, std::int64_t cols, bool phantom);
   /// Wraps existing data.
   static Tensor from(Mat m);
 
@@ -65,6 +67,15 @@ inline Tensor Tensor::zeros(std::int64_t rows, std::int64_t cols, bool phantom) 
   t.cols_ = cols;
   t.phantom_ = phantom;
   if (!phantom) t.m_ = Mat::Zero(rows, cols);
+  return t;
+}
+
+inline Tensor Tensor::uninitialized(std::int64_t rows, std::int64_t cols, bool phantom) {
+  Tensor t;
+  t.rows_ = rows;
+  t.cols_ = cols;
+  t.phantom_ = phantom;
+  if (!phantom) t.m_.resize(rows, cols);
   return t;
 }
 

@@ -9,7 +9,9 @@
 // so real and phantom runs charge identical virtual time for identical shapes.
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/communicator.hpp"
 #include "core/op_cost.hpp"
@@ -19,13 +21,27 @@ namespace cocodiff::dit {
 /// Bytes one element costs in HBM traffic: activations and weights are modelled as bf16.
 inline constexpr double kBytesPerElement = 2.0;
 
+class MathCache;
+
+/// One charge of a computation shared by tiles, kept to be charged again on another tile.
+struct RecordedCharge {
+  OpKind kind;
+  double flops;
+  double bytes;
+  std::string label;
+};
+
 struct Exec {
   Communicator& comm;  // charges compute; the strategies use their own group communicators
   bool phantom = false;
+  MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
+  std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
 
   /// Charges one operation on this tile. `elements_moved` counts every element read or written.
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {
-    comm.compute(OpCost{kind, flops, elements_moved * kBytesPerElement, label});
+    const OpCost cost{kind, flops, elements_moved * kBytesPerElement, label};
+    if (record != nullptr) record->push_back({kind, cost.flops, cost.bytes, std::string(label)});
+    comm.compute(cost);
   }
 };
 

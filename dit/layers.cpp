@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "dit/math_cache.hpp"
+
 namespace cocodiff::dit {
 
 namespace {
@@ -27,9 +29,12 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
              "linear " + std::string(label) + ": x " + x.shape_str() + " vs W " + w.shape_str());
   COCO_CHECK(0 <= r0 && r0 <= r1 && r1 <= w.rows(), "linear row range");
   const std::int64_t out = r1 - r0;
-  Tensor y = Tensor::zeros(x.rows(), out, ex.phantom);
+  // Not zero-filled: Eigen's product and MathCache::multiply zero it where they accumulate.
+  Tensor y = Tensor::uninitialized(x.rows(), out, ex.phantom);
   if (!ex.phantom) {
-    y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
+    // Thin products (a tile's shard) reuse the weight packed once; same bytes as Eigen's.
+    if (ex.cache == nullptr || !ex.cache->multiply(x.mat(), w, r0, out, y.mat()))
+      y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
     if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
   }
   ex.charge(OpKind::kGemm, 2.0 * n(x.rows()) * n(x.cols()) * n(out),
@@ -41,7 +46,7 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
 // layer_norm: y = (x - mean_row) / sqrt(var_row + eps)      x: [N, C] -> [N, C]
 // ---------------------------------------------------------------------------------------------
 Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view label) {
-  Tensor y = Tensor::zeros(x.rows(), x.cols(), ex.phantom);
+  Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
   if (!ex.phantom) {
     const Mat& xm = x.mat();
     const Eigen::VectorXf mean = xm.rowwise().mean();
@@ -60,7 +65,7 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
 Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
                 std::string_view label) {
   COCO_CHECK(w.cols() == x.cols(), "rms_norm weight width");
-  Tensor y = Tensor::zeros(x.rows(), x.cols(), ex.phantom);
+  Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
   if (!ex.phantom) {
     const Eigen::VectorXf inv = (x.mat().array().square().rowwise().mean() + eps).rsqrt();
     y.mat() = (x.mat().array().colwise() * inv.array()).rowwise() * w.mat().row(0).array();

@@ -49,7 +49,7 @@ TextConditioning class_conditioning(const ModelConfig& cfg, const Weights& w, in
 
 Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                const std::string& strategy, const ForwardInputs& in, bool phantom) {
-  const Exec ex{comm, phantom};
+  const Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
   std::unique_ptr<AttentionStrategy> attn = make_attention_strategy(strategy, comm, cfg);
   return make_model(cfg)->forward(ex, w, *attn, in);
 }
@@ -127,7 +127,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                    const RunSettings& st) {
   const bool phantom = st.phantom;
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
-  const Exec ex{comm, phantom};
+  const Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
   const int cell = cfg.vae_scale * cfg.patch_size;
   if (st.resolution <= 0 || st.resolution % cell != 0)
     throw ConfigError("resolution " + std::to_string(st.resolution) +

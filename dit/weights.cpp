@@ -26,7 +26,8 @@ void Weights::add(const TensorSpec& spec, Tensor t) {
   COCO_CHECK(t.rows() == spec.rows() && t.cols() == spec.cols(),
              "Weights::add " + spec.name + ": " + t.shape_str() + " vs " + spec.shape_str());
   COCO_CHECK(t.phantom() == phantom_, "Weights::add " + spec.name + ": phantom mismatch");
-  tensors_.insert_or_assign(spec.name, Entry{spec, std::move(t)});
+  auto [it, inserted] = tensors_.insert_or_assign(spec.name, Entry{spec, std::move(t)});
+  if (!phantom_) cache_->adopt(it->second.tensor);
 }
 
 const Tensor* Weights::find(std::string_view name) const {

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "dit/math_cache.hpp"
 
 namespace cocodiff::dit {
 
@@ -40,7 +41,7 @@ struct TensorSpec {
 
 class Weights {
  public:
-  explicit Weights(bool phantom) : phantom_(phantom) {}
+  explicit Weights(bool phantom) : phantom_(phantom), cache_(std::make_unique<MathCache>()) {}
   /// Adds a tensor (shape must match spec's 2-D view).
   void add(const TensorSpec& spec, Tensor t);
   /// The tensor of that name; aborts if absent (a model asking for a tensor it never declared).
@@ -53,6 +54,8 @@ class Weights {
   std::int64_t parameters() const;
   /// Names in sorted order.
   std::vector<std::string> names() const;
+  /// What the tiles computing with these weights share (packed weights); lives as long as they.
+  MathCache& math_cache() const { return *cache_; }
 
  private:
   struct Entry {
@@ -61,6 +64,7 @@ class Weights {
   };
   bool phantom_;
   std::map<std::string, Entry, std::less<>> tensors_;
+  std::unique_ptr<MathCache> cache_;  // mutable through a const Weights: thread-safe
 };
 
 /// A counter-based normal stream: element i of stream (seed, name) is a pure function of

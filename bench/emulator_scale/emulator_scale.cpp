@@ -45,6 +45,7 @@ struct Options {
   int replay_resolution = 2048;
   int replay_steps = 28;
   int repeats = 3;
+  std::filesystem::path baseline;  // real: a cocodiff built before a change, run beside it
 };
 
 Options parse(const Args& a) {
@@ -89,6 +90,10 @@ Options parse(const Args& a) {
       o.real_nodes = int_list(v);
     } else if (k == "--real-model") {
       o.real_model = v;
+    } else if (k == "--real-steps") {
+      o.real_steps = std::stoi(v);
+    } else if (k == "--baseline") {
+      o.baseline = v;
     } else if (k == "--real-strategy") {
       o.real_strategy = v;
     } else if (k == "--replay-strategies") {
@@ -198,7 +203,14 @@ void phantom(const Args& a, const Options& o) {
        1300, 520);
 }
 
-// Real math: the same run on 1 tile and on P emulated tiles.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Real math: the same run on 1 tile and on P emulated tiles (with --baseline, also with an
+// earlier build of cocodiff, interleaved: CPU medians of --repeats runs each).
 void real(const Args& a, const Options& o) {
   struct Point {
     std::string label;
@@ -221,46 +233,94 @@ void real(const Args& a, const Options& o) {
         {fmt("%d Aurora tiles (%s)", 12 * n, n * 12 <= 24 ? "flat" : o.real_strategy.c_str()),
          {"--set", "cluster.preset=aurora", "--set", "cluster.nodes=" + std::to_string(n), "--set",
           "run.strategy=" + (n * 12 <= 24 ? std::string("flat") : o.real_strategy)}});
-  Table t({"run", "tiles", "run wall s", "x 1 tile", "CPU s", "CPU x 1 tile", "events", "flows",
-           "CPU us/event", "peak RSS MiB", "output sha256"});
-  Progress progress(points.size());
-  double wall1 = 0, cpu1 = 0;
+  const bool before = !o.baseline.empty();
+  std::vector<std::string> cols = {"run",          "tiles",        "run wall s",   "x 1 tile",
+                                   "CPU s",        "CPU x 1 tile", "events",       "flows",
+                                   "CPU us/event", "peak RSS MiB", "output sha256"};
+  if (before) cols.insert(cols.begin() + 6, {"CPU s before", "CPU x 1 tile before", "command"});
+  Table t(cols);
+  const int repeats = before ? o.repeats : 1;
+  Progress progress(points.size() * static_cast<size_t>(repeats) * (before ? 2 : 1));
+  // Runs interleaved (each point with the new and the baseline binary, repeat after repeat) so
+  // both see the same load; CPU seconds are medians over the repeats.
+  Args base_args = a;
+  base_args.cocodiff = o.baseline;
+  std::vector<std::vector<ChildRun>> runs(points.size()), base_runs(points.size());
+  for (int rep = 0; rep < repeats; ++rep)
+    for (size_t k = 0; k < points.size(); ++k) {
+      std::vector<std::string> sets = base;
+      sets.insert(sets.end(), points[k].sets.begin(), points[k].sets.end());
+      progress.step("real math: " + points[k].label);
+      runs[k].push_back(run_cocodiff(a, sets, fmt("real_%zu", k)));
+      if (!runs[k].back().ok()) fail(runs[k].back(), "real-math run " + points[k].label);
+      if (!before) continue;
+      progress.step("real math, baseline: " + points[k].label);
+      base_runs[k].push_back(run_cocodiff(base_args, sets, fmt("real_%zu_before", k)));
+      if (!base_runs[k].back().ok()) fail(base_runs[k].back(), "baseline run " + points[k].label);
+      if (base_runs[k].back().report["output_sha256"] != runs[k].back().report["output_sha256"])
+        throw std::runtime_error("real math: " + points[k].label +
+                                 ": the baseline's output bytes differ");
+    }
+  auto median_cpu = [](const std::vector<ChildRun>& rs) {
+    std::vector<double> v;
+    for (const ChildRun& r : rs) v.push_back(r.cpu_s);
+    return median(v);
+  };
+  double wall1 = 0, cpu1 = 0, base_cpu1 = 0;
   std::string dat = "# label wall_s ratio cpu_s cpu_ratio\n";
-  int i = 0;
-  for (const Point& p : points) {
-    progress.step("real math: " + p.label);
-    std::vector<std::string> sets = base;
-    sets.insert(sets.end(), p.sets.begin(), p.sets.end());
-    const ChildRun r = run_cocodiff(a, sets, fmt("real_%d", i));
-    if (!r.ok()) fail(r, "real-math run " + p.label);
+  for (size_t k = 0; k < points.size(); ++k) {
+    const Point& p = points[k];
+    const ChildRun& r = runs[k].back();
     const auto& rep = r.report;
     const double wall = rep["wall_time_s"].get<double>();
-    if (i == 0) {
+    const double cpu = median_cpu(runs[k]);
+    const double base_cpu = before ? median_cpu(base_runs[k]) : 0.0;
+    if (k == 0) {
       wall1 = wall;
-      cpu1 = r.cpu_s;
+      cpu1 = cpu;
+      base_cpu1 = base_cpu;
     }
     const double events = rep["events"].get<double>();
     const std::string sha = rep["output_sha256"].is_string()
                                 ? rep["output_sha256"].get<std::string>().substr(0, 12)
                                 : "-";
-    t.add({p.label, std::to_string(rep["ranks"].get<int>()), fmt("%.3f", wall),
-           fmt("%.2f", wall / wall1), fmt("%.2f", r.cpu_s), fmt("%.2f", r.cpu_s / cpu1),
-           fmt("%.0f", events), fmt("%.0f", rep["flows"].get<double>()),
-           fmt("%.1f", events > 0 ? (r.cpu_s - cpu1) / events * 1e6 : 0.0),
-           fmt("%.0f", static_cast<double>(r.maxrss_kib) / 1024), sha},
-          {{"run", p.label},
-           {"tiles", rep["ranks"]},
-           {"run_wall_s", wall},
-           {"ratio_to_1_tile", wall / wall1},
-           {"process_cpu_s", r.cpu_s},
-           {"cpu_ratio_to_1_tile", r.cpu_s / cpu1},
-           {"events", events},
-           {"flows", rep["flows"]},
-           {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024},
-           {"output_sha256", rep["output_sha256"]}});
-    dat += fmt("\"%s\" %.6g %.6g %.6g %.6g\n", p.label.c_str(), wall, wall / wall1, r.cpu_s,
-               r.cpu_s / cpu1);
-    ++i;
+    std::string command = "cocodiff run " + a.config.filename().string();
+    std::vector<std::string> sets = base;
+    sets.insert(sets.end(), p.sets.begin(), p.sets.end());
+    for (size_t j = 1; j < sets.size(); j += 2) command += " --set " + sets[j];
+    command += " --set emulator.workers=" + std::to_string(a.workers);
+    std::vector<std::string> row = {p.label,
+                                    std::to_string(rep["ranks"].get<int>()),
+                                    fmt("%.3f", wall),
+                                    fmt("%.2f", wall / wall1),
+                                    fmt("%.2f", cpu),
+                                    fmt("%.2f", cpu / cpu1),
+                                    fmt("%.0f", events),
+                                    fmt("%.0f", rep["flows"].get<double>()),
+                                    fmt("%.1f", events > 0 ? (cpu - cpu1) / events * 1e6 : 0.0),
+                                    fmt("%.0f", static_cast<double>(r.maxrss_kib) / 1024),
+                                    sha};
+    if (before)
+      row.insert(row.begin() + 6,
+                 {fmt("%.2f", base_cpu), fmt("%.2f", base_cpu / base_cpu1), command});
+    nlohmann::json j = {{"run", p.label},
+                        {"tiles", rep["ranks"]},
+                        {"run_wall_s", wall},
+                        {"ratio_to_1_tile", wall / wall1},
+                        {"process_cpu_s", cpu},
+                        {"cpu_ratio_to_1_tile", cpu / cpu1},
+                        {"events", events},
+                        {"flows", rep["flows"]},
+                        {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024},
+                        {"output_sha256", rep["output_sha256"]},
+                        {"command", command}};
+    if (before) {
+      j["process_cpu_s_before"] = base_cpu;
+      j["cpu_ratio_to_1_tile_before"] = base_cpu / base_cpu1;
+    }
+    t.add(row, j);
+    dat +=
+        fmt("\"%s\" %.6g %.6g %.6g %.6g\n", p.label.c_str(), wall, wall / wall1, cpu, cpu / cpu1);
   }
   progress.done();
   t.finish(a, "emulator_real",
@@ -283,12 +343,6 @@ void real(const Args& a, const Options& o) {
            "'' using 4 title 'process CPU time (user + sys)' lc rgb '#E69F00', "
            "'' using ($0+0.17):4:(sprintf('%.2fx', $5)) with labels offset 0,1 notitle\n",
        900, 500);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Step replay: the same phantom run simulated step by step (replay off, what every run cost
@@ -400,12 +454,14 @@ void math(const Args& a, const Options& o) {
 }
 
 int main_impl(int argc, char** argv) {
-  const Args a = parse_args(argc, argv,
-                            " [--parts phantom,real,math,replay] [--nodes 1,2,..] [--model M] "
-                            "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
-                            "[--real-nodes 2,8] [--real-model M] [--real-strategy S] "
-                            "[--replay-strategies S,..] [--replay-nodes N] "
-                            "[--replay-resolution R] [--replay-steps N] [--repeats N]");
+  const Args a =
+      parse_args(argc, argv,
+                 " [--parts phantom,real,math,replay] [--nodes 1,2,..] [--model M] "
+                 "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
+                 "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
+                 "[--baseline OLD_COCODIFF] "
+                 "[--replay-strategies S,..] [--replay-nodes N] "
+                 "[--replay-resolution R] [--replay-steps N] [--repeats N]");
   Options o;
   try {
     o = parse(a);

@@ -1,5 +1,7 @@
 #include "dit/models/common.hpp"
 
+#include "dit/math_cache.hpp"
+
 namespace cocodiff::dit::models {
 
 void SpecBuilder::linear(const std::string& name, std::int64_t out, std::int64_t in, bool bias) {
@@ -42,12 +44,15 @@ Tensor embed_mlp(const Exec& ex, const Weights& w, const std::string& lin1, cons
 }
 
 // modulation: [B, n*D] = linear(silu(c)) -> n chunks of [B, D]
+// (the same on every tile: computed once per process for each conditioning)
 std::vector<Tensor> modulation(const Exec& ex, const Weights& w, const std::string& prefix,
                                const Tensor& c_silu, int n) {
-  const Tensor m = dense(ex, w, prefix, c_silu, "adaln");
-  std::vector<Tensor> out;
-  for (int i = 0; i < n; ++i) out.push_back(chunk(m, i, n));
-  return out;
+  return shared_work(ex, prefix + "/adaln" + std::to_string(n), {&c_silu}, [&](const Exec& e) {
+    const Tensor m = dense(e, w, prefix, c_silu, "adaln");
+    std::vector<Tensor> out;
+    for (int i = 0; i < n; ++i) out.push_back(chunk(m, i, n));
+    return out;
+  });
 }
 
 Tensor norm_modulate(const Exec& ex, const Tensor& x, const Tensor& shift, const Tensor& scale,
@@ -175,14 +180,22 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
       ex, x, mlp_gelu(ex, w, p + names.img_mlp + ".net.0.proj", p + names.img_mlp + ".net.2", fi),
       &mi[5], batch, "residual");
   if (opt.context_pre_only) return;
-  gated_residual(
-      ex, c,
-      dense(ex, w, p + "attn.to_add_out", out[static_cast<size_t>(1 - img_index)], "attn_add_out"),
-      &mt[2], batch, "residual");
-  const Tensor ft = norm_modulate(ex, c, mt[3], mt[4], batch, eps, "norm2_context");
-  gated_residual(
-      ex, c, mlp_gelu(ex, w, p + names.txt_mlp + ".net.0.proj", p + names.txt_mlp + ".net.2", ft),
-      &mt[5], batch, "residual");
+  // The text stream is replicated: every tile holding the same c and text attention output
+  // shares one computation of its update.
+  const Tensor& ot = out[static_cast<size_t>(1 - img_index)];
+  std::vector<Tensor> cn = shared_work(
+      ex, p + "text_update", {&c, &ot, &mt[2], &mt[3], &mt[4], &mt[5]}, [&](const Exec& e) {
+        Tensor cu = c;
+        gated_residual(e, cu, dense(e, w, p + "attn.to_add_out", ot, "attn_add_out"), &mt[2], batch,
+                       "residual");
+        const Tensor ft = norm_modulate(e, cu, mt[3], mt[4], batch, eps, "norm2_context");
+        gated_residual(
+            e, cu,
+            mlp_gelu(e, w, p + names.txt_mlp + ".net.0.proj", p + names.txt_mlp + ".net.2", ft),
+            &mt[5], batch, "residual");
+        return std::vector<Tensor>{std::move(cu)};
+      });
+  c = std::move(cn[0]);
 }
 
 Tensor final_layer_continuous(const Exec& ex, const Weights& w, const Tensor& x,

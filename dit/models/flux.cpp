@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "dit/math_cache.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -78,9 +79,17 @@ class Flux final : public Model {
     Tensor hn[2], mlp[2];
     std::vector<models::StreamQkv> qkv(2);
     for (int s = 0; s < 2; ++s) {
-      hn[s] = models::norm_modulate(ex, *streams[s], m[0], m[1], batch, cfg_.norm_eps, "norm");
-      mlp[s] = models::dense(ex, w, b + "proj_mlp", hn[s], "proj_mlp");
-      gelu_tanh(ex, mlp[s], "mlp_gelu");
+      // Stream 0 (text) is replicated: tiles holding the same one share its computation.
+      auto input_side = [&](const Exec& e) {
+        Tensor h = models::norm_modulate(e, *streams[s], m[0], m[1], batch, cfg_.norm_eps, "norm");
+        Tensor f = models::dense(e, w, b + "proj_mlp", h, "proj_mlp");
+        gelu_tanh(e, f, "mlp_gelu");
+        return std::vector<Tensor>{std::move(h), std::move(f)};
+      };
+      std::vector<Tensor> hf =
+          s == 0 ? shared_work(ex, b + "text_in", {&c, &m[0], &m[1]}, input_side) : input_side(ex);
+      hn[s] = std::move(hf[0]);
+      mlp[s] = std::move(hf[1]);
       qkv[s].x = &hn[s];
       qkv[s].sharded = s == 1;
       qkv[s].total_tokens = s == 1 ? in.shard.total : c.rows() / batch;
@@ -90,20 +99,28 @@ class Flux final : public Model {
     const models::ModelQkv src(std::move(qkv), cfg_.head_dim, batch, cfg_.norm_eps);
     std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "flux_single"});
     for (int s = 0; s < 2; ++s) {
-      const Tensor cat = concat_cols(ex, o[static_cast<size_t>(s)], mlp[s], "attn_mlp_concat");
-      gated_residual(ex, *streams[s], models::dense(ex, w, b + "proj_out", cat, "proj_out"), &m[2],
-                     batch, "residual");
+      const Tensor& os = o[static_cast<size_t>(s)];
+      auto output_side = [&](const Exec& e) {
+        Tensor y = *streams[s];
+        const Tensor cat = concat_cols(e, os, mlp[s], "attn_mlp_concat");
+        gated_residual(e, y, models::dense(e, w, b + "proj_out", cat, "proj_out"), &m[2], batch,
+                       "residual");
+        return std::vector<Tensor>{std::move(y)};
+      };
+      if (s == 0) {
+        c = std::move(shared_work(ex, b + "text_out", {&c, &os, &mlp[0], &m[2]}, output_side)[0]);
+      } else {
+        const Tensor cat = concat_cols(ex, os, mlp[s], "attn_mlp_concat");
+        gated_residual(ex, x, models::dense(ex, w, b + "proj_out", cat, "proj_out"), &m[2], batch,
+                       "residual");
+      }
     }
   }
 
-  // forward: x [B*n, C*4], text [B*Nt, text_dim], pooled [B, 768] -> [B*n, C*4]
-  //   h = x_embedder(x);  c = context_embedder(text)
-  //   temb = t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)
-  //   double blocks, single blocks, out = proj_out(norm_out(h, temb))
-  Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
-                 const ForwardInputs& in) const override {
+  // Embeddings: c = context_embedder(text) [B*Nt, D];
+  //   temb = silu(t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)) [B, D]
+  std::vector<Tensor> embeddings(const Exec& ex, const Weights& w, const ForwardInputs& in) const {
     const int batch = in.batch;
-    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
     Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
     const float ts = static_cast<float>(cfg_.timestep_scale);
     std::vector<float> t, g;
@@ -126,6 +143,32 @@ class Flux final : public Model {
                                        "time_text_embed.text_embedder.linear_2", *in.pooled),
                      nullptr, batch, "temb_add");
     silu(ex, temb, "temb_silu");
+    return {std::move(c), std::move(temb)};
+  }
+
+  // forward: x [B*n, C*4], text [B*Nt, text_dim], pooled [B, 768] -> [B*n, C*4]
+  //   h = x_embedder(x);  c = context_embedder(text)
+  //   temb = t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)
+  //   double blocks, single blocks, out = proj_out(norm_out(h, temb))
+  Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
+                 const ForwardInputs& in) const override {
+    const int batch = in.batch;
+    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
+    // Text and timestep embeddings: the same on every tile, computed once per process.
+    Mat key_values(1, in.sigmas.size() + in.guidance.size() + 1);
+    {
+      Eigen::Index i = 0;
+      for (float v : in.sigmas) key_values(0, i++) = v;
+      for (float v : in.guidance) key_values(0, i++) = v;
+      key_values(0, i) = static_cast<float>(batch);
+    }
+    const Tensor key = Tensor::from(std::move(key_values));
+    const Tensor no_pooled;
+    std::vector<Tensor> ct =
+        shared_work(ex, "flux_embeddings", {in.text, in.pooled ? in.pooled : &no_pooled, &key},
+                    [&](const Exec& e) { return embeddings(e, w, in); });
+    Tensor c = std::move(ct[0]);
+    Tensor temb = std::move(ct[1]);
 
     // RoPE ids: text tokens all at (0, 0, 0); image token (0, row, col).
     const RopeTable img_rope = rope_table(ex, models::image_positions(in.shard, in.grid_w, 0, 0),
