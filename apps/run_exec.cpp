@@ -35,6 +35,7 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["resolution"] = plan.settings.resolution;
   r["tokens"] = plan.tokens();
   r["seed"] = plan.settings.seed;
+  r["status"] = "ok";
   return r;
 }
 
@@ -235,6 +236,25 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   write_file_atomic(dir / "report.json", rec.report.dump(2) + "\n");
   output_test_point();
   set.commit();
+}
+
+void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
+                        const std::string& message, const std::filesystem::path& out_dir) {
+  nlohmann::ordered_json r = base_report(plan, backend);
+  r["status"] = "failed";
+  r["failure"] = {{"kind", "fault"},
+                  {"rank", rank},
+                  {"step", plan.fault ? plan.fault->step : -1},
+                  {"message", message}};
+  r["output_sha256"] = nullptr;
+  OutputSet set(out_dir);
+  write_file_atomic(set.dir() / "report.json", r.dump(2) + "\n");
+  set.commit();
+}
+
+bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message) {
+  return plan.fault && plan.fault->rank == rank &&
+         message.find(InjectedFault(rank, plan.fault->step).what()) != std::string::npos;
 }
 
 namespace {

@@ -36,6 +36,14 @@ RunRecord run_emulated(const RunPlan& plan);
 void write_outputs(const RunPlan& plan, const RunRecord& record,
                    const std::filesystem::path& out_dir);
 
+/// The report of a run stopped by --inject-fault: base_report with status "failed" and
+/// `failure` (kind "fault", rank, step, message), written alone into out_dir as one set.
+void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
+                        const std::string& message, const std::filesystem::path& out_dir);
+
+/// True when `rank`'s error `message` is the plan's injected fault.
+bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message);
+
 /// Quality of `record` against an exact run of the same config (null in phantom mode):
 /// relative L2 of the final latent; PSNR and SSIM of the latent (float, over the exact
 /// latent's range) and of the preview images as written (8-bit); and whether the bytes match.

@@ -295,6 +295,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   return plan;
 }
 
+InjectedFault::InjectedFault(int rank, int step)
+    : Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
+            std::to_string(rank) + ",step=" + std::to_string(step) + ")"),
+      rank_(rank),
+      step_(step) {}
+
 FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
   FaultSpec f{-1, -1};
   std::string rest = spec;
@@ -336,9 +342,7 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
       std::fprintf(stderr, "\rstep %d/%d%s", step + 1, steps, step + 1 == steps ? "\n" : "");
       std::fflush(stderr);
     }
-    if (fault && fault->rank == rank && fault->step == step)
-      throw Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
-                  std::to_string(rank) + ",step=" + std::to_string(step) + ")");
+    if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
   };
 }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/errors.hpp"
 #include "dit/model_config.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/pipeline.hpp"
@@ -31,6 +32,20 @@ struct FaultSpec {
   int rank = 0;
   int step = 0;
 };
+
+/// Thrown by the step hook on the rank and at the step an --inject-fault names.
+class InjectedFault : public Error {
+ public:
+  InjectedFault(int rank, int step);
+  int rank() const { return rank_; }
+  int step() const { return step_; }
+
+ private:
+  int rank_, step_;
+};
+
+/// Exit code of a run stopped by --inject-fault: its report.json (status "failed") is written.
+inline constexpr int kExitInjectedFault = 3;
 
 struct RunPlan {
   Config cfg;  // the resolved configuration (file + presets + --set)

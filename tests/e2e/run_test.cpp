@@ -129,16 +129,28 @@ TEST(Run, PhantomChargesTheSameVirtualTimeAsRealMath) {
 
 namespace {
 
-TEST(Run, InjectedFaultIsReportedWithItsRankAndLeavesNoOutputs) {
+// --inject-fault: exit code 3 (not 1, an internal error) and report.json alone, with status
+// "failed" and the fault's kind, rank and step.
+TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
   const fs::path out = temp_dir("fault");
   const std::string cmd =
       std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
       "/flux1-tiny-24tiles.toml --set run.steps=3 --inject-fault rank=5,step=1 --out " +
       out.string() + " -q";
   Result r = sh(cmd);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("rank 5: injected fault at step 1"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(out));
+  ASSERT_TRUE(fs::exists(out / "report.json")) << r.output;
+  std::ifstream in(out / "report.json");
+  const nlohmann::json rep = nlohmann::json::parse(in);
+  EXPECT_EQ(rep["status"], "failed");
+  EXPECT_EQ(rep["failure"]["kind"], "fault");
+  EXPECT_EQ(rep["failure"]["rank"], 5);
+  EXPECT_EQ(rep["failure"]["step"], 1);
+  EXPECT_TRUE(rep["output_sha256"].is_null());
+  EXPECT_FALSE(fs::exists(out / "image.png"));
+  EXPECT_FALSE(fs::exists(out / "trace.json"));
+  fs::remove_all(out);
   Result bad = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
                   "/flux1-tiny-24tiles.toml --inject-fault rank=24,step=0 --out " + out.string());
   EXPECT_EQ(bad.exit_code, 2);
