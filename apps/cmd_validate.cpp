@@ -1,7 +1,9 @@
-// `cocodiff validate CONFIG [--set key=value ...]`: checks a config without running it and
-// prints the resolved settings.
+// `cocodiff validate CONFIG [--set key=value ...] [--dump]`: checks a config without running it
+// and prints the resolved settings; --dump prints the fully resolved config as TOML.
 
 #include <iostream>
+#include <sstream>
+#include <string>
 
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
@@ -32,13 +34,21 @@ void add_validate_command(CLI::App& app) {
       app.add_subcommand("validate", "Check a run config and print what it resolves to");
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
-  cmd->add_flag("--dump", opt->dump, "Also print the fully resolved TOML");
+  cmd->add_flag("--dump", opt->dump,
+                "Print the fully resolved config instead: every key with its effective value "
+                "(defaults and preset values included) as TOML that `run` accepts, the summary "
+                "as comments");
   add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
-    std::cout << describe(plan);
-    if (opt->dump) std::cout << "\n" << plan.cfg.dump() << "\n";
-    std::cout << opt->config << ": valid\n";
+    if (!opt->dump) {
+      std::cout << describe(plan) << opt->config << ": valid\n";
+      return;
+    }
+    std::istringstream summary(describe(plan));
+    for (std::string line; std::getline(summary, line);) std::cout << "# " << line << "\n";
+    std::cout << "# " << opt->config << ": valid; every key below is resolved\n\n"
+              << plan.cfg.dump_effective() << "\n";
   });
 }
 

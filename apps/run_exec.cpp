@@ -32,7 +32,11 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["nodes"] = t.num_nodes();
   r["math"] = plan.math;
   r["steps"] = plan.settings.steps;
-  r["resolution"] = plan.settings.resolution;
+  // resolution: pixels per side of a square image, null for a rectangle (height x width).
+  r["resolution"] = plan.settings.resolution > 0 ? nlohmann::ordered_json(plan.settings.resolution)
+                                                 : nlohmann::ordered_json(nullptr);
+  r["height"] = plan.settings.pixel_height();
+  r["width"] = plan.settings.pixel_width();
   r["tokens"] = plan.tokens();
   r["seed"] = plan.settings.seed;
   r["status"] = "ok";
@@ -122,14 +126,17 @@ dit::RunSettings settings_for(const RunPlan& plan) {
   if (plan.initial_latent && !s.phantom) {
     dit::SafetensorsFile f(*plan.initial_latent);
     const dit::SafetensorsEntry* e = f.find("latent");
-    const int side = plan.model.latent_side(plan.settings.resolution);
-    const dit::TensorSpec want{"latent", {plan.model.latent_channels, side, side}};
+    const dit::TensorSpec want{
+        "latent",
+        {plan.model.latent_channels, plan.model.latent_side(plan.settings.pixel_height()),
+         plan.model.latent_side(plan.settings.pixel_width())}};
     if (e != nullptr && e->shape != want.shape)
       throw InputError(f.path().string() + ": tensor \"latent\" has shape " +
                        dit::TensorSpec{"latent", e->shape}.shape_str() +
                        ", run.initial_latent wants " + want.shape_str() +
                        " (latent channels, height, width of " + plan.model.name + " at " +
-                       std::to_string(plan.settings.resolution) + " px)");
+                       std::to_string(plan.settings.pixel_width()) + " x " +
+                       std::to_string(plan.settings.pixel_height()) + " px)");
     s.initial_latent = f.read("latent");
   }
   return s;

@@ -77,28 +77,29 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
                       "model " + m.name + " with a latent space");
   const std::filesystem::path file = cfg.directory() / cfg.require_string("run.inpaint_image");
   const dit::Rgb img = dit::read_png(file);
-  const int n = s.resolution;
-  if (img.width != n || img.height != n)
+  const int hn = s.pixel_height(), wn = s.pixel_width();  // pixel space: latent = pixels
+  if (img.width != wn || img.height != hn)
     throw ConfigError(
         cfg.where("run.inpaint_image"), "run.inpaint_image",
-        "a " + std::to_string(n) + " x " + std::to_string(n) + " PNG (run.resolution)",
+        "a " + std::to_string(wn) + " x " + std::to_string(hn) + " PNG (" +
+            (cfg.has("run.height") ? "run.width x run.height" : "run.resolution") + ")",
         file.string() + " of " + std::to_string(img.width) + " x " + std::to_string(img.height));
   const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
-  if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > n ||
-      r[1] + r[3] > n) {
+  if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > wn ||
+      r[1] + r[3] > hn) {
     std::string found = "[";
     for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
     throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
-                      "[x, y, width, height] inside the " + std::to_string(n) + " x " +
-                          std::to_string(n) + " image",
+                      "[x, y, width, height] inside the " + std::to_string(wn) + " x " +
+                          std::to_string(hn) + " image",
                       found + "]");
   }
   const int c = m.latent_channels;
-  Tensor known = Tensor::zeros(c, std::int64_t{n} * n, false);
-  Tensor mask = Tensor::zeros(1, std::int64_t{n} * n, false);
-  for (int y = 0; y < n; ++y)
-    for (int x = 0; x < n; ++x) {
-      const std::int64_t i = std::int64_t{y} * n + x;
+  Tensor known = Tensor::zeros(c, std::int64_t{hn} * wn, false);
+  Tensor mask = Tensor::zeros(1, std::int64_t{hn} * wn, false);
+  for (int y = 0; y < hn; ++y)
+    for (int x = 0; x < wn; ++x) {
+      const std::int64_t i = std::int64_t{y} * wn + x;
       const std::uint8_t* px = &img.pixels[static_cast<size_t>(i) * 3];
       for (int k = 0; k < c; ++k) {
         const float v = c == 1 ? (px[0] + px[1] + px[2]) / 3.0f : px[k];
@@ -109,6 +110,36 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
     }
   s.known_latent = std::move(known);
   s.mask = std::move(mask);
+}
+
+}  // namespace
+
+namespace {
+
+// What validate --dump needs beyond the values the readers saw: file paths made absolute (they
+// are relative to the config's directory, which a dumped copy need not share) and the xDiT
+// degrees the run resolved to.
+void record_derived_values(RunPlan& plan, int ulysses_degree) {
+  Config& cfg = plan.cfg;
+  const auto absolute = [&](const std::string& key) {
+    if (!cfg.has(key)) return;
+    const std::string v = cfg.require_string(key);
+    cfg.set_effective(
+        key, toml::value<std::string>(std::filesystem::absolute(cfg.directory() / v).string()));
+  };
+  for (const char* key : {"run.weights", "run.initial_latent", "run.inpaint_image"}) absolute(key);
+  if (cfg.has("model.preset") && cfg.require_string("model.preset").ends_with(".toml"))
+    absolute("model.preset");
+  if (cfg.has("cluster.preset")) {
+    const std::string v = cfg.require_string("cluster.preset");
+    if (v.find('/') != std::string::npos || v.ends_with(".toml"))
+      cfg.set_effective(
+          "cluster.preset",
+          toml::value<std::string>(std::filesystem::absolute(plan.cluster.source).string()));
+  }
+  cfg.set_effective("parallel.ulysses_degree", toml::value<std::int64_t>(ulysses_degree));
+  cfg.set_effective("parallel.ring_degree",
+                    toml::value<std::int64_t>(plan.ranks() / std::max(1, ulysses_degree)));
 }
 
 }  // namespace
@@ -126,7 +157,25 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   plan.cluster = load_cluster(cfg, config_dir() / "clusters");
 
   dit::RunSettings& s = plan.settings;
-  s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
+  // run.resolution is the square shorthand; run.height and run.width (together) a rectangle.
+  if (cfg.has("run.height") || cfg.has("run.width")) {
+    if (cfg.has("run.resolution"))
+      throw ConfigError(
+          cfg.where("run.resolution"), "run.resolution",
+          "either run.resolution (a square) or run.height and run.width, not both",
+          "run.resolution and " + std::string(cfg.has("run.height") ? "run.height" : "run.width"));
+    for (const char* key : {"run.height", "run.width"})
+      if (!cfg.has(key))
+        throw ConfigError(
+            cfg.where(key), key, "run.height and run.width together",
+            std::string("only ") + (std::string(key) == "run.height" ? "run.width" : "run.height"));
+    s.height = static_cast<int>(cfg.get_int("run.height", 0, 16, 1 << 16));
+    s.width = static_cast<int>(cfg.get_int("run.width", 0, 16, 1 << 16));
+    s.resolution = s.height == s.width ? s.height : 0;
+  } else {
+    s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
+    s.height = s.width = s.resolution;
+  }
   s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
   s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
   plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
@@ -169,20 +218,34 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
 
   // Consistency between sections.
   const int unit = plan.model.vae_scale * plan.model.patch_size;
-  if (s.resolution % unit != 0)
-    throw ConfigError(cfg.where("run.resolution"), "run.resolution",
-                      "a multiple of " + std::to_string(unit) + " (VAE " +
-                          std::to_string(plan.model.vae_scale) + " x patch " +
-                          std::to_string(plan.model.patch_size) + ")",
-                      std::to_string(s.resolution));
+  const bool rect = cfg.has("run.height");
+  for (const char* key : {"run.height", "run.width"}) {
+    const bool h = std::string(key) == "run.height";
+    const std::string shown = rect ? key : "run.resolution";
+    const int px = h ? s.height : s.width;
+    if (px % unit != 0)
+      throw ConfigError(cfg.where(shown), shown,
+                        "a multiple of " + std::to_string(unit) + " (VAE " +
+                            std::to_string(plan.model.vae_scale) + " x patch " +
+                            std::to_string(plan.model.patch_size) + ")",
+                        std::to_string(px));
+  }
   if (plan.tokens() < plan.ranks()) {
-    std::int64_t side = 1;  // the smallest grid side with a token per rank
-    while (side * side < plan.ranks()) ++side;
-    throw ConfigError(
-        cfg.where("run.resolution"), "run.resolution",
-        "at least one image token per rank: " + std::to_string(plan.ranks()) +
-            " ranks need a resolution of at least " + std::to_string(side * unit),
-        std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) + " image tokens)");
+    if (!rect) {
+      std::int64_t side = 1;  // the smallest grid side with a token per rank
+      while (side * side < plan.ranks()) ++side;
+      throw ConfigError(
+          cfg.where("run.resolution"), "run.resolution",
+          "at least one image token per rank: " + std::to_string(plan.ranks()) +
+              " ranks need a resolution of at least " + std::to_string(side * unit),
+          std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) + " image tokens)");
+    }
+    throw ConfigError(cfg.where("run.height"), "run.height x run.width",
+                      "at least one image token per rank: " + std::to_string(plan.ranks()) +
+                          " ranks need " + std::to_string(plan.ranks()) + " tokens of " +
+                          std::to_string(unit) + " x " + std::to_string(unit) + " px",
+                      std::to_string(s.height) + " x " + std::to_string(s.width) + " (" +
+                          std::to_string(plan.tokens()) + " image tokens)");
   }
   const Topology& topo = plan.cluster.topology;
   if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
@@ -240,7 +303,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
             std::to_string(ring));
       s.strategy = "usp";
     }
-    if (s.strategy == "usp")
+    // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
+    const bool levels_agree =
+        cfg.has("usp.ring_levels") &&
+        s.strategy_options.usp_ring_levels < static_cast<int>(ring_choices.size()) &&
+        ring_choices[static_cast<size_t>(s.strategy_options.usp_ring_levels)] == ring;
+    if (s.strategy == "usp" && !levels_agree)
       s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
   }
   // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
@@ -292,6 +360,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                         "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
   }
   cfg.check_no_unknown_keys();
+  record_derived_values(plan, ulysses_degree);
   return plan;
 }
 
@@ -334,12 +403,17 @@ FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
 
 std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   const std::optional<FaultSpec> fault = plan.fault;
-  const bool progress = plan.progress;
+  const bool progress = plan.progress, lines = plan.progress_lines;
+  const std::string label = plan.progress_label;
   const int steps = plan.settings.steps;
   if (!fault && !progress) return {};
-  return [fault, progress, steps](int rank, int step) {
+  return [fault, progress, lines, label, steps](int rank, int step) {
     if (progress && rank == 0) {
-      std::fprintf(stderr, "\rstep %d/%d%s", step + 1, steps, step + 1 == steps ? "\n" : "");
+      if (lines)
+        std::fprintf(stderr, "%sstep %d/%d\n", label.c_str(), step + 1, steps);
+      else
+        std::fprintf(stderr, "\r%sstep %d/%d%s", label.c_str(), step + 1, steps,
+                     step + 1 == steps ? "\n" : "");
       std::fflush(stderr);
     }
     if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
@@ -358,9 +432,13 @@ std::string describe(const RunPlan& p, const std::string& backend,
   os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
      << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks
      << " double + " << p.model.single_blocks << " single blocks)\n";
-  os << "run        " << p.settings.resolution << "^2 px, " << p.tokens() << " image tokens, "
-     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math << ", "
-     << strategy << "\n";
+  os << "run        "
+     << (p.settings.resolution > 0 && p.settings.height == p.settings.width
+             ? std::to_string(p.settings.resolution) + "^2 px, "
+             : std::to_string(p.settings.width) + " x " + std::to_string(p.settings.height) +
+                   " px (width x height), ")
+     << p.tokens() << " image tokens, " << p.settings.steps << " steps, seed " << p.settings.seed
+     << ", math " << p.math << ", " << strategy << "\n";
   os << "cluster    " << p.cluster.name << ": " << t.num_nodes() << " node(s), " << t.num_ranks()
      << " ranks (";
   for (int k = t.num_levels() - 1; k >= 0; --k)

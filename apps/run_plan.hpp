@@ -60,6 +60,10 @@ struct RunPlan {
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
   std::optional<FaultSpec> fault;                       // --inject-fault
   bool progress = false;                                // "step i/N" on stderr (rank 0)
+  // How progress is shown: false rewrites one line with \r (a terminal); true prints one line
+  // per step, each whole in one write, so concurrent runs and pipes never run lines together.
+  bool progress_lines = false;
+  std::string progress_label;  // printed before "step i/N" (compare: "[strategy] ")
   // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;
@@ -67,7 +71,9 @@ struct RunPlan {
   /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
   std::string attention_note;
   int ranks() const { return cluster.topology.num_ranks(); }
-  std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
+  std::int64_t tokens() const {
+    return model.image_tokens(settings.pixel_height(), settings.pixel_width());
+  }
 };
 
 /// Loads `config_file`, applies `sets` ("key=value", in order), reads every section and checks
