@@ -21,6 +21,10 @@ void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
          [&sets](int n) { sets.push_back("parallel.ring_degree=" + std::to_string(n)); },
          "Ring-attention degree over outer topology levels (usp; parallel.ring_degree)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option_function<int>(
+         "--batch-size", [&sets](int n) { sets.push_back("run.batch_size=" + std::to_string(n)); },
+         "Images per run, image i seeded with run.seed + i (run.batch_size)")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_validate_command(CLI::App& app) {

@@ -38,6 +38,10 @@ int run_mpi_main(const RunCommandOptions& opt) {
     try {
       resolved.emplace(resolve_run_plan(opt.config, opt.sets));
       if (!opt.inject_fault.empty()) resolved->fault = parse_fault(opt.inject_fault, *resolved);
+      if (resolved->batch_size > 1)
+        throw ConfigError(resolved->cfg.where("run.batch_size"), "run.batch_size",
+                          "1 on the MPI backend (batches run on the emulator)",
+                          std::to_string(resolved->batch_size));
       runtime.check_size(resolved->cluster.topology);
     } catch (...) {
       bad_input = std::current_exception();

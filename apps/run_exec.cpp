@@ -142,10 +142,19 @@ dit::RunSettings settings_for(const RunPlan& plan) {
   return s;
 }
 
-RunRecord run_emulated(const RunPlan& plan) {
+namespace {
+
+std::string hex_digest(std::string_view bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return h.hex();
+}
+
+RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>& weights,
+                  std::uint64_t seed) {
   const auto wall_start = std::chrono::steady_clock::now();
-  std::shared_ptr<const dit::Weights> weights = weights_for(plan);
-  const dit::RunSettings settings = settings_for(plan);
+  dit::RunSettings settings = settings_for(plan);
+  settings.seed = seed;
 
   emu::Engine engine(plan.cluster.topology, plan.cluster.network->clone_empty(),
                      plan.cluster.device, plan.engine);
@@ -209,6 +218,61 @@ RunRecord run_emulated(const RunPlan& plan) {
   return rec;
 }
 
+}  // namespace
+
+RunRecord run_emulated(const RunPlan& plan) {
+  std::shared_ptr<const dit::Weights> weights = weights_for(plan);
+  RunRecord rec = run_one(plan, weights, plan.settings.seed);
+  if (plan.batch_size == 1) return rec;
+  // A batch: the images run one after another on the same cluster, so the run's virtual time,
+  // bytes, flows and breakdown are the sums over the images.
+  nlohmann::ordered_json& r = rec.report;
+  nlohmann::ordered_json images = nlohmann::ordered_json::array();
+  std::string latents, timelines;
+  auto add_image = [&](const RunRecord& one, std::uint64_t seed) {
+    images.push_back({{"seed", seed},
+                      {"output_sha256", one.report["output_sha256"]},
+                      {"virtual_time_s", one.report["virtual_time_s"]},
+                      {"timeline_sha256", one.report["timeline_sha256"]}});
+    timelines += one.report["timeline_sha256"].get<std::string>();
+    if (!one.latent.phantom()) {
+      const std::span<const float> d = one.latent.data();
+      latents.append(reinterpret_cast<const char*>(d.data()), d.size_bytes());
+    }
+  };
+  add_image(rec, plan.settings.seed);
+  rec.images.push_back(rec.latent);
+  for (int i = 1; i < plan.batch_size; ++i) {
+    const std::uint64_t seed = plan.settings.seed + static_cast<std::uint64_t>(i);
+    RunRecord one = run_one(plan, weights, seed);
+    add_image(one, seed);
+    const nlohmann::ordered_json& o = one.report;
+    for (const char* key : {"virtual_time_s", "wall_time_s"})
+      r[key] = r[key].get<double>() + o[key].get<double>();
+    for (const char* key : {"flows", "regions_replayed", "events"})
+      r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
+    for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
+      *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();
+    for (const char* key : {"compute_s", "exposed_comm_s", "mean_compute_s", "mean_exposed_comm_s"})
+      r["breakdown"][key] = r["breakdown"][key].get<double>() + o["breakdown"][key].get<double>();
+    rec.images.push_back(std::move(one.latent));
+  }
+  const double vt = r["virtual_time_s"].get<double>();
+  r["breakdown"]["exposed_comm_fraction"] =
+      vt > 0 ? r["breakdown"]["exposed_comm_s"].get<double>() / vt : 0.0;
+  r["breakdown"]["critical_rank"] = nullptr;  // per image: see images[]
+  r["batch_size"] = plan.batch_size;
+  r["output_sha256"] = plan.settings.phantom ? nlohmann::ordered_json(nullptr)
+                                             : nlohmann::ordered_json(hex_digest(latents));
+  r["timeline_sha256"] = hex_digest(timelines);
+  r["images"] = images;
+  r["batch_note"] =
+      "images run one after another, image i seeded with seed + i; times, bytes and breakdown "
+      "are sums over the images; output_sha256 hashes every image's final latent in order, "
+      "timeline_sha256 the images' timeline hashes; trace.json is image 0's";
+  return rec;
+}
+
 void write_outputs(const RunPlan& plan, const RunRecord& rec,
                    const std::filesystem::path& out_dir) {
   // One set: everything goes into a staging directory beside out_dir, moved into place last.
@@ -216,12 +280,18 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   const std::filesystem::path& dir = set.dir();
   if (!rec.latent.phantom()) {
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    dit::write_png(
-        dir / "image.png",
-        plan.model.pixel_space
-            ? dit::pixel_image(rec.latent, rec.latent_height, rec.latent_width, upscale)
-            : dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
-    output_test_point();
+    auto draw = [&](const Tensor& latent, const std::string& name) {
+      dit::write_png(
+          dir / name,
+          plan.model.pixel_space
+              ? dit::pixel_image(latent, rec.latent_height, rec.latent_width, upscale)
+              : dit::latent_preview(latent, rec.latent_height, rec.latent_width, upscale));
+      output_test_point();
+    };
+    draw(rec.latent, "image.png");
+    if (rec.images.size() > 1)  // a batch: image.png is image_0.png
+      for (size_t i = 0; i < rec.images.size(); ++i)
+        draw(rec.images[i], "image_" + std::to_string(i) + ".png");
     if (plan.save_latent) {
       dit::write_safetensors(
           dir / "latent.safetensors",

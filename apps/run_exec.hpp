@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "apps/run_plan.hpp"
 #include "core/tensor.hpp"
@@ -15,7 +16,8 @@ namespace cocodiff::apps {
 
 struct RunRecord {
   nlohmann::ordered_json report;  // the fields of report.json
-  Tensor latent;                  // final latent [C, H*W] (phantom: shape only)
+  Tensor latent;                  // final latent [C, H*W] (phantom: shape only); image 0
+  std::vector<Tensor> images;     // run.batch_size > 1: every image's final latent, in order
   int latent_height = 0, latent_width = 0;
   std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
 };
@@ -29,6 +31,8 @@ std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan);
 dit::RunSettings settings_for(const RunPlan& plan);
 
 /// Runs the plan on the emulator (blocking). Throws RankError / CommError / UserError.
+/// run.batch_size B > 1: the B images run one after the other (image i with seed run.seed + i),
+/// and the report sums their virtual times, bytes and breakdowns and lists each image.
 RunRecord run_emulated(const RunPlan& plan);
 
 /// Writes report.json, image.png (real math only), trace.json (when the plan traces) and

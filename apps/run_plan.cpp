@@ -199,6 +199,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   if (cfg.has("run.initial_latent"))
     plan.initial_latent = cfg.directory() / cfg.require_string("run.initial_latent");
   plan.save_latent = cfg.get_bool("run.save_latent", false);
+  plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
 
   emu::EngineOptions& e = plan.engine;

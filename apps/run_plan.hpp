@@ -58,8 +58,9 @@ struct RunPlan {
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
-  std::optional<FaultSpec> fault;                       // --inject-fault
-  bool progress = false;                                // "step i/N" on stderr (rank 0)
+  int batch_size = 1;  // run.batch_size: images per run, image i seeded with run.seed + i
+  std::optional<FaultSpec> fault;  // --inject-fault
+  bool progress = false;           // "step i/N" on stderr (rank 0)
   // How progress is shown: false rewrites one line with \r (a terminal); true prints one line
   // per step, each whole in one write, so concurrent runs and pipes never run lines together.
   bool progress_lines = false;

@@ -235,6 +235,38 @@ TEST(Run, HeightAndWidthMakeANonSquareImage) {
   fs::remove_all(dir);
 }
 
+// run.batch_size = 2 (--batch-size 2): the same images as two single runs seeded 7 and 8, for
+// flat and cocodiff; the report sums their virtual times and lists each image.
+TEST(Run, BatchOfTwoEqualsTwoSingleRunsWithTheNextSeeds) {
+  const fs::path dir = temp_dir("batch");
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/mpi-smoke.toml --set run.steps=1 --set run.resolution=128 -q";
+  for (const char* strategy : {"flat", "cocodiff"}) {
+    const std::string s = std::string(" --set run.strategy=") + strategy;
+    const fs::path b = dir / (std::string(strategy) + "_b"), one = dir / "one", two = dir / "two";
+    ASSERT_EQ(sh(base + s + " --batch-size 2 --out " + b.string()).exit_code, 0);
+    ASSERT_EQ(sh(base + s + " --set run.seed=7 --out " + one.string()).exit_code, 0);
+    ASSERT_EQ(sh(base + s + " --set run.seed=8 --out " + two.string()).exit_code, 0);
+    const nlohmann::json rb = nlohmann::json::parse(read_all(b / "report.json"));
+    const nlohmann::json r1 = nlohmann::json::parse(read_all(one / "report.json"));
+    const nlohmann::json r2 = nlohmann::json::parse(read_all(two / "report.json"));
+    EXPECT_EQ(rb["batch_size"], 2);
+    ASSERT_EQ(rb["images"].size(), 2u);
+    EXPECT_EQ(rb["images"][0]["seed"], 7);
+    EXPECT_EQ(rb["images"][1]["seed"], 8);
+    EXPECT_EQ(rb["images"][0]["output_sha256"], r1["output_sha256"]) << strategy;
+    EXPECT_EQ(rb["images"][1]["output_sha256"], r2["output_sha256"]) << strategy;
+    EXPECT_EQ(rb["images"][1]["timeline_sha256"], r2["timeline_sha256"]) << strategy;
+    EXPECT_NEAR(rb["virtual_time_s"].get<double>(),
+                r1["virtual_time_s"].get<double>() + r2["virtual_time_s"].get<double>(), 1e-9);
+    EXPECT_EQ(read_all(b / "image_1.png"), read_all(two / "image.png")) << strategy;
+    EXPECT_EQ(read_all(b / "image_0.png"), read_all(one / "image.png")) << strategy;
+    fs::remove_all(one);
+    fs::remove_all(two);
+  }
+  fs::remove_all(dir);
+}
+
 // --inject-fault: exit code 3 (not 1, an internal error) and report.json alone, with status
 // "failed" and the fault's kind, rank and step.
 TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
