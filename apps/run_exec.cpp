@@ -131,12 +131,14 @@ dit::RunSettings settings_for(const RunPlan& plan) {
         {plan.model.latent_channels, plan.model.latent_side(plan.settings.pixel_height()),
          plan.model.latent_side(plan.settings.pixel_width())}};
     if (e != nullptr && e->shape != want.shape)
-      throw InputError(f.path().string() + ": tensor \"latent\" has shape " +
-                       dit::TensorSpec{"latent", e->shape}.shape_str() +
-                       ", run.initial_latent wants " + want.shape_str() +
-                       " (latent channels, height, width of " + plan.model.name + " at " +
-                       std::to_string(plan.settings.pixel_width()) + " x " +
-                       std::to_string(plan.settings.pixel_height()) + " px)");
+      throw InputError(
+          f.path().string() + ": tensor \"latent\" has shape " +
+          dit::TensorSpec{"latent", e->shape}.shape_str() + ", run.initial_latent wants " +
+          want.shape_str() + " (latent channels, height, width of " + plan.model.name + " at " +
+          (plan.settings.resolution > 0 ? std::to_string(plan.settings.resolution)
+                                        : std::to_string(plan.settings.pixel_width()) + " x " +
+                                              std::to_string(plan.settings.pixel_height())) +
+          " px)");
     s.initial_latent = f.read("latent");
   }
   return s;
