@@ -2,7 +2,9 @@
 // Runs one config under several attention strategies on the emulator and prints one table:
 // virtual time, speedup over flat, exposed communication, bytes per tier and (real math only)
 // quality against the exact run (flat; made on demand when not in the list). compare.json holds
-// one entry per strategy: the report.json fields plus speedup_vs_flat and quality.
+// one entry per strategy: the report.json fields plus speedup_vs_flat and quality. Progress goes
+// to stderr one whole line at a time: "[strategy] step i/N" as each entry starts a step, then
+// "[k/n] strategy done in ..." as it ends.
 
 #include <algorithm>
 #include <atomic>
@@ -80,6 +82,11 @@ void add_compare_command(CLI::App& app) {
       sets.insert(sets.end(), opt->sets.begin(), opt->sets.end());
       sets.push_back("run.strategy=" + n);
       plans.push_back(resolve_run_plan(opt->config, sets));
+      // Each entry shows its steps, one whole line each: entries run side by side, and a pipe
+      // or a log file must get lines, not one line rewritten with \r.
+      plans.back().progress = true;
+      plans.back().progress_lines = true;
+      plans.back().progress_label = "[" + n + "] ";
     }
     std::cout << describe(plans[0], "emulator", order) << std::flush;
     // The strategies' runs are independent: they run side by side, each on its own engine,

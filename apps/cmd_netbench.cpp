@@ -6,12 +6,16 @@
 // name; --set overrides any cluster key (e.g. --set cluster.nodes=8).
 //
 // As in nccl-tests: "bytes" is one rank's send buffer for all_to_all (p blocks), its receive
-// buffer for all_gather (p blocks), its buffer for all_reduce, and the message for sendrecv
-// (rank r sends to r+1 and receives from r-1); algbw = bytes / time, and busbw = algbw times
-// (p-1)/p (all_to_all, all_gather), 2(p-1)/p (all_reduce) or 1 (sendrecv), so that busbw is
-// comparable with a link's bandwidth. The last line is "# Avg bus bandwidth", the mean busbw.
-// `flat` is one all-to-all over the world; `tapa` one all-to-all per topology level (innermost
-// first) among the ranks that differ only at that level (all_to_all only).
+// buffer for all_gather (p blocks), its buffer for all_reduce, its send buffer for
+// reduce_scatter (p blocks, one reduced block received), and the message for sendrecv (rank r
+// sends to r+1 and receives from r-1); algbw = bytes / time, and busbw = algbw times (p-1)/p
+// (all_to_all, all_gather, reduce_scatter), 2(p-1)/p (all_reduce) or 1 (sendrecv), so that
+// busbw is comparable with a link's bandwidth. reduce_scatter is the ring of NCCL and of the
+// emulator's all-reduce (its first half): p-1 steps, each sending one block to r+1 and
+// receiving one from r-1, T = (p-1) (alpha + (bytes/p) beta) without contention. The last line is
+// "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world; `tapa` one
+// all-to-all per topology level (innermost first) among the ranks that differ only at that level
+// (all_to_all only).
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -59,6 +63,19 @@ struct Row {
   double wall_s = 0;
 };
 
+// Ring reduce-scatter of p blocks of `count` elements (phantom: sizes only, so the additions
+// cost nothing): at step k rank r sends its partial sum of block (r-k) mod p to r+1 and
+// receives block (r-k-1) mod p from r-1; after p-1 steps it holds block (r+1) mod p reduced.
+void reduce_scatter_ring(Communicator& comm, std::int64_t count) {
+  const int r = comm.rank(), n = comm.size();
+  for (int k = 0; k + 1 < n; ++k) {
+    Request recv = comm.irecv({}, count, (r + n - 1) % n, 100 + k, "netbench");
+    Request send = comm.isend({}, count, (r + 1) % n, 100 + k, "netbench");
+    recv.wait();
+    send.wait();
+  }
+}
+
 // One timed collective: every rank records when it starts (after a barrier) and ends; the
 // time is last end - first start. split() and barrier() move bytes of their own, so the bytes
 // of a run that only sets up are subtracted.
@@ -82,6 +99,8 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
         comm.all_gather({}, {}, count, "netbench");
       } else if (o.op == "all_reduce") {
         comm.all_reduce({}, count, ReduceOp::kSum, "netbench");
+      } else if (o.op == "reduce_scatter") {
+        reduce_scatter_ring(comm, count);
       } else {  // sendrecv: a ring shift
         Request send = comm.isend({}, count, (r + 1) % n, 7, "netbench");
         Request recv = comm.irecv({}, count, (r + n - 1) % n, 7, "netbench");
@@ -93,7 +112,7 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
   });
   Row row;
   row.count = count;
-  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather";
+  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather" || o.op == "reduce_scatter";
   row.bytes =
       static_cast<std::int64_t>(static_cast<double>(count) * (p_blocks ? p : 1) * o.wire_bytes);
   row.time =
@@ -151,7 +170,9 @@ void run_netbench(const NetbenchOptions& o) {
   const char* what = o.op == "all_to_all"   ? "one rank's send buffer (p blocks)"
                      : o.op == "all_gather" ? "one rank's receive buffer (p blocks)"
                      : o.op == "all_reduce" ? "one rank's buffer"
-                                            : "the message each rank sends to the next";
+                     : o.op == "reduce_scatter"
+                         ? "one rank's send buffer (p blocks; one reduced block received)"
+                         : "the message each rank sends to the next";
   std::printf("# bytes = %s, %g wire bytes per element; busbw = algbw x %.4g\n", what, o.wire_bytes,
               bus_factor(o.op, p));
   std::printf("#%13s %12s %12s %11s %11s", "bytes", "count/peer", "time(us)", "algbw(GB/s)",
@@ -166,7 +187,7 @@ void run_netbench(const NetbenchOptions& o) {
 
   std::vector<Row> rows;
   std::int64_t last_count = -1;
-  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather";
+  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather" || o.op == "reduce_scatter";
   double bus_sum = 0;
   for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes);
        size *= o.factor) {
@@ -238,7 +259,8 @@ void add_netbench_command(CLI::App& app) {
       ->required();
   cmd->add_option("--set", o->sets, "override a key, e.g. --set cluster.nodes=8");
   cmd->add_option("--op", o->op, "collective")
-      ->check(CLI::IsMember({"all_to_all", "all_gather", "all_reduce", "sendrecv"}));
+      ->check(
+          CLI::IsMember({"all_to_all", "all_gather", "all_reduce", "reduce_scatter", "sendrecv"}));
   cmd->add_option("--algo", o->algo, "flat: one world all-to-all; tapa: one phase per level")
       ->check(CLI::IsMember({"flat", "tapa"}));
   cmd->add_option("--rounds", o->a2a,

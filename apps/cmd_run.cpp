@@ -1,4 +1,6 @@
 // `cocodiff run CONFIG [--set key=value ...] [--out DIR] [--backend emulator|mpi]`
+// --inject-fault rank=R,step=S makes rank R fail at step S: report.json (status "failed", the
+// rank and step) is written and the exit code is kExitInjectedFault (3).
 // A lossy strategy (V-Major above threshold 0) on real math is also run exactly, and
 // report.json gets its quality against that run.
 
@@ -53,7 +55,21 @@ void add_run_command(CLI::App& app) {
           "progress watchdog, mpi.progress_timeout_s)");
     plan.progress = !opt->quiet && isatty(STDERR_FILENO) != 0;
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
-    RunRecord rec = run_emulated(plan);
+    RunRecord rec;
+    try {
+      rec = run_emulated(plan);
+    } catch (const RankError& e) {
+      // An injected fault is an expected failure: its report goes out as the run's output set,
+      // and the exit code says which kind of failure it was.
+      if (!is_injected_fault(plan, e.rank(), e.what())) throw;
+      {
+        const std::unique_lock<std::mutex> hold = hold_interrupts();
+        write_fault_report(plan, "emulator", e.rank(), e.what(), opt->out);
+      }
+      std::fprintf(stderr, "cocodiff: error: %s\ncocodiff: report in %s/report.json\n", e.what(),
+                   opt->out.c_str());
+      std::exit(kExitInjectedFault);
+    }
     // A lossy run (V-Major above threshold 0) reports its quality against the exact run of the
     // same config: the same strategy at threshold 0, which is bitwise exact.
     if (!plan.settings.phantom &&

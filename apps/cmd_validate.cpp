@@ -1,7 +1,9 @@
-// `cocodiff validate CONFIG [--set key=value ...]`: checks a config without running it and
-// prints the resolved settings.
+// `cocodiff validate CONFIG [--set key=value ...] [--dump]`: checks a config without running it
+// and prints the resolved settings; --dump prints the fully resolved config as TOML.
 
 #include <iostream>
+#include <sstream>
+#include <string>
 
 #include "apps/commands.hpp"
 #include "apps/memory_estimate.hpp"
@@ -20,6 +22,10 @@ void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
          [&sets](int n) { sets.push_back("parallel.ring_degree=" + std::to_string(n)); },
          "Ring-attention degree over outer topology levels (usp; parallel.ring_degree)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option_function<int>(
+         "--batch-size", [&sets](int n) { sets.push_back("run.batch_size=" + std::to_string(n)); },
+         "Images per run, image i seeded with run.seed + i (run.batch_size)")
+      ->check(CLI::PositiveNumber);
 }
 
 void add_validate_command(CLI::App& app) {
@@ -33,14 +39,22 @@ void add_validate_command(CLI::App& app) {
       app.add_subcommand("validate", "Check a run config and print what it resolves to");
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
-  cmd->add_flag("--dump", opt->dump, "Also print the fully resolved TOML");
+  cmd->add_flag("--dump", opt->dump,
+                "Print the fully resolved config instead: every key with its effective value "
+                "(defaults and preset values included) as TOML that `run` accepts, the summary "
+                "as comments");
   add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     check_memory_limit(plan, estimate_memory(plan, "emulator"));  // what `run` would refuse
-    std::cout << describe(plan);
-    if (opt->dump) std::cout << "\n" << plan.cfg.dump() << "\n";
-    std::cout << opt->config << ": valid\n";
+    if (!opt->dump) {
+      std::cout << describe(plan) << opt->config << ": valid\n";
+      return;
+    }
+    std::istringstream summary(describe(plan));
+    for (std::string line; std::getline(summary, line);) std::cout << "# " << line << "\n";
+    std::cout << "# " << opt->config << ": valid; every key below is resolved\n\n"
+              << plan.cfg.dump_effective() << "\n";
   });
 }
 

@@ -1,6 +1,7 @@
 // cocodiff: emulate multi-node DiT inference on one machine, or run it on a cluster with MPI.
 // Exit codes: 0 success, 1 internal error, 2 bad input (config, files, flags, collectives),
-// 128 + signal number when interrupted (130 for Ctrl-C / SIGINT, 143 for SIGTERM).
+// 3 a run stopped by --inject-fault (report.json written, status "failed"), 128 + signal number
+// when interrupted (130 for Ctrl-C / SIGINT, 143 for SIGTERM).
 
 #include <pthread.h>
 #include <signal.h>

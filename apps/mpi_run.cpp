@@ -40,6 +40,10 @@ int run_mpi_main(const RunCommandOptions& opt) {
     try {
       resolved.emplace(resolve_run_plan(opt.config, opt.sets));
       if (!opt.inject_fault.empty()) resolved->fault = parse_fault(opt.inject_fault, *resolved);
+      if (resolved->batch_size > 1)
+        throw ConfigError(resolved->cfg.where("run.batch_size"), "run.batch_size",
+                          "1 on the MPI backend (batches run on the emulator)",
+                          std::to_string(resolved->batch_size));
       runtime.check_size(resolved->cluster.topology);
       check_memory_limit(*resolved, estimate_memory(*resolved, "mpi"));
     } catch (...) {
@@ -63,7 +67,18 @@ int run_mpi_main(const RunCommandOptions& opt) {
     world->barrier();
     const SimTime t0 = world->now();
     const mpi::Accounting before = mpi_world.accounting();
-    dit::RunOutput result = dit::generate(*world, plan.model, *weights, settings);
+    dit::RunOutput result;
+    try {
+      result = dit::generate(*world, plan.model, *weights, settings);
+    } catch (const InjectedFault& f) {
+      // The faulting rank writes the run's report (status "failed") before it ends the job.
+      const std::string message = "rank " + std::to_string(f.rank()) + ": " + f.what();
+      {
+        const std::unique_lock<std::mutex> hold = hold_interrupts();
+        write_fault_report(plan, "mpi", f.rank(), message, out);
+      }
+      runtime.abort(f.what(), kExitInjectedFault);
+    }
     world->barrier();  // its wait counts: a rank that finished early waits for the slowest
     const SimTime t1 = world->now();
     // Per rank: sampling wall time, time blocked in communication, bytes sent per tier.

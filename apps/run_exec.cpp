@@ -36,9 +36,14 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["nodes"] = t.num_nodes();
   r["math"] = plan.math;
   r["steps"] = plan.settings.steps;
-  r["resolution"] = plan.settings.resolution;
+  // resolution: pixels per side of a square image, null for a rectangle (height x width).
+  r["resolution"] = plan.settings.resolution > 0 ? nlohmann::ordered_json(plan.settings.resolution)
+                                                 : nlohmann::ordered_json(nullptr);
+  r["height"] = plan.settings.pixel_height();
+  r["width"] = plan.settings.pixel_width();
   r["tokens"] = plan.tokens();
   r["seed"] = plan.settings.seed;
+  r["status"] = "ok";
   return r;
 }
 
@@ -125,14 +130,19 @@ dit::RunSettings settings_for(const RunPlan& plan) {
   if (plan.initial_latent && !s.phantom) {
     dit::SafetensorsFile f(*plan.initial_latent);
     const dit::SafetensorsEntry* e = f.find("latent");
-    const int side = plan.model.latent_side(plan.settings.resolution);
-    const dit::TensorSpec want{"latent", {plan.model.latent_channels, side, side}};
+    const dit::TensorSpec want{
+        "latent",
+        {plan.model.latent_channels, plan.model.latent_side(plan.settings.pixel_height()),
+         plan.model.latent_side(plan.settings.pixel_width())}};
     if (e != nullptr && e->shape != want.shape)
-      throw InputError(f.path().string() + ": tensor \"latent\" has shape " +
-                       dit::TensorSpec{"latent", e->shape}.shape_str() +
-                       ", run.initial_latent wants " + want.shape_str() +
-                       " (latent channels, height, width of " + plan.model.name + " at " +
-                       std::to_string(plan.settings.resolution) + " px)");
+      throw InputError(
+          f.path().string() + ": tensor \"latent\" has shape " +
+          dit::TensorSpec{"latent", e->shape}.shape_str() + ", run.initial_latent wants " +
+          want.shape_str() + " (latent channels, height, width of " + plan.model.name + " at " +
+          (plan.settings.resolution > 0 ? std::to_string(plan.settings.resolution)
+                                        : std::to_string(plan.settings.pixel_width()) + " x " +
+                                              std::to_string(plan.settings.pixel_height())) +
+          " px)");
     s.initial_latent = f.read("latent");
   }
   return s;
@@ -160,19 +170,17 @@ auto building(const std::string& what, const MemoryEstimate& estimate, Build&& b
   }
 }
 
-}  // namespace
+std::string hex_digest(std::string_view bytes) {
+  Sha256 h;
+  h.update(bytes);
+  return h.hex();
+}
 
-RunRecord run_emulated(const RunPlan& plan) {
+RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>& weights,
+                  std::uint64_t seed, const MemoryEstimate& estimate) {
   const auto wall_start = std::chrono::steady_clock::now();
-  // Before anything heavy: a run that would not fit stops here, not in an OOM kill.
-  const MemoryEstimate estimate = estimate_memory(plan, "emulator");
-  check_memory_limit(plan, estimate);
-  std::shared_ptr<const dit::Weights> weights =
-      building("the weights of " + plan.model.name, estimate, [&] {
-        alloc_test_point("weights");
-        return weights_for(plan);
-      });
-  const dit::RunSettings settings = settings_for(plan);
+  dit::RunSettings settings = settings_for(plan);
+  settings.seed = seed;
 
   emu::Engine engine(plan.cluster.topology, plan.cluster.network->clone_empty(),
                      plan.cluster.device, plan.engine);
@@ -243,6 +251,68 @@ RunRecord run_emulated(const RunPlan& plan) {
   return rec;
 }
 
+}  // namespace
+
+RunRecord run_emulated(const RunPlan& plan) {
+  // Before anything heavy: a run that would not fit stops here, not in an OOM kill.
+  const MemoryEstimate estimate = estimate_memory(plan, "emulator");
+  check_memory_limit(plan, estimate);
+  std::shared_ptr<const dit::Weights> weights =
+      building("the weights of " + plan.model.name, estimate, [&] {
+        alloc_test_point("weights");
+        return weights_for(plan);
+      });
+  RunRecord rec = run_one(plan, weights, plan.settings.seed, estimate);
+  if (plan.batch_size == 1) return rec;
+  // A batch: the images run one after another on the same cluster, so the run's virtual time,
+  // bytes, flows and breakdown are the sums over the images.
+  nlohmann::ordered_json& r = rec.report;
+  nlohmann::ordered_json images = nlohmann::ordered_json::array();
+  std::string latents, timelines;
+  auto add_image = [&](const RunRecord& one, std::uint64_t seed) {
+    images.push_back({{"seed", seed},
+                      {"output_sha256", one.report["output_sha256"]},
+                      {"virtual_time_s", one.report["virtual_time_s"]},
+                      {"timeline_sha256", one.report["timeline_sha256"]}});
+    timelines += one.report["timeline_sha256"].get<std::string>();
+    if (!one.latent.phantom()) {
+      const std::span<const float> d = one.latent.data();
+      latents.append(reinterpret_cast<const char*>(d.data()), d.size_bytes());
+    }
+  };
+  add_image(rec, plan.settings.seed);
+  rec.images.push_back(rec.latent);
+  for (int i = 1; i < plan.batch_size; ++i) {
+    const std::uint64_t seed = plan.settings.seed + static_cast<std::uint64_t>(i);
+    RunRecord one = run_one(plan, weights, seed, estimate);
+    add_image(one, seed);
+    const nlohmann::ordered_json& o = one.report;
+    for (const char* key : {"virtual_time_s", "wall_time_s"})
+      r[key] = r[key].get<double>() + o[key].get<double>();
+    for (const char* key : {"flows", "regions_replayed", "events"})
+      r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
+    for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
+      *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();
+    for (const char* key : {"compute_s", "exposed_comm_s", "mean_compute_s", "mean_exposed_comm_s"})
+      r["breakdown"][key] = r["breakdown"][key].get<double>() + o["breakdown"][key].get<double>();
+    rec.images.push_back(std::move(one.latent));
+  }
+  const double vt = r["virtual_time_s"].get<double>();
+  r["breakdown"]["exposed_comm_fraction"] =
+      vt > 0 ? r["breakdown"]["exposed_comm_s"].get<double>() / vt : 0.0;
+  r["breakdown"]["critical_rank"] = nullptr;  // per image: see images[]
+  r["batch_size"] = plan.batch_size;
+  r["output_sha256"] = plan.settings.phantom ? nlohmann::ordered_json(nullptr)
+                                             : nlohmann::ordered_json(hex_digest(latents));
+  r["timeline_sha256"] = hex_digest(timelines);
+  r["images"] = images;
+  r["batch_note"] =
+      "images run one after another, image i seeded with seed + i; times, bytes and breakdown "
+      "are sums over the images; output_sha256 hashes every image's final latent in order, "
+      "timeline_sha256 the images' timeline hashes; trace.json is image 0's";
+  return rec;
+}
+
 void write_outputs(const RunPlan& plan, const RunRecord& rec,
                    const std::filesystem::path& out_dir) {
   // One set: everything goes into a staging directory beside out_dir, moved into place last.
@@ -250,12 +320,18 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   const std::filesystem::path& dir = set.dir();
   if (!rec.latent.phantom()) {
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    dit::write_png(
-        dir / "image.png",
-        plan.model.pixel_space
-            ? dit::pixel_image(rec.latent, rec.latent_height, rec.latent_width, upscale)
-            : dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, upscale));
-    output_test_point();
+    auto draw = [&](const Tensor& latent, const std::string& name) {
+      dit::write_png(
+          dir / name,
+          plan.model.pixel_space
+              ? dit::pixel_image(latent, rec.latent_height, rec.latent_width, upscale)
+              : dit::latent_preview(latent, rec.latent_height, rec.latent_width, upscale));
+      output_test_point();
+    };
+    draw(rec.latent, "image.png");
+    if (rec.images.size() > 1)  // a batch: image.png is image_0.png
+      for (size_t i = 0; i < rec.images.size(); ++i)
+        draw(rec.images[i], "image_" + std::to_string(i) + ".png");
     if (plan.save_latent) {
       dit::write_safetensors(
           dir / "latent.safetensors",
@@ -277,6 +353,25 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   write_file_atomic(dir / "report.json", rec.report.dump(2) + "\n");
   output_test_point();
   set.commit();
+}
+
+void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
+                        const std::string& message, const std::filesystem::path& out_dir) {
+  nlohmann::ordered_json r = base_report(plan, backend);
+  r["status"] = "failed";
+  r["failure"] = {{"kind", "fault"},
+                  {"rank", rank},
+                  {"step", plan.fault ? plan.fault->step : -1},
+                  {"message", message}};
+  r["output_sha256"] = nullptr;
+  OutputSet set(out_dir);
+  write_file_atomic(set.dir() / "report.json", r.dump(2) + "\n");
+  set.commit();
+}
+
+bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message) {
+  return plan.fault && plan.fault->rank == rank &&
+         message.find(InjectedFault(rank, plan.fault->step).what()) != std::string::npos;
 }
 
 namespace {

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <vector>
 
 #include "apps/run_plan.hpp"
 #include "core/tensor.hpp"
@@ -15,7 +16,8 @@ namespace cocodiff::apps {
 
 struct RunRecord {
   nlohmann::ordered_json report;  // the fields of report.json
-  Tensor latent;                  // final latent [C, H*W] (phantom: shape only)
+  Tensor latent;                  // final latent [C, H*W] (phantom: shape only); image 0
+  std::vector<Tensor> images;     // run.batch_size > 1: every image's final latent, in order
   int latent_height = 0, latent_width = 0;
   std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
 };
@@ -29,12 +31,22 @@ std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan);
 dit::RunSettings settings_for(const RunPlan& plan);
 
 /// Runs the plan on the emulator (blocking). Throws RankError / CommError / UserError.
+/// run.batch_size B > 1: the B images run one after the other (image i with seed run.seed + i),
+/// and the report sums their virtual times, bytes and breakdowns and lists each image.
 RunRecord run_emulated(const RunPlan& plan);
 
 /// Writes report.json, image.png (real math only), trace.json (when the plan traces) and
 /// latent.safetensors (when asked) into out_dir, each atomically.
 void write_outputs(const RunPlan& plan, const RunRecord& record,
                    const std::filesystem::path& out_dir);
+
+/// The report of a run stopped by --inject-fault: base_report with status "failed" and
+/// `failure` (kind "fault", rank, step, message), written alone into out_dir as one set.
+void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
+                        const std::string& message, const std::filesystem::path& out_dir);
+
+/// True when `rank`'s error `message` is the plan's injected fault.
+bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message);
 
 /// Quality of `record` against an exact run of the same config (null in phantom mode):
 /// relative L2 of the final latent; PSNR and SSIM of the latent (float, over the exact

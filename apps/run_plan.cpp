@@ -86,8 +86,9 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
     throw ConfigError(cfg.where("run.inpaint_image"), "run.inpaint_image",
                       "a pixel-space model (model.pixel_space = true)",
                       "model " + m.name + " with a latent space");
-  const int n = s.resolution;
-  const std::string size = std::to_string(n) + " x " + std::to_string(n);
+  const int hn = s.pixel_height(), wn = s.pixel_width();  // pixel space: latent = pixels
+  const std::string size = std::to_string(wn) + " x " + std::to_string(hn);
+  const std::string size_keys = cfg.has("run.height") ? "run.width x run.height" : "run.resolution";
   // A PNG of the run's size: ConfigError naming the key and the file otherwise.
   auto read_sized = [&](const char* key) {
     const std::filesystem::path file = cfg.directory() / cfg.require_string(key);
@@ -97,9 +98,9 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
     } catch (const InputError& e) {
       throw ConfigError(cfg.where(key), key, "a " + size + " PNG", e.what());
     }
-    if (img.width != n || img.height != n)
+    if (img.width != wn || img.height != hn)
       throw ConfigError(
-          cfg.where(key), key, "a " + size + " PNG (run.resolution)",
+          cfg.where(key), key, "a " + size + " PNG (" + size_keys + ")",
           file.string() + " of " + std::to_string(img.width) + " x " + std::to_string(img.height));
     return img;
   };
@@ -113,19 +114,51 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
                         cfg.require_string("run.inpaint_mask") + ", black everywhere");
   } else {
     const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
-    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > n ||
-        r[1] + r[3] > n) {
+    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > wn ||
+        r[1] + r[3] > hn) {
       std::string found = "[";
       for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
       throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
                         "[x, y, width, height] inside the " + size + " image", found + "]");
     }
-    mask = Tensor::zeros(1, std::int64_t{n} * n, false);
+    mask = Tensor::zeros(1, std::int64_t{hn} * wn, false);
     for (std::int64_t y = r[1]; y < r[1] + r[3]; ++y)
-      for (std::int64_t x = r[0]; x < r[0] + r[2]; ++x) mask.mat()(0, y * n + x) = 1.0f;
+      for (std::int64_t x = r[0]; x < r[0] + r[2]; ++x) mask.mat()(0, y * wn + x) = 1.0f;
   }
   s.known_latent = dit::pixel_latent(img, m.latent_channels);
   s.mask = std::move(mask);
+}
+
+}  // namespace
+
+namespace {
+
+// What validate --dump needs beyond the values the readers saw: file paths made absolute (they
+// are relative to the config's directory, which a dumped copy need not share) and the xDiT
+// degrees the run resolved to.
+void record_derived_values(RunPlan& plan, int ulysses_degree) {
+  Config& cfg = plan.cfg;
+  const auto absolute = [&](const std::string& key) {
+    if (!cfg.has(key)) return;
+    const std::string v = cfg.require_string(key);
+    cfg.set_effective(
+        key, toml::value<std::string>(std::filesystem::absolute(cfg.directory() / v).string()));
+  };
+  for (const char* key :
+       {"run.weights", "run.initial_latent", "run.inpaint_image", "run.inpaint_mask"})
+    absolute(key);
+  if (cfg.has("model.preset") && cfg.require_string("model.preset").ends_with(".toml"))
+    absolute("model.preset");
+  if (cfg.has("cluster.preset")) {
+    const std::string v = cfg.require_string("cluster.preset");
+    if (v.find('/') != std::string::npos || v.ends_with(".toml"))
+      cfg.set_effective(
+          "cluster.preset",
+          toml::value<std::string>(std::filesystem::absolute(plan.cluster.source).string()));
+  }
+  cfg.set_effective("parallel.ulysses_degree", toml::value<std::int64_t>(ulysses_degree));
+  cfg.set_effective("parallel.ring_degree",
+                    toml::value<std::int64_t>(plan.ranks() / std::max(1, ulysses_degree)));
 }
 
 }  // namespace
@@ -143,7 +176,25 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   plan.cluster = load_cluster(cfg, config_dir() / "clusters");
 
   dit::RunSettings& s = plan.settings;
-  s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
+  // run.resolution is the square shorthand; run.height and run.width (together) a rectangle.
+  if (cfg.has("run.height") || cfg.has("run.width")) {
+    if (cfg.has("run.resolution"))
+      throw ConfigError(
+          cfg.where("run.resolution"), "run.resolution",
+          "either run.resolution (a square) or run.height and run.width, not both",
+          "run.resolution and " + std::string(cfg.has("run.height") ? "run.height" : "run.width"));
+    for (const char* key : {"run.height", "run.width"})
+      if (!cfg.has(key))
+        throw ConfigError(
+            cfg.where(key), key, "run.height and run.width together",
+            std::string("only ") + (std::string(key) == "run.height" ? "run.width" : "run.height"));
+    s.height = static_cast<int>(cfg.get_int("run.height", 0, 16, 1 << 16));
+    s.width = static_cast<int>(cfg.get_int("run.width", 0, 16, 1 << 16));
+    s.resolution = s.height == s.width ? s.height : 0;
+  } else {
+    s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
+    s.height = s.width = s.resolution;
+  }
   s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
   s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
   plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
@@ -167,6 +218,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   if (cfg.has("run.initial_latent"))
     plan.initial_latent = cfg.directory() / cfg.require_string("run.initial_latent");
   plan.save_latent = cfg.get_bool("run.save_latent", false);
+  plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
 
   emu::EngineOptions& e = plan.engine;
@@ -196,20 +248,34 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
 
   // Consistency between sections.
   const int unit = plan.model.vae_scale * plan.model.patch_size;
-  if (s.resolution % unit != 0)
-    throw ConfigError(cfg.where("run.resolution"), "run.resolution",
-                      "a multiple of " + std::to_string(unit) + " (VAE " +
-                          std::to_string(plan.model.vae_scale) + " x patch " +
-                          std::to_string(plan.model.patch_size) + ")",
-                      std::to_string(s.resolution));
+  const bool rect = cfg.has("run.height");
+  for (const char* key : {"run.height", "run.width"}) {
+    const bool h = std::string(key) == "run.height";
+    const std::string shown = rect ? key : "run.resolution";
+    const int px = h ? s.height : s.width;
+    if (px % unit != 0)
+      throw ConfigError(cfg.where(shown), shown,
+                        "a multiple of " + std::to_string(unit) + " (VAE " +
+                            std::to_string(plan.model.vae_scale) + " x patch " +
+                            std::to_string(plan.model.patch_size) + ")",
+                        std::to_string(px));
+  }
   if (plan.tokens() < plan.ranks()) {
-    std::int64_t side = 1;  // the smallest grid side with a token per rank
-    while (side * side < plan.ranks()) ++side;
-    throw ConfigError(
-        cfg.where("run.resolution"), "run.resolution",
-        "at least one image token per rank: " + std::to_string(plan.ranks()) +
-            " ranks need a resolution of at least " + std::to_string(side * unit),
-        std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) + " image tokens)");
+    if (!rect) {
+      std::int64_t side = 1;  // the smallest grid side with a token per rank
+      while (side * side < plan.ranks()) ++side;
+      throw ConfigError(
+          cfg.where("run.resolution"), "run.resolution",
+          "at least one image token per rank: " + std::to_string(plan.ranks()) +
+              " ranks need a resolution of at least " + std::to_string(side * unit),
+          std::to_string(s.resolution) + " (" + std::to_string(plan.tokens()) + " image tokens)");
+    }
+    throw ConfigError(cfg.where("run.height"), "run.height x run.width",
+                      "at least one image token per rank: " + std::to_string(plan.ranks()) +
+                          " ranks need " + std::to_string(plan.ranks()) + " tokens of " +
+                          std::to_string(unit) + " x " + std::to_string(unit) + " px",
+                      std::to_string(s.height) + " x " + std::to_string(s.width) + " (" +
+                          std::to_string(plan.tokens()) + " image tokens)");
   }
   const Topology& topo = plan.cluster.topology;
   if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
@@ -267,7 +333,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
             std::to_string(ring));
       s.strategy = "usp";
     }
-    if (s.strategy == "usp")
+    // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
+    const bool levels_agree =
+        cfg.has("usp.ring_levels") &&
+        s.strategy_options.usp_ring_levels < static_cast<int>(ring_choices.size()) &&
+        ring_choices[static_cast<size_t>(s.strategy_options.usp_ring_levels)] == ring;
+    if (s.strategy == "usp" && !levels_agree)
       s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
   }
   // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
@@ -319,8 +390,15 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                         "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
   }
   cfg.check_no_unknown_keys();
+  record_derived_values(plan, ulysses_degree);
   return plan;
 }
+
+InjectedFault::InjectedFault(int rank, int step)
+    : Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
+            std::to_string(rank) + ",step=" + std::to_string(step) + ")"),
+      rank_(rank),
+      step_(step) {}
 
 FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
   FaultSpec f{-1, -1};
@@ -368,12 +446,17 @@ FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
 
 std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   const std::optional<FaultSpec> fault = plan.fault;
-  const bool progress = plan.progress;
+  const bool progress = plan.progress, lines = plan.progress_lines;
+  const std::string label = plan.progress_label;
   const int steps = plan.settings.steps;
   if (!fault && !progress) return {};
-  return [fault, progress, steps](int rank, int step) {
+  return [fault, progress, lines, label, steps](int rank, int step) {
     if (progress && rank == 0) {
-      std::fprintf(stderr, "\rstep %d/%d%s", step + 1, steps, step + 1 == steps ? "\n" : "");
+      if (lines)
+        std::fprintf(stderr, "%sstep %d/%d\n", label.c_str(), step + 1, steps);
+      else
+        std::fprintf(stderr, "\r%sstep %d/%d%s", label.c_str(), step + 1, steps,
+                     step + 1 == steps ? "\n" : "");
       std::fflush(stderr);
     }
     if (fault && fault->rank == rank && fault->step == step && fault->hang) {
@@ -383,9 +466,7 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
       std::fflush(stderr);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // a stopped rank
     }
-    if (fault && fault->rank == rank && fault->step == step)
-      throw Error("injected fault at step " + std::to_string(step) + " (--inject-fault rank=" +
-                  std::to_string(rank) + ",step=" + std::to_string(step) + ")");
+    if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
   };
 }
 
@@ -401,9 +482,13 @@ std::string describe(const RunPlan& p, const std::string& backend,
   os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
      << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks
      << " double + " << p.model.single_blocks << " single blocks)\n";
-  os << "run        " << p.settings.resolution << "^2 px, " << p.tokens() << " image tokens, "
-     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math << ", "
-     << strategy << "\n";
+  os << "run        "
+     << (p.settings.resolution > 0 && p.settings.height == p.settings.width
+             ? std::to_string(p.settings.resolution) + "^2 px, "
+             : std::to_string(p.settings.width) + " x " + std::to_string(p.settings.height) +
+                   " px (width x height), ")
+     << p.tokens() << " image tokens, " << p.settings.steps << " steps, seed " << p.settings.seed
+     << ", math " << p.math << ", " << strategy << "\n";
   os << "cluster    " << p.cluster.name << ": " << t.num_nodes() << " node(s), " << t.num_ranks()
      << " ranks (";
   for (int k = t.num_levels() - 1; k >= 0; --k)

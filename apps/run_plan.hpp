@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/config.hpp"
+#include "core/errors.hpp"
 #include "dit/model_config.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/pipeline.hpp"
@@ -34,6 +35,20 @@ struct FaultSpec {
   bool hang = false;
 };
 
+/// Thrown by the step hook on the rank and at the step an --inject-fault names.
+class InjectedFault : public Error {
+ public:
+  InjectedFault(int rank, int step);
+  int rank() const { return rank_; }
+  int step() const { return step_; }
+
+ private:
+  int rank_, step_;
+};
+
+/// Exit code of a run stopped by --inject-fault: its report.json (status "failed") is written.
+inline constexpr int kExitInjectedFault = 3;
+
 struct RunPlan {
   Config cfg;  // the resolved configuration (file + presets + --set)
   dit::ModelConfig model;
@@ -45,8 +60,13 @@ struct RunPlan {
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
-  std::optional<FaultSpec> fault;                       // --inject-fault
-  bool progress = false;                                // "step i/N" on stderr (rank 0)
+  int batch_size = 1;  // run.batch_size: images per run, image i seeded with run.seed + i
+  std::optional<FaultSpec> fault;  // --inject-fault
+  bool progress = false;           // "step i/N" on stderr (rank 0)
+  // How progress is shown: false rewrites one line with \r (a terminal); true prints one line
+  // per step, each whole in one write, so concurrent runs and pipes never run lines together.
+  bool progress_lines = false;
+  std::string progress_label;  // printed before "step i/N" (compare: "[strategy] ")
   // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;
@@ -61,7 +81,9 @@ struct RunPlan {
   /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
   std::string attention_note;
   int ranks() const { return cluster.topology.num_ranks(); }
-  std::int64_t tokens() const { return model.image_tokens(settings.resolution); }
+  std::int64_t tokens() const {
+    return model.image_tokens(settings.pixel_height(), settings.pixel_width());
+  }
 };
 
 /// Loads `config_file`, applies `sets` ("key=value", in order), reads every section and checks

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include "core/errors.hpp"
@@ -47,6 +48,23 @@ void merge_missing(toml::table& dst, const toml::table& src) {
       merge_missing(*existing->as_table(), *v.as_table());
     }
   }
+}
+
+// Puts `value` at the dotted `key` of `t`, creating the tables on the way; an existing value is
+// kept unless `replace`.
+void insert_at(toml::table& t, std::string_view key, const toml::node& value, bool replace) {
+  const std::vector<std::string> parts = split_key(key);
+  toml::table* cur = &t;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    toml::node* n = cur->get(parts[i]);
+    if (n == nullptr) n = &cur->insert(parts[i], toml::table{}).first->second;
+    if (!n->is_table()) return;  // a leaf where a table would be: keep the leaf
+    cur = n->as_table();
+  }
+  if (replace)
+    cur->insert_or_assign(parts.back(), value);
+  else
+    cur->insert(parts.back(), value);
 }
 
 // A config is a few kilobytes; a larger limit than any real one keeps a stray huge file (which
@@ -226,7 +244,10 @@ void Config::mark_used(std::string_view key) const {
 std::int64_t Config::get_int(std::string_view key, std::int64_t def, std::int64_t lo,
                              std::int64_t hi) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    if (def >= lo && def <= hi) note(key, toml::value<std::int64_t>(def));
+    return def;
+  }
   return require_int(key, lo, hi);
 }
 
@@ -243,6 +264,7 @@ std::int64_t Config::require_int(std::string_view key, std::int64_t lo, std::int
                                 (hi == INT64_MAX ? std::string("inf") : std::to_string(hi)) + "]";
   if (!v) type_error(key, range);
   if (*v < lo || *v > hi) throw ConfigError(where(key), key, range, std::to_string(*v));
+  note(key, *n);
   return *v;
 }
 
@@ -255,6 +277,7 @@ std::int64_t Config::get_bytes(std::string_view key, std::int64_t def, std::int6
   const toml::node* n = find(key);
   if (const std::optional<std::int64_t> v = n->value_exact<std::int64_t>()) {
     if (*v < lo) throw ConfigError(where(key), key, expected, std::to_string(*v));
+    note(key, *n);
     return *v;
   }
   const std::optional<std::string> text = n->value_exact<std::string>();
@@ -283,12 +306,16 @@ std::int64_t Config::get_bytes(std::string_view key, std::int64_t def, std::int6
   const double bytes = number * scale;
   if (!(number >= 0) || !(bytes < 9.2e18) || bytes < static_cast<double>(lo))
     throw ConfigError(where(key), key, expected, describe_node(*n));
+  note(key, *n);  // as written ("8GiB"); without the key the default is the machine's
   return static_cast<std::int64_t>(bytes);
 }
 
 double Config::get_double(std::string_view key, double def, double lo, double hi) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    if (std::isfinite(def) && def >= lo && def <= hi) note(key, toml::value<double>(def));
+    return def;
+  }
   return require_double(key, lo, hi);
 }
 
@@ -306,21 +333,29 @@ double Config::require_double(std::string_view key, double lo, double hi) const 
     f << *v;
     throw ConfigError(where(key), key, range.str(), f.str());
   }
+  note(key, *n);
   return *v;
 }
 
 bool Config::get_bool(std::string_view key, bool def) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    note(key, toml::value<bool>(def));
+    return def;
+  }
   mark_used(key);
   std::optional<bool> v = find(key)->value_exact<bool>();
   if (!v) type_error(key, "true or false");
+  note(key, *find(key));
   return *v;
 }
 
 std::string Config::get_string(std::string_view key, std::string def) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    note(key, toml::value<std::string>(def));
+    return def;
+  }
   return require_string(key);
 }
 
@@ -329,6 +364,7 @@ std::string Config::require_string(std::string_view key) const {
   const toml::node* n = find(key);
   std::optional<std::string> v = n ? n->value_exact<std::string>() : std::nullopt;
   if (!v) type_error(key, "a string");
+  note(key, *n);
   return *v;
 }
 
@@ -372,24 +408,46 @@ std::vector<T> get_list(const Config& cfg, const toml::node* n, std::string_view
 std::vector<std::int64_t> Config::get_int_list(std::string_view key,
                                                std::vector<std::int64_t> def) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    toml::array a;
+    for (const std::int64_t& v : def) a.push_back(v);
+    note(key, a);
+    return def;
+  }
   mark_used(key);
-  return get_list<std::int64_t>(*this, find(key), key, "an array of integers");
+  std::vector<std::int64_t> v =
+      get_list<std::int64_t>(*this, find(key), key, "an array of integers");
+  note(key, *find(key));
+  return v;
 }
 
 std::vector<double> Config::get_double_list(std::string_view key, std::vector<double> def) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    toml::array a;
+    for (const double& v : def) a.push_back(v);
+    note(key, a);
+    return def;
+  }
   mark_used(key);
-  return get_list<double>(*this, find(key), key, "an array of numbers");
+  std::vector<double> v = get_list<double>(*this, find(key), key, "an array of numbers");
+  note(key, *find(key));
+  return v;
 }
 
 std::vector<std::string> Config::get_string_list(std::string_view key,
                                                  std::vector<std::string> def) const {
   known_.insert(std::string(key));
-  if (!has(key)) return def;
+  if (!has(key)) {
+    toml::array a;
+    for (const std::string& v : def) a.push_back(v);
+    note(key, a);
+    return def;
+  }
   mark_used(key);
-  return get_list<std::string>(*this, find(key), key, "an array of strings");
+  std::vector<std::string> v = get_list<std::string>(*this, find(key), key, "an array of strings");
+  note(key, *find(key));
+  return v;
 }
 
 std::vector<std::string> Config::subkeys(std::string_view table_key) const {
@@ -476,6 +534,34 @@ void Config::check_no_unknown_keys() const {
 
 std::vector<std::string> Config::known_keys() const {
   return std::vector<std::string>(known_.begin(), known_.end());
+}
+
+void Config::note(std::string_view key, const toml::node& value) const {
+  insert_at(effective_, key, value, false);
+}
+
+void Config::set_effective(std::string_view key, const toml::node& value) {
+  insert_at(effective_, key, value, true);
+}
+
+void Config::adopt_effective(std::string_view prefix, const Config& layer) const {
+  const std::function<void(const toml::table&, const std::string&)> walk =
+      [&](const toml::table& t, const std::string& at) {
+        for (const auto& [k, v] : t) {
+          const std::string key = at + "." + std::string(k.str());
+          if (const toml::table* sub = v.as_table(); sub != nullptr)
+            walk(*sub, key);
+          else
+            note(key, v);
+        }
+      };
+  walk(layer.effective_, std::string(prefix));
+}
+
+std::string Config::dump_effective() const {
+  std::ostringstream os;
+  os << effective_;
+  return os.str();
 }
 
 std::string Config::dump() const {

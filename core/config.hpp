@@ -80,13 +80,25 @@ class Config {
 
   /// The resolved configuration as TOML text.
   std::string dump() const;
+  /// The effective configuration as TOML text: every key a reader asked for, with the value it
+  /// got (from the file, a --set or the reader's default), plus what adopt_effective() added.
+  std::string dump_effective() const;
+  /// Adds the effective values of `layer` (a preset read beside this config) under `prefix`
+  /// ("cluster" -> "cluster.<key>") where this config has none.
+  void adopt_effective(std::string_view prefix, const Config& layer) const;
+  /// Replaces key's effective value (e.g. a path made absolute, a value derived from others).
+  void set_effective(std::string_view key, const toml::node& value);
   const toml::table& table() const { return root_; }
 
  private:
   const toml::node* find(std::string_view key) const;
   [[noreturn]] void type_error(std::string_view key, std::string_view expected) const;
 
+  /// Records key's effective value unless one is recorded already.
+  void note(std::string_view key, const toml::node& value) const;
+
   toml::table root_;
+  mutable toml::table effective_;
   std::string source_;
   std::filesystem::path dir_;
   std::set<std::string, std::less<>> overridden_;

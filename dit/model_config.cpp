@@ -30,6 +30,10 @@ std::string family_name(Family f) {
   return "?";
 }
 
+std::int64_t ModelConfig::image_tokens(int height, int width) const {
+  return std::int64_t{latent_side(height) / patch_size} * (latent_side(width) / patch_size);
+}
+
 std::int64_t ModelConfig::image_tokens(int resolution) const {
   const std::int64_t side = latent_side(resolution) / patch_size;
   return side * side;
@@ -214,7 +218,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
     throw ConfigError(cfg_reader.where("head_dim"), "model.heads * model.head_dim",
                       "a multiple of 4 (2-D sin-cos position embedding)",
                       std::to_string(m.hidden()));
-  if (preset) cfg.merge_under("model", *preset);  // the resolved config shows every value
+  if (preset) {
+    cfg.merge_under("model", *preset);  // the resolved config shows every value
+    cfg.adopt_effective("model", *preset);
+  }
   return m;
 }
 

@@ -71,6 +71,8 @@ struct ModelConfig {
 
   /// Image tokens of one sample at `resolution` pixels per side.
   std::int64_t image_tokens(int resolution) const;
+  /// Image tokens of one height x width (pixels) sample.
+  std::int64_t image_tokens(int height, int width) const;
   /// Latent cells per side at `resolution`.
   int latent_side(int resolution) const { return resolution / vae_scale; }
   /// Features of one packed latent token (latent_channels * patch^2).

@@ -129,11 +129,14 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
   const Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
   const int cell = cfg.vae_scale * cfg.patch_size;
-  if (st.resolution <= 0 || st.resolution % cell != 0)
-    throw ConfigError("resolution " + std::to_string(st.resolution) +
-                      " is not a positive multiple of " + std::to_string(cell) +
-                      " pixels (VAE scale x patch size) for model " + cfg.name);
-  const int lh = st.resolution / cfg.vae_scale, lw = lh, p = cfg.patch_size;
+  for (const int px : {st.pixel_height(), st.pixel_width()})
+    if (px <= 0 || px % cell != 0)
+      throw ConfigError("image side " + std::to_string(px) + " is not a positive multiple of " +
+                        std::to_string(cell) + " pixels (VAE scale x patch size) for model " +
+                        cfg.name);
+  // [C, lh*lw] latents, row-major (row = y); tokens are the gh x gw patch grid in row-major order.
+  const int lh = st.pixel_height() / cfg.vae_scale, lw = st.pixel_width() / cfg.vae_scale;
+  const int p = cfg.patch_size;
   const int gh = lh / p, gw = lw / p;
   const int c = cfg.latent_channels;
   const std::int64_t total = std::int64_t{gh} * gw;

@@ -27,7 +27,10 @@
 namespace cocodiff::dit {
 
 struct RunSettings {
-  int resolution = 1024;             // pixels per side (a multiple of vae_scale * patch_size)
+  int resolution = 1024;      // pixels per side (a multiple of vae_scale * patch_size)
+  int height = 0, width = 0;  // pixels of a non-square image; 0: resolution
+  int pixel_height() const { return height > 0 ? height : resolution; }
+  int pixel_width() const { return width > 0 ? width : resolution; }
   int steps = 0;                     // denoising steps; 0 = the model's default
   std::uint64_t seed = 0;            // noise and text embeddings (weights have their own seed)
   bool phantom = false;              // math = "skip": shapes and costs only

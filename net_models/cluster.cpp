@@ -103,6 +103,11 @@ class Layers {
     return {all.begin(), all.end()};
   }
 
+  /// Records the effective values of `layer` (a library preset) under cluster.<prefix>.
+  void adopt_effective(std::string_view prefix, const Config& layer) const {
+    run_.adopt_effective(run_key(prefix), layer);
+  }
+
   /// Throws on the first key of the preset or of the run's [cluster] section nobody read.
   void check_no_unknown_keys() const {
     auto complain = [](const Config& c, const std::string& k) {
@@ -378,7 +383,10 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
         "chunk_bytes", "chunk_overhead_us", "all_to_all", "all_to_all_small",
         "all_to_all_small_max_bytes"})
     if (file && file->has(k)) file->mark_used(k);
-  if (file) file->check_no_unknown_keys();
+  if (file) {
+    file->check_no_unknown_keys();
+    in.adopt_effective("library", *file);
+  }
   return lib;
 }
 
@@ -480,6 +488,7 @@ Cluster load_cluster(const Config& cfg, const std::filesystem::path& preset_dir)
   c.graph = std::move(graph);
   c.network = make_network_model(c.network_kind, c.graph);
   c.device = std::make_shared<RooflineDevice>(c.device_params);
+  if (preset) cfg.adopt_effective("cluster", *preset);  // every value, for validate --dump
   return c;
 }
 

@@ -4,9 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -51,6 +54,34 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_major"));
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_first"));
   fs::remove_all(dir);
+}
+
+// Progress through a pipe: every entry reports each of its steps on a line of its own, and no
+// line is rewritten with \r, so entries running side by side never run together.
+TEST(Compare, ProgressThroughAPipeIsOneLinePerStepOfEachEntry) {
+  const std::string config =
+      (fs::path(COCODIFF_SOURCE_DIR) / "configs" / "flux1-tiny-24tiles.toml").string();
+  const fs::path out =
+      fs::temp_directory_path() / ("cocodiff_compare_pipe_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(COCODIFF_BIN) + " compare " + config +
+                          " --strategies tapa --set run.math=skip --set run.steps=3 --out " +
+                          out.string() + " 2>&1 >/dev/null | cat";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string err;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) err.append(buf, n);
+  ASSERT_EQ(::pclose(p), 0) << err;
+  EXPECT_EQ(err.find('\r'), std::string::npos) << err;
+  std::vector<std::string> lines;
+  std::istringstream in(err);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  for (const char* entry : {"[flat] ", "[tapa] "})
+    for (int s = 1; s <= 3; ++s) {
+      const std::string want = std::string(entry) + "step " + std::to_string(s) + "/3";
+      EXPECT_EQ(std::count(lines.begin(), lines.end(), want), 1) << want << "\n" << err;
+    }
+  fs::remove_all(out);
 }
 
 // compare runs its strategies side by side (one worker each): every entry is the report that

@@ -153,5 +153,29 @@ TEST_F(Netbench, NcclTestsFlagsOpsAndSummary) {
   EXPECT_NE(bad.err.find("--algo tapa is an all-to-all algorithm"), std::string::npos) << bad.err;
 }
 
+// reduce_scatter is a ring: p-1 steps, each rank sending one block of bytes/p to its neighbour
+// (a ring shift, which nothing on `uniform` contends), and busbw = algbw x (p-1)/p.
+TEST_F(Netbench, ReduceScatterIsARingOfPMinusOneBlockShifts) {
+  const fs::path json = dir_ / "rs.json";
+  const ChildResult r = run_cocodiff({"netbench", "uniform", "--op", "reduce_scatter", "-b", "8K",
+                                      "-e", "64K", "-f", "8", "--json", json.string()},
+                                     dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j["rows"].size(), 2u);  // 8K, 64K
+  for (size_t i = 0; i < 2; ++i) {
+    const double bytes = 8192.0 * std::pow(8.0, static_cast<double>(i));
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(row["bytes"].get<double>(), bytes);
+    EXPECT_EQ(row["count_per_peer"].get<double>(), bytes / kRanks / 2);
+    EXPECT_EQ(row["time_ns"].get<double>(), (kRanks - 1) * transfer_ns(bytes / kRanks));
+    EXPECT_EQ(row["flows"], kRanks * (kRanks - 1));
+    const double algbw = bytes / row["time_ns"].get<double>();
+    EXPECT_NEAR(row["algbw_gbytes_per_s"].get<double>(), algbw, 1e-9);
+    EXPECT_NEAR(row["busbw_gbytes_per_s"].get<double>(), algbw * (kRanks - 1) / kRanks, 1e-9);
+  }
+  EXPECT_NE(r.out.find("busbw = algbw x 0.875"), std::string::npos) << r.out;
+}
+
 }  // namespace
 }  // namespace cocodiff::test

@@ -191,6 +191,39 @@ TEST(Strategies, SingleStreamAndDualAttentionModelsMatchSerial) {
   }
 }
 
+// A 64 x 128 px image (height x width): a 4 x 8 token grid. Positions (RoPE rows and columns,
+// 2-D sin-cos embeddings) and the token shards must follow the rectangle; every parallel run
+// equals the serial one, and the latent is [C, 8 x 16].
+TEST(Strategies, NonSquareImagesMatchSerial) {
+  for (const char* model : {"flux1-tiny", "qwen-image-tiny", "sd35-tiny", "dit-xl-2-tiny"}) {
+    const ModelConfig cfg = load_model_preset(model);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = small_run(2);
+    st.height = 64;
+    st.width = 128;
+    LocalComm local;
+    st.strategy = "serial";
+    const RunOutput ref = generate(local, cfg, *w, st);
+    ASSERT_EQ(ref.latent_height, 64 / cfg.vae_scale) << model;
+    ASSERT_EQ(ref.latent_width, 128 / cfg.vae_scale) << model;
+    EXPECT_EQ(ref.latent.cols(), std::int64_t{ref.latent_height} * ref.latent_width) << model;
+    EXPECT_EQ(ref.tokens, cfg.image_tokens(64, 128)) << model;
+    // The rectangle is not its transpose: a 128 x 64 run gives another image.
+    RunSettings tr = st;
+    std::swap(tr.height, tr.width);
+    const Tensor t = generate(local, cfg, *w, tr).latent;
+    ASSERT_EQ(t.numel(), ref.latent.numel());
+    EXPECT_FALSE(bitwise_equal(t, ref.latent)) << model;
+    emu::Engine four = make_engine(2, 2, 1);
+    st.strategy = "flat";
+    EXPECT_LT(relative_l2(ref.latent, run(four, cfg, *w, st).latent), 1e-5) << model;
+    emu::Engine eight = make_engine(2, 2, 2);
+    st.strategy = "cocodiff";
+    st.strategy_options.v_major_threshold = 0;
+    EXPECT_LT(relative_l2(ref.latent, run(eight, cfg, *w, st).latent), 1e-5) << model;
+  }
+}
+
 TEST(Strategies, UnevenHeadsAndUspMatchSerial) {
   const ModelConfig cfg = load_model_preset("qwen-image-tiny");  // 24 heads
   const auto w = make_weights(cfg, 5, false);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -132,16 +133,163 @@ TEST(Run, PhantomChargesTheSameVirtualTimeAsRealMath) {
 
 namespace {
 
-TEST(Run, InjectedFaultIsReportedWithItsRankAndLeavesNoOutputs) {
+std::string read_all(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// The TOML of a dump without its comment lines (the summary names the config file).
+std::string without_comments(const std::string& text) {
+  std::string out, line;
+  std::istringstream in(text);
+  while (std::getline(in, line))
+    if (line.rfind('#', 0) != 0) out += line + "\n";
+  return out;
+}
+
+// validate --dump prints every key with its effective value (defaults, preset values, the
+// resolved degrees, absolute paths) as TOML: run on the dump, from another directory, gives the
+// original run's bytes and timeline, and the dump of the dump is the dump.
+TEST(Run, ValidateDumpIsTheFullyResolvedConfigAndRunsTheSameRun) {
+  const fs::path dir = temp_dir("dump");
+  fs::create_directories(dir);
+  const std::string bin = COCODIFF_BIN;
+  const std::string config = std::string(COCODIFF_CONFIG_DIR) + "/flux1-tiny-24tiles.toml";
+  const std::string sets =
+      " --set run.steps=2 --set run.resolution=128 --set run.strategy=usp --ring-degree 2";
+  Result d = sh(bin + " validate " + config + sets + " --dump > " + (dir / "d.toml").string());
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  const std::string dump = read_all(dir / "d.toml");
+  for (const char* want : {"[emulator]", "workers = 1", "replay = true", "[cluster.links.mdfi]",
+                           "heads = 24", "ring_degree = 2", "ulysses_degree = 12", "[v_major]",
+                           "threshold = 0.0", "ring_levels = 1"})
+    EXPECT_NE(dump.find(want), std::string::npos) << want << "\n" << dump;
+  Result again = sh(bin + " validate " + (dir / "d.toml").string() + " --dump > " +
+                    (dir / "d2.toml").string());
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_EQ(without_comments(read_all(dir / "d2.toml")), without_comments(dump));
+  Result a = sh(bin + " run " + config + sets + " -q --out " + (dir / "a").string());
+  Result b = sh("cd / && " + bin + " run " + (dir / "d.toml").string() + " -q --out " +
+                (dir / "b").string());
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const nlohmann::json ra = nlohmann::json::parse(read_all(dir / "a" / "report.json"));
+  const nlohmann::json rb = nlohmann::json::parse(read_all(dir / "b" / "report.json"));
+  EXPECT_TRUE(ra["output_sha256"].is_string());
+  EXPECT_EQ(ra["strategy"], "usp");
+  for (const char* key : {"output_sha256", "virtual_time_s", "timeline_sha256", "bytes_by_tier"})
+    EXPECT_EQ(ra[key], rb[key]) << key;
+  fs::remove_all(dir);
+}
+
+// PNG width and height from the IHDR chunk (bytes 16..23, big-endian).
+std::pair<int, int> png_size(const fs::path& p) {
+  const std::string b = read_all(p);
+  if (b.size() < 24) return {0, 0};
+  auto be32 = [&](size_t i) {
+    return (static_cast<unsigned char>(b[i]) << 24) | (static_cast<unsigned char>(b[i + 1]) << 16) |
+           (static_cast<unsigned char>(b[i + 2]) << 8) | static_cast<unsigned char>(b[i + 3]);
+  };
+  return {static_cast<int>(be32(16)), static_cast<int>(be32(20))};
+}
+
+// run.height / run.width: a rectangle (64 x 128 px: a 4 x 8 token grid of flux1-tiny on 4
+// tiles), reported and drawn in its shape; run.resolution with either is refused, as is a side
+// that is not a multiple of VAE x patch.
+TEST(Run, HeightAndWidthMakeANonSquareImage) {
+  const fs::path dir = temp_dir("rect_cfg"), out = temp_dir("rect");
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "rect.toml");
+    f << "[model]\npreset = \"flux1-tiny\"\n[run]\nsteps = 1\nseed = 7\n"
+         "[cluster]\npreset = \"aurora\"\nnodes = 1\n[cluster.topology]\nsizes = [2, 2]\n"
+         "[cluster.nic]\nrank_nic = [0, 1, 2, 3]\n";
+  }
+  const std::string base = std::string(COCODIFF_BIN) + " run " + (dir / "rect.toml").string() +
+                           " -q --out " + out.string();
+  Result r = sh(base + " --set run.height=64 --set run.width=128");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json rep = nlohmann::json::parse(read_all(out / "report.json"));
+  EXPECT_EQ(rep["height"], 64);
+  EXPECT_EQ(rep["width"], 128);
+  EXPECT_TRUE(rep["resolution"].is_null());
+  EXPECT_EQ(rep["tokens"], 32);
+  // latent 8 x 16, drawn 16x larger: 256 wide, 128 high.
+  EXPECT_EQ(png_size(out / "image.png"), std::make_pair(256, 128));
+  fs::remove_all(out);
+  Result both = sh(base + " --set run.resolution=64 --set run.height=64 --set run.width=128");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.output.find("key 'run.resolution': expected either run.resolution (a square) "
+                             "or run.height and run.width, not both"),
+            std::string::npos)
+      << both.output;
+  Result one = sh(base + " --set run.height=64");
+  EXPECT_EQ(one.exit_code, 2);
+  EXPECT_NE(one.output.find("key 'run.width': expected run.height and run.width together"),
+            std::string::npos)
+      << one.output;
+  Result odd = sh(base + " --set run.height=64 --set run.width=120");
+  EXPECT_EQ(odd.exit_code, 2);
+  EXPECT_NE(odd.output.find("key 'run.width': expected a multiple of 16"), std::string::npos)
+      << odd.output;
+  EXPECT_FALSE(fs::exists(out));
+  fs::remove_all(dir);
+}
+
+// run.batch_size = 2 (--batch-size 2): the same images as two single runs seeded 7 and 8, for
+// flat and cocodiff; the report sums their virtual times and lists each image.
+TEST(Run, BatchOfTwoEqualsTwoSingleRunsWithTheNextSeeds) {
+  const fs::path dir = temp_dir("batch");
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/mpi-smoke.toml --set run.steps=1 --set run.resolution=128 -q";
+  for (const char* strategy : {"flat", "cocodiff"}) {
+    const std::string s = std::string(" --set run.strategy=") + strategy;
+    const fs::path b = dir / (std::string(strategy) + "_b"), one = dir / "one", two = dir / "two";
+    ASSERT_EQ(sh(base + s + " --batch-size 2 --out " + b.string()).exit_code, 0);
+    ASSERT_EQ(sh(base + s + " --set run.seed=7 --out " + one.string()).exit_code, 0);
+    ASSERT_EQ(sh(base + s + " --set run.seed=8 --out " + two.string()).exit_code, 0);
+    const nlohmann::json rb = nlohmann::json::parse(read_all(b / "report.json"));
+    const nlohmann::json r1 = nlohmann::json::parse(read_all(one / "report.json"));
+    const nlohmann::json r2 = nlohmann::json::parse(read_all(two / "report.json"));
+    EXPECT_EQ(rb["batch_size"], 2);
+    ASSERT_EQ(rb["images"].size(), 2u);
+    EXPECT_EQ(rb["images"][0]["seed"], 7);
+    EXPECT_EQ(rb["images"][1]["seed"], 8);
+    EXPECT_EQ(rb["images"][0]["output_sha256"], r1["output_sha256"]) << strategy;
+    EXPECT_EQ(rb["images"][1]["output_sha256"], r2["output_sha256"]) << strategy;
+    EXPECT_EQ(rb["images"][1]["timeline_sha256"], r2["timeline_sha256"]) << strategy;
+    EXPECT_NEAR(rb["virtual_time_s"].get<double>(),
+                r1["virtual_time_s"].get<double>() + r2["virtual_time_s"].get<double>(), 1e-9);
+    EXPECT_EQ(read_all(b / "image_1.png"), read_all(two / "image.png")) << strategy;
+    EXPECT_EQ(read_all(b / "image_0.png"), read_all(one / "image.png")) << strategy;
+    fs::remove_all(one);
+    fs::remove_all(two);
+  }
+  fs::remove_all(dir);
+}
+
+// --inject-fault: exit code 3 (not 1, an internal error) and report.json alone, with status
+// "failed" and the fault's kind, rank and step.
+TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
   const fs::path out = temp_dir("fault");
   const std::string cmd =
       std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
       "/flux1-tiny-24tiles.toml --set run.steps=3 --inject-fault rank=5,step=1 --out " +
       out.string() + " -q";
   Result r = sh(cmd);
-  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.exit_code, 3) << r.output;
   EXPECT_NE(r.output.find("rank 5: injected fault at step 1"), std::string::npos) << r.output;
-  EXPECT_FALSE(fs::exists(out));
+  ASSERT_TRUE(fs::exists(out / "report.json")) << r.output;
+  std::ifstream in(out / "report.json");
+  const nlohmann::json rep = nlohmann::json::parse(in);
+  EXPECT_EQ(rep["status"], "failed");
+  EXPECT_EQ(rep["failure"]["kind"], "fault");
+  EXPECT_EQ(rep["failure"]["rank"], 5);
+  EXPECT_EQ(rep["failure"]["step"], 1);
+  EXPECT_TRUE(rep["output_sha256"].is_null());
+  EXPECT_FALSE(fs::exists(out / "image.png"));
+  EXPECT_FALSE(fs::exists(out / "trace.json"));
+  fs::remove_all(out);
   Result bad = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
                   "/flux1-tiny-24tiles.toml --inject-fault rank=24,step=0 --out " + out.string());
   EXPECT_EQ(bad.exit_code, 2);
