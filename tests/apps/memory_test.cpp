@@ -194,9 +194,11 @@ TEST_F(FaultKinds, HangIsForTheMpiBackendOnly) {
   EXPECT_NE(r.err.find("kind must be throw or hang, found 'x'"), std::string::npos) << r.err;
   r = run(
       {"run", kGood, "--out", out_.string(), "-q", "--inject-fault", "rank=1,step=0,kind=throw"});
-  EXPECT_NE(r.exit_code, 0) << r.err;
+  // The default kind: the run fails with exit 3 and writes only its failed report.
+  EXPECT_EQ(r.exit_code, 3) << r.err;
   EXPECT_NE(r.err.find("injected fault at step 0"), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(out_));
+  EXPECT_TRUE(fs::exists(out_ / "report.json"));
+  EXPECT_FALSE(fs::exists(out_ / "image.png"));
 }
 
 }  // namespace
