@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -135,6 +136,14 @@ class AttentionStrategy {
   /// What sets denoising step `step` apart from other steps beyond the configuration (V-Major:
   /// a step that sends everything); in phantom mode, steps with equal keys do the same work.
   virtual std::string step_key(int /*step*/) const { return {}; }
+  /// What the next transformer block's attention depends on beyond the configuration and the
+  /// block's kind (BlockReplay): in phantom mode, blocks with equal kinds and keys do the same
+  /// work and leave the strategy in the same state, so one may be replayed for another. nullopt:
+  /// the block must be simulated (the default, for strategies that say nothing of their state).
+  virtual std::optional<std::string> block_key() const { return std::nullopt; }
+  /// A replayed block's attention layers were not run: advance as running them would have
+  /// (`v_major_cache_bytes`: what the simulated block added to StrategyStats::v_major_cache_bytes).
+  virtual void skip_layers(int /*layers*/, double /*v_major_cache_bytes*/) {}
 };
 
 /// The serial reference: project, prepare, concatenate, attend, split. Degree 1.
@@ -145,6 +154,7 @@ class SerialAttention final : public AttentionStrategy {
   int index() const override { return 0; }
   std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                              const AttentionShape& shape) override;
+  std::optional<std::string> block_key() const override { return std::string(); }  // stateless
 };
 
 }  // namespace cocodiff::dit

@@ -22,6 +22,7 @@ namespace cocodiff::dit {
 inline constexpr double kBytesPerElement = 2.0;
 
 class MathCache;
+class BlockReplay;
 
 /// One charge of a computation shared by tiles, kept to be charged again on another tile.
 struct RecordedCharge {
@@ -36,6 +37,7 @@ struct Exec {
   bool phantom = false;
   MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
   std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
+  BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
 
   /// Charges one operation on this tile. `elements_moved` counts every element read or written.
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {

@@ -1,8 +1,7 @@
 #include "dit/pipeline.hpp"
 
-#include <unordered_map>
-
 #include "core/errors.hpp"
+#include "dit/block_replay.hpp"
 #include "dit/layers.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
@@ -85,49 +84,13 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
   return Tensor::from(std::move(m));
 }
 
-// The strategy statistics a step added (sums only: the V-Major cache size is a high-water mark).
-StrategyStats stats_added(const StrategyStats& after, const StrategyStats& before) {
-  StrategyStats d = after;
-  for (auto& [kind, v] : d.v_first) {
-    auto it = before.v_first.find(kind);
-    if (it == before.v_first.end()) continue;
-    const VFirstKindStats& b = it->second;
-    v.layers -= b.layers;
-    v.v_proj_s -= b.v_proj_s;
-    v.qk_prep_s -= b.qk_prep_s;
-    v.v_phase1_s -= b.v_phase1_s;
-    v.v_transfer_s -= b.v_transfer_s;
-    v.v_exposed_s -= b.v_exposed_s;
-    v.condition_held -= b.condition_held;
-    v.phase1_hidden -= b.phase1_hidden;
-  }
-  for (auto& [tier, v] : d.v_major) {
-    auto it = before.v_major.find(tier);
-    if (it == before.v_major.end()) continue;
-    v.full_elements -= it->second.full_elements;
-    v.sent_elements -= it->second.sent_elements;
-    v.blocks -= it->second.blocks;
-    v.active_blocks -= it->second.active_blocks;
-  }
-  d.v_major_cache_bytes = 0;
-  d.ranks = 0;
-  return d;
-}
-
-// What a simulated step did on this rank beyond the emulator's own accounting, kept so that a
-// replayed step (Communicator::begin_region) adds the same.
-struct StepEffect {
-  StrategyStats stats;
-  int forwards = 0;
-};
-
 }  // namespace
 
 RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                    const RunSettings& st) {
   const bool phantom = st.phantom;
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
-  const Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
+  Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
   const int cell = cfg.vae_scale * cfg.patch_size;
   for (const int px : {st.pixel_height(), st.pixel_width()})
     if (px <= 0 || px % cell != 0)
@@ -197,25 +160,15 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
                           : make_text_conditioning(cfg, st.seed, true, phantom);
 
-  // Every step is a region of the run (Communicator::begin_region): in phantom mode a step is a
-  // function of its key and of the start state alone, so the emulator may replay one it has
-  // already simulated from the same state instead of running it again.
-  std::unordered_map<std::uint64_t, StepEffect> step_effects;
-  StrategyStats replayed_stats;
-  replayed_stats.ranks = 0;
+  // Every step and every transformer block is a region of the run (Communicator::begin_region):
+  // in phantom mode a block is a function of its kind, of the strategy's state and of its start
+  // state, so the emulator may replay one it has already simulated from the same state instead
+  // of running it again (BlockReplay). What lies between blocks is simulated.
+  BlockReplay blocks(*attn, phantom);
+  ex.blocks = &blocks;
   for (int i = 0; i < out.steps; ++i) {
     if (st.on_step) st.on_step(comm.rank(), i);
-    const Communicator::RegionMark mark = comm.begin_region("step " + attn->step_key(i), phantom);
-    if (mark.replayed) {
-      auto it = step_effects.find(mark.id);
-      COCO_CHECK(it != step_effects.end(), "a replayed step was never simulated on this rank");
-      replayed_stats.merge(it->second.stats);
-      out.forwards += it->second.forwards;
-      continue;
-    }
-    const bool keep = phantom && mark.id != 0;
-    const StrategyStats stats_before = keep ? attn->stats() : StrategyStats{};
-    const int forwards_before = out.forwards;
+    comm.begin_region("step " + attn->step_key(i), false);
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
     int pass = 0;
@@ -264,9 +217,6 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
     euler_step(ex, x, v, sigma, next);
     if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
-    if (keep)
-      step_effects[mark.id] = {stats_added(attn->stats(), stats_before),
-                               out.forwards - forwards_before};
   }
   comm.begin_region("latent gather", false);
 
@@ -288,7 +238,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
   out.latent = unpatchify(tokens, c, lh, lw, p);
   out.strategy_stats = attn->stats();
-  out.strategy_stats.merge(replayed_stats);  // sums only: its ranks and cache size are 0
+  out.strategy_stats.merge(blocks.replayed());  // sums only: its ranks and cache size are 0
   return out;
 }
 

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "dit/block_replay.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -63,26 +64,30 @@ class DitXl final : public Model {
     silu(ex, c_silu, "c_silu");
 
     for (int i = 0; i < cfg_.double_blocks; ++i) {
-      const std::string b = "blocks." + std::to_string(i) + ".";
-      const std::vector<Tensor> m = models::modulation(ex, w, b + "adaLN_modulation.1", c_silu, 6);
-      const Tensor hn = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm1");
-      models::StreamQkv s;
-      s.x = &hn;
-      s.sharded = true;
-      s.total_tokens = in.shard.total;
-      for (int part = 0; part < 3; ++part) {
-        s.w[part] = &w.get(b + "attn.qkv.weight");
-        s.b[part] = &w.get(b + "attn.qkv.bias");
-        s.row_offset[part] = part * d;
-      }
-      const models::ModelQkv src({s}, cfg_.head_dim, batch, cfg_.norm_eps);
-      std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "dit"});
-      gated_residual(ex, h, models::dense(ex, w, b + "attn.proj", o[0], "attn_out"), &m[2], batch,
-                     "residual");
-      const Tensor hm = models::norm_modulate(ex, h, m[3], m[4], batch, cfg_.norm_eps, "norm2");
-      gated_residual(ex, h, models::mlp_gelu(ex, w, b + "mlp.fc1", b + "mlp.fc2", hm), &m[5], batch,
-                     "residual");
+      run_block(ex, "dit", 1, [&] {
+        const std::string b = "blocks." + std::to_string(i) + ".";
+        const std::vector<Tensor> m =
+            models::modulation(ex, w, b + "adaLN_modulation.1", c_silu, 6);
+        const Tensor hn = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm1");
+        models::StreamQkv s;
+        s.x = &hn;
+        s.sharded = true;
+        s.total_tokens = in.shard.total;
+        for (int part = 0; part < 3; ++part) {
+          s.w[part] = &w.get(b + "attn.qkv.weight");
+          s.b[part] = &w.get(b + "attn.qkv.bias");
+          s.row_offset[part] = part * d;
+        }
+        const models::ModelQkv src({s}, cfg_.head_dim, batch, cfg_.norm_eps);
+        std::vector<Tensor> o = attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "dit"});
+        gated_residual(ex, h, models::dense(ex, w, b + "attn.proj", o[0], "attn_out"), &m[2], batch,
+                       "residual");
+        const Tensor hm = models::norm_modulate(ex, h, m[3], m[4], batch, cfg_.norm_eps, "norm2");
+        gated_residual(ex, h, models::mlp_gelu(ex, w, b + "mlp.fc1", b + "mlp.fc2", hm), &m[5],
+                       batch, "residual");
+      });
     }
+    end_blocks(ex);
     const std::vector<Tensor> m =
         models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
     const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "dit/block_replay.hpp"
 #include "dit/math_cache.hpp"
 #include "dit/models/common.hpp"
 
@@ -179,9 +180,13 @@ class Flux final : public Model {
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
     for (int i = 0; i < cfg_.double_blocks; ++i)
-      models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, opt,
-                          temb, rope, in.shard.total, batch, h, c);
-    for (int i = 0; i < cfg_.single_blocks; ++i) single_block(ex, w, attn, i, temb, rope, in, c, h);
+      run_block(ex, "flux double", 1, [&] {
+        models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
+                            opt, temb, rope, in.shard.total, batch, h, c);
+      });
+    for (int i = 0; i < cfg_.single_blocks; ++i)
+      run_block(ex, "flux single", 1, [&] { single_block(ex, w, attn, i, temb, rope, in, c, h); });
+    end_blocks(ex);
     return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
   }
 };

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "dit/block_replay.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -109,9 +110,12 @@ class Flux2 final : public Model {
     const models::StreamRope rope{&img_rope, &txt_rope};
 
     for (int i = 0; i < cfg_.double_blocks; ++i)
-      double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h);
+      run_block(ex, "flux2 double", 1,
+                [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
     for (int i = 0; i < cfg_.single_blocks; ++i)
-      single_block(ex, w, attn, i, m_single, rope, in, c, h);
+      run_block(ex, "flux2 single", 1,
+                [&] { single_block(ex, w, attn, i, m_single, rope, in, c, h); });
+    end_blocks(ex);
     return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
   }
 

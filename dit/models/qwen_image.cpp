@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "dit/block_replay.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -67,8 +68,11 @@ class QwenImage final : public Model {
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
     for (int i = 0; i < cfg_.double_blocks; ++i)
-      models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, opt,
-                          temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
+      run_block(ex, "qwen-image joint", 1, [&] {
+        models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
+                            opt, temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
+      });
+    end_blocks(ex);
     return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
   }
 };

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/errors.hpp"
+#include "dit/block_replay.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -82,9 +83,18 @@ class Sd3 final : public Model {
                                      "time_text_embed.text_embedder.linear_2", *in.pooled),
                    nullptr, batch, "temb_add");
     silu(ex, temb, "temb_silu");
-    for (int i = 0; i < cfg_.double_blocks; ++i)
-      models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
-                          block_options(i), temb, {}, in.shard.total, batch, h, c);
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
+      const models::JointBlockOptions o = block_options(i);
+      // The last block (text not updated) and SD3.5 Medium's dual-attention blocks differ.
+      const char* kind = o.context_pre_only ? "sd3 joint, context pre-only"
+                         : o.dual_attention ? "sd3 joint, dual attention"
+                                            : "sd3 joint";
+      run_block(ex, kind, o.dual_attention ? 2 : 1, [&] {
+        models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, o,
+                            temb, {}, in.shard.total, batch, h, c);
+      });
+    }
+    end_blocks(ex);
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
                                   in.all_channels ? cfg_.out_channels : cfg_.latent_channels,

@@ -153,6 +153,17 @@ std::string SpAttention::step_key(int step) const {
   return VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective";
 }
 
+std::optional<std::string> SpAttention::block_key() const {
+  if (!f_.v_major) return step_key(step_);
+  if (!v_major_) return std::nullopt;  // made by the first layer
+  // V-Major counts a layer's cache the first time it exchanges that layer's V.
+  return step_key(step_) + (v_major_->next_layer_seen() ? "" : ", first exchange of the layer");
+}
+
+void SpAttention::skip_layers(int layers, double v_major_cache_bytes) {
+  if (v_major_) v_major_->skip_layers(layers, v_major_cache_bytes);
+}
+
 StrategyStats SpAttention::stats() const {
   StrategyStats s;
   s.v_first = v_first_;

@@ -61,6 +61,8 @@ class SpAttention final : public AttentionStrategy {
   void begin_forward(int step, int pass) override;
   StrategyStats stats() const override;
   std::string step_key(int step) const override;
+  std::optional<std::string> block_key() const override;
+  void skip_layers(int layers, double v_major_cache_bytes) override;
 
  private:
   std::string name_;

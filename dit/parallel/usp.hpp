@@ -30,6 +30,7 @@ class UlyssesRing final : public AttentionStrategy {
   int index() const override { return world_.rank(); }
   std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                              const AttentionShape& shape) override;
+  std::optional<std::string> block_key() const override { return std::string(); }  // stateless
   int ulysses_degree() const { return ulysses_comm_->size(); }
   int ring_degree() const { return ring_comm_->size(); }
 

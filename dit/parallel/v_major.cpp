@@ -49,6 +49,14 @@ VMajorCache::VMajorCache(const StrategyOptions& options, const Topology& topo, b
   }
 }
 
+void VMajorCache::skip_layers(int layers, double cache_bytes) {
+  for (int i = 0; i < layers; ++i) {
+    const int l = pass_ * 65536 + layer_++;
+    if (seen_layers_.insert(l).second) counted_whole_.insert(l);
+  }
+  cache_elements_ += cache_bytes / kBytesPerElement;
+}
+
 void VMajorCache::begin_forward(int step, int pass) {
   pass_ = pass;
   layer_ = 0;
@@ -115,8 +123,9 @@ void VMajorChannel::begin_pass(int phase, bool held) {
   // One pass visits the same blocks every step (a sender's mirror in pack and record_sent, a
   // receiver's copy in unpack and record_received), so counting its first visit counts every
   // distinct block once.
-  counting_ =
-      !c_.phantom_ || c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second;
+  counting_ = !c_.phantom_ ||
+              (c_.counted_whole_.count(layer_) == 0 &&
+               c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second);
 }
 
 void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {

@@ -33,7 +33,17 @@ class VMajorCache {
   /// Whether `step` sends everything (a warm-up or refresh step) under `options`.
   static bool full_step_at(const StrategyOptions& options, int step);
   /// Key of the next attention layer of the current pass.
-  int next_layer() { return pass_ * 65536 + layer_++; }
+  int next_layer() {
+    const int l = pass_ * 65536 + layer_++;
+    seen_layers_.insert(l);
+    return l;
+  }
+  /// Whether the next attention layer of the current pass was exchanged before (its cache
+  /// counted); a replayed block's layers are skipped (BlockReplay).
+  bool next_layer_seen() const { return seen_layers_.count(pass_ * 65536 + layer_) > 0; }
+  /// A replayed block's layers: advanced past, their cache (`cache_bytes`, what a simulated
+  /// block of the same key counted) added, and never counted again.
+  void skip_layers(int layers, double cache_bytes);
   /// Warm-up and refresh steps send everything.
   bool full_step() const { return full_; }
   bool tier_selected(int tier) const;
@@ -49,6 +59,8 @@ class VMajorCache {
   bool phantom_;
   std::vector<bool> tier_on_;
   int pass_ = 0, layer_ = 0;
+  std::unordered_set<int> seen_layers_;
+  std::unordered_set<int> counted_whole_;  // phantom: layers whose cache skip_layers added
   bool full_ = true;
   // (layer, phase, source, destination) -> block values: what each receiver holds (mirror,
   // kept by the sender) and what this rank holds as a receiver.

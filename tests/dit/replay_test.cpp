@@ -112,6 +112,43 @@ TEST(Replay, EveryStrategyGivesTheSimulatedTimelineOnAnyWorkerCount) {
   }
 }
 
+// Transformer blocks are regions too: within one step, a block of a kind already simulated
+// from the same start state is replayed, and the run stays the simulated one. Models whose
+// blocks differ (SD3's last block, SD3.5 Medium's dual-attention blocks) name their kinds.
+TEST(Replay, BlocksOfOneKindAreReplayedWithinAStep) {
+  struct Case {
+    std::string model;
+    int doubles, singles;
+  };
+  for (const Case& c : {Case{"flux1-dev", 3, 6}, Case{"sd35-medium", 8, 0}, Case{"dit-xl-2", 5, 0},
+                        Case{"qwen-image", 4, 0}}) {
+    ModelConfig cfg = load_model_preset(c.model);
+    cfg.double_blocks = c.doubles;
+    cfg.single_blocks = c.singles;
+    if (c.model == "sd35-medium") cfg.dual_attention_blocks = 3;
+    for (const std::string strategy :
+         {"flat", "tapa", "v_first", "tapa+v_first+pipeline", "cocodiff", "usp"}) {
+      if (c.model != "flux1-dev" && strategy != "flat" && strategy != "cocodiff") continue;
+      SCOPED_TRACE(c.model + " " + strategy);
+      RunSettings st = phantom_settings(strategy, 1);
+      st.resolution = c.model == "dit-xl-2" ? 256 : 128;
+      emu::Engine off = aurora(2, "maxmin", 1, false);
+      emu::Engine on = aurora(2, "maxmin", 1, true);
+      const Outcome ref = run(off, cfg, st);
+      const Outcome got = run(on, cfg, st);
+      expect_same_timeline(got.result, ref.result);
+      EXPECT_GE(got.result.regions_replayed, 1u);  // one step: only blocks can be replayed
+      EXPECT_EQ(got.stats.v_major_cache_bytes, ref.stats.v_major_cache_bytes);
+      for (const auto& [tier, v] : ref.stats.v_major) {
+        EXPECT_EQ(got.stats.v_major.at(tier).blocks, v.blocks);
+        EXPECT_EQ(got.stats.v_major.at(tier).sent_elements, v.sent_elements);
+      }
+      for (const auto& [kind, v] : ref.stats.v_first)
+        EXPECT_EQ(got.stats.v_first.at(kind).layers, v.layers);
+    }
+  }
+}
+
 // V-Major refresh steps send everything: their key differs from a selective step's, so a
 // refresh step is simulated (the first time from its start state), never replayed from a
 // selective one, and the timeline stays the simulated one.

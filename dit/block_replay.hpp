@@ -1,0 +1,63 @@
+#pragma once
+// Transformer blocks as regions of the run (Communicator::begin_region). In phantom mode a
+// block's work is a function of its kind (the model's name for blocks that do the same work)
+// and of the strategy's state (AttentionStrategy::block_key), so the emulator may replay a
+// block it has already simulated from the same start state (the tiles' clock offsets, nothing
+// in flight) instead of simulating it again: the 57 blocks of a FLUX step are two kinds, and
+// after a few blocks their start states repeat. A rank's BlockReplay keeps what a simulated
+// block did beyond the emulator's own accounting (the strategy's statistics), so that a
+// replayed block adds the same. Real math marks the same regions and never replays.
+//
+//   BlockReplay blocks(attn, phantom);
+//   ex.blocks = &blocks;
+//   for (int i = 0; i < n; ++i) run_block(ex, "flux single", 1, [&] { single_block(ex, i); });
+//   end_blocks(ex);                            // after the last block of a pass
+//   stats.merge(blocks.replayed());            // what the replayed blocks measured
+
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <unordered_map>
+
+#include "dit/attention_strategy.hpp"
+#include "dit/exec.hpp"
+
+namespace cocodiff::dit {
+
+/// The strategy statistics added between two snapshots (sums only: the V-Major cache size is a
+/// high-water mark, and ranks are not added).
+StrategyStats stats_added(const StrategyStats& after, const StrategyStats& before);
+
+class BlockReplay {
+ public:
+  /// `attn` is the rank's strategy (borrowed, must outlive this object).
+  BlockReplay(AttentionStrategy& attn, bool phantom);
+  /// Marks a region for one block of `kind` with `attention_layers` attention layers, and runs
+  /// `body` unless the emulator replays it.
+  void run(Communicator& world, std::string_view kind, int attention_layers,
+           const std::function<void()>& body);
+  /// Marks the end of a pass's blocks (what follows them is not a block).
+  static void end(Communicator& world);
+  /// Statistics of the replayed blocks (sums only: ranks and cache size are 0).
+  const StrategyStats& replayed() const { return replayed_; }
+  std::uint64_t blocks_replayed() const { return blocks_replayed_; }
+
+ private:
+  AttentionStrategy& attn_;
+  bool phantom_;
+  struct Effect {
+    StrategyStats stats;             // what the block added (sums)
+    double v_major_cache_bytes = 0;  // what it added to the V-Major cache
+  };
+  std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did
+  StrategyStats replayed_;
+  std::uint64_t blocks_replayed_ = 0;
+};
+
+/// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.
+void run_block(const Exec& ex, std::string_view kind, int attention_layers,
+               const std::function<void()>& body);
+/// After the last block of a pass, when the run marks blocks.
+void end_blocks(const Exec& ex);
+
+}  // namespace cocodiff::dit
