@@ -4,8 +4,13 @@
 //  real     the wall time of real math on 1 tile against the same run spread over P emulated
 //           tiles (the emulation's cost over the math itself);
 //  math     a transformer block's GFLOP/s next to Eigen GEMM's (runs bench_dit_block);
-//  replay   phantom CPU seconds per strategy with step replay off (today's simulation of every
-//           step) and on, interleaved, medians of --repeats, and the command of each run.
+//  grid     the paper study's grid as whole images: 4 models x 3 resolutions x 4 node counts x
+//           5 strategies at each model's default step count (phantom, Aurora), one run after
+//           another: total CPU and wall seconds, and each run's;
+//  replay   phantom CPU and wall seconds per strategy with replay off (every step and block
+//           simulated, the cost before replay) and on (repeated steps and blocks replayed),
+//           interleaved, medians of --repeats, the issue's figures beside them at its
+//           configuration, and the command of each run.
 // Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
 //
 //   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math] [--nodes 1,2,4]
@@ -18,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -27,7 +33,7 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real", "math", "replay"};
+  std::set<std::string> parts = {"phantom", "real", "math", "replay", "grid"};
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
   std::string model = "flux1-dev";
   int resolution = 1024;
@@ -45,6 +51,11 @@ struct Options {
   int replay_resolution = 2048;
   int replay_steps = 28;
   int repeats = 3;
+  std::vector<std::string> grid_models = {"flux1-dev", "sd35-large", "qwen-image", "sd35-medium"};
+  std::vector<int> grid_resolutions = {1024, 2048, 4096};
+  std::vector<int> grid_nodes = {1, 2, 4, 8};
+  std::vector<std::string> grid_strategies = {"flat", "tapa", "v_first", "cocodiff", "usp"};
+  int grid_steps = 0;              // 0: each model's default
   std::filesystem::path baseline;  // real: a cocodiff built before a change, run beside it
 };
 
@@ -64,6 +75,11 @@ Options parse(const Args& a) {
     o.replay_resolution = 512;
     o.replay_steps = 4;
     o.repeats = 1;
+    o.grid_models = {"flux1-dev"};
+    o.grid_resolutions = {512};
+    o.grid_nodes = {1};
+    o.grid_strategies = {"flat", "cocodiff"};
+    o.grid_steps = 3;
   }
   for (size_t i = 0; i < a.rest.size(); ++i) {
     const std::string& k = a.rest[i];
@@ -345,12 +361,25 @@ void real(const Args& a, const Options& o) {
        900, 500);
 }
 
-// Step replay: the same phantom run simulated step by step (replay off, what every run cost
-// before replay) and with repeated steps replayed, interleaved so that both see the same load.
-// Both must give the same virtual time, bytes and timeline hash; the bench fails otherwise.
+// The issue's figures for FLUX.1-dev 2048^2, 28 steps, 8 Aurora nodes, phantom, one worker, CPU
+// seconds, measured before any replay: printed beside ours for that configuration only.
+std::string figure_before_replay(const std::string& strategy) {
+  static const std::map<std::string, std::string> before = {
+      {"usp", "11"}, {"tapa", "~34"}, {"v_first", "~41"}, {"flat", "~78"}, {"cocodiff", "84-119"}};
+  auto it = before.find(strategy);
+  return it == before.end() ? "-" : it->second;
+}
+
+// Region replay: the same phantom run with every region simulated (replay off, what every run
+// cost before replay) and with repeated steps and blocks replayed, interleaved so that both see
+// the same load. Both must give the same virtual time, bytes and timeline hash; the bench fails
+// otherwise.
 void replay(const Args& a, const Options& o) {
+  const bool issue_point = o.model == "flux1-dev" && o.replay_resolution == 2048 &&
+                           o.replay_nodes == 8 && o.replay_steps == 28;
   Table t({"strategy", "tiles", "steps", "virtual s", "CPU s off", "CPU s on", "speedup",
-           "steps replayed", "peak RSS MiB on", "command (add --set emulator.replay=false)"});
+           "wall s off", "wall s on", "issue's CPU s (before)", "regions replayed",
+           "peak RSS MiB on", "command (add --set emulator.replay=false)"});
   Progress progress(o.replay_strategies.size() * static_cast<size_t>(o.repeats) * 2);
   for (const std::string& s : o.replay_strategies) {
     const std::vector<std::string> sets = {
@@ -364,7 +393,7 @@ void replay(const Args& a, const Options& o) {
         "--set", "ulysses.uneven_heads=true",
         "--set", "v_major.warmup_steps=1",
         "--set", "emulator.trace=false"};
-    std::vector<double> cpu[2];
+    std::vector<double> cpu[2], wall[2];
     ChildRun last[2];
     for (int rep = 0; rep < o.repeats; ++rep)
       for (int on = 0; on < 2; ++on) {
@@ -374,6 +403,7 @@ void replay(const Args& a, const Options& o) {
         last[on] = run_cocodiff(a, x, fmt("replay_%s_%s_%d", s.c_str(), on ? "on" : "off", rep));
         if (!last[on].ok()) fail(last[on], "replay run of " + s);
         cpu[on].push_back(last[on].cpu_s);
+        wall[on].push_back(last[on].wall_s);
       }
     const nlohmann::json &off = last[0].report, &on = last[1].report;
     for (const char* key : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
@@ -387,7 +417,9 @@ void replay(const Args& a, const Options& o) {
     const double c0 = median(cpu[0]), c1 = median(cpu[1]);
     t.add({s, std::to_string(on["ranks"].get<int>()), std::to_string(o.replay_steps),
            fmt("%.4f", on["virtual_time_s"].get<double>()), fmt("%.2f", c0), fmt("%.2f", c1),
-           fmt("%.2f", c0 / c1), std::to_string(on["regions_replayed"].get<int>()),
+           fmt("%.2f", c0 / c1), fmt("%.2f", median(wall[0])), fmt("%.2f", median(wall[1])),
+           issue_point ? figure_before_replay(s) : "-",
+           std::to_string(on["regions_replayed"].get<int>()),
            fmt("%.0f", static_cast<double>(last[1].maxrss_kib) / 1024), cmd},
           {{"strategy", s},
            {"tiles", on["ranks"]},
@@ -397,7 +429,10 @@ void replay(const Args& a, const Options& o) {
            {"cpu_s_replay_on", cpu[1]},
            {"median_cpu_s_replay_off", c0},
            {"median_cpu_s_replay_on", c1},
-           {"steps_replayed", on["regions_replayed"]},
+           {"wall_s_replay_off", wall[0]},
+           {"wall_s_replay_on", wall[1]},
+           {"issue_cpu_s_before_replay", issue_point ? figure_before_replay(s) : "-"},
+           {"regions_replayed", on["regions_replayed"]},
            {"peak_rss_mib_replay_on", static_cast<double>(last[1].maxrss_kib) / 1024},
            {"timeline_sha256", on["timeline_sha256"]},
            {"command", cmd}});
@@ -411,8 +446,99 @@ void replay(const Args& a, const Options& o) {
             {"workers", a.workers},
             {"note",
              "CPU s = user + system CPU of the child, median of the repeats, off and on "
-             "interleaved; replay off simulates every step (the cost before step replay); both "
-             "give the same virtual time, bytes, flows and timeline hash (checked)"}});
+             "interleaved; replay off simulates every step and block (the cost before replay); "
+             "both give the same virtual time, bytes, flows and timeline hash (checked)"}});
+}
+
+// The study grid as whole images, one run at a time, one worker each: what a what-if sweep of
+// the paper's configurations costs. SD3.5's learned position table stops at 3072 px.
+void grid(const Args& a, const Options& o) {
+  Table t({"model", "runs", "CPU s", "wall s", "largest run CPU s", "its configuration"});
+  struct Point {
+    std::string model, strategy;
+    int res, nodes;
+  };
+  std::vector<Point> points;
+  for (const std::string& m : o.grid_models)
+    for (int res : o.grid_resolutions) {
+      if ((m == "sd35-large" || m == "sd35-medium") && res > 3072) continue;
+      for (int n : o.grid_nodes)
+        for (const std::string& s : o.grid_strategies) points.push_back({m, s, res, n});
+    }
+  Progress progress(points.size());
+  nlohmann::json runs = nlohmann::json::array();
+  struct Sum {
+    int runs = 0;
+    double cpu = 0, wall = 0, max_cpu = 0;
+    std::string max_at;
+  };
+  std::map<std::string, Sum> by_model;
+  Sum all;
+  for (const Point& p : points) {
+    const std::string what =
+        fmt("%s %dpx %d node(s) %s", p.model.c_str(), p.res, p.nodes, p.strategy.c_str());
+    progress.step(what);
+    std::vector<std::string> x = {"--set", "run.math=skip",
+                                  "--set", "model.preset=" + p.model,
+                                  "--set", "run.resolution=" + std::to_string(p.res),
+                                  "--set", "run.strategy=" + p.strategy,
+                                  "--set", "cluster.preset=aurora",
+                                  "--set", "cluster.nodes=" + std::to_string(p.nodes),
+                                  "--set", "ulysses.uneven_heads=true",
+                                  "--set", "emulator.trace=false"};
+    if (o.grid_steps > 0) x.insert(x.end(), {"--set", fmt("run.steps=%d", o.grid_steps)});
+    const ChildRun r = run_cocodiff(
+        a, x, fmt("grid_%s_%d_%d_%s", p.model.c_str(), p.res, p.nodes, p.strategy.c_str()));
+    if (!r.ok()) fail(r, "grid run " + what);
+    for (Sum* sum : {&by_model[p.model], &all}) {
+      ++sum->runs;
+      sum->cpu += r.cpu_s;
+      sum->wall += r.wall_s;
+      if (r.cpu_s > sum->max_cpu) {
+        sum->max_cpu = r.cpu_s;
+        sum->max_at = what;
+      }
+    }
+    runs.push_back({{"model", p.model},
+                    {"resolution", p.res},
+                    {"nodes", p.nodes},
+                    {"strategy", p.strategy},
+                    {"steps", r.report["steps"]},
+                    {"tiles", r.report["ranks"]},
+                    {"virtual_time_s", r.report["virtual_time_s"]},
+                    {"regions_replayed", r.report["regions_replayed"]},
+                    {"cpu_s", r.cpu_s},
+                    {"wall_s", r.wall_s},
+                    {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024}});
+  }
+  progress.done();
+  auto add = [&t](const std::string& name, const Sum& s, nlohmann::json extra) {
+    nlohmann::json j = {{"model", name},
+                        {"runs", s.runs},
+                        {"cpu_s", s.cpu},
+                        {"wall_s", s.wall},
+                        {"largest_cpu_s", s.max_cpu},
+                        {"largest_at", s.max_at}};
+    if (extra.is_object()) j.update(extra);
+    t.add({name, std::to_string(s.runs), fmt("%.1f", s.cpu), fmt("%.1f", s.wall),
+           fmt("%.2f", s.max_cpu), s.max_at},
+          j);
+  };
+  for (const auto& [m, s] : by_model) add(m, s, {});
+  add("all", all, {{"runs_detail", runs}});
+  std::string cmd =
+      "cocodiff run configs/flux1-tiny-24tiles.toml --set run.math=skip --set "
+      "model.preset=M --set run.resolution=R --set run.strategy=S --set "
+      "cluster.preset=aurora --set cluster.nodes=N --set ulysses.uneven_heads=true "
+      "--set emulator.trace=false";
+  cmd += fmt(" --set emulator.workers=%d", a.workers);
+  if (o.grid_steps > 0) cmd += fmt(" --set run.steps=%d", o.grid_steps);
+  t.finish(a, "emulator_grid",
+           {{"command", cmd},
+            {"note",
+             "whole images at each model's default step count (FLUX.1-dev and SD3.5 Large 28, "
+             "SD3.5 Medium 40, Qwen-Image 50), phantom, one run at a time; CPU s = user + "
+             "system of each child, summed"}});
 }
 
 // Math throughput: bench_dit_block's block GFLOP/s against Eigen GEMM in the same run.
@@ -456,7 +582,7 @@ void math(const Args& a, const Options& o) {
 int main_impl(int argc, char** argv) {
   const Args a =
       parse_args(argc, argv,
-                 " [--parts phantom,real,math,replay] [--nodes 1,2,..] [--model M] "
+                 " [--parts phantom,real,math,replay,grid] [--nodes 1,2,..] [--model M] "
                  "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
                  "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
                  "[--baseline OLD_COCODIFF] "
@@ -473,6 +599,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("real")) real(a, o);
   if (o.parts.count("math")) math(a, o);
   if (o.parts.count("replay")) replay(a, o);
+  if (o.parts.count("grid")) grid(a, o);
   return 0;
 }
 
