@@ -23,6 +23,12 @@ void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
          "Ring-attention degree over outer topology levels (usp; parallel.ring_degree)")
       ->check(CLI::PositiveNumber);
   cmd->add_option_function<int>(
+         "--cfg-degree",
+         [&sets](int n) { sets.push_back("parallel.cfg_degree=" + std::to_string(n)); },
+         "CFG-parallel degree, 1 or 2: conditional and unconditional passes on two halves of the "
+         "ranks (parallel.cfg_degree)")
+      ->check(CLI::Range(1, 2));
+  cmd->add_option_function<int>(
          "--batch-size", [&sets](int n) { sets.push_back("run.batch_size=" + std::to_string(n)); },
          "Images per run, image i seeded with run.seed + i (run.batch_size)")
       ->check(CLI::PositiveNumber);

@@ -17,8 +17,8 @@ std::unique_lock<std::mutex> hold_interrupts();
 /// another rank's abort, which reports the error).
 void quiet_interrupts();
 void add_validate_command(CLI::App& app);
-/// --ulysses-degree N and --ring-degree N on `cmd` (xDiT's flags): each appends
-/// parallel.ulysses_degree=N / parallel.ring_degree=N to `sets`, which must outlive the parse.
+/// --ulysses-degree N, --ring-degree N and --cfg-degree N on `cmd` (xDiT's flags): each appends
+/// parallel.ulysses_degree / ring_degree / cfg_degree = N to `sets`, which must outlive the parse.
 void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets);
 void add_forward_command(CLI::App& app);
 void add_compare_command(CLI::App& app);

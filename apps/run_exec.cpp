@@ -28,6 +28,7 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   nlohmann::ordered_json r;
   r["backend"] = backend;
   r["strategy"] = plan.settings.strategy;
+  r["cfg_degree"] = plan.settings.cfg_degree;
   r["model"] = plan.model.name;
   r["cluster"] = plan.cluster.name;
   r["network"] = plan.cluster.network_kind;

@@ -156,9 +156,11 @@ void record_derived_values(RunPlan& plan, int ulysses_degree) {
           "cluster.preset",
           toml::value<std::string>(std::filesystem::absolute(plan.cluster.source).string()));
   }
+  const int sp_ranks = plan.ranks() / plan.settings.cfg_degree;
   cfg.set_effective("parallel.ulysses_degree", toml::value<std::int64_t>(ulysses_degree));
   cfg.set_effective("parallel.ring_degree",
-                    toml::value<std::int64_t>(plan.ranks() / std::max(1, ulysses_degree)));
+                    toml::value<std::int64_t>(sp_ranks / std::max(1, ulysses_degree)));
+  cfg.set_effective("parallel.cfg_degree", toml::value<std::int64_t>(plan.settings.cfg_degree));
 }
 
 }  // namespace
@@ -212,6 +214,31 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   }
   read_strategy_options(cfg, s.strategy_options);
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
+  // CFG-parallel: the conditional and unconditional passes on two halves of the ranks.
+  s.cfg_degree = static_cast<int>(cfg.get_int("parallel.cfg_degree", 1, 1, 2));
+  if (s.cfg_degree == 2) {
+    const double scale = s.cfg_scale >= 0 ? s.cfg_scale : plan.model.cfg_scale;
+    if (plan.model.cfg_mode == dit::CfgMode::kNone || scale == 1.0)
+      throw ConfigError(cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
+                        "1 for " + plan.model.name +
+                            (plan.model.cfg_mode == dit::CfgMode::kNone
+                                 ? " (it has no unconditional pass: guidance is an input)"
+                                 : " at guidance scale 1 (run.cfg_scale: no unconditional pass)"),
+                        "2");
+    if (plan.ranks() % 2 != 0)
+      throw ConfigError(
+          cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
+          "a degree that divides the cluster's " + std::to_string(plan.ranks()) + " ranks", "2");
+    if (s.strategy == "usp" || user_strategy)
+      throw ConfigError(cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
+                        "1 with run.strategy \"" + s.strategy +
+                            "\" (CFG-parallel runs strategies on half the ranks; " +
+                            (user_strategy ? "a registered strategy may assume the whole cluster"
+                                           : "usp's ring spans the whole cluster") +
+                            ")",
+                        "2");
+  }
+  const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
   if (cfg.has("run.weights"))
     plan.weights_file = cfg.directory() / cfg.require_string("run.weights");
@@ -293,7 +320,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     for (size_t i = 0; i < ring_choices.size(); ++i) {
       const int ring = ring_choices[i];
       if (i > 0 && ring == ring_choices[i - 1]) continue;  // a level of size 1
-      const int u = plan.ranks() / ring;
+      if (ring > 1 && s.cfg_degree > 1) continue;          // CFG-parallel runs no ring
+      const int u = sp_ranks / ring;
       if (heads_divide && plan.model.heads % u != 0) continue;
       list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
               " --ring-degree " + std::to_string(ring);
@@ -305,13 +333,17 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     const bool has_r = cfg.has("parallel.ring_degree");
     const int u_in = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
     const int r_in = static_cast<int>(cfg.get_int("parallel.ring_degree", 0, 1, 1 << 20));
-    const int ring = has_r ? r_in : std::max(1, plan.ranks() / u_in);
-    const int ulysses = has_u ? u_in : std::max(1, plan.ranks() / r_in);
-    if (static_cast<std::int64_t>(ulysses) * ring != plan.ranks()) {
+    const int ring = has_r ? r_in : std::max(1, sp_ranks / u_in);
+    const int ulysses = has_u ? u_in : std::max(1, sp_ranks / r_in);
+    if (static_cast<std::int64_t>(ulysses) * ring != sp_ranks) {
       const std::string key = has_u ? "parallel.ulysses_degree" : "parallel.ring_degree";
       throw ConfigError(cfg.where(key), key,
-                        "degrees whose product is the cluster's " + std::to_string(plan.ranks()) +
-                            " ranks (e.g. " + split_list(false) + ")",
+                        "degrees whose product is " +
+                            (s.cfg_degree > 1 ? "the cluster's " + std::to_string(plan.ranks()) +
+                                                    " ranks / parallel.cfg_degree " +
+                                                    std::to_string(s.cfg_degree) + " = "
+                                              : std::string("the cluster's ")) +
+                            std::to_string(sp_ranks) + " ranks (e.g. " + split_list(false) + ")",
                         "ulysses " + std::to_string(ulysses) + " x ring " + std::to_string(ring) +
                             " = " + std::to_string(static_cast<std::int64_t>(ulysses) * ring));
     }
@@ -342,7 +374,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
       s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
   }
   // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
-  int ulysses_degree = plan.ranks();
+  int ulysses_degree = sp_ranks;
   if (s.strategy == "usp")
     for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
          k < plan.cluster.topology.num_levels(); ++k)
@@ -360,8 +392,9 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                             "ulysses.uneven_heads = true for DeepSpeed's uneven split" +
                             hint + ")",
                         std::to_string(plan.cluster.topology.num_nodes()) +
-                            " nodes = " + std::to_string(plan.ranks()) + " ranks, Ulysses degree " +
-                            std::to_string(ulysses_degree));
+                            " nodes = " + std::to_string(plan.ranks()) + " ranks" +
+                            (s.cfg_degree > 1 ? " / parallel.cfg_degree 2" : "") +
+                            ", Ulysses degree " + std::to_string(ulysses_degree));
     }
     const int heads = plan.model.heads;
     plan.attention_note =
@@ -375,7 +408,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
              : std::string()) +
         hint;
   }
-  if (plan.ranks() == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
+  if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
   for (const std::string& tier : s.strategy_options.v_major_tiers) {
@@ -478,6 +511,8 @@ std::string describe(const RunPlan& p, const std::string& backend,
     strategy = "strategies ";
     for (size_t i = 0; i < strategies.size(); ++i) strategy += (i ? ", " : "") + strategies[i];
   }
+  if (p.settings.cfg_degree > 1)
+    strategy += " on each half of the ranks (CFG-parallel: conditional | unconditional)";
   const Topology& t = p.cluster.topology;
   os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
      << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks

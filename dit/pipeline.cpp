@@ -84,6 +84,9 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
   return Tensor::from(std::move(m));
 }
 
+// Tag of the CFG-parallel exchange of branch outputs (point-to-point on the world group).
+constexpr int kCfgTag = 7001;
+
 }  // namespace
 
 RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
@@ -103,7 +106,25 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   const int gh = lh / p, gw = lw / p;
   const int c = cfg.latent_channels;
   const std::int64_t total = std::int64_t{gh} * gw;
-  const int ranks = comm.size(), rank = comm.rank();
+  const double scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
+  const bool use_cfg = cfg.cfg_mode != CfgMode::kNone && scale != 1.0;
+  // CFG-parallel: two halves of the ranks, one per guidance branch, each sequence-parallel.
+  if (st.cfg_degree != 1 && st.cfg_degree != 2)
+    throw ConfigError("parallel.cfg_degree " + std::to_string(st.cfg_degree) + ": expected 1 or 2");
+  const bool cfg_parallel = st.cfg_degree == 2;
+  if (cfg_parallel && !use_cfg)
+    throw ConfigError("parallel.cfg_degree 2 needs classifier-free guidance: " + cfg.name +
+                      (cfg.cfg_mode == CfgMode::kNone ? " has no unconditional pass"
+                                                      : " runs with guidance scale 1"));
+  if (cfg_parallel && comm.size() % 2 != 0)
+    throw ConfigError("parallel.cfg_degree 2 needs an even rank count, found " +
+                      std::to_string(comm.size()));
+  const int half = comm.size() / 2;
+  const int branch = cfg_parallel ? comm.rank() / half : 0;  // 0: conditional, 1: unconditional
+  std::unique_ptr<Communicator> branch_comm =
+      cfg_parallel ? comm.split(branch, comm.rank()) : nullptr;
+  Communicator& sp = cfg_parallel ? *branch_comm : comm;  // the sequence-parallel group
+  const int ranks = sp.size(), rank = sp.rank();
   const TokenShard shard = shard_tokens(total, ranks, rank);
   const int features = cfg.token_features();
 
@@ -114,15 +135,13 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   out.local_tokens = shard.count;
   out.steps = st.steps > 0 ? st.steps : cfg.default_steps;
   out.sigmas = sigma_schedule(cfg, out.steps, total);
-  const double scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
-  const bool use_cfg = cfg.cfg_mode != CfgMode::kNone && scale != 1.0;
-  out.batch = use_cfg && cfg.cfg_mode == CfgMode::kBatch ? 2 : 1;
+  out.batch = use_cfg && cfg.cfg_mode == CfgMode::kBatch && !cfg_parallel ? 2 : 1;
 
   std::unique_ptr<Model> model = make_model(cfg);
   std::unique_ptr<AttentionStrategy> attn =
-      st.make_strategy ? st.make_strategy(comm, cfg)
-                       : make_attention_strategy(st.strategy, comm, cfg, st.strategy_options,
-                                                 st.strategies.get());
+      st.make_strategy
+          ? st.make_strategy(sp, cfg)
+          : make_attention_strategy(st.strategy, sp, cfg, st.strategy_options, st.strategies.get());
 
   // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
   // so every rank draws exactly its rows of the same full tensor.
@@ -195,6 +214,21 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     Tensor v;
     if (!use_cfg) {
       v = run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
+    } else if (cfg_parallel) {
+      // This half runs its branch; the rank holding the same tokens in the other half sends
+      // the other branch's output, and both halves combine them alike.
+      const TextConditioning& mine = branch == 0 ? cond : uncond;
+      const Tensor vb = run(1, x, &mine.text, cfg.pooled_dim > 0 ? &mine.pooled : nullptr,
+                            {branch == 0 ? st.class_label : null_class});
+      Tensor vo = Tensor::uninitialized(shard.count, features, phantom);
+      const int peer = branch == 0 ? comm.rank() + half : comm.rank() - half;
+      const std::int64_t n = shard.count * features;
+      Request rr = comm.irecv(vo.data(), n, peer, kCfgTag, "cfg_branch_output");
+      Request sr = comm.isend(vb.data(), n, peer, kCfgTag, "cfg_branch_output");
+      rr.wait();
+      sr.wait();
+      v = branch == 0 ? cfg_combine(ex, vb, vo, scale, cfg.cfg_mode == CfgMode::kTrue)
+                      : cfg_combine(ex, vo, vb, scale, cfg.cfg_mode == CfgMode::kTrue);
     } else if (cfg.cfg_mode == CfgMode::kBatch) {
       // [cond; uncond] as one batch of 2.
       const Tensor x2 = repeat_rows(ex, x, 2);
@@ -228,7 +262,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     std::copy(x.data().begin(), x.data().end(), send.begin());
     recv.resize(static_cast<size_t>(max_rows * features * ranks));
   }
-  comm.all_gather(send, recv, max_rows * features, "latent_all_gather");
+  sp.all_gather(send, recv, max_rows * features, "latent_all_gather");
   Tensor tokens = Tensor::zeros(total, features, phantom);
   if (!phantom)
     for (int r = 0; r < ranks; ++r) {

@@ -37,7 +37,12 @@ struct RunSettings {
   std::string strategy = "flat";     // attention strategy (dit/parallel/strategies.hpp)
   StrategyOptions strategy_options;  // [pipeline], [v_major], [usp] settings
   double cfg_scale = -1;             // < 0: the model's default (CFG scale or FLUX guidance)
-  int class_label = 0;               // DiT class
+  /// CFG-parallel (xDiT's cfg degree): 2 runs the conditional pass on the first half of the
+  /// ranks and the unconditional one on the second half, each half sequence-parallel on its own,
+  /// exchanging their outputs once per step. Needs classifier-free guidance and a strategy that
+  /// runs on a group (not usp, whose ring spans the whole cluster).
+  int cfg_degree = 1;
+  int class_label = 0;  // DiT class
   /// Inpainting: latent [C, H*W] to keep where mask is 0, and mask [1, H*W] (1 = generate),
   /// both at latent resolution. Either both or neither.
   std::optional<Tensor> known_latent;

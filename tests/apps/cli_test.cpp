@@ -8,6 +8,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -257,6 +258,45 @@ TEST_F(Cli, ParallelDegrees) {
   EXPECT_NE(uneven.out.find("ranks 2 to 3 of each group hold none and idle in attention"),
             std::string::npos)
       << uneven.out;
+}
+
+// CFG-parallel (--cfg-degree 2): Ulysses x ring must then be half the rank count; a model with
+// no unconditional pass, usp (whose ring spans the cluster) and a degree that does not divide
+// the ranks are refused naming parallel.cfg_degree; a valid run reports its degree.
+TEST_F(Cli, CfgParallelDegree) {
+  const std::string smoke = std::string(COCODIFF_SOURCE_DIR) + "/configs/mpi-smoke.toml";
+  const std::vector<std::string> fmnist = {
+      "--set",
+      "model.preset=flux1-fmnist",
+      "--set",
+      "run.resolution=28",
+      "--set",
+      "run.weights=" + std::string(COCODIFF_SOURCE_DIR) +
+          "/configs/weights/flux1-fmnist/flux1-fmnist.safetensors"};
+  auto with = [&](std::vector<std::string> args) {
+    args.insert(args.end(), fmnist.begin(), fmnist.end());
+    return run(args);
+  };
+  // mpi-smoke's flux1-tiny is guidance-distilled: no unconditional pass to run apart.
+  expect_user_error(run({"validate", smoke, "--cfg-degree", "2"}),
+                    {"parallel.cfg_degree", "no unconditional pass"});
+  expect_user_error(with({"validate", smoke, "--cfg-degree", "2", "--ulysses-degree", "4"}),
+                    {"parallel.ulysses_degree", "4 ranks / parallel.cfg_degree 2 = 2 ranks"});
+  expect_user_error(with({"validate", smoke, "--cfg-degree", "2", "--set", "run.strategy=usp"}),
+                    {"parallel.cfg_degree", "usp's ring spans the whole cluster"});
+  expect_user_error(with({"validate", smoke, "--cfg-degree", "2", "--set", "cluster.preset=uniform",
+                          "--set", "cluster.nodes=1", "--set", "cluster.topology.sizes=[3,1]",
+                          "--set", "cluster.nic.rank_nic=[0,0,0]", "--set", "cluster.nic.count=1"}),
+                    {"parallel.cfg_degree", "divides the cluster's 3 ranks"});
+  expect_user_error(run({"validate", smoke, "--set", "parallel.cfg_degree=3"}),
+                    {"parallel.cfg_degree"});
+  EXPECT_EQ(run({"validate", smoke, "--cfg-degree", "3"}).exit_code, 2);
+  const fs::path out = dir_ / "cfg2";
+  const ChildResult ok = with({"run", smoke, "--cfg-degree", "2", "--out", out.string(), "-q"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  std::ifstream in(out / "report.json");
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("\"cfg_degree\": 2"), std::string::npos) << report;
 }
 
 // `run` without --out writes into out/<config name>/ of the working directory, not into out/
