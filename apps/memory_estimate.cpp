@@ -41,11 +41,18 @@ bool has_v_major(const std::string& strategy) {
   return strategy == "cocodiff" || strategy.find("v_major") != std::string::npos;
 }
 
-// Sequences per transformer pass: 2 with batch classifier-free guidance.
+// Sequences per transformer pass: 2 with batch classifier-free guidance (1 with CFG-parallel,
+// where each half of the ranks runs one of them).
 int batch_of(const RunPlan& plan) {
+  if (plan.settings.cfg_degree > 1) return 1;
   const dit::ModelConfig& m = plan.model;
   const double scale = plan.settings.cfg_scale >= 0 ? plan.settings.cfg_scale : m.cfg_scale;
   return m.cfg_mode == dit::CfgMode::kBatch && scale != 1.0 ? 2 : 1;
+}
+
+// Ranks of one sequence-parallel group: all of them, or one half with CFG-parallel.
+double sp_ranks(const RunPlan& plan) {
+  return static_cast<double>(plan.ranks()) / plan.settings.cfg_degree;
 }
 
 int attention_layers(const dit::ModelConfig& m) {
@@ -64,7 +71,7 @@ int attention_layers(const dit::ModelConfig& m) {
 //          ((P + 3) x N / P x features, every tile gathers the whole latent).
 double tile_activation_bytes(const RunPlan& plan) {
   const dit::ModelConfig& m = plan.model;
-  const double p = plan.ranks(), n = static_cast<double>(plan.tokens()), t = m.text_tokens;
+  const double p = sp_ranks(plan), n = static_cast<double>(plan.tokens()), t = m.text_tokens;
   const double b = batch_of(plan), h = m.hidden(), f = m.token_features();
   const double l = ceil_div(n, p);
   const double heads_here = ceil_div(m.heads, p) * m.head_dim;
@@ -90,7 +97,7 @@ double tile_v_major_bytes(const RunPlan& plan) {
       ++slow_peers;
   }
   const dit::ModelConfig& m = plan.model;
-  const double p = plan.ranks();
+  const double p = sp_ranks(plan);
   const double v = batch_of(plan) * ceil_div(static_cast<double>(plan.tokens()), p) * m.hidden();
   return 2.0 * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
 }
