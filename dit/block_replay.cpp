@@ -50,7 +50,6 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
     COCO_CHECK(it != effects_.end(), "a replayed block was never simulated on this rank");
     replayed_.merge(it->second.stats);
     attn_.skip_layers(attention_layers, it->second.v_major_cache_bytes);
-    ++blocks_replayed_;
     return;
   }
   const bool keep = phantom_ && mark.id != 0;

@@ -40,7 +40,6 @@ class BlockReplay {
   static void end(Communicator& world);
   /// Statistics of the replayed blocks (sums only: ranks and cache size are 0).
   const StrategyStats& replayed() const { return replayed_; }
-  std::uint64_t blocks_replayed() const { return blocks_replayed_; }
 
  private:
   AttentionStrategy& attn_;
@@ -51,7 +50,6 @@ class BlockReplay {
   };
   std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did
   StrategyStats replayed_;
-  std::uint64_t blocks_replayed_ = 0;
 };
 
 /// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.

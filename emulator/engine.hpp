@@ -1,7 +1,8 @@
 #pragma once
 // The emulator: N simulated tiles, each a Boost.Fiber running real code, on W worker threads,
 // exchanging real bytes through an in-process fabric timed by a NetworkModel, in deterministic
-// virtual time (a conservative discrete-event simulation; see DESIGN.md section 4).
+// virtual time (a conservative discrete-event simulation; the README's "How the emulator keeps
+// time" describes it).
 //
 //   Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers), device, {.workers = 2});
 //   RunResult r = engine.run([&](Communicator& comm) {
