@@ -254,6 +254,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.workers = static_cast<int>(cfg.get_int("emulator.workers", 1, 1, 1024));
   e.trace = cfg.get_bool("emulator.trace", true);
   e.replay = cfg.get_bool("emulator.replay", true);
+  e.collective_ops = cfg.get_bool("emulator.collective_ops", true);
   e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
   e.all_to_all_algorithm = cfg.get_choice("emulator.all_to_all", "library",
                                           {"library", "pairwise", "xor", "concurrent"});

@@ -12,14 +12,6 @@ namespace cocodiff::emu {
 
 namespace {
 
-// Collective messages use tags above every user tag: bit 63 set, then the call's sequence
-// number and the algorithm's step.
-constexpr std::uint64_t kCollectiveTagBit = std::uint64_t{1} << 63;
-
-std::uint64_t collective_tag(std::uint64_t seq, int step) {
-  return kCollectiveTagBit | (seq << 24) | static_cast<std::uint64_t>(step);
-}
-
 std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
   x += 0x9e3779b97f4a7c15ull;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -31,14 +23,14 @@ std::uint64_t mix(std::uint64_t x) {  // splitmix64 finaliser
 
 detail::ReqPtr Port::isend(std::span<const float> data, std::int64_t count, int peer, int step) {
   return kernel.post_send(fiber, group.ctx, group.members[static_cast<size_t>(me)],
-                          group.members[static_cast<size_t>(peer)], collective_tag(seq, step), data,
-                          count, label);
+                          group.members[static_cast<size_t>(peer)],
+                          detail::collective_tag(seq, step), data, count, label);
 }
 
 detail::ReqPtr Port::irecv(std::span<float> data, std::int64_t count, int peer, int step) {
   return kernel.post_recv(fiber, group.ctx, group.members[static_cast<size_t>(peer)],
-                          group.members[static_cast<size_t>(me)], collective_tag(seq, step), data,
-                          count, label);
+                          group.members[static_cast<size_t>(me)], detail::collective_tag(seq, step),
+                          data, count, label);
 }
 
 EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group group,
@@ -58,8 +50,22 @@ int EmuComm::world_rank(int group_rank) const {
   return group_->members[static_cast<size_t>(group_rank)];
 }
 
+namespace {
+struct EmuRequest final : RequestImpl {
+  detail::Kernel& kernel;
+  detail::FiberState& owner;
+  detail::ReqPtr state;
+  EmuRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
+      : kernel(k), owner(o), state(std::move(s)) {}
+  void wait() override { kernel.wait(owner, *state); }
+  bool test() override { return kernel.test(owner, *state); }
+  std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
+};
+}  // namespace
+
 Request EmuComm::start_collective(const std::string& call, std::string_view label,
-                                  std::function<void(Port&)> algo) {
+                                  std::function<void(Port&)> algo,
+                                  std::optional<detail::CollectiveSpec> spec) {
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
@@ -67,6 +73,10 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   req->call = call + " #" + std::to_string(seq);
   req->label = label;
   req->group = group_;
+  if (spec && kernel_.options().collective_ops) {
+    kernel_.start_collective_op(self_, group_, group_rank_, seq, req, std::move(*spec));
+    return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
+  }
   // The collective fiber borrows this communicator's group; the user keeps the communicator
   // alive until the request completes, as with MPI.
   kernel_.spawn_comm(
@@ -77,17 +87,6 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
         algo(port);
       },
       req);
-
-  struct EmuRequest final : RequestImpl {
-    detail::Kernel& kernel;
-    detail::FiberState& owner;
-    detail::ReqPtr state;
-    EmuRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
-        : kernel(k), owner(o), state(std::move(s)) {}
-    void wait() override { kernel.wait(owner, *state); }
-    bool test() override { return kernel.test(owner, *state); }
-    std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
-  };
   return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
 }
 
@@ -100,19 +99,34 @@ void run_all_to_all(Port& p, std::span<const float> send, std::span<float> recv,
   else
     collectives::all_to_allv_pairwise(p, send, recv, layout, a);
 }
+
+// The same schedule at the collective level (Kernel::start_collective_op).
+detail::CollectiveSpec all_to_all_spec(AllToAllAlgorithm a, std::span<const float> send,
+                                       std::span<float> recv) {
+  detail::CollectiveSpec spec;
+  spec.kind = a == AllToAllAlgorithm::kConcurrent ? detail::CollectiveSpec::Kind::kConcurrent
+                                                  : detail::CollectiveSpec::Kind::kPairwise;
+  spec.order = a;
+  spec.send = send;
+  spec.recv = recv;
+  return spec;
+}
 }  // namespace
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  std::vector<std::int64_t> counts(static_cast<size_t>(size()), count);
-  AllToAllvLayout layout = AllToAllvLayout::packed(counts, counts);
   const std::int64_t wire_bytes =
       std::llround(static_cast<double>(count) * kernel_.options().wire_bytes_per_element);
   const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
-  return start_collective("all_to_all(count=" + std::to_string(count) + ")", label,
-                          [send, recv, layout = std::move(layout), a](Port& p) {
-                            run_all_to_all(p, send, recv, layout, a);
-                          });
+  detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
+  spec.count = count;
+  return start_collective(
+      "all_to_all(count=" + std::to_string(count) + ")", label,
+      [send, recv, count, a](Port& p) {
+        std::vector<std::int64_t> counts(static_cast<size_t>(p.size()), count);
+        run_all_to_all(p, send, recv, AllToAllvLayout::packed(counts, counts), a);
+      },
+      std::move(spec));
 }
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
@@ -121,16 +135,26 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
   // choosing by its own counts could pair with a peer running another schedule).
   const AllToAllAlgorithm a =
       choose_all_to_all(kernel_.options().library, size(), std::int64_t{1} << 62);
-  return start_collective("all_to_allv", label, [send, recv, layout, a](Port& p) {
-    run_all_to_all(p, send, recv, layout, a);
-  });
+  detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
+  spec.uniform = false;
+  spec.layout = layout;
+  return start_collective(
+      "all_to_allv", label,
+      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); },
+      std::move(spec));
 }
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
+  detail::CollectiveSpec spec;
+  spec.kind = detail::CollectiveSpec::Kind::kRing;
+  spec.send = send;
+  spec.recv = recv;
+  spec.count = count;
   return start_collective(
       "all_gather(count=" + std::to_string(count) + ")", label,
-      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); });
+      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); },
+      std::move(spec));
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
@@ -149,17 +173,6 @@ void EmuComm::barrier() {
 }
 
 namespace {
-struct P2pRequest final : RequestImpl {
-  detail::Kernel& kernel;
-  detail::FiberState& owner;
-  detail::ReqPtr state;
-  P2pRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
-      : kernel(k), owner(o), state(std::move(s)) {}
-  void wait() override { kernel.wait(owner, *state); }
-  bool test() override { return kernel.test(owner, *state); }
-  std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
-};
-
 void check_tag(int tag, int rank) {
   if (tag < 0)
     throw CommError("rank " + std::to_string(rank) + ": point-to-point tags must be >= 0, got " +
@@ -172,7 +185,7 @@ Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int d
   check_tag(tag, world_rank(group_rank_));
   auto st = kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
                               static_cast<std::uint64_t>(tag), data, count, label);
-  return Request(std::make_shared<P2pRequest>(kernel_, self_, std::move(st)));
+  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(st)));
 }
 
 Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
@@ -180,7 +193,7 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
   check_tag(tag, world_rank(group_rank_));
   auto st = kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
                               static_cast<std::uint64_t>(tag), data, count, label);
-  return Request(std::make_shared<P2pRequest>(kernel_, self_, std::move(st)));
+  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(st)));
 }
 
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {

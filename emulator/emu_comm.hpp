@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "core/communicator.hpp"
 #include "emulator/detail/kernel.hpp"
@@ -41,9 +42,11 @@ class EmuComm final : public Communicator {
                    std::string_view label) override;
 
  private:
-  /// Registers the call for mismatch checks and runs `algo` on a collective fiber.
+  /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
+  /// given and EngineOptions::collective_ops) or as `algo` on a collective fiber.
   Request start_collective(const std::string& call, std::string_view label,
-                           std::function<void(struct Port&)> algo);
+                           std::function<void(struct Port&)> algo,
+                           std::optional<detail::CollectiveSpec> spec = std::nullopt);
 
   detail::Kernel& kernel_;
   detail::FiberState& self_;

@@ -58,6 +58,11 @@ struct EngineOptions {
   /// Replay regions (Communicator::begin_region) that start from a state already simulated
   /// instead of simulating them again; the timeline, bytes and hash are the same either way.
   bool replay = true;
+  /// Run all-to-all and all-gather at the collective level: the controller schedules each
+  /// call's rounds and messages directly instead of a fiber, requests and channel matching per
+  /// message. The timeline, bytes and hash are the per-message path's (false), which stays for
+  /// point-to-point, all-reduce and barrier.
+  bool collective_ops = true;
 };
 
 /// One span of the virtual timeline.

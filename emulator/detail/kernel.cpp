@@ -332,13 +332,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
   state->rank = parent.rank;
   state->is_main = false;
   state->clock = parent.clock;
-  if (parent.is_main && req->op == ReqState::Op::kCollective) {
-    TileStats& t = tiles_[static_cast<size_t>(parent.rank)];
-    req->open = true;
-    req->started = parent.clock;
-    req->overlap_mark = t.overlapped_compute;
-    ++t.open_collectives;
-  }
+  open_collective(parent, *req);
   {
     std::lock_guard<std::mutex> lk(mutex_);
     ++runnable_;
@@ -475,7 +469,7 @@ void Kernel::region_event(int mark) {
   };
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
-  const bool quiescent = ms.arrived == n && live_ == n && failures_.empty() &&
+  const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && failures_.empty() &&
                          new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
                          net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
@@ -700,8 +694,20 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
         e.bytes = t.bytes;
         flow_trace_.push_back(e);
       }
-      complete(*t.sreq, t_net);
-      complete(*t.rreq, t_net);
+      if (t.op != nullptr) {
+        try {
+          CollectiveOp& op = *t.op;
+          const int dst = t.op_dst;
+          op_message_done(op, t.op_src, t_net);  // may finish and free op: dst's part is pending
+          op_message_done(op, dst, t_net);
+        } catch (const CommError& e) {  // a mismatched message of a later round
+          failures_.push_back({t.src, t_net, e.what(), true});
+          aborting_ = true;
+        }
+      } else {
+        complete(*t.sreq, t_net);
+        complete(*t.rreq, t_net);
+      }
       slot.reset();
       while (!in_flight_.empty() && !in_flight_.front().has_value()) {
         in_flight_.pop_front();

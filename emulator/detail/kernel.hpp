@@ -76,6 +76,29 @@ struct ReqState {
 };
 using ReqPtr = std::shared_ptr<ReqState>;
 
+/// Collective messages use tags above every user tag: bit 63 set, then the call's sequence
+/// number and the algorithm's step.
+inline std::uint64_t collective_tag(std::uint64_t seq, int step) {
+  return (std::uint64_t{1} << 63) | (seq << 24) | static_cast<std::uint64_t>(step);
+}
+
+/// One rank's part of a collective run at the collective level (Kernel::start_collective_op).
+struct CollectiveSpec {
+  enum class Kind : std::uint8_t {
+    kPairwise,    // all-to-all: p-1 rounds of one receive and one send (shift or XOR order)
+    kConcurrent,  // all-to-all: every receive, then every send, all at once
+    kRing,        // all-gather: p-1 rounds passing one block to the right neighbour
+  };
+  Kind kind = Kind::kPairwise;
+  AllToAllAlgorithm order = AllToAllAlgorithm::kShift;  // kPairwise
+  std::span<const float> send;
+  std::span<float> recv;
+  /// Elements per peer (kRing, and all-to-all with a uniform layout); otherwise `layout`.
+  std::int64_t count = 0;
+  bool uniform = true;
+  AllToAllvLayout layout;
+};
+
 inline constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
 
 /// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
@@ -125,6 +148,12 @@ class Kernel {
   Communicator::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
+  /// Starts this rank's part of the `seq`-th collective of group g at the collective level: the
+  /// controller schedules its rounds and messages directly, without a fiber, request or channel
+  /// per message, and the timeline is the one the per-message algorithm
+  /// (emulator/collectives/) gives. Returns the request that completes with this rank's part.
+  ReqPtr start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                             std::uint64_t seq, ReqPtr req, CollectiveSpec spec);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
                            const std::string& call);
@@ -152,15 +181,55 @@ class Kernel {
     std::vector<PostedRecv> recvs;
     std::uint64_t matched = 0;
   };
+  struct CollectiveOp;
   struct Transfer {
     SimTime start;
     int src, dst;
     ChannelKey key;
     std::uint64_t seq;
     std::int64_t bytes;
-    ReqPtr sreq, rreq;
+    ReqPtr sreq, rreq;  // per-message path
     std::uint32_t label;
+    CollectiveOp* op = nullptr;  // collective-level path: the op and its group ranks
+    int op_src = 0, op_dst = 0;
   };
+  /// A collective run at the collective level: every member's state machine.
+  struct CollectiveMember {
+    bool started = false;
+    int round = 0;    // current round (kPairwise, kRing)
+    int pending = 0;  // messages of the current round not yet complete
+    bool recv_posted = false, send_posted = false;
+    SimTime clock;  // the time the per-message algorithm's fiber would be at
+    SimTime recv_post, send_post;
+    std::vector<SimTime> send_posts;  // kConcurrent: per peer group rank
+    ReqPtr req;
+    CollectiveSpec spec;
+  };
+  struct CollectiveOp {
+    std::shared_ptr<const Group> group;
+    std::uint64_t seq = 0;
+    std::uint32_t label = 0;
+    std::string_view label_text;  // the first member's request label
+    CollectiveSpec::Kind kind{};
+    int finished = 0;
+    std::vector<CollectiveMember> members;
+  };
+  struct CollectiveMessage {
+    int peer;
+    std::int64_t offset, count;
+    int step;
+  };
+  CollectiveMessage op_recv(const CollectiveOp& op, int r, int round) const;
+  CollectiveMessage op_send(const CollectiveOp& op, int r, int round) const;
+  void op_post_round(CollectiveOp& op, int r);
+  /// Matches the message from group rank src to dst (`out` as the sender posted it, `in` as
+  /// the receiver did), both posted: it enters the network at `start`.
+  void op_match(CollectiveOp& op, int src, int dst, const CollectiveMessage& out,
+                const CollectiveMessage& in, SimTime start);
+  void op_message_done(CollectiveOp& op, int r, SimTime t);
+  void op_finish(CollectiveOp& op, int r);
+  /// Marks req as an open collective of its tile (compute beside it overlaps it).
+  void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
     std::string call;
     int first_group_rank;
@@ -211,6 +280,7 @@ class Kernel {
   std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {

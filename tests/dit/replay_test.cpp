@@ -1,6 +1,8 @@
-// Exact replay of repeated regions (Communicator::begin_region): every strategy gives the same
-// virtual times, bytes per tier, flows, events and timeline hash with replay on and off, on 1,
-// 2 and 4 workers, under alpha-beta and max-min; regions whose key or start state differ (a
+// Exact replay of repeated regions (Communicator::begin_region) and collectives run at the
+// collective level (EngineOptions::collective_ops): every strategy gives the same virtual
+// times, bytes per tier, flows, events and timeline hash with replay on and off, with
+// collective-level and per-message collectives, on 1, 2 and 4 workers, under alpha-beta and
+// max-min; regions whose key or start state differ (a
 // V-Major refresh step, a first step from zero offsets) are simulated, and a fault injected
 // mid-run ends the run the same way with replay on and off.
 
@@ -17,7 +19,8 @@ namespace {
 const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
 
 // Aurora with `nodes` nodes (12 tiles each), max-min or alpha-beta.
-emu::Engine aurora(int nodes, const std::string& network, int workers, bool replay) {
+emu::Engine aurora(int nodes, const std::string& network, int workers, bool replay,
+                   bool collective_ops = true) {
   Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\n", "run.toml");
   cfg.set("cluster.nodes=" + std::to_string(nodes));
   cfg.set("cluster.network=" + network);
@@ -26,6 +29,7 @@ emu::Engine aurora(int nodes, const std::string& network, int workers, bool repl
   o.workers = workers;
   o.trace = false;
   o.replay = replay;
+  o.collective_ops = collective_ops;
   return emu::Engine(c.topology, std::move(c.network), c.device, o);
 }
 
@@ -79,7 +83,7 @@ RunSettings phantom_settings(const std::string& strategy, int steps) {
   return st;
 }
 
-TEST(Replay, EveryStrategyGivesTheSimulatedTimelineOnAnyWorkerCount) {
+TEST(Replay, EveryStrategyGivesTheSimulatedPerMessageTimelineOnAnyWorkerCount) {
   const ModelConfig cfg = small_flux();
   for (const std::string strategy :
        {"flat", "tapa", "v_first", "tapa+v_first+pipeline", "cocodiff", "usp"}) {
@@ -87,17 +91,29 @@ TEST(Replay, EveryStrategyGivesTheSimulatedTimelineOnAnyWorkerCount) {
       if (network == "alpha-beta" && strategy != "flat" && strategy != "cocodiff") continue;
       SCOPED_TRACE(strategy + " on " + network);
       const RunSettings st = phantom_settings(strategy, 4);
-      emu::Engine off = aurora(2, network, 1, false);
+      // The reference simulates everything, message by message.
+      emu::Engine off = aurora(2, network, 1, false, false);
       const Outcome ref = run(off, cfg, st);
       EXPECT_EQ(ref.result.regions_replayed, 0u);
-      for (int workers : {1, 2, 4}) {
-        SCOPED_TRACE("workers " + std::to_string(workers));
-        emu::Engine on = aurora(2, network, workers, true);
+      struct Variant {
+        int workers;
+        bool replay, collective_ops;
+      };
+      for (const Variant v :
+           {Variant{1, false, true}, Variant{1, true, false}, Variant{1, true, true},
+            Variant{2, true, true}, Variant{4, true, true}, Variant{2, false, false}}) {
+        SCOPED_TRACE("workers " + std::to_string(v.workers) + ", replay " +
+                     std::to_string(v.replay) + ", collective ops " +
+                     std::to_string(v.collective_ops));
+        emu::Engine on = aurora(2, network, v.workers, v.replay, v.collective_ops);
         const Outcome got = run(on, cfg, st);
         expect_same_timeline(got.result, ref.result);
         EXPECT_EQ(got.forwards, ref.forwards);
         // Steps after the first two start from a state already seen: they are replayed.
-        EXPECT_GE(got.result.regions_replayed, 2u);
+        if (v.replay)
+          EXPECT_GE(got.result.regions_replayed, 2u);
+        else
+          EXPECT_EQ(got.result.regions_replayed, 0u);
         for (const auto& [kind, v] : ref.stats.v_first) {
           EXPECT_EQ(got.stats.v_first.at(kind).layers, v.layers);
           EXPECT_NEAR(got.stats.v_first.at(kind).v_exposed_s, v.v_exposed_s, 1e-12);

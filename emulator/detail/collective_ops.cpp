@@ -1,0 +1,229 @@
+// Collectives at the collective level: each member's part is a small state machine that the
+// controller advances as its messages complete, with no fiber, request or channel per message.
+// It follows the per-message algorithms of emulator/collectives/ step for step (the same post
+// times, software costs, message tags and matching), so both paths give the same flows in the
+// same order and hence the same timeline; tests compare them on every strategy.
+//
+// Per member r, with clock c starting at the caller's clock plus the library's call overhead:
+//   pairwise/ring, round i: post the receive at c; c += sw(send); post the send at c; when both
+//                           complete, c = max(c, their completions) and the next round starts.
+//   concurrent:             post every receive at c, then each send after its own sw(m);
+//                           c = max(c, every completion).
+// A message enters the network at max(its send's post, its receive's post).
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/errors.hpp"
+#include "emulator/detail/kernel.hpp"
+
+namespace cocodiff::emu::detail {
+
+namespace {
+std::size_t u(int i) { return static_cast<std::size_t>(i); }
+}  // namespace
+
+void Kernel::open_collective(FiberState& parent, ReqState& req) {
+  if (!parent.is_main || req.op != ReqState::Op::kCollective) return;
+  TileStats& t = tiles_[u(parent.rank)];
+  req.open = true;
+  req.started = parent.clock;
+  req.overlap_mark = t.overlapped_compute;
+  ++t.open_collectives;
+}
+
+Kernel::CollectiveMessage Kernel::op_recv(const CollectiveOp& op, int r, int round) const {
+  const CollectiveSpec& s = op.members[u(r)].spec;
+  const int p = static_cast<int>(op.members.size());
+  switch (op.kind) {
+    case CollectiveSpec::Kind::kRing: {
+      const int in_block = (r - round - 1 + 2 * p) % p;
+      return {(r - 1 + p) % p, in_block * s.count, s.count, round};
+    }
+    case CollectiveSpec::Kind::kPairwise: {
+      const int from = pairwise_recv_peer(s.order, p, r, round + 1);
+      if (s.uniform) return {from, from * s.count, s.count, 0};
+      return {from, s.layout.recv_displs[u(from)], s.layout.recv_counts[u(from)], 0};
+    }
+    case CollectiveSpec::Kind::kConcurrent: {
+      const int from = (r - round - 1 + p) % p;
+      if (s.uniform) return {from, from * s.count, s.count, 0};
+      return {from, s.layout.recv_displs[u(from)], s.layout.recv_counts[u(from)], 0};
+    }
+  }
+  return {};
+}
+
+Kernel::CollectiveMessage Kernel::op_send(const CollectiveOp& op, int r, int round) const {
+  const CollectiveSpec& s = op.members[u(r)].spec;
+  const int p = static_cast<int>(op.members.size());
+  switch (op.kind) {
+    case CollectiveSpec::Kind::kRing: {
+      const int out_block = (r - round + p) % p;
+      return {(r + 1) % p, out_block * s.count, s.count, round};
+    }
+    case CollectiveSpec::Kind::kPairwise: {
+      const int to = pairwise_send_peer(s.order, p, r, round + 1);
+      if (s.uniform) return {to, to * s.count, s.count, 0};
+      return {to, s.layout.send_displs[u(to)], s.layout.send_counts[u(to)], 0};
+    }
+    case CollectiveSpec::Kind::kConcurrent: {
+      const int to = (r + round + 1) % p;
+      if (s.uniform) return {to, to * s.count, s.count, 0};
+      return {to, s.layout.send_displs[u(to)], s.layout.send_counts[u(to)], 0};
+    }
+  }
+  return {};
+}
+
+ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
+                                   int group_rank, std::uint64_t seq, ReqPtr req,
+                                   CollectiveSpec spec) {
+  const int p = static_cast<int>(g->members.size());
+  // The caller's own block first, as the per-message algorithms do.
+  if (!spec.send.empty() && !spec.recv.empty()) {
+    std::int64_t from = 0, to = 0, n = 0;
+    if (spec.kind == CollectiveSpec::Kind::kRing || spec.uniform) {
+      from = spec.kind == CollectiveSpec::Kind::kRing ? 0 : group_rank * spec.count;
+      to = group_rank * spec.count;
+      n = spec.count;
+    } else {
+      from = spec.layout.send_displs[u(group_rank)];
+      to = spec.layout.recv_displs[u(group_rank)];
+      n = spec.layout.send_counts[u(group_rank)];
+    }
+    if (n > 0)
+      std::memcpy(spec.recv.data() + to, spec.send.data() + from,
+                  static_cast<std::size_t>(n) * sizeof(float));
+  }
+  open_collective(f, *req);
+  const std::uint32_t label = options_.trace ? intern(req->label) : 0;
+  std::unique_lock<std::mutex> lk(mutex_);
+  auto& slot = ops_[{g->ctx, seq}];
+  if (slot == nullptr) {
+    slot = std::make_unique<CollectiveOp>();
+    slot->group = g;
+    slot->seq = seq;
+    slot->label = label;
+    slot->kind = spec.kind;
+    slot->members.resize(u(p));
+  }
+  CollectiveOp& op = *slot;
+  CollectiveMember& m = op.members[u(group_rank)];
+  m.started = true;
+  m.req = req;
+  m.spec = std::move(spec);
+  m.clock = f.clock + options_.library.call_overhead;
+  if (p == 1) {
+    op_finish(op, group_rank);
+    return req;
+  }
+  if (op.kind == CollectiveSpec::Kind::kConcurrent) {
+    m.recv_post = m.clock;
+    m.recv_posted = true;
+    m.pending = 2 * (p - 1);
+    for (int k = 0; k + 1 < p; ++k) {  // every receive, matched with senders already started
+      const CollectiveMessage in = op_recv(op, group_rank, k);
+      const CollectiveMember& s = op.members[u(in.peer)];
+      if (s.started)  // the sender's k-th send is to this rank too
+        op_match(op, in.peer, group_rank, op_send(op, in.peer, k), in,
+                 std::max(s.send_posts[u(group_rank)], m.clock));
+    }
+    m.send_posts.assign(u(p), SimTime{});
+    for (int k = 0; k + 1 < p; ++k) {
+      const CollectiveMessage msg = op_send(op, group_rank, k);
+      m.clock += message_software_time(
+          options_.library,
+          std::llround(static_cast<double>(msg.count) * options_.wire_bytes_per_element));
+      m.send_posts[u(msg.peer)] = m.clock;
+      const CollectiveMember& d = op.members[u(msg.peer)];
+      if (d.started)
+        op_match(op, group_rank, msg.peer, msg, op_recv(op, msg.peer, k),
+                 std::max(m.clock, d.recv_post));
+    }
+  } else {
+    m.round = 0;
+    op_post_round(op, group_rank);
+  }
+  return req;
+}
+
+void Kernel::op_post_round(CollectiveOp& op, int r) {
+  CollectiveMember& m = op.members[u(r)];
+  const CollectiveMessage in = op_recv(op, r, m.round);
+  const CollectiveMessage out = op_send(op, r, m.round);
+  m.pending = 2;
+  m.send_posted = false;
+  m.recv_posted = true;
+  m.recv_post = m.clock;
+  const CollectiveMember& s = op.members[u(in.peer)];
+  if (s.started && s.round == m.round && s.send_posted)
+    op_match(op, in.peer, r, op_send(op, in.peer, m.round), in, std::max(s.send_post, m.recv_post));
+  m.clock += message_software_time(options_.library, std::llround(static_cast<double>(out.count) *
+                                                                  options_.wire_bytes_per_element));
+  m.send_posted = true;
+  m.send_post = m.clock;
+  const CollectiveMember& d = op.members[u(out.peer)];
+  if (d.started && d.round == m.round && d.recv_posted)
+    op_match(op, r, out.peer, out, op_recv(op, out.peer, m.round),
+             std::max(m.send_post, d.recv_post));
+}
+
+void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessage& out,
+                      const CollectiveMessage& in, SimTime start) {
+  const CollectiveMember& s = op.members[u(src)];
+  const CollectiveMember& d = op.members[u(dst)];
+  COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
+  const int wsrc = op.group->members[u(src)];
+  const int wdst = op.group->members[u(dst)];
+  if (out.count != in.count) {
+    throw CommError("message size mismatch: rank " + std::to_string(wsrc) + " sends " +
+                    std::to_string(out.count) + " elements to rank " + std::to_string(wdst) +
+                    ", which expects " + std::to_string(in.count) +
+                    (op.members[u(src)].req->label.empty()
+                         ? ""
+                         : " (in '" + op.members[u(src)].req->label + "')"));
+  }
+  const std::span<const float> from =
+      op.kind == CollectiveSpec::Kind::kRing ? std::span<const float>(s.spec.recv) : s.spec.send;
+  if (!from.empty() && !d.spec.recv.empty() && out.count > 0)
+    std::memcpy(d.spec.recv.data() + in.offset, from.data() + out.offset,
+                static_cast<std::size_t>(out.count) * sizeof(float));
+  Transfer t;
+  t.start = start;
+  t.src = wsrc;
+  t.dst = wdst;
+  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, out.step)};
+  t.seq = 0;  // one message per (src, dst, tag): its channel's first match
+  t.bytes = std::llround(static_cast<double>(out.count) * options_.wire_bytes_per_element);
+  t.label = op.label;
+  t.op = &op;
+  t.op_src = src;
+  t.op_dst = dst;
+  new_transfers_.push_back(std::move(t));
+}
+
+void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
+  CollectiveMember& m = op.members[u(r)];
+  m.clock = std::max(m.clock, t);
+  if (--m.pending > 0) return;
+  if (op.kind != CollectiveSpec::Kind::kConcurrent &&
+      m.round + 2 < static_cast<int>(op.members.size())) {
+    ++m.round;
+    op_post_round(op, r);
+    return;
+  }
+  op_finish(op, r);
+}
+
+void Kernel::op_finish(CollectiveOp& op, int r) {
+  CollectiveMember& m = op.members[u(r)];
+  m.recv_posted = m.send_posted = false;
+  m.round = static_cast<int>(op.members.size());  // past every round: matches nothing more
+  complete(*m.req, m.clock);
+  m.req.reset();
+  if (++op.finished == static_cast<int>(op.members.size())) ops_.erase({op.group->ctx, op.seq});
+}
+
+}  // namespace cocodiff::emu::detail

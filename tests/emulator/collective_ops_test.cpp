@@ -1,0 +1,217 @@
+// Collectives at the collective level (EngineOptions::collective_ops) against the per-message
+// algorithms they replace: the same received bytes and the same timeline (virtual times, bytes
+// per tier, flows, events, timeline hash) for every all-to-all schedule (shift, XOR,
+// concurrent), all-to-allv with uneven and zero counts, ring all-gather, sub-groups,
+// non-blocking calls overlapping compute with interference, library software costs and max-min
+// contention, on 1, 2 and 4 workers; and the same errors for mismatched calls.
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "core/errors.hpp"
+#include "net_models/cluster.hpp"
+#include "tests/emulator/test_util.hpp"
+
+namespace cocodiff {
+namespace {
+
+const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+
+float tag_value(int from, int to, std::int64_t i) {
+  return static_cast<float>(from * 1000000 + to * 1000 + static_cast<int>(i % 1000));
+}
+
+// count(i -> j) of an uneven all-to-allv, some of them zero; both ends compute it.
+std::int64_t uneven(int i, int j) { return (i * 7 + j * 3) % 5 == 0 ? 0 : 1 + (i * 5 + j) % 9; }
+
+// Two Aurora nodes (24 tiles) under max-min, a library that charges every message, a device
+// whose compute and transfers slow down beside each other.
+emu::Engine engine(const std::string& a2a, int workers, bool collective_ops) {
+  Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\nnodes = 2\n", "run.toml");
+  Cluster c = load_cluster(cfg, kPresets);
+  RooflineParams d;
+  d.peak_flops_per_s = 1e12;
+  d.hbm_bytes_per_s = 1e11;
+  d.overlap_compute_factor = 1.2;
+  d.overlap_transfer_factor = 1.3;
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.trace = true;
+  o.collective_ops = collective_ops;
+  o.all_to_all_algorithm = a2a;
+  o.library.name = "test";
+  o.library.call_overhead = SimTime::from_ns(20'000);
+  o.library.message_overhead = SimTime::from_ns(3'000);
+  o.library.eager_max_bytes = 64;
+  o.library.eager_overhead = SimTime::from_ns(500);
+  o.library.rendezvous_overhead = SimTime::from_ns(4'000);
+  return emu::Engine(c.topology, std::move(c.network), std::make_shared<RooflineDevice>(d), o);
+}
+
+// Everything a run received, by (world rank, call).
+using Received = std::map<std::pair<int, int>, std::vector<float>>;
+
+void program(Communicator& world, Received& got, std::mutex& mu) {
+  const int me = world.world_rank(world.rank());
+  int call = 0;
+  auto keep = [&](std::vector<float> v) {
+    std::lock_guard<std::mutex> lk(mu);
+    got[{me, call++}] = std::move(v);
+  };
+  auto all_to_all = [&](Communicator& c, std::int64_t count) {
+    const int p = c.size();
+    std::vector<float> send(static_cast<size_t>(p * count)), recv(send.size(), -1);
+    for (int j = 0; j < p; ++j)
+      for (std::int64_t i = 0; i < count; ++i)
+        send[static_cast<size_t>(j * count + i)] = tag_value(c.rank(), j, i);
+    c.all_to_all(send, recv, count, "a2a");
+    for (int j = 0; j < p; ++j)
+      for (std::int64_t i = 0; i < count; ++i)
+        EXPECT_EQ(recv[static_cast<size_t>(j * count + i)], tag_value(j, c.rank(), i));
+    keep(recv);
+  };
+  all_to_all(world, 3);
+  // A power-of-two sub-group (XOR order applies) and one of 8 with reversed order.
+  auto sixteen = world.split(world.rank() < 16 ? 0 : 1, world.rank());
+  all_to_all(*sixteen, 40);
+  auto reversed = sixteen->split(sixteen->rank() % 2, -sixteen->rank());
+  all_to_all(*reversed, 1000);  // rendezvous-size messages
+
+  // all-to-allv with uneven and zero counts.
+  const int p = world.size();
+  const int r = world.rank();
+  std::vector<std::int64_t> sc(static_cast<size_t>(p)), rc(static_cast<size_t>(p));
+  for (int j = 0; j < p; ++j) {
+    sc[static_cast<size_t>(j)] = uneven(r, j);
+    rc[static_cast<size_t>(j)] = uneven(j, r);
+  }
+  const AllToAllvLayout layout = AllToAllvLayout::packed(sc, rc);
+  std::vector<float> vsend(static_cast<size_t>(layout.send_total()));
+  std::vector<float> vrecv(static_cast<size_t>(layout.recv_total()), -1);
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t i = 0; i < sc[static_cast<size_t>(j)]; ++i)
+      vsend[static_cast<size_t>(layout.send_displs[static_cast<size_t>(j)] + i)] =
+          tag_value(r, j, i);
+  world.all_to_allv(vsend, vrecv, layout, "a2av");
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t i = 0; i < rc[static_cast<size_t>(j)]; ++i)
+      EXPECT_EQ(vrecv[static_cast<size_t>(layout.recv_displs[static_cast<size_t>(j)] + i)],
+                tag_value(j, r, i));
+  keep(vrecv);
+
+  // Ring all-gather on the world and on a sub-group.
+  for (Communicator* c : {&world, sixteen.get()}) {
+    std::vector<float> mine = {static_cast<float>(me), static_cast<float>(2 * me)};
+    std::vector<float> all(static_cast<size_t>(2 * c->size()), -1);
+    c->all_gather(mine, all, 2, "gather");
+    for (int j = 0; j < c->size(); ++j)
+      EXPECT_EQ(all[static_cast<size_t>(2 * j)], static_cast<float>(c->world_rank(j)));
+    keep(all);
+  }
+
+  // Non-blocking: two all-to-alls in flight beside compute (interference on both sides), one
+  // waited for in reverse order, with tiles starting at different clocks.
+  world.compute({OpKind::kGemm, 1e6 * (1 + r % 5), 0, "skew"});
+  std::vector<float> s1(static_cast<size_t>(p * 64), 1.0f), r1(s1.size());
+  std::vector<float> s2(static_cast<size_t>(p * 8), 2.0f), r2(s2.size());
+  Request q1 = world.iall_to_all(s1, r1, 64, "overlapped_v");
+  world.compute({OpKind::kGemm, 5e7, 0, "beside"});
+  Request q2 = world.iall_to_all(s2, r2, 8, "overlapped_k");
+  world.compute({OpKind::kAttention, 2e7, 0, "beside"});
+  while (!q2.test()) world.compute({OpKind::kElementwise, 0, 1e6, "poll"});
+  q1.wait();
+  keep(r1);
+  keep(r2);
+}
+
+struct Outcome {
+  emu::RunResult result;
+  Received received;
+};
+
+Outcome run(const std::string& a2a, int workers, bool collective_ops) {
+  emu::Engine e = engine(a2a, workers, collective_ops);
+  Outcome out;
+  std::mutex mu;
+  out.result = e.run([&](Communicator& c) { program(c, out.received, mu); });
+  return out;
+}
+
+TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
+  for (const std::string a2a : {"pairwise", "xor", "concurrent", "library"}) {
+    SCOPED_TRACE(a2a);
+    const Outcome ref = run(a2a, 1, false);
+    EXPECT_GT(ref.result.flows, 0u);
+    for (int workers : {1, 2, 4}) {
+      SCOPED_TRACE("workers " + std::to_string(workers));
+      const Outcome got = run(a2a, workers, true);
+      EXPECT_EQ(got.result.makespan, ref.result.makespan);
+      EXPECT_EQ(got.result.rank_end, ref.result.rank_end);
+      EXPECT_EQ(got.result.rank_compute, ref.result.rank_compute);
+      EXPECT_EQ(got.result.rank_exposed, ref.result.rank_exposed);
+      EXPECT_EQ(got.result.bytes_by_tier, ref.result.bytes_by_tier);
+      EXPECT_EQ(got.result.flows, ref.result.flows);
+      EXPECT_EQ(got.result.events, ref.result.events);
+      EXPECT_EQ(got.result.timeline_sha256, ref.result.timeline_sha256);
+      EXPECT_EQ(got.received, ref.received);
+      ASSERT_EQ(got.result.trace.size(), ref.result.trace.size());
+    }
+  }
+  // The schedules differ, so the test can tell them apart.
+  EXPECT_NE(run("pairwise", 1, true).result.timeline_sha256,
+            run("xor", 1, true).result.timeline_sha256);
+  EXPECT_NE(run("pairwise", 1, true).result.timeline_sha256,
+            run("concurrent", 1, true).result.timeline_sha256);
+}
+
+// Errors: the same message whichever path runs the collective.
+std::string error_of(bool collective_ops, const std::function<void(Communicator&)>& body) {
+  emu::Engine e = engine("pairwise", 1, collective_ops);
+  try {
+    e.run(body);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  }
+  return "";
+}
+
+TEST(CollectiveOps, MismatchedCountsFailNamingBothRanks) {
+  // Rank 3 expects one element more from rank 5 than rank 5 sends it.
+  auto body = [](Communicator& c) {
+    const int p = c.size();
+    std::vector<std::int64_t> sc(static_cast<size_t>(p), 2), rc(static_cast<size_t>(p), 2);
+    if (c.rank() == 3) rc[5] = 3;
+    const AllToAllvLayout l = AllToAllvLayout::packed(sc, rc);
+    std::vector<float> send(static_cast<size_t>(l.send_total())),
+        recv(static_cast<size_t>(l.recv_total()));
+    c.all_to_allv(send, recv, l, "uneven");
+  };
+  for (bool ops : {false, true}) {
+    SCOPED_TRACE(ops ? "collective ops" : "per message");
+    const std::string msg = error_of(ops, body);
+    EXPECT_NE(msg.find("message size mismatch: rank 5 sends 2 elements to rank 3, which expects 3"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("'uneven'"), std::string::npos) << msg;
+  }
+}
+
+TEST(CollectiveOps, ARankThatNeverCallsIsADeadlockNamingTheCollective) {
+  auto body = [](Communicator& c) {
+    if (c.rank() == 7) return;
+    std::vector<float> send(static_cast<size_t>(c.size())), recv(send.size());
+    c.all_to_all(send, recv, 1, "lonely");
+  };
+  for (bool ops : {false, true}) {
+    SCOPED_TRACE(ops ? "collective ops" : "per message");
+    const std::string msg = error_of(ops, body);
+    EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("all_to_all(count=1) #0 ('lonely')"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("only 23 of 24 ranks called it"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace cocodiff
