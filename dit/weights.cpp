@@ -4,6 +4,7 @@
 #include <numbers>
 
 #include "core/errors.hpp"
+#include "dit/normal_fill.hpp"
 
 namespace cocodiff::dit {
 
@@ -105,6 +106,18 @@ Tensor seeded_normal_rows(std::int64_t row_begin, std::int64_t count, std::int64
   return t;
 }
 
+void seeded_weight_normals(std::uint64_t seed, std::string_view name, float stddev,
+                           std::span<float> out) {
+  const std::uint64_t key = stream_key(seed, name);
+  const auto n = static_cast<std::int64_t>(out.size());
+  fill_normal_pairs(out.data(), key, 0, n / 2, stddev);
+  if (n % 2 != 0) {  // the last pair's first value
+    float pair[2];
+    fill_normal_pairs(pair, key, static_cast<std::uint64_t>(n / 2), 1, stddev);
+    out[out.size() - 1] = pair[0];
+  }
+}
+
 Tensor seeded_normal(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
                      std::string_view name, float stddev, bool phantom) {
   return seeded_normal_rows(0, rows, cols, seed, name, stddev, phantom);
@@ -129,8 +142,12 @@ std::shared_ptr<const Weights> init_weights(const std::vector<TensorSpec>& specs
         stddev = 1.0f;
         break;
     }
-    Tensor t = seeded_normal(s.rows(), s.cols(), seed, s.name, stddev, phantom);
-    if (!phantom && s.init == InitKind::kNorm) t.mat().array() += 1.0f;
+    Tensor t = Tensor::uninitialized(s.rows(), s.cols(), phantom);
+    if (!phantom) {
+      seeded_weight_normals(seed, s.name, stddev,
+                            std::span<float>(t.mat().data(), static_cast<size_t>(t.numel())));
+      if (s.init == InitKind::kNorm) t.mat().array() += 1.0f;
+    }
     w->add(s, std::move(t));
   }
   return w;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,7 +78,14 @@ Tensor seeded_normal(std::int64_t rows, std::int64_t cols, std::uint64_t seed,
 Tensor seeded_normal_rows(std::int64_t row_begin, std::int64_t count, std::int64_t cols,
                           std::uint64_t seed, std::string_view name, float stddev, bool phantom);
 
-/// Seeded random weights for `specs`; no data allocated when phantom. Blocking; call once.
+/// The weight stream (seed, name): N(0, stddev^2) floats, element i a pure function of
+/// (seed, name, i), made by the vectorised float generator of dit/normal_fill.hpp (elements 2j
+/// and 2j+1 come from one draw). Inputs and noise use seeded_normal's double-precision stream.
+void seeded_weight_normals(std::uint64_t seed, std::string_view name, float stddev,
+                           std::span<float> out);
+
+/// Seeded random weights for `specs` (seeded_weight_normals; norm scales centred on 1); no data
+/// allocated when phantom. Blocking; call once.
 std::shared_ptr<const Weights> init_weights(const std::vector<TensorSpec>& specs,
                                             std::uint64_t seed, bool phantom);
 

@@ -2,12 +2,17 @@
 
 #include <gtest/gtest.h>
 
+#include <bit>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numbers>
 
 #include "core/errors.hpp"
+#include "core/hash.hpp"
 #include "dit/local_comm.hpp"
 #include "dit/model.hpp"
+#include "dit/normal_fill.hpp"
 #include "dit/pipeline.hpp"
 
 namespace cocodiff::dit {
@@ -172,6 +177,78 @@ TEST(Weights, ValuesDependOnSeedAndNameOnly) {
   EXPECT_TRUE(p->get("x_embedder.weight").phantom());
   EXPECT_EQ(p->get("x_embedder.weight").cols(), 64);
   EXPECT_TRUE(p->get("x_embedder.weight").data().empty());
+}
+
+// The float weight generator is a normal distribution: moments and mass within 1 and 2
+// standard deviations, on 2^21 values.
+TEST(Weights, FloatGeneratorIsNormal) {
+  std::vector<float> z(std::size_t{1} << 21);
+  seeded_weight_normals(11, "stats", 1.0f, z);
+  double sum = 0, sq = 0, quad = 0;
+  std::size_t in1 = 0, in2 = 0;
+  float largest = 0;
+  for (float v : z) {
+    sum += v;
+    sq += static_cast<double>(v) * v;
+    quad += std::pow(static_cast<double>(v), 4);
+    in1 += std::abs(v) < 1.0f;
+    in2 += std::abs(v) < 2.0f;
+    largest = std::max(largest, std::abs(v));
+  }
+  const double n = static_cast<double>(z.size());
+  EXPECT_NEAR(sum / n, 0.0, 0.003);
+  EXPECT_NEAR(sq / n, 1.0, 0.004);
+  EXPECT_NEAR(quad / n, 3.0, 0.03);  // kurtosis of a normal
+  EXPECT_NEAR(static_cast<double>(in1) / n, 0.682689, 0.0015);
+  EXPECT_NEAR(static_cast<double>(in2) / n, 0.954500, 0.0008);
+  EXPECT_LE(largest, 5.7683f);  // sqrt(48 ln 2): u1 >= 2^-24
+}
+
+// Its polynomial logarithm, sine and cosine agree with double-precision Box-Muller on the same
+// 24-bit uniforms to within float rounding.
+TEST(Weights, FloatGeneratorMatchesDoubleBoxMuller) {
+  const std::uint64_t key = 0x0123456789abcdefull;
+  const std::int64_t pairs = 200'000;
+  std::vector<float> z(2 * static_cast<std::size_t>(pairs));
+  fill_normal_pairs(z.data(), key, 0, pairs, 1.0f);
+  double worst = 0;
+  for (std::int64_t k = 0; k < pairs; ++k) {
+    std::uint64_t x = key + static_cast<std::uint64_t>(k) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+    const double u1 = static_cast<double>((x >> 40) + 1) * 0x1p-24;
+    const double u2 = static_cast<double>((x >> 16) & 0xFFFFFF) * 0x1p-24;
+    const double r = std::sqrt(-2.0 * std::log(u1));
+    const double t = 2.0 * std::numbers::pi * u2;
+    const auto i = 2 * static_cast<std::size_t>(k);
+    worst =
+        std::max({worst, std::abs(z[i] - r * std::cos(t)), std::abs(z[i + 1] - r * std::sin(t))});
+  }
+  EXPECT_LT(worst, 4e-6);
+}
+
+// The generator's values are pinned: a change of them is a change of every seeded model.
+TEST(Weights, SeededValuesArePinnedByChecksum) {
+  // Element i is the same whatever the length (odd lengths take the last pair's first value).
+  std::vector<float> five(5), six(6);
+  seeded_weight_normals(42, "pin", 0.5f, five);
+  seeded_weight_normals(42, "pin", 0.5f, six);
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(five[static_cast<std::size_t>(i)], six[static_cast<std::size_t>(i)]);
+  std::vector<std::uint32_t> bits;
+  for (float v : six) bits.push_back(std::bit_cast<std::uint32_t>(v));
+  EXPECT_EQ(bits, (std::vector<std::uint32_t>{3199238704u, 3180588343u, 3199962380u, 3205295221u,
+                                              3212651195u, 3202094902u}));
+  // Every value of flux1-tiny's weights at seed 42, in name order.
+  const auto w = make_weights(load_model_preset("flux1-tiny"), 42, false);
+  Sha256 digest;
+  for (const std::string& name : w->names()) {
+    const Mat& m = w->get(name).mat();
+    digest.update(
+        std::as_bytes(std::span<const float>(m.data(), static_cast<std::size_t>(m.size()))));
+  }
+  EXPECT_EQ(digest.hex(), "7a51ce87f3b649170ccd39216f6d596d69c575fbdae3e96f0d6ce5a04f782281");
 }
 
 TEST(Pipeline, SerialRunIsDeterministicAndFinite) {
