@@ -11,9 +11,12 @@
 //           simulated, the cost before replay) and on (repeated steps and blocks replayed),
 //           interleaved, medians of --repeats, the figures beside them at its
 //           configuration, and the command of each run.
+//  collective  phantom CPU seconds of one step per strategy with every collective run message by
+//           message (emulator.collective_ops=false) and at the collective level, replay off,
+//           interleaved, medians of --repeats; fails unless both give the same timeline.
 // Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
 //
-//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math] [--nodes 1,2,4]
+//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math,replay,grid,collective] [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
 //                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
@@ -33,7 +36,7 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real", "math", "replay", "grid"};
+  std::set<std::string> parts = {"phantom", "real", "math", "replay", "grid", "collective"};
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
   std::string model = "flux1-dev";
   int resolution = 1024;
@@ -450,6 +453,78 @@ void replay(const Args& a, const Options& o) {
              "both give the same virtual time, bytes, flows and timeline hash (checked)"}});
 }
 
+// Collective-level operations: one step of each strategy with replay off (every block
+// simulated), collectives message by message and at the collective level, interleaved.
+void collective(const Args& a, const Options& o) {
+  Table t({"strategy", "tiles", "steps", "flows", "CPU s per message", "CPU s collective level",
+           "speedup", "wall s per message / collective level", "command"});
+  Progress progress(o.replay_strategies.size() * static_cast<size_t>(o.repeats) * 2);
+  for (const std::string& s : o.replay_strategies) {
+    const std::vector<std::string> sets = {
+        "--set", "run.math=skip",
+        "--set", "model.preset=" + o.model,
+        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
+        "--set", "run.steps=1",
+        "--set", "run.strategy=" + s,
+        "--set", "cluster.preset=aurora",
+        "--set", "cluster.nodes=" + std::to_string(o.replay_nodes),
+        "--set", "ulysses.uneven_heads=true",
+        "--set", "emulator.replay=false",
+        "--set", "emulator.trace=false"};
+    std::vector<double> cpu[2], wall[2];
+    ChildRun last[2];
+    for (int rep = 0; rep < o.repeats; ++rep)
+      for (int on = 0; on < 2; ++on) {
+        progress.step(
+            fmt("collective ops %s: %s, repeat %d", on ? "on" : "off", s.c_str(), rep + 1));
+        std::vector<std::string> x = sets;
+        x.insert(x.end(),
+                 {"--set", std::string("emulator.collective_ops=") + (on ? "true" : "false")});
+        last[on] =
+            run_cocodiff(a, x, fmt("collective_%s_%s_%d", s.c_str(), on ? "on" : "off", rep));
+        if (!last[on].ok()) fail(last[on], "collective-ops run of " + s);
+        cpu[on].push_back(last[on].cpu_s);
+        wall[on].push_back(last[on].wall_s);
+      }
+    const nlohmann::json &off = last[0].report, &on = last[1].report;
+    for (const char* key : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
+      if (off[key] != on[key]) {
+        std::fprintf(stderr, "collective-level operations changed %s of %s\n", key, s.c_str());
+        std::exit(1);
+      }
+    std::string cmd = "cocodiff run configs/flux1-tiny-24tiles.toml";
+    for (size_t i = 1; i < sets.size(); i += 2) cmd += " --set " + sets[i];
+    cmd += fmt(" --set emulator.workers=%d", a.workers);
+    const double c0 = median(cpu[0]), c1 = median(cpu[1]);
+    t.add({s, std::to_string(on["ranks"].get<int>()), "1",
+           std::to_string(on["flows"].get<std::int64_t>()), fmt("%.2f", c0), fmt("%.2f", c1),
+           fmt("%.2f", c0 / c1), fmt("%.2f / %.2f", median(wall[0]), median(wall[1])),
+           cmd + " --set emulator.collective_ops=false|true"},
+          {{"strategy", s},
+           {"tiles", on["ranks"]},
+           {"flows", on["flows"]},
+           {"cpu_s_per_message", cpu[0]},
+           {"cpu_s_collective_level", cpu[1]},
+           {"median_cpu_s_per_message", c0},
+           {"median_cpu_s_collective_level", c1},
+           {"wall_s_per_message", wall[0]},
+           {"wall_s_collective_level", wall[1]},
+           {"timeline_sha256", on["timeline_sha256"]},
+           {"command", cmd}});
+  }
+  progress.done();
+  t.finish(a, "emulator_collective",
+           {{"model", o.model},
+            {"resolution", o.replay_resolution},
+            {"nodes", o.replay_nodes},
+            {"repeats", o.repeats},
+            {"workers", a.workers},
+            {"note",
+             "one step, replay off; CPU s = user + system CPU of the child, median of the "
+             "repeats, per-message and collective-level runs interleaved; both give the same "
+             "virtual time, bytes, flows and timeline hash (checked)"}});
+}
+
 // The study grid as whole images, one run at a time, one worker each: what a what-if sweep of
 // the paper's configurations costs. SD3.5's learned position table stops at 3072 px.
 void grid(const Args& a, const Options& o) {
@@ -582,7 +657,7 @@ void math(const Args& a, const Options& o) {
 int main_impl(int argc, char** argv) {
   const Args a =
       parse_args(argc, argv,
-                 " [--parts phantom,real,math,replay,grid] [--nodes 1,2,..] [--model M] "
+                 " [--parts phantom,real,math,replay,grid,collective] [--nodes 1,2,..] [--model M] "
                  "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
                  "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
                  "[--baseline OLD_COCODIFF] "
@@ -600,6 +675,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("math")) math(a, o);
   if (o.parts.count("replay")) replay(a, o);
   if (o.parts.count("grid")) grid(a, o);
+  if (o.parts.count("collective")) collective(a, o);
   return 0;
 }
 
