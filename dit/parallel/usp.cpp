@@ -25,25 +25,31 @@ struct Partial {
 Partial partial_attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
                           int heads, int head_dim, int batch) {
   const std::int64_t nq = q.rows() / batch, nk = k.rows() / batch;
-  Partial r{Tensor::zeros(q.rows(), q.cols(), ex.phantom), Mat()};
+  // Every head's block of the output is written below unless there are no keys (zeros then).
+  Partial r{nk > 0 ? Tensor::uninitialized(q.rows(), q.cols(), ex.phantom)
+                   : Tensor::zeros(q.rows(), q.cols(), ex.phantom),
+            Mat()};
   if (!ex.phantom) {
     r.lse = Mat::Constant(q.rows(), heads, -std::numeric_limits<float>::infinity());
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+    Mat s;
+    Eigen::VectorXf m, l;
     if (nk > 0)
       for (int b = 0; b < batch; ++b)
         for (int h = 0; h < heads; ++h) {
           const std::int64_t c = std::int64_t{h} * head_dim;
-          Mat s = q.mat().block(b * nq, c, nq, head_dim) *
-                  k.mat().block(b * nk, c, nk, head_dim).transpose();
+          s.noalias() = q.mat().block(b * nq, c, nq, head_dim) *
+                        k.mat().block(b * nk, c, nk, head_dim).transpose();
           s *= scale;
-          for (std::int64_t i = 0; i < nq; ++i) {
-            const float m = s.row(i).maxCoeff();
-            s.row(i) = (s.row(i).array() - m).exp().matrix();
-            const float l = s.row(i).sum();
-            s.row(i) /= l;
-            r.lse(b * nq + i, h) = m + std::log(l);
-          }
-          r.o.mat().block(b * nq, c, nq, head_dim) = s * v.mat().block(b * nk, c, nk, head_dim);
+          // Softmax of every row at once, down the columns (contiguous, vectorised).
+          m = s.rowwise().maxCoeff();
+          s.array().colwise() -= m.array();
+          s.array() = s.array().exp();
+          l = s.rowwise().sum();
+          s.array().colwise() /= l.array();
+          for (std::int64_t i = 0; i < nq; ++i) r.lse(b * nq + i, h) = m(i) + std::log(l(i));
+          r.o.mat().block(b * nq, c, nq, head_dim).noalias() =
+              s * v.mat().block(b * nk, c, nk, head_dim);
         }
   }
   ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
@@ -183,8 +189,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
     if (i + 1 < rd) {
       const int from = ((ri - i - 1) % rd + rd) % rd;
       const std::int64_t rows = batch * chunk_of(from, total).count;
-      next_k = Tensor::zeros(rows, hw, ex.phantom);
-      next_v = Tensor::zeros(rows, hw, ex.phantom);
+      next_k = Tensor::uninitialized(rows, hw, ex.phantom);  // the receives fill them
+      next_v = Tensor::uninitialized(rows, hw, ex.phantom);
       const int right = (ri + 1) % rd, left = (ri - 1 + rd) % rd;
       reqs.push_back(ring_comm_->irecv(next_k.data(), rows * hw, left, 2 * i, "ring_k"));
       reqs.push_back(ring_comm_->irecv(next_v.data(), rows * hw, left, 2 * i + 1, "ring_v"));
