@@ -14,13 +14,19 @@
 //  collective  phantom CPU seconds of one step per strategy with every collective run message by
 //           message (emulator.collective_ops=false) and at the collective level, replay off,
 //           interleaved, medians of --repeats; fails unless both give the same timeline.
+//  large    the issue's 1,536-tile row: each strategy's whole phantom run on --large-nodes
+//           Aurora nodes with replay and collective-level operations, CPU and wall seconds
+//           (medians of --repeats) and peak resident memory beside the goal (60 s, 1 GiB).
 // Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
 //
-//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math,replay,grid,collective] [--nodes 1,2,4]
+//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math,replay,grid,collective,large]
+//   [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
 //                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
 //                  [--replay-resolution 2048] [--replay-steps 28] [--repeats 3]
+//                  [--large-strategies tapa,v_first,flat,cocodiff] [--large-nodes 128]
+//                  [--large-steps 28]
 
 #include <algorithm>
 #include <cmath>
@@ -36,7 +42,11 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real", "math", "replay", "grid", "collective"};
+  std::set<std::string> parts = {"phantom", "real",       "math", "replay",
+                                 "grid",    "collective", "large"};
+  std::vector<std::string> large_strategies = {"tapa", "v_first", "flat", "cocodiff"};
+  int large_nodes = 128;
+  int large_steps = 28;
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
   std::string model = "flux1-dev";
   int resolution = 1024;
@@ -82,6 +92,9 @@ Options parse(const Args& a) {
     o.grid_resolutions = {512};
     o.grid_nodes = {1};
     o.grid_strategies = {"flat", "cocodiff"};
+    o.large_strategies = {"tapa", "cocodiff"};
+    o.large_nodes = 2;
+    o.large_steps = 2;
     o.grid_steps = 3;
   }
   for (size_t i = 0; i < a.rest.size(); ++i) {
@@ -120,6 +133,15 @@ Options parse(const Args& a) {
       std::stringstream ss(v);
       std::string p;
       while (std::getline(ss, p, ',')) o.replay_strategies.push_back(p);
+    } else if (k == "--large-strategies") {
+      o.large_strategies.clear();
+      std::stringstream ss(v);
+      std::string p;
+      while (std::getline(ss, p, ',')) o.large_strategies.push_back(p);
+    } else if (k == "--large-nodes") {
+      o.large_nodes = std::stoi(v);
+    } else if (k == "--large-steps") {
+      o.large_steps = std::stoi(v);
     } else if (k == "--replay-nodes") {
       o.replay_nodes = std::stoi(v);
     } else if (k == "--replay-resolution") {
@@ -525,6 +547,83 @@ void collective(const Args& a, const Options& o) {
              "virtual time, bytes, flows and timeline hash (checked)"}});
 }
 
+// The 1,536-tile row: whole runs with everything the engine has (replay, collective-level
+// operations), one strategy after another, repeats interleaved.
+void large(const Args& a, const Options& o) {
+  Table t({"strategy", "tiles", "steps", "virtual s", "CPU s", "wall s", "peak RSS MiB",
+           "regions replayed", "goal (<= 60 s, <= 1 GiB)", "issue's CPU s (before)", "command"});
+  Progress progress(o.large_strategies.size() * static_cast<size_t>(o.repeats));
+  std::map<std::string, std::vector<double>> cpu, wall;
+  std::map<std::string, ChildRun> last;
+  auto sets_of = [&](const std::string& s) {
+    return std::vector<std::string>{
+        "--set", "run.math=skip",
+        "--set", "model.preset=" + o.model,
+        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
+        "--set", "run.steps=" + std::to_string(o.large_steps),
+        "--set", "run.strategy=" + s,
+        "--set", "cluster.preset=aurora",
+        "--set", "cluster.nodes=" + std::to_string(o.large_nodes),
+        "--set", "ulysses.uneven_heads=true",
+        "--set", "v_major.warmup_steps=1",
+        "--set", "emulator.trace=false"};
+  };
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (const std::string& s : o.large_strategies) {
+      progress.step(fmt("%s on %d nodes, repeat %d", s.c_str(), o.large_nodes, rep + 1));
+      ChildRun r = run_cocodiff(a, sets_of(s), fmt("large_%s_%d", s.c_str(), rep));
+      if (!r.ok()) fail(r, "large run of " + s);
+      cpu[s].push_back(r.cpu_s);
+      wall[s].push_back(r.wall_s);
+      if (r.maxrss_kib > last[s].maxrss_kib || last[s].report.is_null()) last[s] = std::move(r);
+    }
+  progress.done();
+  const bool issue_point = o.model == "flux1-dev" && o.replay_resolution == 2048 &&
+                           o.large_nodes == 128 && o.large_steps == 28;
+  for (const std::string& s : o.large_strategies) {
+    const nlohmann::json& rep = last[s].report;
+    const double c = median(cpu[s]), w = median(wall[s]);
+    const double rss_mib = static_cast<double>(last[s].maxrss_kib) / 1024;
+    const bool met = c <= 60 && rss_mib <= 1024;
+    const std::string before = !issue_point      ? "-"
+                               : s == "usp"      ? "~5 h"
+                               : s == "cocodiff" ? "~12 h (2 GB)"
+                                                 : "-";
+    std::string cmd = "cocodiff run configs/flux1-tiny-24tiles.toml";
+    const std::vector<std::string> sets = sets_of(s);
+    for (size_t i = 1; i < sets.size(); i += 2) cmd += " --set " + sets[i];
+    cmd += fmt(" --set emulator.workers=%d", a.workers);
+    t.add({s, std::to_string(rep["ranks"].get<int>()), std::to_string(o.large_steps),
+           fmt("%.4f", rep["virtual_time_s"].get<double>()), fmt("%.2f", c), fmt("%.2f", w),
+           fmt("%.0f", rss_mib), std::to_string(rep["regions_replayed"].get<std::int64_t>()),
+           met ? "met" : "not met", before, cmd},
+          {{"strategy", s},
+           {"tiles", rep["ranks"]},
+           {"steps", o.large_steps},
+           {"virtual_time_s", rep["virtual_time_s"]},
+           {"cpu_s", cpu[s]},
+           {"wall_s", wall[s]},
+           {"median_cpu_s", c},
+           {"median_wall_s", w},
+           {"peak_rss_mib", rss_mib},
+           {"regions_replayed", rep["regions_replayed"]},
+           {"flows", rep["flows"]},
+           {"goal_met", met},
+           {"timeline_sha256", rep["timeline_sha256"]},
+           {"command", cmd}});
+  }
+  t.finish(a, "emulator_large",
+           {{"model", o.model},
+            {"resolution", o.replay_resolution},
+            {"nodes", o.large_nodes},
+            {"steps", o.large_steps},
+            {"repeats", o.repeats},
+            {"workers", a.workers},
+            {"note",
+             "CPU s = user + system CPU of the child, median of the repeats; peak RSS is the "
+             "largest of the repeats; replay and collective-level operations on (the defaults)"}});
+}
+
 // The study grid as whole images, one run at a time, one worker each: what a what-if sweep of
 // the paper's configurations costs. SD3.5's learned position table stops at 3072 px.
 void grid(const Args& a, const Options& o) {
@@ -655,14 +754,15 @@ void math(const Args& a, const Options& o) {
 }
 
 int main_impl(int argc, char** argv) {
-  const Args a =
-      parse_args(argc, argv,
-                 " [--parts phantom,real,math,replay,grid,collective] [--nodes 1,2,..] [--model M] "
-                 "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
-                 "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
-                 "[--baseline OLD_COCODIFF] "
-                 "[--replay-strategies S,..] [--replay-nodes N] "
-                 "[--replay-resolution R] [--replay-steps N] [--repeats N]");
+  const Args a = parse_args(
+      argc, argv,
+      " [--parts phantom,real,math,replay,grid,collective,large] [--nodes 1,2,..] [--model M] "
+      "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
+      "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
+      "[--baseline OLD_COCODIFF] "
+      "[--replay-strategies S,..] [--replay-nodes N] "
+      "[--replay-resolution R] [--replay-steps N] [--repeats N] "
+      "[--large-strategies S,..] [--large-nodes N] [--large-steps N]");
   Options o;
   try {
     o = parse(a);
@@ -676,6 +776,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("replay")) replay(a, o);
   if (o.parts.count("grid")) grid(a, o);
   if (o.parts.count("collective")) collective(a, o);
+  if (o.parts.count("large")) large(a, o);
   return 0;
 }
 
