@@ -70,6 +70,8 @@ struct Options {
   std::vector<std::string> grid_strategies = {"flat", "tapa", "v_first", "cocodiff", "usp"};
   int grid_steps = 0;              // 0: each model's default
   std::filesystem::path baseline;  // real: a cocodiff built before a change, run beside it
+  // real: the baseline's outputs may differ (a change of the seeded weights, say why)
+  std::string baseline_differs;
 };
 
 Options parse(const Args& a) {
@@ -126,6 +128,8 @@ Options parse(const Args& a) {
       o.real_steps = std::stoi(v);
     } else if (k == "--baseline") {
       o.baseline = v;
+    } else if (k == "--baseline-differs") {
+      o.baseline_differs = v;
     } else if (k == "--real-strategy") {
       o.real_strategy = v;
     } else if (k == "--replay-strategies") {
@@ -298,9 +302,11 @@ void real(const Args& a, const Options& o) {
       progress.step("real math, baseline: " + points[k].label);
       base_runs[k].push_back(run_cocodiff(base_args, sets, fmt("real_%zu_before", k)));
       if (!base_runs[k].back().ok()) fail(base_runs[k].back(), "baseline run " + points[k].label);
-      if (base_runs[k].back().report["output_sha256"] != runs[k].back().report["output_sha256"])
+      if (base_runs[k].back().report["output_sha256"] != runs[k].back().report["output_sha256"] &&
+          o.baseline_differs.empty())
         throw std::runtime_error("real math: " + points[k].label +
-                                 ": the baseline's output bytes differ");
+                                 ": the baseline's output bytes differ (--baseline-differs "
+                                 "REASON when a change of them is deliberate)");
     }
   auto median_cpu = [](const std::vector<ChildRun>& rs) {
     std::vector<double> v;
@@ -369,6 +375,7 @@ void real(const Args& a, const Options& o) {
             {"resolution", o.real_resolution},
             {"steps", o.real_steps},
             {"workers", a.workers},
+            {"baseline_output_differs", o.baseline_differs},
             {"note",
              "run wall s = report.json wall_time_s (weights + run); CPU s = user + system CPU of "
              "the whole child; CPU us/event = (CPU - CPU of 1 tile) / events, the emulation's "
