@@ -215,7 +215,7 @@ const RouteTable::Entry& RouteTable::entry(int src, int dst) {
   std::vector<Entry>& row = entries_[static_cast<size_t>(src)];
   if (row.empty()) row.resize(static_cast<size_t>(p));
   Entry& e = row[static_cast<size_t>(dst)];
-  if (e.known) return e;
+  if (e.summary != kUnknown) return e;
   std::vector<int>& tree = trees_[static_cast<size_t>(src)];
   if (tree.empty()) tree = graph_->route_tree(graph_->rank_vertex(src));
   const size_t begin = pool_.size();
@@ -229,8 +229,12 @@ const RouteTable::Entry& RouteTable::entry(int src, int dst) {
   std::reverse(pool_.begin() + static_cast<std::ptrdiff_t>(begin), pool_.end());
   e.offset = static_cast<std::uint32_t>(begin);
   e.length = static_cast<std::uint32_t>(pool_.size() - begin);
-  e.summary = graph_->summarize(links({e.offset, e.length}));
-  e.known = true;
+  const RouteSummary sum = graph_->summarize(links({e.offset, e.length}));
+  auto [it, fresh] = summary_index_.try_emplace(
+      std::make_tuple(sum.latency.ns(), sum.bottleneck_bytes_per_s, sum.hops),
+      static_cast<std::uint32_t>(summaries_.size()));
+  if (fresh) summaries_.push_back(sum);
+  e.summary = it->second;
   return e;
 }
 
@@ -239,7 +243,7 @@ std::span<const int> RouteTable::route(int src, int dst) {
   return links({e.offset, e.length});
 }
 
-RouteSummary RouteTable::summary(int src, int dst) { return entry(src, dst).summary; }
+RouteSummary RouteTable::summary(int src, int dst) { return summaries_[entry(src, dst).summary]; }
 
 RouteTable::Ref RouteTable::route_ref(int src, int dst) {
   const Entry& e = entry(src, dst);

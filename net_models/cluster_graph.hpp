@@ -16,10 +16,12 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -143,18 +145,22 @@ class RouteTable {
   const std::shared_ptr<const ClusterGraph>& graph_ptr() const { return graph_; }
 
  private:
+  // 12 bytes a pair: a 1,536-rank table is 28 MB, touched once per flow, so its size is what
+  // the lookups cost. Summaries repeat (one per kind of route) and are stored once.
+  static constexpr std::uint32_t kUnknown = 0xFFFFFFFFu;
   struct Entry {
     std::uint32_t offset = 0;
     std::uint32_t length = 0;
-    RouteSummary summary;
-    bool known = false;
+    std::uint32_t summary = kUnknown;  // index into summaries_
   };
   const Entry& entry(int src, int dst);
 
   std::shared_ptr<const ClusterGraph> graph_;
   std::vector<std::vector<Entry>> entries_;  // [src][dst], rows allocated on first use
-  std::vector<std::vector<int>> trees_;      // [src] shortest-path tree, on first use
-  std::vector<int> pool_;                    // every cached route, back to back
+  std::vector<RouteSummary> summaries_;      // distinct summaries
+  std::map<std::tuple<std::int64_t, double, int>, std::uint32_t> summary_index_;
+  std::vector<std::vector<int>> trees_;  // [src] shortest-path tree, on first use
+  std::vector<int> pool_;                // every cached route, back to back
 };
 
 }  // namespace cocodiff
