@@ -47,10 +47,14 @@ std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, 
   const int p = g.size();
   COCO_CHECK(x.rows() == batch * chunk.of(shard_tokens(total, p, g.rank())).count,
              "to_heads: x " + x.shape_str());
-  auto shape = [total, batch, p, cols, chunk](int s, int d) {
-    return BlockShape{batch * chunk.of(shard_tokens(total, p, s)).count, cols[u(d)].count};
-  };
-  auto xc = std::make_unique<BlockExchange>(g, shape, ex.phantom, std::move(label), v_major);
+  std::vector<std::int64_t> rows(u(p)), widths(u(p));
+  for (int m = 0; m < p; ++m) {
+    rows[u(m)] = batch * chunk.of(shard_tokens(total, p, m)).count;
+    widths[u(m)] = cols[u(m)].count;
+  }
+  auto xc =
+      std::make_unique<BlockExchange>(g, BlockShapeFn(std::move(rows), std::move(widths), true),
+                                      ex.phantom, std::move(label), v_major);
   xc->start(
       ex, [&](int d, MatMap out) { out = x.mat().middleCols(cols[u(d)].begin, cols[u(d)].count); });
   return xc;
@@ -81,10 +85,13 @@ Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64
                    const std::vector<ColumnRange>& cols, std::string label) {
   const int p = g.size(), me = g.rank();
   COCO_CHECK(o.rows() == batch * total, "to_sequence: o " + o.shape_str());
-  auto shape = [total, batch, p, cols](int s, int d) {
-    return BlockShape{batch * shard_tokens(total, p, d).count, cols[u(s)].count};
-  };
-  BlockExchange xc(g, shape, ex.phantom, std::move(label));
+  std::vector<std::int64_t> rows(u(p)), widths(u(p));
+  for (int m = 0; m < p; ++m) {
+    rows[u(m)] = batch * shard_tokens(total, p, m).count;
+    widths[u(m)] = cols[u(m)].count;
+  }
+  BlockExchange xc(g, BlockShapeFn(std::move(rows), std::move(widths), false), ex.phantom,
+                   std::move(label));
   xc.start(ex, [&](int d, MatMap out) {
     const TokenShard sh = shard_tokens(total, p, d);
     for (int b = 0; b < batch; ++b)

@@ -70,7 +70,31 @@ struct BlockShape {
   std::int64_t numel() const { return rows * cols; }
 };
 
-using BlockShapeFn = std::function<BlockShape(int s, int d)>;
+/// The shapes of an exchange's blocks: block (s, d), from member s to member d, has a row count
+/// indexed by one end and a column count indexed by the other (sequence -> heads: rows by the
+/// source's tokens, columns by the destination's heads; heads -> sequence the other way round).
+/// Tables, not a callback: a TAPA exchange asks for every block's shape several times, and at
+/// 1,536 tiles that is millions of lookups per layer.
+class BlockShapeFn {
+ public:
+  /// rows[i], cols[j] for i, j < members; rows follow the source when rows_by_source.
+  BlockShapeFn(std::vector<std::int64_t> rows, std::vector<std::int64_t> cols, bool rows_by_source)
+      : rows_(std::move(rows)), cols_(std::move(cols)), rows_by_source_(rows_by_source) {}
+  /// Every block [rows, cols].
+  static BlockShapeFn uniform(int members, std::int64_t rows, std::int64_t cols) {
+    return BlockShapeFn(std::vector<std::int64_t>(static_cast<size_t>(members), rows),
+                        std::vector<std::int64_t>(static_cast<size_t>(members), cols), true);
+  }
+  BlockShape operator()(int s, int d) const {
+    const auto r = static_cast<size_t>(rows_by_source_ ? s : d);
+    const auto c = static_cast<size_t>(rows_by_source_ ? d : s);
+    return BlockShape{rows_[r], cols_[c]};
+  }
+
+ private:
+  std::vector<std::int64_t> rows_, cols_;
+  bool rows_by_source_ = true;
+};
 
 /// The buffers of one phase, as a V-Major channel sees them. Offsets are per block of the
 /// phase's send / receive order (size blocks + 1); the full region of `send` / `recv` holds every

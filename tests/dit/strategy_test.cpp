@@ -507,12 +507,7 @@ TEST(Strategies, TapaBytesPerTierMatchTheHierarchicalFormula) {
       const SpGroup g(comm, tapa == 1);
       EXPECT_EQ(static_cast<int>(g.phases().size()), tapa == 1 ? 3 : 1);
       const Exec ex{comm, false};
-      BlockExchange x(
-          g,
-          [m](int, int) {
-            return BlockShape{1, m};
-          },
-          false, "a2a");
+      BlockExchange x(g, BlockShapeFn::uniform(p, 1, m), false, "a2a");
       const int me = comm.rank();
       x.start(ex, [&](int d, MatMap out) { out.setConstant(static_cast<float>(me * 1000 + d)); });
       x.finish(ex);
@@ -547,18 +542,8 @@ TEST(Strategies, ConcurrentTapaExchangesIssuePhasesInOrder) {
     auto body = [&](Communicator& comm) {
       const SpGroup g(comm, true);
       const Exec ex{comm, true};  // phantom: sizes only
-      BlockExchange a(
-          g,
-          [](int, int) {
-            return BlockShape{1, 100'000'000};
-          },
-          true, "a");
-      BlockExchange b(
-          g,
-          [](int, int) {
-            return BlockShape{1, 10};
-          },
-          true, "b");
+      BlockExchange a(g, BlockShapeFn::uniform(g.size(), 1, 100'000'000), true, "a");
+      BlockExchange b(g, BlockShapeFn::uniform(g.size(), 1, 10), true, "b");
       a.start(ex, {});
       b.start(ex, {});
       for (int i = 0; i < 40; ++i) {             // 40 x 200 us of work; A's first phase takes ~4 ms
