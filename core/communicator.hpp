@@ -85,7 +85,8 @@ class Communicator {
   virtual std::unique_ptr<Communicator> split(int color, int key) = 0;
 
   /// Equal-count all-to-all: block j (count elements) of send goes to rank j, block i of recv
-  /// comes from rank i. Non-blocking; buffers must stay alive until the request completes.
+  /// comes from rank i. Non-blocking; buffers must stay alive until the request completes, and
+  /// so must an all-to-allv layout's arrays (as MPI_Ialltoallv's counts and displacements).
   Request iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
                       std::string_view label = {});
   Request iall_to_allv(std::span<const float> send, std::span<float> recv,

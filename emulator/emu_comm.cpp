@@ -137,7 +137,10 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
       choose_all_to_all(kernel_.options().library, size(), std::int64_t{1} << 62);
   detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
   spec.uniform = false;
-  spec.layout = layout;
+  spec.send_counts = layout.send_counts.data();
+  spec.send_displs = layout.send_displs.data();
+  spec.recv_counts = layout.recv_counts.data();
+  spec.recv_displs = layout.recv_displs.data();
   return start_collective(
       "all_to_allv", label,
       [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); },

@@ -44,12 +44,12 @@ Kernel::CollectiveMessage Kernel::op_recv(const CollectiveOp& op, int r, int rou
     case CollectiveSpec::Kind::kPairwise: {
       const int from = pairwise_recv_peer(s.order, p, r, round + 1);
       if (s.uniform) return {from, from * s.count, s.count, 0};
-      return {from, s.layout.recv_displs[u(from)], s.layout.recv_counts[u(from)], 0};
+      return {from, s.recv_displs[u(from)], s.recv_counts[u(from)], 0};
     }
     case CollectiveSpec::Kind::kConcurrent: {
       const int from = (r - round - 1 + p) % p;
       if (s.uniform) return {from, from * s.count, s.count, 0};
-      return {from, s.layout.recv_displs[u(from)], s.layout.recv_counts[u(from)], 0};
+      return {from, s.recv_displs[u(from)], s.recv_counts[u(from)], 0};
     }
   }
   return {};
@@ -66,12 +66,12 @@ Kernel::CollectiveMessage Kernel::op_send(const CollectiveOp& op, int r, int rou
     case CollectiveSpec::Kind::kPairwise: {
       const int to = pairwise_send_peer(s.order, p, r, round + 1);
       if (s.uniform) return {to, to * s.count, s.count, 0};
-      return {to, s.layout.send_displs[u(to)], s.layout.send_counts[u(to)], 0};
+      return {to, s.send_displs[u(to)], s.send_counts[u(to)], 0};
     }
     case CollectiveSpec::Kind::kConcurrent: {
       const int to = (r + round + 1) % p;
       if (s.uniform) return {to, to * s.count, s.count, 0};
-      return {to, s.layout.send_displs[u(to)], s.layout.send_counts[u(to)], 0};
+      return {to, s.send_displs[u(to)], s.send_counts[u(to)], 0};
     }
   }
   return {};
@@ -89,9 +89,9 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
       to = group_rank * spec.count;
       n = spec.count;
     } else {
-      from = spec.layout.send_displs[u(group_rank)];
-      to = spec.layout.recv_displs[u(group_rank)];
-      n = spec.layout.send_counts[u(group_rank)];
+      from = spec.send_displs[u(group_rank)];
+      to = spec.recv_displs[u(group_rank)];
+      n = spec.send_counts[u(group_rank)];
     }
     if (n > 0)
       std::memcpy(spec.recv.data() + to, spec.send.data() + from,

@@ -93,10 +93,12 @@ struct CollectiveSpec {
   AllToAllAlgorithm order = AllToAllAlgorithm::kShift;  // kPairwise
   std::span<const float> send;
   std::span<float> recv;
-  /// Elements per peer (kRing, and all-to-all with a uniform layout); otherwise `layout`.
+  /// Elements per peer (kRing, and all-to-all with a uniform layout); otherwise the layout's
+  /// arrays, which the caller keeps alive until the request completes (as MPI_Ialltoallv's).
   std::int64_t count = 0;
   bool uniform = true;
-  AllToAllvLayout layout;
+  const std::int64_t *send_counts = nullptr, *send_displs = nullptr;
+  const std::int64_t *recv_counts = nullptr, *recv_displs = nullptr;
 };
 
 inline constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
