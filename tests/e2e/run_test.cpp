@@ -303,21 +303,26 @@ TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
 namespace {
 
 // The quickstart runs the shipped trained weights (configs/weights/flux1-fmnist) on 24 tiles:
-// the checkpoint loads by its upstream names and the run reproduces the pinned output bytes.
+// the checkpoint loads by its upstream names and the run reproduces the pinned output bytes on
+// its own strategy (flat), on tapa and on cocodiff (whose V-Major sends every block here).
 TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
-  const fs::path out = temp_dir("shipped");
-  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                          "/quickstart.toml --out " + out.string() + " -q";
-  Result r = sh(cmd);
-  ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
-  std::ifstream in(out / "report.json");
-  const nlohmann::json rep = nlohmann::json::parse(in);
-  EXPECT_EQ(rep["ranks"], 24);
-  EXPECT_EQ(rep["tokens"], 196);
-  EXPECT_EQ(rep["output_sha256"],
-            "8f5a9bc8aaf7d28f323202d2b8f3b2e2bfcf86c72ae833ecf4e323ef933aa8c0");
-  EXPECT_TRUE(fs::exists(out / "image.png"));
-  fs::remove_all(out);
+  for (const std::string strategy : {"", "tapa", "cocodiff"}) {
+    SCOPED_TRACE(strategy.empty() ? "flat" : strategy);
+    const fs::path out = temp_dir("shipped");
+    const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                            "/quickstart.toml --out " + out.string() + " -q" +
+                            (strategy.empty() ? "" : " --set run.strategy=" + strategy);
+    Result r = sh(cmd);
+    ASSERT_EQ(r.exit_code, 0) << cmd << "\n" << r.output;
+    std::ifstream in(out / "report.json");
+    const nlohmann::json rep = nlohmann::json::parse(in);
+    EXPECT_EQ(rep["ranks"], 24);
+    EXPECT_EQ(rep["tokens"], 196);
+    EXPECT_EQ(rep["output_sha256"],
+              "8f5a9bc8aaf7d28f323202d2b8f3b2e2bfcf86c72ae833ecf4e323ef933aa8c0");
+    EXPECT_TRUE(fs::exists(out / "image.png"));
+    fs::remove_all(out);
+  }
 }
 
 // A class label the model does not have is a config error (exit 2), with nothing written.
