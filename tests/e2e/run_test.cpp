@@ -304,7 +304,7 @@ namespace {
 
 // The quickstart runs the shipped trained weights (configs/weights/flux1-fmnist) on 24 tiles:
 // the checkpoint loads by its upstream names and the run reproduces the pinned output bytes on
-// its own strategy (flat), on tapa and on cocodiff (whose V-Major sends every block here).
+// its own strategy (flat), on tapa and on cocodiff (both give flat's bytes on this run).
 TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
   for (const std::string strategy : {"", "tapa", "cocodiff"}) {
     SCOPED_TRACE(strategy.empty() ? "flat" : strategy);
