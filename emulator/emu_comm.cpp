@@ -74,7 +74,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   req->label = label;
   req->group = group_;
   if (spec && kernel_.options().collective_ops) {
-    kernel_.start_collective_op(self_, group_, group_rank_, seq, req, std::move(*spec));
+    kernel_.start_collective_op(self_, group_, group_rank_, seq, req, *spec);
     return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
   }
   // The collective fiber borrows this communicator's group; the user keeps the communicator
@@ -126,7 +126,7 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
         std::vector<std::int64_t> counts(static_cast<size_t>(p.size()), count);
         run_all_to_all(p, send, recv, AllToAllvLayout::packed(counts, counts), a);
       },
-      std::move(spec));
+      spec);
 }
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
@@ -143,8 +143,7 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
   spec.recv_displs = layout.recv_displs.data();
   return start_collective(
       "all_to_allv", label,
-      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); },
-      std::move(spec));
+      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, spec);
 }
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
@@ -156,8 +155,7 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
   spec.count = count;
   return start_collective(
       "all_gather(count=" + std::to_string(count) + ")", label,
-      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); },
-      std::move(spec));
+      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, spec);
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,

@@ -79,7 +79,7 @@ Kernel::CollectiveMessage Kernel::op_send(const CollectiveOp& op, int r, int rou
 
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
                                    int group_rank, std::uint64_t seq, ReqPtr req,
-                                   CollectiveSpec spec) {
+                                   const CollectiveSpec& spec) {
   const int p = static_cast<int>(g->members.size());
   // The caller's own block first, as the per-message algorithms do.
   if (!spec.send.empty() && !spec.recv.empty()) {
@@ -113,7 +113,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   CollectiveMember& m = op.members[u(group_rank)];
   m.started = true;
   m.req = req;
-  m.spec = std::move(spec);
+  m.spec = spec;
   m.clock = f.clock + options_.library.call_overhead;
   if (p == 1) {
     op_finish(op, group_rank);

@@ -155,7 +155,7 @@ class Kernel {
   /// per message, and the timeline is the one the per-message algorithm
   /// (emulator/collectives/) gives. Returns the request that completes with this rank's part.
   ReqPtr start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                             std::uint64_t seq, ReqPtr req, CollectiveSpec spec);
+                             std::uint64_t seq, ReqPtr req, const CollectiveSpec& spec);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
                            const std::string& call);
