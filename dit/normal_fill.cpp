@@ -5,17 +5,6 @@
 
 namespace cocodiff::dit {
 
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
-
 void fill_normal_pairs(float* out, std::uint64_t key, std::uint64_t first_pair, std::int64_t pairs,
                        float stddev) {
   constexpr float kLn2 = 0.693147180559945309f;

@@ -11,6 +11,14 @@
 
 namespace cocodiff::dit {
 
+/// splitmix64's output function: the counter-based stream of every seeded value.
+inline std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
 /// out[2k], out[2k+1] = stddev * (r cos t, r sin t) of counter key + first_pair + k, for
 /// k < pairs: r = sqrt(-2 ln u1), t = 2 pi u2, u1 in (0, 1] and u2 in [0, 1) from 24 bits each
 /// of splitmix64(counter). Magnitudes stop at sqrt(48 ln 2) = 5.77 (u1 >= 2^-24).

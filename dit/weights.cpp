@@ -62,13 +62,6 @@ std::vector<std::string> Weights::names() const {
 
 namespace {
 
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
 std::uint64_t stream_key(std::uint64_t seed, std::string_view name) {
   std::uint64_t h = 0xCBF29CE484222325ull;  // FNV-1a over the name
   for (char c : name) {

@@ -402,6 +402,56 @@ std::string figure_before_replay(const std::string& strategy) {
   return it == before.end() ? "-" : it->second;
 }
 
+// The phantom FLUX-on-Aurora run the replay, collective and large parts time, plus `extra`.
+std::vector<std::string> phantom_sets(const Options& o, const std::string& strategy, int steps,
+                                      int nodes, std::vector<std::string> extra) {
+  std::vector<std::string> sets = {"--set", "run.math=skip",
+                                   "--set", "model.preset=" + o.model,
+                                   "--set", "run.resolution=" + std::to_string(o.replay_resolution),
+                                   "--set", "run.steps=" + std::to_string(steps),
+                                   "--set", "run.strategy=" + strategy,
+                                   "--set", "cluster.preset=aurora",
+                                   "--set", "cluster.nodes=" + std::to_string(nodes),
+                                   "--set", "ulysses.uneven_heads=true"};
+  for (const std::string& e : extra) sets.insert(sets.end(), {"--set", e});
+  sets.insert(sets.end(), {"--set", "emulator.trace=false"});
+  return sets;
+}
+
+// Runs `sets` with an engine key off and on, interleaved, --repeats times each, and fails
+// unless both give the same virtual time, bytes, flows and timeline hash; also the command
+// that reproduces the runs (without the key).
+struct OffOn {
+  std::vector<double> cpu[2], wall[2];
+  ChildRun last[2];
+  std::string command;
+};
+OffOn off_on(const Args& a, const Options& o, Progress& progress, const std::string& strategy,
+             const std::vector<std::string>& sets, const std::string& key) {
+  OffOn r;
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (int on = 0; on < 2; ++on) {
+      progress.step(fmt("%s=%s: %s, repeat %d", key.c_str(), on ? "true" : "false",
+                        strategy.c_str(), rep + 1));
+      std::vector<std::string> x = sets;
+      x.insert(x.end(), {"--set", key + "=" + (on ? "true" : "false")});
+      r.last[on] = run_cocodiff(
+          a, x, fmt("%s_%s_%s_%d", key.c_str(), strategy.c_str(), on ? "on" : "off", rep));
+      if (!r.last[on].ok()) fail(r.last[on], key + " run of " + strategy);
+      r.cpu[on].push_back(r.last[on].cpu_s);
+      r.wall[on].push_back(r.last[on].wall_s);
+    }
+  for (const char* k : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
+    if (r.last[0].report[k] != r.last[1].report[k]) {
+      std::fprintf(stderr, "%s changed %s of %s\n", key.c_str(), k, strategy.c_str());
+      std::exit(1);
+    }
+  r.command = "cocodiff run configs/flux1-tiny-24tiles.toml";
+  for (size_t i = 1; i < sets.size(); i += 2) r.command += " --set " + sets[i];
+  r.command += fmt(" --set emulator.workers=%d", a.workers);
+  return r;
+}
+
 // Region replay: the same phantom run with every region simulated (replay off, what every run
 // cost before replay) and with repeated steps and blocks replayed, interleaved so that both see
 // the same load. Both must give the same virtual time, bytes and timeline hash; the bench fails
@@ -414,38 +464,14 @@ void replay(const Args& a, const Options& o) {
            "peak RSS MiB on", "command (add --set emulator.replay=false)"});
   Progress progress(o.replay_strategies.size() * static_cast<size_t>(o.repeats) * 2);
   for (const std::string& s : o.replay_strategies) {
-    const std::vector<std::string> sets = {
-        "--set", "run.math=skip",
-        "--set", "model.preset=" + o.model,
-        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
-        "--set", "run.steps=" + std::to_string(o.replay_steps),
-        "--set", "run.strategy=" + s,
-        "--set", "cluster.preset=aurora",
-        "--set", "cluster.nodes=" + std::to_string(o.replay_nodes),
-        "--set", "ulysses.uneven_heads=true",
-        "--set", "v_major.warmup_steps=1",
-        "--set", "emulator.trace=false"};
-    std::vector<double> cpu[2], wall[2];
-    ChildRun last[2];
-    for (int rep = 0; rep < o.repeats; ++rep)
-      for (int on = 0; on < 2; ++on) {
-        progress.step(fmt("replay %s: %s, repeat %d", on ? "on" : "off", s.c_str(), rep + 1));
-        std::vector<std::string> x = sets;
-        x.insert(x.end(), {"--set", std::string("emulator.replay=") + (on ? "true" : "false")});
-        last[on] = run_cocodiff(a, x, fmt("replay_%s_%s_%d", s.c_str(), on ? "on" : "off", rep));
-        if (!last[on].ok()) fail(last[on], "replay run of " + s);
-        cpu[on].push_back(last[on].cpu_s);
-        wall[on].push_back(last[on].wall_s);
-      }
-    const nlohmann::json &off = last[0].report, &on = last[1].report;
-    for (const char* key : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
-      if (off[key] != on[key]) {
-        std::fprintf(stderr, "replay changed %s of %s\n", key, s.c_str());
-        std::exit(1);
-      }
-    std::string cmd = "cocodiff run configs/flux1-tiny-24tiles.toml";
-    for (size_t i = 1; i < sets.size(); i += 2) cmd += " --set " + sets[i];
-    cmd += fmt(" --set emulator.workers=%d", a.workers);
+    const std::vector<std::string> sets =
+        phantom_sets(o, s, o.replay_steps, o.replay_nodes, {"v_major.warmup_steps=1"});
+    const OffOn r = off_on(a, o, progress, s, sets, "emulator.replay");
+    const auto& cpu = r.cpu;
+    const auto& wall = r.wall;
+    const auto& last = r.last;
+    const nlohmann::json& on = last[1].report;
+    const std::string& cmd = r.command;
     const double c0 = median(cpu[0]), c1 = median(cpu[1]);
     t.add({s, std::to_string(on["ranks"].get<int>()), std::to_string(o.replay_steps),
            fmt("%.4f", on["virtual_time_s"].get<double>()), fmt("%.2f", c0), fmt("%.2f", c1),
@@ -489,41 +515,13 @@ void collective(const Args& a, const Options& o) {
            "speedup", "wall s per message / collective level", "command"});
   Progress progress(o.replay_strategies.size() * static_cast<size_t>(o.repeats) * 2);
   for (const std::string& s : o.replay_strategies) {
-    const std::vector<std::string> sets = {
-        "--set", "run.math=skip",
-        "--set", "model.preset=" + o.model,
-        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
-        "--set", "run.steps=1",
-        "--set", "run.strategy=" + s,
-        "--set", "cluster.preset=aurora",
-        "--set", "cluster.nodes=" + std::to_string(o.replay_nodes),
-        "--set", "ulysses.uneven_heads=true",
-        "--set", "emulator.replay=false",
-        "--set", "emulator.trace=false"};
-    std::vector<double> cpu[2], wall[2];
-    ChildRun last[2];
-    for (int rep = 0; rep < o.repeats; ++rep)
-      for (int on = 0; on < 2; ++on) {
-        progress.step(
-            fmt("collective ops %s: %s, repeat %d", on ? "on" : "off", s.c_str(), rep + 1));
-        std::vector<std::string> x = sets;
-        x.insert(x.end(),
-                 {"--set", std::string("emulator.collective_ops=") + (on ? "true" : "false")});
-        last[on] =
-            run_cocodiff(a, x, fmt("collective_%s_%s_%d", s.c_str(), on ? "on" : "off", rep));
-        if (!last[on].ok()) fail(last[on], "collective-ops run of " + s);
-        cpu[on].push_back(last[on].cpu_s);
-        wall[on].push_back(last[on].wall_s);
-      }
-    const nlohmann::json &off = last[0].report, &on = last[1].report;
-    for (const char* key : {"virtual_time_s", "timeline_sha256", "bytes_by_tier", "flows"})
-      if (off[key] != on[key]) {
-        std::fprintf(stderr, "collective-level operations changed %s of %s\n", key, s.c_str());
-        std::exit(1);
-      }
-    std::string cmd = "cocodiff run configs/flux1-tiny-24tiles.toml";
-    for (size_t i = 1; i < sets.size(); i += 2) cmd += " --set " + sets[i];
-    cmd += fmt(" --set emulator.workers=%d", a.workers);
+    const std::vector<std::string> sets =
+        phantom_sets(o, s, 1, o.replay_nodes, {"emulator.replay=false"});
+    const OffOn r = off_on(a, o, progress, s, sets, "emulator.collective_ops");
+    const auto& cpu = r.cpu;
+    const auto& wall = r.wall;
+    const nlohmann::json& on = r.last[1].report;
+    const std::string& cmd = r.command;
     const double c0 = median(cpu[0]), c1 = median(cpu[1]);
     t.add({s, std::to_string(on["ranks"].get<int>()), "1",
            std::to_string(on["flows"].get<std::int64_t>()), fmt("%.2f", c0), fmt("%.2f", c1),
@@ -563,17 +561,7 @@ void large(const Args& a, const Options& o) {
   std::map<std::string, std::vector<double>> cpu, wall;
   std::map<std::string, ChildRun> last;
   auto sets_of = [&](const std::string& s) {
-    return std::vector<std::string>{
-        "--set", "run.math=skip",
-        "--set", "model.preset=" + o.model,
-        "--set", "run.resolution=" + std::to_string(o.replay_resolution),
-        "--set", "run.steps=" + std::to_string(o.large_steps),
-        "--set", "run.strategy=" + s,
-        "--set", "cluster.preset=aurora",
-        "--set", "cluster.nodes=" + std::to_string(o.large_nodes),
-        "--set", "ulysses.uneven_heads=true",
-        "--set", "v_major.warmup_steps=1",
-        "--set", "emulator.trace=false"};
+    return phantom_sets(o, s, o.large_steps, o.large_nodes, {"v_major.warmup_steps=1"});
   };
   for (int rep = 0; rep < o.repeats; ++rep)
     for (const std::string& s : o.large_strategies) {

@@ -213,10 +213,7 @@ TEST(Weights, FloatGeneratorMatchesDoubleBoxMuller) {
   fill_normal_pairs(z.data(), key, 0, pairs, 1.0f);
   double worst = 0;
   for (std::int64_t k = 0; k < pairs; ++k) {
-    std::uint64_t x = key + static_cast<std::uint64_t>(k) + 0x9E3779B97F4A7C15ull;
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-    x ^= x >> 31;
+    const std::uint64_t x = splitmix64(key + static_cast<std::uint64_t>(k));
     const double u1 = static_cast<double>((x >> 40) + 1) * 0x1p-24;
     const double u2 = static_cast<double>((x >> 16) & 0xFFFFFF) * 0x1p-24;
     const double r = std::sqrt(-2.0 * std::log(u1));
