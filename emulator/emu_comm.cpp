@@ -115,8 +115,7 @@ detail::CollectiveSpec all_to_all_spec(AllToAllAlgorithm a, std::span<const floa
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
-  const std::int64_t wire_bytes =
-      std::llround(static_cast<double>(count) * kernel_.options().wire_bytes_per_element);
+  const std::int64_t wire_bytes = kernel_.wire_bytes(count);
   const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
   detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
   spec.count = count;

@@ -76,9 +76,7 @@ struct Port {
   /// The collective library's software costs (free unless the cluster names a library).
   const LibraryModel& library() const { return kernel.options().library; }
   /// Wire bytes of `count` fp32 elements.
-  std::int64_t wire_bytes(std::int64_t count) const {
-    return std::llround(static_cast<double>(count) * kernel.options().wire_bytes_per_element);
-  }
+  std::int64_t wire_bytes(std::int64_t count) const { return kernel.wire_bytes(count); }
   /// The library's per-call software time, spent by this fiber before its first message.
   void charge_call() { fiber.clock += library().call_overhead; }
   /// The software time the sender spends on a message of `count` elements before posting it.

@@ -238,7 +238,7 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mut
   t.dst = dst;
   t.key = key;
   t.seq = seq;
-  t.bytes = std::llround(static_cast<double>(s.count) * options_.wire_bytes_per_element);
+  t.bytes = wire_bytes(s.count);
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
   t.label = options_.trace ? intern(s.label) : 0;

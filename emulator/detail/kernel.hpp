@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/fiber/condition_variable.hpp>
+#include <cmath>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -161,6 +162,10 @@ class Kernel {
                            const std::string& call);
   const Topology& topology() const { return topo_; }
   const EngineOptions& options() const { return options_; }
+  /// Wire bytes of `count` fp32 elements (EngineOptions::wire_bytes_per_element).
+  std::int64_t wire_bytes(std::int64_t count) const {
+    return std::llround(static_cast<double>(count) * options_.wire_bytes_per_element);
+  }
 
  private:
   struct PostedSend {
@@ -211,7 +216,6 @@ class Kernel {
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
     std::uint32_t label = 0;
-    std::string_view label_text;  // the first member's request label
     CollectiveSpec::Kind kind{};
     int finished = 0;
     std::vector<CollectiveMember> members;
