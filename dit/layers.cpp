@@ -14,7 +14,6 @@ double n(std::int64_t v) { return static_cast<double>(v); }
 
 // Attention tile sizes: a [kBlockQ x kBlockK] score tile (256 KiB) lives on the heap.
 constexpr std::int64_t kBlockQ = 256;
-constexpr std::int64_t kBlockK = 256;
 
 }  // namespace
 
@@ -364,44 +363,55 @@ Tensor attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor&
       q.cols() == width && k.cols() == width && v.cols() == width && k.rows() == v.rows() &&
           q.rows() % batch == 0 && k.rows() % batch == 0,
       "attention shapes: q " + q.shape_str() + " k " + k.shape_str() + " v " + v.shape_str());
+  Tensor out = Tensor::uninitialized(q.rows(), width, ex.phantom);
+  if (!ex.phantom)
+    attention_values(q.mat(), k.mat(), v.mat(), heads, head_dim, batch, out.mat(), kBlockK);
+  ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(q.rows() / batch) *
+                                    n(k.rows() / batch) * head_dim,
+            n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()), label);
+  return out;
+}
+
+void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim,
+                      int batch, Mat& out, std::int64_t key_block) {
+  COCO_CHECK(key_block > 0, "attention key block");
   const std::int64_t nq = q.rows() / batch;
   const std::int64_t nk = k.rows() / batch;
-  Tensor out = Tensor::zeros(q.rows(), width, ex.phantom);
-  if (!ex.phantom) {
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    Mat qh, kh, vh, s, o;
-    Eigen::VectorXf m, l, m_new, alpha;
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < heads; ++h) {
-        qh = q.mat().block(b * nq, std::int64_t{h} * head_dim, nq, head_dim) * scale;
-        kh = k.mat().block(b * nk, std::int64_t{h} * head_dim, nk, head_dim);
-        vh = v.mat().block(b * nk, std::int64_t{h} * head_dim, nk, head_dim);
-        for (std::int64_t q0 = 0; q0 < nq; q0 += kBlockQ) {
-          const std::int64_t bq = std::min(kBlockQ, nq - q0);
-          o.setZero(bq, head_dim);
-          m.setConstant(bq, -std::numeric_limits<float>::infinity());
-          l.setZero(bq);
-          for (std::int64_t k0 = 0; k0 < nk; k0 += kBlockK) {
-            const std::int64_t bk = std::min(kBlockK, nk - k0);
-            s.noalias() = qh.middleRows(q0, bq) * kh.middleRows(k0, bk).transpose();
-            m_new = m.cwiseMax(s.rowwise().maxCoeff());
-            alpha = (m - m_new).array().exp();
-            s.array().colwise() -= m_new.array();
-            s.array() = s.array().exp();
-            l = l.cwiseProduct(alpha) + s.rowwise().sum();
-            o.array().colwise() *= alpha.array();
-            o.noalias() += s * vh.middleRows(k0, bk);
-            m = m_new;
-          }
-          o.array().colwise() /= l.array();
-          out.mat().block(b * nq + q0, std::int64_t{h} * head_dim, bq, head_dim) = o;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  Mat qh, s, o;
+  Eigen::VectorXf m, l, m_new, alpha;
+  for (int b = 0; b < batch; ++b) {
+    for (int h = 0; h < heads; ++h) {
+      qh = q.block(b * nq, std::int64_t{h} * head_dim, nq, head_dim) * scale;
+      // K and V are read in place (the products pack them anyway).
+      const auto kh = k.block(b * nk, std::int64_t{h} * head_dim, nk, head_dim);
+      const auto vh = v.block(b * nk, std::int64_t{h} * head_dim, nk, head_dim);
+      for (std::int64_t q0 = 0; q0 < nq; q0 += kBlockQ) {
+        const std::int64_t bq = std::min(kBlockQ, nq - q0);
+        o.setZero(bq, head_dim);
+        m.setConstant(bq, -std::numeric_limits<float>::infinity());
+        l.setZero(bq);
+        for (std::int64_t k0 = 0; k0 < nk; k0 += key_block) {
+          const std::int64_t bk = std::min(key_block, nk - k0);
+          s.noalias() = qh.middleRows(q0, bq) * kh.middleRows(k0, bk).transpose();
+          m_new = m.cwiseMax(s.rowwise().maxCoeff());
+          alpha = (m - m_new).array().exp();
+          s.array().colwise() -= m_new.array();
+          s.array() = s.array().exp();
+          l = l.cwiseProduct(alpha) + s.rowwise().sum();
+          o.array().colwise() *= alpha.array();
+          o.noalias() += s * vh.middleRows(k0, bk);
+          m = m_new;
         }
+        // No keys at all: zeros (l = 0 would divide 0 by 0).
+        if (nk == 0)
+          o.setZero();
+        else
+          o.array().colwise() /= l.array();
+        out.block(b * nq + q0, std::int64_t{h} * head_dim, bq, head_dim) = o;
       }
     }
   }
-  ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
-            n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()), label);
-  return out;
 }
 
 Mat attention_naive(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim, int batch) {
@@ -435,18 +445,20 @@ Tensor concat_tokens(const Exec& ex, const std::vector<const Tensor*>& parts, in
     COCO_CHECK(p->cols() == cols && p->rows() % batch == 0, "concat_tokens shapes");
     rows += p->rows();
   }
-  Tensor y = Tensor::zeros(rows, cols, ex.phantom);
-  if (!ex.phantom) {
-    std::int64_t at = 0;
-    for (int b = 0; b < batch; ++b)
-      for (const Tensor* p : parts) {
-        const std::int64_t t = p->rows() / batch;
-        y.mat().middleRows(at, t) = p->mat().middleRows(b * t, t);
-        at += t;
-      }
-  }
+  Tensor y = Tensor::uninitialized(rows, cols, ex.phantom);  // every row is copied below
+  if (!ex.phantom) stack_tokens(parts, batch, y.mat());
   if (parts.size() > 1) ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), label);
   return y;
+}
+
+void stack_tokens(const std::vector<const Tensor*>& parts, int batch, Mat& out) {
+  std::int64_t at = 0;
+  for (int b = 0; b < batch; ++b)
+    for (const Tensor* p : parts) {
+      const std::int64_t t = p->rows() / batch;
+      out.middleRows(at, t) = p->mat().middleRows(b * t, t);
+      at += t;
+    }
 }
 
 std::vector<Tensor> split_tokens(const Exec& ex, const Tensor& x,

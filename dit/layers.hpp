@@ -112,6 +112,16 @@ Tensor patch_order_pqc_to_cpq(const Exec& ex, const Tensor& x, int channels, int
 Tensor attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v, int heads,
                  int head_dim, int batch, std::string_view label);
 
+/// attention() takes keys in blocks of this many (its online softmax rescales per block).
+inline constexpr std::int64_t kBlockK = 256;
+
+/// attention()'s arithmetic without charging a clock, into out [B*Nq, h*D] (every element
+/// written), for strategies that charge the work in their own steps (usp's ring). Keys are
+/// taken `key_block` at a time: attention() uses kBlockK; a few query rows against many keys
+/// are cheaper in one block (one score product, no rescaling).
+void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim,
+                      int batch, Mat& out, std::int64_t key_block = kBlockK);
+
 /// Reference attention that materialises the full score matrix (tests only; not charged).
 Mat attention_naive(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim, int batch);
 
@@ -119,6 +129,9 @@ Mat attention_naive(const Mat& q, const Mat& k, const Mat& v, int heads, int hea
 /// Each part is [B*N_i, C] -> [B*sum N_i, C]. (Joint text + image attention's concatenation.)
 Tensor concat_tokens(const Exec& ex, const std::vector<const Tensor*>& parts, int batch,
                      std::string_view label);
+/// concat_tokens' values without charging a clock, into out (shaped [B*sum N_i, C] by the
+/// caller).
+void stack_tokens(const std::vector<const Tensor*>& parts, int batch, Mat& out);
 /// Inverse of concat_tokens: splits [B*sum N_i, C] into parts of N_i tokens per batch element.
 std::vector<Tensor> split_tokens(const Exec& ex, const Tensor& x,
                                  const std::vector<std::int64_t>& tokens, int batch,

@@ -137,7 +137,10 @@ bool MathCache::multiply(const Mat& x, const Tensor& w, std::int64_t r0, std::in
   const ResMapper res(y.data(), out);
   PackRhs pack_rhs;
   Gebp gebp;
-  std::vector<float, Eigen::aligned_allocator<float>> block_b(static_cast<size_t>(kc * nc));
+  // The packed x block: scratch of this thread, kept between calls (nothing in here switches
+  // fibers).
+  thread_local std::vector<float, Eigen::aligned_allocator<float>> block_b;
+  if (block_b.size() < static_cast<size_t>(kc * nc)) block_b.resize(static_cast<size_t>(kc * nc));
   const bool pack_rhs_once = mc != out && kc == depth && nc == rows;
   size_t b = 0;
   for (Index i2 = 0; i2 < out; i2 += mc) {

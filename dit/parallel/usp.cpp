@@ -1,5 +1,6 @@
 #include "dit/parallel/usp.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -14,71 +15,24 @@ namespace {
 double n(std::int64_t v) { return static_cast<double>(v); }
 size_t u(std::int64_t i) { return static_cast<size_t>(i); }
 
-// One key/value set's share of attention: o = softmax(q k^T / sqrt(D)) v per head, normalised
-// over these keys only, and lse = log sum exp of the scores (to merge shares exactly).
-struct Partial {
-  Tensor o;  // [B*nq, h*D]
-  Mat lse;   // [B*nq, h]
-};
+// Above this many scores per head (1 MiB of floats), the ring's softmax takes keys in blocks.
+constexpr std::int64_t kOneBlockScores = std::int64_t{1} << 18;
 
-// partial: q [B*nq, h*D], k, v [B*nk, h*D] -> o [B*nq, h*D], lse [B*nq, h]
-Partial partial_attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor& v,
-                          int heads, int head_dim, int batch) {
-  const std::int64_t nq = q.rows() / batch, nk = k.rows() / batch;
-  // Every head's block of the output is written below unless there are no keys (zeros then).
-  Partial r{nk > 0 ? Tensor::uninitialized(q.rows(), q.cols(), ex.phantom)
-                   : Tensor::zeros(q.rows(), q.cols(), ex.phantom),
-            Mat()};
-  if (!ex.phantom) {
-    r.lse = Mat::Constant(q.rows(), heads, -std::numeric_limits<float>::infinity());
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    Mat s;
-    Eigen::VectorXf m, l;
-    if (nk > 0)
-      for (int b = 0; b < batch; ++b)
-        for (int h = 0; h < heads; ++h) {
-          const std::int64_t c = std::int64_t{h} * head_dim;
-          s.noalias() = q.mat().block(b * nq, c, nq, head_dim) *
-                        k.mat().block(b * nk, c, nk, head_dim).transpose();
-          s *= scale;
-          // Softmax of every row at once, down the columns (contiguous, vectorised).
-          m = s.rowwise().maxCoeff();
-          s.array().colwise() -= m.array();
-          s.array() = s.array().exp();
-          l = s.rowwise().sum();
-          s.array().colwise() /= l.array();
-          for (std::int64_t i = 0; i < nq; ++i) r.lse(b * nq + i, h) = m(i) + std::log(l(i));
-          r.o.mat().block(b * nq, c, nq, head_dim).noalias() =
-              s * v.mat().block(b * nk, c, nk, head_dim);
-        }
-  }
+// The clock's share of one ring step: the partial attention of q [B*nq, h*D] against one
+// key/value set of nk tokens per batch element (scores, softmax, weighted sum, log-sum-exp).
+void charge_partial_attention(const Exec& ex, std::int64_t q_rows, std::int64_t q_cols,
+                              std::int64_t k_rows, int heads, int head_dim, int batch) {
+  const std::int64_t nq = q_rows / batch, nk = k_rows / batch;
+  const double q_numel = n(q_rows) * n(q_cols), k_numel = n(k_rows) * n(q_cols);
   ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
-            n(q.numel()) + n(k.numel()) + n(v.numel()) + n(q.numel()), "ring_attention");
-  return r;
+            q_numel + k_numel + k_numel + q_numel, "ring_attention");
 }
 
-// merge: out = sum_j exp(lse_j - m) o_j / sum_j exp(lse_j - m), in the order of `parts`.
-Tensor merge_partials(const Exec& ex, const std::vector<Partial>& parts, int heads, int head_dim) {
-  const Tensor& first = parts.at(0).o;
-  Tensor out = Tensor::zeros(first.rows(), first.cols(), ex.phantom);
-  if (!ex.phantom)
-    for (std::int64_t i = 0; i < first.rows(); ++i)
-      for (int h = 0; h < heads; ++h) {
-        float m = -std::numeric_limits<float>::infinity();
-        for (const Partial& p : parts) m = std::max(m, p.lse(i, h));
-        float wsum = 0;
-        auto dst = out.mat().block(i, std::int64_t{h} * head_dim, 1, head_dim);
-        for (const Partial& p : parts) {
-          if (p.lse(i, h) == -std::numeric_limits<float>::infinity()) continue;
-          const float w = std::exp(p.lse(i, h) - m);
-          wsum += w;
-          dst += w * p.o.mat().block(i, std::int64_t{h} * head_dim, 1, head_dim);
-        }
-        dst /= wsum;
-      }
-  ex.charge(OpKind::kElementwise, 3.0 * n(first.numel()) * n(parts.size()),
-            n(first.numel()) * n(parts.size() + 1), "ring_merge");
-  return out;
+// The clock's share of merging `parts` partial results of q's shape by their log-sum-exp.
+void charge_merge(const Exec& ex, std::int64_t q_rows, std::int64_t q_cols, size_t parts) {
+  const double numel = n(q_rows) * n(q_cols);
+  ex.charge(OpKind::kElementwise, 3.0 * numel * n(static_cast<std::int64_t>(parts)),
+            numel * n(static_cast<std::int64_t>(parts + 1)), "ring_merge");
 }
 
 }  // namespace
@@ -174,38 +128,110 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   }
   COCO_CHECK(img >= 0, "usp: no sharded stream");
   const Tensor qa = concat_tokens(ex, q, batch, "q_concat");
-  std::vector<Partial> partials;
-  if (!tk.empty())  // text keys: replicated, so every ring member has them
-    partials.push_back(partial_attention(ex, qa, concat_tokens(ex, tk, batch, "k_concat"),
-                                         concat_tokens(ex, tv, batch, "v_concat"), hl, dh, batch));
-  // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on.
+  // The clock is charged as the ring kernel runs: one partial attention per key/value set (the
+  // text's, then each ring step's, overlapped with passing the chunk on) and one merge. The
+  // values are one softmax over every key the ring delivered, in the streams' token order
+  // (attention_values, the serial run's arithmetic): the same function as merging the partials
+  // by log-sum-exp, without a thin product and a merge per chunk.
+  const std::int64_t qr = qa.rows(), qc = qa.cols();
+  Tensor text_k, text_v;
+  size_t sets = 0;
+  if (!tk.empty()) {  // text keys: replicated, so every ring member has them
+    text_k = concat_tokens(ex, tk, batch, "k_concat");
+    text_v = concat_tokens(ex, tv, batch, "v_concat");
+    charge_partial_attention(ex, qr, qc, text_k.rows(), hl, dh, batch);
+    ++sets;
+  }
+  // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on. With one
+  // batch element every chunk arrives straight into its rows of one [keys, hw] matrix per K and
+  // V, in the streams' token order (what the softmax reads: nothing is stacked afterwards);
+  // otherwise into a tensor per chunk.
   const std::int64_t total = src.total_tokens(img);
-  std::vector<Partial> ring(u(rd));
-  Tensor cur_k = std::move(parts[1][u(img)]), cur_v = std::move(parts[2][u(img)]);
+  const bool direct = batch == 1 && !ex.phantom;
+  std::vector<std::int64_t> chunk_rows(u(rd)), chunk_at(u(rd));
+  for (int j = 0; j < rd; ++j) chunk_rows[u(j)] = batch * chunk_of(j, total).count;
+  std::vector<Tensor> ring_k(u(rd)), ring_v(u(rd));
+  Mat all_k, all_v;
+  if (direct) {
+    std::int64_t at = 0;
+    for (int s = 0; s < streams; ++s)
+      if (s == img)
+        for (int j = 0; j < rd; ++j) chunk_at[u(j)] = at, at += chunk_rows[u(j)];
+      else
+        at += parts[1][u(s)].rows();
+    COCO_CHECK(parts[1][u(img)].rows() == chunk_rows[u(ri)], "usp: own chunk rows");
+    all_k.resize(at, hw);
+    all_v.resize(at, hw);
+    at = 0;
+    for (int s = 0; s < streams; ++s) {
+      const std::int64_t r = s == img ? chunk_rows[u(ri)] : parts[1][u(s)].rows();
+      const std::int64_t to = s == img ? chunk_at[u(ri)] : at;
+      all_k.middleRows(to, r) = parts[1][u(s)].mat();
+      all_v.middleRows(to, r) = parts[2][u(s)].mat();
+      at += s == img ? total : r;
+    }
+  } else {
+    ring_k[u(ri)] = std::move(parts[1][u(img)]);
+    ring_v[u(ri)] = std::move(parts[2][u(img)]);
+  }
+  auto chunk = [&](int j, Mat& all, std::vector<Tensor>& ring) -> std::span<float> {
+    if (!direct) return ring[u(j)].data();
+    return {all.data() + chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
+  };
   for (int i = 0; i < rd; ++i) {
     const int holder = ((ri - i) % rd + rd) % rd;
-    Tensor next_k, next_v;
     std::vector<Request> reqs;
     if (i + 1 < rd) {
       const int from = ((ri - i - 1) % rd + rd) % rd;
-      const std::int64_t rows = batch * chunk_of(from, total).count;
-      next_k = Tensor::uninitialized(rows, hw, ex.phantom);  // the receives fill them
-      next_v = Tensor::uninitialized(rows, hw, ex.phantom);
+      const std::int64_t rows = chunk_rows[u(from)];
+      if (!direct) {  // the receives fill them
+        ring_k[u(from)] = Tensor::uninitialized(rows, hw, ex.phantom);
+        ring_v[u(from)] = Tensor::uninitialized(rows, hw, ex.phantom);
+      }
+      const std::int64_t sent = chunk_rows[u(holder)] * hw;
       const int right = (ri + 1) % rd, left = (ri - 1 + rd) % rd;
-      reqs.push_back(ring_comm_->irecv(next_k.data(), rows * hw, left, 2 * i, "ring_k"));
-      reqs.push_back(ring_comm_->irecv(next_v.data(), rows * hw, left, 2 * i + 1, "ring_v"));
-      reqs.push_back(ring_comm_->isend(cur_k.data(), cur_k.numel(), right, 2 * i, "ring_k"));
-      reqs.push_back(ring_comm_->isend(cur_v.data(), cur_v.numel(), right, 2 * i + 1, "ring_v"));
+      reqs.push_back(
+          ring_comm_->irecv(chunk(from, all_k, ring_k), rows * hw, left, 2 * i, "ring_k"));
+      reqs.push_back(
+          ring_comm_->irecv(chunk(from, all_v, ring_v), rows * hw, left, 2 * i + 1, "ring_v"));
+      reqs.push_back(ring_comm_->isend(chunk(holder, all_k, ring_k), sent, right, 2 * i, "ring_k"));
+      reqs.push_back(
+          ring_comm_->isend(chunk(holder, all_v, ring_v), sent, right, 2 * i + 1, "ring_v"));
     }
-    ring[u(holder)] = partial_attention(ex, qa, cur_k, cur_v, hl, dh, batch);
+    charge_partial_attention(ex, qr, qc, chunk_rows[u(holder)], hl, dh, batch);
+    ++sets;
     wait_all(reqs);
-    if (i + 1 < rd) {
-      cur_k = std::move(next_k);
-      cur_v = std::move(next_v);
-    }
   }
-  for (Partial& p : ring) partials.push_back(std::move(p));
-  const Tensor o = merge_partials(ex, partials, hl, dh);
+  Tensor o = Tensor::uninitialized(qr, qc, ex.phantom);
+  if (!ex.phantom) {
+    if (!direct) {
+      std::vector<const Tensor*> keys, values;
+      for (int s = 0; s < streams; ++s) {
+        if (s != img) {
+          keys.push_back(&parts[1][u(s)]);
+          values.push_back(&parts[2][u(s)]);
+        } else {
+          for (int j = 0; j < rd; ++j) {
+            keys.push_back(&ring_k[u(j)]);
+            values.push_back(&ring_v[u(j)]);
+          }
+        }
+      }
+      std::int64_t key_rows = 0;
+      for (const Tensor* t : keys) key_rows += t->rows();
+      all_k.resize(key_rows, hw);
+      all_v.resize(key_rows, hw);
+      stack_tokens(keys, batch, all_k);
+      stack_tokens(values, batch, all_v);
+    }
+    // One key block while the scores stay small (qa has a shard's rows): [rows x keys] floats.
+    const std::int64_t keys_per_batch = all_k.rows() / batch;
+    const std::int64_t key_block = (qr / batch) * keys_per_batch <= kOneBlockScores
+                                       ? std::max<std::int64_t>(keys_per_batch, 1)
+                                       : kBlockK;
+    attention_values(qa.mat(), all_k, all_v, hl, dh, batch, o.mat(), key_block);
+  }
+  charge_merge(ex, qr, qc, sets);
   std::vector<Tensor> outs = split_tokens(ex, o, q_tokens, batch, "o_split");
   for (int s = 0; s < streams; ++s) {
     Tensor& os = outs[u(s)];
