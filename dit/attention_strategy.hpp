@@ -141,6 +141,10 @@ class AttentionStrategy {
   /// work and leave the strategy in the same state, so one may be replayed for another. nullopt:
   /// the block must be simulated (the default, for strategies that say nothing of their state).
   virtual std::optional<std::string> block_key() const { return std::nullopt; }
+  /// Whether the next block exchanges its layers for the first time (V-Major counts their cache
+  /// then). The block's work and timeline do not depend on it, so it is not part of
+  /// block_key(): only the cache bytes a replayed block adds do (BlockReplay).
+  virtual bool block_counts_cache() const { return false; }
   /// A replayed block's attention layers were not run: advance as running them would have
   /// (`v_major_cache_bytes`: what the simulated block added to StrategyStats::v_major_cache_bytes).
   virtual void skip_layers(int /*layers*/, double /*v_major_cache_bytes*/) {}

@@ -44,22 +44,25 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   std::string key = "block ";
   key += kind;
   if (state) key += " | " + *state;
-  const Communicator::RegionMark mark = world.begin_region(key, phantom_ && state.has_value());
+  const bool counts = attn_.block_counts_cache();
+  const auto known = first_cache_.find(key);
+  const bool cache_known = known != first_cache_.end();
+  const std::string region = counts && !cache_known ? key + " | first exchange" : key;
+  const Communicator::RegionMark mark = world.begin_region(region, phantom_ && state.has_value());
   if (mark.replayed) {
     auto it = effects_.find(mark.id);
     COCO_CHECK(it != effects_.end(), "a replayed block was never simulated on this rank");
-    replayed_.merge(it->second.stats);
-    attn_.skip_layers(attention_layers, it->second.v_major_cache_bytes);
+    replayed_.merge(it->second);
+    attn_.skip_layers(attention_layers, counts ? known->second : 0.0);
     return;
   }
-  const bool keep = phantom_ && mark.id != 0;
-  const StrategyStats before = keep ? attn_.stats() : StrategyStats{};
+  const StrategyStats before = attn_.stats();
   body();
-  if (keep) {
-    const StrategyStats after = attn_.stats();
-    effects_[mark.id] = {stats_added(after, before),
-                         after.v_major_cache_bytes - before.v_major_cache_bytes};
-  }
+  const StrategyStats after = attn_.stats();
+  const double cache = after.v_major_cache_bytes - before.v_major_cache_bytes;
+  COCO_CHECK(counts || cache == 0, "a block counted V-Major cache for layers it had seen");
+  if (counts && state && !cache_known) first_cache_.emplace(key, cache);
+  if (phantom_ && mark.id != 0) effects_[mark.id] = stats_added(after, before);
 }
 
 void BlockReplay::end(Communicator& world) { world.begin_region("blocks end", false); }

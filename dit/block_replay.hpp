@@ -6,7 +6,11 @@
 // in flight) instead of simulating it again: the 57 blocks of a FLUX step are two kinds, and
 // after a few blocks their start states repeat. A rank's BlockReplay keeps what a simulated
 // block did beyond the emulator's own accounting (the strategy's statistics), so that a
-// replayed block adds the same. Real math marks the same regions and never replays.
+// replayed block adds the same. A block that exchanges its layers for the first time (V-Major
+// counts their cache) does the same work as one that does not: both share a region key, and a
+// replayed block adds the cache bytes a simulated first exchange of its kind added, or none.
+// Until such a figure is known, a first exchange keys a region of its own (so it is simulated).
+// Real math marks the same regions and never replays.
 //
 //   BlockReplay blocks(attn, phantom);
 //   ex.blocks = &blocks;
@@ -16,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 
@@ -44,11 +49,10 @@ class BlockReplay {
  private:
   AttentionStrategy& attn_;
   bool phantom_;
-  struct Effect {
-    StrategyStats stats;             // what the block added (sums)
-    double v_major_cache_bytes = 0;  // what it added to the V-Major cache
-  };
-  std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did
+  std::unordered_map<std::uint64_t, StrategyStats> effects_;  // region id -> what it added
+  // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
+  // its layers for the first time (a function of the shapes: the same for every such block).
+  std::unordered_map<std::string, double> first_cache_;
   StrategyStats replayed_;
 };
 

@@ -366,14 +366,14 @@ Tensor attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor&
   Tensor out = Tensor::uninitialized(q.rows(), width, ex.phantom);
   if (!ex.phantom)
     attention_values(q.mat(), k.mat(), v.mat(), heads, head_dim, batch, out.mat(), kBlockK);
-  ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(q.rows() / batch) *
-                                    n(k.rows() / batch) * head_dim,
+  ex.charge(OpKind::kAttention,
+            4.0 * batch * heads * n(q.rows() / batch) * n(k.rows() / batch) * head_dim,
             n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()), label);
   return out;
 }
 
-void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim,
-                      int batch, Mat& out, std::int64_t key_block) {
+void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim, int batch,
+                      Mat& out, std::int64_t key_block) {
   COCO_CHECK(key_block > 0, "attention key block");
   const std::int64_t nq = q.rows() / batch;
   const std::int64_t nk = k.rows() / batch;

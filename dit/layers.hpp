@@ -119,8 +119,8 @@ inline constexpr std::int64_t kBlockK = 256;
 /// written), for strategies that charge the work in their own steps (usp's ring). Keys are
 /// taken `key_block` at a time: attention() uses kBlockK; a few query rows against many keys
 /// are cheaper in one block (one score product, no rescaling).
-void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim,
-                      int batch, Mat& out, std::int64_t key_block = kBlockK);
+void attention_values(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim, int batch,
+                      Mat& out, std::int64_t key_block = kBlockK);
 
 /// Reference attention that materialises the full score matrix (tests only; not charged).
 Mat attention_naive(const Mat& q, const Mat& k, const Mat& v, int heads, int head_dim, int batch);

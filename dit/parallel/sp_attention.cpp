@@ -160,11 +160,11 @@ std::string SpAttention::step_key(int step) const {
   return VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective";
 }
 
-std::optional<std::string> SpAttention::block_key() const {
-  if (!f_.v_major) return step_key(step_);
-  if (!v_major_) return std::nullopt;  // made by the first layer
+std::optional<std::string> SpAttention::block_key() const { return step_key(step_); }
+
+bool SpAttention::block_counts_cache() const {
   // V-Major counts a layer's cache the first time it exchanges that layer's V.
-  return step_key(step_) + (v_major_->next_layer_seen() ? "" : ", first exchange of the layer");
+  return f_.v_major && (v_major_ == nullptr || !v_major_->next_layer_seen());
 }
 
 void SpAttention::skip_layers(int layers, double v_major_cache_bytes) {

@@ -62,6 +62,7 @@ class SpAttention final : public AttentionStrategy {
   StrategyStats stats() const override;
   std::string step_key(int step) const override;
   std::optional<std::string> block_key() const override;
+  bool block_counts_cache() const override;
   void skip_layers(int layers, double v_major_cache_bytes) override;
 
  private:

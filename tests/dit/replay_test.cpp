@@ -3,8 +3,9 @@
 // times, bytes per tier, flows, events and timeline hash with replay on and off, with
 // collective-level and per-message collectives, on 1, 2 and 4 workers, under alpha-beta and
 // max-min; regions whose key or start state differ (a
-// V-Major refresh step, a first step from zero offsets) are simulated, and a fault injected
-// mid-run ends the run the same way with replay on and off.
+// V-Major refresh step, a first step from zero offsets) are simulated, a refresh step's blocks
+// replay the warm-up step's, and a fault injected mid-run ends the run the same way with replay
+// on and off.
 
 #include <gtest/gtest.h>
 
@@ -186,6 +187,42 @@ TEST(Replay, VMajorRefreshStepsAreSimulated) {
   const std::uint64_t with = replayed(3, &refresh);  // steps 3 and 6 send everything
   EXPECT_LT(with, without);
   EXPECT_GT(refresh.bytes_by_tier.back(), no_refresh.bytes_by_tier.back());
+}
+
+// A refresh step sends everything, as the warm-up step did, but exchanges layers whose cache is
+// counted already: its blocks do the warm-up's work and replay the warm-up's records (only the
+// V-Major cache a first exchange counts is told apart), and every figure stays the simulated one.
+TEST(Replay, ARefreshStepReplaysTheWarmUpStepsBlocks) {
+  ModelConfig cfg = load_model_preset("flux1-dev");
+  cfg.double_blocks = 3;
+  cfg.single_blocks = 3;
+  RunSettings st = phantom_settings("cocodiff", 5);
+  auto replayed = [&](int refresh_every) {
+    st.strategy_options.v_major_refresh_every = refresh_every;
+    emu::Engine off = aurora(2, "maxmin", 1, false);
+    emu::Engine on = aurora(2, "maxmin", 1, true);
+    const Outcome ref = run(off, cfg, st);
+    const Outcome got = run(on, cfg, st);
+    expect_same_timeline(got.result, ref.result);
+    EXPECT_GT(ref.stats.v_major_cache_bytes, 0);
+    EXPECT_EQ(got.stats.v_major_cache_bytes, ref.stats.v_major_cache_bytes);
+    for (const auto& [tier, v] : ref.stats.v_major) {
+      EXPECT_EQ(got.stats.v_major.at(tier).full_elements, v.full_elements);
+      EXPECT_EQ(got.stats.v_major.at(tier).sent_elements, v.sent_elements);
+      EXPECT_EQ(got.stats.v_major.at(tier).blocks, v.blocks);
+      EXPECT_EQ(got.stats.v_major.at(tier).active_blocks, v.active_blocks);
+    }
+    for (const auto& [kind, v] : ref.stats.v_first) {
+      EXPECT_EQ(got.stats.v_first.at(kind).layers, v.layers);
+      EXPECT_NEAR(got.stats.v_first.at(kind).v_exposed_s, v.v_exposed_s, 1e-12);
+    }
+    return got.result.regions_replayed;
+  };
+  // Steps 0 and 3 send everything. Step 3's own region and its first block start from the end
+  // of a selective step, a start state the warm-up step never had: those two are simulated, and
+  // every other region of steps 3 and 4 is replayed as it would be without a refresh step.
+  const std::uint64_t selective = replayed(0), refresh = replayed(3);
+  EXPECT_EQ(selective, refresh + 2);
 }
 
 // Real math marks the same regions and never replays: its timeline equals phantom mode's.
