@@ -1,6 +1,8 @@
 #include "dit/block_replay.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "core/errors.hpp"
 
@@ -34,8 +36,46 @@ StrategyStats stats_added(const StrategyStats& after, const StrategyStats& befor
   return d;
 }
 
-BlockReplay::BlockReplay(AttentionStrategy& attn, bool phantom) : attn_(attn), phantom_(phantom) {
-  replayed_.ranks = 0;
+namespace {
+
+// The sums of `s` times n (what n replays of a block add).
+StrategyStats scaled(StrategyStats s, std::int64_t n) {
+  const double x = static_cast<double>(n);
+  for (auto& [kind, v] : s.v_first) {
+    v.layers *= n;
+    v.v_proj_s *= x;
+    v.qk_prep_s *= x;
+    v.v_phase1_s *= x;
+    v.v_transfer_s *= x;
+    v.v_exposed_s *= x;
+    v.condition_held *= n;
+    v.phase1_hidden *= n;
+  }
+  for (auto& [tier, v] : s.v_major) {
+    v.full_elements *= x;
+    v.sent_elements *= x;
+    v.blocks *= n;
+    v.active_blocks *= n;
+  }
+  return s;
+}
+
+}  // namespace
+
+BlockReplay::BlockReplay(AttentionStrategy& attn, bool phantom) : attn_(attn), phantom_(phantom) {}
+
+StrategyStats BlockReplay::replayed() const {
+  StrategyStats r;
+  r.ranks = 0;
+  std::vector<std::uint64_t> ids;  // in id order: the sum does not depend on hashing
+  for (const auto& [id, e] : effects_)
+    if (e.replays > 0) ids.push_back(id);
+  std::sort(ids.begin(), ids.end());
+  for (std::uint64_t id : ids) {
+    const Effect& e = effects_.at(id);
+    r.merge(scaled(e.stats, e.replays));
+  }
+  return r;
 }
 
 void BlockReplay::run(Communicator& world, std::string_view kind, int attention_layers,
@@ -52,7 +92,7 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   if (mark.replayed) {
     auto it = effects_.find(mark.id);
     COCO_CHECK(it != effects_.end(), "a replayed block was never simulated on this rank");
-    replayed_.merge(it->second);
+    ++it->second.replays;
     attn_.skip_layers(attention_layers, counts ? known->second : 0.0);
     return;
   }
@@ -62,7 +102,7 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const double cache = after.v_major_cache_bytes - before.v_major_cache_bytes;
   COCO_CHECK(counts || cache == 0, "a block counted V-Major cache for layers it had seen");
   if (counts && state && !cache_known) first_cache_.emplace(key, cache);
-  if (phantom_ && mark.id != 0) effects_[mark.id] = stats_added(after, before);
+  if (phantom_ && mark.id != 0) effects_[mark.id] = {stats_added(after, before), 0};
 }
 
 void BlockReplay::end(Communicator& world) { world.begin_region("blocks end", false); }

@@ -43,17 +43,21 @@ class BlockReplay {
            const std::function<void()>& body);
   /// Marks the end of a pass's blocks (what follows them is not a block).
   static void end(Communicator& world);
-  /// Statistics of the replayed blocks (sums only: ranks and cache size are 0).
-  const StrategyStats& replayed() const { return replayed_; }
+  /// Statistics of the replayed blocks (sums only: ranks and cache size are 0), summed once
+  /// per kind of block (its simulated effect times its replays).
+  StrategyStats replayed() const;
 
  private:
   AttentionStrategy& attn_;
   bool phantom_;
-  std::unordered_map<std::uint64_t, StrategyStats> effects_;  // region id -> what it added
+  struct Effect {
+    StrategyStats stats;       // what the simulated block added (sums)
+    std::int64_t replays = 0;  // blocks replayed from it
+  };
+  std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did
   // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
   // its layers for the first time (a function of the shapes: the same for every such block).
   std::unordered_map<std::string, double> first_cache_;
-  StrategyStats replayed_;
 };
 
 /// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.

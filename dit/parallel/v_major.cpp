@@ -49,10 +49,25 @@ VMajorCache::VMajorCache(const StrategyOptions& options, const Topology& topo, b
   }
 }
 
+std::uint8_t& VMajorCache::flag(int pass, int layer) {
+  COCO_CHECK(pass >= 0 && layer >= 0 && layer < 65536, "V-Major layer key");
+  if (layer_flags_.size() <= static_cast<size_t>(pass))
+    layer_flags_.resize(static_cast<size_t>(pass) + 1);
+  std::vector<std::uint8_t>& f = layer_flags_[static_cast<size_t>(pass)];
+  if (f.size() <= static_cast<size_t>(layer)) f.resize(static_cast<size_t>(layer) + 1, 0);
+  return f[static_cast<size_t>(layer)];
+}
+
+std::uint8_t VMajorCache::flag_at(int pass, int layer) const {
+  if (static_cast<size_t>(pass) >= layer_flags_.size()) return 0;
+  const std::vector<std::uint8_t>& f = layer_flags_[static_cast<size_t>(pass)];
+  return static_cast<size_t>(layer) < f.size() ? f[static_cast<size_t>(layer)] : 0;
+}
+
 void VMajorCache::skip_layers(int layers, double cache_bytes) {
   for (int i = 0; i < layers; ++i) {
-    const int l = pass_ * 65536 + layer_++;
-    if (seen_layers_.insert(l).second) counted_whole_.insert(l);
+    std::uint8_t& f = flag(pass_, layer_++);
+    if ((f & kSeen) == 0) f |= kSeen | kCountedWhole;
   }
   cache_elements_ += cache_bytes / kBytesPerElement;
 }
@@ -124,7 +139,7 @@ void VMajorChannel::begin_pass(int phase, bool held) {
   // receiver's copy in unpack and record_received), so counting its first visit counts every
   // distinct block once.
   counting_ = !c_.phantom_ ||
-              (c_.counted_whole_.count(layer_) == 0 &&
+              ((c_.flag_at(layer_ / 65536, layer_ % 65536) & VMajorCache::kCountedWhole) == 0 &&
                c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second);
 }
 

@@ -34,13 +34,12 @@ class VMajorCache {
   static bool full_step_at(const StrategyOptions& options, int step);
   /// Key of the next attention layer of the current pass.
   int next_layer() {
-    const int l = pass_ * 65536 + layer_++;
-    seen_layers_.insert(l);
-    return l;
+    flag(pass_, layer_) |= kSeen;
+    return pass_ * 65536 + layer_++;
   }
   /// Whether the next attention layer of the current pass was exchanged before (its cache
   /// counted); a replayed block's layers are skipped (BlockReplay).
-  bool next_layer_seen() const { return seen_layers_.count(pass_ * 65536 + layer_) > 0; }
+  bool next_layer_seen() const { return (flag_at(pass_, layer_) & kSeen) != 0; }
   /// A replayed block's layers: advanced past, their cache (`cache_bytes`, what a simulated
   /// block of the same key counted) added, and never counted again.
   void skip_layers(int layers, double cache_bytes);
@@ -59,8 +58,12 @@ class VMajorCache {
   bool phantom_;
   std::vector<bool> tier_on_;
   int pass_ = 0, layer_ = 0;
-  std::unordered_set<int> seen_layers_;
-  std::unordered_set<int> counted_whole_;  // phantom: layers whose cache skip_layers added
+  // Per pass and layer: kSeen (exchanged or skipped), kCountedWhole (phantom: its cache was
+  // added by skip_layers).
+  static constexpr std::uint8_t kSeen = 1, kCountedWhole = 2;
+  std::vector<std::vector<std::uint8_t>> layer_flags_;
+  std::uint8_t& flag(int pass, int layer);
+  std::uint8_t flag_at(int pass, int layer) const;
   bool full_ = true;
   // (layer, phase, source, destination) -> block values: what each receiver holds (mirror,
   // kept by the sender) and what this rank holds as a receiver.
