@@ -126,7 +126,8 @@ Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
     recv.resize(u(count * p));
   }
   g.all_gather(send, recv, count, label);
-  Tensor y = Tensor::zeros(rows, width, ex.phantom);
+  // Every column is copied below: the ranks' column ranges cover [0, width) back to back.
+  Tensor y = Tensor::uninitialized(rows, width, ex.phantom);
   if (!ex.phantom)
     for (int i = 0; i < p; ++i)
       if (cols[u(i)].count > 0)

@@ -221,9 +221,11 @@ void BlockExchange::launch_phase(const Exec& ex) {
     recv_off_[i + 1] = recv_off_[i] + shape_(ph.recv[i].first, ph.recv[i].second).numel();
   const std::int64_t send_total = send_off_.back(), recv_total = recv_off_.back();
   // Re-pack the current buffer into this phase's send order (phase 0: start() packed it in
-  // this order already, so the copy below is free there).
+  // this order already, so it becomes the send buffer as it is).
   send_.clear();
-  if (!phantom_) {
+  if (!phantom_ && phase_ == 0) {
+    send_.swap(cur_);
+  } else if (!phantom_) {
     send_.resize(static_cast<size_t>(send_total));
     for (size_t i = 0; i < ph.send.size(); ++i) {
       const std::int64_t len = send_off_[i + 1] - send_off_[i];

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -96,6 +97,28 @@ class BlockShapeFn {
   bool rows_by_source_ = true;
 };
 
+/// Allocates like std::allocator but default-initialises: a vector using it grows without
+/// zero-filling, for buffers that are written before they are read.
+template <class T>
+struct DefaultInitAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = DefaultInitAllocator<U>;
+  };
+  using std::allocator<T>::allocator;
+  template <class U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+
+/// An exchange buffer: every element is packed or received before it is read.
+using FloatBuffer = std::vector<float, DefaultInitAllocator<float>>;
+
 /// The buffers of one phase, as a V-Major channel sees them. Offsets are per block of the
 /// phase's send / receive order (size blocks + 1); the full region of `send` / `recv` holds every
 /// block at those offsets, compacted data for selective peers goes after it.
@@ -103,9 +126,9 @@ struct PhaseIo {
   const SpGroup::Phase& ph;
   const BlockShapeFn& shape;
   bool phantom;
-  std::vector<float>& send;
+  FloatBuffer& send;
   const std::vector<std::int64_t>& send_off;
-  std::vector<float>& recv;
+  FloatBuffer& recv;
   const std::vector<std::int64_t>& recv_off;
   AllToAllvLayout& layout;  // of the data exchange
   std::vector<float>& mask_send;
@@ -165,7 +188,8 @@ class BlockExchange {
   int sub_step_ = 0;              // V-Major phases: 0 mask exchange, 1 data exchange
   bool awaiting_launch_ = false;  // phase_ is complete-ready but not launched yet
   Request request_;
-  std::vector<float> cur_, send_, recv_, mask_send_, mask_recv_;
+  FloatBuffer cur_, send_, recv_;
+  std::vector<float> mask_send_, mask_recv_;
   std::vector<std::int64_t> cur_offset_;           // offset of each block of the current order
   std::vector<std::int64_t> send_off_, recv_off_;  // of the phase in flight
   AllToAllvLayout layout_, mask_layout_;

@@ -107,7 +107,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
       }
       std::unique_ptr<BlockExchange> xc =
           start_to_heads(ex, *ulysses_, x, chunk, batch, cols, std::string(kA2a[part]));
-      Tensor y = Tensor::zeros(batch * chunk, hw, ex.phantom);
+      // Every row and column is unpacked below: the shards cover the chunk, the heads hw.
+      Tensor y = Tensor::uninitialized(batch * chunk, hw, ex.phantom);
       unpack_to_heads(ex, *ulysses_, *xc, chunk, batch, 0, hw, y);
       parts[part].push_back(std::move(y));
     }
