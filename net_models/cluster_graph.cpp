@@ -245,6 +245,12 @@ std::span<const int> RouteTable::route(int src, int dst) {
 
 RouteSummary RouteTable::summary(int src, int dst) { return summaries_[entry(src, dst).summary]; }
 
+std::span<const int> RouteTable::route(int src, int dst, RouteSummary& summary) {
+  const Entry& e = entry(src, dst);
+  summary = summaries_[e.summary];
+  return links({e.offset, e.length});
+}
+
 RouteTable::Ref RouteTable::route_ref(int src, int dst) {
   const Entry& e = entry(src, dst);
   return {e.offset, e.length};

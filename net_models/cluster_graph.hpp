@@ -131,6 +131,8 @@ class RouteTable {
   std::span<const int> route(int src, int dst);
   /// Latency and bottleneck of the route from src to dst.
   RouteSummary summary(int src, int dst);
+  /// Both at once (one table lookup); the span stays valid until the next call.
+  std::span<const int> route(int src, int dst, RouteSummary& summary);
 
   /// A stable handle to a cached route (spans into the cache move when it grows).
   struct Ref {

@@ -34,10 +34,14 @@ std::int64_t transfer_ns(double bytes, double rate_bytes_per_s) {
 }  // namespace
 
 MaxMinModel::MaxMinModel(std::shared_ptr<const ClusterGraph> graph)
-    : routes_(std::move(graph)), links_(static_cast<size_t>(routes_.graph().num_links())) {
-  for (int l = 0; l < routes_.graph().num_links(); ++l)
+    : routes_(std::move(graph)),
+      links_(static_cast<size_t>(routes_.graph().num_links())),
+      limited_(static_cast<size_t>(routes_.graph().num_links())) {
+  for (int l = 0; l < routes_.graph().num_links(); ++l) {
     links_[static_cast<size_t>(l)].bandwidth_bytes_per_s =
         routes_.graph().link(l).bandwidth_bytes_per_s;
+    limited_[static_cast<size_t>(l)] = routes_.graph().link(l).limited() ? 1 : 0;
+  }
 }
 
 std::unique_ptr<NetworkModel> MaxMinModel::clone_empty() const {
@@ -56,7 +60,6 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
     slot = free_slots_.back();
     free_slots_.pop_back();
   }
-  COCO_CHECK(slot_of_.emplace(id, slot).second, "duplicate flow id " + std::to_string(id));
   Flow& f = flows_[static_cast<size_t>(slot)];
   f.id = id;
   f.remaining_bytes = static_cast<double>(bytes);
@@ -64,10 +67,11 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
   f.live = true;
   f.active = false;
   f.links.clear();
-  for (int l : routes_.route(src, dst))
-    if (routes_.graph().link(l).limited()) f.links.push_back(l);
+  RouteSummary route;
+  for (int l : routes_.route(src, dst, route))
+    if (limited_[static_cast<size_t>(l)] != 0) f.links.push_back(l);
   ++live_;
-  pending_.push_back({(start + routes_.summary(src, dst).latency).ns(), id, slot});
+  pending_.push_back({(start + route.latency).ns(), id, slot});
   std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
 }
 
@@ -127,7 +131,6 @@ void MaxMinModel::finish(int slot, std::vector<std::uint64_t>& completed) {
     }
   }
   completed.push_back(f.id);
-  slot_of_.erase(f.id);
   f.live = false;
   f.active = false;
   ++f.version;
@@ -274,10 +277,9 @@ void MaxMinModel::solve(std::int64_t t) {
 }
 
 double MaxMinModel::rate_bytes_per_s(std::uint64_t id) const {
-  auto it = slot_of_.find(id);
-  if (it == slot_of_.end()) return 0;
-  const Flow& f = flows_[static_cast<size_t>(it->second)];
-  return f.active ? f.rate_bytes_per_s : 0;
+  for (const Flow& f : flows_)
+    if (f.live && f.id == id) return f.active ? f.rate_bytes_per_s : 0;
+  return 0;
 }
 
 }  // namespace cocodiff

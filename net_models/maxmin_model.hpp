@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "net_models/cluster_graph.hpp"
@@ -26,6 +25,7 @@ class MaxMinModel final : public NetworkModel {
  public:
   explicit MaxMinModel(std::shared_ptr<const ClusterGraph> graph);
 
+  /// `id` must differ from every live flow's (the emulator numbers flows in order).
   void add_flow(std::uint64_t id, int src, int dst, std::int64_t bytes, SimTime start) override;
   SimTime next_event_time() const override;
   void advance_to(SimTime t, std::vector<std::uint64_t>& completed) override;
@@ -35,6 +35,7 @@ class MaxMinModel final : public NetworkModel {
   std::string name() const override { return "maxmin"; }
 
   /// Current rate of a flow in bytes/s; 0 while it still pays its latency or is unknown.
+  /// (A scan of the flows: for tests and diagnostics.)
   double rate_bytes_per_s(std::uint64_t id) const;
 
   /// Work counters, for benchmarks.
@@ -101,7 +102,7 @@ class MaxMinModel final : public NetworkModel {
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
-  std::unordered_map<std::uint64_t, int> slot_of_;  // lookups only: never iterated
+  std::vector<char> limited_;  // per link: has a bandwidth limit (shared by its flows)
   std::vector<Pending> pending_;                    // min-heap on (join, id)
   std::vector<Finish> finish_;                      // min-heap on (finish, id), lazily pruned
   std::vector<int> seeds_;                          // links whose flow set changed

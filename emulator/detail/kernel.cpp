@@ -666,7 +666,8 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   if (region_mark >= 0 && t_region < t_net && t_region < t_timer) {
     region_event(region_mark);
   } else if (t_net <= t_timer) {
-    std::vector<std::uint64_t> done;
+    std::vector<std::uint64_t>& done = done_;  // kept between steps: no allocation per event
+    done.clear();
     net_.advance_to(t_net, done);
     for (std::uint64_t id : done) {
       COCO_CHECK(id >= in_flight_base_ && id - in_flight_base_ < in_flight_.size(),
