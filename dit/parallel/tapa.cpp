@@ -236,7 +236,15 @@ void BlockExchange::launch_phase(const Exec& ex) {
     }
   }
   if (phase_ > 0) ex.charge(OpKind::kCopy, 0, 2.0 * n(send_total), "tapa_repack");
-  std::vector<std::int64_t> sc(m), rc(m), sdp(m), rdp(m);
+  // The layout is filled in place (an all-to-allv reads it until the phase completes).
+  std::vector<std::int64_t>& sc = layout_.send_counts;
+  std::vector<std::int64_t>& rc = layout_.recv_counts;
+  std::vector<std::int64_t>& sdp = layout_.send_displs;
+  std::vector<std::int64_t>& rdp = layout_.recv_displs;
+  sc.resize(m);
+  rc.resize(m);
+  sdp.resize(m);
+  rdp.resize(m);
   for (size_t v = 0; v < m; ++v) {
     const size_t sb = static_cast<size_t>(ph.send_member_begin[v]);
     const size_t se = static_cast<size_t>(ph.send_member_begin[v + 1]);
@@ -250,7 +258,6 @@ void BlockExchange::launch_phase(const Exec& ex) {
   cur_offset_.assign(recv_off_.begin(), recv_off_.end() - 1);
   recv_.clear();
   if (!phantom_) recv_.resize(static_cast<size_t>(recv_total));
-  layout_ = AllToAllvLayout{sc, sdp, rc, rdp};
   if (v_major_ != nullptr && v_major_->selective(ph)) {
     // V-Major: selective peers get a mask of the active blocks first, then only those blocks.
     PhaseIo pio = io();
