@@ -1,8 +1,6 @@
 #include "dit/parallel/usp.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
@@ -155,11 +153,16 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   Mat all_k, all_v;
   if (direct) {
     std::int64_t at = 0;
-    for (int s = 0; s < streams; ++s)
-      if (s == img)
-        for (int j = 0; j < rd; ++j) chunk_at[u(j)] = at, at += chunk_rows[u(j)];
-      else
+    for (int s = 0; s < streams; ++s) {
+      if (s != img) {
         at += parts[1][u(s)].rows();
+        continue;
+      }
+      for (int j = 0; j < rd; ++j) {
+        chunk_at[u(j)] = at;
+        at += chunk_rows[u(j)];
+      }
+    }
     COCO_CHECK(parts[1][u(img)].rows() == chunk_rows[u(ri)], "usp: own chunk rows");
     all_k.resize(at, hw);
     all_v.resize(at, hw);
