@@ -93,6 +93,8 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
     auto it = effects_.find(mark.id);
     COCO_CHECK(it != effects_.end(), "a replayed block was never simulated on this rank");
     ++it->second.replays;
+    // A first exchange replays only under the shared key, i.e. once its figure is known.
+    COCO_CHECK(!counts || cache_known, "a first exchange was replayed before one was simulated");
     attn_.skip_layers(attention_layers, counts ? known->second : 0.0);
     return;
   }

@@ -102,10 +102,10 @@ class MaxMinModel final : public NetworkModel {
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
-  std::vector<char> limited_;  // per link: has a bandwidth limit (shared by its flows)
-  std::vector<Pending> pending_;                    // min-heap on (join, id)
-  std::vector<Finish> finish_;                      // min-heap on (finish, id), lazily pruned
-  std::vector<int> seeds_;                          // links whose flow set changed
+  std::vector<char> limited_;     // per link: has a bandwidth limit (shared by its flows)
+  std::vector<Pending> pending_;  // min-heap on (join, id)
+  std::vector<Finish> finish_;    // min-heap on (finish, id), lazily pruned
+  std::vector<int> seeds_;        // links whose flow set changed
   std::vector<int> comp_links_, comp_flows_, stack_, touched_;
   std::vector<Share> shares_;
   std::uint32_t epoch_ = 0;

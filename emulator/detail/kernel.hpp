@@ -282,7 +282,7 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::deque<std::optional<Transfer>> in_flight_;  // flow id - in_flight_base_ -> transfer
-  std::vector<std::uint64_t> done_;                 // flows a network advance completed
+  std::vector<std::uint64_t> done_;                // flows a network advance completed
   std::uint64_t in_flight_base_ = 0;
   std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;
