@@ -9,6 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "core/errors.hpp"
 #include "dit/pipeline.hpp"
 #include "emulator/engine.hpp"
@@ -69,6 +71,17 @@ void expect_same_timeline(const emu::RunResult& a, const emu::RunResult& b) {
   EXPECT_EQ(a.flows, b.flows);
   EXPECT_EQ(a.events, b.events);
   EXPECT_EQ(a.timeline_sha256, b.timeline_sha256);
+}
+
+// The run on 2 Aurora nodes under max-min with replay off and on (one worker): both timelines
+// must be the same.
+std::pair<Outcome, Outcome> simulated_and_replayed(const ModelConfig& cfg, const RunSettings& st) {
+  emu::Engine off = aurora(2, "maxmin", 1, false);
+  emu::Engine on = aurora(2, "maxmin", 1, true);
+  Outcome simulated = run(off, cfg, st);
+  Outcome replayed = run(on, cfg, st);
+  expect_same_timeline(replayed.result, simulated.result);
+  return {std::move(simulated), std::move(replayed)};
 }
 
 RunSettings phantom_settings(const std::string& strategy, int steps) {
@@ -174,11 +187,7 @@ TEST(Replay, VMajorRefreshStepsAreSimulated) {
   RunSettings st = phantom_settings("cocodiff", 8);
   auto replayed = [&](int refresh_every, emu::RunResult* off_result) {
     st.strategy_options.v_major_refresh_every = refresh_every;
-    emu::Engine off = aurora(2, "maxmin", 1, false);
-    emu::Engine on = aurora(2, "maxmin", 1, true);
-    const Outcome a = run(off, cfg, st);
-    const Outcome b = run(on, cfg, st);
-    expect_same_timeline(b.result, a.result);
+    const auto [a, b] = simulated_and_replayed(cfg, st);
     if (off_result != nullptr) *off_result = a.result;
     return b.result.regions_replayed;
   };
@@ -199,11 +208,7 @@ TEST(Replay, ARefreshStepReplaysTheWarmUpStepsBlocks) {
   RunSettings st = phantom_settings("cocodiff", 5);
   auto replayed = [&](int refresh_every) {
     st.strategy_options.v_major_refresh_every = refresh_every;
-    emu::Engine off = aurora(2, "maxmin", 1, false);
-    emu::Engine on = aurora(2, "maxmin", 1, true);
-    const Outcome ref = run(off, cfg, st);
-    const Outcome got = run(on, cfg, st);
-    expect_same_timeline(got.result, ref.result);
+    const auto [ref, got] = simulated_and_replayed(cfg, st);
     EXPECT_GT(ref.stats.v_major_cache_bytes, 0);
     EXPECT_EQ(got.stats.v_major_cache_bytes, ref.stats.v_major_cache_bytes);
     for (const auto& [tier, v] : ref.stats.v_major) {
