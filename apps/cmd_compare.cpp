@@ -90,9 +90,14 @@ void add_compare_command(CLI::App& app) {
     }
     std::cout << describe(plans[0], "emulator", order) << std::flush;
     // The strategies' runs are independent: they run side by side, each on its own engine,
-    // as many at once as the hardware threads hold their workers (parallelism from independent
-    // work; more workers inside one run do not make it faster).
+    // as many at once as the hardware threads hold their workers. Unless emulator.workers is
+    // given, runs side by side come first (they share nothing) and each run takes its share of
+    // the threads for its arithmetic.
     const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+    if (!plans[0].workers_set) {
+      const int side_by_side = static_cast<int>(std::min(plans.size(), static_cast<size_t>(cores)));
+      for (RunPlan& p : plans) p.engine.workers = std::max(1, cores / side_by_side);
+    }
     const size_t jobs =
         std::min(plans.size(),
                  static_cast<size_t>(std::max(1, cores / std::max(1, plans[0].engine.workers))));

@@ -249,9 +249,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   read_inpainting(cfg, plan.model, s);
 
   emu::EngineOptions& e = plan.engine;
-  // One worker by default: a fiber hand-off between workers costs several times one on a single
-  // worker, so more workers never made a run faster (parallelism comes from independent runs).
-  e.workers = static_cast<int>(cfg.get_int("emulator.workers", 1, 1, 1024));
+  // Workers beyond the first run the tiles' arithmetic while the fibers go on (EngineOptions::
+  // workers). By default a real-math run takes every hardware thread; a phantom run has no
+  // arithmetic to hand over and takes one, leaving the others to independent runs (compare).
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 1024u));
+  e.workers = static_cast<int>(cfg.get_int("emulator.workers", s.phantom ? 1 : threads, 1, 1024));
+  plan.workers_set = cfg.has("emulator.workers");
   e.trace = cfg.get_bool("emulator.trace", true);
   e.replay = cfg.get_bool("emulator.replay", true);
   e.collective_ops = cfg.get_bool("emulator.collective_ops", true);

@@ -55,7 +55,8 @@ struct RunPlan {
   Cluster cluster;
   dit::RunSettings settings;  // steps resolved (never 0)
   emu::EngineOptions engine;
-  std::string math;                                     // "real" | "skip"
+  bool workers_set = false;  // emulator.workers was given (else engine.workers is the default)
+  std::string math;          // "real" | "skip"
   std::uint64_t weights_seed = 0;                       // model.weights_seed
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)

@@ -10,6 +10,7 @@
 //   auto sub = comm.split(comm.coords(comm.rank())[2], comm.rank());  // one group per node
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -131,6 +132,12 @@ class Communicator {
   virtual void compute(const OpCost& cost) = 0;
   /// The caller's clock: virtual time on the emulator, wall time since start on MPI.
   virtual SimTime now() const = 0;
+
+  /// Runs `work` and returns once it has run: arithmetic on buffers the caller owns that
+  /// neither charges nor communicates (charge it with compute()). The emulator may hand it to
+  /// one of its math threads and run other tiles meanwhile (EngineOptions::workers); it gives
+  /// the same result either way. Here and on MPI: run on the calling thread.
+  virtual void run_math(const std::function<void()>& work) { work(); }
 
   /// What begin_region() tells the caller.
   struct RegionMark {

@@ -9,6 +9,7 @@
 // so real and phantom runs charge identical virtual time for identical shapes.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,19 @@ struct Exec {
   MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
   std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
   BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
+  bool hand_over = true;          // math() may hand work to a math thread
+
+  /// Runs `work`, arithmetic of about `flops` operations on buffers this tile owns: on one of
+  /// the emulator's math threads when it is large enough to pay for the hand-over
+  /// (Communicator::run_math), else here. Same bytes either way.
+  void math(double flops, const std::function<void()>& work) const {
+    if (hand_over && flops >= kMathHandOverFlops)
+      comm.run_math(work);
+    else
+      work();
+  }
+  /// Below this many operations, math() runs its work at once (a hand-over costs microseconds).
+  static constexpr double kMathHandOverFlops = 1e6;
 
   /// Charges one operation on this tile. `elements_moved` counts every element read or written.
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {

@@ -30,12 +30,13 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
   const std::int64_t out = r1 - r0;
   // Not zero-filled: Eigen's product and MathCache::multiply zero it where they accumulate.
   Tensor y = Tensor::uninitialized(x.rows(), out, ex.phantom);
-  if (!ex.phantom) {
-    // Thin products (a tile's shard) reuse the weight packed once; same bytes as Eigen's.
-    if (ex.cache == nullptr || !ex.cache->multiply(x.mat(), w, r0, out, y.mat()))
-      y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
-    if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
-  }
+  if (!ex.phantom)
+    ex.math(2.0 * n(x.rows()) * n(x.cols()) * n(out), [&] {
+      // Thin products (a tile's shard) reuse the weight packed once; same bytes as Eigen's.
+      if (ex.cache == nullptr || !ex.cache->multiply(x.mat(), w, r0, out, y.mat()))
+        y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
+      if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
+    });
   ex.charge(OpKind::kGemm, 2.0 * n(x.rows()) * n(x.cols()) * n(out),
             n(x.numel()) + n(out) * n(w.cols()) + n(y.numel()) + (b ? n(out) : 0.0), label);
   return y;
@@ -364,11 +365,13 @@ Tensor attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor&
           q.rows() % batch == 0 && k.rows() % batch == 0,
       "attention shapes: q " + q.shape_str() + " k " + k.shape_str() + " v " + v.shape_str());
   Tensor out = Tensor::uninitialized(q.rows(), width, ex.phantom);
+  const double flops = 4.0 * batch * heads * n(q.rows() / batch) * n(k.rows() / batch) * head_dim;
   if (!ex.phantom)
-    attention_values(q.mat(), k.mat(), v.mat(), heads, head_dim, batch, out.mat(), kBlockK);
-  ex.charge(OpKind::kAttention,
-            4.0 * batch * heads * n(q.rows() / batch) * n(k.rows() / batch) * head_dim,
-            n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()), label);
+    ex.math(flops, [&] {
+      attention_values(q.mat(), k.mat(), v.mat(), heads, head_dim, batch, out.mat(), kBlockK);
+    });
+  ex.charge(OpKind::kAttention, flops, n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()),
+            label);
   return out;
 }
 

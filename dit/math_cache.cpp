@@ -196,6 +196,8 @@ std::vector<Tensor> MathCache::shared(const Exec& ex, const std::string& unit,
   auto r = std::make_shared<Result>();
   Exec rec = ex;
   rec.record = &r->charges;
+  // No hand-over inside: another tile would find no result yet and compute the unit again.
+  rec.hand_over = false;
   std::vector<Tensor> out = fn(rec);
   if (ex.record != nullptr)
     ex.record->insert(ex.record->end(), r->charges.begin(), r->charges.end());

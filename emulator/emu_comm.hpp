@@ -24,6 +24,7 @@ class EmuComm final : public Communicator {
   void barrier() override;
   void compute(const OpCost& cost) override { kernel_.compute(self_, cost); }
   SimTime now() const override { return self_.clock; }
+  void run_math(const std::function<void()>& work) override { kernel_.run_math(self_, work); }
   /// World communicator only (sub-groups return {}): see Communicator::begin_region.
   RegionMark begin_region(std::string_view key, bool may_skip) override;
 

@@ -1,8 +1,8 @@
 #pragma once
-// The emulator: N simulated tiles, each a Boost.Fiber running real code, on W worker threads,
-// exchanging real bytes through an in-process fabric timed by a NetworkModel, in deterministic
-// virtual time (a conservative discrete-event simulation; the README's "How the emulator keeps
-// time" describes it).
+// The emulator: N simulated tiles, each a Boost.Fiber running real code (their arithmetic spread
+// over W worker threads), exchanging real bytes through an in-process fabric timed by a
+// NetworkModel, in deterministic virtual time (a conservative discrete-event simulation; the
+// README's "How the emulator keeps time" describes it).
 //
 //   Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers), device, {.workers = 2});
 //   RunResult r = engine.run([&](Communicator& comm) {
@@ -32,8 +32,10 @@ class Kernel;
 }
 
 struct EngineOptions {
-  /// Worker threads that run the fibers; 0 means the machine's hardware threads. One is the
-  /// fastest: a fiber hand-off between workers crosses threads through the engine's lock.
+  /// Threads of the run; 0 means the machine's hardware threads. The tile fibers and the
+  /// engine always run on one of them (a fiber hand-off never crosses threads); the others run
+  /// the tiles' arithmetic (Communicator::run_math) meanwhile. Without arithmetic to hand over
+  /// (phantom runs) they stay idle. Results and timelines are the same for any count.
   int workers = 1;
   /// Stack of each tile fiber. Eigen puts temporaries of up to EIGEN_STACK_ALLOCATION_LIMIT
   /// (128 KiB) on the stack, and a product may hold a few at once under our own frames:

@@ -17,10 +17,13 @@
 //  large    the 1,536-tile row: each strategy's whole phantom run on --large-nodes
 //           Aurora nodes with replay and collective-level operations, CPU and wall seconds
 //           (medians of --repeats) and peak resident memory beside the goal (60 s, 1 GiB).
+//  workers  real-math runs (1 tile, --real-nodes) and one phantom step on --replay-nodes, each on
+//           one worker, the default count and every hardware thread: wall and CPU seconds.
 // Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
 //
-//   emulator_scale [--out DIR] [--smoke] [--parts phantom,real,math,replay,grid,collective,large]
-//   [--nodes 1,2,4]
+//   emulator_scale [--out DIR] [--smoke]
+//                  [--parts phantom,real,math,replay,grid,collective,large,workers]
+//                  [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
 //                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
@@ -35,6 +38,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "bench/common/bench_util.hpp"
 
@@ -42,8 +46,8 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real",       "math", "replay",
-                                 "grid",    "collective", "large"};
+  std::set<std::string> parts = {"phantom", "real",       "math",  "replay",
+                                 "grid",    "collective", "large", "workers"};
   std::vector<std::string> large_strategies = {"tapa", "v_first", "flat", "cocodiff"};
   int large_nodes = 128;
   int large_steps = 28;
@@ -710,6 +714,98 @@ void grid(const Args& a, const Options& o) {
              "system of each child, summed"}});
 }
 
+// Worker threads: the same runs on one worker, with the default count (no emulator.workers:
+// every hardware thread for real math, one for phantom runs) and on every hardware thread,
+// interleaved; wall and CPU medians of --repeats. Fails unless all give the same output and
+// timeline.
+void workers(const Args& a, const Options& o) {
+  const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  struct Point {
+    std::string label;
+    std::vector<std::string> sets;
+  };
+  const std::vector<std::string> real_base = {
+      "--set", "run.math=real",
+      "--set", "model.preset=" + o.real_model,
+      "--set", "run.resolution=" + std::to_string(o.real_resolution),
+      "--set", "run.steps=" + std::to_string(o.real_steps),
+      "--set", "emulator.trace=false"};
+  std::vector<Point> points;
+  std::vector<std::string> serial = real_base;
+  serial.insert(serial.end(),
+                {"--set", "cluster.preset=uniform", "--set", "cluster.nodes=1", "--set",
+                 "cluster.topology.sizes=[1,1]", "--set", "cluster.nic.rank_nic=[0]", "--set",
+                 "cluster.nic.count=1", "--set", "run.strategy=serial"});
+  points.push_back({"real math, 1 tile (serial)", serial});
+  for (int n : o.real_nodes) {
+    std::vector<std::string> p = real_base;
+    const std::string strategy = n * 12 <= 24 ? "flat" : o.real_strategy;
+    p.insert(p.end(), {"--set", "cluster.preset=aurora", "--set",
+                       "cluster.nodes=" + std::to_string(n), "--set", "run.strategy=" + strategy});
+    points.push_back({fmt("real math, %d Aurora tiles (%s)", 12 * n, strategy.c_str()), p});
+  }
+  points.push_back({fmt("phantom, %d tiles, cocodiff, 1 step, replay off", 12 * o.replay_nodes),
+                    phantom_sets(o, "cocodiff", 1, o.replay_nodes, {"emulator.replay=false"})});
+  // Variants: one worker, the default, every hardware thread.
+  const std::vector<std::string> variants = {"1", "default", std::to_string(threads)};
+  Progress progress(points.size() * variants.size() * static_cast<size_t>(o.repeats));
+  std::vector<std::vector<std::vector<ChildRun>>> runs(
+      points.size(), std::vector<std::vector<ChildRun>>(variants.size()));
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (size_t k = 0; k < points.size(); ++k)
+      for (size_t v = 0; v < variants.size(); ++v) {
+        progress.step(fmt("%s, workers %s", points[k].label.c_str(), variants[v].c_str()));
+        const std::filesystem::path dir = a.out / "runs" / fmt("workers_%zu_%zu", k, v);
+        std::vector<std::string> argv = {a.cocodiff.string(), "run", a.config.string(), "--out",
+                                         dir.string(),        "-q"};
+        argv.insert(argv.end(), points[k].sets.begin(), points[k].sets.end());
+        if (variants[v] != "default")
+          argv.insert(argv.end(), {"--set", "emulator.workers=" + variants[v]});
+        ChildRun r = run_report(argv, dir);
+        if (!r.ok()) fail(r, "workers run " + points[k].label);
+        runs[k][v].push_back(std::move(r));
+      }
+  progress.done();
+  Table t({"run", "default workers", "wall s: 1 / default / " + std::to_string(threads),
+           "CPU s: 1 / default / " + std::to_string(threads), "default / 1 worker (wall)",
+           "command"});
+  for (size_t k = 0; k < points.size(); ++k) {
+    std::vector<double> wall, cpu;
+    for (size_t v = 0; v < variants.size(); ++v) {
+      std::vector<double> w, c;
+      for (const ChildRun& r : runs[k][v]) {
+        w.push_back(r.wall_s);
+        c.push_back(r.cpu_s);
+        for (const char* key : {"output_sha256", "timeline_sha256", "virtual_time_s"})
+          if (r.report[key] != runs[k][0].front().report[key]) {
+            std::fprintf(stderr, "workers changed %s of %s\n", key, points[k].label.c_str());
+            std::exit(1);
+          }
+      }
+      wall.push_back(median(w));
+      cpu.push_back(median(c));
+    }
+    std::string cmd = "cocodiff run " + a.config.string();
+    for (size_t i = 1; i < points[k].sets.size(); i += 2) cmd += " --set " + points[k].sets[i];
+    cmd += " [--set emulator.workers=W]";
+    const int default_workers = runs[k][1].front().report["workers"].get<int>();
+    t.add({points[k].label, std::to_string(default_workers),
+           fmt("%.2f / %.2f / %.2f", wall[0], wall[1], wall[2]),
+           fmt("%.2f / %.2f / %.2f", cpu[0], cpu[1], cpu[2]), fmt("%.2f", wall[1] / wall[0]), cmd},
+          {{"run", points[k].label},
+           {"default_workers", default_workers},
+           {"median_wall_s", {{"1", wall[0]}, {"default", wall[1]}, {variants[2], wall[2]}}},
+           {"median_cpu_s", {{"1", cpu[0]}, {"default", cpu[1]}, {variants[2], cpu[2]}}},
+           {"command", cmd}});
+  }
+  t.finish(a, "emulator_workers",
+           {{"hardware_threads", threads},
+            {"repeats", o.repeats},
+            {"note",
+             "wall and CPU seconds of each child, medians of the repeats, the three worker "
+             "settings interleaved; every setting gives the same output and timeline (checked)"}});
+}
+
 // Math throughput: bench_dit_block's block GFLOP/s against Eigen GEMM in the same run.
 void math(const Args& a, const Options& o) {
   if (o.dit_block_bin.empty()) {
@@ -751,7 +847,8 @@ void math(const Args& a, const Options& o) {
 int main_impl(int argc, char** argv) {
   const Args a = parse_args(
       argc, argv,
-      " [--parts phantom,real,math,replay,grid,collective,large] [--nodes 1,2,..] [--model M] "
+      " [--parts phantom,real,math,replay,grid,collective,large,workers] [--nodes 1,2,..] "
+      "[--model M] "
       "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
       "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
       "[--baseline OLD_COCODIFF] "
@@ -772,6 +869,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("grid")) grid(a, o);
   if (o.parts.count("collective")) collective(a, o);
   if (o.parts.count("large")) large(a, o);
+  if (o.parts.count("workers")) workers(a, o);
   return 0;
 }
 

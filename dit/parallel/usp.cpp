@@ -233,7 +233,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
     const std::int64_t key_block = (qr / batch) * keys_per_batch <= kOneBlockScores
                                        ? std::max<std::int64_t>(keys_per_batch, 1)
                                        : kBlockK;
-    attention_values(qa.mat(), all_k, all_v, hl, dh, batch, o.mat(), key_block);
+    ex.math(4.0 * n(qr) * n(all_k.rows() / batch) * hl * dh,
+            [&] { attention_values(qa.mat(), all_k, all_v, hl, dh, batch, o.mat(), key_block); });
   }
   charge_merge(ex, qr, qc, sets);
   std::vector<Tensor> outs = split_tokens(ex, o, q_tokens, batch, "o_split");

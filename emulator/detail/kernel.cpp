@@ -419,6 +419,11 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
   if (--runnable_ == 0) controller_cv_.notify_one();
 }
 
+void Kernel::run_math(FiberState& f, const std::function<void()>& work) {
+  if (aborting_) throw Cancelled{};
+  math_->run(work, f.stack);
+}
+
 // ---------------------------------------------------------------- region marks
 
 Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
@@ -762,22 +767,10 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   }
   const auto wall_start = std::chrono::steady_clock::now();
 
+  // Every fiber runs on the controller's thread; the other workers run the tiles' arithmetic.
+  MathPool math(workers - 1);
+  math_ = &math;
   ReadyQueue queue;
-  // A thread mutex, and the notification made while holding it: a woken worker can only leave
-  // its wait, and then end its thread and destroy its scheduler, once notify_all() has stopped
-  // touching that scheduler (Boost hands a fiber of another thread to that thread's scheduler).
-  bool done = false;
-  std::mutex done_mutex;
-  boost::fibers::condition_variable_any done_cv;
-  std::vector<std::thread> threads;
-  for (int w = 1; w < workers; ++w) {
-    threads.emplace_back([&] {
-      boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
-      std::unique_lock<std::mutex> lk(done_mutex);
-      done_cv.wait(lk, [&] { return done; });
-      asan_on_stack(asan_thread_stack());
-    });
-  }
   std::thread controller_thread([&] {
     boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
     {
@@ -791,12 +784,9 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
                    [this, f, &tile_main] { fiber_main(*f, tile_main); });
     }
     controller();
-    std::lock_guard<std::mutex> lk(done_mutex);
-    done = true;
-    done_cv.notify_all();
   });
   controller_thread.join();
-  for (std::thread& t : threads) t.join();
+  math_ = nullptr;
 
   if (!failures_.empty()) {
     // Report the failure that happened first in virtual time (ties: lowest rank).

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "emulator/detail/math_pool.hpp"
 #include "emulator/detail/stack_pool.hpp"
 #include "emulator/engine.hpp"
 
@@ -147,6 +148,8 @@ class Kernel {
   /// req's completion time, once it is complete (nullopt before).
   std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
+  /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
+  void run_math(FiberState& f, const std::function<void()>& work);
   /// A region mark of the world (see Communicator::begin_region); main fibers only.
   Communicator::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
@@ -268,6 +271,8 @@ class Kernel {
   const EngineOptions& options_;
   StackPool main_stacks_;
   StackPool comm_stacks_;
+
+  MathPool* math_ = nullptr;  // during run()
 
   std::mutex mutex_;
   boost::fibers::condition_variable_any controller_cv_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -11,12 +12,18 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 namespace {
 
 namespace fs = std::filesystem;
+
+// The default worker count of a real-math run: the machine's hardware threads.
+int hardware_threads() {
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 struct Result {
   int exit_code;
@@ -60,8 +67,9 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
     EXPECT_TRUE(r.contains(key)) << key;
   EXPECT_EQ(r["ranks"], 24);
   EXPECT_EQ(r["nodes"], 2);
-  // One worker unless asked: cross-thread fiber hand-offs make more workers slower.
-  EXPECT_EQ(r["workers"], 1);
+  // A real-math run takes every hardware thread unless asked: those beyond the first run the
+  // tiles' arithmetic.
+  EXPECT_EQ(r["workers"], hardware_threads());
   EXPECT_EQ(r["regions_replayed"], 0);  // real math is simulated, never replayed
   EXPECT_EQ(r["tokens"], 576);
   EXPECT_EQ(r["output_sha256"].get<std::string>().size(), 64u);
@@ -160,9 +168,12 @@ TEST(Run, ValidateDumpIsTheFullyResolvedConfigAndRunsTheSameRun) {
   Result d = sh(bin + " validate " + config + sets + " --dump > " + (dir / "d.toml").string());
   ASSERT_EQ(d.exit_code, 0) << d.output;
   const std::string dump = read_all(dir / "d.toml");
-  for (const char* want : {"[emulator]", "workers = 1", "replay = true", "[cluster.links.mdfi]",
-                           "heads = 24", "ring_degree = 2", "ulysses_degree = 12", "[v_major]",
-                           "threshold = 0.0", "ring_levels = 1"})
+  const std::string workers = "workers = " + std::to_string(hardware_threads());
+  for (const std::string& want :
+       {std::string("[emulator]"), workers, std::string("replay = true"),
+        std::string("[cluster.links.mdfi]"), std::string("heads = 24"),
+        std::string("ring_degree = 2"), std::string("ulysses_degree = 12"),
+        std::string("[v_major]"), std::string("threshold = 0.0"), std::string("ring_levels = 1")})
     EXPECT_NE(dump.find(want), std::string::npos) << want << "\n" << dump;
   Result again = sh(bin + " validate " + (dir / "d.toml").string() + " --dump > " +
                     (dir / "d2.toml").string());

@@ -1,11 +1,15 @@
 // The engine's semantics: closed-form alpha-beta times, compute/communication overlap,
-// deadlock and mismatch reports, exception propagation, and determinism across worker counts.
+// deadlock and mismatch reports, exception propagation, determinism across worker counts, and
+// arithmetic handed to the math threads.
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <mutex>
 #include <random>
 #include <regex>
+#include <thread>
 
 #include "core/errors.hpp"
 #include "tests/emulator/test_util.hpp"
@@ -233,13 +237,18 @@ Outcome run_program(int workers, const std::string& algo) {
     for (int step = 0; step < 5; ++step) {
       Request big = c.iall_to_all(x, y, 64, "big");
       std::vector<float> nx(static_cast<size_t>(node->size() * 16)), ny(nx.size());
-      for (size_t i = 0; i < nx.size(); ++i) nx[i] = x[i] * 2;
+      // Arithmetic handed to the math threads (with more than one worker) while fibers go on.
+      c.run_math([&] {
+        for (size_t i = 0; i < nx.size(); ++i) nx[i] = x[i] * 2;
+      });
       Request small = node->iall_to_all(nx, ny, 16, "small");
       c.compute(
           {OpKind::kGemm, 1000.0 + std::uniform_int_distribution<int>(0, 5000)(rng), 0, "work"});
       small.wait();
       big.wait();
-      for (size_t i = 0; i < x.size(); ++i) x[i] = y[i] * 0.5f + ny[i % ny.size()];
+      c.run_math([&] {
+        for (size_t i = 0; i < x.size(); ++i) x[i] = y[i] * 0.5f + ny[i % ny.size()];
+      });
       c.barrier();
     }
     std::lock_guard<std::mutex> lk(m);
@@ -258,6 +267,58 @@ TEST(EngineDeterminism, SameTimelineAndBytesForOneTwoFourWorkers) {
       EXPECT_EQ(o.timeline, w1.timeline) << "workers=" << w << " " << algo;
       EXPECT_EQ(o.ends, w1.ends);
       EXPECT_EQ(o.data, w1.data);
+    }
+  }
+}
+
+// Handed-over arithmetic runs on the math threads, beside other tiles' (workers - 1 threads
+// plus the fibers' own), and never beside anything with one worker.
+int most_at_once(int workers) {
+  Topology topo = test::make_topo(2, 3, 1);
+  emu::Engine engine =
+      test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), workers);
+  std::atomic<int> active{0}, most{0};
+  engine.run([&](Communicator& c) {
+    for (int i = 0; i < 3; ++i) {
+      c.run_math([&] {
+        const int now = ++active;
+        int seen = most.load();
+        while (now > seen && !most.compare_exchange_weak(seen, now)) {
+        }
+        // With several workers, wait (at most 5 s) until two pieces of work overlap.
+        const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+        while (workers > 1 && most.load() < 2 && std::chrono::steady_clock::now() < until)
+          std::this_thread::yield();
+        --active;
+      });
+      c.compute({OpKind::kGemm, 1000, 0, "work"});
+      c.barrier();
+    }
+  });
+  return most.load();
+}
+
+TEST(EngineMath, WorkRunsOnTheMathThreadsBesideOtherTilesWork) {
+  EXPECT_EQ(most_at_once(1), 1);
+  EXPECT_EQ(most_at_once(2), 2);
+}
+
+TEST(EngineMath, AnExceptionInHandedOverWorkIsRethrownWithItsRank) {
+  for (int workers : {1, 2, 4}) {
+    Topology topo = test::make_topo(2, 3, 1);
+    emu::Engine engine =
+        test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), workers);
+    try {
+      engine.run([](Communicator& c) {
+        c.run_math([&] {
+          if (c.rank() == 5) throw std::runtime_error("bad arithmetic");
+        });
+        c.barrier();
+      });
+      ADD_FAILURE() << "workers " << workers;
+    } catch (const RankError& e) {
+      EXPECT_EQ(e.rank(), 5);
+      EXPECT_NE(std::string(e.what()).find("bad arithmetic"), std::string::npos);
     }
   }
 }
