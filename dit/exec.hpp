@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -40,6 +41,7 @@ struct Exec {
   std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
   BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
   bool hand_over = true;          // math() may hand work to a math thread
+  bool deferred = false;          // charges are only recorded (inside a handed-over section)
 
   /// Runs `work`, arithmetic of about `flops` operations on buffers this tile owns: on one of
   /// the emulator's math threads when it is large enough to pay for the hand-over
@@ -57,7 +59,29 @@ struct Exec {
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {
     const OpCost cost{kind, flops, elements_moved * kBytesPerElement, label};
     if (record != nullptr) record->push_back({kind, cost.flops, cost.bytes, std::string(label)});
-    comm.compute(cost);
+    if (!deferred) comm.compute(cost);
+  }
+
+  /// Runs `body(e)`, a stretch of this tile's work that computes and charges but neither
+  /// communicates nor shares work (shared_work), as one piece handed to a math thread when it
+  /// is about `flops` operations or more (see math()). Its charges are recorded while it runs
+  /// and made on this tile's clock afterwards, in their order: nothing else moves the clock
+  /// meanwhile, so the timeline is the one of running it here.
+  template <class Body>
+  auto section(double flops, const Body& body) const -> decltype(body(*this)) {
+    if (!hand_over || phantom || flops < kMathHandOverFlops) return body(*this);
+    std::vector<RecordedCharge> charges;
+    Exec e = *this;
+    e.record = &charges;
+    e.hand_over = false;
+    e.deferred = true;
+    std::optional<decltype(body(*this))> result;
+    comm.run_math([&] { result.emplace(body(e)); });
+    for (const RecordedCharge& c : charges) {
+      if (record != nullptr) record->push_back(c);
+      comm.compute(OpCost{c.kind, c.flops, c.bytes, c.label});
+    }
+    return std::move(*result);
   }
 };
 

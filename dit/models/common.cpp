@@ -30,9 +30,13 @@ Tensor dense(const Exec& ex, const Weights& w, const std::string& prefix, const 
 // mlp: y[N, D] = fc2(gelu_tanh(fc1(x[N, D]) [N, F]))
 Tensor mlp_gelu(const Exec& ex, const Weights& w, const std::string& fc1, const std::string& fc2,
                 const Tensor& x) {
-  Tensor h = dense(ex, w, fc1, x, "mlp_fc1");
-  gelu_tanh(ex, h, "mlp_gelu");
-  return dense(ex, w, fc2, h, "mlp_fc2");
+  const double flops =
+      4.0 * static_cast<double>(x.numel()) * static_cast<double>(w.get(fc1 + ".weight").rows());
+  return ex.section(flops, [&](const Exec& e) {
+    Tensor h = dense(e, w, fc1, x, "mlp_fc1");
+    gelu_tanh(e, h, "mlp_gelu");
+    return dense(e, w, fc2, h, "mlp_fc2");
+  });
 }
 
 // embed_mlp: y[B, D] = lin2(silu(lin1(x[B, in])))

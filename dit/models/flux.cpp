@@ -87,8 +87,12 @@ class Flux final : public Model {
         gelu_tanh(e, f, "mlp_gelu");
         return std::vector<Tensor>{std::move(h), std::move(f)};
       };
-      std::vector<Tensor> hf =
-          s == 0 ? shared_work(ex, b + "text_in", {&c, &m[0], &m[1]}, input_side) : input_side(ex);
+      // The image stream's side is one section of work for a math thread (Exec::section).
+      const double in_flops = 2.0 * static_cast<double>(streams[s]->numel()) *
+                              static_cast<double>(w.get(b + "proj_mlp.weight").rows());
+      std::vector<Tensor> hf = s == 0
+                                   ? shared_work(ex, b + "text_in", {&c, &m[0], &m[1]}, input_side)
+                                   : ex.section(in_flops, input_side);
       hn[s] = std::move(hf[0]);
       mlp[s] = std::move(hf[1]);
       qkv[s].x = &hn[s];
@@ -111,9 +115,10 @@ class Flux final : public Model {
       if (s == 0) {
         c = std::move(shared_work(ex, b + "text_out", {&c, &os, &mlp[0], &m[2]}, output_side)[0]);
       } else {
-        const Tensor cat = concat_cols(ex, os, mlp[s], "attn_mlp_concat");
-        gated_residual(ex, x, models::dense(ex, w, b + "proj_out", cat, "proj_out"), &m[2], batch,
-                       "residual");
+        const double out_flops = 2.0 * static_cast<double>(x.rows()) *
+                                 static_cast<double>(os.cols() + mlp[s].cols()) *
+                                 static_cast<double>(w.get(b + "proj_out.weight").rows());
+        x = std::move(ex.section(out_flops, output_side)[0]);
       }
     }
   }

@@ -113,15 +113,27 @@ TEST(Run, LossyRunReportsItsQualityAgainstTheExactRun) {
   fs::remove_all(exact_out);
 }
 
-TEST(Run, SameBytesAndTimelineForOneAndTwoWorkers) {
-  const fs::path a = temp_dir("w1"), b = temp_dir("w2");
-  nlohmann::json r1 = run_quickstart(a, "--set emulator.workers=1");
-  nlohmann::json r2 = run_quickstart(b, "--set emulator.workers=2");
-  EXPECT_EQ(r1["output_sha256"], r2["output_sha256"]);
-  EXPECT_EQ(r1["timeline_sha256"], r2["timeline_sha256"]);
-  EXPECT_EQ(r1["virtual_time_s"], r2["virtual_time_s"]);
-  fs::remove_all(a);
-  fs::remove_all(b);
+// With more than one worker, tiles hand their products, attention and whole sections (MLPs,
+// FLUX single-block sides) to math threads: the bytes and the timeline stay those of one worker.
+TEST(Run, SameBytesAndTimelineForOneTwoAndFourWorkers) {
+  for (const std::string strategy :
+       {"--set run.strategy=flat", "--set run.strategy=usp --ring-degree 2"}) {
+    SCOPED_TRACE(strategy);
+    const fs::path a = temp_dir("w1");
+    nlohmann::json r1 = run_quickstart(a, strategy + " --set emulator.workers=1");
+    EXPECT_EQ(r1["workers"], 1);
+    for (int w : {2, 4}) {
+      const fs::path b = temp_dir("w" + std::to_string(w));
+      nlohmann::json r =
+          run_quickstart(b, strategy + " --set emulator.workers=" + std::to_string(w));
+      EXPECT_EQ(r["workers"], w);
+      EXPECT_EQ(r1["output_sha256"], r["output_sha256"]) << w;
+      EXPECT_EQ(r1["timeline_sha256"], r["timeline_sha256"]) << w;
+      EXPECT_EQ(r1["virtual_time_s"], r["virtual_time_s"]) << w;
+      fs::remove_all(b);
+    }
+    fs::remove_all(a);
+  }
 }
 
 TEST(Run, PhantomChargesTheSameVirtualTimeAsRealMath) {
