@@ -113,11 +113,14 @@ TEST(Run, LossyRunReportsItsQualityAgainstTheExactRun) {
   fs::remove_all(exact_out);
 }
 
-// With more than one worker, tiles hand their products, attention and whole sections (MLPs,
-// FLUX single-block sides) to math threads: the bytes and the timeline stay those of one worker.
+// Every strategy: with more than one worker, tiles hand their products, attention and whole
+// sections (MLPs, FLUX single-block sides) to math threads; the bytes and the timeline stay
+// those of one worker.
 TEST(Run, SameBytesAndTimelineForOneTwoAndFourWorkers) {
   for (const std::string strategy :
-       {"--set run.strategy=flat", "--set run.strategy=usp --ring-degree 2"}) {
+       {"--set run.strategy=flat", "--set run.strategy=tapa", "--set run.strategy=v_first",
+        "--set run.strategy=pipeline", "--set run.strategy=v_major", "--set run.strategy=cocodiff",
+        "--set run.strategy=usp --ring-degree 2"}) {
     SCOPED_TRACE(strategy);
     const fs::path a = temp_dir("w1");
     nlohmann::json r1 = run_quickstart(a, strategy + " --set emulator.workers=1");
