@@ -1,9 +1,10 @@
 #pragma once
 // The emulator's private kernel: fiber states, the matching fabric, the event loop.
-// Everything here is guarded by Kernel::mutex_; fibers block through block(), which is the only
-// place a tile fiber gives up its worker thread, so "no runnable fiber" (runnable_ == 0) means
-// every tile has posted everything it will post before its next wake-up: the controller may
-// then advance virtual time (conservative discrete-event simulation).
+// Everything here is guarded by Kernel::mutex_; fibers block through block(), the only place a
+// tile fiber waits for the simulation (one waiting for its arithmetic, run_math, stays
+// runnable), so "no runnable fiber" (runnable_ == 0) means every tile has posted everything it
+// will post before its next wake-up: the controller may then advance virtual time (conservative
+// discrete-event simulation).
 
 #include <atomic>
 #include <boost/fiber/condition_variable.hpp>
