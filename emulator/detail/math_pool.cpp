@@ -5,9 +5,7 @@
 
 namespace cocodiff::emu::detail {
 
-MathPool::MathPool(int threads) {
-  for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { serve(); });
-}
+MathPool::MathPool(int threads) : wanted_(threads) {}
 
 MathPool::~MathPool() {
   {
@@ -43,10 +41,12 @@ void MathPool::serve() {
 }
 
 void MathPool::run(const std::function<void()>& work, const StackBounds& stack) {
-  if (threads_.empty()) {
+  if (wanted_ <= 0) {
     work();
     return;
   }
+  // Started on first use: a run without arithmetic to hand over (phantom) starts none.
+  while (static_cast<int>(threads_.size()) < wanted_) threads_.emplace_back([this] { serve(); });
   Task t;
   t.work = &work;
   {

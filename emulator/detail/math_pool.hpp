@@ -4,7 +4,7 @@
 // thread, go on. A fiber hand-off never crosses threads, so the engine's bookkeeping costs what
 // it costs on one worker; only arithmetic moves, and it gives the same bytes on any thread.
 //
-//   MathPool pool(workers - 1);        // before the fibers start; joined when destroyed
+//   MathPool pool(workers - 1);        // threads start at the first run(), join when destroyed
 //   pool.run(work, fiber.stack);       // from a tile fiber: returns once `work` has run
 //
 // A fiber queues its work, lets the other ready fibers run (they queue theirs), then runs its
@@ -32,10 +32,9 @@ class MathPool {
   MathPool& operator=(const MathPool&) = delete;
   ~MathPool();
 
-  int threads() const { return static_cast<int>(threads_.size()); }
-
   /// Runs `work` on a math thread or on the caller's; returns once it has run and rethrows what
-  /// it threw. Called from a fiber whose stack is `stack` (for ASan's stack bookkeeping).
+  /// it threw. Called from the fibers' thread only, by a fiber whose stack is `stack` (for
+  /// ASan's stack bookkeeping).
   void run(const std::function<void()>& work, const StackBounds& stack);
 
  private:
@@ -53,6 +52,7 @@ class MathPool {
   std::deque<Task*> queue_;     // tasks not yet taken, oldest first
   bool stop_ = false;
   ReadyQueue idle_;  // the math threads' fiber queue: they never run fibers
+  int wanted_;       // math threads, started at the first run()
   std::vector<std::thread> threads_;
 };
 
