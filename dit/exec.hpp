@@ -46,9 +46,10 @@ struct Exec {
   /// Runs `work`, arithmetic of about `flops` operations on buffers this tile owns: on one of
   /// the emulator's math threads when it is large enough to pay for the hand-over
   /// (Communicator::run_math), else here. Same bytes either way.
-  void math(double flops, const std::function<void()>& work) const {
+  template <class Work>
+  void math(double flops, const Work& work) const {
     if (hand_over && flops >= kMathHandOverFlops)
-      comm.run_math(work);
+      comm.run_math(std::cref(work));  // a reference: no copy of the work, no allocation
     else
       work();
   }
@@ -76,7 +77,8 @@ struct Exec {
     e.hand_over = false;
     e.deferred = true;
     std::optional<decltype(body(*this))> result;
-    comm.run_math([&] { result.emplace(body(e)); });
+    const auto run = [&] { result.emplace(body(e)); };
+    comm.run_math(std::cref(run));
     for (const RecordedCharge& c : charges) {
       if (record != nullptr) record->push_back(c);
       comm.compute(OpCost{c.kind, c.flops, c.bytes, c.label});

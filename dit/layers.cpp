@@ -30,14 +30,15 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
   const std::int64_t out = r1 - r0;
   // Not zero-filled: Eigen's product and MathCache::multiply zero it where they accumulate.
   Tensor y = Tensor::uninitialized(x.rows(), out, ex.phantom);
+  const double flops = 2.0 * n(x.rows()) * n(x.cols()) * n(out);
   if (!ex.phantom)
-    ex.math(2.0 * n(x.rows()) * n(x.cols()) * n(out), [&] {
+    ex.math(flops, [&] {
       // Thin products (a tile's shard) reuse the weight packed once; same bytes as Eigen's.
       if (ex.cache == nullptr || !ex.cache->multiply(x.mat(), w, r0, out, y.mat()))
         y.mat().noalias() = x.mat() * w.mat().middleRows(r0, out).transpose();
       if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
     });
-  ex.charge(OpKind::kGemm, 2.0 * n(x.rows()) * n(x.cols()) * n(out),
+  ex.charge(OpKind::kGemm, flops,
             n(x.numel()) + n(out) * n(w.cols()) + n(y.numel()) + (b ? n(out) : 0.0), label);
   return y;
 }

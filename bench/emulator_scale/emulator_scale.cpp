@@ -258,30 +258,41 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Real math: the same run on 1 tile and on P emulated tiles (with --baseline, also with an
-// earlier build of cocodiff, interleaved: CPU medians of --repeats runs each).
-void real(const Args& a, const Options& o) {
-  struct Point {
-    std::string label;
-    std::vector<std::string> sets;
-  };
+// The real-math runs: one tile (a one-rank cluster: uniform preset, 1 tile x 1 GPU x 1 node, the
+// serial reference), then --real-nodes Aurora nodes (flat up to 24 tiles, else --real-strategy);
+// each with its whole --set list.
+struct RealPoint {
+  std::string label;
+  std::vector<std::string> sets;
+};
+std::vector<RealPoint> real_points(const Options& o) {
   const std::vector<std::string> base = {
       "--set", "run.math=real",
       "--set", "model.preset=" + o.real_model,
       "--set", "run.resolution=" + std::to_string(o.real_resolution),
       "--set", "run.steps=" + std::to_string(o.real_steps),
       "--set", "emulator.trace=false"};
-  std::vector<Point> points;
-  // One tile: a one-rank cluster (uniform preset, 1 tile x 1 GPU x 1 node), serial reference.
-  points.push_back({"1 tile (serial)",
-                    {"--set", "cluster.preset=uniform", "--set", "cluster.nodes=1", "--set",
-                     "cluster.topology.sizes=[1,1]", "--set", "cluster.nic.rank_nic=[0]", "--set",
-                     "cluster.nic.count=1", "--set", "run.strategy=serial"}});
-  for (int n : o.real_nodes)
-    points.push_back(
-        {fmt("%d Aurora tiles (%s)", 12 * n, n * 12 <= 24 ? "flat" : o.real_strategy.c_str()),
-         {"--set", "cluster.preset=aurora", "--set", "cluster.nodes=" + std::to_string(n), "--set",
-          "run.strategy=" + (n * 12 <= 24 ? std::string("flat") : o.real_strategy)}});
+  std::vector<RealPoint> points;
+  std::vector<std::string> serial = base;
+  serial.insert(serial.end(),
+                {"--set", "cluster.preset=uniform", "--set", "cluster.nodes=1", "--set",
+                 "cluster.topology.sizes=[1,1]", "--set", "cluster.nic.rank_nic=[0]", "--set",
+                 "cluster.nic.count=1", "--set", "run.strategy=serial"});
+  points.push_back({"1 tile (serial)", serial});
+  for (int n : o.real_nodes) {
+    std::vector<std::string> p = base;
+    const std::string strategy = n * 12 <= 24 ? "flat" : o.real_strategy;
+    p.insert(p.end(), {"--set", "cluster.preset=aurora", "--set",
+                       "cluster.nodes=" + std::to_string(n), "--set", "run.strategy=" + strategy});
+    points.push_back({fmt("%d Aurora tiles (%s)", 12 * n, strategy.c_str()), p});
+  }
+  return points;
+}
+
+// Real math: the same run on 1 tile and on P emulated tiles (with --baseline, also with an
+// earlier build of cocodiff, interleaved: CPU medians of --repeats runs each).
+void real(const Args& a, const Options& o) {
+  const std::vector<RealPoint> points = real_points(o);
   const bool before = !o.baseline.empty();
   std::vector<std::string> cols = {"run",          "tiles",        "run wall s",   "x 1 tile",
                                    "CPU s",        "CPU x 1 tile", "events",       "flows",
@@ -297,8 +308,7 @@ void real(const Args& a, const Options& o) {
   std::vector<std::vector<ChildRun>> runs(points.size()), base_runs(points.size());
   for (int rep = 0; rep < repeats; ++rep)
     for (size_t k = 0; k < points.size(); ++k) {
-      std::vector<std::string> sets = base;
-      sets.insert(sets.end(), points[k].sets.begin(), points[k].sets.end());
+      const std::vector<std::string>& sets = points[k].sets;
       progress.step("real math: " + points[k].label);
       runs[k].push_back(run_cocodiff(a, sets, fmt("real_%zu", k)));
       if (!runs[k].back().ok()) fail(runs[k].back(), "real-math run " + points[k].label);
@@ -320,7 +330,7 @@ void real(const Args& a, const Options& o) {
   double wall1 = 0, cpu1 = 0, base_cpu1 = 0;
   std::string dat = "# label wall_s ratio cpu_s cpu_ratio\n";
   for (size_t k = 0; k < points.size(); ++k) {
-    const Point& p = points[k];
+    const RealPoint& p = points[k];
     const ChildRun& r = runs[k].back();
     const auto& rep = r.report;
     const double wall = rep["wall_time_s"].get<double>();
@@ -336,9 +346,7 @@ void real(const Args& a, const Options& o) {
                                 ? rep["output_sha256"].get<std::string>().substr(0, 12)
                                 : "-";
     std::string command = "cocodiff run " + a.config.filename().string();
-    std::vector<std::string> sets = base;
-    sets.insert(sets.end(), p.sets.begin(), p.sets.end());
-    for (size_t j = 1; j < sets.size(); j += 2) command += " --set " + sets[j];
+    for (size_t j = 1; j < p.sets.size(); j += 2) command += " --set " + p.sets[j];
     command += " --set emulator.workers=" + std::to_string(a.workers);
     std::vector<std::string> row = {p.label,
                                     std::to_string(rep["ranks"].get<int>()),
@@ -720,30 +728,8 @@ void grid(const Args& a, const Options& o) {
 // timeline.
 void workers(const Args& a, const Options& o) {
   const int threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  struct Point {
-    std::string label;
-    std::vector<std::string> sets;
-  };
-  const std::vector<std::string> real_base = {
-      "--set", "run.math=real",
-      "--set", "model.preset=" + o.real_model,
-      "--set", "run.resolution=" + std::to_string(o.real_resolution),
-      "--set", "run.steps=" + std::to_string(o.real_steps),
-      "--set", "emulator.trace=false"};
-  std::vector<Point> points;
-  std::vector<std::string> serial = real_base;
-  serial.insert(serial.end(),
-                {"--set", "cluster.preset=uniform", "--set", "cluster.nodes=1", "--set",
-                 "cluster.topology.sizes=[1,1]", "--set", "cluster.nic.rank_nic=[0]", "--set",
-                 "cluster.nic.count=1", "--set", "run.strategy=serial"});
-  points.push_back({"real math, 1 tile (serial)", serial});
-  for (int n : o.real_nodes) {
-    std::vector<std::string> p = real_base;
-    const std::string strategy = n * 12 <= 24 ? "flat" : o.real_strategy;
-    p.insert(p.end(), {"--set", "cluster.preset=aurora", "--set",
-                       "cluster.nodes=" + std::to_string(n), "--set", "run.strategy=" + strategy});
-    points.push_back({fmt("real math, %d Aurora tiles (%s)", 12 * n, strategy.c_str()), p});
-  }
+  std::vector<RealPoint> points = real_points(o);
+  for (RealPoint& p : points) p.label = "real math, " + p.label;
   points.push_back({fmt("phantom, %d tiles, cocodiff, 1 step, replay off", 12 * o.replay_nodes),
                     phantom_sets(o, "cocodiff", 1, o.replay_nodes, {"emulator.replay=false"})});
   // Variants: one worker, the default, every hardware thread.
