@@ -90,9 +90,10 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const std::string region = counts && !cache_known ? key + " | first exchange" : key;
   const Communicator::RegionMark mark = world.begin_region(region, phantom_ && state.has_value());
   if (mark.replayed) {
+    COCO_CHECK(mark.id < simulated_.size() && simulated_[mark.id],
+               "a replayed block was never simulated on this rank");
     auto it = effects_.find(mark.id);
-    COCO_CHECK(it != effects_.end(), "a replayed block was never simulated on this rank");
-    ++it->second.replays;
+    if (it != effects_.end()) ++it->second.replays;
     // A first exchange replays only under the shared key, i.e. once its figure is known.
     COCO_CHECK(!counts || cache_known, "a first exchange was replayed before one was simulated");
     attn_.skip_layers(attention_layers, counts ? known->second : 0.0);
@@ -104,7 +105,13 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const double cache = after.v_major_cache_bytes - before.v_major_cache_bytes;
   COCO_CHECK(counts || cache == 0, "a block counted V-Major cache for layers it had seen");
   if (counts && state && !cache_known) first_cache_.emplace(key, cache);
-  if (phantom_ && mark.id != 0) effects_[mark.id] = {stats_added(after, before), 0};
+  if (phantom_ && mark.id != 0) {
+    if (simulated_.size() <= mark.id) simulated_.resize(mark.id + 1, false);
+    simulated_[mark.id] = true;
+    // Most simulated blocks never recur: a block that measured nothing keeps no entry.
+    StrategyStats added = stats_added(after, before);
+    if (!added.v_first.empty() || !added.v_major.empty()) effects_[mark.id] = {std::move(added), 0};
+  }
 }
 
 void BlockReplay::end(Communicator& world) { world.begin_region("blocks end", false); }

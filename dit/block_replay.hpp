@@ -23,6 +23,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "dit/attention_strategy.hpp"
 #include "dit/exec.hpp"
@@ -54,7 +55,8 @@ class BlockReplay {
     StrategyStats stats;       // what the simulated block added (sums)
     std::int64_t replays = 0;  // blocks replayed from it
   };
-  std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did
+  std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did, if anything
+  std::vector<bool> simulated_;                        // by region id: simulated on this rank
   // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
   // its layers for the first time (a function of the shapes: the same for every such block).
   std::unordered_map<std::string, double> first_cache_;

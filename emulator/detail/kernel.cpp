@@ -496,7 +496,13 @@ void Kernel::region_event(int mark) {
     RegionRecord r;
     r.end_ns = offsets;
     for (std::int64_t& e : r.end_ns) e += (t0 - rec_.t0).ns();
-    r.tile_trace.resize(static_cast<size_t>(n));
+    // Kept for every simulated region (most never recur): sized exactly, no trace when off.
+    const auto un = static_cast<size_t>(n);
+    r.compute.reserve(un);
+    r.exposed.reserve(un);
+    r.events.reserve(un);
+    r.inner.reserve(un);
+    if (options_.trace) r.tile_trace.resize(un);
     for (int i = 0; i < n; ++i) {
       const auto u = static_cast<size_t>(i);
       const TileStats& t = tiles_[u];
@@ -504,6 +510,7 @@ void Kernel::region_event(int mark) {
       r.exposed.push_back(t.exposed - rec_.exposed[u]);
       r.events.push_back(t.events - rec_.events[u]);
       r.inner.push_back(t.last_inner);
+      if (!options_.trace) continue;
       for (std::size_t k = rec_.trace_size[u]; k < t.trace.size(); ++k) {
         TraceEvent e = t.trace[k];
         e.start = e.start - rec_.t0;
