@@ -38,6 +38,9 @@ StrategyStats stats_added(const StrategyStats& after, const StrategyStats& befor
 
 namespace {
 
+// True when `s` holds a sum that a replay would add (the maps stats_added and scaled walk).
+bool has_sums(const StrategyStats& s) { return !s.v_first.empty() || !s.v_major.empty(); }
+
 // The sums of `s` times n (what n replays of a block add).
 StrategyStats scaled(StrategyStats s, std::int64_t n) {
   const double x = static_cast<double>(n);
@@ -110,7 +113,7 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
     simulated_[mark.id] = true;
     // Most simulated blocks never recur: a block that measured nothing keeps no entry.
     StrategyStats added = stats_added(after, before);
-    if (!added.v_first.empty() || !added.v_major.empty()) effects_[mark.id] = {std::move(added), 0};
+    if (has_sums(added)) effects_[mark.id] = {std::move(added), 0};
   }
 }
 
