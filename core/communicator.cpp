@@ -102,6 +102,48 @@ Request Communicator::iall_reduce(std::span<float> data, std::int64_t count, Red
   return do_iall_reduce(data, count, op, label);
 }
 
+void Communicator::ring_pass(const RingPass& pass) {
+  const size_t p = static_cast<size_t>(size());
+  if (pass.parts < 1 || pass.labels.size() != static_cast<size_t>(pass.parts) ||
+      pass.counts.size() != p || pass.work.size() != p)
+    throw CommError("ring_pass on rank " + std::to_string(rank()) +
+                    ": expected parts >= 1, one label per part and one count and one charge per "
+                    "member (" +
+                    std::to_string(p) + "), got parts = " + std::to_string(pass.parts) + ", " +
+                    std::to_string(pass.labels.size()) + " labels, " +
+                    std::to_string(pass.counts.size()) + " counts and " +
+                    std::to_string(pass.work.size()) + " charges");
+  for (size_t j = 0; j < p; ++j) {
+    check_buffer(0, pass.counts[j], "block", "ring_pass");
+    if (pass.data)
+      for (int q = 0; q < pass.parts; ++q)
+        check_buffer(pass.data(q, static_cast<int>(j)).size(), pass.counts[j], "block",
+                     "ring_pass");
+  }
+  do_ring_pass(pass);
+}
+
+void Communicator::do_ring_pass(const RingPass& pass) {
+  const int p = size(), r = rank();
+  const int right = (r + 1) % p, left = (r - 1 + p) % p;
+  auto block = [&pass](int q, int j) { return pass.data ? pass.data(q, j) : std::span<float>(); };
+  std::vector<Request> reqs;
+  for (int i = 0; i < p; ++i) {
+    reqs.clear();
+    if (i + 1 < p) {
+      const int holder = ((r - i) % p + p) % p, from = ((r - i - 1) % p + p) % p;
+      for (int q = 0; q < pass.parts; ++q)
+        reqs.push_back(irecv(block(q, from), pass.counts[static_cast<size_t>(from)], left,
+                             pass.parts * i + q, pass.labels[static_cast<size_t>(q)]));
+      for (int q = 0; q < pass.parts; ++q)
+        reqs.push_back(isend(block(q, holder), pass.counts[static_cast<size_t>(holder)], right,
+                             pass.parts * i + q, pass.labels[static_cast<size_t>(q)]));
+    }
+    compute(pass.work[static_cast<size_t>(i)]);
+    wait_all(reqs);
+  }
+}
+
 Request Communicator::isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                             std::string_view label) {
   check_peer(dest, "send");

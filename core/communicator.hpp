@@ -57,6 +57,23 @@ void wait_all(std::span<Request> requests);
 
 enum class ReduceOp : std::uint8_t { kSum, kMax };
 
+/// A ring pass with compute beside every round: ring attention's exchange of key/value chunks.
+/// `parts` buffers travel together (keys and values: 2); block j of each belongs to member j.
+struct RingPass {
+  int parts = 1;
+  /// Elements of block j (of every part), the same on every rank: size() entries.
+  std::vector<std::int64_t> counts;
+  /// Where block `block` of part `part` lives on this rank (at least counts[block] elements).
+  /// The caller's own block (rank()) holds its data; the pass fills every other one. Empty
+  /// (no function, or empty spans): sizes only, as in phantom mode.
+  std::function<std::span<float>(int part, int block)> data;
+  /// One charge per round (size() of them): round i computes on block (rank() - i) mod size()
+  /// while the next block travels. Labels must outlive the call.
+  std::vector<OpCost> work;
+  /// One label per part, naming its messages (kept alive by the caller).
+  std::vector<std::string_view> labels;
+};
+
 /// Counts and displacements (in elements) of a variable all-to-all, one entry per group rank.
 struct AllToAllvLayout {
   std::vector<std::int64_t> send_counts, send_displs, recv_counts, recv_displs;
@@ -125,6 +142,14 @@ class Communicator {
   void recv(std::span<float> data, std::int64_t count, int source, int tag) {
     irecv(data, count, source, tag).wait();
   }
+  /// Collective: passes every member's blocks once around the ring (rank r sends to r + 1 and
+  /// receives from r - 1), computing beside the messages. Round i = 0..size()-1: post the
+  /// receives of block (r - i - 1) mod size() and the sends of block (r - i) mod size(), one
+  /// message per part with tag parts * i + part (receives first, parts in order), charge
+  /// `work[i]`, then wait for the round's messages in the order they were posted. The last
+  /// round only computes. On return every block of every part holds its owner's data.
+  void ring_pass(const RingPass& pass);
+
   /// Blocks until every member has arrived.
   virtual void barrier() = 0;
 
@@ -164,6 +189,9 @@ class Communicator {
                            std::string_view label) = 0;
   virtual Request do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                            std::string_view label) = 0;
+  /// The pass as the point-to-point messages and charges ring_pass() describes; a backend may
+  /// schedule the same messages another way (the emulator's collective level).
+  virtual void do_ring_pass(const RingPass& pass);
 
  private:
   void check_buffer(std::size_t have, std::int64_t need, const char* what, const char* op) const;

@@ -196,6 +196,15 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
   return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(st)));
 }
 
+void EmuComm::do_ring_pass(const RingPass& pass) {
+  const std::uint64_t seq = next_pass_++;
+  if (!kernel_.options().collective_ops || size() == 1) {
+    Communicator::do_ring_pass(pass);
+    return;
+  }
+  kernel_.ring_pass(self_, group_, group_rank_, seq, pass);
+}
+
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
   // Exchange (color, key) with an all-gather of their bit patterns.
   const int p = size();

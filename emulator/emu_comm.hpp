@@ -41,6 +41,9 @@ class EmuComm final : public Communicator {
                    std::string_view label) override;
   Request do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                    std::string_view label) override;
+  /// At the collective level (Kernel::ring_pass) when EngineOptions::collective_ops, else
+  /// message by message.
+  void do_ring_pass(const RingPass& pass) override;
 
  private:
   /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
@@ -54,6 +57,7 @@ class EmuComm final : public Communicator {
   std::shared_ptr<const detail::Group> group_;  // shared with in-flight collective fibers
   int group_rank_;
   std::uint64_t next_seq_ = 0;
+  std::uint64_t next_pass_ = 0;  // ring passes started on this group
 };
 
 /// What a collective algorithm sees: one fiber's point-to-point view of one group, with tags

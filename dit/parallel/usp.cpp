@@ -18,12 +18,12 @@ constexpr std::int64_t kOneBlockScores = std::int64_t{1} << 18;
 
 // The clock's share of one ring step: the partial attention of q [B*nq, h*D] against one
 // key/value set of nk tokens per batch element (scores, softmax, weighted sum, log-sum-exp).
-void charge_partial_attention(const Exec& ex, std::int64_t q_rows, std::int64_t q_cols,
-                              std::int64_t k_rows, int heads, int head_dim, int batch) {
+OpCost partial_attention_cost(std::int64_t q_rows, std::int64_t q_cols, std::int64_t k_rows,
+                              int heads, int head_dim, int batch) {
   const std::int64_t nq = q_rows / batch, nk = k_rows / batch;
   const double q_numel = n(q_rows) * n(q_cols), k_numel = n(k_rows) * n(q_cols);
-  ex.charge(OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
-            q_numel + k_numel + k_numel + q_numel, "ring_attention");
+  return {OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
+          (q_numel + k_numel + k_numel + q_numel) * kBytesPerElement, "ring_attention"};
 }
 
 // The clock's share of merging `parts` partial results of q's shape by their log-sum-exp.
@@ -138,7 +138,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   if (!tk.empty()) {  // text keys: replicated, so every ring member has them
     text_k = concat_tokens(ex, tk, batch, "k_concat");
     text_v = concat_tokens(ex, tv, batch, "v_concat");
-    charge_partial_attention(ex, qr, qc, text_k.rows(), hl, dh, batch);
+    const OpCost c = partial_attention_cost(qr, qc, text_k.rows(), hl, dh, batch);
+    ex.charge(c.kind, c.flops, c.bytes / kBytesPerElement, c.label);
     ++sets;
   }
   // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on. With one
@@ -175,37 +176,35 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
       at += s == img ? total : r;
     }
   } else {
-    ring_k[u(ri)] = std::move(parts[1][u(img)]);
-    ring_v[u(ri)] = std::move(parts[2][u(img)]);
+    for (int j = 0; j < rd; ++j) {  // the pass fills the others
+      ring_k[u(j)] = j == ri ? std::move(parts[1][u(img)])
+                             : Tensor::uninitialized(chunk_rows[u(j)], hw, ex.phantom);
+      ring_v[u(j)] = j == ri ? std::move(parts[2][u(img)])
+                             : Tensor::uninitialized(chunk_rows[u(j)], hw, ex.phantom);
+    }
   }
-  auto chunk = [&](int j, Mat& all, std::vector<Tensor>& ring) -> std::span<float> {
-    if (!direct) return ring[u(j)].data();
-    return {all.data() + chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
-  };
+  // At step i this rank attends to member (ri - i)'s image K/V while passing it on.
+  RingPass pass;
+  pass.parts = 2;
+  pass.labels = {"ring_k", "ring_v"};
+  for (int j = 0; j < rd; ++j) pass.counts.push_back(chunk_rows[u(j)] * hw);
+  if (!ex.phantom)
+    pass.data = [&](int part, int j) -> std::span<float> {
+      if (!direct) return (part == 0 ? ring_k : ring_v)[u(j)].data();
+      Mat& all = part == 0 ? all_k : all_v;
+      return {all.data() + chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
+    };
+  COCO_CHECK(!ex.deferred, "usp: a ring pass inside a deferred section");
   for (int i = 0; i < rd; ++i) {
     const int holder = ((ri - i) % rd + rd) % rd;
-    std::vector<Request> reqs;
-    if (i + 1 < rd) {
-      const int from = ((ri - i - 1) % rd + rd) % rd;
-      const std::int64_t rows = chunk_rows[u(from)];
-      if (!direct) {  // the receives fill them
-        ring_k[u(from)] = Tensor::uninitialized(rows, hw, ex.phantom);
-        ring_v[u(from)] = Tensor::uninitialized(rows, hw, ex.phantom);
-      }
-      const std::int64_t sent = chunk_rows[u(holder)] * hw;
-      const int right = (ri + 1) % rd, left = (ri - 1 + rd) % rd;
-      reqs.push_back(
-          ring_comm_->irecv(chunk(from, all_k, ring_k), rows * hw, left, 2 * i, "ring_k"));
-      reqs.push_back(
-          ring_comm_->irecv(chunk(from, all_v, ring_v), rows * hw, left, 2 * i + 1, "ring_v"));
-      reqs.push_back(ring_comm_->isend(chunk(holder, all_k, ring_k), sent, right, 2 * i, "ring_k"));
-      reqs.push_back(
-          ring_comm_->isend(chunk(holder, all_v, ring_v), sent, right, 2 * i + 1, "ring_v"));
+    pass.work.push_back(partial_attention_cost(qr, qc, chunk_rows[u(holder)], hl, dh, batch));
+    if (ex.record != nullptr) {
+      const OpCost& c = pass.work.back();
+      ex.record->push_back({c.kind, c.flops, c.bytes, std::string(c.label)});
     }
-    charge_partial_attention(ex, qr, qc, chunk_rows[u(holder)], hl, dh, batch);
     ++sets;
-    wait_all(reqs);
   }
+  ring_comm_->ring_pass(pass);
   Tensor o = Tensor::uninitialized(qr, qc, ex.phantom);
   if (!ex.phantom) {
     if (!direct) {

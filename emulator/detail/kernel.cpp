@@ -115,9 +115,9 @@ std::uint32_t Kernel::intern(std::string_view label) {
   return id;
 }
 
-void Kernel::record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime start, SimTime end,
+void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                                std::string_view label) {
-  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  TileStats& t = tiles_[static_cast<size_t>(rank)];
   fnv_value(t.inner, kind);
   fnv_value(t.inner, (start - t.region_start).ns());
   fnv_value(t.inner, (end - t.region_start).ns());
@@ -126,7 +126,7 @@ void Kernel::record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime sta
   if (options_.trace && t.trace.size() < tile_trace_cap_) {
     TraceEvent e;
     e.kind = kind;
-    e.rank = f.rank;
+    e.rank = rank;
     e.start = start;
     e.end = end;
     e.label = intern(label);
@@ -263,7 +263,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
     close_collective(t, req);
     if (f.clock > before) {
       t.exposed += f.clock - before;
-      record_tile_event(f, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
+      record_tile_event(f.rank, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
     }
   }
 }
@@ -310,21 +310,25 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
   if (aborting_) throw Cancelled{};
-  const SimTime start = f.clock;
+  f.clock = charge(f.rank, f.clock, cost);
+}
+
+SimTime Kernel::charge(int rank, SimTime start, const OpCost& cost) {
   SimTime dt = device_.time(cost);
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   const double slowdown = device_.overlap_compute_factor();
-  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  TileStats& t = tiles_[static_cast<size_t>(rank)];
   if (t.open_collectives > 0) {
     if (slowdown != 1.0)
       dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
     t.overlapped_compute += dt;
   }
-  f.clock += dt;
+  const SimTime end = start + dt;
   t.compute += dt;
-  record_tile_event(f, TraceEvent::Kind::kCompute, start, f.clock,
+  record_tile_event(rank, TraceEvent::Kind::kCompute, start, end,
                     cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+  return end;
 }
 
 void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req) {
@@ -474,9 +478,9 @@ void Kernel::region_event(int mark) {
   };
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
-  const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && failures_.empty() &&
-                         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
-                         net_.active_flows() == 0 &&
+  const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
+                         failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
+                         timers_.empty() && net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -707,12 +711,19 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
         e.bytes = t.bytes;
         flow_trace_.push_back(e);
       }
-      if (t.op != nullptr) {
+      if (t.op != nullptr || t.pass != nullptr) {
         try {
-          CollectiveOp& op = *t.op;
-          const int dst = t.op_dst;
-          op_message_done(op, t.op_src, t_net);  // may finish and free op: dst's part is pending
-          op_message_done(op, dst, t_net);
+          const int src = t.op_src, dst = t.op_dst;
+          if (t.op != nullptr) {
+            CollectiveOp& op = *t.op;
+            op_message_done(op, src, t_net);  // may finish and free op: dst's part is pending
+            op_message_done(op, dst, t_net);
+          } else {
+            PassOp& pass = *t.pass;
+            const int parts = static_cast<int>(pass.labels.size());
+            pass_message_done(pass, src, parts + t.part, t_net);  // dst's part is pending
+            pass_message_done(pass, dst, t.part, t_net);
+          }
         } catch (const CommError& e) {  // a mismatched message of a later round
           failures_.push_back({t.src, t_net, e.what(), true});
           aborting_ = true;

@@ -161,6 +161,12 @@ class Kernel {
   /// (emulator/collectives/) gives. Returns the request that completes with this rank's part.
   ReqPtr start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                              std::uint64_t seq, ReqPtr req, const CollectiveSpec& spec);
+  /// This rank's part of the `seq`-th ring pass of group g (Communicator::ring_pass) at the
+  /// collective level: the controller posts each round's messages, charges its compute and
+  /// accounts its waits for the rank, without a fiber, request or channel per message, giving
+  /// the timeline of the per-message pass. Returns when this rank's part is done.
+  void ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                 std::uint64_t seq, const RingPass& pass);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
                            const std::string& call);
@@ -193,6 +199,7 @@ class Kernel {
     std::uint64_t matched = 0;
   };
   struct CollectiveOp;
+  struct PassOp;
   struct Transfer {
     SimTime start;
     int src, dst;
@@ -202,7 +209,8 @@ class Kernel {
     ReqPtr sreq, rreq;  // per-message path
     std::uint32_t label;
     CollectiveOp* op = nullptr;  // collective-level path: the op and its group ranks
-    int op_src = 0, op_dst = 0;
+    PassOp* pass = nullptr;      // ring pass: the pass, its group ranks and the part
+    int op_src = 0, op_dst = 0, part = 0;
   };
   /// A collective run at the collective level: every member's state machine.
   struct CollectiveMember {
@@ -238,6 +246,34 @@ class Kernel {
                 const CollectiveMessage& in, SimTime start);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
   void op_finish(CollectiveOp& op, int r);
+  /// A ring pass run at the collective level: every member's progress through its rounds.
+  struct PassMember {
+    bool started = false;
+    int round = 0;
+    int pending = 0;            // messages of the current round not yet complete
+    SimTime post;               // when the current round's messages were posted
+    SimTime clock;              // the rank's clock: after the round's charge, then after each wait
+    std::vector<SimTime> done;  // the round's completions: receives, then sends, by part
+    const RingPass* pass = nullptr;    // the caller's, alive until its part is done
+    std::vector<std::int64_t> counts;  // pass->counts, beside the other members' state
+    ReqPtr req;
+  };
+  struct PassOp {
+    std::shared_ptr<const Group> group;
+    std::uint64_t seq = 0;
+    std::vector<std::uint32_t> labels;  // interned, per part (trace only)
+    int finished = 0;
+    std::vector<PassMember> members;
+  };
+  /// Posts member r's current round (its messages, matched with neighbours that posted the
+  /// same round), charges the round's work and finishes r after its last round.
+  void pass_post_round(PassOp& op, int r);
+  void pass_match(PassOp& op, int src, int dst);
+  /// One of member r's messages of this round completed (`slot`: receives, then sends).
+  void pass_message_done(PassOp& op, int r, int slot, SimTime t);
+  /// The compute charge of `cost` on rank's tile from `start`: the tile's accounting and
+  /// event, as a main fiber's compute() makes them. Returns the clock after it.
+  SimTime charge(int rank, SimTime start, const OpCost& cost);
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
@@ -263,7 +299,7 @@ class Kernel {
   void fold_flow_hash(SimTime next_base);
   bool controller_step(std::unique_lock<std::mutex>& lk);
   std::string deadlock_report() const;
-  void record_tile_event(FiberState& f, TraceEvent::Kind kind, SimTime start, SimTime end,
+  void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                          std::string_view label);
 
   const Topology& topo_;
@@ -294,6 +330,7 @@ class Kernel {
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {

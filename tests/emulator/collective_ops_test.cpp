@@ -3,7 +3,8 @@
 // per tier, flows, events, timeline hash) for every all-to-all schedule (shift, XOR,
 // concurrent), all-to-allv with uneven and zero counts, ring all-gather, sub-groups,
 // non-blocking calls overlapping compute with interference, library software costs and max-min
-// contention, on 1, 2 and 4 workers; and the same errors for mismatched calls.
+// contention, ring passes with compute beside every round (uneven and empty blocks, a
+// collective open beside them), on 1, 2 and 4 workers; and the same errors for mismatched calls.
 
 #include <gtest/gtest.h>
 
@@ -111,6 +112,53 @@ void program(Communicator& world, Received& got, std::mutex& mu) {
     keep(all);
   }
 
+  // Ring passes of two parts with uneven blocks (one empty), and compute beside every round
+  // that makes some rounds wait for their messages and others not.
+  auto ring_pass = [&](Communicator& c, std::int64_t scale, bool with_data) {
+    const int n = c.size();
+    std::vector<std::vector<float>> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    RingPass pass;
+    pass.parts = 2;
+    pass.labels = {"ring_k", "ring_v"};
+    for (int j = 0; j < n; ++j) {
+      const std::int64_t count = j % 5 == 3 ? 0 : scale * (1 + j % 3);
+      pass.counts.push_back(count);
+      k[static_cast<size_t>(j)].assign(static_cast<size_t>(count), -1);
+      v[static_cast<size_t>(j)].assign(static_cast<size_t>(count), -1);
+      if (j == c.rank())
+        for (std::int64_t i = 0; i < count; ++i) {
+          k[static_cast<size_t>(j)][static_cast<size_t>(i)] = tag_value(me, 0, i);
+          v[static_cast<size_t>(j)][static_cast<size_t>(i)] = tag_value(me, 1, i);
+        }
+      pass.work.push_back(
+          {OpKind::kAttention, 2e5 * (1 + (j + c.rank()) % 4), 0, "ring_attention"});
+    }
+    if (with_data)
+      pass.data = [&](int part, int j) -> std::span<float> {
+        return (part == 0 ? k : v)[static_cast<size_t>(j)];
+      };
+    c.ring_pass(pass);
+    if (!with_data) return;
+    for (int j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < pass.counts[static_cast<size_t>(j)]; ++i) {
+        EXPECT_EQ(k[static_cast<size_t>(j)][static_cast<size_t>(i)],
+                  tag_value(c.world_rank(j), 0, i));
+        EXPECT_EQ(v[static_cast<size_t>(j)][static_cast<size_t>(i)],
+                  tag_value(c.world_rank(j), 1, i));
+      }
+    keep(k[static_cast<size_t>((c.rank() + 1) % n)]);
+  };
+  world.compute({OpKind::kGemm, 1e6 * (1 + r % 3), 0, "skew"});
+  ring_pass(world, 300, true);
+  ring_pass(*sixteen, 5000, false);  // sizes only
+  {
+    // A collective open beside the pass: its compute runs slower, the collective pays for it.
+    std::vector<float> s3(static_cast<size_t>(p * 16), 3.0f), r3(s3.size());
+    Request q3 = world.iall_to_all(s3, r3, 16, "beside_ring");
+    ring_pass(*reversed, 700, true);
+    q3.wait();
+  }
+
   // Non-blocking: two all-to-alls in flight beside compute (interference on both sides), one
   // waited for in reverse order, with tiles starting at different clocks.
   world.compute({OpKind::kGemm, 1e6 * (1 + r % 5), 0, "skew"});
@@ -196,6 +244,57 @@ TEST(CollectiveOps, MismatchedCountsFailNamingBothRanks) {
         << msg;
     EXPECT_NE(msg.find("'uneven'"), std::string::npos) << msg;
   }
+}
+
+TEST(CollectiveOps, MismatchedRingPassBlocksFailNamingBothRanks) {
+  // Rank 3 expects block 5 one element longer than its owner sends it.
+  auto body = [](Communicator& c) {
+    RingPass pass;
+    pass.parts = 2;
+    pass.labels = {"ring_k", "ring_v"};
+    pass.counts.assign(static_cast<size_t>(c.size()), 4);
+    if (c.rank() == 3) pass.counts[5] = 5;
+    pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
+    c.ring_pass(pass);
+  };
+  for (bool ops : {false, true}) {
+    SCOPED_TRACE(ops ? "collective ops" : "per message");
+    const std::string msg = error_of(ops, body);
+    EXPECT_NE(msg.find("message size mismatch: rank 2 sends 4 elements to rank 3, which expects 5"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("'ring_k'"), std::string::npos) << msg;
+  }
+}
+
+TEST(CollectiveOps, ARingPassWithAMissingRankIsADeadlockNamingIt) {
+  auto body = [](Communicator& c) {
+    if (c.rank() == 7) return;
+    RingPass pass;
+    pass.labels = {"lonely_ring"};
+    pass.counts.assign(static_cast<size_t>(c.size()), 2);
+    pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
+    c.ring_pass(pass);
+  };
+  for (bool ops : {false, true}) {
+    SCOPED_TRACE(ops ? "collective ops" : "per message");
+    const std::string msg = error_of(ops, body);
+    EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("lonely_ring"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 8"), std::string::npos) << msg;
+  }
+}
+
+TEST(CollectiveOps, ARingPassWithoutAChargePerMemberIsRefused) {
+  const std::string msg = error_of(true, [](Communicator& c) {
+    RingPass pass;
+    pass.labels = {"x"};
+    pass.counts.assign(static_cast<size_t>(c.size()), 1);
+    pass.work.resize(3);
+    c.ring_pass(pass);
+  });
+  EXPECT_NE(msg.find("ring_pass on rank"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("3 charges"), std::string::npos) << msg;
 }
 
 TEST(CollectiveOps, ARankThatNeverCallsIsADeadlockNamingTheCollective) {
