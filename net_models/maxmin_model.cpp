@@ -52,6 +52,19 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
   COCO_CHECK(start >= now_, "flow starts in the past");
   COCO_CHECK(src != dst, "flow to self");
   COCO_CHECK(bytes >= 0, "negative flow size");
+  RouteSummary route;
+  const std::span<const int> links = routes_.route(src, dst, route);
+  const std::int64_t join = (start + route.latency).ns();
+  if (last_added_ >= 0) {
+    Flow& prev = flows_[static_cast<size_t>(last_added_)];
+    if (prev.live && !prev.active && prev.src == src && prev.dst == dst && prev.bytes == bytes &&
+        prev.join_ns == join) {
+      prev.twins.push_back(id);
+      ++prev.weight;
+      ++live_;
+      return;
+    }
+  }
   int slot;
   if (free_slots_.empty()) {
     slot = static_cast<int>(flows_.size());
@@ -62,16 +75,22 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
   }
   Flow& f = flows_[static_cast<size_t>(slot)];
   f.id = id;
+  f.twins.clear();
+  f.weight = 1;
+  f.src = src;
+  f.dst = dst;
+  f.bytes = bytes;
+  f.join_ns = join;
   f.remaining_bytes = static_cast<double>(bytes);
   f.rate_bytes_per_s = 0;
   f.live = true;
   f.active = false;
   f.links.clear();
-  RouteSummary route;
-  for (int l : routes_.route(src, dst, route))
+  for (int l : links)
     if (limited_[static_cast<size_t>(l)] != 0) f.links.push_back(l);
   ++live_;
-  pending_.push_back({(start + route.latency).ns(), id, slot});
+  last_added_ = slot;
+  pending_.push_back({join, id, slot});
   std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
 }
 
@@ -113,6 +132,7 @@ void MaxMinModel::activate(int slot, std::vector<std::uint64_t>& completed) {
     LinkState& l = links_[static_cast<size_t>(f.links[h])];
     f.pos[h] = static_cast<std::uint32_t>(l.flows.size());
     l.flows.emplace_back(slot, static_cast<int>(h));
+    l.weight += f.weight;
     seeds_.push_back(f.links[h]);
   }
 }
@@ -127,15 +147,17 @@ void MaxMinModel::finish(int slot, std::vector<std::uint64_t>& completed) {
       l.flows[i] = moved;
       flows_[static_cast<size_t>(moved.first)].pos[static_cast<size_t>(moved.second)] = i;
       l.flows.pop_back();
+      l.weight -= f.weight;
       seeds_.push_back(f.links[h]);
     }
   }
   completed.push_back(f.id);
+  completed.insert(completed.end(), f.twins.begin(), f.twins.end());
   f.live = false;
   f.active = false;
   ++f.version;
   free_slots_.push_back(slot);
-  --live_;
+  live_ -= static_cast<size_t>(f.weight);
 }
 
 void MaxMinModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed) {
@@ -168,6 +190,7 @@ void MaxMinModel::solve(std::int64_t t) {
   // 1. The connected component of the changed links: flows that share a link with a changed
   //    flow, transitively. Max-min allocations of disjoint components are independent.
   ++epoch_;
+  std::uint64_t comp_weight = 0;  // flows in the component, twins counted
   comp_links_.clear();
   comp_flows_.clear();
   stack_.clear();
@@ -187,6 +210,7 @@ void MaxMinModel::solve(std::int64_t t) {
       if (f.mark == epoch_) continue;
       f.mark = epoch_;
       comp_flows_.push_back(slot);
+      comp_weight += static_cast<std::uint64_t>(f.weight);
       for (int m : f.links) {
         LinkState& s = links_[static_cast<size_t>(m)];
         if (s.mark == epoch_) continue;
@@ -197,8 +221,8 @@ void MaxMinModel::solve(std::int64_t t) {
     }
   }
   ++stats_.solves;
-  stats_.flows_solved += comp_flows_.size();
-  stats_.largest_component = std::max<std::uint64_t>(stats_.largest_component, comp_flows_.size());
+  stats_.flows_solved += comp_weight;
+  stats_.largest_component = std::max(stats_.largest_component, comp_weight);
 
   // 2. Bring every flow's remainder up to t at its old rate.
   for (int slot : comp_flows_) {
@@ -211,7 +235,7 @@ void MaxMinModel::solve(std::int64_t t) {
   //    get that share and leave the other links' budgets. Every flow fixed in one step gets
   //    the same share and a link's budget drops by share x (flows fixed on it), so the result
   //    does not depend on the order of any list: only on the set of flows and their routes.
-  if (comp_flows_.size() == 1) {
+  if (comp_weight == 1) {
     // A lone flow (the usual component: 1-2 flows on average) gets its route's narrowest
     // link, exactly what progressive filling would give it (each share is bandwidth / 1).
     Flow& f = flows_[static_cast<size_t>(comp_flows_[0])];
@@ -226,7 +250,7 @@ void MaxMinModel::solve(std::int64_t t) {
   for (int l : comp_links_) {
     LinkState& s = links_[static_cast<size_t>(l)];
     s.cap_left = s.bandwidth_bytes_per_s;
-    s.unfixed = static_cast<int>(s.flows.size());
+    s.unfixed = s.weight;
     s.newly_fixed = 0;
     if (s.unfixed > 0) shares_.push_back({s.cap_left / s.unfixed, l});
   }
@@ -246,8 +270,9 @@ void MaxMinModel::solve(std::int64_t t) {
       f.rate_bytes_per_s = share;
       for (int m : f.links) {
         LinkState& o = links_[static_cast<size_t>(m)];
-        if (o.newly_fixed++ == 0) touched_.push_back(m);
-        --o.unfixed;
+        if (o.newly_fixed == 0) touched_.push_back(m);
+        o.newly_fixed += f.weight;
+        o.unfixed -= f.weight;
       }
     }
     for (int m : touched_) {
@@ -278,7 +303,8 @@ void MaxMinModel::solve(std::int64_t t) {
 
 double MaxMinModel::rate_bytes_per_s(std::uint64_t id) const {
   for (const Flow& f : flows_)
-    if (f.live && f.id == id) return f.active ? f.rate_bytes_per_s : 0;
+    if (f.live && (f.id == id || std::find(f.twins.begin(), f.twins.end(), id) != f.twins.end()))
+      return f.active ? f.rate_bytes_per_s : 0;
   return 0;
 }
 

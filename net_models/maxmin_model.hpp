@@ -2,7 +2,10 @@
 // Flow-level max-min fair sharing (progressive filling), as in SimGrid's flow models. A flow
 // first pays its route's latency, then joins the links of its route and shares each link's
 // bandwidth max-min fairly with the other flows there. Rates are re-solved whenever a flow
-// joins or ends, only for the flows connected to it through shared links.
+// joins or ends, only for the flows connected to it through shared links. Twins (flows added
+// one after the other with the same ends, size and start: a ring's key and value chunks) share
+// one entry of weight two: they get the same rate at every instant and end together, so the
+// solver counts them once per link with their weight, with the arithmetic of two flows.
 //
 //   auto graph = std::make_shared<const ClusterGraph>(...);  // or load_cluster(cfg, dir).graph
 //   MaxMinModel net(graph);
@@ -49,6 +52,10 @@ class MaxMinModel final : public NetworkModel {
  private:
   struct Flow {
     std::uint64_t id = 0;
+    std::vector<std::uint64_t> twins;  // the other flows this entry stands for
+    int weight = 1;                    // 1 + twins.size()
+    int src = 0, dst = 0;
+    std::int64_t bytes = 0, join_ns = 0;  // as added
     double remaining_bytes = 0;
     double rate_bytes_per_s = 0;
     std::int64_t updated_ns = 0;  // remaining_bytes is as of this time
@@ -64,6 +71,7 @@ class MaxMinModel final : public NetworkModel {
   struct LinkState {
     double bandwidth_bytes_per_s = 0;
     std::vector<std::pair<int, int>> flows;  // (flow slot, index into the flow's links)
+    int weight = 0;                          // flows on it, twins counted
     double cap_left = 0;                     // solve scratch below
     int unfixed = 0;
     int newly_fixed = 0;
@@ -110,6 +118,7 @@ class MaxMinModel final : public NetworkModel {
   std::vector<Share> shares_;
   std::uint32_t epoch_ = 0;
   std::size_t live_ = 0;
+  int last_added_ = -1;  // the slot add_flow filled last: a twin joins it
   SimTime now_;
   Stats stats_;
 };

@@ -310,11 +310,11 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
   if (aborting_) throw Cancelled{};
-  f.clock = charge(f.rank, f.clock, cost);
+  f.clock = charge(f.rank, f.clock, device_.time(cost),
+                   cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
 }
 
-SimTime Kernel::charge(int rank, SimTime start, const OpCost& cost) {
-  SimTime dt = device_.time(cost);
+SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view label) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   const double slowdown = device_.overlap_compute_factor();
@@ -326,8 +326,7 @@ SimTime Kernel::charge(int rank, SimTime start, const OpCost& cost) {
   }
   const SimTime end = start + dt;
   t.compute += dt;
-  record_tile_event(rank, TraceEvent::Kind::kCompute, start, end,
-                    cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+  record_tile_event(rank, TraceEvent::Kind::kCompute, start, end, label);
   return end;
 }
 

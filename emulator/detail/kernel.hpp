@@ -256,6 +256,7 @@ class Kernel {
     std::vector<SimTime> done;  // the round's completions: receives, then sends, by part
     const RingPass* pass = nullptr;    // the caller's, alive until its part is done
     std::vector<std::int64_t> counts;  // pass->counts, beside the other members' state
+    SimTime last_dt;                   // the device's time for the previous round's charge
     ReqPtr req;
   };
   struct PassOp {
@@ -271,9 +272,10 @@ class Kernel {
   void pass_match(PassOp& op, int src, int dst);
   /// One of member r's messages of this round completed (`slot`: receives, then sends).
   void pass_message_done(PassOp& op, int r, int slot, SimTime t);
-  /// The compute charge of `cost` on rank's tile from `start`: the tile's accounting and
-  /// event, as a main fiber's compute() makes them. Returns the clock after it.
-  SimTime charge(int rank, SimTime start, const OpCost& cost);
+  /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
+  /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
+  /// Returns the clock after it.
+  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label);
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {

@@ -23,6 +23,9 @@ namespace cocodiff::emu::detail {
 namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 int mod(int a, int p) { return ((a % p) + p) % p; }
+bool same_op(const OpCost& a, const OpCost& b) {
+  return a.kind == b.kind && a.flops == b.flops && a.bytes == b.bytes && a.label == b.label;
+}
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
@@ -89,7 +92,11 @@ void Kernel::pass_post_round(PassOp& op, int r) {
     const PassMember& rt = op.members[u(right)];
     if (rt.started && rt.round == round) pass_match(op, r, right);
   }
-  m.clock = charge(rank, m.clock, m.pass->work[u(round)]);
+  // Rounds on blocks of one size charge the same op: the device is asked once.
+  const OpCost& w = m.pass->work[u(round)];
+  const bool again = round > 0 && same_op(w, m.pass->work[u(round - 1)]);
+  if (!again) m.last_dt = device_.time(w);
+  m.clock = charge(rank, m.clock, m.last_dt, w.label.empty() ? op_kind_name(w.kind) : w.label);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   complete(*m.req, m.clock);

@@ -185,6 +185,75 @@ TEST(MaxMin, ResultDoesNotDependOnTheOrderFlowsAreAdded) {
   }
 }
 
+TEST(MaxMin, TwinsShareTheLinkAsTwoFlows) {
+  // Flows 1 and 2 are twins (same ends, size and start, added one after the other): with flow
+  // 3 on rank 0's 3 GB/s uplink each moves 1 B/ns. Flow 3 ends at 200 + 3000; the twins move
+  // their last 3000 B at 1.5 B/ns each.
+  MaxMinModel net(star(2, 3 * kGBps, 1000 * kGBps));
+  net.add_flow(1, 0, 1, 6000, SimTime{});
+  net.add_flow(2, 0, 1, 6000, SimTime{});
+  net.add_flow(3, 0, 2, 3000, SimTime{});
+  std::vector<std::uint64_t> ids;
+  net.advance_to(SimTime::from_ns(200), ids);
+  EXPECT_EQ(net.active_flows(), 3u);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(2), 1e9);
+  EXPECT_DOUBLE_EQ(net.rate_bytes_per_s(3), 1e9);
+  const auto done = drain(net);
+  EXPECT_EQ(done.at(3), 3200);
+  EXPECT_EQ(done.at(1), 3200 + 2000);
+  EXPECT_EQ(done.at(2), 3200 + 2000);
+  EXPECT_EQ(net.stats().largest_component, 3u);
+}
+
+TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
+  // Random pairs of equal flows at random starts on a 5-rank star, rates not whole bytes per
+  // ns: added back to back (each pair one entry of weight two) or interleaved with another
+  // flow (every flow its own entry), the completion times are identical to the ns.
+  std::mt19937 rng(11);
+  struct F {
+    std::uint64_t id;
+    int src, dst;
+    std::int64_t bytes, start;
+  };
+  std::vector<F> pairs;
+  for (int i = 0; i < 40; ++i) {
+    const int src = std::uniform_int_distribution<int>(0, 4)(rng);
+    const int dst = (src + std::uniform_int_distribution<int>(1, 4)(rng)) % 5;
+    const std::int64_t bytes = std::uniform_int_distribution<std::int64_t>(0, 1 << 16)(rng);
+    const std::int64_t start = std::uniform_int_distribution<std::int64_t>(0, 20000)(rng);
+    pairs.push_back({static_cast<std::uint64_t>(2 * i), src, dst, bytes, start});
+  }
+  std::sort(pairs.begin(), pairs.end(), [](const F& a, const F& b) { return a.start < b.start; });
+  std::map<std::uint64_t, std::int64_t> done[2];
+  for (int interleaved = 0; interleaved < 2; ++interleaved) {
+    MaxMinModel net(star(4, 3 * kGBps, 7 * kGBps));
+    std::vector<std::uint64_t> ids;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      const F& f = pairs[i];
+      // Flows end as virtual time reaches each start, as the emulator advances.
+      while (net.next_event_time().ns() <= f.start) {
+        ids.clear();
+        net.advance_to(net.next_event_time(), ids);
+        for (std::uint64_t id : ids) done[interleaved].emplace(id, net.now().ns());
+      }
+      net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
+      if (interleaved != 0) {  // a flow of the next pair between the twins
+        const F& g = pairs[(i + 1) % pairs.size()];
+        net.add_flow(1000 + f.id, g.src, g.dst, g.bytes, SimTime::from_ns(f.start));
+      }
+      net.add_flow(f.id + 1, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
+      if (interleaved == 0) {  // the same extra flow, after the twins
+        const F& g = pairs[(i + 1) % pairs.size()];
+        net.add_flow(1000 + f.id, g.src, g.dst, g.bytes, SimTime::from_ns(f.start));
+      }
+    }
+    for (auto [id, t] : drain(net)) done[interleaved].emplace(id, t);
+    EXPECT_EQ(done[interleaved].size(), 3 * pairs.size());
+  }
+  EXPECT_EQ(done[0], done[1]);
+  for (const F& f : pairs) EXPECT_EQ(done[0].at(f.id), done[0].at(f.id + 1));
+}
+
 TEST(MaxMin, CloneIsEmptyAndIndependent) {
   MaxMinModel net(line(0, kGBps, 0, kGBps));
   net.add_flow(1, 0, 2, 100, SimTime{});
