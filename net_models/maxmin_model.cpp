@@ -235,15 +235,16 @@ void MaxMinModel::solve(std::int64_t t) {
   //    get that share and leave the other links' budgets. Every flow fixed in one step gets
   //    the same share and a link's budget drops by share x (flows fixed on it), so the result
   //    does not depend on the order of any list: only on the set of flows and their routes.
-  if (comp_weight == 1) {
-    // A lone flow (the usual component: 1-2 flows on average) gets its route's narrowest
-    // link, exactly what progressive filling would give it (each share is bandwidth / 1).
+  if (comp_flows_.size() == 1) {
+    // A lone entry (the usual component: 1-2 flows on average) gets its route's narrowest
+    // link over its weight, exactly what progressive filling would give it: each share is
+    // bandwidth / weight, and rounded division by one weight keeps the order of bandwidths.
     Flow& f = flows_[static_cast<size_t>(comp_flows_[0])];
     double rate = std::numeric_limits<double>::infinity();
     for (int l : f.links)
       rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
     f.fixed = epoch_;
-    f.rate_bytes_per_s = std::max(rate, 0.0);
+    f.rate_bytes_per_s = std::max(rate, 0.0) / f.weight;
     comp_links_.clear();
   }
   shares_.clear();

@@ -150,7 +150,7 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   const bool direct = batch == 1 && !ex.phantom;
   std::vector<std::int64_t> chunk_rows(u(rd)), chunk_at(u(rd));
   for (int j = 0; j < rd; ++j) chunk_rows[u(j)] = batch * chunk_of(j, total).count;
-  std::vector<Tensor> ring_k(u(rd)), ring_v(u(rd));
+  std::vector<Tensor> ring_k, ring_v;  // one per chunk, unless direct or phantom
   Mat all_k, all_v;
   if (direct) {
     std::int64_t at = 0;
@@ -175,12 +175,14 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
       all_v.middleRows(to, r) = parts[2][u(s)].mat();
       at += s == img ? total : r;
     }
-  } else {
+  } else if (!ex.phantom) {  // phantom chunks are sizes only: the pass needs no tensors
+    ring_k.resize(u(rd));
+    ring_v.resize(u(rd));
     for (int j = 0; j < rd; ++j) {  // the pass fills the others
       ring_k[u(j)] = j == ri ? std::move(parts[1][u(img)])
-                             : Tensor::uninitialized(chunk_rows[u(j)], hw, ex.phantom);
+                             : Tensor::uninitialized(chunk_rows[u(j)], hw, false);
       ring_v[u(j)] = j == ri ? std::move(parts[2][u(img)])
-                             : Tensor::uninitialized(chunk_rows[u(j)], hw, ex.phantom);
+                             : Tensor::uninitialized(chunk_rows[u(j)], hw, false);
     }
   }
   // At step i this rank attends to member (ri - i)'s image K/V while passing it on.
