@@ -66,7 +66,14 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   m.clock = f.clock;
   m.done.assign(u(2 * pass.parts), SimTime{});
   m.counts = pass.counts;
-  pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
+  try {
+    pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
+  } catch (...) {
+    // A mismatched block: this rank leaves the pass, and its buffers with the stack it unwinds,
+    // so no neighbour may match it any more (they wait; the run ends with the error).
+    m = PassMember{};
+    throw;
+  }
   if (!req->done) {
     req->waiter = &f;
     block(f, lk, req.get(), false);
@@ -146,6 +153,7 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
 
 void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t) {
   PassMember& m = op.members[u(r)];
+  if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
   m.done[u(slot)] = t;
   if (--m.pending > 0) return;
   // The waits, in posting order: receives, then sends.

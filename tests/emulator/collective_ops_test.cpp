@@ -247,23 +247,32 @@ TEST(CollectiveOps, MismatchedCountsFailNamingBothRanks) {
 }
 
 TEST(CollectiveOps, MismatchedRingPassBlocksFailNamingBothRanks) {
-  // Rank 3 expects block 5 one element longer than its owner sends it.
-  auto body = [](Communicator& c) {
-    RingPass pass;
-    pass.parts = 2;
-    pass.labels = {"ring_k", "ring_v"};
-    pass.counts.assign(static_cast<size_t>(c.size()), 4);
-    if (c.rank() == 3) pass.counts[5] = 5;
-    pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
-    c.ring_pass(pass);
+  // `rank` expects `block` one element longer than its owner sends it: block 5 reaches rank 3
+  // in a later round; block 23 reaches rank 0 in the first, from the last rank to start, which
+  // has already matched its receive from rank 22 when it finds the mismatch.
+  auto body = [](int rank, int block) {
+    return [rank, block](Communicator& c) {
+      RingPass pass;
+      pass.parts = 2;
+      pass.labels = {"ring_k", "ring_v"};
+      pass.counts.assign(static_cast<size_t>(c.size()), 4);
+      if (c.rank() == rank) pass.counts[static_cast<size_t>(block)] = 5;
+      pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
+      c.ring_pass(pass);
+    };
   };
   for (bool ops : {false, true}) {
     SCOPED_TRACE(ops ? "collective ops" : "per message");
-    const std::string msg = error_of(ops, body);
+    std::string msg = error_of(ops, body(3, 5));
     EXPECT_NE(msg.find("message size mismatch: rank 2 sends 4 elements to rank 3, which expects 5"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("'ring_k'"), std::string::npos) << msg;
+    msg = error_of(ops, body(0, 23));
+    EXPECT_NE(
+        msg.find("message size mismatch: rank 23 sends 4 elements to rank 0, which expects 5"),
+        std::string::npos)
+        << msg;
   }
 }
 
