@@ -719,8 +719,7 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
             op_message_done(op, dst, t_net);
           } else {
             PassOp& pass = *t.pass;
-            const int parts = static_cast<int>(pass.labels.size());
-            pass_message_done(pass, src, parts + t.part, t_net);  // dst's part is pending
+            pass_message_done(pass, src, pass.parts + t.part, t_net);  // dst's part is pending
             pass_message_done(pass, dst, t.part, t_net);
           }
         } catch (const CommError& e) {  // a mismatched message of a later round

@@ -249,22 +249,30 @@ class Kernel {
   /// A ring pass run at the collective level: every member's progress through its rounds.
   struct PassMember {
     bool started = false;
+    bool data = false;  // the caller passes buffers (RingPass::data)
     int round = 0;
-    int pending = 0;            // messages of the current round not yet complete
-    SimTime post;               // when the current round's messages were posted
-    SimTime clock;              // the rank's clock: after the round's charge, then after each wait
-    std::vector<SimTime> done;  // the round's completions: receives, then sends, by part
-    const RingPass* pass = nullptr;    // the caller's, alive until its part is done
-    std::vector<std::int64_t> counts;  // pass->counts, beside the other members' state
-    SimTime last_dt;                   // the device's time for the previous round's charge
+    int pending = 0;  // messages of the current round not yet complete
+    int rank = 0;     // world rank
+    SimTime post;     // when the current round's messages were posted
+    SimTime clock;    // the rank's clock: after the round's charge, then after each wait
+    const RingPass* pass = nullptr;  // the caller's, alive until its part is done
     ReqPtr req;
   };
+  /// Member state the rounds read is copied in at the start, flat and beside the other
+  /// members' (member r's entries start at r times the per-member count), so a round touches
+  /// no memory of the caller's.
   struct PassOp {
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
-    std::vector<std::uint32_t> labels;  // interned, per part (trace only)
+    int parts = 1;
     int finished = 0;
     std::vector<PassMember> members;
+    std::vector<std::int64_t> counts;         // p per member: its count of each block
+    std::vector<SimTime> dt;                  // p per member: the device's time for each round
+    std::vector<std::string_view> work;       // p per member: each round's charge's label
+    std::vector<std::string_view> labels;     // parts per member: its messages' labels
+    std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
+    std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends
   };
   /// Posts member r's current round (its messages, matched with neighbours that posted the
   /// same round), charges the round's work and finishes r after its last round.

@@ -32,14 +32,21 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
                        std::uint64_t seq, const RingPass& pass) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
   const int p = static_cast<int>(g->members.size());
+  const int parts = pass.parts;
   auto req = std::make_shared<ReqState>();
   req->op = ReqState::Op::kCollective;
-  req->call = "ring_pass(parts=" + std::to_string(pass.parts) + ") #" + std::to_string(seq);
+  req->call = "ring_pass(parts=" + std::to_string(parts) + ") #" + std::to_string(seq);
   req->label = pass.labels.empty() ? std::string() : std::string(pass.labels.front());
   req->group = g;
-  std::vector<std::uint32_t> labels(u(pass.parts), 0);
+  std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
-    for (int q = 0; q < pass.parts; ++q) labels[u(q)] = intern(pass.labels[u(q)]);
+    for (int q = 0; q < parts; ++q) interned[u(q)] = intern(pass.labels[u(q)]);
+  // The device's time for each round: rounds on blocks of one size charge the same op.
+  std::vector<SimTime> dt(u(p));
+  for (int i = 0; i < p; ++i)
+    dt[u(i)] = i > 0 && same_op(pass.work[u(i)], pass.work[u(i - 1)])
+                   ? dt[u(i - 1)]
+                   : device_.time(pass.work[u(i)]);
   std::unique_lock<std::mutex> lk(mutex_);
   if (aborting_) throw Cancelled{};
   groups_seen_.emplace(g->ctx, *g);
@@ -48,24 +55,41 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
     slot = std::make_unique<PassOp>();
     slot->group = g;
     slot->seq = seq;
-    slot->labels = std::move(labels);
+    slot->parts = parts;
     slot->members.resize(u(p));
+    slot->counts.resize(u(p) * u(p));
+    slot->dt.resize(u(p) * u(p));
+    slot->work.resize(u(p) * u(p));
+    slot->labels.resize(u(p) * u(parts));
+    slot->trace_labels.resize(u(p) * u(parts));
+    slot->done.resize(u(p) * u(2 * parts));
   }
   PassOp& op = *slot;
-  if (static_cast<int>(op.labels.size()) != pass.parts) {
+  if (op.parts != parts) {
     throw CommError("mismatched ring passes on " + g->describe() + ", pass #" +
                     std::to_string(seq) + ": rank " + std::to_string(g->members[u(group_rank)]) +
-                    " passes " + std::to_string(pass.parts) + " parts, the ranks before it " +
-                    std::to_string(op.labels.size()));
+                    " passes " + std::to_string(parts) + " parts, the ranks before it " +
+                    std::to_string(op.parts));
+  }
+  const size_t at = u(group_rank) * u(p);
+  for (int i = 0; i < p; ++i) {
+    op.counts[at + u(i)] = pass.counts[u(i)];
+    op.dt[at + u(i)] = dt[u(i)];
+    const OpCost& w = pass.work[u(i)];
+    op.work[at + u(i)] = w.label.empty() ? op_kind_name(w.kind) : w.label;
+  }
+  for (int q = 0; q < parts; ++q) {
+    op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
+    op.trace_labels[u(group_rank) * u(parts) + u(q)] = interned[u(q)];
   }
   PassMember& m = op.members[u(group_rank)];
   m.started = true;
+  m.data = static_cast<bool>(pass.data);
   m.round = 0;
+  m.rank = g->members[u(group_rank)];
   m.pass = &pass;
   m.req = req;
   m.clock = f.clock;
-  m.done.assign(u(2 * pass.parts), SimTime{});
-  m.counts = pass.counts;
   try {
     pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
   } catch (...) {
@@ -87,10 +111,9 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   const int p = static_cast<int>(op.members.size());
   PassMember& m = op.members[u(r)];
   const int round = m.round;
-  const int rank = op.group->members[u(r)];
   if (round + 1 < p) {
     m.post = m.clock;
-    m.pending = 2 * m.pass->parts;
+    m.pending = 2 * op.parts;
     // Match with the neighbours already in this round (each pair matches once: whichever
     // posts second finds the other there).
     const int left = mod(r - 1, p), right = mod(r + 1, p);
@@ -99,17 +122,13 @@ void Kernel::pass_post_round(PassOp& op, int r) {
     const PassMember& rt = op.members[u(right)];
     if (rt.started && rt.round == round) pass_match(op, r, right);
   }
-  // Rounds on blocks of one size charge the same op: the device is asked once.
-  const OpCost& w = m.pass->work[u(round)];
-  const bool again = round > 0 && same_op(w, m.pass->work[u(round - 1)]);
-  if (!again) m.last_dt = device_.time(w);
-  m.clock = charge(rank, m.clock, m.last_dt, w.label.empty() ? op_kind_name(w.kind) : w.label);
+  const size_t at = u(r) * u(p) + u(round);
+  m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   complete(*m.req, m.clock);
   m.req.reset();
   m.pass = nullptr;
-  m.counts = {};
   if (++op.finished == p) passes_.erase({op.group->ctx, op.seq});
 }
 
@@ -119,30 +138,30 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   const PassMember& d = op.members[u(dst)];
   const int round = s.round;
   const int block = mod(src - round, p);  // the sender's holder, the receiver's next block
-  const int wsrc = op.group->members[u(src)];
-  const int wdst = op.group->members[u(dst)];
-  const int parts = s.pass->parts;
-  const std::int64_t count = s.counts[u(block)];
-  if (count != d.counts[u(block)]) {
-    throw CommError("message size mismatch: rank " + std::to_string(wsrc) + " sends " +
-                    std::to_string(count) + " elements to rank " + std::to_string(wdst) +
-                    ", which expects " + std::to_string(d.counts[u(block)]) + " (in '" +
-                    std::string(s.pass->labels.front()) + "')");
+  const int parts = op.parts;
+  const std::int64_t count = op.counts[u(src) * u(p) + u(block)];
+  const std::int64_t expected = op.counts[u(dst) * u(p) + u(block)];
+  if (count != expected) {
+    throw CommError("message size mismatch: rank " + std::to_string(s.rank) + " sends " +
+                    std::to_string(count) + " elements to rank " + std::to_string(d.rank) +
+                    ", which expects " + std::to_string(expected) + " (in '" +
+                    std::string(op.labels[u(src) * u(parts)]) + "')");
   }
   for (int q = 0; q < parts; ++q) {
-    if (s.pass->data && d.pass->data && count > 0) {
+    if (s.data && d.data && count > 0) {
       const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
       if (!out.empty() && !in.empty())
         std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
     }
     Transfer t;
     t.start = std::max(s.post, d.post);
-    t.src = wsrc;
-    t.dst = wdst;
-    t.key = ChannelKey{op.group->ctx, wsrc, wdst, static_cast<std::uint64_t>(parts * round + q)};
+    t.src = s.rank;
+    t.dst = d.rank;
+    t.key =
+        ChannelKey{op.group->ctx, s.rank, d.rank, static_cast<std::uint64_t>(parts * round + q)};
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
     t.bytes = wire_bytes(count);
-    t.label = op.labels[u(q)];
+    t.label = op.trace_labels[u(src) * u(parts) + u(q)];
     t.pass = &op;
     t.op_src = src;
     t.op_dst = dst;
@@ -154,18 +173,18 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
 void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t) {
   PassMember& m = op.members[u(r)];
   if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
-  m.done[u(slot)] = t;
+  const int parts = op.parts;
+  SimTime* done = op.done.data() + u(r) * u(2 * parts);
+  done[slot] = t;
   if (--m.pending > 0) return;
   // The waits, in posting order: receives, then sends.
-  const int rank = op.group->members[u(r)];
-  TileStats& ts = tiles_[u(rank)];
-  const int parts = m.pass->parts;
+  TileStats& ts = tiles_[u(m.rank)];
   for (int k = 0; k < 2 * parts; ++k) {
-    const SimTime done = m.done[u(k)];
-    if (done <= m.clock) continue;
-    ts.exposed += done - m.clock;
-    record_tile_event(rank, TraceEvent::Kind::kWait, m.clock, done, m.pass->labels[u(k % parts)]);
-    m.clock = done;
+    if (done[k] <= m.clock) continue;
+    ts.exposed += done[k] - m.clock;
+    record_tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
+                      op.labels[u(r) * u(parts) + u(k % parts)]);
+    m.clock = done[k];
   }
   ++m.round;
   pass_post_round(op, r);
