@@ -206,16 +206,22 @@ std::optional<std::pair<int, int>> ClusterGraph::find_unreachable_pair() const {
 RouteTable::RouteTable(std::shared_ptr<const ClusterGraph> graph)
     : graph_(std::move(graph)),
       entries_(static_cast<size_t>(graph_->num_ranks())),
+      last_(static_cast<size_t>(graph_->num_ranks())),
       trees_(static_cast<size_t>(graph_->num_ranks())) {}
 
 const RouteTable::Entry& RouteTable::entry(int src, int dst) {
   const int p = graph_->num_ranks();
   COCO_CHECK(src >= 0 && src < p && dst >= 0 && dst < p,
              "rank out of range: " + std::to_string(src) + " -> " + std::to_string(dst));
+  Last& last = last_[static_cast<size_t>(src)];
+  if (last.dst == dst) return last.entry;
   std::vector<Entry>& row = entries_[static_cast<size_t>(src)];
   if (row.empty()) row.resize(static_cast<size_t>(p));
   Entry& e = row[static_cast<size_t>(dst)];
-  if (e.summary != kUnknown) return e;
+  if (e.summary != kUnknown) {
+    last = {dst, e};
+    return last.entry;
+  }
   std::vector<int>& tree = trees_[static_cast<size_t>(src)];
   if (tree.empty()) tree = graph_->route_tree(graph_->rank_vertex(src));
   const size_t begin = pool_.size();
@@ -235,7 +241,8 @@ const RouteTable::Entry& RouteTable::entry(int src, int dst) {
       static_cast<std::uint32_t>(summaries_.size()));
   if (fresh) summaries_.push_back(sum);
   e.summary = it->second;
-  return e;
+  last = {dst, e};
+  return last.entry;
 }
 
 std::span<const int> RouteTable::route(int src, int dst) {

@@ -159,7 +159,14 @@ class RouteTable {
 
   std::shared_ptr<const ClusterGraph> graph_;
   std::vector<std::vector<Entry>> entries_;  // [src][dst], rows allocated on first use
-  std::vector<RouteSummary> summaries_;      // distinct summaries
+  // Each source's last lookup, copied: a ring or a run of messages to one peer looks the same
+  // route up again and again, and this small array stays in cache where the table does not.
+  struct Last {
+    int dst = -1;
+    Entry entry;
+  };
+  std::vector<Last> last_;               // [src]
+  std::vector<RouteSummary> summaries_;  // distinct summaries
   std::map<std::tuple<std::int64_t, double, int>, std::uint32_t> summary_index_;
   std::vector<std::vector<int>> trees_;  // [src] shortest-path tree, on first use
   std::vector<int> pool_;                // every cached route, back to back
