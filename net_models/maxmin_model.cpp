@@ -187,21 +187,28 @@ void MaxMinModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed) {
 }
 
 void MaxMinModel::solve(std::int64_t t) {
-  // 1. The connected component of the changed links: flows that share a link with a changed
-  //    flow, transitively. Max-min allocations of disjoint components are independent.
+  // Max-min allocations of disjoint components are independent, so each connected component
+  // of the changed links (flows that share a link with a changed flow, transitively) is solved
+  // on its own: a ring's hundreds of simultaneous one-entry components each take the lone-entry
+  // path, and progressive filling's heap holds one component's links, not every changed link.
   ++epoch_;
+  for (size_t i = 0; i < seeds_.size(); ++i) {
+    const int seed = seeds_[i];
+    if (links_[static_cast<size_t>(seed)].mark == epoch_) continue;  // in a component solved
+    solve_component(seed, t);
+  }
+  seeds_.clear();
+}
+
+void MaxMinModel::solve_component(int seed, std::int64_t t) {
+  // 1. The connected component of the seed link.
   std::uint64_t comp_weight = 0;  // flows in the component, twins counted
   comp_links_.clear();
   comp_flows_.clear();
   stack_.clear();
-  for (int l : seeds_) {
-    LinkState& s = links_[static_cast<size_t>(l)];
-    if (s.mark == epoch_) continue;
-    s.mark = epoch_;
-    comp_links_.push_back(l);
-    stack_.push_back(l);
-  }
-  seeds_.clear();
+  links_[static_cast<size_t>(seed)].mark = epoch_;
+  comp_links_.push_back(seed);
+  stack_.push_back(seed);
   while (!stack_.empty()) {
     const int l = stack_.back();
     stack_.pop_back();
@@ -220,10 +227,10 @@ void MaxMinModel::solve(std::int64_t t) {
       }
     }
   }
+  if (comp_flows_.empty()) return;  // the seed link's last flow ended
   ++stats_.solves;
   stats_.flows_solved += comp_weight;
   stats_.largest_component = std::max(stats_.largest_component, comp_weight);
-
   // 2. Bring every flow's remainder up to t at its old rate.
   for (int slot : comp_flows_) {
     Flow& f = flows_[static_cast<size_t>(slot)];

@@ -43,7 +43,7 @@ class MaxMinModel final : public NetworkModel {
 
   /// Work counters, for benchmarks.
   struct Stats {
-    std::uint64_t solves = 0;             // re-solves (one per event time with changes)
+    std::uint64_t solves = 0;             // re-solves (one per changed component and event time)
     std::uint64_t flows_solved = 0;       // sum of the flows re-solved
     std::uint64_t largest_component = 0;  // most flows re-solved at once
   };
@@ -103,6 +103,7 @@ class MaxMinModel final : public NetworkModel {
   void activate(int slot, std::vector<std::uint64_t>& completed);
   void finish(int slot, std::vector<std::uint64_t>& completed);
   void solve(std::int64_t t);
+  void solve_component(int seed, std::int64_t t);
   void prune_finish_heap();
   bool stale(const Finish& f) const;
 

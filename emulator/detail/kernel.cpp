@@ -653,16 +653,25 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   (void)lk;
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
-    std::sort(new_transfers_.begin(), new_transfers_.end(),
-              [](const Transfer& a, const Transfer& b) {
-                return std::tie(a.start, a.src, a.dst, a.key, a.seq) <
-                       std::tie(b.start, b.src, b.dst, b.key, b.seq);
-              });
-    for (Transfer& t : new_transfers_) {
+    // Sorted by index: a transfer record is 136 bytes, and each is moved once, in order.
+    std::vector<std::uint32_t>& order = transfer_order_;
+    order.resize(new_transfers_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
+    std::sort(order.begin(), order.end(), [this](std::uint32_t i, std::uint32_t j) {
+      const Transfer& a = new_transfers_[i];
+      const Transfer& b = new_transfers_[j];
+      return std::tie(a.start, a.src, a.dst, a.key, a.seq) <
+             std::tie(b.start, b.src, b.dst, b.key, b.seq);
+    });
+    if (in_flight_.size() + order.size() > in_flight_.capacity())
+      in_flight_.set_capacity(
+          std::max<size_t>({64, 2 * in_flight_.capacity(), in_flight_.size() + order.size()}));
+    for (std::uint32_t i : order) {
+      Transfer& t = new_transfers_[i];
       const std::uint64_t id = next_flow_id_++;
       net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
       COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
-      in_flight_.emplace_back(std::move(t));
+      in_flight_.push_back(std::move(t));
     }
     new_transfers_.clear();
   }

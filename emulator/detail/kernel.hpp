@@ -7,10 +7,10 @@
 // discrete-event simulation).
 
 #include <atomic>
+#include <boost/circular_buffer.hpp>
 #include <boost/fiber/condition_variable.hpp>
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -333,8 +333,10 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::deque<std::optional<Transfer>> in_flight_;  // flow id - in_flight_base_ -> transfer
-  std::vector<std::uint64_t> done_;                // flows a network advance completed
+  std::vector<std::uint32_t> transfer_order_;  // controller_step's sort, kept between steps
+  // flow id - in_flight_base_ -> transfer; grown by doubling, so a flow costs no allocation
+  boost::circular_buffer<std::optional<Transfer>> in_flight_;
+  std::vector<std::uint64_t> done_;  // flows a network advance completed
   std::uint64_t in_flight_base_ = 0;
   std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;

@@ -205,6 +205,26 @@ TEST(MaxMin, TwinsShareTheLinkAsTwoFlows) {
   EXPECT_EQ(net.stats().largest_component, 3u);
 }
 
+TEST(MaxMin, DisjointComponentsAreSolvedApart) {
+  // Four flows join at 200 ns on a star (rank 0's uplink 3 GB/s, the others 4 GB/s): 1->2 and
+  // 3->4 are alone on their links, 0->5 twice shares rank 0's uplink at 1.5 B/ns each. Each
+  // connected component is solved on its own: three solves at 200 ns (the largest two flows),
+  // none when a lone flow leaves its links empty, one for the 6,000 B flow left alone at 2,200.
+  MaxMinModel net(star(5, 3 * kGBps, 4 * kGBps));
+  net.add_flow(1, 1, 2, 4000, SimTime{});
+  net.add_flow(2, 3, 4, 8000, SimTime{});
+  net.add_flow(3, 0, 5, 3000, SimTime{});
+  net.add_flow(4, 0, 5, 6000, SimTime{});
+  const auto done = drain(net);
+  EXPECT_EQ(done.at(1), 200 + 1000);
+  EXPECT_EQ(done.at(2), 200 + 2000);
+  EXPECT_EQ(done.at(3), 200 + 2000);
+  EXPECT_EQ(done.at(4), 2200 + 1000);  // its last 3,000 B alone at 3 B/ns
+  EXPECT_EQ(net.stats().solves, 4u);
+  EXPECT_EQ(net.stats().largest_component, 2u);
+  EXPECT_EQ(net.stats().flows_solved, 5u);
+}
+
 TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
   // Random pairs of equal flows at random starts on a 5-rank star, rates not whole bytes per
   // ns: added back to back (each pair one entry of weight two) or interleaved with another
