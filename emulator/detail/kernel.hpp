@@ -104,18 +104,19 @@ struct CollectiveSpec {
   const std::int64_t *recv_counts = nullptr, *recv_displs = nullptr;
 };
 
-inline constexpr std::uint64_t kFnvBasis = 1469598103934665603ull;
+inline constexpr std::uint64_t kHashBasis = 1469598103934665603ull;  // the timeline hash's start
 
 /// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
 /// the controller while every tile waits at a region mark.
 struct TileStats {
   SimTime end, compute, exposed;
-  /// The tile's events are hashed region by region: `inner` (FNV-1a) over the current region's
-  /// events with times relative to `region_start`, folded into `hash` with region_start when
-  /// the next region begins. A replayed region thus hashes exactly like a simulated one.
-  std::uint64_t hash = kFnvBasis;
-  std::uint64_t inner = kFnvBasis;
-  std::uint64_t last_inner = kFnvBasis;  // the region that ended at the latest mark
+  /// The tile's events are hashed region by region: `inner` (hash_word in kernel.cpp) over the
+  /// current region's events with times relative to `region_start`, folded into `hash` with
+  /// region_start when the next region begins. A replayed region thus hashes exactly like a
+  /// simulated one.
+  std::uint64_t hash = kHashBasis;
+  std::uint64_t inner = kHashBasis;
+  std::uint64_t last_inner = kHashBasis;  // the region that ended at the latest mark
   SimTime region_start;
   int marks = 0;  // begin_region calls so far
   std::uint64_t events = 0;
@@ -367,7 +368,7 @@ class Kernel {
     std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0
     std::vector<SimTime> compute, exposed;
     std::vector<std::uint64_t> events, inner;
-    std::uint64_t flow_inner = kFnvBasis;
+    std::uint64_t flow_inner = kHashBasis;
     std::uint64_t flows = 0;
     std::vector<std::int64_t> bytes_by_tier;
     std::vector<std::vector<TraceEvent>> tile_trace;  // times relative to T0
@@ -389,14 +390,14 @@ class Kernel {
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;
-  std::uint64_t flow_inner_ = kFnvBasis;  // flows since the last quiescent mark, relative to
-  SimTime flow_base_;                     // that mark's T0 (see TileStats::inner)
+  std::uint64_t flow_inner_ = kHashBasis;  // flows since the last quiescent mark, relative to
+  SimTime flow_base_;                      // that mark's T0 (see TileStats::inner)
   std::uint64_t regions_replayed_ = 0;
 
   std::vector<TileStats> tiles_;
   std::size_t tile_trace_cap_ = 0;
   std::vector<TraceEvent> flow_trace_;
-  std::uint64_t flow_hash_ = kFnvBasis;
+  std::uint64_t flow_hash_ = kHashBasis;
   std::vector<std::int64_t> bytes_by_tier_;
   std::uint64_t flows_ = 0;
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <regex>
+#include <set>
 #include <thread>
 
 #include "core/errors.hpp"
@@ -269,6 +270,41 @@ TEST(EngineDeterminism, SameTimelineAndBytesForOneTwoFourWorkers) {
       EXPECT_EQ(o.data, w1.data);
     }
   }
+}
+
+TEST(EngineDeterminism, TimelineHashSeesEveryTimeSizeEndAndLabel) {
+  // One message and two compute events; each variant changes one thing by the least amount
+  // (1 ns of compute, 4 bytes of message, which rank sends, the ninth byte of a label,
+  // a label one character longer), and every variant hashes apart from the others.
+  Topology topo = test::make_topo(1, 3, 1);
+  emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 1);
+  struct Variant {
+    double flops = 1000;
+    std::int64_t count = 250;
+    int sender = 0;
+    std::string label = "partial_attention_a";
+  };
+  const auto hash = [&](const Variant& v) {
+    return engine
+        .run([&](Communicator& c) {
+          std::vector<float> buf(static_cast<size_t>(v.count));
+          c.compute({OpKind::kGemm, v.flops, 0, v.label});
+          if (c.rank() == v.sender) c.send(buf, v.count, 2, 0);
+          if (c.rank() == 2) c.recv(buf, v.count, v.sender, 0);
+          c.compute({OpKind::kGemm, 1000, 0, "merge"});
+        })
+        .timeline_sha256;
+  };
+  std::vector<Variant> variants(6);
+  variants[1].flops = 1001;  // 1 ns more: the test device runs a flop per ns
+  variants[2].count = 251;
+  variants[3].sender = 1;
+  variants[4].label = "partial_Attention_a";  // its ninth byte
+  variants[5].label = "partial_attention_a_";
+  std::set<std::string> seen;
+  for (const Variant& v : variants) seen.insert(hash(v));
+  EXPECT_EQ(seen.size(), variants.size());
+  EXPECT_EQ(hash(variants[0]), hash(variants[0]));
 }
 
 // Handed-over arithmetic runs on the math threads, beside other tiles' (workers - 1 threads
