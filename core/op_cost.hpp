@@ -17,6 +17,7 @@ struct OpCost {
   double flops = 0;
   double bytes = 0;
   std::string_view label = {};
+  bool operator==(const OpCost&) const = default;
 };
 
 inline std::string_view op_kind_name(OpKind kind) {

@@ -58,9 +58,17 @@ struct Exec {
 
   /// Charges one operation on this tile. `elements_moved` counts every element read or written.
   void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {
-    const OpCost cost{kind, flops, elements_moved * kBytesPerElement, label};
-    if (record != nullptr) record->push_back({kind, cost.flops, cost.bytes, std::string(label)});
+    charge(OpCost{kind, flops, elements_moved * kBytesPerElement, label});
+  }
+  void charge(const OpCost& cost) const {
+    record_charge(cost);
     if (!deferred) comm.compute(cost);
+  }
+  /// Keeps `cost` in `record` (if any) without charging it: for compute that a collective
+  /// charges on this tile (RingPass::work).
+  void record_charge(const OpCost& cost) const {
+    if (record != nullptr)
+      record->push_back({cost.kind, cost.flops, cost.bytes, std::string(cost.label)});
   }
 
   /// Runs `body(e)`, a stretch of this tile's work that computes and charges but neither

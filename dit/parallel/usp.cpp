@@ -138,8 +138,7 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   if (!tk.empty()) {  // text keys: replicated, so every ring member has them
     text_k = concat_tokens(ex, tk, batch, "k_concat");
     text_v = concat_tokens(ex, tv, batch, "v_concat");
-    const OpCost c = partial_attention_cost(qr, qc, text_k.rows(), hl, dh, batch);
-    ex.charge(c.kind, c.flops, c.bytes / kBytesPerElement, c.label);
+    ex.charge(partial_attention_cost(qr, qc, text_k.rows(), hl, dh, batch));
     ++sets;
   }
   // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on. With one
@@ -200,10 +199,7 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   for (int i = 0; i < rd; ++i) {
     const int holder = ((ri - i) % rd + rd) % rd;
     pass.work.push_back(partial_attention_cost(qr, qc, chunk_rows[u(holder)], hl, dh, batch));
-    if (ex.record != nullptr) {
-      const OpCost& c = pass.work.back();
-      ex.record->push_back({c.kind, c.flops, c.bytes, std::string(c.label)});
-    }
+    ex.record_charge(pass.work.back());
     ++sets;
   }
   ring_comm_->ring_pass(pass);

@@ -23,9 +23,6 @@ namespace cocodiff::emu::detail {
 namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 int mod(int a, int p) { return ((a % p) + p) % p; }
-bool same_op(const OpCost& a, const OpCost& b) {
-  return a.kind == b.kind && a.flops == b.flops && a.bytes == b.bytes && a.label == b.label;
-}
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
@@ -44,9 +41,8 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   // The device's time for each round: rounds on blocks of one size charge the same op.
   std::vector<SimTime> dt(u(p));
   for (int i = 0; i < p; ++i)
-    dt[u(i)] = i > 0 && same_op(pass.work[u(i)], pass.work[u(i - 1)])
-                   ? dt[u(i - 1)]
-                   : device_.time(pass.work[u(i)]);
+    dt[u(i)] = i > 0 && pass.work[u(i)] == pass.work[u(i - 1)] ? dt[u(i - 1)]
+                                                               : device_.time(pass.work[u(i)]);
   std::unique_lock<std::mutex> lk(mutex_);
   if (aborting_) throw Cancelled{};
   groups_seen_.emplace(g->ctx, *g);
