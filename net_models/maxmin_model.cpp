@@ -128,13 +128,22 @@ void MaxMinModel::activate(int slot, std::vector<std::uint64_t>& completed) {
   f.active = true;
   f.updated_ns = now_.ns();
   f.pos.resize(f.links.size());
+  bool alone = true;
   for (size_t h = 0; h < f.links.size(); ++h) {
     LinkState& l = links_[static_cast<size_t>(f.links[h])];
     f.pos[h] = static_cast<std::uint32_t>(l.flows.size());
+    alone = alone && l.flows.empty();
     l.flows.emplace_back(slot, static_cast<int>(h));
     l.weight += f.weight;
-    seeds_.push_back(f.links[h]);
   }
+  // A flow that finds its links empty is a component of its own unless a flow activated later
+  // at this instant joins one of them, which seeds that link: solve() then finds it in the
+  // joiner's component and skips it here.
+  if (alone) {
+    lone_.push_back(slot);
+    return;
+  }
+  seeds_.insert(seeds_.end(), f.links.begin(), f.links.end());
 }
 
 void MaxMinModel::finish(int slot, std::vector<std::uint64_t>& completed) {
@@ -148,7 +157,7 @@ void MaxMinModel::finish(int slot, std::vector<std::uint64_t>& completed) {
       flows_[static_cast<size_t>(moved.first)].pos[static_cast<size_t>(moved.second)] = i;
       l.flows.pop_back();
       l.weight -= f.weight;
-      seeds_.push_back(f.links[h]);
+      if (!l.flows.empty()) seeds_.push_back(f.links[h]);  // an emptied link has none to re-solve
     }
   }
   completed.push_back(f.id);
@@ -177,7 +186,7 @@ void MaxMinModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed) {
       pending_.pop_back();
       activate(slot, completed);
     }
-    if (seeds_.empty()) break;
+    if (seeds_.empty() && lone_.empty()) break;
     solve(t.ns());
     prune_finish_heap();
     // A re-solved flow whose remainder rounds to zero finishes now: loop, never later.
@@ -198,6 +207,32 @@ void MaxMinModel::solve(std::int64_t t) {
     solve_component(seed, t);
   }
   seeds_.clear();
+  for (int slot : lone_) {
+    Flow& f = flows_[static_cast<size_t>(slot)];
+    if (!f.live || f.mark == epoch_) continue;  // joined at this instant: solved above
+    solve_lone(f, t);
+  }
+  lone_.clear();
+}
+
+void MaxMinModel::solve_lone(Flow& f, std::int64_t t) {
+  // A lone entry gets its route's narrowest link over its weight, exactly what progressive
+  // filling would give it: each share is bandwidth / weight, and rounded division by one
+  // weight keeps the order of bandwidths.
+  ++stats_.solves;
+  const auto weight = static_cast<std::uint64_t>(f.weight);
+  stats_.flows_solved += weight;
+  stats_.largest_component = std::max(stats_.largest_component, weight);
+  f.remaining_bytes -= f.rate_bytes_per_s * static_cast<double>(t - f.updated_ns) * 1e-9;
+  f.updated_ns = t;
+  double rate = std::numeric_limits<double>::infinity();
+  for (int l : f.links) rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
+  f.fixed = epoch_;
+  f.rate_bytes_per_s = std::max(rate, 0.0) / f.weight;
+  ++f.version;
+  f.finish_ns = t + transfer_ns(f.remaining_bytes, f.rate_bytes_per_s);
+  finish_.push_back({f.finish_ns, f.id, static_cast<int>(&f - flows_.data()), f.version});
+  std::push_heap(finish_.begin(), finish_.end(), std::greater<>());
 }
 
 void MaxMinModel::solve_component(int seed, std::int64_t t) {
@@ -243,9 +278,7 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
   //    the same share and a link's budget drops by share x (flows fixed on it), so the result
   //    does not depend on the order of any list: only on the set of flows and their routes.
   if (comp_flows_.size() == 1) {
-    // A lone entry (the usual component: 1-2 flows on average) gets its route's narrowest
-    // link over its weight, exactly what progressive filling would give it: each share is
-    // bandwidth / weight, and rounded division by one weight keeps the order of bandwidths.
+    // A lone entry (the usual component: 1-2 flows on average): see solve_lone.
     Flow& f = flows_[static_cast<size_t>(comp_flows_[0])];
     double rate = std::numeric_limits<double>::infinity();
     for (int l : f.links)

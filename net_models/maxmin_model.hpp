@@ -104,6 +104,7 @@ class MaxMinModel final : public NetworkModel {
   void finish(int slot, std::vector<std::uint64_t>& completed);
   void solve(std::int64_t t);
   void solve_component(int seed, std::int64_t t);
+  void solve_lone(Flow& f, std::int64_t t);
   void prune_finish_heap();
   bool stale(const Finish& f) const;
 
@@ -115,6 +116,7 @@ class MaxMinModel final : public NetworkModel {
   std::vector<Pending> pending_;  // min-heap on (join, id)
   std::vector<Finish> finish_;    // min-heap on (finish, id), lazily pruned
   std::vector<int> seeds_;        // links whose flow set changed
+  std::vector<int> lone_;         // flows that joined empty links: components of their own
   std::vector<int> comp_links_, comp_flows_, stack_, touched_;
   std::vector<Share> shares_;
   std::uint32_t epoch_ = 0;

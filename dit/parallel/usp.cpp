@@ -188,6 +188,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   RingPass pass;
   pass.parts = 2;
   pass.labels = {"ring_k", "ring_v"};
+  pass.counts.reserve(u(rd));
+  pass.work.reserve(u(rd));
   for (int j = 0; j < rd; ++j) pass.counts.push_back(chunk_rows[u(j)] * hw);
   if (!ex.phantom)
     pass.data = [&](int part, int j) -> std::span<float> {

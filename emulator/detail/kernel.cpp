@@ -124,7 +124,28 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       device_(device),
       options_(options),
       main_stacks_(options.stack_bytes),
-      comm_stacks_(options.comm_stack_bytes) {}
+      comm_stacks_(options.comm_stack_bytes) {
+  // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
+  // stride), so tier() compares table entries instead of dividing once per level per flow.
+  const int p = topo_.num_ranks(), levels = topo_.num_levels();
+  rank_group_.resize(static_cast<size_t>(levels) * static_cast<size_t>(p));
+  int stride = 1;
+  for (int k = 0; k < levels; ++k) {
+    for (int r = 0; r < p; ++r)
+      rank_group_[static_cast<size_t>(k) * static_cast<size_t>(p) + static_cast<size_t>(r)] =
+          r / stride;
+    stride *= topo_.level(k).size;
+  }
+}
+
+int Kernel::tier(int a, int b) const {
+  const size_t p = static_cast<size_t>(topo_.num_ranks());
+  for (int k = topo_.num_levels() - 1; k >= 0; --k) {
+    const int* g = rank_group_.data() + static_cast<size_t>(k) * p;
+    if (g[a] != g[b]) return k;
+  }
+  return -1;
+}
 
 Kernel::~Kernel() = default;
 
@@ -384,7 +405,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
                                  const std::string& call) {
   std::lock_guard<std::mutex> lk(mutex_);
-  groups_seen_.emplace(g.ctx, g);
+  groups_seen_.try_emplace(g.ctx, g);  // copies the group only the first time
   auto key = std::make_pair(g.ctx, seq);
   auto it = collectives_.find(key);
   if (it == collectives_.end()) {
@@ -676,21 +697,29 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   (void)lk;
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
-    // Sorted by index: a transfer record is 136 bytes, and each is moved once, in order.
-    std::vector<std::uint32_t>& order = transfer_order_;
+    // Sorted through compact keys: a transfer record is 136 bytes, and each is moved once, in
+    // order. (start, src, dst) decide almost every comparison; ties read the records.
+    std::vector<TransferOrder>& order = transfer_order_;
     order.resize(new_transfers_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<std::uint32_t>(i);
-    std::sort(order.begin(), order.end(), [this](std::uint32_t i, std::uint32_t j) {
-      const Transfer& a = new_transfers_[i];
-      const Transfer& b = new_transfers_[j];
-      return std::tie(a.start, a.src, a.dst, a.key, a.seq) <
-             std::tie(b.start, b.src, b.dst, b.key, b.seq);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const Transfer& t = new_transfers_[i];
+      order[i] = {t.start.ns(),
+                  (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.src)) << 32) |
+                      static_cast<std::uint32_t>(t.dst),
+                  static_cast<std::uint32_t>(i)};
+    }
+    std::sort(order.begin(), order.end(), [this](const TransferOrder& x, const TransferOrder& y) {
+      if (x.start != y.start) return x.start < y.start;
+      if (x.ends != y.ends) return x.ends < y.ends;
+      const Transfer& a = new_transfers_[x.index];
+      const Transfer& b = new_transfers_[y.index];
+      return std::tie(a.key, a.seq) < std::tie(b.key, b.seq);
     });
     if (in_flight_.size() + order.size() > in_flight_.capacity())
       in_flight_.set_capacity(
           std::max<size_t>({64, 2 * in_flight_.capacity(), in_flight_.size() + order.size()}));
-    for (std::uint32_t i : order) {
-      Transfer& t = new_transfers_[i];
+    for (const TransferOrder& o : order) {
+      Transfer& t = new_transfers_[o.index];
       const std::uint64_t id = next_flow_id_++;
       net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
       COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
@@ -722,7 +751,7 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
       std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
       COCO_CHECK(slot.has_value(), "flow completed twice");
       Transfer& t = *slot;
-      const int tier = topo_.tier(t.src, t.dst);
+      const int tier = this->tier(t.src, t.dst);
       bytes_by_tier_[static_cast<size_t>(tier)] += t.bytes;
       ++flows_;
       hash_value(flow_inner_, (t.start - flow_base_).ns());

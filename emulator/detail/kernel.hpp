@@ -312,11 +312,14 @@ class Kernel {
   std::string deadlock_report() const;
   void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                          std::string_view label);
+  /// Topology::tier(a, b) from rank_group_: the tier of every completed flow.
+  int tier(int a, int b) const;
 
   const Topology& topo_;
   NetworkModel& net_;
   const DeviceModel& device_;
   const EngineOptions& options_;
+  std::vector<int> rank_group_;  // see the constructor
   StackPool main_stacks_;
   StackPool comm_stacks_;
 
@@ -334,7 +337,12 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::vector<std::uint32_t> transfer_order_;  // controller_step's sort, kept between steps
+  struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
+    std::int64_t start;
+    std::uint64_t ends;
+    std::uint32_t index;
+  };
+  std::vector<TransferOrder> transfer_order_;  // controller_step's sort, kept between steps
   // flow id - in_flight_base_ -> transfer; grown by doubling, so a flow costs no allocation
   boost::circular_buffer<std::optional<Transfer>> in_flight_;
   std::vector<std::uint64_t> done_;  // flows a network advance completed

@@ -45,7 +45,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
                                                                : device_.time(pass.work[u(i)]);
   std::unique_lock<std::mutex> lk(mutex_);
   if (aborting_) throw Cancelled{};
-  groups_seen_.emplace(g->ctx, *g);
+  groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
   auto& slot = passes_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = std::make_unique<PassOp>();
