@@ -90,13 +90,56 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
     if (limited_[static_cast<size_t>(l)] != 0) f.links.push_back(l);
   ++live_;
   last_added_ = slot;
-  pending_.push_back({join, id, slot});
+  push_pending({join, id, slot}, route.latency.ns());
+}
+
+void MaxMinModel::push_pending(const Pending& e, std::int64_t latency_ns) {
+  // Flows of one route latency mostly join in the order they are added (their starts rarely
+  // go back in time): such a flow goes to the back of its latency's queue, which stays sorted
+  // on (join, id); the others go to the heap. The next to join is the least of the queues'
+  // fronts and the heap's top, so flows join in the order one heap would give.
+  auto lane = std::find_if(lanes_.begin(), lanes_.end(),
+                           [&](const Lane& l) { return l.latency_ns == latency_ns; });
+  if (lane == lanes_.end() && lanes_.size() < kMaxLanes) {
+    lanes_.push_back({latency_ns, boost::circular_buffer<Pending>(64)});
+    lane = lanes_.end() - 1;
+  }
+  if (lane != lanes_.end()) {
+    boost::circular_buffer<Pending>& q = lane->queue;
+    if (q.empty() || e > q.back()) {
+      if (q.full()) q.set_capacity(2 * q.capacity());
+      q.push_back(e);
+      return;
+    }
+  }
+  pending_.push_back(e);
   std::push_heap(pending_.begin(), pending_.end(), std::greater<>());
+}
+
+const MaxMinModel::Pending* MaxMinModel::next_pending() const {
+  const Pending* best = pending_.empty() ? nullptr : &pending_.front();
+  for (const Lane& l : lanes_)
+    if (!l.queue.empty() && (best == nullptr || *best > l.queue.front())) best = &l.queue.front();
+  return best;
+}
+
+void MaxMinModel::pop_pending(const Pending* p) {
+  if (!pending_.empty() && p == &pending_.front()) {
+    std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
+    pending_.pop_back();
+    return;
+  }
+  for (Lane& l : lanes_)
+    if (!l.queue.empty() && p == &l.queue.front()) {
+      l.queue.pop_front();
+      return;
+    }
+  COCO_CHECK(false, "pop of a flow that is not next to join");
 }
 
 SimTime MaxMinModel::next_event_time() const {
   std::int64_t t = kNever;
-  if (!pending_.empty()) t = pending_.front().join_ns;
+  if (const Pending* p = next_pending()) t = p->join_ns;
   if (!finish_.empty()) t = std::min(t, finish_.front().ns);  // the top is never stale
   return SimTime::from_ns(t);
 }
@@ -180,10 +223,11 @@ void MaxMinModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed) {
       finish_.pop_back();
       if (!stale(e)) finish(e.slot, completed);
     }
-    while (!pending_.empty() && pending_.front().join_ns <= t.ns()) {
-      const int slot = pending_.front().slot;
-      std::pop_heap(pending_.begin(), pending_.end(), std::greater<>());
-      pending_.pop_back();
+    while (true) {
+      const Pending* p = next_pending();
+      if (p == nullptr || p->join_ns > t.ns()) break;
+      const int slot = p->slot;
+      pop_pending(p);
       activate(slot, completed);
     }
     if (seeds_.empty() && lone_.empty()) break;

@@ -14,6 +14,7 @@
 //   std::vector<std::uint64_t> done;
 //   while (net.active_flows() > 0) net.advance_to(net.next_event_time(), done);
 
+#include <boost/circular_buffer.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -100,6 +101,9 @@ class MaxMinModel final : public NetworkModel {
     }
   };
 
+  void push_pending(const Pending& e, std::int64_t latency_ns);
+  const Pending* next_pending() const;  // the next flow to join, or null
+  void pop_pending(const Pending* p);   // p: what next_pending returned
   void activate(int slot, std::vector<std::uint64_t>& completed);
   void finish(int slot, std::vector<std::uint64_t>& completed);
   void solve(std::int64_t t);
@@ -112,11 +116,19 @@ class MaxMinModel final : public NetworkModel {
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
-  std::vector<char> limited_;     // per link: has a bandwidth limit (shared by its flows)
-  std::vector<Pending> pending_;  // min-heap on (join, id)
-  std::vector<Finish> finish_;    // min-heap on (finish, id), lazily pruned
-  std::vector<int> seeds_;        // links whose flow set changed
-  std::vector<int> lone_;         // flows that joined empty links: components of their own
+  std::vector<char> limited_;  // per link: has a bandwidth limit (shared by its flows)
+  // Flows paying their latency: a sorted queue per route latency (push_pending), and a
+  // min-heap on (join, id) for those that join before their queue's last.
+  struct Lane {
+    std::int64_t latency_ns;
+    boost::circular_buffer<Pending> queue;
+  };
+  static constexpr std::size_t kMaxLanes = 8;
+  std::vector<Lane> lanes_;
+  std::vector<Pending> pending_;
+  std::vector<Finish> finish_;  // min-heap on (finish, id), lazily pruned
+  std::vector<int> seeds_;      // links whose flow set changed
+  std::vector<int> lone_;       // flows that joined empty links: components of their own
   std::vector<int> comp_links_, comp_flows_, stack_, touched_;
   std::vector<Share> shares_;
   std::uint32_t epoch_ = 0;
