@@ -52,19 +52,20 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
   COCO_CHECK(start >= now_, "flow starts in the past");
   COCO_CHECK(src != dst, "flow to self");
   COCO_CHECK(bytes >= 0, "negative flow size");
-  RouteSummary route;
-  const std::span<const int> links = routes_.route(src, dst, route);
-  const std::int64_t join = (start + route.latency).ns();
   if (last_added_ >= 0) {
+    // Same ends, so the same route and latency: the same start is the same join.
     Flow& prev = flows_[static_cast<size_t>(last_added_)];
     if (prev.live && !prev.active && prev.src == src && prev.dst == dst && prev.bytes == bytes &&
-        prev.join_ns == join) {
+        prev.start_ns == start.ns()) {
       prev.twins.push_back(id);
       ++prev.weight;
       ++live_;
       return;
     }
   }
+  RouteSummary route;
+  const std::span<const int> links = routes_.route(src, dst, route);
+  const std::int64_t join = (start + route.latency).ns();
   int slot;
   if (free_slots_.empty()) {
     slot = static_cast<int>(flows_.size());
@@ -80,6 +81,7 @@ void MaxMinModel::add_flow(std::uint64_t id, int src, int dst, std::int64_t byte
   f.src = src;
   f.dst = dst;
   f.bytes = bytes;
+  f.start_ns = start.ns();
   f.join_ns = join;
   f.remaining_bytes = static_cast<double>(bytes);
   f.rate_bytes_per_s = 0;

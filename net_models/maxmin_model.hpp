@@ -56,7 +56,7 @@ class MaxMinModel final : public NetworkModel {
     std::vector<std::uint64_t> twins;  // the other flows this entry stands for
     int weight = 1;                    // 1 + twins.size()
     int src = 0, dst = 0;
-    std::int64_t bytes = 0, join_ns = 0;  // as added
+    std::int64_t bytes = 0, start_ns = 0, join_ns = 0;  // as added
     double remaining_bytes = 0;
     double rate_bytes_per_s = 0;
     std::int64_t updated_ns = 0;  // remaining_bytes is as of this time
