@@ -85,7 +85,10 @@ struct RunResult {
   std::vector<SimTime> rank_compute;        // time charged by compute()
   std::vector<SimTime> rank_exposed;        // time spent waiting for communication
   std::vector<std::int64_t> bytes_by_tier;  // wire bytes, each transfer under its ranks' tier
-  std::uint64_t flows = 0;                  // point-to-point transfers through the network model
+  std::uint64_t flows = 0;                  // point-to-point transfers between ranks
+  /// Of these, flows no other rank's flow could share a link with, timed in closed form
+  /// (NetworkModel::exclusive_end) instead of through the network model: ring pass hops.
+  std::uint64_t flows_exclusive = 0;
   std::uint64_t events = 0;            // simulation events processed (flows + computes + waits)
   std::uint64_t regions_replayed = 0;  // regions whose recorded effect was applied
   std::string timeline_sha256;         // digest of every event of the timeline

@@ -222,8 +222,7 @@ const RouteTable::Entry& RouteTable::entry(int src, int dst) {
     last = {dst, e};
     return last.entry;
   }
-  std::vector<int>& tree = trees_[static_cast<size_t>(src)];
-  if (tree.empty()) tree = graph_->route_tree(graph_->rank_vertex(src));
+  const std::vector<int>& tree = this->tree(src);
   const size_t begin = pool_.size();
   for (int v = graph_->rank_vertex(dst); v != graph_->rank_vertex(src);) {
     const int l = tree[static_cast<size_t>(v)];
@@ -243,6 +242,13 @@ const RouteTable::Entry& RouteTable::entry(int src, int dst) {
   e.summary = it->second;
   last = {dst, e};
   return last.entry;
+}
+
+const std::vector<int>& RouteTable::tree(int src) {
+  COCO_CHECK(src >= 0 && src < graph_->num_ranks(), "rank out of range: " + std::to_string(src));
+  std::vector<int>& tree = trees_[static_cast<size_t>(src)];
+  if (tree.empty()) tree = graph_->route_tree(graph_->rank_vertex(src));
+  return tree;
 }
 
 std::span<const int> RouteTable::route(int src, int dst) {

@@ -143,6 +143,8 @@ class RouteTable {
   std::span<const int> links(Ref r) const {
     return std::span<const int>(pool_).subspan(r.offset, r.length);
   }
+  /// src's shortest-path tree (ClusterGraph::route_tree), built on first use and kept.
+  const std::vector<int>& tree(int src);
   const ClusterGraph& graph() const { return *graph_; }
   const std::shared_ptr<const ClusterGraph>& graph_ptr() const { return graph_; }
 

@@ -388,6 +388,53 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
   }
 }
 
+void MaxMinModel::find_link_owners() {
+  const ClusterGraph& g = routes_.graph();
+  link_src_.assign(static_cast<size_t>(g.num_links()), kNoOwner);
+  link_dst_.assign(static_cast<size_t>(g.num_links()), kNoOwner);
+  const auto own = [](int& owner, int rank) {
+    if (owner == kNoOwner) owner = rank;
+    if (owner != rank) owner = kShared;
+  };
+  // Every route is a path of its source's shortest-path tree (RouteTable::route).
+  for (int s = 0; s < g.num_ranks(); ++s) {
+    const std::vector<int>& tree = routes_.tree(s);
+    for (int d = 0; d < g.num_ranks(); ++d) {
+      for (int v = g.rank_vertex(d); v != g.rank_vertex(s);) {
+        const int l = tree[static_cast<size_t>(v)];
+        if (l < 0) break;  // unreachable (the loader rejects such clusters)
+        if (limited_[static_cast<size_t>(l)] != 0) {
+          own(link_src_[static_cast<size_t>(l)], s);
+          own(link_dst_[static_cast<size_t>(l)], d);
+        }
+        v = g.link(l).from;
+      }
+    }
+  }
+}
+
+std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t bytes, int copies,
+                                                  SimTime start) {
+  COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
+  if (link_src_.empty()) find_link_owners();
+  RouteSummary route;
+  const std::span<const int> links = routes_.route(src, dst, route);
+  double rate = std::numeric_limits<double>::infinity();
+  bool limited = false;
+  for (int l : links) {
+    const auto k = static_cast<size_t>(l);
+    if (limited_[k] == 0) continue;
+    if (link_src_[k] != src && link_dst_[k] != dst) return std::nullopt;
+    rate = std::min(rate, links_[k].bandwidth_bytes_per_s);
+    limited = true;
+  }
+  // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
+  const std::int64_t join = (start + route.latency).ns();
+  if (bytes == 0 || !limited) return SimTime::from_ns(join);
+  return SimTime::from_ns(join +
+                          transfer_ns(static_cast<double>(bytes), std::max(rate, 0.0) / copies));
+}
+
 double MaxMinModel::rate_bytes_per_s(std::uint64_t id) const {
   for (const Flow& f : flows_)
     if (f.live && (f.id == id || std::find(f.twins.begin(), f.twins.end(), id) != f.twins.end()))

@@ -37,6 +37,12 @@ class MaxMinModel final : public NetworkModel {
   std::size_t active_flows() const override { return live_; }
   std::unique_ptr<NetworkModel> clone_empty() const override;
   std::string name() const override { return "maxmin"; }
+  /// A flow is exclusive when every limited link of its route carries only flows that leave
+  /// its source, or only flows that enter its destination (a NIC of one tile's own): alone
+  /// there, it gets its narrowest link over its copies, the lone-entry rate of the solver, and
+  /// ends at start + latency + transfer time, exactly as if it had been added.
+  std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
+                                       SimTime start) override;
 
   /// Current rate of a flow in bytes/s; 0 while it still pays its latency or is unknown.
   /// (A scan of the flows: for tests and diagnostics.)
@@ -110,9 +116,15 @@ class MaxMinModel final : public NetworkModel {
   void solve_component(int seed, std::int64_t t);
   void solve_lone(Flow& f, std::int64_t t);
   void prune_finish_heap();
+  /// Fills link_src_/link_dst_ from every pair's route (on the first exclusive_end).
+  void find_link_owners();
   bool stale(const Finish& f) const;
 
   RouteTable routes_;
+  // Per link: the one source (link_src_) or destination (link_dst_) of every route that
+  // crosses it; kNoOwner when none does, kShared when routes of several do.
+  static constexpr int kNoOwner = -1, kShared = -2;
+  std::vector<int> link_src_, link_dst_;
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;

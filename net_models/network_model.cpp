@@ -57,6 +57,12 @@ void AlphaBetaModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed
   }
 }
 
+std::optional<SimTime> AlphaBetaModel::exclusive_end(int src, int dst, std::int64_t bytes,
+                                                     int copies, SimTime start) {
+  (void)copies;
+  return start + flow_time(src, dst, bytes);
+}
+
 std::unique_ptr<NetworkModel> AlphaBetaModel::clone_empty() const {
   if (routes_ != nullptr) return std::make_unique<AlphaBetaModel>(routes_->graph_ptr());
   return std::make_unique<AlphaBetaModel>(topo_, tiers_);

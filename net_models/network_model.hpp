@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,16 @@ class NetworkModel {
   /// A fresh model of the same cluster, with no flows (for running a second simulation).
   virtual std::unique_ptr<NetworkModel> clone_empty() const = 0;
   virtual std::string name() const = 0;
+  /// When `copies` flows of `bytes` each from src to dst, all starting at `start`, would end at
+  /// a time that no other flow can change as long as no other flow leaves src or enters dst
+  /// while they run: that time, without adding them (they never enter the model). nullopt when
+  /// the model cannot promise it: a flow between two other ranks may share their route. A
+  /// ring whose every hop is exclusive is timed without the model.
+  virtual std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
+                                               SimTime start) {
+    (void)src, (void)dst, (void)bytes, (void)copies, (void)start;
+    return std::nullopt;
+  }
 };
 
 /// Latency and bandwidth of one link class.
@@ -62,6 +73,9 @@ class AlphaBetaModel final : public NetworkModel {
   std::size_t active_flows() const override { return pending_.size(); }
   std::unique_ptr<NetworkModel> clone_empty() const override;
   std::string name() const override { return "alpha-beta"; }
+  /// Every flow is exclusive here: flows never slow one another.
+  std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
+                                       SimTime start) override;
 
   /// The closed form this model uses: latency + bytes / bandwidth of the pair's route or tier.
   SimTime flow_time(int src, int dst, std::int64_t bytes) const;

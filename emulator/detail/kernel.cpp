@@ -209,6 +209,7 @@ void Kernel::wake(FiberState& f) {
 
 void Kernel::complete(ReqState& r, SimTime t) {
   COCO_CHECK(!r.done, "request completed twice");
+  if (r.owner >= 0) --tiles_[static_cast<size_t>(r.owner)].open_p2p;
   r.done = true;
   r.done_time = t;
   if (r.waiter != nullptr) {
@@ -226,6 +227,8 @@ ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->count = count;
   req->label = label;
   std::unique_lock<std::mutex> lk(mutex_);
+  req->owner = f.rank;
+  ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
   ch.sends.push_back({req, data, count, f.clock, label});
@@ -241,6 +244,8 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->count = count;
   req->label = label;
   std::unique_lock<std::mutex> lk(mutex_);
+  req->owner = f.rank;
+  ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
   ch.recvs.push_back({req, data, count, f.clock});
@@ -522,8 +527,8 @@ void Kernel::region_event(int mark) {
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
   const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-                         failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
-                         timers_.empty() && net_.active_flows() == 0 &&
+                         pass_done_.empty() && failures_.empty() && new_transfers_.empty() &&
+                         in_flight_.empty() && timers_.empty() && net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -693,8 +698,47 @@ std::string Kernel::deadlock_report() const {
   return s;
 }
 
+void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes) {
+  bytes_by_tier_[static_cast<size_t>(tier(src, dst))] += bytes;
+  ++flows_;
+  std::uint64_t h = kHashBasis;
+  hash_value(h, (start - flow_base_).ns());
+  hash_value(h, (end - flow_base_).ns());
+  hash_value(h, src);
+  hash_value(h, dst);
+  hash_value(h, bytes);
+  // A full avalanche (splitmix64's finaliser) before the sum: no bit of a flow cancels another.
+  h ^= h >> 33;
+  h *= 0xFF51AFD7ED558CCDull;
+  h ^= h >> 33;
+  h *= 0xC4CEB9FE1A85EC53ull;
+  h ^= h >> 33;
+  flow_inner_ += h;
+}
+
+bool Kernel::drain_pass_done() {
+  if (pass_done_.empty()) return false;
+  // Each completion may finish a member's round, post its next round and match exclusive
+  // messages whose completions join the list: the whole of an exclusive ring runs here. The
+  // order does not matter: a member acts once all of its round's completions are in.
+  while (!pass_done_.empty()) {
+    const PassDone d = pass_done_.back();
+    pass_done_.pop_back();
+    try {
+      pass_message_done(*d.op, d.member, d.slot, d.t);
+    } catch (const CommError& e) {  // a mismatched message of a later round
+      failures_.push_back({d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
+      aborting_ = true;
+      pass_done_.clear();
+    }
+  }
+  return true;
+}
+
 bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   (void)lk;
+  // Fibers these completions wake may post before anything the network has next.
+  if (drain_pass_done()) return true;
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
     // Sorted through compact keys: a transfer record is 136 bytes, and each is moved once, in
@@ -751,20 +795,13 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
       std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
       COCO_CHECK(slot.has_value(), "flow completed twice");
       Transfer& t = *slot;
-      const int tier = this->tier(t.src, t.dst);
-      bytes_by_tier_[static_cast<size_t>(tier)] += t.bytes;
-      ++flows_;
-      hash_value(flow_inner_, (t.start - flow_base_).ns());
-      hash_value(flow_inner_, (t_net - flow_base_).ns());
-      hash_value(flow_inner_, t.src);
-      hash_value(flow_inner_, t.dst);
-      hash_value(flow_inner_, t.bytes);
+      account_flow(t.start, t_net, t.src, t.dst, t.bytes);
       if (options_.trace && flow_trace_.size() < options_.trace_limit / 2) {
         TraceEvent e;
         e.kind = TraceEvent::Kind::kFlow;
         e.rank = t.src;
         e.peer = t.dst;
-        e.tier = tier;
+        e.tier = this->tier(t.src, t.dst);
         e.label = t.label;
         e.start = t.start;
         e.end = t_net;
@@ -901,6 +938,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.timeline_sha256 = digest.hex();
   res.events += flows_;
   res.flows = flows_;
+  res.flows_exclusive = flows_exclusive_;
   res.regions_replayed = regions_replayed_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());

@@ -63,7 +63,8 @@ struct ReqState {
   SimTime done_time;
   FiberState* waiter = nullptr;
   Op op = Op::kSend;
-  int peer = -1;  // world rank of the other side (point-to-point)
+  int peer = -1;   // world rank of the other side (point-to-point)
+  int owner = -1;  // point-to-point: the posting rank, whose open_p2p counts it until done
   std::int64_t count = 0;
   std::string label;                   // the caller's label ("v", "q"), may be empty
   std::string call;                    // collectives: "all_to_all(count=4) #3"
@@ -123,6 +124,10 @@ struct TileStats {
   std::vector<TraceEvent> trace;
   /// Collectives this tile started and has not yet waited for (its compute overlaps them).
   int open_collectives = 0;
+  /// Point-to-point requests this tile posted that have not completed: with no open
+  /// collective either, the tile has no flow in the network and none can start before it
+  /// posts again.
+  int open_p2p = 0;
   /// Compute time this tile issued while at least one of its collectives was open; a
   /// collective's share is the growth of this sum while it was open.
   SimTime overlapped_compute;
@@ -281,6 +286,18 @@ class Kernel {
   void pass_match(PassOp& op, int src, int dst);
   /// One of member r's messages of this round completed (`slot`: receives, then sends).
   void pass_message_done(PassOp& op, int r, int slot, SimTime t);
+  /// A ring pass message's completion known in advance (its flows were exclusive, see
+  /// pass_match); the controller delivers them (drain_pass_done).
+  struct PassDone {
+    PassOp* op;
+    int member, slot;
+    SimTime t;
+  };
+  /// Delivers the completions of exclusive ring pass messages, and those of the messages they
+  /// lead to, until none is left. Returns false when there was none.
+  bool drain_pass_done();
+  /// A completed flow's share of the statistics and of the timeline hash.
+  void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes);
   /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
   /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
   /// Returns the clock after it.
@@ -337,6 +354,8 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
+  std::vector<PassDone> pass_done_;
+  std::uint64_t flows_exclusive_ = 0;  // flows timed by NetworkModel::exclusive_end
   struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
     std::int64_t start;
     std::uint64_t ends;
@@ -398,8 +417,11 @@ class Kernel {
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;
-  std::uint64_t flow_inner_ = kHashBasis;  // flows since the last quiescent mark, relative to
-  SimTime flow_base_;                      // that mark's T0 (see TileStats::inner)
+  // The flows since the last quiescent mark, times relative to its T0 (see TileStats::inner):
+  // the sum of one digest per flow, so the hash does not depend on the order flows complete
+  // in (exclusive flows are accounted when they are matched).
+  std::uint64_t flow_inner_ = kHashBasis;
+  SimTime flow_base_;
   std::uint64_t regions_replayed_ = 0;
 
   std::vector<TileStats> tiles_;

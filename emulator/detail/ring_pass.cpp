@@ -10,10 +10,16 @@
 //   event when c moves. The last round only charges.
 // A message enters the network at max(its send's post, its receive's post). Messages keep the
 // per-message path's channel keys (group context, world ranks, tag parts * i + part), which
-// order the flows a controller step adds.
+// order the flows a controller step adds. A message whose flows are exclusive (no other rank's
+// flow can share their links, and neither end has anything else open) never enters the
+// network: NetworkModel::exclusive_end gives its end when it is matched, and the controller
+// delivers that completion at once (drain_pass_done), so a ring of such hops runs its rounds
+// without waiting for virtual time to reach them. Every later message of its ends starts after
+// that end, so no other flow could have joined them.
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "emulator/detail/kernel.hpp"
@@ -143,20 +149,40 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
                     ", which expects " + std::to_string(expected) + " (in '" +
                     std::string(op.labels[u(src) * u(parts)]) + "')");
   }
+  const SimTime start = std::max(s.post, d.post);
+  const std::int64_t bytes = wire_bytes(count);
+  // With nothing else open on either end (s and d wait in this pass, so neither posts again
+  // before these messages end), a route on which no other rank's flow can travel carries them
+  // alone: their end is known now, and they never enter the network model. The trace lists
+  // flows in the order they complete, so it takes the network's path.
+  std::optional<SimTime> end;
+  const TileStats& ts = tiles_[u(s.rank)];
+  const TileStats& td = tiles_[u(d.rank)];
+  if (!options_.trace && ts.open_p2p == 0 && ts.open_collectives == 0 && td.open_p2p == 0 &&
+      td.open_collectives == 0)
+    end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
   for (int q = 0; q < parts; ++q) {
     if (s.data && d.data && count > 0) {
       const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
       if (!out.empty() && !in.empty())
         std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
     }
+    if (end.has_value()) {
+      COCO_CHECK(start >= net_.now(), "an exclusive flow starts in the past");
+      account_flow(start, *end, s.rank, d.rank, bytes);
+      ++flows_exclusive_;
+      pass_done_.push_back({&op, src, parts + q, *end});  // dst's part is pending
+      pass_done_.push_back({&op, dst, q, *end});
+      continue;
+    }
     Transfer t;
-    t.start = std::max(s.post, d.post);
+    t.start = start;
     t.src = s.rank;
     t.dst = d.rank;
     t.key =
         ChannelKey{op.group->ctx, s.rank, d.rank, static_cast<std::uint64_t>(parts * round + q)};
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
-    t.bytes = wire_bytes(count);
+    t.bytes = bytes;
     t.label = op.trace_labels[u(src) * u(parts) + u(q)];
     t.pass = &op;
     t.op_src = src;

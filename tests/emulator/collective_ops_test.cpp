@@ -29,7 +29,7 @@ std::int64_t uneven(int i, int j) { return (i * 7 + j * 3) % 5 == 0 ? 0 : 1 + (i
 
 // Two Aurora nodes (24 tiles) under max-min, a library that charges every message, a device
 // whose compute and transfers slow down beside each other.
-emu::Engine engine(const std::string& a2a, int workers, bool collective_ops) {
+emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, bool trace = true) {
   Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\nnodes = 2\n", "run.toml");
   Cluster c = load_cluster(cfg, kPresets);
   RooflineParams d;
@@ -39,7 +39,7 @@ emu::Engine engine(const std::string& a2a, int workers, bool collective_ops) {
   d.overlap_transfer_factor = 1.3;
   emu::EngineOptions o;
   o.workers = workers;
-  o.trace = true;
+  o.trace = trace;
   o.collective_ops = collective_ops;
   o.all_to_all_algorithm = a2a;
   o.library.name = "test";
@@ -179,8 +179,8 @@ struct Outcome {
   Received received;
 };
 
-Outcome run(const std::string& a2a, int workers, bool collective_ops) {
-  emu::Engine e = engine(a2a, workers, collective_ops);
+Outcome run(const std::string& a2a, int workers, bool collective_ops, bool trace = true) {
+  emu::Engine e = engine(a2a, workers, collective_ops, trace);
   Outcome out;
   std::mutex mu;
   out.result = e.run([&](Communicator& c) { program(c, out.received, mu); });
@@ -214,9 +214,39 @@ TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
             run("concurrent", 1, true).result.timeline_sha256);
 }
 
+TEST(CollectiveOps, ExclusiveRingHopsGiveTheNetworkTimeline) {
+  // Trace off, ring passes time the hops whose links no other rank's flow can reach (tiles 2,
+  // 3, 8 and 9 of an Aurora node have a NIC each; tiles of one GPU share their MDFI link) with
+  // NetworkModel::exclusive_end instead of the network model, as long as neither end has
+  // anything else open: the passes beside an open all-to-all take the network's path. The
+  // timeline hash sums a digest per flow, so the order in which flows complete does not count.
+  const Outcome ref = run("pairwise", 1, false, false);
+  EXPECT_EQ(ref.result.flows_exclusive, 0u);  // per message: every flow through the network
+  for (int workers : {1, 2, 4}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    const Outcome got = run("pairwise", workers, true, false);
+    EXPECT_GT(got.result.flows_exclusive, 0u);
+    EXPECT_LT(got.result.flows_exclusive, got.result.flows);
+    EXPECT_EQ(got.result.makespan, ref.result.makespan);
+    EXPECT_EQ(got.result.rank_end, ref.result.rank_end);
+    EXPECT_EQ(got.result.rank_compute, ref.result.rank_compute);
+    EXPECT_EQ(got.result.rank_exposed, ref.result.rank_exposed);
+    EXPECT_EQ(got.result.bytes_by_tier, ref.result.bytes_by_tier);
+    EXPECT_EQ(got.result.flows, ref.result.flows);
+    EXPECT_EQ(got.result.events, ref.result.events);
+    EXPECT_EQ(got.result.timeline_sha256, ref.result.timeline_sha256);
+    EXPECT_EQ(got.received, ref.received);
+  }
+  // With the trace on, the same timeline through the network model alone.
+  const Outcome traced = run("pairwise", 1, true, true);
+  EXPECT_EQ(traced.result.flows_exclusive, 0u);
+  EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
+}
+
 // Errors: the same message whichever path runs the collective.
-std::string error_of(bool collective_ops, const std::function<void(Communicator&)>& body) {
-  emu::Engine e = engine("pairwise", 1, collective_ops);
+std::string error_of(bool collective_ops, const std::function<void(Communicator&)>& body,
+                     bool trace = true) {
+  emu::Engine e = engine("pairwise", 1, collective_ops, trace);
   try {
     e.run(body);
   } catch (const std::exception& ex) {
@@ -261,14 +291,17 @@ TEST(CollectiveOps, MismatchedRingPassBlocksFailNamingBothRanks) {
       c.ring_pass(pass);
     };
   };
-  for (bool ops : {false, true}) {
-    SCOPED_TRACE(ops ? "collective ops" : "per message");
-    std::string msg = error_of(ops, body(3, 5));
+  // Trace off, the collective-level pass times exclusive hops without the network model.
+  for (const auto& [ops, trace] :
+       std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}) {
+    SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, exclusive hops")
+                     : "per message");
+    std::string msg = error_of(ops, body(3, 5), trace);
     EXPECT_NE(msg.find("message size mismatch: rank 2 sends 4 elements to rank 3, which expects 5"),
               std::string::npos)
         << msg;
     EXPECT_NE(msg.find("'ring_k'"), std::string::npos) << msg;
-    msg = error_of(ops, body(0, 23));
+    msg = error_of(ops, body(0, 23), trace);
     EXPECT_NE(
         msg.find("message size mismatch: rank 23 sends 4 elements to rank 0, which expects 5"),
         std::string::npos)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "net_models/cluster_graph.hpp"
@@ -203,6 +204,43 @@ TEST(MaxMin, TwinsShareTheLinkAsTwoFlows) {
   EXPECT_EQ(done.at(1), 3200 + 2000);
   EXPECT_EQ(done.at(2), 3200 + 2000);
   EXPECT_EQ(net.stats().largest_component, 3u);
+}
+
+// Ranks 0 and 1 on switch A, 2 and 3 on switch B, one 2 GB/s link each way between the
+// switches; every port 4 GB/s, 100 ns a hop.
+std::shared_ptr<const ClusterGraph> dumbbell() {
+  auto g = std::make_shared<ClusterGraph>(flat_topo(4));
+  const int cls = g->add_link_class("port", "intra-node");
+  const int a = g->add_vertex("a", VertexKind::kSwitch, 0);
+  const int b = g->add_vertex("b", VertexKind::kSwitch, 0);
+  for (int r = 0; r < 4; ++r)
+    g->add_duplex(r, r < 2 ? a : b, SimTime::from_ns(100), 4 * kGBps, cls);
+  g->add_duplex(a, b, SimTime::from_ns(100), 2 * kGBps, cls);
+  return g;
+}
+
+TEST(MaxMin, ExclusiveEndIsWhatAddingTheFlowsGives) {
+  // 0 -> 1 crosses 0's uplink (only flows from 0 use it) and 1's downlink (only flows to 1):
+  // exclusive. 0 -> 2 crosses the link between the switches, which flows from 1 to 3 share.
+  MaxMinModel net(dumbbell());
+  EXPECT_FALSE(net.exclusive_end(0, 2, 6000, 1, SimTime{}).has_value());
+  EXPECT_FALSE(net.exclusive_end(3, 1, 6000, 2, SimTime{}).has_value());
+  for (const auto& [bytes, copies] :
+       std::vector<std::pair<std::int64_t, int>>{{6000, 1}, {6001, 2}, {12345, 3}, {0, 2}}) {
+    const SimTime start = SimTime::from_ns(57);
+    const std::optional<SimTime> end = net.exclusive_end(0, 1, bytes, copies, start);
+    ASSERT_TRUE(end.has_value());
+    EXPECT_EQ(end->ns(), 57 + 200 + (bytes * copies + 3) / 4);  // ceil(bytes x copies / 4 B/ns)
+    MaxMinModel added(dumbbell());
+    for (int c = 0; c < copies; ++c)
+      added.add_flow(static_cast<std::uint64_t>(c), 0, 1, bytes, start);
+    for (const auto& [id, t] : drain(added)) EXPECT_EQ(t, end->ns()) << id;
+  }
+  EXPECT_EQ(net.active_flows(), 0u);  // nothing was added
+  // Alpha-beta flows never share: every flow is exclusive, at the model's closed form.
+  AlphaBetaModel ab(dumbbell());
+  EXPECT_EQ(ab.exclusive_end(0, 2, 6000, 2, SimTime::from_ns(10))->ns(),
+            10 + ab.flow_time(0, 2, 6000).ns());
 }
 
 TEST(MaxMin, DisjointComponentsAreSolvedApart) {
