@@ -318,9 +318,11 @@ TEST(CollectiveOps, ARingPassWithAMissingRankIsADeadlockNamingIt) {
     pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
     c.ring_pass(pass);
   };
-  for (bool ops : {false, true}) {
-    SCOPED_TRACE(ops ? "collective ops" : "per message");
-    const std::string msg = error_of(ops, body);
+  for (const auto& [ops, trace] :
+       std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}) {
+    SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, exclusive hops")
+                     : "per message");
+    const std::string msg = error_of(ops, body, trace);
     EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
     EXPECT_NE(msg.find("lonely_ring"), std::string::npos) << msg;
     EXPECT_NE(msg.find("rank 8"), std::string::npos) << msg;
