@@ -309,6 +309,10 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
     }
   }
   if (comp_flows_.empty()) return;  // the seed link's last flow ended
+  if (comp_flows_.size() == 1) {    // the usual component: 1-2 flows on average
+    solve_lone(flows_[static_cast<size_t>(comp_flows_[0])], t);
+    return;
+  }
   ++stats_.solves;
   stats_.flows_solved += comp_weight;
   stats_.largest_component = std::max(stats_.largest_component, comp_weight);
@@ -323,16 +327,6 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
   //    get that share and leave the other links' budgets. Every flow fixed in one step gets
   //    the same share and a link's budget drops by share x (flows fixed on it), so the result
   //    does not depend on the order of any list: only on the set of flows and their routes.
-  if (comp_flows_.size() == 1) {
-    // A lone entry (the usual component: 1-2 flows on average): see solve_lone.
-    Flow& f = flows_[static_cast<size_t>(comp_flows_[0])];
-    double rate = std::numeric_limits<double>::infinity();
-    for (int l : f.links)
-      rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
-    f.fixed = epoch_;
-    f.rate_bytes_per_s = std::max(rate, 0.0) / f.weight;
-    comp_links_.clear();
-  }
   shares_.clear();
   for (int l : comp_links_) {
     LinkState& s = links_[static_cast<size_t>(l)];

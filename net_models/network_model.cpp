@@ -58,8 +58,7 @@ void AlphaBetaModel::advance_to(SimTime t, std::vector<std::uint64_t>& completed
 }
 
 std::optional<SimTime> AlphaBetaModel::exclusive_end(int src, int dst, std::int64_t bytes,
-                                                     int copies, SimTime start) {
-  (void)copies;
+                                                     int /*copies*/, SimTime start) {
   return start + flow_time(src, dst, bytes);
 }
 

@@ -43,9 +43,8 @@ class NetworkModel {
   /// while they run: that time, without adding them (they never enter the model). nullopt when
   /// the model cannot promise it: a flow between two other ranks may share their route. A
   /// ring whose every hop is exclusive is timed without the model.
-  virtual std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
-                                               SimTime start) {
-    (void)src, (void)dst, (void)bytes, (void)copies, (void)start;
+  virtual std::optional<SimTime> exclusive_end(int /*src*/, int /*dst*/, std::int64_t /*bytes*/,
+                                               int /*copies*/, SimTime /*start*/) {
     return std::nullopt;
   }
 };

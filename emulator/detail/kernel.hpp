@@ -128,6 +128,7 @@ struct TileStats {
   /// collective either, the tile has no flow in the network and none can start before it
   /// posts again.
   int open_p2p = 0;
+  bool nothing_open() const { return open_p2p == 0 && open_collectives == 0; }
   /// Compute time this tile issued while at least one of its collectives was open; a
   /// collective's share is the growth of this sum while it was open.
   SimTime overlapped_compute;

@@ -156,10 +156,7 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   // alone: their end is known now, and they never enter the network model. The trace lists
   // flows in the order they complete, so it takes the network's path.
   std::optional<SimTime> end;
-  const TileStats& ts = tiles_[u(s.rank)];
-  const TileStats& td = tiles_[u(d.rank)];
-  if (!options_.trace && ts.open_p2p == 0 && ts.open_collectives == 0 && td.open_p2p == 0 &&
-      td.open_collectives == 0)
+  if (!options_.trace && tiles_[u(s.rank)].nothing_open() && tiles_[u(d.rank)].nothing_open())
     end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
   for (int q = 0; q < parts; ++q) {
     if (s.data && d.data && count > 0) {

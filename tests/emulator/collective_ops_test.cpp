@@ -187,6 +187,20 @@ Outcome run(const std::string& a2a, int workers, bool collective_ops, bool trace
   return out;
 }
 
+// The same timeline (virtual times, compute, exposed time, bytes per tier, flows, events, hash)
+// and the same received bytes.
+void expect_same_run(const Outcome& got, const Outcome& ref) {
+  EXPECT_EQ(got.result.makespan, ref.result.makespan);
+  EXPECT_EQ(got.result.rank_end, ref.result.rank_end);
+  EXPECT_EQ(got.result.rank_compute, ref.result.rank_compute);
+  EXPECT_EQ(got.result.rank_exposed, ref.result.rank_exposed);
+  EXPECT_EQ(got.result.bytes_by_tier, ref.result.bytes_by_tier);
+  EXPECT_EQ(got.result.flows, ref.result.flows);
+  EXPECT_EQ(got.result.events, ref.result.events);
+  EXPECT_EQ(got.result.timeline_sha256, ref.result.timeline_sha256);
+  EXPECT_EQ(got.received, ref.received);
+}
+
 TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
   for (const std::string a2a : {"pairwise", "xor", "concurrent", "library"}) {
     SCOPED_TRACE(a2a);
@@ -195,15 +209,7 @@ TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
     for (int workers : {1, 2, 4}) {
       SCOPED_TRACE("workers " + std::to_string(workers));
       const Outcome got = run(a2a, workers, true);
-      EXPECT_EQ(got.result.makespan, ref.result.makespan);
-      EXPECT_EQ(got.result.rank_end, ref.result.rank_end);
-      EXPECT_EQ(got.result.rank_compute, ref.result.rank_compute);
-      EXPECT_EQ(got.result.rank_exposed, ref.result.rank_exposed);
-      EXPECT_EQ(got.result.bytes_by_tier, ref.result.bytes_by_tier);
-      EXPECT_EQ(got.result.flows, ref.result.flows);
-      EXPECT_EQ(got.result.events, ref.result.events);
-      EXPECT_EQ(got.result.timeline_sha256, ref.result.timeline_sha256);
-      EXPECT_EQ(got.received, ref.received);
+      expect_same_run(got, ref);
       ASSERT_EQ(got.result.trace.size(), ref.result.trace.size());
     }
   }
@@ -227,15 +233,7 @@ TEST(CollectiveOps, ExclusiveRingHopsGiveTheNetworkTimeline) {
     const Outcome got = run("pairwise", workers, true, false);
     EXPECT_GT(got.result.flows_exclusive, 0u);
     EXPECT_LT(got.result.flows_exclusive, got.result.flows);
-    EXPECT_EQ(got.result.makespan, ref.result.makespan);
-    EXPECT_EQ(got.result.rank_end, ref.result.rank_end);
-    EXPECT_EQ(got.result.rank_compute, ref.result.rank_compute);
-    EXPECT_EQ(got.result.rank_exposed, ref.result.rank_exposed);
-    EXPECT_EQ(got.result.bytes_by_tier, ref.result.bytes_by_tier);
-    EXPECT_EQ(got.result.flows, ref.result.flows);
-    EXPECT_EQ(got.result.events, ref.result.events);
-    EXPECT_EQ(got.result.timeline_sha256, ref.result.timeline_sha256);
-    EXPECT_EQ(got.received, ref.received);
+    expect_same_run(got, ref);
   }
   // With the trace on, the same timeline through the network model alone.
   const Outcome traced = run("pairwise", 1, true, true);
@@ -276,6 +274,11 @@ TEST(CollectiveOps, MismatchedCountsFailNamingBothRanks) {
   }
 }
 
+// (collective_ops, trace): per message; at the collective level; at the collective level with
+// the trace off, where exclusive ring hops skip the network model.
+const std::vector<std::pair<bool, bool>> kRingPassPaths = {
+    {false, true}, {true, true}, {true, false}};
+
 TEST(CollectiveOps, MismatchedRingPassBlocksFailNamingBothRanks) {
   // `rank` expects `block` one element longer than its owner sends it: block 5 reaches rank 3
   // in a later round; block 23 reaches rank 0 in the first, from the last rank to start, which
@@ -292,8 +295,7 @@ TEST(CollectiveOps, MismatchedRingPassBlocksFailNamingBothRanks) {
     };
   };
   // Trace off, the collective-level pass times exclusive hops without the network model.
-  for (const auto& [ops, trace] :
-       std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}) {
+  for (const auto& [ops, trace] : kRingPassPaths) {
     SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, exclusive hops")
                      : "per message");
     std::string msg = error_of(ops, body(3, 5), trace);
@@ -318,8 +320,7 @@ TEST(CollectiveOps, ARingPassWithAMissingRankIsADeadlockNamingIt) {
     pass.work.assign(static_cast<size_t>(c.size()), OpCost{OpKind::kAttention, 1e5, 0, "a"});
     c.ring_pass(pass);
   };
-  for (const auto& [ops, trace] :
-       std::vector<std::pair<bool, bool>>{{false, true}, {true, true}, {true, false}}) {
+  for (const auto& [ops, trace] : kRingPassPaths) {
     SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, exclusive hops")
                      : "per message");
     const std::string msg = error_of(ops, body, trace);

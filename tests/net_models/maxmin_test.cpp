@@ -36,6 +36,13 @@ std::map<std::uint64_t, std::int64_t> drain(NetworkModel& net) {
   return done;
 }
 
+// A flow of the randomised tests, added with add_flow(id, src, dst, bytes, start ns).
+struct RandomFlow {
+  std::uint64_t id;
+  int src, dst;
+  std::int64_t bytes, start;
+};
+
 // Ranks 0..2 in a line: 0 -a- 1 -b- 2, with the given latencies (ns) and bandwidths (bytes/s).
 std::shared_ptr<const ClusterGraph> line(std::int64_t lat_a, double bw_a, std::int64_t lat_b,
                                          double bw_b) {
@@ -163,21 +170,16 @@ TEST(MaxMin, ResultDoesNotDependOnTheOrderFlowsAreAdded) {
   // All-pairs flows on a 6-rank star: the same set added in two orders (same ids) must give
   // identical completion times, since the allocation is a function of the set of flows.
   auto g = star(5, 2 * kGBps, 3 * kGBps);
-  struct F {
-    std::uint64_t id;
-    int src, dst;
-    std::int64_t bytes;
-  };
-  std::vector<F> flows;
+  std::vector<RandomFlow> flows;
   for (int s = 0; s < 6; ++s)
     for (int d = 0; d < 6; ++d)
-      if (s != d) flows.push_back({flows.size(), s, d, 1000 + 37 * s + 101 * d});
+      if (s != d) flows.push_back({flows.size(), s, d, 1000 + 37 * s + 101 * d, 0});
   std::map<std::uint64_t, std::int64_t> first;
   for (int order = 0; order < 3; ++order) {
     std::mt19937 rng(static_cast<unsigned>(order));
     if (order > 0) std::shuffle(flows.begin(), flows.end(), rng);
     MaxMinModel net(g);
-    for (const F& f : flows) net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime{});
+    for (const RandomFlow& f : flows) net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime{});
     auto done = drain(net);
     if (order == 0)
       first = done;
@@ -269,12 +271,7 @@ TEST(MaxMin, JoinOrderDoesNotDependOnTheOrderFlowsAreAdded) {
   // order they were added (its queue); added in reverse, all but the first of each latency
   // join out of that order (the heap). Both must give every flow the same completion time.
   std::mt19937 rng(5);
-  struct F {
-    std::uint64_t id;
-    int src, dst;
-    std::int64_t bytes, start;
-  };
-  std::vector<F> flows;
+  std::vector<RandomFlow> flows;
   for (int i = 0; i < 80; ++i) {
     const int src = std::uniform_int_distribution<int>(0, 2)(rng);
     const int dst = (src + std::uniform_int_distribution<int>(1, 2)(rng)) % 3;
@@ -282,12 +279,14 @@ TEST(MaxMin, JoinOrderDoesNotDependOnTheOrderFlowsAreAdded) {
                      std::uniform_int_distribution<std::int64_t>(1, 1 << 14)(rng),
                      std::uniform_int_distribution<std::int64_t>(0, 5000)(rng)});
   }
-  std::sort(flows.begin(), flows.end(), [](const F& a, const F& b) { return a.start < b.start; });
+  std::sort(flows.begin(), flows.end(),
+            [](const RandomFlow& a, const RandomFlow& b) { return a.start < b.start; });
   std::map<std::uint64_t, std::int64_t> done[2];
   for (int reversed = 0; reversed < 2; ++reversed) {
     MaxMinModel net(line(100, 3 * kGBps, 700, 5 * kGBps));
     if (reversed != 0) std::reverse(flows.begin(), flows.end());
-    for (const F& f : flows) net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
+    for (const RandomFlow& f : flows)
+      net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
     done[reversed] = drain(net);
   }
   ASSERT_EQ(done[0].size(), flows.size());
@@ -303,12 +302,7 @@ TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
   // ns: added back to back (each pair one entry of weight two) or interleaved with another
   // flow (every flow its own entry), the completion times are identical to the ns.
   std::mt19937 rng(11);
-  struct F {
-    std::uint64_t id;
-    int src, dst;
-    std::int64_t bytes, start;
-  };
-  std::vector<F> pairs;
+  std::vector<RandomFlow> pairs;
   for (int i = 0; i < 40; ++i) {
     const int src = std::uniform_int_distribution<int>(0, 4)(rng);
     const int dst = (src + std::uniform_int_distribution<int>(1, 4)(rng)) % 5;
@@ -316,13 +310,14 @@ TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
     const std::int64_t start = std::uniform_int_distribution<std::int64_t>(0, 20000)(rng);
     pairs.push_back({static_cast<std::uint64_t>(2 * i), src, dst, bytes, start});
   }
-  std::sort(pairs.begin(), pairs.end(), [](const F& a, const F& b) { return a.start < b.start; });
+  std::sort(pairs.begin(), pairs.end(),
+            [](const RandomFlow& a, const RandomFlow& b) { return a.start < b.start; });
   std::map<std::uint64_t, std::int64_t> done[2];
   for (int interleaved = 0; interleaved < 2; ++interleaved) {
     MaxMinModel net(star(4, 3 * kGBps, 7 * kGBps));
     std::vector<std::uint64_t> ids;
     for (size_t i = 0; i < pairs.size(); ++i) {
-      const F& f = pairs[i];
+      const RandomFlow& f = pairs[i];
       // Flows end as virtual time reaches each start, as the emulator advances.
       while (net.next_event_time().ns() <= f.start) {
         ids.clear();
@@ -331,12 +326,12 @@ TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
       }
       net.add_flow(f.id, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
       if (interleaved != 0) {  // a flow of the next pair between the twins
-        const F& g = pairs[(i + 1) % pairs.size()];
+        const RandomFlow& g = pairs[(i + 1) % pairs.size()];
         net.add_flow(1000 + f.id, g.src, g.dst, g.bytes, SimTime::from_ns(f.start));
       }
       net.add_flow(f.id + 1, f.src, f.dst, f.bytes, SimTime::from_ns(f.start));
       if (interleaved == 0) {  // the same extra flow, after the twins
-        const F& g = pairs[(i + 1) % pairs.size()];
+        const RandomFlow& g = pairs[(i + 1) % pairs.size()];
         net.add_flow(1000 + f.id, g.src, g.dst, g.bytes, SimTime::from_ns(f.start));
       }
     }
@@ -344,7 +339,7 @@ TEST(MaxMin, TwinsGiveWhatSeparateFlowsGive) {
     EXPECT_EQ(done[interleaved].size(), 3 * pairs.size());
   }
   EXPECT_EQ(done[0], done[1]);
-  for (const F& f : pairs) EXPECT_EQ(done[0].at(f.id), done[0].at(f.id + 1));
+  for (const RandomFlow& f : pairs) EXPECT_EQ(done[0].at(f.id), done[0].at(f.id + 1));
 }
 
 TEST(MaxMin, CloneIsEmptyAndIndependent) {
