@@ -86,8 +86,9 @@ struct RunResult {
   std::vector<SimTime> rank_exposed;        // time spent waiting for communication
   std::vector<std::int64_t> bytes_by_tier;  // wire bytes, each transfer under its ranks' tier
   std::uint64_t flows = 0;                  // point-to-point transfers between ranks
-  /// Of these, flows no other rank's flow could share a link with, timed in closed form
-  /// (NetworkModel::exclusive_end) instead of through the network model: ring pass hops.
+  /// Of these, flows no other rank's flow could share a link with (NetworkModel::exclusive_end),
+  /// or no flow but one other hop's (exclusive_pair_ends), timed in closed form instead of
+  /// through the network model: ring pass hops.
   std::uint64_t flows_exclusive = 0;
   std::uint64_t events = 0;            // simulation events processed (flows + computes + waits)
   std::uint64_t regions_replayed = 0;  // regions whose recorded effect was applied

@@ -382,14 +382,21 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
   }
 }
 
+void MaxMinModel::Owners::add(int rank) {
+  if (first == kShared || first == rank || second == rank) return;
+  if (first == kNoOwner) {
+    first = rank;
+  } else if (second == kNoOwner) {
+    second = rank;
+  } else {
+    first = second = kShared;
+  }
+}
+
 void MaxMinModel::find_link_owners() {
   const ClusterGraph& g = routes_.graph();
-  link_src_.assign(static_cast<size_t>(g.num_links()), kNoOwner);
-  link_dst_.assign(static_cast<size_t>(g.num_links()), kNoOwner);
-  const auto own = [](int& owner, int rank) {
-    if (owner == kNoOwner) owner = rank;
-    if (owner != rank) owner = kShared;
-  };
+  link_src_.assign(static_cast<size_t>(g.num_links()), Owners{});
+  link_dst_.assign(static_cast<size_t>(g.num_links()), Owners{});
   // Every route is a path of its source's shortest-path tree (RouteTable::route).
   for (int s = 0; s < g.num_ranks(); ++s) {
     const std::vector<int>& tree = routes_.tree(s);
@@ -398,8 +405,8 @@ void MaxMinModel::find_link_owners() {
         const int l = tree[static_cast<size_t>(v)];
         if (l < 0) break;  // unreachable (the loader rejects such clusters)
         if (limited_[static_cast<size_t>(l)] != 0) {
-          own(link_src_[static_cast<size_t>(l)], s);
-          own(link_dst_[static_cast<size_t>(l)], d);
+          link_src_[static_cast<size_t>(l)].add(s);
+          link_dst_[static_cast<size_t>(l)].add(d);
         }
         v = g.link(l).from;
       }
@@ -418,7 +425,7 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
   for (int l : links) {
     const auto k = static_cast<size_t>(l);
     if (limited_[k] == 0) continue;
-    if (link_src_[k] != src && link_dst_[k] != dst) return std::nullopt;
+    if (!link_src_[k].only(src) && !link_dst_[k].only(dst)) return std::nullopt;
     rate = std::min(rate, links_[k].bandwidth_bytes_per_s);
     limited = true;
   }
@@ -427,6 +434,153 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
   if (bytes == 0 || !limited) return SimTime::from_ns(join);
   return SimTime::from_ns(join +
                           transfer_ns(static_cast<double>(bytes), std::max(rate, 0.0) / copies));
+}
+
+std::optional<int> MaxMinModel::pair_key(int src, int dst) {
+  if (link_src_.empty()) find_link_owners();
+  RouteSummary route;
+  std::optional<int> key;
+  for (int l : routes_.route(src, dst, route)) {
+    const auto k = static_cast<size_t>(l);
+    if (limited_[k] == 0 || link_src_[k].only(src) || link_dst_[k].only(dst)) continue;
+    if (!link_src_[k].two() && !link_dst_[k].two()) return std::nullopt;
+    if (!key.has_value()) key = l;
+  }
+  return key;
+}
+
+std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const PairFlow& a,
+                                                                       const PairFlow& b) {
+  COCO_CHECK(a.src != a.dst && b.src != b.dst && a.copies > 0 && b.copies > 0 && a.bytes >= 0 &&
+                 b.bytes >= 0,
+             "exclusive_pair_ends: bad flow");
+  if (a.src == b.src && a.dst == b.dst) return {};
+  if (link_src_.empty()) find_link_owners();
+  // One entry per flow, as add_flow and activate would make it (its copies are its twins).
+  struct Entry {
+    std::int64_t join = 0, finish = 0;
+    double remaining = 0, rate = 0;
+    int weight = 1;
+    std::vector<int> links;  // limited links of its route
+    bool occupies() const { return remaining > 0 && !links.empty(); }
+  };
+  std::array<Entry, 2> e;
+  const std::array<const PairFlow*, 2> in = {&a, &b};
+  for (size_t i = 0; i < 2; ++i) {
+    RouteSummary route;
+    for (int l : routes_.route(in[i]->src, in[i]->dst, route)) {
+      const auto k = static_cast<size_t>(l);
+      if (limited_[k] == 0) continue;
+      if (!link_src_[k].within(a.src, b.src) && !link_dst_[k].within(a.dst, b.dst)) return {};
+      e[i].links.push_back(l);
+    }
+    e[i].join = (in[i]->start + route.latency).ns();
+    e[i].remaining = static_cast<double>(in[i]->bytes);
+    e[i].weight = in[i]->copies;
+  }
+  bool shared = false;
+  for (int l : e[0].links)
+    shared = shared || std::find(e[1].links.begin(), e[1].links.end(), l) != e[1].links.end();
+  // Alone on its links from `t` (solve_lone): the narrowest link over its weight.
+  const auto lone = [this](Entry& x, std::int64_t t) {
+    double rate = std::numeric_limits<double>::infinity();
+    for (int l : x.links)
+      rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
+    x.rate = std::max(rate, 0.0) / x.weight;
+    x.finish = t + transfer_ns(x.remaining, x.rate);
+  };
+  // Both on their links from `t` (solve_component): progressive filling over both routes.
+  const auto together = [this, &e](std::int64_t t) {
+    struct Budget {
+      int link;
+      double cap_left;
+      int unfixed = 0, newly_fixed = 0;
+    };
+    std::vector<Budget> budget;
+    for (Entry& x : e)
+      for (int l : x.links) {
+        auto it = std::find_if(budget.begin(), budget.end(),
+                               [l](const Budget& g) { return g.link == l; });
+        if (it == budget.end())
+          it = budget.insert(budget.end(),
+                             {l, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s});
+        it->unfixed += x.weight;
+      }
+    std::array<bool, 2> fixed = {false, false};
+    while (true) {
+      // The link with the smallest fair share (then the smallest index) saturates first.
+      Budget* top = nullptr;
+      double share = 0;
+      for (Budget& g : budget) {
+        if (g.unfixed == 0) continue;
+        const double s = std::max(g.cap_left, 0.0) / g.unfixed;
+        if (top == nullptr || s < share || (s == share && g.link < top->link)) {
+          top = &g;
+          share = s;
+        }
+      }
+      if (top == nullptr) break;
+      const int link = top->link;
+      for (size_t i = 0; i < 2; ++i) {
+        Entry& x = e[i];
+        if (fixed[i] || std::find(x.links.begin(), x.links.end(), link) == x.links.end()) continue;
+        fixed[i] = true;
+        x.rate = share;
+        for (int m : x.links)
+          for (Budget& g : budget)
+            if (g.link == m) {
+              g.newly_fixed += x.weight;
+              g.unfixed -= x.weight;
+            }
+      }
+      for (Budget& g : budget) {
+        if (g.newly_fixed == 0) continue;
+        g.cap_left -= share * g.newly_fixed;
+        g.newly_fixed = 0;
+      }
+    }
+    for (Entry& x : e) x.finish = t + transfer_ns(x.remaining, x.rate);
+  };
+  const auto at = [](std::int64_t ns) { return std::optional<SimTime>(SimTime::from_ns(ns)); };
+  // f joins first (or with s); returns the ends in a's and b's order.
+  const size_t f = e[0].join <= e[1].join ? 0 : 1, s = 1 - f;
+  Entry& first = e[f];
+  Entry& second = e[s];
+  std::array<std::optional<SimTime>, 2> out;
+  if (first.join == second.join) {
+    if (!first.occupies() || !second.occupies()) {
+      // One that occupies nothing ends as it joins, touching no link; the other must be added.
+      if (!first.occupies()) out[f] = at(first.join);
+      if (!second.occupies()) out[s] = at(second.join);
+      return out;
+    }
+    if (shared) {
+      together(first.join);
+    } else {
+      lone(first, first.join);
+      lone(second, second.join);
+    }
+  } else {
+    if (!first.occupies()) {
+      out[f] = at(first.join);  // ends before the second joins
+      return out;
+    }
+    lone(first, first.join);
+    if (first.finish <= second.join) {  // ends before the second joins: that one is added
+      out[f] = at(first.finish);
+      return out;
+    }
+    if (!second.occupies() || !shared) return out;  // overlap without sharing: both added
+    // The second joins the first's links: the first's remainder is brought up to then.
+    first.remaining -= first.rate * static_cast<double>(second.join - first.join) * 1e-9;
+    together(second.join);
+  }
+  // Final only if they end together: after the first end, its ends may start flows that join
+  // the other's links.
+  if (first.finish != second.finish) return out;
+  out[f] = at(first.finish);
+  out[s] = at(second.finish);
+  return out;
 }
 
 double MaxMinModel::rate_bytes_per_s(std::uint64_t id) const {

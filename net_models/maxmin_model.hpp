@@ -14,6 +14,7 @@
 //   std::vector<std::uint64_t> done;
 //   while (net.active_flows() > 0) net.advance_to(net.next_event_time(), done);
 
+#include <array>
 #include <boost/circular_buffer.hpp>
 #include <cstdint>
 #include <memory>
@@ -43,6 +44,15 @@ class MaxMinModel final : public NetworkModel {
   /// ends at start + latency + transfer time, exactly as if it had been added.
   std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
                                        SimTime start) override;
+  /// The first link of the route (in route order) whose flows come from two sources, or go to
+  /// two destinations, when no limited link of the route has more of both.
+  std::optional<int> pair_key(int src, int dst) override;
+  /// Every limited link of either route must carry only flows from a's and b's sources, or
+  /// only flows to a's and b's destinations. The ends are what adding both flows would give:
+  /// add_flow, activate, solve_lone and solve_component for these two entries, in the same
+  /// arithmetic (progressive filling over the links of both routes).
+  std::array<std::optional<SimTime>, 2> exclusive_pair_ends(const PairFlow& a,
+                                                            const PairFlow& b) override;
 
   /// Current rate of a flow in bytes/s; 0 while it still pays its latency or is unknown.
   /// (A scan of the flows: for tests and diagnostics.)
@@ -121,10 +131,20 @@ class MaxMinModel final : public NetworkModel {
   bool stale(const Finish& f) const;
 
   RouteTable routes_;
-  // Per link: the one source (link_src_) or destination (link_dst_) of every route that
-  // crosses it; kNoOwner when none does, kShared when routes of several do.
+  // Per link: the sources (link_src_) or destinations (link_dst_) of every route that crosses
+  // it while there are at most two (kNoOwner where fewer); kShared when there are more.
   static constexpr int kNoOwner = -1, kShared = -2;
-  std::vector<int> link_src_, link_dst_;
+  struct Owners {
+    int first = kNoOwner, second = kNoOwner;
+    void add(int rank);
+    bool only(int rank) const { return first == rank && second == kNoOwner; }
+    bool two() const { return first >= 0 && second >= 0; }
+    bool within(int a, int b) const {
+      return first >= 0 && (first == a || first == b) &&
+             (second == kNoOwner || second == a || second == b);
+    }
+  };
+  std::vector<Owners> link_src_, link_dst_;
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;

@@ -8,6 +8,7 @@
 //   std::vector<std::uint64_t> done;
 //   net.advance_to(net.next_event_time(), done);   // done == {0}
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -46,6 +47,30 @@ class NetworkModel {
   virtual std::optional<SimTime> exclusive_end(int /*src*/, int /*dst*/, std::int64_t /*bytes*/,
                                                int /*copies*/, SimTime /*start*/) {
     return std::nullopt;
+  }
+
+  /// `copies` flows of `bytes` each from src to dst, all starting at `start` (exclusive_pair_ends).
+  struct PairFlow {
+    int src = 0, dst = 0;
+    std::int64_t bytes = 0;
+    int copies = 1;
+    SimTime start;
+  };
+  /// When the route src -> dst is not exclusive but every limited link on it carries only flows
+  /// of at most two sources, or of at most two destinations (two tiles behind one NIC): a key
+  /// that the route of any flow it could be timed with (exclusive_pair_ends) shares. nullopt
+  /// otherwise.
+  virtual std::optional<int> pair_key(int /*src*/, int /*dst*/) { return std::nullopt; }
+  /// The ends of flows a and b (each with its copies), without adding them (they never enter
+  /// the model), provided no other flow from a's or b's source, or to a's or b's destination,
+  /// runs before that flow ends. nullopt for both unless only flows of these two sources, or
+  /// only flows to these two destinations, can reach each limited link of their routes. An end
+  /// is given only when nothing later can change it: both when they end at one instant; the
+  /// first alone when the other joins its links only after it has ended (the other must then be
+  /// added as usual); neither otherwise.
+  virtual std::array<std::optional<SimTime>, 2> exclusive_pair_ends(const PairFlow& /*a*/,
+                                                                    const PairFlow& /*b*/) {
+    return {};
   }
 };
 

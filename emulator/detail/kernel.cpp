@@ -527,8 +527,9 @@ void Kernel::region_event(int mark) {
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
   const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-                         pass_done_.empty() && failures_.empty() && new_transfers_.empty() &&
-                         in_flight_.empty() && timers_.empty() && net_.active_flows() == 0 &&
+                         pass_done_.empty() && held_.empty() && failures_.empty() &&
+                         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
+                         net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -739,6 +740,7 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
   (void)lk;
   // Fibers these completions wake may post before anything the network has next.
   if (drain_pass_done()) return true;
+  flush_held();  // unpaired ring pass messages: through the network, from here in order
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
     // Sorted through compact keys: a transfer record is 136 bytes, and each is moved once, in

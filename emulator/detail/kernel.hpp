@@ -285,6 +285,21 @@ class Kernel {
   /// same round), charges the round's work and finishes r after its last round.
   void pass_post_round(PassOp& op, int r);
   void pass_match(PassOp& op, int src, int dst);
+  /// A matched ring pass message: sender and receiver (members, and their world ranks), the
+  /// sender's round, when it starts and the bytes of each part.
+  struct PassHop {
+    PassOp* op;
+    int src, dst, src_rank, dst_rank, round;
+    SimTime start;
+    std::int64_t bytes;
+  };
+  /// Its flows go through the network model: one transfer per part.
+  void pass_transfers(const PassHop& h);
+  /// Its flows end at `end`, known now (exclusive, or one of an exclusive pair): accounted at
+  /// once, its completions delivered by the controller (drain_pass_done).
+  void pass_closed(const PassHop& h, SimTime end);
+  /// Sends the held messages (pass_match) to the network model, before it moves on.
+  void flush_held();
   /// One of member r's messages of this round completed (`slot`: receives, then sends).
   void pass_message_done(PassOp& op, int r, int slot, SimTime t);
   /// A ring pass message's completion known in advance (its flows were exclusive, see
@@ -356,7 +371,16 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::vector<PassDone> pass_done_;
-  std::uint64_t flows_exclusive_ = 0;  // flows timed by NetworkModel::exclusive_end
+  std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
+  // Ring pass messages that may share their links with one other message only
+  // (NetworkModel::pair_key): held until that message is matched too, or until the controller
+  // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.
+  struct HeldHop {
+    PassHop hop;
+    int key;
+  };
+  std::vector<HeldHop> held_;
+  std::vector<std::uint32_t> held_at_;
   struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
     std::int64_t start;
     std::uint64_t ends;

@@ -15,9 +15,15 @@
 // network: NetworkModel::exclusive_end gives its end when it is matched, and the controller
 // delivers that completion at once (drain_pass_done), so a ring of such hops runs its rounds
 // without waiting for virtual time to reach them. Every later message of its ends starts after
-// that end, so no other flow could have joined them.
+// that end, so no other flow could have joined them. Two messages whose links only each other's
+// flows can reach (NetworkModel::pair_key: two tiles behind one NIC, in two rings) are timed
+// together the same way when both are matched before the controller moves the network on and
+// they end at one instant (NetworkModel::exclusive_pair_ends); the first one matched is held
+// until then (held_), and goes to the network if that does not happen (flush_held). Either way
+// its ends are the network model's, so the timeline does not depend on which messages pair.
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <optional>
 
@@ -151,42 +157,96 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   }
   const SimTime start = std::max(s.post, d.post);
   const std::int64_t bytes = wire_bytes(count);
-  // With nothing else open on either end (s and d wait in this pass, so neither posts again
-  // before these messages end), a route on which no other rank's flow can travel carries them
-  // alone: their end is known now, and they never enter the network model. The trace lists
-  // flows in the order they complete, so it takes the network's path.
-  std::optional<SimTime> end;
-  if (!options_.trace && tiles_[u(s.rank)].nothing_open() && tiles_[u(d.rank)].nothing_open())
-    end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
-  for (int q = 0; q < parts; ++q) {
-    if (s.data && d.data && count > 0) {
+  if (s.data && d.data && count > 0)
+    for (int q = 0; q < parts; ++q) {
       const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
       if (!out.empty() && !in.empty())
         std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
     }
-    if (end.has_value()) {
-      COCO_CHECK(start >= net_.now(), "an exclusive flow starts in the past");
-      account_flow(start, *end, s.rank, d.rank, bytes);
-      ++flows_exclusive_;
-      pass_done_.push_back({&op, src, parts + q, *end});  // dst's part is pending
-      pass_done_.push_back({&op, dst, q, *end});
-      continue;
-    }
+  const PassHop hop{&op, src, dst, s.rank, d.rank, round, start, bytes};
+  // With nothing else open on either end (s and d wait in this pass, so neither posts again
+  // before these messages end), a route on which no other rank's flow can travel carries them
+  // alone: their end is known now, and they never enter the network model. The trace lists
+  // flows in the order they complete, so it takes the network's path.
+  if (options_.trace || !tiles_[u(s.rank)].nothing_open() || !tiles_[u(d.rank)].nothing_open()) {
+    pass_transfers(hop);
+    return;
+  }
+  if (const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start)) {
+    pass_closed(hop, *end);
+    return;
+  }
+  // A route whose links only one other pair's flows can reach (two tiles behind one NIC, each
+  // in a ring of its own): held until that pair's message is matched, then both are timed
+  // together if nothing else can change their ends (NetworkModel::exclusive_pair_ends), else
+  // they go to the network. Rings that run in step match both before the controller moves the
+  // network on (flush_held).
+  const std::optional<int> key = net_.pair_key(s.rank, d.rank);
+  if (!key.has_value()) {
+    pass_transfers(hop);
+    return;
+  }
+  const auto k = static_cast<size_t>(*key);
+  if (held_at_.size() <= k) held_at_.resize(k + 1, 0);
+  if (held_at_[k] == 0) {
+    held_.push_back({hop, *key});
+    held_at_[k] = static_cast<std::uint32_t>(held_.size());
+    return;
+  }
+  const PassHop other = held_[held_at_[k] - 1].hop;
+  held_[held_at_[k] - 1] = held_.back();
+  held_at_[static_cast<size_t>(held_.back().key)] = held_at_[k];
+  held_.pop_back();
+  held_at_[k] = 0;
+  const std::array<std::optional<SimTime>, 2> ends = net_.exclusive_pair_ends(
+      {other.src_rank, other.dst_rank, other.bytes, other.op->parts, other.start},
+      {s.rank, d.rank, bytes, parts, start});
+  const std::array<const PassHop*, 2> both = {&other, &hop};
+  for (size_t i = 0; i < 2; ++i) {
+    if (ends[i].has_value())
+      pass_closed(*both[i], *ends[i]);
+    else
+      pass_transfers(*both[i]);
+  }
+}
+
+void Kernel::pass_closed(const PassHop& h, SimTime end) {
+  COCO_CHECK(h.start >= net_.now(), "an exclusive flow starts in the past");
+  const int parts = h.op->parts;
+  for (int q = 0; q < parts; ++q) {
+    account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes);
+    ++flows_exclusive_;
+    pass_done_.push_back({h.op, h.src, parts + q, end});  // dst's part is pending
+    pass_done_.push_back({h.op, h.dst, q, end});
+  }
+}
+
+void Kernel::pass_transfers(const PassHop& h) {
+  const int parts = h.op->parts;
+  for (int q = 0; q < parts; ++q) {
     Transfer t;
-    t.start = start;
-    t.src = s.rank;
-    t.dst = d.rank;
-    t.key =
-        ChannelKey{op.group->ctx, s.rank, d.rank, static_cast<std::uint64_t>(parts * round + q)};
+    t.start = h.start;
+    t.src = h.src_rank;
+    t.dst = h.dst_rank;
+    t.key = ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
+                       static_cast<std::uint64_t>(parts * h.round + q)};
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
-    t.bytes = bytes;
-    t.label = op.trace_labels[u(src) * u(parts) + u(q)];
-    t.pass = &op;
-    t.op_src = src;
-    t.op_dst = dst;
+    t.bytes = h.bytes;
+    t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];
+    t.pass = h.op;
+    t.op_src = h.src;
+    t.op_dst = h.dst;
     t.part = q;
     new_transfers_.push_back(std::move(t));
   }
+}
+
+void Kernel::flush_held() {
+  for (const HeldHop& h : held_) {
+    held_at_[static_cast<size_t>(h.key)] = 0;
+    if (!aborting_) pass_transfers(h.hop);
+  }
+  held_.clear();
 }
 
 void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t) {

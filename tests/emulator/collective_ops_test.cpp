@@ -27,10 +27,12 @@ float tag_value(int from, int to, std::int64_t i) {
 // count(i -> j) of an uneven all-to-allv, some of them zero; both ends compute it.
 std::int64_t uneven(int i, int j) { return (i * 7 + j * 3) % 5 == 0 ? 0 : 1 + (i * 5 + j) % 9; }
 
-// Two Aurora nodes (24 tiles) under max-min, a library that charges every message, a device
+// Aurora nodes (two: 24 tiles) under max-min, a library that charges every message, a device
 // whose compute and transfers slow down beside each other.
-emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, bool trace = true) {
-  Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\nnodes = 2\n", "run.toml");
+emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, bool trace = true,
+                   int nodes = 2) {
+  Config cfg = Config::parse(
+      "[cluster]\npreset = \"aurora\"\nnodes = " + std::to_string(nodes) + "\n", "run.toml");
   Cluster c = load_cluster(cfg, kPresets);
   RooflineParams d;
   d.peak_flops_per_s = 1e12;
@@ -237,6 +239,82 @@ TEST(CollectiveOps, ExclusiveRingHopsGiveTheNetworkTimeline) {
   }
   // With the trace on, the same timeline through the network model alone.
   const Outcome traced = run("pairwise", 1, true, true);
+  EXPECT_EQ(traced.result.flows_exclusive, 0u);
+  EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
+}
+
+// usp's rings across four Aurora nodes: one ring per tile index. Tiles 2, 3, 8 and 9 have a NIC
+// each, so their rings' hops are exclusive; tiles 0 and 4, 1 and 5, 6 and 10, 7 and 11 share
+// one, so two rings' hops between two nodes share its links. After a barrier, rings 0 and 4 run
+// in step; ring 5 starts late on one node; rings 7 and 11 pass blocks of other sizes; ring 6 has
+// an empty block; ring 10 has compute that differs by member.
+void rings(Communicator& world, Received& got, std::mutex& mu) {
+  const int me = world.rank(), tile = me % 12, node = me / 12;
+  auto ring = world.split(tile, me);
+  const int n = ring->size();
+  world.barrier();
+  if (tile == 5 && node == 1) world.compute({OpKind::kGemm, 3e6, 0, "late"});
+  for (int pass_no = 0; pass_no < 2; ++pass_no) {
+    std::vector<std::vector<float>> k(static_cast<size_t>(n)), v(static_cast<size_t>(n));
+    RingPass pass;
+    pass.parts = 2;
+    pass.labels = {"ring_k", "ring_v"};
+    for (int j = 0; j < n; ++j) {
+      const std::int64_t count = tile == 7             ? 300 * (1 + j % 3)
+                                 : tile == 11          ? 200 * (1 + (j + 1) % 3)
+                                 : tile == 6 && j == 2 ? 0
+                                                       : 300 + 100 * pass_no;
+      pass.counts.push_back(count);
+      k[static_cast<size_t>(j)].assign(static_cast<size_t>(count), -1);
+      v[static_cast<size_t>(j)].assign(static_cast<size_t>(count), -1);
+      for (std::int64_t i = 0; j == ring->rank() && i < count; ++i) {
+        k[static_cast<size_t>(j)][static_cast<size_t>(i)] = tag_value(me, 0, i);
+        v[static_cast<size_t>(j)][static_cast<size_t>(i)] = tag_value(me, 1, i);
+      }
+      pass.work.push_back(
+          {OpKind::kAttention, tile == 10 ? 1e5 * (1 + (j + node) % 3) : 2e5, 0, "ring_attention"});
+    }
+    pass.data = [&](int part, int j) -> std::span<float> {
+      return (part == 0 ? k : v)[static_cast<size_t>(j)];
+    };
+    ring->ring_pass(pass);
+    for (int j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < pass.counts[static_cast<size_t>(j)]; ++i)
+        ASSERT_EQ(k[static_cast<size_t>(j)][static_cast<size_t>(i)] +
+                      v[static_cast<size_t>(j)][static_cast<size_t>(i)],
+                  tag_value(ring->world_rank(j), 0, i) + tag_value(ring->world_rank(j), 1, i));
+    std::lock_guard<std::mutex> lk(mu);
+    got[{me, pass_no}] = k[static_cast<size_t>((ring->rank() + 1) % n)];
+  }
+}
+
+TEST(CollectiveOps, PairedRingHopsGiveTheNetworkTimeline) {
+  // Trace off, two hops that only each other's flows can slow down (NetworkModel::pair_key) are
+  // held until both are matched and timed together when they end at one instant
+  // (exclusive_pair_ends); the others go to the network. The same timeline and received bytes
+  // as the per-message run and the traced one (every flow through the network), on 1, 2 and 4
+  // workers.
+  const auto run_rings = [](int workers, bool ops, bool trace) {
+    emu::Engine e = engine("pairwise", workers, ops, trace, 4);
+    Outcome out;
+    std::mutex mu;
+    out.result = e.run([&](Communicator& c) { rings(c, out.received, mu); });
+    return out;
+  };
+  const Outcome ref = run_rings(1, false, false);
+  EXPECT_EQ(ref.result.flows_exclusive, 0u);
+  // Flows of one ring: 4 members, 3 hops each, 2 parts, 2 passes.
+  const std::uint64_t ring_flows = std::uint64_t{4} * 3 * 2 * 2;
+  for (int workers : {1, 2, 4}) {
+    SCOPED_TRACE("workers " + std::to_string(workers));
+    const Outcome got = run_rings(workers, true, false);
+    // The four exclusive rings', rings 0 and 4, but not every ring's: those out of step go to
+    // the network.
+    EXPECT_GE(got.result.flows_exclusive, (4 + 2) * ring_flows);
+    EXPECT_LT(got.result.flows_exclusive, 12 * ring_flows);
+    expect_same_run(got, ref);
+  }
+  const Outcome traced = run_rings(1, true, true);
   EXPECT_EQ(traced.result.flows_exclusive, 0u);
   EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
 }

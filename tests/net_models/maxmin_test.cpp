@@ -245,6 +245,108 @@ TEST(MaxMin, ExclusiveEndIsWhatAddingTheFlowsGives) {
             10 + ab.flow_time(0, 2, 6000).ns());
 }
 
+// `per_side` ranks on switch a, as many on switch b, one 3 GB/s link each way between the
+// switches (two tiles behind one NIC each side, when per_side is 2); every port 4 GB/s except
+// rank 1's, 1 GB/s; 100 ns a hop.
+std::shared_ptr<const ClusterGraph> two_switches(int per_side) {
+  auto g = std::make_shared<ClusterGraph>(flat_topo(2 * per_side));
+  const int cls = g->add_link_class("port", "intra-node");
+  const int a = g->add_vertex("a", VertexKind::kSwitch, 0);
+  const int b = g->add_vertex("b", VertexKind::kSwitch, 0);
+  for (int r = 0; r < 2 * per_side; ++r)
+    g->add_duplex(r, r < per_side ? a : b, SimTime::from_ns(100), (r == 1 ? 1 : 4) * kGBps, cls);
+  g->add_duplex(a, b, SimTime::from_ns(100), 3 * kGBps, cls);
+  return g;
+}
+
+TEST(MaxMin, ExclusivePairEndsAreWhatAddingTheFlowsGives) {
+  // Only flows from ranks 0 and 1 cross the link from a to b, only flows to 2 and 3: 0 -> 2 and
+  // 1 -> 3 can be timed as a pair. Rank 1's 1 GB/s port fixes 1 -> 3 first; 0 -> 2 gets the
+  // rest of the 3 GB/s link.
+  MaxMinModel net(two_switches(2));
+  ASSERT_TRUE(net.pair_key(0, 2).has_value());
+  EXPECT_EQ(net.pair_key(0, 2), net.pair_key(1, 3));
+  EXPECT_EQ(net.pair_key(0, 2), net.pair_key(1, 2));
+  EXPECT_FALSE(net.pair_key(0, 1).has_value());  // exclusive: exclusive_end applies
+  // In step: 1 -> 3 gets 1 B/ns (its port, tied with the 3 GB/s link's share), each of 0 -> 2's
+  // two copies 1 B/ns of the 2 B/ns left. With 1,500 B each they end together: both ends known.
+  const auto together = net.exclusive_pair_ends({0, 2, 1500, 2, SimTime::from_ns(50)},
+                                                {1, 3, 1500, 1, SimTime::from_ns(50)});
+  ASSERT_TRUE(together[0].has_value() && together[1].has_value());
+  EXPECT_EQ(together[0]->ns(), 50 + 300 + 1500);
+  EXPECT_EQ(together[1]->ns(), 50 + 300 + 1500);
+  // With 6,000 B from rank 0, 1 -> 3 ends first and 0 -> 2 speeds up: a flow from rank 1 could
+  // then join 0 -> 2's links before it ends, so neither end is final.
+  const auto apart = net.exclusive_pair_ends({0, 2, 6000, 2, SimTime::from_ns(50)},
+                                             {1, 3, 1500, 1, SimTime::from_ns(50)});
+  EXPECT_FALSE(apart[0].has_value() || apart[1].has_value());
+  // 1 -> 3 ends (at 50 + 300 + 100) before 0 -> 2 joins at 1,000 + 300: the first end is final,
+  // the second flow is added as usual.
+  const auto first = net.exclusive_pair_ends({0, 2, 6000, 2, SimTime::from_ns(1000)},
+                                             {1, 3, 100, 1, SimTime::from_ns(50)});
+  EXPECT_FALSE(first[0].has_value());
+  ASSERT_TRUE(first[1].has_value());
+  EXPECT_EQ(first[1]->ns(), 50 + 300 + 100);
+  // 0 -> 2 joins at 300 alone (3 B/ns), 1 -> 3 at 400; then 2 and 1 B/ns: 2,300 - 300 B and
+  // 1,000 B both end at 1,400, as adding them gives.
+  const auto staggered =
+      net.exclusive_pair_ends({0, 2, 2300, 1, SimTime{}}, {1, 3, 1000, 1, SimTime::from_ns(100)});
+  ASSERT_TRUE(staggered[0].has_value() && staggered[1].has_value());
+  EXPECT_EQ(staggered[0]->ns(), 1400);
+  EXPECT_EQ(staggered[1]->ns(), 1400);
+  {
+    MaxMinModel added(two_switches(2));
+    added.add_flow(0, 0, 2, 2300, SimTime{});
+    added.add_flow(1, 1, 3, 1000, SimTime::from_ns(100));
+    EXPECT_EQ(drain(added), (std::map<std::uint64_t, std::int64_t>{{0, 1400}, {1, 1400}}));
+  }
+  // Random pairs (some in step, some apart, some overlapping, empty ones): every end given is
+  // the end adding both flows (with their copies) gives; in step with equal sizes, both are.
+  std::mt19937 rng(11);
+  int both = 0, one = 0, none = 0;
+  for (int i = 0; i < 400; ++i) {
+    const bool in_step = i % 3 == 0;
+    NetworkModel::PairFlow a{0, 2, 0, 1, {}}, b{1, i % 2 == 0 ? 3 : 2, 0, 1, {}};
+    if (i % 4 == 1) std::swap(a, b);
+    a.bytes = i % 17 == 5 ? 0 : std::uniform_int_distribution<std::int64_t>(1, 20000)(rng);
+    b.bytes = in_step ? a.bytes : std::uniform_int_distribution<std::int64_t>(0, 20000)(rng);
+    a.copies = std::uniform_int_distribution<int>(1, 3)(rng);
+    b.copies = in_step ? a.copies : std::uniform_int_distribution<int>(1, 3)(rng);
+    a.start = SimTime::from_ns(std::uniform_int_distribution<std::int64_t>(0, 8000)(rng));
+    b.start = in_step ? a.start
+                      : SimTime::from_ns(std::uniform_int_distribution<std::int64_t>(0, 8000)(rng));
+    const auto ends = net.exclusive_pair_ends(a, b);
+    MaxMinModel added(two_switches(2));
+    std::uint64_t id = 0;
+    std::vector<std::uint64_t> first, second;
+    const NetworkModel::PairFlow& early = a.start <= b.start ? a : b;
+    const NetworkModel::PairFlow& late = a.start <= b.start ? b : a;
+    for (const NetworkModel::PairFlow* f : {&early, &late})
+      for (int c = 0; c < f->copies; ++c) {
+        (f == &a ? first : second).push_back(id);
+        added.add_flow(id++, f->src, f->dst, f->bytes, f->start);
+      }
+    const auto done = drain(added);
+    for (size_t k = 0; k < 2; ++k) {
+      if (!ends[k].has_value()) continue;
+      for (std::uint64_t c : k == 0 ? first : second) EXPECT_EQ(done.at(c), ends[k]->ns()) << i;
+    }
+    (ends[0] && ends[1] ? both : ends[0] || ends[1] ? one : none)++;
+  }
+  EXPECT_GT(both, 0);
+  EXPECT_GT(one, 0);
+  EXPECT_GT(none, 0);
+  EXPECT_EQ(net.active_flows(), 0u);  // nothing was added
+  // Three ranks each side: the link between the switches carries flows of three sources and to
+  // three destinations, so nothing is paired.
+  MaxMinModel wide(two_switches(3));
+  EXPECT_FALSE(wide.pair_key(0, 3).has_value());
+  const auto refused = wide.exclusive_pair_ends({0, 3, 100, 1, {}}, {2, 4, 100, 1, {}});
+  EXPECT_FALSE(refused[0].has_value() || refused[1].has_value());
+  AlphaBetaModel ab(two_switches(2));  // every flow exclusive: no pairs
+  EXPECT_FALSE(ab.pair_key(0, 2).has_value());
+}
+
 TEST(MaxMin, DisjointComponentsAreSolvedApart) {
   // Four flows join at 200 ns on a star (rank 0's uplink 3 GB/s, the others 4 GB/s): 1->2 and
   // 3->4 are alone on their links, 0->5 twice shares rank 0's uplink at 1.5 B/ns each. Each
