@@ -1,6 +1,7 @@
 #include "net_models/maxmin_model.hpp"
 
 #include <algorithm>
+#include <boost/container/small_vector.hpp>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -461,7 +462,7 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
     std::int64_t join = 0, finish = 0;
     double remaining = 0, rate = 0;
     int weight = 1;
-    std::vector<int> links;  // limited links of its route
+    boost::container::small_vector<int, 8> links;  // limited links of its route
     bool occupies() const { return remaining > 0 && !links.empty(); }
   };
   std::array<Entry, 2> e;
@@ -496,7 +497,7 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
       double cap_left;
       int unfixed = 0, newly_fixed = 0;
     };
-    std::vector<Budget> budget;
+    boost::container::small_vector<Budget, 16> budget;
     for (Entry& x : e)
       for (int l : x.links) {
         auto it = std::find_if(budget.begin(), budget.end(),

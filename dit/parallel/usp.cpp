@@ -26,6 +26,14 @@ OpCost partial_attention_cost(std::int64_t q_rows, std::int64_t q_cols, std::int
           (q_numel + k_numel + k_numel + q_numel) * kBytesPerElement, "ring_attention"};
 }
 
+// Token chunk of ring member j (of a world of pw ranks in Ulysses groups of ud): the shards of
+// its Ulysses group (contiguous world ranks).
+TokenShard ring_chunk(std::int64_t total, int pw, int ud, int j) {
+  const TokenShard a = shard_tokens(total, pw, j * ud);
+  const TokenShard b = shard_tokens(total, pw, j * ud + ud - 1);
+  return TokenShard{a.begin, b.begin + b.count - a.begin, total};
+}
+
 // The clock's share of merging `parts` partial results of q's shape by their log-sum-exp.
 void charge_merge(const Exec& ex, std::int64_t q_rows, std::int64_t q_cols, size_t parts) {
   const double numel = n(q_rows) * n(q_cols);
@@ -64,6 +72,37 @@ UlyssesRing::UlyssesRing(Communicator& world, const ModelConfig& cfg,
                       "usp.ring_levels)");
 }
 
+const UlyssesRing::RingPlan& UlyssesRing::ring_plan(std::int64_t total, std::int64_t q_rows,
+                                                    std::int64_t q_cols, int heads, int head_dim,
+                                                    int batch) {
+  for (const RingPlan& p : plans_)
+    if (p.total == total && p.q_rows == q_rows && p.q_cols == q_cols && p.heads == heads &&
+        p.head_dim == head_dim && p.batch == batch)
+      return p;
+  const int pw = world_.size(), ud = ulysses_comm_->size();
+  const int rd = ring_comm_->size(), ri = ring_comm_->rank();
+  RingPlan& p = plans_.emplace_back();
+  p.total = total;
+  p.q_rows = q_rows;
+  p.q_cols = q_cols;
+  p.heads = heads;
+  p.head_dim = head_dim;
+  p.batch = batch;
+  p.chunk_rows.reserve(u(rd));
+  for (int j = 0; j < rd; ++j) p.chunk_rows.push_back(batch * ring_chunk(total, pw, ud, j).count);
+  // At step i this rank attends to member (ri - i)'s image K/V while passing it on.
+  const std::int64_t hw = std::int64_t{heads} * head_dim;
+  p.pass.parts = 2;
+  p.pass.labels = {"ring_k", "ring_v"};
+  for (int j = 0; j < rd; ++j) p.pass.counts.push_back(p.chunk_rows[u(j)] * hw);
+  for (int i = 0; i < rd; ++i) {
+    const int holder = ((ri - i) % rd + rd) % rd;
+    p.pass.work.push_back(
+        partial_attention_cost(q_rows, q_cols, p.chunk_rows[u(holder)], heads, head_dim, batch));
+  }
+  return p;
+}
+
 std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
                                         const AttentionShape& shape) {
   const int pw = world_.size();
@@ -74,15 +113,11 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   const int dh = shape.head_dim, batch = shape.batch;
   const std::int64_t hw = std::int64_t{hl} * dh;
   std::vector<ColumnRange> cols;
+  cols.reserve(u(ud));
   for (int d = 0; d < ud; ++d)
     cols.push_back({std::int64_t{hs.begin[u(d)]} * dh, std::int64_t{hs.count[u(d)]} * dh});
   const int streams = src.num_streams();
-  // Token chunk of ring member j: the shards of its Ulysses group (contiguous world ranks).
-  auto chunk_of = [&](int j, std::int64_t total) {
-    const TokenShard a = shard_tokens(total, pw, j * ud);
-    const TokenShard b = shard_tokens(total, pw, j * ud + ud - 1);
-    return TokenShard{a.begin, b.begin + b.count - a.begin, total};
-  };
+  auto chunk_of = [&](int j, std::int64_t total) { return ring_chunk(total, pw, ud, j); };
 
   // Q, K, V: image streams through the Ulysses exchange, text streams projected locally.
   std::vector<Tensor> parts[3];
@@ -147,8 +182,9 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   // otherwise into a tensor per chunk.
   const std::int64_t total = src.total_tokens(img);
   const bool direct = batch == 1 && !ex.phantom;
-  std::vector<std::int64_t> chunk_rows(u(rd)), chunk_at(u(rd));
-  for (int j = 0; j < rd; ++j) chunk_rows[u(j)] = batch * chunk_of(j, total).count;
+  const RingPlan& plan = ring_plan(total, qr, qc, hl, dh, batch);
+  const std::vector<std::int64_t>& chunk_rows = plan.chunk_rows;
+  std::vector<std::int64_t> chunk_at(direct ? u(rd) : 0);
   std::vector<Tensor> ring_k, ring_v;  // one per chunk, unless direct or phantom
   Mat all_k, all_v;
   if (direct) {
@@ -184,27 +220,23 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
                              : Tensor::uninitialized(chunk_rows[u(j)], hw, false);
     }
   }
-  // At step i this rank attends to member (ri - i)'s image K/V while passing it on.
-  RingPass pass;
-  pass.parts = 2;
-  pass.labels = {"ring_k", "ring_v"};
-  pass.counts.reserve(u(rd));
-  pass.work.reserve(u(rd));
-  for (int j = 0; j < rd; ++j) pass.counts.push_back(chunk_rows[u(j)] * hw);
-  if (!ex.phantom)
+  // At step i this rank attends to member (ri - i)'s image K/V while passing it on (the plan's
+  // work, one charge per round).
+  COCO_CHECK(!ex.deferred, "usp: a ring pass inside a deferred section");
+  if (ex.record != nullptr)
+    for (const OpCost& w : plan.pass.work) ex.record_charge(w);
+  sets += u(rd);
+  if (ex.phantom) {
+    ring_comm_->ring_pass(plan.pass);  // sizes only
+  } else {
+    RingPass pass = plan.pass;
     pass.data = [&](int part, int j) -> std::span<float> {
       if (!direct) return (part == 0 ? ring_k : ring_v)[u(j)].data();
       Mat& all = part == 0 ? all_k : all_v;
       return {all.data() + chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
     };
-  COCO_CHECK(!ex.deferred, "usp: a ring pass inside a deferred section");
-  for (int i = 0; i < rd; ++i) {
-    const int holder = ((ri - i) % rd + rd) % rd;
-    pass.work.push_back(partial_attention_cost(qr, qc, chunk_rows[u(holder)], hl, dh, batch));
-    ex.record_charge(pass.work.back());
-    ++sets;
+    ring_comm_->ring_pass(pass);
   }
-  ring_comm_->ring_pass(pass);
   Tensor o = Tensor::uninitialized(qr, qc, ex.phantom);
   if (!ex.phantom) {
     if (!direct) {

@@ -11,6 +11,7 @@
 //   UlyssesRing usp(comm, cfg, options);          // collective: two splits (+ TAPA's)
 //   std::vector<Tensor> out = usp.attend(ex, src, shape);
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,9 +36,21 @@ class UlyssesRing final : public AttentionStrategy {
   int ring_degree() const { return ring_comm_->size(); }
 
  private:
+  // The ring's blocks and per-round charges for one shape: the same in every block of a kind
+  // and every step, so they are worked out once (a ring of 128 members has 128 of each).
+  struct RingPlan {
+    std::int64_t total = 0, q_rows = 0, q_cols = 0;
+    int heads = 0, head_dim = 0, batch = 0;
+    std::vector<std::int64_t> chunk_rows;  // per ring member: its chunk's rows
+    RingPass pass;                         // counts, work and labels (no data)
+  };
+  const RingPlan& ring_plan(std::int64_t total, std::int64_t q_rows, std::int64_t q_cols, int heads,
+                            int head_dim, int batch);
+
   Communicator& world_;
   std::unique_ptr<Communicator> ulysses_comm_, ring_comm_;
   std::unique_ptr<SpGroup> ulysses_;
+  std::vector<RingPlan> plans_;
 };
 
 }  // namespace cocodiff::dit
