@@ -699,9 +699,10 @@ std::string Kernel::deadlock_report() const {
   return s;
 }
 
-void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes) {
-  bytes_by_tier_[static_cast<size_t>(tier(src, dst))] += bytes;
-  ++flows_;
+void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
+                          int copies) {
+  bytes_by_tier_[static_cast<size_t>(tier(src, dst))] += bytes * copies;
+  flows_ += static_cast<std::uint64_t>(copies);
   std::uint64_t h = kHashBasis;
   hash_value(h, (start - flow_base_).ns());
   hash_value(h, (end - flow_base_).ns());
@@ -714,7 +715,7 @@ void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int
   h ^= h >> 33;
   h *= 0xC4CEB9FE1A85EC53ull;
   h ^= h >> 33;
-  flow_inner_ += h;
+  flow_inner_ += h * static_cast<std::uint64_t>(copies);  // the sum of `copies` equal digests
 }
 
 bool Kernel::drain_pass_done() {
@@ -726,7 +727,7 @@ bool Kernel::drain_pass_done() {
     const PassDone d = pass_done_.back();
     pass_done_.pop_back();
     try {
-      pass_message_done(*d.op, d.member, d.slot, d.t);
+      pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
     } catch (const CommError& e) {  // a mismatched message of a later round
       failures_.push_back({d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
       aborting_ = true;

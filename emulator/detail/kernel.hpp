@@ -300,20 +300,23 @@ class Kernel {
   void pass_closed(const PassHop& h, SimTime end);
   /// Sends the held messages (pass_match) to the network model, before it moves on.
   void flush_held();
-  /// One of member r's messages of this round completed (`slot`: receives, then sends).
-  void pass_message_done(PassOp& op, int r, int slot, SimTime t);
+  /// `count` of member r's messages of this round completed, from `slot` on (receives, then
+  /// sends).
+  void pass_message_done(PassOp& op, int r, int slot, SimTime t, int count = 1);
   /// A ring pass message's completion known in advance (its flows were exclusive, see
   /// pass_match); the controller delivers them (drain_pass_done).
   struct PassDone {
     PassOp* op;
-    int member, slot;
+    int member, slot, count;
     SimTime t;
   };
   /// Delivers the completions of exclusive ring pass messages, and those of the messages they
   /// lead to, until none is left. Returns false when there was none.
   bool drain_pass_done();
   /// A completed flow's share of the statistics and of the timeline hash.
-  void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes);
+  /// `copies` such flows at once (the parts of one ring pass message).
+  void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
+                    int copies = 1);
   /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
   /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
   /// Returns the clock after it.

@@ -213,12 +213,10 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
 void Kernel::pass_closed(const PassHop& h, SimTime end) {
   COCO_CHECK(h.start >= net_.now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
-  for (int q = 0; q < parts; ++q) {
-    account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes);
-    ++flows_exclusive_;
-    pass_done_.push_back({h.op, h.src, parts + q, end});  // dst's part is pending
-    pass_done_.push_back({h.op, h.dst, q, end});
-  }
+  account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes, parts);
+  flows_exclusive_ += static_cast<std::uint64_t>(parts);
+  pass_done_.push_back({h.op, h.src, parts, parts, end});  // the sends; dst's are pending
+  pass_done_.push_back({h.op, h.dst, 0, parts, end});      // the receives
 }
 
 void Kernel::pass_transfers(const PassHop& h) {
@@ -249,13 +247,14 @@ void Kernel::flush_held() {
   held_.clear();
 }
 
-void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t) {
+void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count) {
   PassMember& m = op.members[u(r)];
   if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
   const int parts = op.parts;
   SimTime* done = op.done.data() + u(r) * u(2 * parts);
-  done[slot] = t;
-  if (--m.pending > 0) return;
+  std::fill_n(done + slot, count, t);
+  m.pending -= count;
+  if (m.pending > 0) return;
   // The waits, in posting order: receives, then sends.
   TileStats& ts = tiles_[u(m.rank)];
   for (int k = 0; k < 2 * parts; ++k) {
