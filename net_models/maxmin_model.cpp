@@ -415,39 +415,48 @@ void MaxMinModel::find_link_owners() {
   }
 }
 
+const MaxMinModel::HopInfo& MaxMinModel::hop_info(int src, int dst) {
+  if (link_src_.empty()) find_link_owners();
+  if (hops_.empty()) hops_.resize(static_cast<size_t>(routes_.graph().num_ranks()));
+  HopInfo& h = hops_[static_cast<size_t>(src)];
+  if (h.dst == dst) return h;
+  h = HopInfo{};
+  h.dst = dst;
+  h.exclusive = true;
+  h.narrowest = std::numeric_limits<double>::infinity();
+  bool paired = true;  // each limited link not exclusive has two sources or two destinations
+  RouteSummary route;
+  for (int l : routes_.route(src, dst, route)) {
+    const auto k = static_cast<size_t>(l);
+    if (limited_[k] == 0) continue;
+    h.links.push_back(l);
+    h.narrowest = std::min(h.narrowest, links_[k].bandwidth_bytes_per_s);
+    if (link_src_[k].only(src) || link_dst_[k].only(dst)) continue;
+    h.exclusive = false;
+    if (!link_src_[k].two() && !link_dst_[k].two()) paired = false;
+    if (h.key < 0) h.key = l;
+  }
+  if (!paired) h.key = -1;
+  h.latency = route.latency;
+  return h;
+}
+
 std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t bytes, int copies,
                                                   SimTime start) {
   COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
-  if (link_src_.empty()) find_link_owners();
-  RouteSummary route;
-  const std::span<const int> links = routes_.route(src, dst, route);
-  double rate = std::numeric_limits<double>::infinity();
-  bool limited = false;
-  for (int l : links) {
-    const auto k = static_cast<size_t>(l);
-    if (limited_[k] == 0) continue;
-    if (!link_src_[k].only(src) && !link_dst_[k].only(dst)) return std::nullopt;
-    rate = std::min(rate, links_[k].bandwidth_bytes_per_s);
-    limited = true;
-  }
+  const HopInfo& h = hop_info(src, dst);
+  if (!h.exclusive) return std::nullopt;
   // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
-  const std::int64_t join = (start + route.latency).ns();
-  if (bytes == 0 || !limited) return SimTime::from_ns(join);
-  return SimTime::from_ns(join +
-                          transfer_ns(static_cast<double>(bytes), std::max(rate, 0.0) / copies));
+  const std::int64_t join = (start + h.latency).ns();
+  if (bytes == 0 || h.links.empty()) return SimTime::from_ns(join);
+  return SimTime::from_ns(
+      join + transfer_ns(static_cast<double>(bytes), std::max(h.narrowest, 0.0) / copies));
 }
 
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {
-  if (link_src_.empty()) find_link_owners();
-  RouteSummary route;
-  std::optional<int> key;
-  for (int l : routes_.route(src, dst, route)) {
-    const auto k = static_cast<size_t>(l);
-    if (limited_[k] == 0 || link_src_[k].only(src) || link_dst_[k].only(dst)) continue;
-    if (!link_src_[k].two() && !link_dst_[k].two()) return std::nullopt;
-    if (!key.has_value()) key = l;
-  }
-  return key;
+  const HopInfo& h = hop_info(src, dst);
+  if (h.key < 0) return std::nullopt;
+  return h.key;
 }
 
 std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const PairFlow& a,
@@ -456,7 +465,6 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
                  b.bytes >= 0,
              "exclusive_pair_ends: bad flow");
   if (a.src == b.src && a.dst == b.dst) return {};
-  if (link_src_.empty()) find_link_owners();
   // One entry per flow, as add_flow and activate would make it (its copies are its twins).
   struct Entry {
     std::int64_t join = 0, finish = 0;
@@ -468,14 +476,13 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
   std::array<Entry, 2> e;
   const std::array<const PairFlow*, 2> in = {&a, &b};
   for (size_t i = 0; i < 2; ++i) {
-    RouteSummary route;
-    for (int l : routes_.route(in[i]->src, in[i]->dst, route)) {
+    const HopInfo& h = hop_info(in[i]->src, in[i]->dst);  // copied: the next call may reuse it
+    for (int l : h.links) {
       const auto k = static_cast<size_t>(l);
-      if (limited_[k] == 0) continue;
       if (!link_src_[k].within(a.src, b.src) && !link_dst_[k].within(a.dst, b.dst)) return {};
-      e[i].links.push_back(l);
     }
-    e[i].join = (in[i]->start + route.latency).ns();
+    e[i].links = h.links;
+    e[i].join = (in[i]->start + h.latency).ns();
     e[i].remaining = static_cast<double>(in[i]->bytes);
     e[i].weight = in[i]->copies;
   }

@@ -16,6 +16,7 @@
 
 #include <array>
 #include <boost/circular_buffer.hpp>
+#include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -145,6 +146,18 @@ class MaxMinModel final : public NetworkModel {
     }
   };
   std::vector<Owners> link_src_, link_dst_;
+  // What the closed forms read of a route (exclusive_end, pair_key, exclusive_pair_ends), kept
+  // for each source's last destination: a ring pass asks about the same hop again and again.
+  struct HopInfo {
+    int dst = -1;
+    bool exclusive = false;  // every limited link carries only flows from src, or only to dst
+    int key = -1;            // pair_key, or -1
+    SimTime latency;
+    double narrowest = 0;                          // bandwidth of its narrowest limited link
+    boost::container::small_vector<int, 8> links;  // its limited links, in route order
+  };
+  const HopInfo& hop_info(int src, int dst);
+  std::vector<HopInfo> hops_;  // per source
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
