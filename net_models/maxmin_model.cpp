@@ -465,6 +465,38 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
                  b.bytes >= 0,
              "exclusive_pair_ends: bad flow");
   if (a.src == b.src && a.dst == b.dst) return {};
+  // Rings in step ask about the same two hops with the same sizes round after round. Only
+  // differences of times enter the arithmetic below, so its ends, taken from a's join, are
+  // kept for a's source (either way round) and reused while the inputs stay the same.
+  const std::int64_t join_a = (a.start + hop_info(a.src, a.dst).latency).ns();
+  const std::int64_t join_b = (b.start + hop_info(b.src, b.dst).latency).ns();
+  if (pair_memo_.empty()) pair_memo_.resize(static_cast<size_t>(routes_.graph().num_ranks()));
+  const auto same = [](const PairMemo& m, const PairFlow& x, const PairFlow& y, std::int64_t dj) {
+    return m.x.src == x.src && m.x.dst == x.dst && m.x.bytes == x.bytes && m.x.copies == x.copies &&
+           m.y.src == y.src && m.y.dst == y.dst && m.y.bytes == y.bytes && m.y.copies == y.copies &&
+           m.dj == dj;
+  };
+  const auto from = [](std::int64_t base, const std::optional<std::int64_t>& off) {
+    return off.has_value() ? std::optional<SimTime>(SimTime::from_ns(base + *off)) : std::nullopt;
+  };
+  const PairMemo& mine = pair_memo_[static_cast<size_t>(a.src)];
+  if (same(mine, a, b, join_b - join_a))
+    return {from(join_a, mine.off[0]), from(join_a, mine.off[1])};
+  const PairMemo& theirs = pair_memo_[static_cast<size_t>(b.src)];
+  if (same(theirs, b, a, join_a - join_b))
+    return {from(join_b, theirs.off[1]), from(join_b, theirs.off[0])};
+  const std::array<std::optional<SimTime>, 2> ends = pair_ends(a, b);
+  PairMemo& m = pair_memo_[static_cast<size_t>(a.src)];
+  m.x = a;
+  m.y = b;
+  m.dj = join_b - join_a;
+  for (size_t i = 0; i < 2; ++i)
+    m.off[i] =
+        ends[i].has_value() ? std::optional<std::int64_t>(ends[i]->ns() - join_a) : std::nullopt;
+  return ends;
+}
+
+std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, const PairFlow& b) {
   // One entry per flow, as add_flow and activate would make it (its copies are its twins).
   struct Entry {
     std::int64_t join = 0, finish = 0;

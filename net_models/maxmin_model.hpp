@@ -158,6 +158,16 @@ class MaxMinModel final : public NetworkModel {
   };
   const HopInfo& hop_info(int src, int dst);
   std::vector<HopInfo> hops_;  // per source
+  // exclusive_pair_ends of x and y whose joins differ by dj (y's minus x's): the ends, taken
+  // from x's join. Per x's source.
+  struct PairMemo {
+    PairFlow x{-1, -1, 0, 0, {}}, y{-1, -1, 0, 0, {}};
+    std::int64_t dj = 0;
+    std::array<std::optional<std::int64_t>, 2> off;
+  };
+  std::vector<PairMemo> pair_memo_;
+  /// exclusive_pair_ends without the memo.
+  std::array<std::optional<SimTime>, 2> pair_ends(const PairFlow& a, const PairFlow& b);
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;

@@ -316,6 +316,21 @@ TEST(MaxMin, ExclusivePairEndsAreWhatAddingTheFlowsGives) {
     b.start = in_step ? a.start
                       : SimTime::from_ns(std::uniform_int_distribution<std::int64_t>(0, 8000)(rng));
     const auto ends = net.exclusive_pair_ends(a, b);
+    // Asked again later, either way round, the ends move with the starts (the model keeps the
+    // last answer per source), as a model that never saw the pair gives them.
+    NetworkModel::PairFlow a2 = a, b2 = b;
+    const std::int64_t shift = 1 + i * 7919;
+    a2.start = a.start + SimTime::from_ns(shift);
+    b2.start = b.start + SimTime::from_ns(shift);
+    const auto later = net.exclusive_pair_ends(b2, a2);
+    MaxMinModel fresh(two_switches(2));
+    EXPECT_EQ(later, fresh.exclusive_pair_ends(b2, a2)) << i;
+    for (size_t k = 0; k < 2; ++k) {
+      ASSERT_EQ(later[1 - k].has_value(), ends[k].has_value()) << i;
+      if (ends[k].has_value()) {
+        EXPECT_EQ(later[1 - k]->ns(), ends[k]->ns() + shift) << i;
+      }
+    }
     MaxMinModel added(two_switches(2));
     std::uint64_t id = 0;
     std::vector<std::uint64_t> first, second;
