@@ -501,6 +501,7 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
   struct Entry {
     std::int64_t join = 0, finish = 0;
     double remaining = 0, rate = 0;
+    double narrowest = 0;  // bandwidth of its route's narrowest limited link
     int weight = 1;
     boost::container::small_vector<int, 8> links;  // limited links of its route
     bool occupies() const { return remaining > 0 && !links.empty(); }
@@ -514,6 +515,7 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
       if (!link_src_[k].within(a.src, b.src) && !link_dst_[k].within(a.dst, b.dst)) return {};
     }
     e[i].links = h.links;
+    e[i].narrowest = h.narrowest;
     e[i].join = (in[i]->start + h.latency).ns();
     e[i].remaining = static_cast<double>(in[i]->bytes);
     e[i].weight = in[i]->copies;
@@ -522,11 +524,8 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
   for (int l : e[0].links)
     shared = shared || std::find(e[1].links.begin(), e[1].links.end(), l) != e[1].links.end();
   // Alone on its links from `t` (solve_lone): the narrowest link over its weight.
-  const auto lone = [this](Entry& x, std::int64_t t) {
-    double rate = std::numeric_limits<double>::infinity();
-    for (int l : x.links)
-      rate = std::min(rate, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s);
-    x.rate = std::max(rate, 0.0) / x.weight;
+  const auto lone = [](Entry& x, std::int64_t t) {
+    x.rate = std::max(x.narrowest, 0.0) / x.weight;
     x.finish = t + transfer_ns(x.remaining, x.rate);
   };
   // Both on their links from `t` (solve_component): progressive filling over both routes.

@@ -127,7 +127,7 @@ class MaxMinModel final : public NetworkModel {
   void solve_component(int seed, std::int64_t t);
   void solve_lone(Flow& f, std::int64_t t);
   void prune_finish_heap();
-  /// Fills link_src_/link_dst_ from every pair's route (on the first exclusive_end).
+  /// Fills link_src_/link_dst_ from every pair's route (on the first hop_info).
   void find_link_owners();
   bool stale(const Finish& f) const;
 

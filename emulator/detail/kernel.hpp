@@ -303,18 +303,19 @@ class Kernel {
   /// `count` of member r's messages of this round completed, from `slot` on (receives, then
   /// sends).
   void pass_message_done(PassOp& op, int r, int slot, SimTime t, int count = 1);
-  /// A ring pass message's completion known in advance (its flows were exclusive, see
-  /// pass_match); the controller delivers them (drain_pass_done).
+  /// Completions of `count` of a member's messages from `slot` on, known in advance (their
+  /// flows were timed in closed form, pass_closed); the controller delivers them
+  /// (drain_pass_done).
   struct PassDone {
     PassOp* op;
     int member, slot, count;
     SimTime t;
   };
-  /// Delivers the completions of exclusive ring pass messages, and those of the messages they
-  /// lead to, until none is left. Returns false when there was none.
+  /// Delivers the completions of ring pass messages timed in closed form, and those of the
+  /// messages they lead to, until none is left. Returns false when there was none.
   bool drain_pass_done();
-  /// A completed flow's share of the statistics and of the timeline hash.
-  /// `copies` such flows at once (the parts of one ring pass message).
+  /// A completed flow's share of the statistics and of the timeline hash, `copies` times (the
+  /// parts of one ring pass message).
   void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
                     int copies = 1);
   /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
