@@ -1,5 +1,6 @@
 #include "dit/weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -56,7 +57,9 @@ std::int64_t Weights::parameters() const {
 
 std::vector<std::string> Weights::names() const {
   std::vector<std::string> out;
+  out.reserve(tensors_.size());
   for (const auto& [name, e] : tensors_) out.push_back(name);
+  std::sort(out.begin(), out.end());
   return out;
 }
 

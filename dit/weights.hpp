@@ -8,11 +8,12 @@
 //   const Tensor& qkv = w->get("blocks.0.attn.qkv.weight");    // [3456, 1152]
 
 #include <cstdint>
-#include <map>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -63,8 +64,15 @@ class Weights {
     TensorSpec spec;
     Tensor tensor;
   };
+  struct NameHash {  // looks names up as string_views without building a string
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
   bool phantom_;
-  std::map<std::string, Entry, std::less<>> tensors_;
+  // Every block of every tile looks its weights up by name: hashed, not compared along a tree.
+  std::unordered_map<std::string, Entry, NameHash, std::equal_to<>> tensors_;
   std::unique_ptr<MathCache> cache_;  // mutable through a const Weights: thread-safe
 };
 

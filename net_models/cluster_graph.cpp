@@ -93,10 +93,13 @@ std::vector<int> ClusterGraph::route_tree(int src_vertex) const {
   // order, so the tree is deterministic.
   const size_t n = vertices_.size();
   const int outermost = std::min(topo_.num_tiers(), kMaxRouteTiers);
+  std::vector<int> class_tier;  // link_tier by class: names are compared once per class
+  class_tier.reserve(classes_.size());
+  for (const LinkClass& c : classes_) class_tier.push_back(std::min(tier_rank(c.tier), outermost));
   std::vector<PathCost> link_cost(links_.size());
   for (size_t l = 0; l < links_.size(); ++l) {
     const GraphLink& e = links_[l];
-    const int t = std::min(link_tier(static_cast<int>(l)), outermost);
+    const int t = class_tier[static_cast<size_t>(e.link_class)];
     // +1: a link costs something even with no latency and unlimited bandwidth.
     link_cost[l].ns_by_tier[static_cast<size_t>(outermost - t)] =
         1 + e.latency.ns() +

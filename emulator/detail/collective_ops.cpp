@@ -133,7 +133,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
     m.send_posts.assign(u(p), SimTime{});
     for (int k = 0; k + 1 < p; ++k) {
       const CollectiveMessage msg = op_send(op, group_rank, k);
-      m.clock += message_software_time(options_.library, wire_bytes(msg.count));
+      m.clock += software_time(wire_bytes(msg.count));
       m.send_posts[u(msg.peer)] = m.clock;
       const CollectiveMember& d = op.members[u(msg.peer)];
       if (d.started)
@@ -158,7 +158,7 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
   const CollectiveMember& s = op.members[u(in.peer)];
   if (s.started && s.round == m.round && s.send_posted)
     op_match(op, in.peer, r, op_send(op, in.peer, m.round), in, std::max(s.send_post, m.recv_post));
-  m.clock += message_software_time(options_.library, wire_bytes(out.count));
+  m.clock += software_time(wire_bytes(out.count));
   m.send_posted = true;
   m.send_post = m.clock;
   const CollectiveMember& d = op.members[u(out.peer)];

@@ -493,6 +493,7 @@ Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view ke
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
+    ms.waiters.swap(spare_waiters_);  // every tile waits here: the last mark's storage fits
   } else if (ms.key != key) {
     ms.replayable = false;
   }
@@ -506,7 +507,11 @@ Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view ke
     block(f, lk, nullptr, false);
   }
   const Communicator::RegionMark res{f.replayed, f.region_id};
-  if (++marks_[m].passed == n) marks_.erase(m);
+  if (const auto it = marks_.find(m); ++it->second.passed == n) {
+    spare_waiters_ = std::move(it->second.waiters);
+    spare_waiters_.clear();
+    marks_.erase(it);
+  }
   return res;
 }
 

@@ -26,6 +26,7 @@
 #include "emulator/detail/math_pool.hpp"
 #include "emulator/detail/stack_pool.hpp"
 #include "emulator/engine.hpp"
+#include "net_models/collective_model.hpp"
 
 namespace cocodiff::emu::detail {
 
@@ -322,6 +323,15 @@ class Kernel {
   /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
   /// Returns the clock after it.
   SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label);
+  /// message_software_time of the library for a message of `wire_bytes`, kept for the last
+  /// size asked (a collective's messages mostly have one size).
+  SimTime software_time(std::int64_t wire_bytes) {
+    if (wire_bytes != software_bytes_) {
+      software_bytes_ = wire_bytes;
+      software_time_ = message_software_time(options_.library, wire_bytes);
+    }
+    return software_time_;
+  }
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
@@ -375,6 +385,8 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::vector<PassDone> pass_done_;
+  std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
+  SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
   // Ring pass messages that may share their links with one other message only
   // (NetworkModel::pair_key): held until that message is matched too, or until the controller
@@ -400,6 +412,10 @@ class Kernel {
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
+  // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
+  // otherwise allocate and free half a megabyte per pass.
+  static constexpr std::size_t kPassPool = 64;
+  std::vector<std::unique_ptr<PassOp>> pass_pool_;
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {
@@ -443,6 +459,7 @@ class Kernel {
     std::size_t flow_trace_size = 0;
   };
   std::map<int, MarkState> marks_;
+  std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;

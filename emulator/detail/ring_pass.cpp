@@ -50,21 +50,24 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
     for (int q = 0; q < parts; ++q) interned[u(q)] = intern(pass.labels[u(q)]);
-  // The device's time for each round: rounds on blocks of one size charge the same op.
-  std::vector<SimTime> dt(u(p));
-  for (int i = 0; i < p; ++i)
-    dt[u(i)] = i > 0 && pass.work[u(i)] == pass.work[u(i - 1)] ? dt[u(i - 1)]
-                                                               : device_.time(pass.work[u(i)]);
   std::unique_lock<std::mutex> lk(mutex_);
   if (aborting_) throw Cancelled{};
   groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
   auto& slot = passes_[{g->ctx, seq}];
   if (slot == nullptr) {
-    slot = std::make_unique<PassOp>();
+    // A finished pass's arrays are reused: every entry a round reads is written first (each
+    // member's own when it starts, the completion times before its waits read them).
+    if (pass_pool_.empty()) {
+      slot = std::make_unique<PassOp>();
+    } else {
+      slot = std::move(pass_pool_.back());
+      pass_pool_.pop_back();
+    }
     slot->group = g;
     slot->seq = seq;
     slot->parts = parts;
-    slot->members.resize(u(p));
+    slot->finished = 0;
+    slot->members.assign(u(p), PassMember{});
     slot->counts.resize(u(p) * u(p));
     slot->dt.resize(u(p) * u(p));
     slot->work.resize(u(p) * u(p));
@@ -82,7 +85,10 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   const size_t at = u(group_rank) * u(p);
   for (int i = 0; i < p; ++i) {
     op.counts[at + u(i)] = pass.counts[u(i)];
-    op.dt[at + u(i)] = dt[u(i)];
+    // The device's time for each round: rounds on blocks of one size charge the same op.
+    op.dt[at + u(i)] = i > 0 && pass.work[u(i)] == pass.work[u(i - 1)]
+                           ? op.dt[at + u(i) - 1]
+                           : device_.time(pass.work[u(i)]);
     const OpCost& w = pass.work[u(i)];
     op.work[at + u(i)] = w.label.empty() ? op_kind_name(w.kind) : w.label;
   }
@@ -137,7 +143,11 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   complete(*m.req, m.clock);
   m.req.reset();
   m.pass = nullptr;
-  if (++op.finished == p) passes_.erase({op.group->ctx, op.seq});
+  if (++op.finished < p) return;
+  const auto it = passes_.find({op.group->ctx, op.seq});
+  it->second->group.reset();
+  if (pass_pool_.size() < kPassPool) pass_pool_.push_back(std::move(it->second));
+  passes_.erase(it);
 }
 
 void Kernel::pass_match(PassOp& op, int src, int dst) {
