@@ -102,12 +102,18 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   std::unique_lock<std::mutex> lk(mutex_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
-    slot = std::make_unique<CollectiveOp>();
+    if (op_pool_.empty()) {
+      slot = std::make_unique<CollectiveOp>();
+    } else {  // a finished op's storage (its members' buffers keep their capacity)
+      slot = std::move(op_pool_.back());
+      op_pool_.pop_back();
+    }
     slot->group = g;
     slot->seq = seq;
     slot->label = label;
     slot->kind = spec.kind;
-    slot->members.resize(u(p));
+    slot->finished = 0;
+    slot->members.assign(u(p), CollectiveMember{});
   }
   CollectiveOp& op = *slot;
   CollectiveMember& m = op.members[u(group_rank)];
@@ -220,7 +226,11 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   m.round = static_cast<int>(op.members.size());  // past every round: matches nothing more
   complete(*m.req, m.clock);
   m.req.reset();
-  if (++op.finished == static_cast<int>(op.members.size())) ops_.erase({op.group->ctx, op.seq});
+  if (++op.finished < static_cast<int>(op.members.size())) return;
+  const auto it = ops_.find({op.group->ctx, op.seq});
+  it->second->group.reset();
+  if (op_pool_.size() < kOpPool) op_pool_.push_back(std::move(it->second));
+  ops_.erase(it);
 }
 
 }  // namespace cocodiff::emu::detail

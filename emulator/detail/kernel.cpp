@@ -546,7 +546,8 @@ void Kernel::region_event(int mark) {
   }
   SimTime t0 = SimTime::max();
   for (const auto& m : mains_) t0 = std::min(t0, m->clock);
-  std::vector<std::int64_t> offsets(static_cast<size_t>(n));
+  std::vector<std::int64_t>& offsets = offsets_;  // kept between marks: sized once
+  offsets.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     offsets[static_cast<size_t>(r)] = (mains_[static_cast<size_t>(r)]->clock - t0).ns();
   // The region that ends here was recorded from the previous mark: keep its effect.

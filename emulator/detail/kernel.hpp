@@ -411,6 +411,8 @@ class Kernel {
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
+  static constexpr std::size_t kOpPool = 64;
+  std::vector<std::unique_ptr<CollectiveOp>> op_pool_;  // finished ops, kept for their storage
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
   // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
   // otherwise allocate and free half a megabyte per pass.
@@ -459,6 +461,7 @@ class Kernel {
     std::size_t flow_trace_size = 0;
   };
   std::map<int, MarkState> marks_;
+  std::vector<std::int64_t> offsets_;       // region_event's clock offsets of the tiles
   std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
