@@ -275,7 +275,8 @@ class Kernel {
     int parts = 1;
     int finished = 0;
     std::vector<PassMember> members;
-    std::vector<std::int64_t> counts;         // p per member: its count of each block
+    std::vector<std::int64_t> counts;         // rows of p: a count of each block
+    std::vector<std::uint32_t> count_row;     // per member: its row of counts
     std::vector<SimTime> dt;                  // p per member: the device's time for each round
     std::vector<std::string_view> work;       // p per member: each round's charge's label
     std::vector<std::string_view> labels;     // parts per member: its messages' labels

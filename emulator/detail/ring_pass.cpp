@@ -26,6 +26,7 @@
 #include <array>
 #include <cstring>
 #include <optional>
+#include <span>
 
 #include "core/errors.hpp"
 #include "emulator/detail/kernel.hpp"
@@ -68,7 +69,8 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
     slot->parts = parts;
     slot->finished = 0;
     slot->members.assign(u(p), PassMember{});
-    slot->counts.resize(u(p) * u(p));
+    slot->counts.clear();
+    slot->count_row.resize(u(p));
     slot->dt.resize(u(p) * u(p));
     slot->work.resize(u(p) * u(p));
     slot->labels.resize(u(p) * u(parts));
@@ -82,9 +84,24 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
                     " passes " + std::to_string(parts) + " parts, the ranks before it " +
                     std::to_string(op.parts));
   }
+  // The block sizes, kept once for the members that pass the same (usually all of them): the
+  // first member's row, or the last one kept.
+  const std::span<const std::int64_t> counts(pass.counts.data(), u(p));
+  const size_t rows = op.counts.size() / u(p);
+  const auto same_row = [&](size_t row) {
+    return std::equal(counts.begin(), counts.end(),
+                      op.counts.begin() + static_cast<std::ptrdiff_t>(row * u(p)));
+  };
+  if (rows > 0 && same_row(0)) {
+    op.count_row[u(group_rank)] = 0;
+  } else if (rows > 1 && same_row(rows - 1)) {
+    op.count_row[u(group_rank)] = static_cast<std::uint32_t>(rows - 1);
+  } else {
+    op.count_row[u(group_rank)] = static_cast<std::uint32_t>(rows);
+    op.counts.insert(op.counts.end(), counts.begin(), counts.end());
+  }
   const size_t at = u(group_rank) * u(p);
   for (int i = 0; i < p; ++i) {
-    op.counts[at + u(i)] = pass.counts[u(i)];
     // The device's time for each round: rounds on blocks of one size charge the same op.
     op.dt[at + u(i)] = i > 0 && pass.work[u(i)] == pass.work[u(i - 1)]
                            ? op.dt[at + u(i) - 1]
@@ -157,8 +174,8 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   const int round = s.round;
   const int block = mod(src - round, p);  // the sender's holder, the receiver's next block
   const int parts = op.parts;
-  const std::int64_t count = op.counts[u(src) * u(p) + u(block)];
-  const std::int64_t expected = op.counts[u(dst) * u(p) + u(block)];
+  const std::int64_t count = op.counts[op.count_row[u(src)] * u(p) + u(block)];
+  const std::int64_t expected = op.counts[op.count_row[u(dst)] * u(p) + u(block)];
   if (count != expected) {
     throw CommError("message size mismatch: rank " + std::to_string(s.rank) + " sends " +
                     std::to_string(count) + " elements to rank " + std::to_string(d.rank) +
