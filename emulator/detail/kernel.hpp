@@ -416,7 +416,7 @@ class Kernel {
   std::vector<std::unique_ptr<CollectiveOp>> op_pool_;  // finished ops, kept for their storage
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
   // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
-  // otherwise allocate and free half a megabyte per pass.
+  // otherwise allocate and free about 400 KB per pass.
   static constexpr std::size_t kPassPool = 64;
   std::vector<std::unique_ptr<PassOp>> pass_pool_;
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
