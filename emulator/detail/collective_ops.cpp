@@ -102,12 +102,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   std::unique_lock<std::mutex> lk(mutex_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
-    if (op_pool_.empty()) {
-      slot = std::make_unique<CollectiveOp>();
-    } else {  // a finished op's storage (its members' buffers keep their capacity)
-      slot = std::move(op_pool_.back());
-      op_pool_.pop_back();
-    }
+    slot = op_pool_.take();  // a finished op's storage, if one is kept
     slot->group = g;
     slot->seq = seq;
     slot->label = label;
@@ -229,7 +224,7 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   if (++op.finished < static_cast<int>(op.members.size())) return;
   const auto it = ops_.find({op.group->ctx, op.seq});
   it->second->group.reset();
-  if (op_pool_.size() < kOpPool) op_pool_.push_back(std::move(it->second));
+  op_pool_.give(std::move(it->second));
   ops_.erase(it);
 }
 

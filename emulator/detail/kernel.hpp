@@ -49,6 +49,26 @@ struct FiberState {
   StackBounds stack;  // set when the fiber's stack is allocated
 };
 
+/// Finished objects kept for their storage (their vectors keep their capacity), taken again
+/// instead of allocated; at most 64 are kept.
+template <typename T>
+class Recycler {
+ public:
+  std::unique_ptr<T> take() {
+    if (free_.empty()) return std::make_unique<T>();
+    std::unique_ptr<T> t = std::move(free_.back());
+    free_.pop_back();
+    return t;
+  }
+  void give(std::unique_ptr<T> t) {
+    if (free_.size() < kKept) free_.push_back(std::move(t));
+  }
+
+ private:
+  static constexpr std::size_t kKept = 64;
+  std::vector<std::unique_ptr<T>> free_;
+};
+
 /// A group of world ranks sharing a context id (what MPI calls a communicator).
 struct Group {
   std::uint64_t ctx = 1;
@@ -412,13 +432,11 @@ class Kernel {
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
-  static constexpr std::size_t kOpPool = 64;
-  std::vector<std::unique_ptr<CollectiveOp>> op_pool_;  // finished ops, kept for their storage
+  Recycler<CollectiveOp> op_pool_;  // finished ops, kept for their members
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
   // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
   // otherwise allocate and free about 400 KB per pass.
-  static constexpr std::size_t kPassPool = 64;
-  std::vector<std::unique_ptr<PassOp>> pass_pool_;
+  Recycler<PassOp> pass_pool_;
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {

@@ -58,12 +58,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   if (slot == nullptr) {
     // A finished pass's arrays are reused: every entry a round reads is written first (each
     // member's own when it starts, the completion times before its waits read them).
-    if (pass_pool_.empty()) {
-      slot = std::make_unique<PassOp>();
-    } else {
-      slot = std::move(pass_pool_.back());
-      pass_pool_.pop_back();
-    }
+    slot = pass_pool_.take();
     slot->group = g;
     slot->seq = seq;
     slot->parts = parts;
@@ -163,7 +158,7 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   if (++op.finished < p) return;
   const auto it = passes_.find({op.group->ctx, op.seq});
   it->second->group.reset();
-  if (pass_pool_.size() < kPassPool) pass_pool_.push_back(std::move(it->second));
+  pass_pool_.give(std::move(it->second));
   passes_.erase(it);
 }
 
