@@ -63,9 +63,9 @@ struct EmuRequest final : RequestImpl {
 };
 }  // namespace
 
-Request EmuComm::start_collective(const std::string& call, std::string_view label,
-                                  std::function<void(Port&)> algo,
-                                  std::optional<detail::CollectiveSpec> spec) {
+template <typename Algo>
+Request EmuComm::start_collective(const std::string& call, std::string_view label, Algo&& algo,
+                                  const detail::CollectiveSpec* spec) {
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
@@ -73,7 +73,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   req->call = call + " #" + std::to_string(seq);
   req->label = label;
   req->group = group_;
-  if (spec && kernel_.options().collective_ops) {
+  if (spec != nullptr && kernel_.options().collective_ops) {
     kernel_.start_collective_op(self_, group_, group_rank_, seq, req, *spec);
     return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
   }
@@ -82,7 +82,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   kernel_.spawn_comm(
       self_,
       [kernel = &kernel_, group = group_, me = group_rank_, seq, label = std::string(label),
-       algo = std::move(algo)](detail::FiberState& f) {
+       algo = std::function<void(Port&)>(std::forward<Algo>(algo))](detail::FiberState& f) {
         Port port{*kernel, f, *group, me, seq, label};
         algo(port);
       },
@@ -125,7 +125,7 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
         std::vector<std::int64_t> counts(static_cast<size_t>(p.size()), count);
         run_all_to_all(p, send, recv, AllToAllvLayout::packed(counts, counts), a);
       },
-      spec);
+      &spec);
 }
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
@@ -142,7 +142,7 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
   spec.recv_displs = layout.recv_displs.data();
   return start_collective(
       "all_to_allv", label,
-      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, spec);
+      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, &spec);
 }
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
@@ -154,7 +154,7 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
   spec.count = count;
   return start_collective(
       "all_gather(count=" + std::to_string(count) + ")", label,
-      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, spec);
+      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, &spec);
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,

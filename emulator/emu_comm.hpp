@@ -47,10 +47,12 @@ class EmuComm final : public Communicator {
 
  private:
   /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
-  /// given and EngineOptions::collective_ops) or as `algo` on a collective fiber.
-  Request start_collective(const std::string& call, std::string_view label,
-                           std::function<void(struct Port&)> algo,
-                           std::optional<detail::CollectiveSpec> spec = std::nullopt);
+  /// given and EngineOptions::collective_ops) or as `algo` (a callable taking a Port&) on a
+  /// collective fiber; `algo` is only stored when it runs. Defined in emu_comm.cpp, its only
+  /// user.
+  template <typename Algo>
+  Request start_collective(const std::string& call, std::string_view label, Algo&& algo,
+                           const detail::CollectiveSpec* spec = nullptr);
 
   detail::Kernel& kernel_;
   detail::FiberState& self_;

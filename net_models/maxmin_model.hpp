@@ -68,6 +68,7 @@ class MaxMinModel final : public NetworkModel {
   const Stats& stats() const { return stats_; }
 
  private:
+  static constexpr std::size_t kInlineLinks = 6;
   struct Flow {
     std::uint64_t id = 0;
     std::vector<std::uint64_t> twins;  // the other flows this entry stands for
@@ -82,15 +83,19 @@ class MaxMinModel final : public NetworkModel {
     std::uint32_t mark = 0;     // component search epoch
     std::uint32_t fixed = 0;    // progressive-filling epoch in which its rate was fixed
     bool live = false;
-    bool active = false;             // past its latency, sharing bandwidth
-    std::vector<int> links;          // limited links of its route
-    std::vector<std::uint32_t> pos;  // its index in each of those links' flow lists
+    bool active = false;  // past its latency, sharing bandwidth
+    // The limited links of its route, and its index in each of those links' flow lists: held
+    // in the entry for routes of up to kInlineLinks such links (every preset's), so that
+    // activating and finishing a flow read nothing beside it.
+    boost::container::small_vector<int, kInlineLinks> links;
+    boost::container::small_vector<std::uint32_t, kInlineLinks> pos;
   };
   struct LinkState {
     double bandwidth_bytes_per_s = 0;
-    std::vector<std::pair<int, int>> flows;  // (flow slot, index into the flow's links)
-    int weight = 0;                          // flows on it, twins counted
-    double cap_left = 0;                     // solve scratch below
+    // (flow slot, index into the flow's links); held in the entry while there are at most two
+    boost::container::small_vector<std::pair<int, int>, 2> flows;
+    int weight = 0;       // flows on it, twins counted
+    double cap_left = 0;  // solve scratch below
     int unfixed = 0;
     int newly_fixed = 0;
     std::uint32_t mark = 0;

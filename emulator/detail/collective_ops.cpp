@@ -99,7 +99,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   }
   open_collective(f, *req);
   const std::uint32_t label = options_.trace ? intern(req->label) : 0;
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = op_pool_.take();  // a finished op's storage, if one is kept

@@ -125,6 +125,8 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       options_(options),
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes) {
+  const double w = options.wire_bytes_per_element;
+  if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
   // stride), so tier() compares table entries instead of dividing once per level per flow.
   const int p = topo_.num_ranks(), levels = topo_.num_levels();
@@ -180,7 +182,7 @@ void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, S
 
 // ---------------------------------------------------------------- fiber side
 
-void Kernel::block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqState* req,
+void Kernel::block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req,
                    bool in_test) {
   if (aborting_) throw Cancelled{};
   f.waiting_on = req;
@@ -226,7 +228,7 @@ ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->peer = dst;
   req->count = count;
   req->label = label;
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   req->owner = f.rank;
   ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
@@ -243,7 +245,7 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->peer = src;
   req->count = count;
   req->label = label;
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   req->owner = f.rank;
   ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
@@ -253,7 +255,7 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   return req;
 }
 
-void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mutex>& lk) {
+void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLock>& lk) {
   if (ch.sends.empty() || ch.recvs.empty()) return;
   PostedSend s = std::move(ch.sends.front());
   PostedRecv r = std::move(ch.recvs.front());
@@ -297,7 +299,7 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mut
 void Kernel::wait(FiberState& f, ReqState& req) {
   const SimTime before = f.clock;
   {
-    std::unique_lock<std::mutex> lk(mutex_);
+    std::unique_lock<ThreadLock> lk(state_lock_);
     if (!req.done) {
       req.waiter = &f;
       block(f, lk, &req, false);
@@ -318,7 +320,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
 }
 
 bool Kernel::test(FiberState& f, ReqState& req) {
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   if (!req.done) {
     // Whether it completes by f.clock is known only once virtual time reaches f.clock.
     timers_.emplace(f.clock, &f);
@@ -352,7 +354,7 @@ void Kernel::close_collective(TileStats& t, ReqState& req) {
 }
 
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
-  std::lock_guard<std::mutex> lk(mutex_);
+  std::lock_guard<ThreadLock> lk(state_lock_);
   if (!req.done) return std::nullopt;
   return req.done_time + req.penalty;
 }
@@ -386,7 +388,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
   state->clock = parent.clock;
   open_collective(parent, *req);
   {
-    std::lock_guard<std::mutex> lk(mutex_);
+    std::lock_guard<ThreadLock> lk(state_lock_);
     ++runnable_;
     ++live_;
   }
@@ -395,13 +397,13 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
                  asan_on_stack(state->stack);
                  try {
                    body(*state);
-                   std::lock_guard<std::mutex> lk(mutex_);
+                   std::lock_guard<ThreadLock> lk(state_lock_);
                    complete(*req, state->clock);
                  } catch (const Cancelled&) {
                  } catch (...) {
                    record_error(state->rank, std::current_exception());
                  }
-                 std::lock_guard<std::mutex> lk(mutex_);
+                 std::lock_guard<ThreadLock> lk(state_lock_);
                  --live_;
                  if (--runnable_ == 0) controller_cv_.notify_one();
                });
@@ -409,7 +411,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
 
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
                                  const std::string& call) {
-  std::lock_guard<std::mutex> lk(mutex_);
+  std::lock_guard<ThreadLock> lk(state_lock_);
   groups_seen_.try_emplace(g.ctx, g);  // copies the group only the first time
   auto key = std::make_pair(g.ctx, seq);
   auto it = collectives_.find(key);
@@ -447,7 +449,7 @@ void Kernel::record_error(int rank, const std::exception_ptr& e) {
     f.message = ex.what();
   } catch (...) {
   }
-  std::lock_guard<std::mutex> lk(mutex_);
+  std::lock_guard<ThreadLock> lk(state_lock_);
   f.clock = mains_[static_cast<size_t>(rank)]->clock;
   failures_.push_back(std::move(f));
 }
@@ -466,7 +468,7 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
     record_error(f.rank, std::current_exception());
   }
   tiles_[static_cast<size_t>(f.rank)].end = f.clock;
-  std::lock_guard<std::mutex> lk(mutex_);
+  std::lock_guard<ThreadLock> lk(state_lock_);
   --live_;
   if (--runnable_ == 0) controller_cv_.notify_one();
 }
@@ -489,7 +491,7 @@ Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view ke
   t.region_start = f.clock;
   const int m = t.marks++;
   const int n = topo_.num_ranks();
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
@@ -743,7 +745,7 @@ bool Kernel::drain_pass_done() {
   return true;
 }
 
-bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
+bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
   (void)lk;
   // Fibers these completions wake may post before anything the network has next.
   if (drain_pass_done()) return true;
@@ -855,7 +857,7 @@ bool Kernel::controller_step(std::unique_lock<std::mutex>& lk) {
 
 void Kernel::controller() {
   const StackBounds own_stack = asan_thread_stack();
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   while (true) {
     controller_cv_.wait(lk, [this] { return runnable_ == 0; });
     asan_on_stack(own_stack);  // this thread may have run fibers while waiting
@@ -893,11 +895,11 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   // Every fiber runs on the controller's thread; the other workers run the tiles' arithmetic.
   MathPool math(workers - 1);
   math_ = &math;
-  ReadyQueue queue;
+  ThreadWake wake;
   std::thread controller_thread([&] {
-    boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(queue);
+    boost::fibers::use_scheduling_algorithm<ThreadQueueAlgorithm>(wake);
     {
-      std::lock_guard<std::mutex> lk(mutex_);
+      std::lock_guard<ThreadLock> lk(state_lock_);
       runnable_ = n;
       live_ = n;
     }

@@ -1,10 +1,11 @@
 #pragma once
 // The emulator's private kernel: fiber states, the matching fabric, the event loop.
-// Everything here is guarded by Kernel::mutex_; fibers block through block(), the only place a
-// tile fiber waits for the simulation (one waiting for its arithmetic, run_math, stays
-// runnable), so "no runnable fiber" (runnable_ == 0) means every tile has posted everything it
-// will post before its next wake-up: the controller may then advance virtual time (conservative
-// discrete-event simulation).
+// Everything here lives on the controller's thread, with every fiber of the run (the other
+// workers only run arithmetic: MathPool), and is taken under Kernel::state_lock_ (a ThreadLock).
+// Fibers block through block(), the only place a tile fiber waits for the simulation (one
+// waiting for its arithmetic, run_math, stays runnable), so "no runnable fiber" (runnable_ == 0)
+// means every tile has posted everything it will post before its next wake-up: the controller may
+// then advance virtual time (conservative discrete-event simulation).
 
 #include <atomic>
 #include <boost/circular_buffer.hpp>
@@ -29,6 +30,18 @@
 #include "net_models/collective_model.hpp"
 
 namespace cocodiff::emu::detail {
+
+/// The lock the kernel's state is taken under. Every fiber of a run and the controller share one
+/// thread, so nothing ever contends for it and it does nothing: an atomic operation per kernel
+/// call (tens of millions on a large run) would buy nothing. It keeps the sections that use the
+/// state explicit, and is what the fibers' condition variables wait with. ThreadSanitizer runs
+/// (several workers) would report a thread other than the controller's touching the state.
+class ThreadLock {
+ public:
+  void lock() noexcept {}
+  void unlock() noexcept {}
+  bool try_lock() noexcept { return true; }
+};
 
 /// Thrown inside fibers when the run is being torn down; caught at the fiber's entry.
 struct Cancelled {};
@@ -202,6 +215,10 @@ class Kernel {
   const EngineOptions& options() const { return options_; }
   /// Wire bytes of `count` fp32 elements (EngineOptions::wire_bytes_per_element).
   std::int64_t wire_bytes(std::int64_t count) const {
+    // A whole number of bytes per element (2 or 4) multiplies exactly what llround would round:
+    // no library call per message.
+    constexpr std::int64_t kExact = std::int64_t{1} << 40;
+    if (wire_whole_ > 0 && count > -kExact && count < kExact) return count * wire_whole_;
     return std::llround(static_cast<double>(count) * options_.wire_bytes_per_element);
   }
 
@@ -362,8 +379,8 @@ class Kernel {
   };
 
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
-  void match(Channel& ch, const ChannelKey& key, std::unique_lock<std::mutex>& lk);
-  void block(FiberState& f, std::unique_lock<std::mutex>& lk, const ReqState* req, bool in_test);
+  void match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLock>& lk);
+  void block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req, bool in_test);
   void wake(FiberState& f);
   /// Drops req from t's open collectives once its owner has seen it complete.
   static void close_collective(TileStats& t, ReqState& req);
@@ -376,7 +393,7 @@ class Kernel {
   void controller();
   void region_event(int mark);
   void fold_flow_hash(SimTime next_base);
-  bool controller_step(std::unique_lock<std::mutex>& lk);
+  bool controller_step(std::unique_lock<ThreadLock>& lk);
   std::string deadlock_report() const;
   void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                          std::string_view label);
@@ -388,12 +405,13 @@ class Kernel {
   const DeviceModel& device_;
   const EngineOptions& options_;
   std::vector<int> rank_group_;  // see the constructor
+  std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64
   StackPool main_stacks_;
   StackPool comm_stacks_;
 
   MathPool* math_ = nullptr;  // during run()
 
-  std::mutex mutex_;
+  ThreadLock state_lock_;
   boost::fibers::condition_variable_any controller_cv_;
   int runnable_ = 0;
   int live_ = 0;

@@ -19,7 +19,7 @@ MathPool::~MathPool() {
 void MathPool::serve() {
   // The thread's fiber scheduler is the engine's (its switches are announced to TSan); it is
   // only used to wake fibers of the controller's thread.
-  boost::fibers::use_scheduling_algorithm<SharedQueueAlgorithm>(idle_);
+  boost::fibers::use_scheduling_algorithm<ThreadQueueAlgorithm>(idle_);
   std::unique_lock<std::mutex> lk(mutex_);
   while (true) {
     cv_.wait(lk, [this] { return stop_ || !queue_.empty(); });

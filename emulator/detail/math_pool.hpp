@@ -51,7 +51,7 @@ class MathPool {
   std::condition_variable cv_;  // math threads wait here for tasks
   std::deque<Task*> queue_;     // tasks not yet taken, oldest first
   bool stop_ = false;
-  ReadyQueue idle_;  // the math threads' fiber queue: they never run fibers
+  ThreadWake idle_;  // the math threads' scheduler wake-up: they never run fibers
   int wanted_;       // math threads, started at the first run()
   std::vector<std::thread> threads_;
 };

@@ -51,7 +51,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
     for (int q = 0; q < parts; ++q) interned[u(q)] = intern(pass.labels[u(q)]);
-  std::unique_lock<std::mutex> lk(mutex_);
+  std::unique_lock<ThreadLock> lk(state_lock_);
   if (aborting_) throw Cancelled{};
   groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
   auto& slot = passes_[{g->ctx, seq}];
