@@ -242,6 +242,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   };
   r["flows"] = res.flows;
   r["flows_exclusive"] = res.flows_exclusive;
+  r["ring_passes_whole"] = res.passes_whole;
   r["regions_replayed"] = res.regions_replayed;
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
@@ -291,7 +292,8 @@ RunRecord run_emulated(const RunPlan& plan) {
     const nlohmann::ordered_json& o = one.report;
     for (const char* key : {"virtual_time_s", "wall_time_s"})
       r[key] = r[key].get<double>() + o[key].get<double>();
-    for (const char* key : {"flows", "flows_exclusive", "regions_replayed", "events"})
+    for (const char* key :
+         {"flows", "flows_exclusive", "ring_passes_whole", "regions_replayed", "events"})
       r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
     for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
       *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();

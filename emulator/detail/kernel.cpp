@@ -748,6 +748,7 @@ bool Kernel::drain_pass_done() {
 bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
   (void)lk;
   // Fibers these completions wake may post before anything the network has next.
+  if (run_whole_passes()) return true;
   if (drain_pass_done()) return true;
   flush_held();  // unpaired ring pass messages: through the network, from here in order
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
@@ -950,6 +951,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.events += flows_;
   res.flows = flows_;
   res.flows_exclusive = flows_exclusive_;
+  res.passes_whole = passes_whole_;
   res.regions_replayed = regions_replayed_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());

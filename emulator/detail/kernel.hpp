@@ -311,6 +311,14 @@ class Kernel {
     std::uint64_t seq = 0;
     int parts = 1;
     int finished = 0;
+    /// Whether the pass is timed whole (pass_whole): decided by its first member (kUndecided
+    /// until then); kWaiting while every member so far joined with nothing else open and the
+    /// same block sizes, and posts nothing; kRounds when it runs round by round.
+    enum class Mode : std::uint8_t { kUndecided, kWaiting, kRounds } mode = Mode::kUndecided;
+    /// A member whose rounds were posted only when the pass left kWaiting: its first messages
+    /// may start before the network's present (they are exclusive: timed in closed form).
+    bool late = false;
+    std::vector<int> joined;  // kWaiting: the members that joined, in order
     std::vector<PassMember> members;
     std::vector<std::int64_t> counts;         // rows of p: a count of each block
     std::vector<std::uint32_t> count_row;     // per member: its row of counts
@@ -324,6 +332,17 @@ class Kernel {
   /// same round), charges the round's work and finishes r after its last round.
   void pass_post_round(PassOp& op, int r);
   void pass_match(PassOp& op, int src, int dst);
+  /// Whether pass `op` of p members can be timed whole: trace off, and every hop (member r to
+  /// r + 1) exclusive (NetworkModel::exclusive_end). Its members then post nothing as they join;
+  /// the controller times the whole pass when the last one has (pass_whole), unless a member
+  /// joins with something else open or other block sizes: then the members so far post their
+  /// first round, in the order they joined, and the pass runs round by round.
+  bool pass_can_be_whole(const PassOp& op);
+  /// Every round of every member of `op`, all of whose members have joined, in closed form: the
+  /// same charges, waits, flows and ends as the rounds, with no completion list or matching.
+  void pass_whole(PassOp& op);
+  /// Runs the passes whose last member has joined (pass_whole). Returns false when none was.
+  bool run_whole_passes();
   /// A matched ring pass message: sender and receiver (members, and their world ranks), the
   /// sender's round, when it starts and the bytes of each part.
   struct PassHop {
@@ -427,6 +446,9 @@ class Kernel {
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
+  std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
+  std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWaiting)
+  std::vector<SimTime> whole_post_, whole_recv_, whole_send_;  // pass_whole's rows, per member
   // Ring pass messages that may share their links with one other message only
   // (NetworkModel::pair_key): held until that message is matched too, or until the controller
   // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.

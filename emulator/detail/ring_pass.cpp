@@ -21,6 +21,12 @@
 // they end at one instant (NetworkModel::exclusive_pair_ends); the first one matched is held
 // until then (held_), and goes to the network if that does not happen (flush_held). Either way
 // its ends are the network model's, so the timeline does not depend on which messages pair.
+// A pass whose every hop is exclusive is timed whole (pass_whole): its members post nothing as
+// they join, and the controller works out all of their rounds at once when the last one has.
+// Since every member waits in the pass with nothing else open, no other flow can reach its
+// hops, whenever they are worked out. A member that joins with something open or other block
+// sizes ends that: the members before it post their first round in the order they joined (each
+// hop matched by whichever end posts second, as on joining), and the rounds take over.
 
 #include <algorithm>
 #include <array>
@@ -71,6 +77,9 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
     slot->labels.resize(u(p) * u(parts));
     slot->trace_labels.resize(u(p) * u(parts));
     slot->done.resize(u(p) * u(2 * parts));
+    slot->mode = PassOp::Mode::kUndecided;
+    slot->late = false;
+    slot->joined.clear();
   }
   PassOp& op = *slot;
   if (op.parts != parts) {
@@ -116,13 +125,37 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   m.pass = &pass;
   m.req = req;
   m.clock = f.clock;
-  try {
-    pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
-  } catch (...) {
-    // A mismatched block: this rank leaves the pass, and its buffers with the stack it unwinds,
-    // so no neighbour may match it any more (they wait; the run ends with the error).
-    m = PassMember{};
-    throw;
+  if (op.mode == PassOp::Mode::kUndecided)
+    op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWaiting : PassOp::Mode::kRounds;
+  if (op.mode == PassOp::Mode::kWaiting) {
+    if (tiles_[u(m.rank)].nothing_open() && op.counts.size() == u(p)) {
+      op.joined.push_back(group_rank);
+      if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
+    } else {
+      // This member has something open or other block sizes: the members that joined before it
+      // post their first round in the order they joined, as they would have on joining (each
+      // hop matches whichever end posts second), then it posts its own.
+      op.mode = PassOp::Mode::kRounds;
+      op.late = true;
+      m.started = false;  // a member is matched by the posts that come after its own
+      for (const int k : op.joined) op.members[u(k)].started = false;
+      for (const int k : op.joined) {
+        op.members[u(k)].started = true;
+        pass_post_round(op, k);  // one row of sizes so far: no mismatch
+      }
+      op.joined.clear();
+      m.started = true;
+    }
+  }
+  if (op.mode == PassOp::Mode::kRounds) {
+    try {
+      pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
+    } catch (...) {
+      // A mismatched block: this rank leaves the pass, and its buffers with the stack it
+      // unwinds, so no neighbour may match it any more (they wait; the run ends with the error).
+      m = PassMember{};
+      throw;
+    }
   }
   if (!req->done) {
     req->waiter = &f;
@@ -131,6 +164,97 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   COCO_CHECK(req->done, "woken before completion");
   // Every charge and wait is already on the tile's accounting: the clock only catches up.
   f.clock = req->done_time;
+}
+
+bool Kernel::pass_can_be_whole(const PassOp& op) {
+  const int p = static_cast<int>(op.members.size());
+  if (options_.trace || p < 2) return false;
+  const std::vector<int>& ranks = op.group->members;
+  for (int r = 0; r < p; ++r)
+    if (!net_.exclusive_end(ranks[u(r)], ranks[u((r + 1) % p)], 0, op.parts, net_.now()))
+      return false;
+  return true;
+}
+
+bool Kernel::run_whole_passes() {
+  if (whole_ready_.empty()) return false;
+  // Each pass's members are its own: the order passes are timed in does not matter.
+  std::vector<PassOp*> ready;
+  ready.swap(whole_ready_);
+  for (PassOp* op : ready) pass_whole(*op);
+  ready.clear();
+  if (whole_ready_.empty()) whole_ready_.swap(ready);  // keep the storage
+  return true;
+}
+
+void Kernel::pass_whole(PassOp& op) {
+  // The rounds of pass_post_round, pass_match (exclusive hops) and pass_message_done, member by
+  // member within each round: every member joined with nothing else open and waits in the pass,
+  // so no flow of anyone else can join its hops' links, and each hop's end is exclusive_end's.
+  // A tile's events keep their order (round i's charge, then its waits); flows add to the
+  // statistics and the timeline hash in any order.
+  const int p = static_cast<int>(op.members.size());
+  const int parts = op.parts;
+  const std::span<const std::int64_t> counts(op.counts.data(), u(p));  // one row (kWaiting)
+  std::vector<SimTime>& post = whole_post_;
+  std::vector<SimTime>& recv = whole_recv_;
+  std::vector<SimTime>& send = whole_send_;
+  post.resize(u(p));
+  recv.resize(u(p));
+  send.resize(u(p));
+  for (int i = 0; i < p; ++i) {
+    for (int r = 0; r < p; ++r) {
+      PassMember& m = op.members[u(r)];
+      post[u(r)] = m.clock;
+      const size_t at = u(r) * u(p) + u(i);
+      m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
+    }
+    if (i + 1 == p) break;  // the last round only charges
+    for (int r = 0; r < p; ++r) {
+      const int d = (r + 1) % p;
+      const PassMember& s = op.members[u(r)];
+      const PassMember& dm = op.members[u(d)];
+      const int block = mod(r - i, p);  // the sender's holder, the receiver's next block
+      const std::int64_t count = counts[u(block)];
+      const std::int64_t bytes = wire_bytes(count);
+      const SimTime start = std::max(post[u(r)], post[u(d)]);
+      if (s.data && dm.data && count > 0)
+        for (int q = 0; q < parts; ++q) {
+          const std::span<float> out = s.pass->data(q, block), in = dm.pass->data(q, block);
+          if (!out.empty() && !in.empty())
+            std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
+        }
+      const std::optional<SimTime> end = net_.exclusive_end(s.rank, dm.rank, bytes, parts, start);
+      COCO_CHECK(end.has_value(), "a hop of a whole ring pass is not exclusive");
+      account_flow(start, *end, s.rank, dm.rank, bytes, parts);
+      send[u(r)] = *end;
+      recv[u(d)] = *end;
+    }
+    flows_exclusive_ += static_cast<std::uint64_t>(p) * static_cast<std::uint64_t>(parts);
+    for (int r = 0; r < p; ++r) {
+      PassMember& m = op.members[u(r)];
+      TileStats& ts = tiles_[u(m.rank)];
+      // The waits, in posting order: the receives (every part ends at once), then the sends.
+      for (const SimTime done : {recv[u(r)], send[u(r)]}) {
+        if (done <= m.clock) continue;
+        ts.exposed += done - m.clock;
+        record_tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
+                          op.labels[u(r) * u(parts)]);
+        m.clock = done;
+      }
+    }
+  }
+  ++passes_whole_;
+  for (PassMember& m : op.members) {
+    m.round = p;
+    complete(*m.req, m.clock);
+    m.req.reset();
+    m.pass = nullptr;
+  }
+  const auto it = passes_.find({op.group->ctx, op.seq});
+  it->second->group.reset();
+  pass_pool_.give(std::move(it->second));
+  passes_.erase(it);
 }
 
 void Kernel::pass_post_round(PassOp& op, int r) {
@@ -233,7 +357,7 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
 }
 
 void Kernel::pass_closed(const PassHop& h, SimTime end) {
-  COCO_CHECK(h.start >= net_.now(), "an exclusive flow starts in the past");
+  COCO_CHECK(h.op->late || h.start >= net_.now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
   account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes, parts);
   flows_exclusive_ += static_cast<std::uint64_t>(parts);

@@ -277,7 +277,20 @@ void rings(Communicator& world, Received& got, std::mutex& mu) {
     pass.data = [&](int part, int j) -> std::span<float> {
       return (part == 0 ? k : v)[static_cast<size_t>(j)];
     };
+    // Ring 3's member on node 2 joins its second pass with a receive open (from node 3's, which
+    // sends after the pass): the members that joined before it post their first round then,
+    // and the pass runs round by round; its first pass, and rings 2, 8 and 9, are timed whole.
+    const bool open_recv = tile == 3 && node == 2 && pass_no == 1;
+    const bool late_send = tile == 3 && node == 3 && pass_no == 1;
+    std::vector<float> side(16, -1), side_out(16, static_cast<float>(me));
+    Request side_req;
+    if (open_recv) side_req = ring->irecv(side, 16, ring->rank() + 1, 99, "side");
     ring->ring_pass(pass);
+    if (late_send) ring->isend(side_out, 16, ring->rank() - 1, 99, "side").wait();
+    if (open_recv) {
+      side_req.wait();
+      ASSERT_EQ(side[0], static_cast<float>(me + 12));
+    }
     for (int j = 0; j < n; ++j)
       for (std::int64_t i = 0; i < pass.counts[static_cast<size_t>(j)]; ++i)
         ASSERT_EQ(k[static_cast<size_t>(j)][static_cast<size_t>(i)] +
@@ -310,10 +323,13 @@ TEST(CollectiveOps, PairedRingHopsGiveTheNetworkTimeline) {
     const Outcome got = run_rings(workers, true, false);
     // The four exclusive rings', rings 0 and 4, but not every ring's: those out of step go to
     // the network.
-    EXPECT_GE(got.result.flows_exclusive, (4 + 2) * ring_flows);
+    EXPECT_GE(got.result.flows_exclusive, (4 + 2) * ring_flows - 12);  // ring 3's open receive
     EXPECT_LT(got.result.flows_exclusive, 12 * ring_flows);
+    // Rings 2, 8 and 9 twice and ring 3 once are timed whole (Kernel::pass_whole).
+    EXPECT_EQ(got.result.passes_whole, 7u);
     expect_same_run(got, ref);
   }
+  EXPECT_EQ(ref.result.passes_whole, 0u);
   const Outcome traced = run_rings(1, true, true);
   EXPECT_EQ(traced.result.flows_exclusive, 0u);
   EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
@@ -405,6 +421,44 @@ TEST(CollectiveOps, ARingPassWithAMissingRankIsADeadlockNamingIt) {
     EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
     EXPECT_NE(msg.find("lonely_ring"), std::string::npos) << msg;
     EXPECT_NE(msg.find("rank 8"), std::string::npos) << msg;
+  }
+}
+
+TEST(CollectiveOps, ErrorsInAPassTimedWholeAreTheRoundsErrors) {
+  // Ring 2 across four Aurora nodes (ranks 2, 14, 26, 38): every hop exclusive, so with the
+  // trace off its members wait to be timed whole. A member with other block sizes makes the
+  // pass run round by round (the same mismatch as the other paths); a member that never joins
+  // leaves the others waiting (the same deadlock).
+  const auto error_on_ring = [](bool ops, bool trace, bool missing) {
+    emu::Engine e = engine("pairwise", 1, ops, trace, 4);
+    try {
+      e.run([missing](Communicator& world) {
+        const int me = world.rank();
+        auto ring = world.split(me % 12, me);
+        if (me % 12 != 2 || (missing && me == 26)) return;
+        RingPass pass;
+        pass.parts = 2;
+        pass.labels = {"ring_k", "ring_v"};
+        pass.counts.assign(4, 4);
+        if (me == 38) pass.counts[1] = 5;  // block 1 reaches ring member 3 in round 1
+        pass.work.assign(4, OpCost{OpKind::kAttention, 1e5, 0, "a"});
+        ring->ring_pass(pass);
+      });
+    } catch (const std::exception& ex) {
+      return std::string(ex.what());
+    }
+    return std::string();
+  };
+  for (const auto& [ops, trace] : kRingPassPaths) {
+    SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, timed whole") : "per message");
+    std::string msg = error_on_ring(ops, trace, false);
+    EXPECT_NE(
+        msg.find("message size mismatch: rank 26 sends 4 elements to rank 38, which expects 5"),
+        std::string::npos)
+        << msg;
+    msg = error_on_ring(ops, trace, true);
+    EXPECT_NE(msg.find("deadlock"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank 14"), std::string::npos) << msg;
   }
 }
 
