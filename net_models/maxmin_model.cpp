@@ -444,13 +444,19 @@ const MaxMinModel::HopInfo& MaxMinModel::hop_info(int src, int dst) {
 std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t bytes, int copies,
                                                   SimTime start) {
   COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
-  const HopInfo& h = hop_info(src, dst);
-  if (!h.exclusive) return std::nullopt;
+  if (end_memo_.empty())
+    end_memo_.resize(static_cast<size_t>(routes_.graph().num_ranks()) * kEndMemo);
+  EndMemo& m = end_memo_[static_cast<size_t>(src) * kEndMemo + static_cast<size_t>(dst % kEndMemo)];
+  if (m.dst != dst) {
+    const HopInfo& h = hop_info(src, dst);
+    m = {dst, h.exclusive, h.links.empty(), h.latency, h.narrowest};
+  }
+  if (!m.exclusive) return std::nullopt;
   // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
-  const std::int64_t join = (start + h.latency).ns();
-  if (bytes == 0 || h.links.empty()) return SimTime::from_ns(join);
+  const std::int64_t join = (start + m.latency).ns();
+  if (bytes == 0 || m.empty) return SimTime::from_ns(join);
   return SimTime::from_ns(
-      join + transfer_ns(static_cast<double>(bytes), std::max(h.narrowest, 0.0) / copies));
+      join + transfer_ns(static_cast<double>(bytes), std::max(m.narrowest, 0.0) / copies));
 }
 
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {

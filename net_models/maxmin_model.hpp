@@ -163,6 +163,17 @@ class MaxMinModel final : public NetworkModel {
   };
   const HopInfo& hop_info(int src, int dst);
   std::vector<HopInfo> hops_;  // per source
+  // What exclusive_end reads of a route, for up to kEndMemo destinations per source (direct
+  // mapped by destination): an all-to-all's messages inside a node each go to another one.
+  static constexpr int kEndMemo = 16;
+  struct EndMemo {
+    int dst = -1;
+    bool exclusive = false;
+    bool empty = false;  // no limited link
+    SimTime latency;
+    double narrowest = 0;
+  };
+  std::vector<EndMemo> end_memo_;  // kEndMemo per source
   // exclusive_pair_ends of x and y whose joins differ by dj (y's minus x's): the ends, taken
   // from x's join. Per x's source.
   struct PairMemo {

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 
 #include "core/errors.hpp"
 #include "emulator/detail/kernel.hpp"
@@ -188,18 +189,44 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
   if (!from.empty() && !d.spec.recv.empty() && out.count > 0)
     std::memcpy(d.spec.recv.data() + in.offset, from.data() + out.offset,
                 static_cast<std::size_t>(out.count) * sizeof(float));
+  const std::int64_t bytes = wire_bytes(out.count);
+  // Both ends wait for this op and nothing else, one message each way at a time: neither can
+  // post another flow before this one ends, and on a route no other rank's flow can reach it
+  // travels alone. Its end is known now, and the controller delivers it when virtual time gets
+  // there (op_closed_), as the network model would.
+  if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent && op_waits_alone(op, src) &&
+      op_waits_alone(op, dst)) {
+    if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
+      account_flow(start, *end, wsrc, wdst, bytes);
+      ++flows_exclusive_;
+      op_closed_.push_back({&op, src, dst, *end, op_closed_seq_++});
+      std::push_heap(op_closed_.begin(), op_closed_.end(), OpDone::Later{});
+      return;
+    }
+  }
   Transfer t;
   t.start = start;
   t.src = wsrc;
   t.dst = wdst;
   t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, out.step)};
   t.seq = 0;  // one message per (src, dst, tag): its channel's first match
-  t.bytes = wire_bytes(out.count);
+  t.bytes = bytes;
   t.label = op.label;
   t.op = &op;
   t.op_src = src;
   t.op_dst = dst;
   new_transfers_.push_back(std::move(t));
+}
+
+bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
+  const CollectiveMember& m = op.members[u(r)];
+  const int rank = op.group->members[u(r)];
+  const FiberState& f = *mains_[u(rank)];
+  const TileStats& t = tiles_[u(rank)];
+  // Blocked in wait() on this op (not in test(), which a timer may end), and it is the tile's
+  // only open operation.
+  return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
+         m.req->open && t.open_collectives == 1 && t.open_p2p == 0;
 }
 
 void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {

@@ -534,9 +534,9 @@ void Kernel::region_event(int mark) {
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
   const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-                         pass_done_.empty() && held_.empty() && failures_.empty() &&
-                         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
-                         net_.active_flows() == 0 &&
+                         pass_done_.empty() && op_closed_.empty() && held_.empty() &&
+                         failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
+                         timers_.empty() && net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -783,7 +783,11 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
     }
     new_transfers_.clear();
   }
-  const SimTime t_net = net_.next_event_time();
+  // Collective messages timed in closed form end in virtual time order among the network's
+  // flows, as they would in the network model: the controller's steps, and so the tiles'
+  // progress between them, are the same either way.
+  const SimTime t_net =
+      std::min(net_.next_event_time(), op_closed_.empty() ? SimTime::max() : op_closed_.front().t);
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
   // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
   SimTime t_region = SimTime::max();
@@ -844,6 +848,19 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
       while (!in_flight_.empty() && !in_flight_.front().has_value()) {
         in_flight_.pop_front();
         ++in_flight_base_;
+      }
+    }
+    while (!op_closed_.empty() && op_closed_.front().t == t_net) {
+      const OpDone d = op_closed_.front();
+      std::pop_heap(op_closed_.begin(), op_closed_.end(), OpDone::Later{});
+      op_closed_.pop_back();
+      try {
+        op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
+        op_message_done(*d.op, d.dst, d.t);
+      } catch (const CommError& e) {  // a mismatched message of a later round
+        failures_.push_back(
+            {d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
+        aborting_ = true;
       }
     }
   } else {

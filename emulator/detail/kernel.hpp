@@ -290,6 +290,22 @@ class Kernel {
   void op_match(CollectiveOp& op, int src, int dst, const CollectiveMessage& out,
                 const CollectiveMessage& in, SimTime start);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
+  /// Whether member r of `op` can post nothing before its current messages end: its tile's
+  /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
+  bool op_waits_alone(const CollectiveOp& op, int r) const;
+  /// A message of a collective op timed in closed form (op_match): its sender and receiver
+  /// (group ranks) and its end, where the controller delivers it (op_closed_).
+  struct OpDone {
+    CollectiveOp* op;
+    int src, dst;
+    SimTime t;
+    std::uint64_t seq;  // in the order matched: equal ends are delivered in that order
+    struct Later {
+      bool operator()(const OpDone& a, const OpDone& b) const {
+        return std::tie(a.t, a.seq) > std::tie(b.t, b.seq);
+      }
+    };
+  };
   void op_finish(CollectiveOp& op, int r);
   /// A ring pass run at the collective level: every member's progress through its rounds.
   struct PassMember {
@@ -443,6 +459,8 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::vector<PassDone> pass_done_;
+  std::vector<OpDone> op_closed_;  // a heap, soonest end first (OpDone::Later)
+  std::uint64_t op_closed_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
