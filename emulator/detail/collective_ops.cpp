@@ -192,15 +192,14 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
   const std::int64_t bytes = wire_bytes(out.count);
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
   // post another flow before this one ends, and on a route no other rank's flow can reach it
-  // travels alone. Its end is known now, and the controller delivers it when virtual time gets
-  // there (op_closed_), as the network model would.
+  // travels alone. Its end is known now: the controller delivers it at once, and wakes a
+  // member it finishes when virtual time gets there (OpDone).
   if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent && op_waits_alone(op, src) &&
       op_waits_alone(op, dst)) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
       account_flow(start, *end, wsrc, wdst, bytes);
       ++flows_exclusive_;
-      op_closed_.push_back({&op, src, dst, *end, op_closed_seq_++});
-      std::push_heap(op_closed_.begin(), op_closed_.end(), OpDone::Later{});
+      op_done_.push_back({&op, src, dst, *end});
       return;
     }
   }
@@ -246,7 +245,12 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
   m.recv_posted = m.send_posted = false;
   m.round = static_cast<int>(op.members.size());  // past every round: matches nothing more
-  complete(*m.req, m.clock);
+  if (closing_at_.has_value()) {  // finished by a message delivered ahead of its end
+    op_wakes_.push_back({*closing_at_, op_wakes_seq_++, std::move(m.req), m.clock});
+    std::push_heap(op_wakes_.begin(), op_wakes_.end(), OpWake::Later{});
+  } else {
+    complete(*m.req, m.clock);
+  }
   m.req.reset();
   if (++op.finished < static_cast<int>(op.members.size())) return;
   const auto it = ops_.find({op.group->ctx, op.seq});

@@ -534,9 +534,9 @@ void Kernel::region_event(int mark) {
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
   const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-                         pass_done_.empty() && op_closed_.empty() && held_.empty() &&
-                         failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
-                         timers_.empty() && net_.active_flows() == 0 &&
+                         pass_done_.empty() && op_done_.empty() && op_wakes_.empty() &&
+                         held_.empty() && failures_.empty() && new_transfers_.empty() &&
+                         in_flight_.empty() && timers_.empty() && net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -727,7 +727,25 @@ void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int
 }
 
 bool Kernel::drain_pass_done() {
-  if (pass_done_.empty()) return false;
+  if (pass_done_.empty() && op_done_.empty()) return false;
+  // Collective messages timed in closed form, and those they lead to (the next rounds'): as the
+  // network's completions, the sender's part, then the receiver's; the members they finish are
+  // woken at their ends (op_finish).
+  while (!op_done_.empty()) {
+    const OpDone d = op_done_.back();
+    op_done_.pop_back();
+    closing_at_ = d.t;
+    try {
+      op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
+      op_message_done(*d.op, d.dst, d.t);
+    } catch (const CommError& e) {  // a mismatched message of a later round
+      failures_.push_back({d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
+      aborting_ = true;
+      op_done_.clear();
+    }
+    closing_at_.reset();
+  }
+  if (pass_done_.empty()) return true;
   // Each completion may finish a member's round, post its next round and match exclusive
   // messages whose completions join the list: the whole of an exclusive ring runs here. The
   // order does not matter: a member acts once all of its round's completions are in.
@@ -787,7 +805,7 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
   // flows, as they would in the network model: the controller's steps, and so the tiles'
   // progress between them, are the same either way.
   const SimTime t_net =
-      std::min(net_.next_event_time(), op_closed_.empty() ? SimTime::max() : op_closed_.front().t);
+      std::min(net_.next_event_time(), op_wakes_.empty() ? SimTime::max() : op_wakes_.front().t);
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
   // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
   SimTime t_region = SimTime::max();
@@ -850,18 +868,11 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
         ++in_flight_base_;
       }
     }
-    while (!op_closed_.empty() && op_closed_.front().t == t_net) {
-      const OpDone d = op_closed_.front();
-      std::pop_heap(op_closed_.begin(), op_closed_.end(), OpDone::Later{});
-      op_closed_.pop_back();
-      try {
-        op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
-        op_message_done(*d.op, d.dst, d.t);
-      } catch (const CommError& e) {  // a mismatched message of a later round
-        failures_.push_back(
-            {d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
-        aborting_ = true;
-      }
+    while (!op_wakes_.empty() && op_wakes_.front().t == t_net) {
+      std::pop_heap(op_wakes_.begin(), op_wakes_.end(), OpWake::Later{});
+      OpWake w = std::move(op_wakes_.back());
+      op_wakes_.pop_back();
+      complete(*w.req, w.done);
     }
   } else {
     while (!timers_.empty() && timers_.begin()->first == t_timer) {

@@ -294,14 +294,23 @@ class Kernel {
   /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
   bool op_waits_alone(const CollectiveOp& op, int r) const;
   /// A message of a collective op timed in closed form (op_match): its sender and receiver
-  /// (group ranks) and its end, where the controller delivers it (op_closed_).
+  /// (group ranks) and its end. The controller delivers it at once (drain_pass_done): only the
+  /// op's members see it, and they wait for the op. A member that it finishes is woken when
+  /// virtual time reaches the message's end (op_wakes_), as the network's completion would.
   struct OpDone {
     CollectiveOp* op;
     int src, dst;
     SimTime t;
-    std::uint64_t seq;  // in the order matched: equal ends are delivered in that order
+  };
+  /// A member's request finished by a closed-form message (closing_at_): completed at `done`,
+  /// at controller time t.
+  struct OpWake {
+    SimTime t;
+    std::uint64_t seq;  // in the order finished: equal times are woken in that order
+    ReqPtr req;
+    SimTime done;
     struct Later {
-      bool operator()(const OpDone& a, const OpDone& b) const {
+      bool operator()(const OpWake& a, const OpWake& b) const {
         return std::tie(a.t, a.seq) > std::tie(b.t, b.seq);
       }
     };
@@ -459,8 +468,11 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::vector<PassDone> pass_done_;
-  std::vector<OpDone> op_closed_;  // a heap, soonest end first (OpDone::Later)
-  std::uint64_t op_closed_seq_ = 0;
+  std::vector<OpDone> op_done_;   // closed-form collective messages, delivered at once
+  std::vector<OpWake> op_wakes_;  // a heap, soonest first (OpWake::Later)
+  std::uint64_t op_wakes_seq_ = 0;
+  // While a closed-form message is delivered: its end, when a member it finishes is woken.
+  std::optional<SimTime> closing_at_;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
