@@ -446,11 +446,19 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
   COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
   if (end_memo_.empty())
     end_memo_.resize(static_cast<size_t>(routes_.graph().num_ranks()) * kEndMemo);
-  EndMemo& m = end_memo_[static_cast<size_t>(src) * kEndMemo + static_cast<size_t>(dst % kEndMemo)];
-  if (m.dst != dst) {
+  EndMemo& e = end_memo_[static_cast<size_t>(src) * kEndMemo + static_cast<size_t>(dst % kEndMemo)];
+  if (e.dst != dst) {
     const HopInfo& h = hop_info(src, dst);
-    m = {dst, h.exclusive, h.links.empty(), h.latency, h.narrowest};
+    const EndClass c{h.exclusive, h.links.empty(), h.latency, h.narrowest};
+    const auto same = [&c](const EndClass& x) {
+      return x.exclusive == c.exclusive && x.empty == c.empty && x.latency == c.latency &&
+             x.narrowest == c.narrowest;
+    };
+    auto it = std::find_if(end_classes_.begin(), end_classes_.end(), same);
+    if (it == end_classes_.end()) it = end_classes_.insert(end_classes_.end(), c);
+    e = {dst, static_cast<std::uint32_t>(it - end_classes_.begin())};
   }
+  const EndClass& m = end_classes_[e.cls];
   if (!m.exclusive) return std::nullopt;
   // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
   const std::int64_t join = (start + m.latency).ns();

@@ -164,16 +164,22 @@ class MaxMinModel final : public NetworkModel {
   const HopInfo& hop_info(int src, int dst);
   std::vector<HopInfo> hops_;  // per source
   // What exclusive_end reads of a route, for up to kEndMemo destinations per source (direct
-  // mapped by destination): an all-to-all's messages inside a node each go to another one.
-  static constexpr int kEndMemo = 16;
-  struct EndMemo {
-    int dst = -1;
+  // mapped by destination): an all-to-all's messages inside a node each go to another one. An
+  // entry names its kind of route (EndClass, a handful per cluster), so that a source's entries
+  // fill four cache lines.
+  static constexpr int kEndMemo = 32;
+  struct EndClass {
     bool exclusive = false;
     bool empty = false;  // no limited link
     SimTime latency;
     double narrowest = 0;
   };
+  struct EndMemo {
+    std::int32_t dst = -1;
+    std::uint32_t cls = 0;  // index into end_classes_
+  };
   std::vector<EndMemo> end_memo_;  // kEndMemo per source
+  std::vector<EndClass> end_classes_;
   // exclusive_pair_ends of x and y whose joins differ by dj (y's minus x's): the ends, taken
   // from x's join. Per x's source.
   struct PairMemo {
