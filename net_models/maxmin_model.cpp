@@ -444,11 +444,21 @@ const MaxMinModel::HopInfo& MaxMinModel::hop_info(int src, int dst) {
 std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t bytes, int copies,
                                                   SimTime start) {
   COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
-  if (end_memo_.empty())
-    end_memo_.resize(static_cast<size_t>(routes_.graph().num_ranks()) * kEndMemo);
+  const auto n = static_cast<size_t>(routes_.graph().num_ranks());
+  if (end_memo_.empty()) {
+    end_memo_.resize(n * kEndMemo);
+    end_known_.assign(n * n / 64 + 1, 0);
+    end_exclusive_.assign(n * n / 64 + 1, 0);
+  }
+  const size_t pair = static_cast<size_t>(src) * n + static_cast<size_t>(dst);
+  const std::uint64_t bit = std::uint64_t{1} << (pair % 64);
+  if ((end_known_[pair / 64] & bit) != 0 && (end_exclusive_[pair / 64] & bit) == 0)
+    return std::nullopt;
   EndMemo& e = end_memo_[static_cast<size_t>(src) * kEndMemo + static_cast<size_t>(dst % kEndMemo)];
   if (e.dst != dst) {
     const HopInfo& h = hop_info(src, dst);
+    end_known_[pair / 64] |= bit;
+    if (h.exclusive) end_exclusive_[pair / 64] |= bit;
     const EndClass c{h.exclusive, h.links.empty(), h.latency, h.narrowest};
     const auto same = [&c](const EndClass& x) {
       return x.exclusive == c.exclusive && x.empty == c.empty && x.latency == c.latency &&
