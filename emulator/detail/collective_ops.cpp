@@ -193,7 +193,7 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
   // post another flow before this one ends, and on a route no other rank's flow can reach it
   // travels alone. Its end is known now: the controller delivers it at once, and wakes a
-  // member it finishes when virtual time gets there (OpDone).
+  // member it finishes when virtual time gets there (OpDone, op_finish).
   if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent && op_waits_alone(op, src) &&
       op_waits_alone(op, dst)) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
@@ -231,6 +231,7 @@ bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
 void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
   CollectiveMember& m = op.members[u(r)];
   m.clock = std::max(m.clock, t);
+  m.latest = std::max(m.latest, t);
   if (--m.pending > 0) return;
   if (op.kind != CollectiveSpec::Kind::kConcurrent &&
       m.round + 2 < static_cast<int>(op.members.size())) {
@@ -245,8 +246,10 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
   m.recv_posted = m.send_posted = false;
   m.round = static_cast<int>(op.members.size());  // past every round: matches nothing more
-  if (closing_at_.has_value()) {  // finished by a message delivered ahead of its end
-    op_wakes_.push_back({*closing_at_, op_wakes_seq_++, std::move(m.req), m.clock});
+  // Through the network, the member finishes when its last message ends; a closed-form one
+  // may have been delivered ahead of virtual time: the member is woken when it gets there.
+  if (m.latest > net_.now()) {
+    op_wakes_.push_back({m.latest, op_wakes_seq_++, std::move(m.req), m.clock});
     std::push_heap(op_wakes_.begin(), op_wakes_.end(), OpWake::Later{});
   } else {
     complete(*m.req, m.clock);

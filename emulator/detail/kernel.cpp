@@ -734,7 +734,6 @@ bool Kernel::drain_pass_done() {
   while (!op_done_.empty()) {
     const OpDone d = op_done_.back();
     op_done_.pop_back();
-    closing_at_ = d.t;
     try {
       op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
       op_message_done(*d.op, d.dst, d.t);
@@ -743,7 +742,6 @@ bool Kernel::drain_pass_done() {
       aborting_ = true;
       op_done_.clear();
     }
-    closing_at_.reset();
   }
   if (pass_done_.empty()) return true;
   // Each completion may finish a member's round, post its next round and match exclusive

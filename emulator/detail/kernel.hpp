@@ -265,6 +265,7 @@ class Kernel {
     bool recv_posted = false, send_posted = false;
     SimTime clock;  // the time the per-message algorithm's fiber would be at
     SimTime recv_post, send_post;
+    SimTime latest;                   // the latest end of its messages so far
     std::vector<SimTime> send_posts;  // kConcurrent: per peer group rank
     ReqPtr req;
     CollectiveSpec spec;
@@ -295,15 +296,16 @@ class Kernel {
   bool op_waits_alone(const CollectiveOp& op, int r) const;
   /// A message of a collective op timed in closed form (op_match): its sender and receiver
   /// (group ranks) and its end. The controller delivers it at once (drain_pass_done): only the
-  /// op's members see it, and they wait for the op. A member that it finishes is woken when
-  /// virtual time reaches the message's end (op_wakes_), as the network's completion would.
+  /// op's members see it, and they wait for the op. A member whose messages end later than the
+  /// present when it finishes is woken when virtual time reaches the last end (op_wakes_), as
+  /// the network's completion of that message would wake it.
   struct OpDone {
     CollectiveOp* op;
     int src, dst;
     SimTime t;
   };
-  /// A member's request finished by a closed-form message (closing_at_): completed at `done`,
-  /// at controller time t.
+  /// A member's request finished before virtual time reached its last message's end (a
+  /// closed-form message, op_finish): completed at `done`, at controller time t.
   struct OpWake {
     SimTime t;
     std::uint64_t seq;  // in the order finished: equal times are woken in that order
@@ -471,8 +473,6 @@ class Kernel {
   std::vector<OpDone> op_done_;   // closed-form collective messages, delivered at once
   std::vector<OpWake> op_wakes_;  // a heap, soonest first (OpWake::Later)
   std::uint64_t op_wakes_seq_ = 0;
-  // While a closed-form message is delivered: its end, when a member it finishes is woken.
-  std::optional<SimTime> closing_at_;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
