@@ -370,6 +370,12 @@ class Kernel {
   void pass_whole(PassOp& op);
   /// Runs the passes whose last member has joined (pass_whole). Returns false when none was.
   bool run_whole_passes();
+  /// Copies block `block` (count elements of each part) from sender s's buffers into receiver
+  /// d's, when both pass data.
+  static void pass_copy_block(const PassMember& s, const PassMember& d, int block,
+                              std::int64_t count, int parts);
+  /// Gives a finished pass's storage back to the pool.
+  void pass_free(const PassOp& op);
   /// A matched ring pass message: sender and receiver (members, and their world ranks), the
   /// sender's round, when it starts and the bytes of each part.
   struct PassHop {
@@ -396,8 +402,8 @@ class Kernel {
     int member, slot, count;
     SimTime t;
   };
-  /// Delivers the completions of ring pass messages timed in closed form, and those of the
-  /// messages they lead to, until none is left. Returns false when there was none.
+  /// Delivers the completions of ring pass and collective messages timed in closed form, and
+  /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool drain_pass_done();
   /// A completed flow's share of the statistics and of the timeline hash, `copies` times (the
   /// parts of one ring pass message).

@@ -178,12 +178,10 @@ bool Kernel::pass_can_be_whole(const PassOp& op) {
 
 bool Kernel::run_whole_passes() {
   if (whole_ready_.empty()) return false;
-  // Each pass's members are its own: the order passes are timed in does not matter.
-  std::vector<PassOp*> ready;
-  ready.swap(whole_ready_);
-  for (PassOp* op : ready) pass_whole(*op);
-  ready.clear();
-  if (whole_ready_.empty()) whole_ready_.swap(ready);  // keep the storage
+  // Each pass's members are its own: the order passes are timed in does not matter. (The
+  // members they wake run only after this controller step: none joins a pass meanwhile.)
+  for (PassOp* op : whole_ready_) pass_whole(*op);
+  whole_ready_.clear();
   return true;
 }
 
@@ -218,12 +216,7 @@ void Kernel::pass_whole(PassOp& op) {
       const std::int64_t count = counts[u(block)];
       const std::int64_t bytes = wire_bytes(count);
       const SimTime start = std::max(post[u(r)], post[u(d)]);
-      if (s.data && dm.data && count > 0)
-        for (int q = 0; q < parts; ++q) {
-          const std::span<float> out = s.pass->data(q, block), in = dm.pass->data(q, block);
-          if (!out.empty() && !in.empty())
-            std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
-        }
+      pass_copy_block(s, dm, block, count, parts);
       const std::optional<SimTime> end = net_.exclusive_end(s.rank, dm.rank, bytes, parts, start);
       COCO_CHECK(end.has_value(), "a hop of a whole ring pass is not exclusive");
       account_flow(start, *end, s.rank, dm.rank, bytes, parts);
@@ -251,6 +244,20 @@ void Kernel::pass_whole(PassOp& op) {
     m.req.reset();
     m.pass = nullptr;
   }
+  pass_free(op);
+}
+
+void Kernel::pass_copy_block(const PassMember& s, const PassMember& d, int block,
+                             std::int64_t count, int parts) {
+  if (!s.data || !d.data || count <= 0) return;
+  for (int q = 0; q < parts; ++q) {
+    const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
+    if (!out.empty() && !in.empty())
+      std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
+  }
+}
+
+void Kernel::pass_free(const PassOp& op) {
   const auto it = passes_.find({op.group->ctx, op.seq});
   it->second->group.reset();
   pass_pool_.give(std::move(it->second));
@@ -280,10 +287,7 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   m.req.reset();
   m.pass = nullptr;
   if (++op.finished < p) return;
-  const auto it = passes_.find({op.group->ctx, op.seq});
-  it->second->group.reset();
-  pass_pool_.give(std::move(it->second));
-  passes_.erase(it);
+  pass_free(op);
 }
 
 void Kernel::pass_match(PassOp& op, int src, int dst) {
@@ -303,12 +307,7 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   }
   const SimTime start = std::max(s.post, d.post);
   const std::int64_t bytes = wire_bytes(count);
-  if (s.data && d.data && count > 0)
-    for (int q = 0; q < parts; ++q) {
-      const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
-      if (!out.empty() && !in.empty())
-        std::memcpy(in.data(), out.data(), static_cast<std::size_t>(count) * sizeof(float));
-    }
+  pass_copy_block(s, d, block, count, parts);
   const PassHop hop{&op, src, dst, s.rank, d.rank, round, start, bytes};
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
   // before these messages end), a route on which no other rank's flow can travel carries them
