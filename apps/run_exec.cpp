@@ -244,6 +244,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   r["flows_exclusive"] = res.flows_exclusive;
   r["ring_passes_whole"] = res.passes_whole;
   r["regions_replayed"] = res.regions_replayed;
+  r["blocks_taped"] = res.tapes_played;
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
   dit::StrategyStats merged = stats.at(0);
@@ -292,8 +293,8 @@ RunRecord run_emulated(const RunPlan& plan) {
     const nlohmann::ordered_json& o = one.report;
     for (const char* key : {"virtual_time_s", "wall_time_s"})
       r[key] = r[key].get<double>() + o[key].get<double>();
-    for (const char* key :
-         {"flows", "flows_exclusive", "ring_passes_whole", "regions_replayed", "events"})
+    for (const char* key : {"flows", "flows_exclusive", "ring_passes_whole", "regions_replayed",
+                            "blocks_taped", "events"})
       r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
     for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
       *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();

@@ -258,6 +258,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.trace = cfg.get_bool("emulator.trace", true);
   e.replay = cfg.get_bool("emulator.replay", true);
   e.collective_ops = cfg.get_bool("emulator.collective_ops", true);
+  e.call_tapes = cfg.get_bool("emulator.call_tapes", true);
   e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
   e.all_to_all_algorithm = cfg.get_choice("emulator.all_to_all", "library",
                                           {"library", "pairwise", "xor", "concurrent"});

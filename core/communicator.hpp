@@ -176,6 +176,24 @@ class Communicator {
   /// then depend on nothing but the key. Other backends and groups return {}.
   virtual RegionMark begin_region(std::string_view /*key*/, bool /*may_skip*/) { return {}; }
 
+  /// A rank's calls, recorded to be issued again (backend-specific; see begin_tape).
+  class CallTape {
+   public:
+    virtual ~CallTape() = default;
+  };
+  /// Starts recording the calls this rank makes on every one of its communicators, its
+  /// compute charges included, in order (sizes only: phantom buffers). Returns false where the
+  /// backend keeps no tapes (then end_tape() returns null). Call on the world communicator.
+  virtual bool begin_tape() { return false; }
+  /// Ends the recording. Null when the calls cannot be issued again as they were: a buffer
+  /// with data, a test() (whose answer depends on timing), a wait for a request started before
+  /// the recording, a request left unwaited, or a call that makes groups or regions.
+  virtual std::unique_ptr<CallTape> end_tape() { return nullptr; }
+  /// Issues the recorded calls again, in order, from this rank's present state: the same
+  /// calls the recorded code would make, where that code's calls depend on nothing that
+  /// differs between the two runs of it (its timing included).
+  virtual void play_tape(const CallTape& /*tape*/) {}
+
  protected:
   virtual Request do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                  std::int64_t count, std::string_view label) = 0;

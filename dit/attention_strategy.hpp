@@ -145,6 +145,12 @@ class AttentionStrategy {
   /// then). The block's work and timeline do not depend on it, so it is not part of
   /// block_key(): only the cache bytes a replayed block adds do (BlockReplay).
   virtual bool block_counts_cache() const { return false; }
+  /// Whether, in phantom mode, the calls a block makes on its communicators are a function of
+  /// its kind and block_key() alone, whatever its timing (it never polls a request, and what
+  /// it reads of the clock changes nothing it calls), and it measures nothing: BlockReplay may
+  /// then record one block's calls and issue them again for the next blocks of that kind and
+  /// key (Communicator::begin_tape), instead of running their code.
+  virtual bool block_calls_fixed() const { return false; }
   /// A replayed block's attention layers were not run: advance as running them would have
   /// (`v_major_cache_bytes`: what the simulated block added to StrategyStats::v_major_cache_bytes).
   virtual void skip_layers(int /*layers*/, double /*v_major_cache_bytes*/) {}

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -60,6 +61,10 @@ class BlockReplay {
   // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
   // its layers for the first time (a function of the shapes: the same for every such block).
   std::unordered_map<std::string, double> first_cache_;
+  // Region key -> the calls of the first block of that key (AttentionStrategy::
+  // block_calls_fixed), or null where they cannot be issued again.
+  std::unordered_map<std::string, std::unique_ptr<Communicator::CallTape>> tapes_;
+  std::int64_t tapes_played_ = 0;
 };
 
 /// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.

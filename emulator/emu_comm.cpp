@@ -41,8 +41,96 @@ EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group
       group_rank_(group_rank) {}
 
 Communicator::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
+  spoil_tape();
   if (size() != kernel_.topology().num_ranks()) return {};
   return kernel_.begin_region(self_, key, may_skip);
+}
+
+void EmuComm::compute(const OpCost& cost) {
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kCompute;
+    c.cost_kind = cost.kind;
+    c.flops = cost.flops;
+    c.bytes = cost.bytes;
+    c.label = cost.label;
+    record(std::move(c));
+  }
+  kernel_.compute(self_, cost);
+}
+
+void EmuComm::run_math(const std::function<void()>& work) {
+  spoil_tape();  // arithmetic on data: not a phantom call
+  kernel_.run_math(self_, work);
+}
+
+void EmuComm::spoil_tape() {
+  if (self_.tape != nullptr) self_.tape->usable = false;
+}
+
+void EmuComm::record(TapeCall call, std::span<const float> a, std::span<const float> b) {
+  EmuTape* t = self_.tape;
+  if (t == nullptr) return;
+  if (!a.empty() || !b.empty()) t->usable = false;  // data: a tape moves sizes only
+  call.comm = this;
+  t->calls.push_back(std::move(call));
+}
+
+bool EmuComm::begin_tape() {
+  if (!kernel_.options().call_tapes) return false;
+  COCO_CHECK(self_.is_main && self_.tape == nullptr, "begin_tape: a tape is already recording");
+  recording_ = std::make_unique<EmuTape>();
+  self_.tape = recording_.get();
+  return true;
+}
+
+std::unique_ptr<Communicator::CallTape> EmuComm::end_tape() {
+  if (recording_ == nullptr) return nullptr;  // nothing records (tapes off)
+  COCO_CHECK(self_.tape == recording_.get(), "end_tape on a tape another call began");
+  self_.tape = nullptr;
+  std::unique_ptr<EmuTape> t = std::move(recording_);
+  for (const char w : t->waited) t->usable = t->usable && w != 0;
+  if (!t->usable) return nullptr;
+  return t;
+}
+
+void EmuComm::play_tape(const CallTape& tape) {
+  const auto& t = dynamic_cast<const EmuTape&>(tape);
+  COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
+  kernel_.tape_played();
+  std::vector<Request> reqs(static_cast<size_t>(t.requests));
+  for (const TapeCall& c : t.calls) {
+    Communicator& g = *c.comm;
+    switch (c.kind) {
+      case TapeCall::Kind::kCompute:
+        g.compute(OpCost{c.cost_kind, c.flops, c.bytes, c.label});
+        break;
+      case TapeCall::Kind::kAllToAll:
+        reqs[static_cast<size_t>(c.req)] = g.iall_to_all({}, {}, c.count, c.label);
+        break;
+      case TapeCall::Kind::kAllToAllv:
+        reqs[static_cast<size_t>(c.req)] = g.iall_to_allv({}, {}, *c.layout, c.label);
+        break;
+      case TapeCall::Kind::kAllGather:
+        reqs[static_cast<size_t>(c.req)] = g.iall_gather({}, {}, c.count, c.label);
+        break;
+      case TapeCall::Kind::kAllReduce:
+        reqs[static_cast<size_t>(c.req)] = g.iall_reduce({}, c.count, c.op, c.label);
+        break;
+      case TapeCall::Kind::kSend:
+        reqs[static_cast<size_t>(c.req)] = g.isend({}, c.count, c.peer, c.tag, c.label);
+        break;
+      case TapeCall::Kind::kRecv:
+        reqs[static_cast<size_t>(c.req)] = g.irecv({}, c.count, c.peer, c.tag, c.label);
+        break;
+      case TapeCall::Kind::kRingPass:
+        g.ring_pass(c.pass->pass);
+        break;
+      case TapeCall::Kind::kWait:
+        reqs[static_cast<size_t>(c.req)].wait();
+        break;
+    }
+  }
 }
 
 int EmuComm::world_rank(int group_rank) const {
@@ -55,13 +143,60 @@ struct EmuRequest final : RequestImpl {
   detail::Kernel& kernel;
   detail::FiberState& owner;
   detail::ReqPtr state;
+  EmuTape* tape = nullptr;  // the tape that recorded its start, if any
+  int tape_index = -1;
   EmuRequest(detail::Kernel& k, detail::FiberState& o, detail::ReqPtr s)
       : kernel(k), owner(o), state(std::move(s)) {}
-  void wait() override { kernel.wait(owner, *state); }
-  bool test() override { return kernel.test(owner, *state); }
+  void wait() override {
+    if (EmuTape* t = owner.tape) {
+      if (t == tape) {
+        t->waited[static_cast<size_t>(tape_index)] = 1;
+        TapeCall c;
+        c.kind = TapeCall::Kind::kWait;
+        c.req = tape_index;
+        t->calls.push_back(std::move(c));
+      } else {
+        t->usable = false;  // started before the recording
+      }
+    }
+    kernel.wait(owner, *state);
+  }
+  bool test() override {
+    if (owner.tape != nullptr) owner.tape->usable = false;  // its answer depends on timing
+    return kernel.test(owner, *state);
+  }
   std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
 };
 }  // namespace
+
+namespace {
+// Detaches the tile's tape for the calls a call makes on its own behalf (a ring pass message by
+// message, a barrier's or split's collective), which the tape does not record.
+class Untaped {
+ public:
+  explicit Untaped(detail::FiberState& f) : f_(f), tape_(f.tape) { f_.tape = nullptr; }
+  ~Untaped() { f_.tape = tape_; }
+  Untaped(const Untaped&) = delete;
+  Untaped& operator=(const Untaped&) = delete;
+
+ private:
+  detail::FiberState& f_;
+  EmuTape* tape_;
+};
+}  // namespace
+
+Request EmuComm::request(detail::ReqPtr state) {
+  auto r = std::make_shared<EmuRequest>(kernel_, self_, std::move(state));
+  if (EmuTape* t = self_.tape) {
+    // The call that starts it was recorded last (record() runs before the call is made).
+    COCO_CHECK(!t->calls.empty() && t->calls.back().req < 0, "a taped request without its call");
+    r->tape = t;
+    r->tape_index = t->requests++;
+    t->calls.back().req = r->tape_index;
+    t->waited.push_back(0);
+  }
+  return Request(std::move(r));
+}
 
 template <typename Algo>
 Request EmuComm::start_collective(const std::string& call, std::string_view label, Algo&& algo,
@@ -75,7 +210,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
   req->group = group_;
   if (spec != nullptr && kernel_.options().collective_ops) {
     kernel_.start_collective_op(self_, group_, group_rank_, seq, req, *spec);
-    return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
+    return request(std::move(req));
   }
   // The collective fiber borrows this communicator's group; the user keeps the communicator
   // alive until the request completes, as with MPI.
@@ -87,7 +222,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
         algo(port);
       },
       req);
-  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(req)));
+  return request(std::move(req));
 }
 
 namespace {
@@ -119,6 +254,13 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
   const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
   detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
   spec.count = count;
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kAllToAll;
+    c.count = count;
+    c.label = label;
+    record(std::move(c), send, recv);
+  }
   return start_collective(
       "all_to_all(count=" + std::to_string(count) + ")", label,
       [send, recv, count, a](Port& p) {
@@ -140,6 +282,13 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
   spec.send_displs = layout.send_displs.data();
   spec.recv_counts = layout.recv_counts.data();
   spec.recv_displs = layout.recv_displs.data();
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kAllToAllv;
+    c.layout = std::make_unique<AllToAllvLayout>(layout);
+    c.label = label;
+    record(std::move(c), send, recv);
+  }
   return start_collective(
       "all_to_allv", label,
       [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, &spec);
@@ -152,6 +301,13 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
   spec.send = send;
   spec.recv = recv;
   spec.count = count;
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kAllGather;
+    c.count = count;
+    c.label = label;
+    record(std::move(c), send, recv);
+  }
   return start_collective(
       "all_gather(count=" + std::to_string(count) + ")", label,
       [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, &spec);
@@ -161,12 +317,22 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
                                 std::string_view label) {
   std::string call = std::string("all_reduce(") + (op == ReduceOp::kSum ? "sum" : "max") +
                      ", count=" + std::to_string(count) + ")";
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kAllReduce;
+    c.count = count;
+    c.op = op;
+    c.label = label;
+    record(std::move(c), data);
+  }
   return start_collective(call, label, [data, count, op](Port& p) {
     collectives::all_reduce_ring(p, data, count, op);
   });
 }
 
 void EmuComm::barrier() {
+  spoil_tape();
+  const Untaped untaped(self_);
   start_collective("barrier", "barrier", [](Port& p) {
     collectives::barrier_dissemination(p);
   }).wait();
@@ -183,20 +349,57 @@ void check_tag(int tag, int rank) {
 Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                           std::string_view label) {
   check_tag(tag, world_rank(group_rank_));
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kSend;
+    c.count = count;
+    c.peer = dest;
+    c.tag = tag;
+    c.label = label;
+    record(std::move(c), data);
+  }
   auto st = kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
                               static_cast<std::uint64_t>(tag), data, count, label);
-  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(st)));
+  return request(std::move(st));
 }
 
 Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                           std::string_view label) {
   check_tag(tag, world_rank(group_rank_));
+  if (self_.tape != nullptr) {
+    TapeCall c;
+    c.kind = TapeCall::Kind::kRecv;
+    c.count = count;
+    c.peer = source;
+    c.tag = tag;
+    c.label = label;
+    record(std::move(c), data);
+  }
   auto st = kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
                               static_cast<std::uint64_t>(tag), data, count, label);
-  return Request(std::make_shared<EmuRequest>(kernel_, self_, std::move(st)));
+  return request(std::move(st));
 }
 
 void EmuComm::do_ring_pass(const RingPass& pass) {
+  if (self_.tape != nullptr) {
+    // The tape keeps its own copy of the pass, labels included; the data must be sizes only.
+    auto kept = std::make_unique<TapeCall::Pass>();
+    kept->pass.parts = pass.parts;
+    kept->pass.counts = pass.counts;
+    kept->strings.reserve(pass.work.size() + pass.labels.size());
+    for (const OpCost& w : pass.work) kept->strings.emplace_back(w.label);
+    for (const std::string_view l : pass.labels) kept->strings.emplace_back(l);
+    kept->pass.work = pass.work;
+    for (size_t i = 0; i < pass.work.size(); ++i) kept->pass.work[i].label = kept->strings[i];
+    for (size_t i = 0; i < pass.labels.size(); ++i)
+      kept->pass.labels.emplace_back(kept->strings[pass.work.size() + i]);
+    if (pass.data) spoil_tape();  // a pass with buffers moves data
+    TapeCall c;
+    c.kind = TapeCall::Kind::kRingPass;
+    c.pass = std::move(kept);
+    record(std::move(c));
+  }
+  const Untaped untaped(self_);  // message by message, its calls are the pass's
   const std::uint64_t seq = next_pass_++;
   if (!kernel_.options().collective_ops || size() == 1) {
     Communicator::do_ring_pass(pass);
@@ -206,6 +409,8 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
 }
 
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
+  spoil_tape();  // a tape does not make groups
+  const Untaped untaped(self_);
   // Exchange (color, key) with an all-gather of their bit patterns.
   const int p = size();
   std::vector<float> mine(2), all(static_cast<size_t>(2 * p));

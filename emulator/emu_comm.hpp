@@ -12,6 +12,48 @@
 
 namespace cocodiff::emu {
 
+class EmuComm;
+
+/// One call of a tile's tape (Communicator::begin_tape): what it was called on and with.
+struct TapeCall {
+  enum class Kind : std::uint8_t {
+    kCompute,
+    kAllToAll,
+    kAllToAllv,
+    kAllGather,
+    kAllReduce,
+    kSend,
+    kRecv,
+    kRingPass,
+    kWait
+  };
+  Kind kind = Kind::kCompute;
+  EmuComm* comm = nullptr;
+  int req = -1;  // the request the call starts, or the one it waits for (index in the tape)
+  std::int64_t count = 0;
+  int peer = 0, tag = 0;
+  ReduceOp op = ReduceOp::kSum;
+  OpKind cost_kind = OpKind::kElementwise;  // kCompute: the cost, labelled `label`
+  double flops = 0, bytes = 0;
+  std::string label;
+  std::unique_ptr<AllToAllvLayout> layout;  // kAllToAllv (the request reads it until done)
+  /// kRingPass: the pass, its labels held by `strings` (its views point there).
+  struct Pass {
+    RingPass pass;
+    std::vector<std::string> strings;
+  };
+  std::unique_ptr<Pass> pass;
+};
+
+/// A tile's recorded calls, issued again by EmuComm::play_tape.
+class EmuTape final : public Communicator::CallTape {
+ public:
+  std::vector<TapeCall> calls;
+  int requests = 0;          // requests the calls start
+  std::vector<char> waited;  // per request: waited for within the recording
+  bool usable = true;        // false: see Communicator::end_tape
+};
+
 class EmuComm final : public Communicator {
  public:
   EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group group, int group_rank);
@@ -22,11 +64,15 @@ class EmuComm final : public Communicator {
   int world_rank(int group_rank) const override;
   std::unique_ptr<Communicator> split(int color, int key) override;
   void barrier() override;
-  void compute(const OpCost& cost) override { kernel_.compute(self_, cost); }
+  void compute(const OpCost& cost) override;
   SimTime now() const override { return self_.clock; }
-  void run_math(const std::function<void()>& work) override { kernel_.run_math(self_, work); }
+  void run_math(const std::function<void()>& work) override;
   /// World communicator only (sub-groups return {}): see Communicator::begin_region.
   RegionMark begin_region(std::string_view key, bool may_skip) override;
+  /// The tile's calls on all of its communicators (the main fiber's): see begin_tape.
+  bool begin_tape() override;
+  std::unique_ptr<CallTape> end_tape() override;
+  void play_tape(const CallTape& tape) override;
 
  protected:
   Request do_iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,
@@ -50,6 +96,13 @@ class EmuComm final : public Communicator {
   /// given and EngineOptions::collective_ops) or as `algo` (a callable taking a Port&) on a
   /// collective fiber; `algo` is only stored when it runs. Defined in emu_comm.cpp, its only
   /// user.
+  /// The request handed to the caller; while a tape records, it is the tape's next request.
+  Request request(detail::ReqPtr state);
+  /// Appends a call to the tape being recorded, if any; a buffer with data spoils the tape.
+  void record(TapeCall call, std::span<const float> a = {}, std::span<const float> b = {});
+  /// Something a tape cannot issue again happened while one records.
+  void spoil_tape();
+
   template <typename Algo>
   Request start_collective(const std::string& call, std::string_view label, Algo&& algo,
                            const detail::CollectiveSpec* spec = nullptr);
@@ -59,7 +112,8 @@ class EmuComm final : public Communicator {
   std::shared_ptr<const detail::Group> group_;  // shared with in-flight collective fibers
   int group_rank_;
   std::uint64_t next_seq_ = 0;
-  std::uint64_t next_pass_ = 0;  // ring passes started on this group
+  std::uint64_t next_pass_ = 0;         // ring passes started on this group
+  std::unique_ptr<EmuTape> recording_;  // begin_tape on this communicator: the tape
 };
 
 /// What a collective algorithm sees: one fiber's point-to-point view of one group, with tags

@@ -65,6 +65,10 @@ struct EngineOptions {
   /// message. The timeline, bytes and hash are the per-message path's (false), which stays for
   /// point-to-point, all-reduce and barrier.
   bool collective_ops = true;
+  /// Let a tile record the calls of a block whose calls are a function of its kind and key
+  /// (Communicator::begin_tape, dit::BlockReplay) and issue them again for the next such
+  /// blocks without running their code; the timeline, bytes and hash are the same either way.
+  bool call_tapes = true;
 };
 
 /// One span of the virtual timeline.
@@ -95,6 +99,7 @@ struct RunResult {
   std::uint64_t passes_whole = 0;
   std::uint64_t events = 0;            // simulation events processed (flows + computes + waits)
   std::uint64_t regions_replayed = 0;  // regions whose recorded effect was applied
+  std::uint64_t tapes_played = 0;      // recorded calls issued again (Communicator::play_tape)
   std::string timeline_sha256;         // digest of every event of the timeline
   std::vector<TraceEvent> trace;       // empty unless EngineOptions::trace
   std::vector<std::string> labels;

@@ -445,20 +445,34 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
                                                   SimTime start) {
   COCO_CHECK(src != dst && copies > 0 && bytes >= 0, "exclusive_end: bad flow");
   const auto n = static_cast<size_t>(routes_.graph().num_ranks());
+  // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
+  const auto end = [&](SimTime latency, bool empty, double narrowest) {
+    const std::int64_t join = (start + latency).ns();
+    if (bytes == 0 || empty) return SimTime::from_ns(join);
+    return SimTime::from_ns(
+        join + transfer_ns(static_cast<double>(bytes), std::max(narrowest, 0.0) / copies));
+  };
+  // A ring asks about each source's one hop round after round: its last route first.
+  if (!hops_.empty()) {
+    const HopInfo& h = hops_[static_cast<size_t>(src)];
+    if (h.dst == dst) {
+      if (!h.exclusive) return std::nullopt;
+      return end(h.latency, h.links.empty(), h.narrowest);
+    }
+  }
   if (end_memo_.empty()) {
     end_memo_.resize(n * kEndMemo);
-    end_known_.assign(n * n / 64 + 1, 0);
-    end_exclusive_.assign(n * n / 64 + 1, 0);
+    end_bits_.assign(n * n / 32 + 1, 0);
   }
-  const size_t pair = static_cast<size_t>(src) * n + static_cast<size_t>(dst);
-  const std::uint64_t bit = std::uint64_t{1} << (pair % 64);
-  if ((end_known_[pair / 64] & bit) != 0 && (end_exclusive_[pair / 64] & bit) == 0)
-    return std::nullopt;
   EndMemo& e = end_memo_[static_cast<size_t>(src) * kEndMemo + static_cast<size_t>(dst % kEndMemo)];
   if (e.dst != dst) {
+    // Two bits per route in one word (known, exclusive): one load tells a route seen before.
+    const size_t pair = static_cast<size_t>(src) * n + static_cast<size_t>(dst);
+    std::uint64_t& word = end_bits_[pair / 32];
+    const unsigned shift = 2 * static_cast<unsigned>(pair % 32);
+    if (((word >> shift) & 3u) == 1u) return std::nullopt;  // known, not exclusive
     const HopInfo& h = hop_info(src, dst);
-    end_known_[pair / 64] |= bit;
-    if (h.exclusive) end_exclusive_[pair / 64] |= bit;
+    word |= (h.exclusive ? std::uint64_t{3} : std::uint64_t{1}) << shift;
     const EndClass c{h.exclusive, h.links.empty(), h.latency, h.narrowest};
     const auto same = [&c](const EndClass& x) {
       return x.exclusive == c.exclusive && x.empty == c.empty && x.latency == c.latency &&
@@ -470,11 +484,7 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
   }
   const EndClass& m = end_classes_[e.cls];
   if (!m.exclusive) return std::nullopt;
-  // As add_flow, activate and solve_lone would time them (one entry of weight `copies`).
-  const std::int64_t join = (start + m.latency).ns();
-  if (bytes == 0 || m.empty) return SimTime::from_ns(join);
-  return SimTime::from_ns(
-      join + transfer_ns(static_cast<double>(bytes), std::max(m.narrowest, 0.0) / copies));
+  return end(m.latency, m.empty, m.narrowest);
 }
 
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {

@@ -180,9 +180,9 @@ class MaxMinModel final : public NetworkModel {
   };
   std::vector<EndMemo> end_memo_;  // kEndMemo per source
   std::vector<EndClass> end_classes_;
-  // Whether each (source, destination) route is known, and exclusive, a bit each: a large
-  // all-to-all's messages go to more destinations than the memo keeps, and most are not.
-  std::vector<std::uint64_t> end_known_, end_exclusive_;
+  // Whether each (source, destination) route is known, and exclusive, two bits in one word: a
+  // large all-to-all's messages go to more destinations than the memo keeps, and most are not.
+  std::vector<std::uint64_t> end_bits_;
   // exclusive_pair_ends of x and y whose joins differ by dj (y's minus x's): the ends, taken
   // from x's join. Per x's source.
   struct PairMemo {

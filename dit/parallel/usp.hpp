@@ -32,6 +32,8 @@ class UlyssesRing final : public AttentionStrategy {
   std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                              const AttentionShape& shape) override;
   std::optional<std::string> block_key() const override { return std::string(); }  // stateless
+  /// Its exchanges are waited for in a fixed order (no polling), and it measures nothing.
+  bool block_calls_fixed() const override { return true; }
   int ulysses_degree() const { return ulysses_comm_->size(); }
   int ring_degree() const { return ring_comm_->size(); }
 

@@ -979,6 +979,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.flows_exclusive = flows_exclusive_;
   res.passes_whole = passes_whole_;
   res.regions_replayed = regions_replayed_;
+  res.tapes_played = tapes_played_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
   res.bytes_by_tier = bytes_by_tier_;

@@ -29,6 +29,10 @@
 #include "emulator/engine.hpp"
 #include "net_models/collective_model.hpp"
 
+namespace cocodiff::emu {
+class EmuTape;
+}  // namespace cocodiff::emu
+
 namespace cocodiff::emu::detail {
 
 /// The lock the kernel's state is taken under. Every fiber of a run and the controller share one
@@ -59,7 +63,8 @@ struct FiberState {
   bool waiting_in_test = false;
   bool replayed = false;  // set by the controller when it replays the region this fiber enters
   std::uint64_t region_id = 0;
-  StackBounds stack;  // set when the fiber's stack is allocated
+  EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none
+  StackBounds stack;        // set when the fiber's stack is allocated
 };
 
 /// Finished objects kept for their storage (their vectors keep their capacity), taken again
@@ -213,6 +218,11 @@ class Kernel {
                            const std::string& call);
   const Topology& topology() const { return topo_; }
   const EngineOptions& options() const { return options_; }
+  /// A tile issued recorded calls again (EmuComm::play_tape): counted for the report.
+  void tape_played() {
+    const std::lock_guard<ThreadLock> lk(state_lock_);
+    ++tapes_played_;
+  }
   /// Wire bytes of `count` fp32 elements (EngineOptions::wire_bytes_per_element).
   std::int64_t wire_bytes(std::int64_t count) const {
     // A whole number of bytes per element (2 or 4) multiplies exactly what llround would round:
@@ -485,6 +495,9 @@ class Kernel {
   std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
   std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWaiting)
   std::vector<SimTime> whole_post_, whole_recv_, whole_send_;  // pass_whole's rows, per member
+  // pass_whole: each member's hop duration (exclusive_end from a start of zero) for its last
+  // block size; an exclusive hop's end is its start plus that.
+  std::vector<std::int64_t> whole_bytes_, whole_span_;
   // Ring pass messages that may share their links with one other message only
   // (NetworkModel::pair_key): held until that message is matched too, or until the controller
   // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.
@@ -567,6 +580,7 @@ class Kernel {
   std::uint64_t flow_inner_ = kHashBasis;
   SimTime flow_base_;
   std::uint64_t regions_replayed_ = 0;
+  std::uint64_t tapes_played_ = 0;
 
   std::vector<TileStats> tiles_;
   std::size_t tile_trace_cap_ = 0;

@@ -23,7 +23,7 @@ const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR
 
 // Aurora with `nodes` nodes (12 tiles each), max-min or alpha-beta.
 emu::Engine aurora(int nodes, const std::string& network, int workers, bool replay,
-                   bool collective_ops = true) {
+                   bool collective_ops = true, bool call_tapes = true) {
   Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\n", "run.toml");
   cfg.set("cluster.nodes=" + std::to_string(nodes));
   cfg.set("cluster.network=" + network);
@@ -33,6 +33,7 @@ emu::Engine aurora(int nodes, const std::string& network, int workers, bool repl
   o.trace = false;
   o.replay = replay;
   o.collective_ops = collective_ops;
+  o.call_tapes = call_tapes;
   return emu::Engine(c.topology, std::move(c.network), c.device, o);
 }
 
@@ -105,24 +106,35 @@ TEST(Replay, EveryStrategyGivesTheSimulatedPerMessageTimelineOnAnyWorkerCount) {
       if (network == "alpha-beta" && strategy != "flat" && strategy != "cocodiff") continue;
       SCOPED_TRACE(strategy + " on " + network);
       const RunSettings st = phantom_settings(strategy, 4);
-      // The reference simulates everything, message by message.
-      emu::Engine off = aurora(2, network, 1, false, false);
+      // The reference simulates everything, message by message, running every block's code.
+      emu::Engine off = aurora(2, network, 1, false, false, false);
       const Outcome ref = run(off, cfg, st);
       EXPECT_EQ(ref.result.regions_replayed, 0u);
+      EXPECT_EQ(ref.result.tapes_played, 0u);
       struct Variant {
         int workers;
-        bool replay, collective_ops;
+        bool replay, collective_ops, call_tapes;
       };
-      for (const Variant v :
-           {Variant{1, false, true}, Variant{1, true, false}, Variant{1, true, true},
-            Variant{2, true, true}, Variant{4, true, true}, Variant{2, false, false}}) {
+      for (const Variant v : {Variant{1, false, true, true}, Variant{1, true, false, true},
+                              Variant{1, true, true, true}, Variant{2, true, true, true},
+                              Variant{4, true, true, true}, Variant{2, false, false, true},
+                              Variant{1, false, true, false}, Variant{4, false, true, true}}) {
         SCOPED_TRACE("workers " + std::to_string(v.workers) + ", replay " +
                      std::to_string(v.replay) + ", collective ops " +
-                     std::to_string(v.collective_ops));
-        emu::Engine on = aurora(2, network, v.workers, v.replay, v.collective_ops);
+                     std::to_string(v.collective_ops) + ", call tapes " +
+                     std::to_string(v.call_tapes));
+        emu::Engine on = aurora(2, network, v.workers, v.replay, v.collective_ops, v.call_tapes);
         const Outcome got = run(on, cfg, st);
         expect_same_timeline(got.result, ref.result);
         EXPECT_EQ(got.forwards, ref.forwards);
+        // usp's blocks issue their first block's calls again (replay off: every block but the
+        // first of each kind on each tile); no other strategy's blocks are taped.
+        if (strategy == "usp" && v.call_tapes && !v.replay) {
+          EXPECT_GT(got.result.tapes_played, 0u);
+        }
+        if (strategy != "usp" || !v.call_tapes) {
+          EXPECT_EQ(got.result.tapes_played, 0u);
+        }
         // Steps after the first two start from a state already seen: they are replayed.
         if (v.replay)
           EXPECT_GE(got.result.regions_replayed, 2u);
@@ -162,7 +174,7 @@ TEST(Replay, BlocksOfOneKindAreReplayedWithinAStep) {
       SCOPED_TRACE(c.model + " " + strategy);
       RunSettings st = phantom_settings(strategy, 1);
       st.resolution = c.model == "dit-xl-2" ? 256 : 128;
-      emu::Engine off = aurora(2, "maxmin", 1, false);
+      emu::Engine off = aurora(2, "maxmin", 1, false, true, false);
       emu::Engine on = aurora(2, "maxmin", 1, true);
       const Outcome ref = run(off, cfg, st);
       const Outcome got = run(on, cfg, st);
