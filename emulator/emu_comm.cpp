@@ -53,7 +53,7 @@ void EmuComm::compute(const OpCost& cost) {
     c.cost_kind = cost.kind;
     c.flops = cost.flops;
     c.bytes = cost.bytes;
-    c.label = cost.label;
+    c.label = kernel_.keep_label(cost.label);
     record(std::move(c));
   }
   kernel_.compute(self_, cost);
@@ -124,7 +124,7 @@ void EmuComm::play_tape(const CallTape& tape) {
         reqs[static_cast<size_t>(c.req)] = g.irecv({}, c.count, c.peer, c.tag, c.label);
         break;
       case TapeCall::Kind::kRingPass:
-        g.ring_pass(c.pass->pass);
+        g.ring_pass(*c.pass);
         break;
       case TapeCall::Kind::kWait:
         reqs[static_cast<size_t>(c.req)].wait();
@@ -258,7 +258,7 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
     TapeCall c;
     c.kind = TapeCall::Kind::kAllToAll;
     c.count = count;
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), send, recv);
   }
   return start_collective(
@@ -286,7 +286,7 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
     TapeCall c;
     c.kind = TapeCall::Kind::kAllToAllv;
     c.layout = std::make_unique<AllToAllvLayout>(layout);
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), send, recv);
   }
   return start_collective(
@@ -305,7 +305,7 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
     TapeCall c;
     c.kind = TapeCall::Kind::kAllGather;
     c.count = count;
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), send, recv);
   }
   return start_collective(
@@ -322,7 +322,7 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
     c.kind = TapeCall::Kind::kAllReduce;
     c.count = count;
     c.op = op;
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), data);
   }
   return start_collective(call, label, [data, count, op](Port& p) {
@@ -355,7 +355,7 @@ Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int d
     c.count = count;
     c.peer = dest;
     c.tag = tag;
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), data);
   }
   auto st = kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
@@ -372,7 +372,7 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
     c.count = count;
     c.peer = source;
     c.tag = tag;
-    c.label = label;
+    c.label = kernel_.keep_label(label);
     record(std::move(c), data);
   }
   auto st = kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
@@ -383,16 +383,12 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
 void EmuComm::do_ring_pass(const RingPass& pass) {
   if (self_.tape != nullptr) {
     // The tape keeps its own copy of the pass, labels included; the data must be sizes only.
-    auto kept = std::make_unique<TapeCall::Pass>();
-    kept->pass.parts = pass.parts;
-    kept->pass.counts = pass.counts;
-    kept->strings.reserve(pass.work.size() + pass.labels.size());
-    for (const OpCost& w : pass.work) kept->strings.emplace_back(w.label);
-    for (const std::string_view l : pass.labels) kept->strings.emplace_back(l);
-    kept->pass.work = pass.work;
-    for (size_t i = 0; i < pass.work.size(); ++i) kept->pass.work[i].label = kept->strings[i];
-    for (size_t i = 0; i < pass.labels.size(); ++i)
-      kept->pass.labels.emplace_back(kept->strings[pass.work.size() + i]);
+    auto kept = std::make_unique<RingPass>();
+    kept->parts = pass.parts;
+    kept->counts = pass.counts;
+    kept->work = pass.work;
+    for (OpCost& w : kept->work) w.label = kernel_.keep_label(w.label);
+    for (const std::string_view l : pass.labels) kept->labels.push_back(kernel_.keep_label(l));
     if (pass.data) spoil_tape();  // a pass with buffers moves data
     TapeCall c;
     c.kind = TapeCall::Kind::kRingPass;

@@ -35,14 +35,9 @@ struct TapeCall {
   ReduceOp op = ReduceOp::kSum;
   OpKind cost_kind = OpKind::kElementwise;  // kCompute: the cost, labelled `label`
   double flops = 0, bytes = 0;
-  std::string label;
+  std::string_view label;                   // Kernel::keep_label's copy
   std::unique_ptr<AllToAllvLayout> layout;  // kAllToAllv (the request reads it until done)
-  /// kRingPass: the pass, its labels held by `strings` (its views point there).
-  struct Pass {
-    RingPass pass;
-    std::vector<std::string> strings;
-  };
-  std::unique_ptr<Pass> pass;
+  std::unique_ptr<RingPass> pass;           // kRingPass, its labels Kernel::keep_label's
 };
 
 /// A tile's recorded calls, issued again by EmuComm::play_tape.

@@ -452,14 +452,6 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
     return SimTime::from_ns(
         join + transfer_ns(static_cast<double>(bytes), std::max(narrowest, 0.0) / copies));
   };
-  // A ring asks about each source's one hop round after round: its last route first.
-  if (!hops_.empty()) {
-    const HopInfo& h = hops_[static_cast<size_t>(src)];
-    if (h.dst == dst) {
-      if (!h.exclusive) return std::nullopt;
-      return end(h.latency, h.links.empty(), h.narrowest);
-    }
-  }
   if (end_memo_.empty()) {
     end_memo_.resize(n * kEndMemo);
     end_bits_.assign(n * n / 32 + 1, 0);
@@ -482,9 +474,15 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
     if (it == end_classes_.end()) it = end_classes_.insert(end_classes_.end(), c);
     e = {dst, static_cast<std::uint32_t>(it - end_classes_.begin())};
   }
-  const EndClass& m = end_classes_[e.cls];
+  EndClass& m = end_classes_[e.cls];
   if (!m.exclusive) return std::nullopt;
-  return end(m.latency, m.empty, m.narrowest);
+  // The messages of one collective mostly have one size: the last transfer time is kept.
+  if (bytes != m.last_bytes || copies != m.last_copies) {
+    m.last_bytes = bytes;
+    m.last_copies = copies;
+    m.last_span = (end(m.latency, m.empty, m.narrowest) - start).ns();
+  }
+  return start + SimTime::from_ns(m.last_span);
 }
 
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {

@@ -173,6 +173,10 @@ class MaxMinModel final : public NetworkModel {
     bool empty = false;  // no limited link
     SimTime latency;
     double narrowest = 0;
+    // The last size asked about, and its span from start to end (latency and transfer).
+    std::int64_t last_bytes = -1;
+    int last_copies = 0;
+    std::int64_t last_span = 0;
   };
   struct EndMemo {
     std::int32_t dst = -1;

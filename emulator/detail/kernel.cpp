@@ -161,6 +161,11 @@ std::uint32_t Kernel::intern(std::string_view label) {
   return id;
 }
 
+std::string_view Kernel::keep_label(std::string_view label) {
+  std::lock_guard<std::mutex> lk(label_mutex_);
+  return *kept_labels_.emplace(label).first;
+}
+
 void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                                std::string_view label) {
   TileStats& t = tiles_[static_cast<size_t>(rank)];

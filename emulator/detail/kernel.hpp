@@ -21,6 +21,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/communicator.hpp"
@@ -218,6 +219,9 @@ class Kernel {
                            const std::string& call);
   const Topology& topology() const { return topo_; }
   const EngineOptions& options() const { return options_; }
+  /// One copy of `label` kept for the run: equal labels share it (a tape's labels point there,
+  /// so that hashing them reads memory every call of that label reads).
+  std::string_view keep_label(std::string_view label);
   /// A tile issued recorded calls again (EmuComm::play_tape): counted for the report.
   void tape_played() {
     const std::lock_guard<ThreadLock> lk(state_lock_);
@@ -357,6 +361,10 @@ class Kernel {
     bool late = false;
     std::vector<int> joined;  // kWaiting: the members that joined, in order
     std::vector<PassMember> members;
+    /// Per member r, what its hop (to r + 1) is: kHopExclusive, kHopNetwork, or the pair key
+    /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
+    /// mode (trace off), a property of the routes.
+    std::vector<int> hop_kind;
     std::vector<std::int64_t> counts;         // rows of p: a count of each block
     std::vector<std::uint32_t> count_row;     // per member: its row of counts
     std::vector<SimTime> dt;                  // p per member: the device's time for each round
@@ -368,13 +376,14 @@ class Kernel {
   /// Posts member r's current round (its messages, matched with neighbours that posted the
   /// same round), charges the round's work and finishes r after its last round.
   void pass_post_round(PassOp& op, int r);
+  static constexpr int kHopExclusive = -1, kHopNetwork = -2;
   void pass_match(PassOp& op, int src, int dst);
   /// Whether pass `op` of p members can be timed whole: trace off, and every hop (member r to
   /// r + 1) exclusive (NetworkModel::exclusive_end). Its members then post nothing as they join;
   /// the controller times the whole pass when the last one has (pass_whole), unless a member
   /// joins with something else open or other block sizes: then the members so far post their
   /// first round, in the order they joined, and the pass runs round by round.
-  bool pass_can_be_whole(const PassOp& op);
+  bool pass_can_be_whole(PassOp& op);
   /// Every round of every member of `op`, all of whose members have joined, in closed form: the
   /// same charges, waits, flows and ends as the rounds, with no completion list or matching.
   void pass_whole(PassOp& op);
@@ -592,6 +601,7 @@ class Kernel {
   std::mutex label_mutex_;
   std::vector<std::string> labels_;
   std::unordered_map<std::string, std::uint32_t> label_ids_;
+  std::unordered_set<std::string> kept_labels_;  // keep_label's copies (nodes do not move)
 };
 
 }  // namespace cocodiff::emu::detail

@@ -166,14 +166,25 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   f.clock = req->done_time;
 }
 
-bool Kernel::pass_can_be_whole(const PassOp& op) {
+bool Kernel::pass_can_be_whole(PassOp& op) {
   const int p = static_cast<int>(op.members.size());
   if (options_.trace || p < 2) return false;
+  // Each hop's kind, asked once per pass: its rounds' messages go by it.
   const std::vector<int>& ranks = op.group->members;
-  for (int r = 0; r < p; ++r)
-    if (!net_.exclusive_end(ranks[u(r)], ranks[u((r + 1) % p)], 0, op.parts, net_.now()))
-      return false;
-  return true;
+  op.hop_kind.resize(u(p));
+  bool whole = true;
+  for (int r = 0; r < p; ++r) {
+    const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
+    int& kind = op.hop_kind[u(r)];
+    if (net_.exclusive_end(s, d, 0, op.parts, net_.now())) {
+      kind = kHopExclusive;
+      continue;
+    }
+    whole = false;
+    const std::optional<int> key = net_.pair_key(s, d);
+    kind = key.has_value() ? *key : kHopNetwork;
+  }
+  return whole;
 }
 
 bool Kernel::run_whole_passes() {
@@ -327,7 +338,10 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
     pass_transfers(hop);
     return;
   }
-  if (const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start)) {
+  const int kind = op.hop_kind[u(src)];  // set with the mode: trace is off
+  if (kind == kHopExclusive) {
+    const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
+    COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
     pass_closed(hop, *end);
     return;
   }
@@ -336,15 +350,15 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   // together if nothing else can change their ends (NetworkModel::exclusive_pair_ends), else
   // they go to the network. Rings that run in step match both before the controller moves the
   // network on (flush_held).
-  const std::optional<int> key = net_.pair_key(s.rank, d.rank);
-  if (!key.has_value()) {
+  if (kind == kHopNetwork) {
     pass_transfers(hop);
     return;
   }
-  const auto k = static_cast<size_t>(*key);
+  const int key = kind;
+  const auto k = static_cast<size_t>(key);
   if (held_at_.size() <= k) held_at_.resize(k + 1, 0);
   if (held_at_[k] == 0) {
-    held_.push_back({hop, *key});
+    held_.push_back({hop, key});
     held_at_[k] = static_cast<std::uint32_t>(held_.size());
     return;
   }
