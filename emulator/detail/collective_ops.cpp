@@ -193,21 +193,56 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
   // post another flow before this one ends, and on a route no other rank's flow can reach it
   // travels alone. Its end is known now: the controller delivers it at once, and wakes a
-  // member it finishes when virtual time gets there (OpDone, op_finish).
-  if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent && op_waits_alone(op, src) &&
-      op_waits_alone(op, dst)) {
+  // member it finishes when virtual time gets there (OpDone, op_finish). A message matched
+  // while an end could still post (the member starting the op, before it waits) is decided
+  // when the controller next steps, before any new flow enters the network: the members
+  // usually wait for the op by then.
+  if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
-      account_flow(start, *end, wsrc, wdst, bytes);
-      ++flows_exclusive_;
-      op_done_.push_back({&op, src, dst, *end});
+      if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
+        account_flow(start, *end, wsrc, wdst, bytes);
+        ++flows_exclusive_;
+        op_done_.push_back({&op, src, dst, *end});
+      } else {
+        op_later_.push_back({&op, src, dst, out.step, start, bytes});
+      }
       return;
     }
   }
+  op_transfer(op, src, dst, out.step, start, bytes);
+}
+
+bool Kernel::settle_op_later() {
+  bool timed = false;
+  for (const OpLater& m : op_later_) {
+    if (aborting_) break;
+    CollectiveOp& op = *m.op;
+    const int wsrc = op.group->members[u(m.src)];
+    const int wdst = op.group->members[u(m.dst)];
+    if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
+      const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, m.bytes, 1, m.start);
+      COCO_CHECK(end.has_value(), "an exclusive collective message's route is not exclusive");
+      account_flow(m.start, *end, wsrc, wdst, m.bytes);
+      ++flows_exclusive_;
+      op_done_.push_back({&op, m.src, m.dst, *end});
+      timed = true;
+    } else {
+      op_transfer(op, m.src, m.dst, m.step, m.start, m.bytes);
+    }
+  }
+  op_later_.clear();
+  return timed;
+}
+
+void Kernel::op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start,
+                         std::int64_t bytes) {
+  const int wsrc = op.group->members[u(src)];
+  const int wdst = op.group->members[u(dst)];
   Transfer t;
   t.start = start;
   t.src = wsrc;
   t.dst = wdst;
-  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, out.step)};
+  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
   t.seq = 0;  // one message per (src, dst, tag): its channel's first match
   t.bytes = bytes;
   t.label = op.label;

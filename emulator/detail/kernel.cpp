@@ -771,6 +771,7 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
   // Fibers these completions wake may post before anything the network has next.
   if (run_whole_passes()) return true;
   if (drain_pass_done()) return true;
+  if (settle_op_later()) return true;  // their completions are delivered first
   flush_held();  // unpaired ring pass messages: through the network, from here in order
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {

@@ -318,6 +318,20 @@ class Kernel {
     int src, dst;
     SimTime t;
   };
+  /// A message of a collective op on a route of its own, matched while one of its ends could
+  /// still post (a member that has just started the op, before it waits): decided when the
+  /// controller next steps (settle_op_later), by when both ends may wait for the op alone.
+  struct OpLater {
+    CollectiveOp* op;
+    int src, dst, step;
+    SimTime start;
+    std::int64_t bytes;
+  };
+  /// Times the messages of op_later_ whose ends now both wait for their op alone in closed
+  /// form, and hands the others to the network; true when it timed any.
+  bool settle_op_later();
+  /// A collective message through the network model.
+  void op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start, std::int64_t bytes);
   /// A member's request finished before virtual time reached its last message's end (a
   /// closed-form message, op_finish): completed at `done`, at controller time t.
   struct OpWake {
@@ -495,8 +509,9 @@ class Kernel {
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
   std::vector<PassDone> pass_done_;
-  std::vector<OpDone> op_done_;   // closed-form collective messages, delivered at once
-  std::vector<OpWake> op_wakes_;  // a heap, soonest first (OpWake::Later)
+  std::vector<OpDone> op_done_;    // closed-form collective messages, delivered at once
+  std::vector<OpLater> op_later_;  // exclusive collective messages decided at the next step
+  std::vector<OpWake> op_wakes_;   // a heap, soonest first (OpWake::Later)
   std::uint64_t op_wakes_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
