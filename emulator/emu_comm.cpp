@@ -100,31 +100,31 @@ void EmuComm::play_tape(const CallTape& tape) {
   kernel_.tape_played();
   std::vector<Request> reqs(static_cast<size_t>(t.requests));
   for (const TapeCall& c : t.calls) {
-    Communicator& g = *c.comm;
+    Communicator* const g = c.comm;  // none for a wait
     switch (c.kind) {
       case TapeCall::Kind::kCompute:
-        g.compute(OpCost{c.cost_kind, c.flops, c.bytes, c.label});
+        g->compute(OpCost{c.cost_kind, c.flops, c.bytes, c.label});
         break;
       case TapeCall::Kind::kAllToAll:
-        reqs[static_cast<size_t>(c.req)] = g.iall_to_all({}, {}, c.count, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->iall_to_all({}, {}, c.count, c.label);
         break;
       case TapeCall::Kind::kAllToAllv:
-        reqs[static_cast<size_t>(c.req)] = g.iall_to_allv({}, {}, *c.layout, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->iall_to_allv({}, {}, *c.layout, c.label);
         break;
       case TapeCall::Kind::kAllGather:
-        reqs[static_cast<size_t>(c.req)] = g.iall_gather({}, {}, c.count, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->iall_gather({}, {}, c.count, c.label);
         break;
       case TapeCall::Kind::kAllReduce:
-        reqs[static_cast<size_t>(c.req)] = g.iall_reduce({}, c.count, c.op, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->iall_reduce({}, c.count, c.op, c.label);
         break;
       case TapeCall::Kind::kSend:
-        reqs[static_cast<size_t>(c.req)] = g.isend({}, c.count, c.peer, c.tag, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->isend({}, c.count, c.peer, c.tag, c.label);
         break;
       case TapeCall::Kind::kRecv:
-        reqs[static_cast<size_t>(c.req)] = g.irecv({}, c.count, c.peer, c.tag, c.label);
+        reqs[static_cast<size_t>(c.req)] = g->irecv({}, c.count, c.peer, c.tag, c.label);
         break;
       case TapeCall::Kind::kRingPass:
-        g.ring_pass(*c.pass);
+        g->ring_pass(*c.pass);
         break;
       case TapeCall::Kind::kWait:
         reqs[static_cast<size_t>(c.req)].wait();
