@@ -99,7 +99,15 @@ void EmuComm::play_tape(const CallTape& tape) {
   COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
   kernel_.tape_played();
   std::vector<Request> reqs(static_cast<size_t>(t.requests));
-  for (const TapeCall& c : t.calls) {
+  const TapeCall* const end = t.calls.data() + t.calls.size();
+  for (const TapeCall* it = t.calls.data(); it != end; ++it) {
+    const TapeCall& c = *it;
+    // A tape is read once per block, between the tiles' other work: the next call's two cache
+    // lines are asked for while this one is issued (and its fiber may wait).
+    if (it + 1 != end) {
+      __builtin_prefetch(it + 1);
+      __builtin_prefetch(reinterpret_cast<const char*>(it + 1) + 64);
+    }
     Communicator* const g = c.comm;  // none for a wait
     switch (c.kind) {
       case TapeCall::Kind::kCompute:

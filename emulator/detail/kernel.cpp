@@ -1,6 +1,7 @@
 #include "emulator/detail/kernel.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <boost/fiber/all.hpp>
 #include <chrono>
 #include <cmath>
@@ -41,19 +42,35 @@ void hash_value(std::uint64_t& h, T v) {
 }
 
 /// A string as little-endian words (the last one zero-padded), then its length.
+/// (Words are loaded whole where the machine is little-endian: the same values, one load each.)
 void hash_bytes(std::uint64_t& h, std::string_view s) {
-  size_t i = 0;
-  for (; i + 8 <= s.size(); i += 8) {
+  const size_t n = s.size();
+  const auto bytewise = [&s](size_t i, size_t count) {
     std::uint64_t w = 0;
-    for (size_t k = 0; k < 8; ++k)
+    for (size_t k = 0; k < count; ++k)
       w |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
+    return w;
+  };
+  constexpr bool kLittle = std::endian::native == std::endian::little;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t w = 0;
+    if constexpr (kLittle)
+      std::memcpy(&w, s.data() + i, 8);
+    else
+      w = bytewise(i, 8);
     hash_word(h, w);
   }
   std::uint64_t w = 0;
-  for (size_t k = 0; i + k < s.size(); ++k)
-    w |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[i + k])) << (8 * k);
+  if (kLittle && n >= 8 && i < n) {
+    // The last 8 bytes, shifted down to the ones not hashed yet.
+    std::memcpy(&w, s.data() + n - 8, 8);
+    w >>= 8 * (8 - (n - i));
+  } else {
+    w = bytewise(i, n - i);
+  }
   hash_word(h, w);
-  hash_word(h, s.size());
+  hash_word(h, n);
 }
 
 std::string describe_ranks(const std::vector<int>& ranks) {

@@ -379,10 +379,14 @@ class Kernel {
     /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
     /// mode (trace off), a property of the routes.
     std::vector<int> hop_kind;
-    std::vector<std::int64_t> counts;         // rows of p: a count of each block
-    std::vector<std::uint32_t> count_row;     // per member: its row of counts
-    std::vector<SimTime> dt;                  // p per member: the device's time for each round
-    std::vector<std::string_view> work;       // p per member: each round's charge's label
+    std::vector<std::int64_t> counts;      // rows of p: a count of each block
+    std::vector<std::uint32_t> count_row;  // per member: its row of counts
+    /// Rows of p, by block (member r's round i works on block r - i): each round's charge
+    /// (labels kept), the device's time for it, and its label as the tile's events name it.
+    std::vector<OpCost> costs;
+    std::vector<SimTime> dt;
+    std::vector<std::string_view> work;
+    std::vector<std::uint32_t> cost_row;      // per member: its row
     std::vector<std::string_view> labels;     // parts per member: its messages' labels
     std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
     std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends

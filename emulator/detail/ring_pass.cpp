@@ -42,6 +42,12 @@ namespace cocodiff::emu::detail {
 namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 int mod(int a, int p) { return ((a % p) + p) % p; }
+/// OpCost's equality, without comparing the bytes of a label with themselves.
+bool same_cost(const OpCost& a, const OpCost& b) {
+  return a.kind == b.kind && a.flops == b.flops && a.bytes == b.bytes &&
+         ((a.label.data() == b.label.data() && a.label.size() == b.label.size()) ||
+          a.label == b.label);
+}
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
@@ -72,8 +78,10 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
     slot->members.assign(u(p), PassMember{});
     slot->counts.clear();
     slot->count_row.resize(u(p));
-    slot->dt.resize(u(p) * u(p));
-    slot->work.resize(u(p) * u(p));
+    slot->costs.clear();
+    slot->dt.clear();
+    slot->work.clear();
+    slot->cost_row.resize(u(p));
     slot->labels.resize(u(p) * u(parts));
     slot->trace_labels.resize(u(p) * u(parts));
     slot->done.resize(u(p) * u(2 * parts));
@@ -104,14 +112,43 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
     op.count_row[u(group_rank)] = static_cast<std::uint32_t>(rows);
     op.counts.insert(op.counts.end(), counts.begin(), counts.end());
   }
-  const size_t at = u(group_rank) * u(p);
-  for (int i = 0; i < p; ++i) {
-    // The device's time for each round: rounds on blocks of one size charge the same op.
-    op.dt[at + u(i)] = i > 0 && pass.work[u(i)] == pass.work[u(i - 1)]
-                           ? op.dt[at + u(i) - 1]
-                           : device_.time(pass.work[u(i)]);
-    const OpCost& w = pass.work[u(i)];
-    op.work[at + u(i)] = w.label.empty() ? op_kind_name(w.kind) : w.label;
+  // The rounds' charges, likewise kept once for the members that charge the same, by the block
+  // each round works on (round i of member r works on block r - i: a ring attention's charge is
+  // its block's). A member's charges are compared with the first and the last row kept, and
+  // cost a device time and a kept label per round only when they are new.
+  const OpCost* work = pass.work.data();
+  const auto same_costs = [&](size_t row) {
+    const OpCost* kept = op.costs.data() + row * u(p);
+    for (int i = 0, b = group_rank; i < p; ++i, b = b == 0 ? p - 1 : b - 1)
+      if (!same_cost(work[i], kept[b])) return false;
+    return true;
+  };
+  const size_t cost_rows = op.costs.size() / u(p);
+  if (cost_rows > 0 && same_costs(0)) {
+    op.cost_row[u(group_rank)] = 0;
+  } else if (cost_rows > 1 && same_costs(cost_rows - 1)) {
+    op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_rows - 1);
+  } else {
+    op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_rows);
+    const size_t at = op.costs.size();
+    op.costs.resize(at + u(p));
+    op.dt.resize(at + u(p));
+    op.work.resize(at + u(p));
+    int last = -1;  // the round of the last device time worked out
+    for (int i = 0; i < p; ++i) {
+      // The device's time for each round: rounds on blocks of one size charge the same op. The
+      // label outlives the caller's pass (other members charge it): the run's copy.
+      const OpCost& w = work[i];
+      const size_t k = at + u(mod(group_rank - i, p));
+      const bool again = last >= 0 && same_cost(w, work[last]);
+      const size_t was = at + u(mod(group_rank - last, p));
+      OpCost kept = w;
+      kept.label = again ? op.costs[was].label : keep_label(w.label);
+      op.dt[k] = again ? op.dt[was] : device_.time(w);
+      op.work[k] = kept.label.empty() ? op_kind_name(kept.kind) : kept.label;
+      op.costs[k] = kept;
+      last = i;
+    }
   }
   for (int q = 0; q < parts; ++q) {
     op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
@@ -217,7 +254,7 @@ void Kernel::pass_whole(PassOp& op) {
     for (int r = 0; r < p; ++r) {
       PassMember& m = op.members[u(r)];
       post[u(r)] = m.clock;
-      const size_t at = u(r) * u(p) + u(i);
+      const size_t at = op.cost_row[u(r)] * u(p) + u(mod(r - i, p));  // by block
       m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
     }
     if (i + 1 == p) break;  // the last round only charges
@@ -300,7 +337,7 @@ void Kernel::pass_post_round(PassOp& op, int r) {
     const PassMember& rt = op.members[u(right)];
     if (rt.started && rt.round == round) pass_match(op, r, right);
   }
-  const size_t at = u(r) * u(p) + u(round);
+  const size_t at = op.cost_row[u(r)] * u(p) + u(mod(r - round, p));  // by block
   m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
