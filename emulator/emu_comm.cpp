@@ -47,14 +47,10 @@ Communicator::RegionMark EmuComm::begin_region(std::string_view key, bool may_sk
 }
 
 void EmuComm::compute(const OpCost& cost) {
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kCompute;
-    c.cost_kind = cost.kind;
-    c.flops = cost.flops;
-    c.bytes = cost.bytes;
-    c.label = kernel_.keep_label(cost.label);
-    record(std::move(c));
+  if (TapeCall* c = record(TapeCall::Kind::kCompute, 0, {})) {
+    // Played as a charge of its device time: the same time and event as Kernel::compute's.
+    c->dt = kernel_.device_time(cost);
+    c->label = cost.label.empty() ? op_kind_name(cost.kind) : kernel_.keep_label(cost.label);
   }
   kernel_.compute(self_, cost);
 }
@@ -68,12 +64,21 @@ void EmuComm::spoil_tape() {
   if (self_.tape != nullptr) self_.tape->usable = false;
 }
 
-void EmuComm::record(TapeCall call, std::span<const float> a, std::span<const float> b) {
+TapeCall* EmuComm::record(TapeCall::Kind kind, std::int64_t count, std::string_view label,
+                          std::span<const float> a, std::span<const float> b) {
   EmuTape* t = self_.tape;
-  if (t == nullptr) return;
+  if (t == nullptr) return nullptr;
   if (!a.empty() || !b.empty()) t->usable = false;  // data: a tape moves sizes only
-  call.comm = this;
-  t->calls.push_back(std::move(call));
+  TapeCall& c = t->calls.emplace_back();
+  c.kind = kind;
+  c.comm = this;
+  c.count = count;
+  if (!label.empty()) c.label = kernel_.keep_label(label);
+  return &c;
+}
+
+std::string_view EmuComm::call_text(std::string_view name, std::int64_t count) {
+  return kernel_.keep_label(std::string(name) + "count=" + std::to_string(count) + ")");
 }
 
 bool EmuComm::begin_tape() {
@@ -98,7 +103,8 @@ void EmuComm::play_tape(const CallTape& tape) {
   const auto& t = dynamic_cast<const EmuTape&>(tape);
   COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
   kernel_.tape_played();
-  std::vector<Request> reqs(static_cast<size_t>(t.requests));
+  // Every request a tape starts is waited for within it: none is handed to a caller.
+  std::vector<detail::ReqPtr> reqs(static_cast<size_t>(t.requests));
   const TapeCall* const end = t.calls.data() + t.calls.size();
   for (const TapeCall* it = t.calls.data(); it != end; ++it) {
     const TapeCall& c = *it;
@@ -108,34 +114,39 @@ void EmuComm::play_tape(const CallTape& tape) {
       __builtin_prefetch(it + 1);
       __builtin_prefetch(reinterpret_cast<const char*>(it + 1) + 64);
     }
-    Communicator* const g = c.comm;  // none for a wait
+    EmuComm* const g = c.comm;  // none for a wait
+    detail::ReqPtr* const r = c.req >= 0 ? &reqs[static_cast<size_t>(c.req)] : nullptr;
     switch (c.kind) {
       case TapeCall::Kind::kCompute:
-        g->compute(OpCost{c.cost_kind, c.flops, c.bytes, c.label});
+        kernel_.charge_compute(self_, c.dt, c.label);
         break;
       case TapeCall::Kind::kAllToAll:
-        reqs[static_cast<size_t>(c.req)] = g->iall_to_all({}, {}, c.count, c.label);
+        *r = g->issue_all_to_all({}, {}, c.count, c.label, c.call);
         break;
       case TapeCall::Kind::kAllToAllv:
-        reqs[static_cast<size_t>(c.req)] = g->iall_to_allv({}, {}, *c.layout, c.label);
+        *r = g->issue_all_to_allv({}, {}, *c.layout, c.label);
         break;
       case TapeCall::Kind::kAllGather:
-        reqs[static_cast<size_t>(c.req)] = g->iall_gather({}, {}, c.count, c.label);
+        *r = g->issue_all_gather({}, {}, c.count, c.label, c.call);
         break;
       case TapeCall::Kind::kAllReduce:
-        reqs[static_cast<size_t>(c.req)] = g->iall_reduce({}, c.count, c.op, c.label);
+        *r = g->issue_all_reduce({}, c.count, c.op, c.label, c.call);
         break;
       case TapeCall::Kind::kSend:
-        reqs[static_cast<size_t>(c.req)] = g->isend({}, c.count, c.peer, c.tag, c.label);
+        *r = kernel_.post_send(self_, g->group_->ctx, g->world_rank(g->group_rank_),
+                               g->world_rank(c.peer), static_cast<std::uint64_t>(c.tag), {},
+                               c.count, c.label);
         break;
       case TapeCall::Kind::kRecv:
-        reqs[static_cast<size_t>(c.req)] = g->irecv({}, c.count, c.peer, c.tag, c.label);
+        *r = kernel_.post_recv(self_, g->group_->ctx, g->world_rank(c.peer),
+                               g->world_rank(g->group_rank_), static_cast<std::uint64_t>(c.tag), {},
+                               c.count, c.label);
         break;
       case TapeCall::Kind::kRingPass:
-        g->ring_pass(*c.pass);
+        g->do_ring_pass(*c.pass);
         break;
       case TapeCall::Kind::kWait:
-        reqs[static_cast<size_t>(c.req)].wait();
+        kernel_.wait(self_, **r);
         break;
     }
   }
@@ -159,10 +170,9 @@ struct EmuRequest final : RequestImpl {
     if (EmuTape* t = owner.tape) {
       if (t == tape) {
         t->waited[static_cast<size_t>(tape_index)] = 1;
-        TapeCall c;
+        TapeCall& c = t->calls.emplace_back();
         c.kind = TapeCall::Kind::kWait;
         c.req = tape_index;
-        t->calls.push_back(std::move(c));
       } else {
         t->usable = false;  // started before the recording
       }
@@ -207,18 +217,18 @@ Request EmuComm::request(detail::ReqPtr state) {
 }
 
 template <typename Algo>
-Request EmuComm::start_collective(const std::string& call, std::string_view label, Algo&& algo,
-                                  const detail::CollectiveSpec* spec) {
+detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view label, Algo&& algo,
+                                         const detail::CollectiveSpec* spec) {
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
   req->op = detail::ReqState::Op::kCollective;
-  req->call = call + " #" + std::to_string(seq);
   req->label = label;
+  req->set_call(call, seq);
   req->group = group_;
   if (spec != nullptr && kernel_.options().collective_ops) {
     kernel_.start_collective_op(self_, group_, group_rank_, seq, req, *spec);
-    return request(std::move(req));
+    return req;
   }
   // The collective fiber borrows this communicator's group; the user keeps the communicator
   // alive until the request completes, as with MPI.
@@ -230,7 +240,7 @@ Request EmuComm::start_collective(const std::string& call, std::string_view labe
         algo(port);
       },
       req);
-  return request(std::move(req));
+  return req;
 }
 
 namespace {
@@ -258,19 +268,20 @@ detail::CollectiveSpec all_to_all_spec(AllToAllAlgorithm a, std::span<const floa
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
+  const std::string_view call = call_text("all_to_all(", count);
+  if (TapeCall* c = record(TapeCall::Kind::kAllToAll, count, label, send, recv)) c->call = call;
+  return request(issue_all_to_all(send, recv, count, label, call));
+}
+
+detail::ReqPtr EmuComm::issue_all_to_all(std::span<const float> send, std::span<float> recv,
+                                         std::int64_t count, std::string_view label,
+                                         std::string_view call) {
   const std::int64_t wire_bytes = kernel_.wire_bytes(count);
   const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
   detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
   spec.count = count;
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kAllToAll;
-    c.count = count;
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), send, recv);
-  }
   return start_collective(
-      "all_to_all(count=" + std::to_string(count) + ")", label,
+      call, label,
       [send, recv, count, a](Port& p) {
         std::vector<std::int64_t> counts(static_cast<size_t>(p.size()), count);
         run_all_to_all(p, send, recv, AllToAllvLayout::packed(counts, counts), a);
@@ -280,6 +291,13 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
                                  const AllToAllvLayout& layout, std::string_view label) {
+  if (TapeCall* c = record(TapeCall::Kind::kAllToAllv, 0, label, send, recv))
+    c->layout = std::make_unique<AllToAllvLayout>(layout);
+  return request(issue_all_to_allv(send, recv, layout, label));
+}
+
+detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span<float> recv,
+                                          const AllToAllvLayout& layout, std::string_view label) {
   // Ranks know only their own counts, so every size takes the large-message schedule (a rank
   // choosing by its own counts could pair with a peer running another schedule).
   const AllToAllAlgorithm a =
@@ -290,13 +308,6 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
   spec.send_displs = layout.send_displs.data();
   spec.recv_counts = layout.recv_counts.data();
   spec.recv_displs = layout.recv_displs.data();
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kAllToAllv;
-    c.layout = std::make_unique<AllToAllvLayout>(layout);
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), send, recv);
-  }
   return start_collective(
       "all_to_allv", label,
       [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, &spec);
@@ -304,35 +315,37 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
+  const std::string_view call = call_text("all_gather(", count);
+  if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) c->call = call;
+  return request(issue_all_gather(send, recv, count, label, call));
+}
+
+detail::ReqPtr EmuComm::issue_all_gather(std::span<const float> send, std::span<float> recv,
+                                         std::int64_t count, std::string_view label,
+                                         std::string_view call) {
   detail::CollectiveSpec spec;
   spec.kind = detail::CollectiveSpec::Kind::kRing;
   spec.send = send;
   spec.recv = recv;
   spec.count = count;
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kAllGather;
-    c.count = count;
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), send, recv);
-  }
   return start_collective(
-      "all_gather(count=" + std::to_string(count) + ")", label,
+      call, label,
       [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, &spec);
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                 std::string_view label) {
-  std::string call = std::string("all_reduce(") + (op == ReduceOp::kSum ? "sum" : "max") +
-                     ", count=" + std::to_string(count) + ")";
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kAllReduce;
-    c.count = count;
-    c.op = op;
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), data);
+  const std::string_view call =
+      call_text(op == ReduceOp::kSum ? "all_reduce(sum, " : "all_reduce(max, ", count);
+  if (TapeCall* c = record(TapeCall::Kind::kAllReduce, count, label, data)) {
+    c->op = op;
+    c->call = call;
   }
+  return request(issue_all_reduce(data, count, op, label, call));
+}
+
+detail::ReqPtr EmuComm::issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                                         std::string_view label, std::string_view call) {
   return start_collective(call, label, [data, count, op](Port& p) {
     collectives::all_reduce_ring(p, data, count, op);
   });
@@ -341,9 +354,9 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
 void EmuComm::barrier() {
   spoil_tape();
   const Untaped untaped(self_);
-  start_collective("barrier", "barrier", [](Port& p) {
+  request(start_collective("barrier", "barrier", [](Port& p) {
     collectives::barrier_dissemination(p);
-  }).wait();
+  })).wait();
 }
 
 namespace {
@@ -357,35 +370,23 @@ void check_tag(int tag, int rank) {
 Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                           std::string_view label) {
   check_tag(tag, world_rank(group_rank_));
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kSend;
-    c.count = count;
-    c.peer = dest;
-    c.tag = tag;
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), data);
+  if (TapeCall* c = record(TapeCall::Kind::kSend, count, label, data)) {
+    c->peer = dest;
+    c->tag = tag;
   }
-  auto st = kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
-                              static_cast<std::uint64_t>(tag), data, count, label);
-  return request(std::move(st));
+  return request(kernel_.post_send(self_, group_->ctx, world_rank(group_rank_), world_rank(dest),
+                                   static_cast<std::uint64_t>(tag), data, count, label));
 }
 
 Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                           std::string_view label) {
   check_tag(tag, world_rank(group_rank_));
-  if (self_.tape != nullptr) {
-    TapeCall c;
-    c.kind = TapeCall::Kind::kRecv;
-    c.count = count;
-    c.peer = source;
-    c.tag = tag;
-    c.label = kernel_.keep_label(label);
-    record(std::move(c), data);
+  if (TapeCall* c = record(TapeCall::Kind::kRecv, count, label, data)) {
+    c->peer = source;
+    c->tag = tag;
   }
-  auto st = kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
-                              static_cast<std::uint64_t>(tag), data, count, label);
-  return request(std::move(st));
+  return request(kernel_.post_recv(self_, group_->ctx, world_rank(source), world_rank(group_rank_),
+                                   static_cast<std::uint64_t>(tag), data, count, label));
 }
 
 void EmuComm::do_ring_pass(const RingPass& pass) {
@@ -398,10 +399,7 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
     for (OpCost& w : kept->work) w.label = kernel_.keep_label(w.label);
     for (const std::string_view l : pass.labels) kept->labels.push_back(kernel_.keep_label(l));
     if (pass.data) spoil_tape();  // a pass with buffers moves data
-    TapeCall c;
-    c.kind = TapeCall::Kind::kRingPass;
-    c.pass = std::move(kept);
-    record(std::move(c));
+    record(TapeCall::Kind::kRingPass, 0, {})->pass = std::move(kept);
   }
   const Untaped untaped(self_);  // message by message, its calls are the pass's
   const std::uint64_t seq = next_pass_++;

@@ -33,9 +33,9 @@ struct TapeCall {
   std::int64_t count = 0;
   int peer = 0, tag = 0;
   ReduceOp op = ReduceOp::kSum;
-  OpKind cost_kind = OpKind::kElementwise;  // kCompute: the cost, labelled `label`
-  double flops = 0, bytes = 0;
-  std::string_view label;                   // Kernel::keep_label's copy
+  SimTime dt;              // kCompute: the device's time for the cost, whose event `label` names
+  std::string_view label;  // Kernel::keep_label's copy
+  std::string_view call;   // collectives: the call as mismatch checks and reports name it (kept)
   std::unique_ptr<AllToAllvLayout> layout;  // kAllToAllv (the request reads it until done)
   std::unique_ptr<RingPass> pass;           // kRingPass, its labels Kernel::keep_label's
 };
@@ -93,14 +93,29 @@ class EmuComm final : public Communicator {
   /// user.
   /// The request handed to the caller; while a tape records, it is the tape's next request.
   Request request(detail::ReqPtr state);
-  /// Appends a call to the tape being recorded, if any; a buffer with data spoils the tape.
-  void record(TapeCall call, std::span<const float> a = {}, std::span<const float> b = {});
+  /// Appends a call of `kind` to the tape being recorded, if any (a buffer with data spoils the
+  /// tape), and returns it to be completed; null when no tape records.
+  TapeCall* record(TapeCall::Kind kind, std::int64_t count, std::string_view label,
+                   std::span<const float> a = {}, std::span<const float> b = {});
   /// Something a tape cannot issue again happened while one records.
   void spoil_tape();
 
   template <typename Algo>
-  Request start_collective(const std::string& call, std::string_view label, Algo&& algo,
-                           const detail::CollectiveSpec* spec = nullptr);
+  detail::ReqPtr start_collective(std::string_view call, std::string_view label, Algo&& algo,
+                                  const detail::CollectiveSpec* spec = nullptr);
+  // The collectives as do_* and play_tape issue them; `call` is kept for the run.
+  detail::ReqPtr issue_all_to_all(std::span<const float> send, std::span<float> recv,
+                                  std::int64_t count, std::string_view label,
+                                  std::string_view call);
+  detail::ReqPtr issue_all_to_allv(std::span<const float> send, std::span<float> recv,
+                                   const AllToAllvLayout& layout, std::string_view label);
+  detail::ReqPtr issue_all_gather(std::span<const float> send, std::span<float> recv,
+                                  std::int64_t count, std::string_view label,
+                                  std::string_view call);
+  detail::ReqPtr issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
+                                  std::string_view label, std::string_view call);
+  /// `opening` ("all_to_all(") then "count=N)", kept for the run.
+  std::string_view call_text(std::string_view opening, std::int64_t count);
 
   detail::Kernel& kernel_;
   detail::FiberState& self_;

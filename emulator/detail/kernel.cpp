@@ -104,7 +104,7 @@ std::string ReqState::describe() const {
       s = "recv of " + std::to_string(count) + " elements from rank " + std::to_string(peer);
       break;
     case Op::kCollective:
-      s = call;
+      s = std::string(call) + " #" + std::to_string(call_seq);
       break;
   }
   if (!label.empty()) s += " ('" + label + "')";
@@ -120,7 +120,7 @@ std::string_view ReqState::trace_label() const {
     case Op::kRecv:
       return "recv";
     case Op::kCollective:
-      return call;
+      return call_text;
   }
   return "?";
 }
@@ -382,9 +382,12 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 }
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
+  charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+}
+
+void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label) {
   if (aborting_) throw Cancelled{};
-  f.clock = charge(f.rank, f.clock, device_.time(cost),
-                   cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+  f.clock = charge(f.rank, f.clock, dt, label);
 }
 
 SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view label) {
@@ -432,7 +435,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
 }
 
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
-                                 const std::string& call) {
+                                 std::string_view call) {
   std::lock_guard<ThreadLock> lk(state_lock_);
   groups_seen_.try_emplace(g.ctx, g);  // copies the group only the first time
   auto key = std::make_pair(g.ctx, seq);
@@ -446,8 +449,8 @@ void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t s
     const int a = g.members[static_cast<size_t>(e.first_group_rank)];
     const int b = g.members[static_cast<size_t>(group_rank)];
     throw CommError("mismatched collectives on " + g.describe() + ", call #" + std::to_string(seq) +
-                    ": rank " + std::to_string(a) + " called " + e.call + ", rank " +
-                    std::to_string(b) + " called " + call);
+                    ": rank " + std::to_string(a) + " called " + std::string(e.call) + ", rank " +
+                    std::to_string(b) + " called " + std::string(call));
   }
   if (++e.seen == static_cast<int>(g.members.size())) collectives_.erase(it);
 }
@@ -722,7 +725,7 @@ std::string Kernel::deadlock_report() const {
   for (const auto& [key, e] : collectives_) {
     auto g = groups_seen_.find(key.first);
     if (g == groups_seen_.end()) continue;
-    s += "\n  collective #" + std::to_string(key.second) + " " + e.call + " on " +
+    s += "\n  collective #" + std::to_string(key.second) + " " + std::string(e.call) + " on " +
          g->second.describe() + ": only " + std::to_string(e.seen) + " of " +
          std::to_string(g->second.members.size()) + " ranks called it";
   }

@@ -106,8 +106,15 @@ struct ReqState {
   int peer = -1;   // world rank of the other side (point-to-point)
   int owner = -1;  // point-to-point: the posting rank, whose open_p2p counts it until done
   std::int64_t count = 0;
-  std::string label;                   // the caller's label ("v", "q"), may be empty
-  std::string call;                    // collectives: "all_to_all(count=4) #3"
+  std::string label;           // the caller's label ("v", "q"), may be empty
+  std::string_view call;       // collectives: "all_to_all(count=4)", kept for the run
+  std::uint64_t call_seq = 0;  // collectives: the call's number on its group (3)
+  std::string call_text;       // collectives without a label: "all_to_all(count=4) #3"
+  void set_call(std::string_view c, std::uint64_t seq) {
+    call = c;
+    call_seq = seq;
+    if (label.empty()) call_text = std::string(c) + " #" + std::to_string(seq);
+  }
   std::shared_ptr<const Group> group;  // collectives
   bool open = false;                   // collectives: counted in its tile's open_collectives
   SimTime started;                     // collectives: the starting tile's clock at the start
@@ -196,6 +203,10 @@ class Kernel {
   /// req's completion time, once it is complete (nullopt before).
   std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
+  /// The device's time for `cost`, as compute() charges it.
+  SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
+  /// compute() of an op whose device time `dt` is already known; `label` names its event.
+  void charge_compute(FiberState& f, SimTime dt, std::string_view label);
   /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
   void run_math(FiberState& f, const std::function<void()>& work);
   /// A region mark of the world (see Communicator::begin_region); main fibers only.
@@ -216,7 +227,7 @@ class Kernel {
                  std::uint64_t seq, const RingPass& pass);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
-                           const std::string& call);
+                           std::string_view call);
   const Topology& topology() const { return topo_; }
   const EngineOptions& options() const { return options_; }
   /// One copy of `label` kept for the run: equal labels share it (a tape's labels point there,
@@ -462,7 +473,7 @@ class Kernel {
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
-    std::string call;
+    std::string_view call;  // kept for the run
     int first_group_rank;
     int seen;
   };

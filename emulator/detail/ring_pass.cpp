@@ -57,8 +57,11 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
   const int parts = pass.parts;
   auto req = std::make_shared<ReqState>();
   req->op = ReqState::Op::kCollective;
-  req->call = "ring_pass(parts=" + std::to_string(parts) + ") #" + std::to_string(seq);
   req->label = pass.labels.empty() ? std::string() : std::string(pass.labels.front());
+  req->set_call(parts == 2   ? std::string_view("ring_pass(parts=2)")
+                : parts == 1 ? std::string_view("ring_pass(parts=1)")
+                             : keep_label("ring_pass(parts=" + std::to_string(parts) + ")"),
+                seq);
   req->group = g;
   std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
