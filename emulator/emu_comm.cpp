@@ -96,6 +96,8 @@ std::unique_ptr<Communicator::CallTape> EmuComm::end_tape() {
   std::unique_ptr<EmuTape> t = std::move(recording_);
   for (const char w : t->waited) t->usable = t->usable && w != 0;
   if (!t->usable) return nullptr;
+  for (const TapeCall& c : t->calls)
+    if (c.pass != nullptr) t->passes.push_back(c.pass.get());
   return t;
 }
 
@@ -105,15 +107,18 @@ void EmuComm::play_tape(const CallTape& tape) {
   kernel_.tape_played();
   // Every request a tape starts is waited for within it: none is handed to a caller.
   std::vector<detail::ReqPtr> reqs(static_cast<size_t>(t.requests));
-  const TapeCall* const end = t.calls.data() + t.calls.size();
-  for (const TapeCall* it = t.calls.data(); it != end; ++it) {
-    const TapeCall& c = *it;
-    // A tape is read once per block, between the tiles' other work: the next call's two cache
-    // lines are asked for while this one is issued (and its fiber may wait).
-    if (it + 1 != end) {
-      __builtin_prefetch(it + 1);
-      __builtin_prefetch(reinterpret_cast<const char*>(it + 1) + 64);
-    }
+  // A tile's tape is read once per block, between all the other tiles' work, so it is rarely
+  // in cache: all of its lines (and its ring passes' sizes and charges) are asked for at once.
+  const auto prefetch = [](const void* data, size_t bytes) {
+    const auto* p = static_cast<const char*>(data);
+    for (size_t k = 0; k < bytes; k += 64) __builtin_prefetch(p + k);
+  };
+  prefetch(t.calls.data(), t.calls.size() * sizeof(TapeCall));
+  for (const RingPass* pass : t.passes) {
+    prefetch(pass->counts.data(), pass->counts.size() * sizeof(std::int64_t));
+    prefetch(pass->work.data(), pass->work.size() * sizeof(OpCost));
+  }
+  for (const TapeCall& c : t.calls) {
     EmuComm* const g = c.comm;  // none for a wait
     detail::ReqPtr* const r = c.req >= 0 ? &reqs[static_cast<size_t>(c.req)] : nullptr;
     switch (c.kind) {

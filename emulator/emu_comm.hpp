@@ -44,9 +44,10 @@ struct TapeCall {
 class EmuTape final : public Communicator::CallTape {
  public:
   std::vector<TapeCall> calls;
-  int requests = 0;          // requests the calls start
-  std::vector<char> waited;  // per request: waited for within the recording
-  bool usable = true;        // false: see Communicator::end_tape
+  int requests = 0;                     // requests the calls start
+  std::vector<char> waited;             // per request: waited for within the recording
+  std::vector<const RingPass*> passes;  // the calls' ring passes, in order
+  bool usable = true;                   // false: see Communicator::end_tape
 };
 
 class EmuComm final : public Communicator {
