@@ -109,7 +109,6 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const auto taped = tape ? tapes_.find(region) : tapes_.end();
   if (taped != tapes_.end() && taped->second != nullptr) {
     world.play_tape(*taped->second);
-    ++tapes_played_;
   } else if (tape && taped == tapes_.end() && world.begin_tape()) {
     try {
       body();

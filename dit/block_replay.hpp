@@ -64,7 +64,6 @@ class BlockReplay {
   // Region key -> the calls of the first block of that key (AttentionStrategy::
   // block_calls_fixed), or null where they cannot be issued again.
   std::unordered_map<std::string, std::unique_ptr<Communicator::CallTape>> tapes_;
-  std::int64_t tapes_played_ = 0;
 };
 
 /// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.

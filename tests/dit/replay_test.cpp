@@ -15,9 +15,12 @@
 #include "dit/pipeline.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
+#include "tests/emulator/test_util.hpp"
 
 namespace cocodiff::dit {
 namespace {
+
+using test::expect_same_timeline;
 
 const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
 
@@ -61,17 +64,6 @@ Outcome run(emu::Engine& engine, const ModelConfig& cfg, const RunSettings& st) 
     }
   });
   return out;
-}
-
-void expect_same_timeline(const emu::RunResult& a, const emu::RunResult& b) {
-  EXPECT_EQ(a.makespan, b.makespan);
-  EXPECT_EQ(a.rank_end, b.rank_end);
-  EXPECT_EQ(a.rank_compute, b.rank_compute);
-  EXPECT_EQ(a.rank_exposed, b.rank_exposed);
-  EXPECT_EQ(a.bytes_by_tier, b.bytes_by_tier);
-  EXPECT_EQ(a.flows, b.flows);
-  EXPECT_EQ(a.events, b.events);
-  EXPECT_EQ(a.timeline_sha256, b.timeline_sha256);
 }
 
 // The run on 2 Aurora nodes under max-min with replay off and on (one worker): both timelines

@@ -18,6 +18,8 @@
 namespace cocodiff {
 namespace {
 
+using test::expect_same_timeline;
+
 const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
 
 // Two Aurora nodes (24 tiles) under max-min.
@@ -76,17 +78,6 @@ void block(Communicator& world, Groups& g, int round) {
   s.wait();
   g.ring->all_reduce({}, 1024, ReduceOp::kSum, "reduce");
   world.compute({OpKind::kCopy, 0, 1e6 * (1 + round % 2), "copy"});  // differs by round
-}
-
-void expect_same_timeline(const emu::RunResult& a, const emu::RunResult& b) {
-  EXPECT_EQ(a.makespan, b.makespan);
-  EXPECT_EQ(a.rank_end, b.rank_end);
-  EXPECT_EQ(a.rank_compute, b.rank_compute);
-  EXPECT_EQ(a.rank_exposed, b.rank_exposed);
-  EXPECT_EQ(a.bytes_by_tier, b.bytes_by_tier);
-  EXPECT_EQ(a.flows, b.flows);
-  EXPECT_EQ(a.events, b.events);
-  EXPECT_EQ(a.timeline_sha256, b.timeline_sha256);
 }
 
 TEST(CallTape, PlayedCallsGiveTheTimelineOfTheCode) {

@@ -1,5 +1,8 @@
 #pragma once
-// Small clusters for emulator tests: a 3-level topology with alpha-beta tiers.
+// Small clusters for emulator tests: a 3-level topology with alpha-beta tiers; and the check
+// that two runs give one timeline.
+
+#include <gtest/gtest.h>
 
 #include <memory>
 
@@ -36,6 +39,18 @@ inline emu::Engine make_engine(const Topology& topo, std::vector<LinkCost> tiers
 inline std::vector<LinkCost> uniform_tiers(int n, std::int64_t latency_ns, double bytes_per_s) {
   return std::vector<LinkCost>(static_cast<size_t>(n),
                                LinkCost{SimTime::from_ns(latency_ns), bytes_per_s});
+}
+
+/// Two runs give the same timeline: virtual times, accounting, bytes, flows, events and hash.
+inline void expect_same_timeline(const emu::RunResult& a, const emu::RunResult& b) {
+  EXPECT_EQ(a.makespan, b.makespan);
+  EXPECT_EQ(a.rank_end, b.rank_end);
+  EXPECT_EQ(a.rank_compute, b.rank_compute);
+  EXPECT_EQ(a.rank_exposed, b.rank_exposed);
+  EXPECT_EQ(a.bytes_by_tier, b.bytes_by_tier);
+  EXPECT_EQ(a.flows, b.flows);
+  EXPECT_EQ(a.events, b.events);
+  EXPECT_EQ(a.timeline_sha256, b.timeline_sha256);
 }
 
 }  // namespace cocodiff::test
