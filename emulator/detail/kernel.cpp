@@ -213,7 +213,10 @@ void Kernel::block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqSta
   f.blocked_index = blocked_list_.size();
   blocked_list_.push_back(&f);
   if (--runnable_ == 0) controller_cv_.notify_one();
-  f.cv.wait(lk, [&f] { return f.wake; });
+  f.ctx = boost::fibers::context::active();
+  lk.unlock();
+  while (!f.wake) f.ctx->suspend();  // the next ready fiber runs; wake() makes this one ready
+  lk.lock();
   asan_on_stack(f.stack);  // back on this fiber's stack, possibly on another thread
   f.wake = false;
   if (aborting_) throw Cancelled{};
@@ -228,7 +231,7 @@ void Kernel::wake(FiberState& f) {
   blocked_list_.pop_back();
   f.wake = true;
   ++runnable_;
-  f.cv.notify_one();
+  boost::fibers::context::active()->schedule(f.ctx);
 }
 
 void Kernel::complete(ReqState& r, SimTime t) {

@@ -56,7 +56,9 @@ struct FiberState {
   int rank = 0;
   bool is_main = true;
   SimTime clock;
-  boost::fibers::condition_variable_any cv;
+  /// The fiber's Boost.Fiber context while it is blocked (Kernel::block): Kernel::wake hands
+  /// it to the scheduler. Every fiber runs on one thread, so no lock or wait queue is needed.
+  boost::fibers::context* ctx = nullptr;
   bool wake = false;
   bool blocked = false;
   std::size_t blocked_index = 0;                // position in Kernel::blocked_list_
