@@ -96,17 +96,28 @@ std::unique_ptr<Communicator::CallTape> EmuComm::end_tape() {
   std::unique_ptr<EmuTape> t = std::move(recording_);
   for (const char w : t->waited) t->usable = t->usable && w != 0;
   if (!t->usable) return nullptr;
-  for (const TapeCall& c : t->calls)
+  for (const TapeCall& c : t->calls) {
     if (c.pass != nullptr) t->passes.push_back(c.pass.get());
+    if (c.kind == TapeCall::Kind::kAllReduce ||
+        (c.kind == TapeCall::Kind::kRingPass && c.comm->size() == 1))
+      t->engine_runs = false;
+  }
   return t;
 }
+
+struct EmuComm::PlayRun final : detail::TapeRun {
+  EmuComm& self;
+  const EmuTape& tape;
+  std::size_t pc = 0;
+  std::vector<detail::ReqPtr> reqs;
+  PlayRun(EmuComm& s, const EmuTape& t) : self(s), tape(t), reqs(static_cast<size_t>(t.requests)) {}
+  bool advance() override { return self.issue_calls(tape, pc, reqs, this); }
+};
 
 void EmuComm::play_tape(const CallTape& tape) {
   const auto& t = dynamic_cast<const EmuTape&>(tape);
   COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
   kernel_.tape_played();
-  // Every request a tape starts is waited for within it: none is handed to a caller.
-  std::vector<detail::ReqPtr> reqs(static_cast<size_t>(t.requests));
   // A tile's tape is read once per block, between all the other tiles' work, so it is rarely
   // in cache: all of its lines (and its ring passes' sizes and charges) are asked for at once.
   const auto prefetch = [](const void* data, size_t bytes) {
@@ -118,7 +129,22 @@ void EmuComm::play_tape(const CallTape& tape) {
     prefetch(pass->counts.data(), pass->counts.size() * sizeof(std::int64_t));
     prefetch(pass->work.data(), pass->work.size() * sizeof(OpCost));
   }
-  for (const TapeCall& c : t.calls) {
+  // Every request a tape starts is waited for within it: none is handed to a caller. With
+  // collectives at the collective level, the engine issues the calls and the fiber waits once.
+  if (kernel_.options().collective_ops && t.engine_runs) {
+    PlayRun run(*this, t);
+    kernel_.run_tape(self_, run);
+    return;
+  }
+  std::vector<detail::ReqPtr> reqs(static_cast<size_t>(t.requests));
+  std::size_t pc = 0;
+  issue_calls(t, pc, reqs, nullptr);
+}
+
+bool EmuComm::issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail::ReqPtr>& reqs,
+                          detail::TapeRun* run) {
+  for (; pc < t.calls.size(); ++pc) {
+    const TapeCall& c = t.calls[pc];
     EmuComm* const g = c.comm;  // none for a wait
     detail::ReqPtr* const r = c.req >= 0 ? &reqs[static_cast<size_t>(c.req)] : nullptr;
     switch (c.kind) {
@@ -148,13 +174,24 @@ void EmuComm::play_tape(const CallTape& tape) {
                                c.count, c.label);
         break;
       case TapeCall::Kind::kRingPass:
-        g->do_ring_pass(*c.pass);
+        if (run == nullptr) {
+          g->do_ring_pass(*c.pass);
+        } else if (!kernel_.tape_wait(*run, g->start_ring_pass(*c.pass), true)) {
+          ++pc;
+          return false;
+        }
         break;
       case TapeCall::Kind::kWait:
-        kernel_.wait(self_, **r);
+        if (run == nullptr) {
+          kernel_.wait(self_, **r);
+        } else if (!kernel_.tape_wait(*run, *r, false)) {
+          ++pc;
+          return false;
+        }
         break;
     }
   }
+  return true;
 }
 
 int EmuComm::world_rank(int group_rank) const {
@@ -413,6 +450,11 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
     return;
   }
   kernel_.ring_pass(self_, group_, group_rank_, seq, pass);
+}
+
+detail::ReqPtr EmuComm::start_ring_pass(const RingPass& pass) {
+  const std::uint64_t seq = next_pass_++;
+  return kernel_.ring_pass_start(self_, group_, group_rank_, seq, pass);
 }
 
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {

@@ -47,7 +47,10 @@ class EmuTape final : public Communicator::CallTape {
   int requests = 0;                     // requests the calls start
   std::vector<char> waited;             // per request: waited for within the recording
   std::vector<const RingPass*> passes;  // the calls' ring passes, in order
-  bool usable = true;                   // false: see Communicator::end_tape
+  /// Every call is one the engine can issue for the tile (Kernel::run_tape): no all-reduce (a
+  /// collective fiber runs it), no ring pass of one member (it runs message by message).
+  bool engine_runs = true;
+  bool usable = true;  // false: see Communicator::end_tape
 };
 
 class EmuComm final : public Communicator {
@@ -88,6 +91,15 @@ class EmuComm final : public Communicator {
   void do_ring_pass(const RingPass& pass) override;
 
  private:
+  struct PlayRun;
+  /// Issues tape `t`'s calls from `pc` on. Without `run`, on the tile's fiber, waiting where the
+  /// calls wait (returns true). With it, for Kernel::run_tape: returns false at the first wait
+  /// that is not over (pc then names the next call), true when none is left.
+  bool issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail::ReqPtr>& reqs,
+                   detail::TapeRun* run);
+  /// A ring pass at the collective level, not waited for (a tape the engine issues).
+  detail::ReqPtr start_ring_pass(const RingPass& pass);
+
   /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
   /// given and EngineOptions::collective_ops) or as `algo` (a callable taking a Port&) on a
   /// collective fiber; `algo` is only stored when it runs. Defined in emu_comm.cpp, its only

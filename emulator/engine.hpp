@@ -97,11 +97,12 @@ struct RunResult {
   /// Ring passes whose every hop is exclusive, timed whole once all members had joined
   /// (Kernel::pass_whole): their flows are among flows_exclusive.
   std::uint64_t passes_whole = 0;
-  std::uint64_t events = 0;            // simulation events processed (flows + computes + waits)
-  std::uint64_t regions_replayed = 0;  // regions whose recorded effect was applied
-  std::uint64_t tapes_played = 0;      // recorded calls issued again (Communicator::play_tape)
-  std::string timeline_sha256;         // digest of every event of the timeline
-  std::vector<TraceEvent> trace;       // empty unless EngineOptions::trace
+  std::uint64_t events = 0;               // simulation events processed (flows + computes + waits)
+  std::uint64_t regions_replayed = 0;     // regions whose recorded effect was applied
+  std::uint64_t tapes_played = 0;         // recorded calls issued again (Communicator::play_tape)
+  std::uint64_t tapes_run_by_engine = 0;  // of those, issued by the engine for a waiting fiber
+  std::string timeline_sha256;            // digest of every event of the timeline
+  std::vector<TraceEvent> trace;          // empty unless EngineOptions::trace
   std::vector<std::string> labels;
   bool trace_truncated = false;
   double wall_seconds = 0;

@@ -242,7 +242,10 @@ void Kernel::complete(ReqState& r, SimTime t) {
   if (r.waiter != nullptr) {
     FiberState* w = r.waiter;
     r.waiter = nullptr;
-    wake(*w);
+    if (w->tape_run != nullptr && w->tape_run->waiting.get() == &r)
+      ready_runs_.push_back(w->tape_run);  // the engine issues its next calls (run_tape)
+    else
+      wake(*w);
   }
 }
 
@@ -331,6 +334,71 @@ void Kernel::wait(FiberState& f, ReqState& req) {
     }
     COCO_CHECK(req.done, "woken before completion");
   }
+  finish_wait(f, req, before);
+}
+
+void Kernel::run_tape(FiberState& f, TapeRun& run) {
+  COCO_CHECK(f.is_main && f.tape_run == nullptr, "run_tape on a tile already running one");
+  run.f = &f;
+  ++tapes_run_;
+  if (run.advance()) return;
+  std::unique_lock<ThreadLock> lk(state_lock_);
+  f.tape_run = &run;
+  // The run lives on this fiber's stack: it is detached however the wait ends (a tear-down
+  // throws out of block()).
+  struct Detach {
+    FiberState& f;
+    ~Detach() { f.tape_run = nullptr; }
+  } const detach{f};
+  block(f, lk, run.waiting.get(), false);  // woken when no call is left (run_ready_tapes)
+  if (run.error) std::rethrow_exception(run.error);
+}
+
+bool Kernel::tape_wait(TapeRun& run, const ReqPtr& req, bool pass) {
+  FiberState& f = *run.f;
+  if (req->done) {
+    if (pass)
+      f.clock = req->done_time;
+    else
+      finish_wait(f, *req, f.clock);
+    return true;
+  }
+  run.waiting = req;
+  run.pass = pass;
+  run.before = f.clock;
+  req->waiter = &f;
+  // From the controller's side the fiber stays blocked: it now waits for this request (what
+  // op_waits_alone and a deadlock report read).
+  if (f.tape_run != nullptr) f.waiting_on = req.get();
+  return false;
+}
+
+bool Kernel::run_ready_tapes() {
+  if (ready_runs_.empty()) return false;
+  // Completions these calls cause may make more runs ready: the list grows while it is read.
+  for (size_t i = 0; i < ready_runs_.size(); ++i) {
+    TapeRun& run = *ready_runs_[i];
+    FiberState& f = *run.f;
+    const ReqPtr req = std::move(run.waiting);
+    f.waiting_on = nullptr;  // issuing calls, as the fiber would be
+    if (run.pass)
+      f.clock = req->done_time;
+    else
+      finish_wait(f, *req, run.before);
+    run.pass = false;
+    bool done = true;
+    try {
+      done = run.advance();
+    } catch (...) {
+      run.error = std::current_exception();  // rethrown on the tile's fiber
+    }
+    if (done) wake(f);
+  }
+  ready_runs_.clear();
+  return true;
+}
+
+void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
   if (f.is_main && req.open)
     req.penalty = transfer_penalty(tiles_[static_cast<size_t>(f.rank)], req);
   f.clock = std::max(f.clock, req.done_time + req.penalty);
@@ -920,10 +988,14 @@ void Kernel::controller() {
     if (live_ == 0) break;
     if (aborting_) {
       // Tear-down: wake everything still blocked; each throws Cancelled and ends.
+      ready_runs_.clear();
       while (!blocked_list_.empty()) wake(*blocked_list_.back());
       timers_.clear();
       continue;
     }
+    // Tape runs whose request completed issue their next calls, as their fibers would have on
+    // waking; the fibers those calls wake run before the controller steps again.
+    if (run_ready_tapes()) continue;
     if (!controller_step(lk)) {
       if (failures_.empty()) {
         std::string report = deadlock_report();
@@ -1009,6 +1081,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.passes_whole = passes_whole_;
   res.regions_replayed = regions_replayed_;
   res.tapes_played = tapes_played_;
+  res.tapes_run_by_engine = tapes_run_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
   res.bytes_by_tier = bytes_by_tier_;

@@ -12,6 +12,7 @@
 #include <boost/fiber/condition_variable.hpp>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <map>
 #include <memory>
@@ -67,7 +68,8 @@ struct FiberState {
   bool replayed = false;  // set by the controller when it replays the region this fiber enters
   std::uint64_t region_id = 0;
   EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none
-  StackBounds stack;        // set when the fiber's stack is allocated
+  struct TapeRun* tape_run = nullptr;  // blocked in Kernel::run_tape: the calls the engine issues
+  StackBounds stack;                   // set when the fiber's stack is allocated
 };
 
 /// Finished objects kept for their storage (their vectors keep their capacity), taken again
@@ -183,6 +185,20 @@ struct TileStats {
   SimTime overlapped_compute;
 };
 
+/// Calls the engine issues for a tile whose fiber waits (Kernel::run_tape). advance() issues
+/// them in order until one waits for a request that is not over (Kernel::tape_wait returned
+/// false) or none is left (returns true). Only compute charges, collectives at the collective
+/// level, point-to-point messages and waits: nothing that would block the caller.
+struct TapeRun {
+  virtual ~TapeRun() = default;
+  virtual bool advance() = 0;
+  FiberState* f = nullptr;
+  std::shared_ptr<ReqState> waiting;  // the request its next call waits for
+  bool pass = false;                  // `waiting` is a ring pass's: the clock only catches up
+  SimTime before;                     // the tile's clock when that wait began
+  std::exception_ptr error;           // thrown by advance() on the controller's side
+};
+
 class Kernel {
  public:
   Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& device,
@@ -205,6 +221,17 @@ class Kernel {
   /// req's completion time, once it is complete (nullopt before).
   std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
+  /// Issues `run`'s calls for f's tile: from f until the first wait that is not over, then from
+  /// the controller as the requests it waits for complete, as f would after each wakes it (the
+  /// same calls at the same virtual times); f is woken once, when none is left. Saves a fiber
+  /// switch per wait.
+  void run_tape(FiberState& f, TapeRun& run);
+  /// In TapeRun::advance: a wait for `req`. True when it is over (the tile's accounting done, as
+  /// wait() does); false when the run must wait for it.
+  bool tape_wait(TapeRun& run, const ReqPtr& req, bool pass);
+  /// ring_pass() without waiting for its end: the pass's request.
+  ReqPtr ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                         std::uint64_t seq, const RingPass& pass);
   /// The device's time for `cost`, as compute() charges it.
   SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
   /// compute() of an op whose device time `dt` is already known; `label` names its event.
@@ -483,6 +510,11 @@ class Kernel {
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
   void match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLock>& lk);
   void block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req, bool in_test);
+  /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
+  void finish_wait(FiberState& f, ReqState& req, SimTime before);
+  /// Advances the tape runs whose request completed (run_tape). Returns false when none was.
+  bool run_ready_tapes();
+  std::vector<TapeRun*> ready_runs_;
   void wake(FiberState& f);
   /// Drops req from t's open collectives once its owner has seen it complete.
   static void close_collective(TileStats& t, ReqState& req);
@@ -622,6 +654,7 @@ class Kernel {
   SimTime flow_base_;
   std::uint64_t regions_replayed_ = 0;
   std::uint64_t tapes_played_ = 0;
+  std::uint64_t tapes_run_ = 0;  // run_tape calls
 
   std::vector<TileStats> tiles_;
   std::size_t tile_trace_cap_ = 0;

@@ -52,6 +52,19 @@ bool same_cost(const OpCost& a, const OpCost& b) {
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                        std::uint64_t seq, const RingPass& pass) {
+  const ReqPtr req = ring_pass_start(f, g, group_rank, seq, pass);
+  std::unique_lock<ThreadLock> lk(state_lock_);
+  if (!req->done) {
+    req->waiter = &f;
+    block(f, lk, req.get(), false);
+  }
+  COCO_CHECK(req->done, "woken before completion");
+  // Every charge and wait is already on the tile's accounting: the clock only catches up.
+  f.clock = req->done_time;
+}
+
+ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                               std::uint64_t seq, const RingPass& pass) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
   const int p = static_cast<int>(g->members.size());
   const int parts = pass.parts;
@@ -197,13 +210,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
       throw;
     }
   }
-  if (!req->done) {
-    req->waiter = &f;
-    block(f, lk, req.get(), false);
-  }
-  COCO_CHECK(req->done, "woken before completion");
-  // Every charge and wait is already on the tile's accounting: the clock only catches up.
-  f.clock = req->done_time;
+  return req;
 }
 
 bool Kernel::pass_can_be_whole(PassOp& op) {
