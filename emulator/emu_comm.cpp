@@ -77,8 +77,8 @@ TapeCall* EmuComm::record(TapeCall::Kind kind, std::int64_t count, std::string_v
   return &c;
 }
 
-std::string_view EmuComm::call_text(std::string_view name, std::int64_t count) {
-  return kernel_.keep_label(std::string(name) + "count=" + std::to_string(count) + ")");
+std::string_view EmuComm::call_text(std::string_view opening, std::int64_t count) {
+  return kernel_.keep_label(std::string(opening) + "count=" + std::to_string(count) + ")");
 }
 
 bool EmuComm::begin_tape() {

@@ -357,10 +357,7 @@ void Kernel::run_tape(FiberState& f, TapeRun& run) {
 bool Kernel::tape_wait(TapeRun& run, const ReqPtr& req, bool pass) {
   FiberState& f = *run.f;
   if (req->done) {
-    if (pass)
-      f.clock = req->done_time;
-    else
-      finish_wait(f, *req, f.clock);
+    finish_tape_wait(f, *req, pass, f.clock);
     return true;
   }
   run.waiting = req;
@@ -381,10 +378,7 @@ bool Kernel::run_ready_tapes() {
     FiberState& f = *run.f;
     const ReqPtr req = std::move(run.waiting);
     f.waiting_on = nullptr;  // issuing calls, as the fiber would be
-    if (run.pass)
-      f.clock = req->done_time;
-    else
-      finish_wait(f, *req, run.before);
+    finish_tape_wait(f, *req, run.pass, run.before);
     run.pass = false;
     bool done = true;
     try {
@@ -396,6 +390,13 @@ bool Kernel::run_ready_tapes() {
   }
   ready_runs_.clear();
   return true;
+}
+
+void Kernel::finish_tape_wait(FiberState& f, ReqState& req, bool pass, SimTime before) {
+  if (pass)
+    f.clock = req.done_time;  // a ring pass's charges and waits are on the tile's accounting
+  else
+    finish_wait(f, req, before);
 }
 
 void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {

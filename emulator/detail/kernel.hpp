@@ -114,6 +114,7 @@ struct ReqState {
   std::string_view call;       // collectives: "all_to_all(count=4)", kept for the run
   std::uint64_t call_seq = 0;  // collectives: the call's number on its group (3)
   std::string call_text;       // collectives without a label: "all_to_all(count=4) #3"
+  /// Sets call and call_seq, and call_text when there is no label (set the label first).
   void set_call(std::string_view c, std::uint64_t seq) {
     call = c;
     call_seq = seq;
@@ -512,6 +513,9 @@ class Kernel {
   void block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req, bool in_test);
   /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
   void finish_wait(FiberState& f, ReqState& req, SimTime before);
+  /// A tape run's wait once req is over: finish_wait, or for a ring pass (`pass`) the clock
+  /// catching up with its end.
+  void finish_tape_wait(FiberState& f, ReqState& req, bool pass, SimTime before);
   /// Advances the tape runs whose request completed (run_tape). Returns false when none was.
   bool run_ready_tapes();
   std::vector<TapeRun*> ready_runs_;

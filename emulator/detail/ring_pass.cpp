@@ -48,6 +48,14 @@ bool same_cost(const OpCost& a, const OpCost& b) {
          ((a.label.data() == b.label.data() && a.label.size() == b.label.size()) ||
           a.label == b.label);
 }
+/// The row a member's values take among `rows` kept ones: the first or the last if `same` says
+/// it matches (members mostly pass alike), else `rows` (a new row to add).
+template <typename Same>
+std::size_t kept_row(std::size_t rows, Same same) {
+  if (rows > 0 && same(0)) return 0;
+  if (rows > 1 && same(rows - 1)) return rows - 1;
+  return rows;
+}
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
@@ -120,14 +128,9 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     return std::equal(counts.begin(), counts.end(),
                       op.counts.begin() + static_cast<std::ptrdiff_t>(row * u(p)));
   };
-  if (rows > 0 && same_row(0)) {
-    op.count_row[u(group_rank)] = 0;
-  } else if (rows > 1 && same_row(rows - 1)) {
-    op.count_row[u(group_rank)] = static_cast<std::uint32_t>(rows - 1);
-  } else {
-    op.count_row[u(group_rank)] = static_cast<std::uint32_t>(rows);
-    op.counts.insert(op.counts.end(), counts.begin(), counts.end());
-  }
+  const size_t row = kept_row(rows, same_row);
+  op.count_row[u(group_rank)] = static_cast<std::uint32_t>(row);
+  if (row == rows) op.counts.insert(op.counts.end(), counts.begin(), counts.end());
   // The rounds' charges, likewise kept once for the members that charge the same, by the block
   // each round works on (round i of member r works on block r - i: a ring attention's charge is
   // its block's). A member's charges are compared with the first and the last row kept, and
@@ -140,12 +143,9 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     return true;
   };
   const size_t cost_rows = op.costs.size() / u(p);
-  if (cost_rows > 0 && same_costs(0)) {
-    op.cost_row[u(group_rank)] = 0;
-  } else if (cost_rows > 1 && same_costs(cost_rows - 1)) {
-    op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_rows - 1);
-  } else {
-    op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_rows);
+  const size_t cost_row = kept_row(cost_rows, same_costs);
+  op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_row);
+  if (cost_row == cost_rows) {
     const size_t at = op.costs.size();
     op.costs.resize(at + u(p));
     op.dt.resize(at + u(p));
