@@ -10,13 +10,17 @@
 #   tsan  TSan build (gcc) of the emulator and network-model tests, which run the engine with
 #         1, 2 and 4 worker threads; tile fibers migrate between the workers, and the emulator
 #         announces every switch to TSan (emulator/detail/scheduler.hpp, fiber_launch.hpp).
+#   pgo   scripts/build_pgo.sh (an instrumented build, its training runs, the build from their
+#         profile) into build-pgo/, then the same runs with it and with build/'s program: real
+#         math (the quickstart's picture, flat and cocodiff) and phantom (usp, cocodiff on 8
+#         Aurora nodes) give the same output and timeline hashes.
 #   asan  ASan + UBSan build (gcc) without benchmarks and MPI, then every CTest test but the
 #         strategy-equivalence and whole-run suites (Strategies, Run, Compare, FlatUlysses,
 #         Pipeline, Weights, smoke_*, e2e_*): those repeat the same kernels over real-math runs,
 #         take ~70% of the Release suite's time and would take ~5x that under ASan; they run in
 #         Release (scripts/test.sh). Under ASan run the parsers and every error path (config,
 #         cluster, safetensors, CLI), the emulator, network models and layers.
-# Usage: bash scripts/ci.sh [lint] [fuzz] [tsan] [asan]   (no argument: all four, in that order)
+# Usage: bash scripts/ci.sh [lint] [fuzz] [tsan] [pgo] [asan]   (no argument: all five, in that order)
 # Env:   COCODIFF_FUZZ_RUNS (default 20000) inputs per fuzz target, COCODIFF_FUZZ_SECONDS
 #        (default 180) wall-time cap per target; COCODIFF_CI_BUDGET_S, COCODIFF_CI_BUDGET_<STAGE>_S
 #        (below); build dirs are build-asan/, build-tsan/, build-fuzz/.
@@ -86,6 +90,33 @@ stage_fuzz() {
   done
 }
 
+stage_pgo() {
+  bash scripts/build_pgo.sh build-pgo
+  [ -x build/apps/cocodiff ] || cmake --build build -j "$jobs" --target cocodiff
+  local phantom=(configs/flux1-tiny-24tiles.toml --set run.math=skip --set model.preset=flux1-dev
+    --set run.resolution=2048 --set ulysses.uneven_heads=true --set cluster.preset=aurora
+    --set cluster.nodes=8 --set run.steps=3)
+  local name args b
+  for name in quickstart-flat quickstart-cocodiff usp cocodiff; do
+    case $name in
+      quickstart-*) args=(configs/quickstart.toml --set run.steps=4 --set "run.strategy=${name#*-}") ;;
+      *) args=("${phantom[@]}" --set "run.strategy=$name") ;;
+    esac
+    for b in build build-pgo; do
+      rm -rf "build-pgo/check/$name-$b"
+      "$b/apps/cocodiff" run "${args[@]}" --out "build-pgo/check/$name-$b" >/dev/null
+      grep -E '"(output|timeline)_sha256"' "build-pgo/check/$name-$b/report.json" \
+        >"build-pgo/check/$name-$b.hashes"
+    done
+    if ! cmp -s "build-pgo/check/$name-build.hashes" "build-pgo/check/$name-build-pgo.hashes"; then
+      echo "pgo: $name: the profile-guided program's hashes differ from the Release program's:" >&2
+      diff "build-pgo/check/$name-build.hashes" "build-pgo/check/$name-build-pgo.hashes" >&2
+      return 1
+    fi
+    echo "pgo: $name: same hashes ($(tr -d ' \n' <"build-pgo/check/$name-build.hashes"))"
+  done
+}
+
 # Not a CI stage: sleeps past its 1 s budget, so that tests/ci can check that a stage out of time
 # fails CI.
 stage_stall() { sleep 60; }
@@ -96,19 +127,19 @@ if [ "${1:-}" = "__stage" ]; then  # one stage in its own shell, so that set -e 
 fi
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(lint fuzz tsan asan)  # the bounded stages first
+[ ${#stages[@]} -gt 0 ] || stages=(lint fuzz tsan pgo asan)  # the bounded stages first
 # CI has 90 minutes in all on a 2-core machine. Each stage has its own budget (seconds; sized
 # from measured times with room for the suite to grow by a third) and is also held to what is
 # left of COCODIFF_CI_BUDGET_S, counted from the start of .ci/run (COCODIFF_CI_ELAPSED_S). A stage
 # that does not finish inside its time FAILS CI, like one that fails: CI never passes without
 # having run every stage it was asked for.
 declare -A stage_budget=([lint]=${COCODIFF_CI_BUDGET_LINT_S:-600} [fuzz]=${COCODIFF_CI_BUDGET_FUZZ_S:-900}
-  [tsan]=${COCODIFF_CI_BUDGET_TSAN_S:-900} [asan]=${COCODIFF_CI_BUDGET_ASAN_S:-1500} [stall]=1)
+  [tsan]=${COCODIFF_CI_BUDGET_TSAN_S:-900} [pgo]=${COCODIFF_CI_BUDGET_PGO_S:-1200} [asan]=${COCODIFF_CI_BUDGET_ASAN_S:-1500} [stall]=1)
 budget=${COCODIFF_CI_BUDGET_S:-5100}
 summary=()
 failed=0
 for s in "${stages[@]}"; do
-  case "$s" in lint | asan | tsan | fuzz | stall) ;; *) echo "ci.sh: unknown stage '$s' (lint | asan | tsan | fuzz)" >&2; exit 2 ;; esac
+  case "$s" in lint | asan | tsan | fuzz | pgo | stall) ;; *) echo "ci.sh: unknown stage '$s' (lint | fuzz | tsan | pgo | asan)" >&2; exit 2 ;; esac
 done
 for s in "${stages[@]}"; do
   echo "=== ci stage $s: start $(date -u +%H:%M:%S)"
