@@ -200,6 +200,17 @@ struct TapeRun {
   std::exception_ptr error;           // thrown by advance() on the controller's side
 };
 
+/// A ring pass member's charges by block (member r's round i works on block r - i: a ring
+/// attention's charge is its block's): each one with its label kept, the device's time for
+/// it, and its label as the tile's events name it. Kept once for the run per distinct row
+/// (pass_costs): the members, passes and tapes that charge alike share one, which stays in
+/// cache where a copy per pass did not.
+struct PassCosts {
+  std::vector<OpCost> costs;
+  std::vector<SimTime> dt;
+  std::vector<std::string_view> work;
+};
+
 class Kernel {
  public:
   Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& device,
@@ -231,8 +242,11 @@ class Kernel {
   /// wait() does); false when the run must wait for it.
   bool tape_wait(TapeRun& run, const ReqPtr& req, bool pass);
   /// ring_pass() without waiting for its end: the pass's request.
+  /// `costs`: pass_costs of the pass's charges, when the caller kept it (a tape), else null.
   ReqPtr ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                         std::uint64_t seq, const RingPass& pass);
+                         std::uint64_t seq, const RingPass& pass, const PassCosts* costs = nullptr);
+  /// The run's kept row of member `group_rank`'s charges `work` (one per round) by block.
+  const PassCosts& pass_costs(std::span<const OpCost> work, int group_rank);
   /// The device's time for `cost`, as compute() charges it.
   SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
   /// compute() of an op whose device time `dt` is already known; `label` names its event.
@@ -420,14 +434,9 @@ class Kernel {
     /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
     /// mode (trace off), a property of the routes.
     std::vector<int> hop_kind;
-    std::vector<std::int64_t> counts;      // rows of p: a count of each block
-    std::vector<std::uint32_t> count_row;  // per member: its row of counts
-    /// Rows of p, by block (member r's round i works on block r - i): each round's charge
-    /// (labels kept), the device's time for it, and its label as the tile's events name it.
-    std::vector<OpCost> costs;
-    std::vector<SimTime> dt;
-    std::vector<std::string_view> work;
-    std::vector<std::uint32_t> cost_row;      // per member: its row
+    std::vector<std::int64_t> counts;         // rows of p: a count of each block
+    std::vector<std::uint32_t> count_row;     // per member: its row of counts
+    std::vector<const PassCosts*> costs;      // per member: its charges, by block
     std::vector<std::string_view> labels;     // parts per member: its messages' labels
     std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
     std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends
@@ -671,6 +680,8 @@ class Kernel {
   std::vector<std::string> labels_;
   std::unordered_map<std::string, std::uint32_t> label_ids_;
   std::unordered_set<std::string> kept_labels_;  // keep_label's copies (nodes do not move)
+  // pass_costs' rows, by a digest of their charges (rows with one digest compared in full).
+  std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<PassCosts>>> pass_costs_;
 };
 
 }  // namespace cocodiff::emu::detail

@@ -48,14 +48,6 @@ bool same_cost(const OpCost& a, const OpCost& b) {
          ((a.label.data() == b.label.data() && a.label.size() == b.label.size()) ||
           a.label == b.label);
 }
-/// The row a member's values take among `rows` kept ones: the first or the last if `same` says
-/// it matches (members mostly pass alike), else `rows` (a new row to add).
-template <typename Same>
-std::size_t kept_row(std::size_t rows, Same same) {
-  if (rows > 0 && same(0)) return 0;
-  if (rows > 1 && same(rows - 1)) return rows - 1;
-  return rows;
-}
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
@@ -72,7 +64,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
 }
 
 ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                               std::uint64_t seq, const RingPass& pass) {
+                               std::uint64_t seq, const RingPass& pass, const PassCosts* costs) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
   const int p = static_cast<int>(g->members.size());
   const int parts = pass.parts;
@@ -102,10 +94,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     slot->members.assign(u(p), PassMember{});
     slot->counts.clear();
     slot->count_row.resize(u(p));
-    slot->costs.clear();
-    slot->dt.clear();
-    slot->work.clear();
-    slot->cost_row.resize(u(p));
+    slot->costs.resize(u(p));
     slot->labels.resize(u(p) * u(parts));
     slot->trace_labels.resize(u(p) * u(parts));
     slot->done.resize(u(p) * u(2 * parts));
@@ -128,44 +117,16 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     return std::equal(counts.begin(), counts.end(),
                       op.counts.begin() + static_cast<std::ptrdiff_t>(row * u(p)));
   };
-  const size_t row = kept_row(rows, same_row);
+  size_t row = rows;  // a new row, unless the first or the last one kept matches
+  if (rows > 0 && same_row(0))
+    row = 0;
+  else if (rows > 1 && same_row(rows - 1))
+    row = rows - 1;
   op.count_row[u(group_rank)] = static_cast<std::uint32_t>(row);
   if (row == rows) op.counts.insert(op.counts.end(), counts.begin(), counts.end());
-  // The rounds' charges, likewise kept once for the members that charge the same, by the block
-  // each round works on (round i of member r works on block r - i: a ring attention's charge is
-  // its block's). A member's charges are compared with the first and the last row kept, and
-  // cost a device time and a kept label per round only when they are new.
-  const OpCost* work = pass.work.data();
-  const auto same_costs = [&](size_t row) {
-    const OpCost* kept = op.costs.data() + row * u(p);
-    for (int i = 0, b = group_rank; i < p; ++i, b = b == 0 ? p - 1 : b - 1)
-      if (!same_cost(work[i], kept[b])) return false;
-    return true;
-  };
-  const size_t cost_rows = op.costs.size() / u(p);
-  const size_t cost_row = kept_row(cost_rows, same_costs);
-  op.cost_row[u(group_rank)] = static_cast<std::uint32_t>(cost_row);
-  if (cost_row == cost_rows) {
-    const size_t at = op.costs.size();
-    op.costs.resize(at + u(p));
-    op.dt.resize(at + u(p));
-    op.work.resize(at + u(p));
-    int last = -1;  // the round of the last device time worked out
-    for (int i = 0; i < p; ++i) {
-      // The device's time for each round: rounds on blocks of one size charge the same op. The
-      // label outlives the caller's pass (other members charge it): the run's copy.
-      const OpCost& w = work[i];
-      const size_t k = at + u(mod(group_rank - i, p));
-      const bool again = last >= 0 && same_cost(w, work[last]);
-      const size_t was = at + u(mod(group_rank - last, p));
-      OpCost kept = w;
-      kept.label = again ? op.costs[was].label : keep_label(w.label);
-      op.dt[k] = again ? op.dt[was] : device_.time(w);
-      op.work[k] = kept.label.empty() ? op_kind_name(kept.kind) : kept.label;
-      op.costs[k] = kept;
-      last = i;
-    }
-  }
+  // The rounds' charges by block, kept once for the run (pass_costs); a tape keeps its row.
+  op.costs[u(group_rank)] =
+      costs != nullptr ? costs : &pass_costs({pass.work.data(), u(p)}, group_rank);
   for (int q = 0; q < parts; ++q) {
     op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
     op.trace_labels[u(group_rank) * u(parts) + u(q)] = interned[u(q)];
@@ -211,6 +172,50 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     }
   }
   return req;
+}
+
+const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank) {
+  const int p = static_cast<int>(work.size());
+  // Round i of member r works on block r - i: the row by block is `work` turned by r.
+  const auto by_block = [&](int b) -> const OpCost& { return work[u(mod(group_rank - b, p))]; };
+  std::uint64_t h = static_cast<std::uint64_t>(p);
+  const auto mix = [&h](std::uint64_t v) {
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  };
+  for (int b = 0; b < p; ++b) {
+    const OpCost& w = by_block(b);
+    std::uint64_t bits = 0;
+    mix(static_cast<std::uint64_t>(w.kind));
+    std::memcpy(&bits, &w.flops, sizeof bits);
+    mix(bits);
+    std::memcpy(&bits, &w.bytes, sizeof bits);
+    mix(bits);
+    mix(std::hash<std::string_view>{}(w.label));
+  }
+  std::vector<std::unique_ptr<PassCosts>>& rows = pass_costs_[h];
+  for (const std::unique_ptr<PassCosts>& row : rows) {
+    bool same = true;
+    for (int b = 0; b < p && same; ++b) same = same_cost(by_block(b), row->costs[u(b)]);
+    if (same) return *row;
+  }
+  auto row = std::make_unique<PassCosts>();
+  row->costs.resize(u(p));
+  row->dt.resize(u(p));
+  row->work.resize(u(p));
+  for (int b = 0; b < p; ++b) {
+    // Rounds on blocks of one size charge the same op: its device time is worked out once. The
+    // label outlives the caller's pass (other members charge it): the run's copy.
+    const OpCost& w = by_block(b);
+    const bool again = b > 0 && same_cost(w, by_block(b - 1));
+    OpCost kept = w;
+    kept.label = again ? row->costs[u(b - 1)].label : keep_label(w.label);
+    row->dt[u(b)] = again ? row->dt[u(b - 1)] : device_.time(w);
+    row->work[u(b)] = kept.label.empty() ? op_kind_name(kept.kind) : kept.label;
+    row->costs[u(b)] = kept;
+  }
+  rows.push_back(std::move(row));
+  return *rows.back();
 }
 
 bool Kernel::pass_can_be_whole(PassOp& op) {
@@ -264,8 +269,9 @@ void Kernel::pass_whole(PassOp& op) {
     for (int r = 0; r < p; ++r) {
       PassMember& m = op.members[u(r)];
       post[u(r)] = m.clock;
-      const size_t at = op.cost_row[u(r)] * u(p) + u(mod(r - i, p));  // by block
-      m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
+      const PassCosts& c = *op.costs[u(r)];
+      const size_t at = u(mod(r - i, p));  // by block
+      m.clock = charge(m.rank, m.clock, c.dt[at], c.work[at]);
     }
     if (i + 1 == p) break;  // the last round only charges
     for (int r = 0; r < p; ++r) {
@@ -347,8 +353,9 @@ void Kernel::pass_post_round(PassOp& op, int r) {
     const PassMember& rt = op.members[u(right)];
     if (rt.started && rt.round == round) pass_match(op, r, right);
   }
-  const size_t at = op.cost_row[u(r)] * u(p) + u(mod(r - round, p));  // by block
-  m.clock = charge(m.rank, m.clock, op.dt[at], op.work[at]);
+  const PassCosts& c = *op.costs[u(r)];
+  const size_t at = u(mod(r - round, p));  // by block
+  m.clock = charge(m.rank, m.clock, c.dt[at], c.work[at]);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   complete(*m.req, m.clock);
