@@ -97,7 +97,6 @@ std::unique_ptr<Communicator::CallTape> EmuComm::end_tape() {
   for (const char w : t->waited) t->usable = t->usable && w != 0;
   if (!t->usable) return nullptr;
   for (const TapeCall& c : t->calls) {
-    if (c.pass != nullptr) t->passes.push_back(c.pass.get());
     if (c.kind == TapeCall::Kind::kAllReduce ||
         (c.kind == TapeCall::Kind::kRingPass && c.comm->size() == 1))
       t->engine_runs = false;
@@ -119,14 +118,12 @@ void EmuComm::play_tape(const CallTape& tape) {
   COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
   kernel_.tape_played();
   // A tile's tape is read once per block, between all the other tiles' work, so it is rarely
-  // in cache: all of its lines (and its ring passes' block sizes) are asked for at once.
+  // in cache: all of its lines are asked for at once.
   const auto prefetch = [](const void* data, size_t bytes) {
     const auto* p = static_cast<const char*>(data);
     for (size_t k = 0; k < bytes; k += 64) __builtin_prefetch(p + k);
   };
   prefetch(t.calls.data(), t.calls.size() * sizeof(TapeCall));
-  for (const RingPass* pass : t.passes)
-    prefetch(pass->counts.data(), pass->counts.size() * sizeof(std::int64_t));
   // Every request a tape starts is waited for within it: none is handed to a caller. With
   // collectives at the collective level, the engine issues the calls and the fiber waits once.
   if (kernel_.options().collective_ops && t.engine_runs) {
@@ -174,7 +171,7 @@ bool EmuComm::issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail:
       case TapeCall::Kind::kRingPass:
         if (run == nullptr) {
           g->do_ring_pass(*c.pass);
-        } else if (!kernel_.tape_wait(*run, g->start_ring_pass(*c.pass, c.pass_costs), true)) {
+        } else if (!kernel_.tape_wait(*run, g->start_ring_pass(*c.pass, c.pass_rows), true)) {
           ++pc;
           return false;
         }
@@ -440,7 +437,7 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
     for (const std::string_view l : pass.labels) kept->labels.push_back(kernel_.keep_label(l));
     if (pass.data) spoil_tape();  // a pass with buffers moves data
     TapeCall& c = *record(TapeCall::Kind::kRingPass, 0, {});
-    c.pass_costs = &kernel_.pass_costs(kept->work, group_rank_);
+    c.pass_rows = {&kernel_.pass_costs(kept->work, group_rank_), kernel_.pass_counts(kept->counts)};
     c.pass = std::move(kept);
   }
   const Untaped untaped(self_);  // message by message, its calls are the pass's
@@ -452,9 +449,9 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
   kernel_.ring_pass(self_, group_, group_rank_, seq, pass);
 }
 
-detail::ReqPtr EmuComm::start_ring_pass(const RingPass& pass, const detail::PassCosts* costs) {
+detail::ReqPtr EmuComm::start_ring_pass(const RingPass& pass, detail::PassRows kept) {
   const std::uint64_t seq = next_pass_++;
-  return kernel_.ring_pass_start(self_, group_, group_rank_, seq, pass, costs);
+  return kernel_.ring_pass_start(self_, group_, group_rank_, seq, pass, kept);
 }
 
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {

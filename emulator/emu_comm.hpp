@@ -36,18 +36,17 @@ struct TapeCall {
   SimTime dt;              // kCompute: the device's time for the cost, whose event `label` names
   std::string_view label;  // Kernel::keep_label's copy
   std::string_view call;   // collectives: the call as mismatch checks and reports name it (kept)
-  std::unique_ptr<AllToAllvLayout> layout;        // kAllToAllv (the request reads it until done)
-  std::unique_ptr<RingPass> pass;                 // kRingPass, its labels Kernel::keep_label's
-  const detail::PassCosts* pass_costs = nullptr;  // kRingPass: its charges (Kernel::pass_costs)
+  std::unique_ptr<AllToAllvLayout> layout;  // kAllToAllv (the request reads it until done)
+  std::unique_ptr<RingPass> pass;           // kRingPass, its labels Kernel::keep_label's
+  detail::PassRows pass_rows;  // kRingPass: its rows kept for the run (Kernel::pass_costs)
 };
 
 /// A tile's recorded calls, issued again by EmuComm::play_tape.
 class EmuTape final : public Communicator::CallTape {
  public:
   std::vector<TapeCall> calls;
-  int requests = 0;                     // requests the calls start
-  std::vector<char> waited;             // per request: waited for within the recording
-  std::vector<const RingPass*> passes;  // the calls' ring passes, in order
+  int requests = 0;          // requests the calls start
+  std::vector<char> waited;  // per request: waited for within the recording
   /// Every call is one the engine can issue for the tile (Kernel::run_tape): no all-reduce (a
   /// collective fiber runs it), no ring pass of one member (it runs message by message).
   bool engine_runs = true;
@@ -99,7 +98,7 @@ class EmuComm final : public Communicator {
   bool issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail::ReqPtr>& reqs,
                    detail::TapeRun* run);
   /// A ring pass at the collective level, not waited for (a tape the engine issues).
-  detail::ReqPtr start_ring_pass(const RingPass& pass, const detail::PassCosts* costs);
+  detail::ReqPtr start_ring_pass(const RingPass& pass, detail::PassRows kept);
 
   /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
   /// given and EngineOptions::collective_ops) or as `algo` (a callable taking a Port&) on a

@@ -210,6 +210,13 @@ struct PassCosts {
   std::vector<SimTime> dt;
   std::vector<std::string_view> work;
 };
+/// What a ring pass member brings that is kept once for the run: its charges by block
+/// (Kernel::pass_costs) and its block sizes (Kernel::pass_counts, p of them). A tape keeps both
+/// for each pass it makes; a null entry is worked out as the member joins.
+struct PassRows {
+  const PassCosts* costs = nullptr;
+  const std::int64_t* counts = nullptr;
+};
 
 class Kernel {
  public:
@@ -242,11 +249,13 @@ class Kernel {
   /// wait() does); false when the run must wait for it.
   bool tape_wait(TapeRun& run, const ReqPtr& req, bool pass);
   /// ring_pass() without waiting for its end: the pass's request.
-  /// `costs`: pass_costs of the pass's charges, when the caller kept it (a tape), else null.
+  /// `kept`: the pass's rows, where the caller kept them (a tape).
   ReqPtr ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                         std::uint64_t seq, const RingPass& pass, const PassCosts* costs = nullptr);
+                         std::uint64_t seq, const RingPass& pass, PassRows kept = {});
   /// The run's kept row of member `group_rank`'s charges `work` (one per round) by block.
   const PassCosts& pass_costs(std::span<const OpCost> work, int group_rank);
+  /// The run's kept copy of a pass's block sizes.
+  const std::int64_t* pass_counts(std::span<const std::int64_t> counts);
   /// The device's time for `cost`, as compute() charges it.
   SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
   /// compute() of an op whose device time `dt` is already known; `label` names its event.
@@ -434,8 +443,7 @@ class Kernel {
     /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
     /// mode (trace off), a property of the routes.
     std::vector<int> hop_kind;
-    std::vector<std::int64_t> counts;         // rows of p: a count of each block
-    std::vector<std::uint32_t> count_row;     // per member: its row of counts
+    std::vector<const std::int64_t*> counts;  // per member: its block sizes (pass_counts)
     std::vector<const PassCosts*> costs;      // per member: its charges, by block
     std::vector<std::string_view> labels;     // parts per member: its messages' labels
     std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
@@ -682,6 +690,8 @@ class Kernel {
   std::unordered_set<std::string> kept_labels_;  // keep_label's copies (nodes do not move)
   // pass_costs' rows, by a digest of their charges (rows with one digest compared in full).
   std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<PassCosts>>> pass_costs_;
+  // pass_counts' rows, likewise.
+  std::unordered_map<std::uint64_t, std::vector<std::vector<std::int64_t>>> pass_counts_;
 };
 
 }  // namespace cocodiff::emu::detail

@@ -64,7 +64,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
 }
 
 ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                               std::uint64_t seq, const RingPass& pass, const PassCosts* costs) {
+                               std::uint64_t seq, const RingPass& pass, PassRows kept) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
   const int p = static_cast<int>(g->members.size());
   const int parts = pass.parts;
@@ -92,8 +92,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     slot->parts = parts;
     slot->finished = 0;
     slot->members.assign(u(p), PassMember{});
-    slot->counts.clear();
-    slot->count_row.resize(u(p));
+    slot->counts.resize(u(p));
     slot->costs.resize(u(p));
     slot->labels.resize(u(p) * u(parts));
     slot->trace_labels.resize(u(p) * u(parts));
@@ -109,24 +108,11 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
                     " passes " + std::to_string(parts) + " parts, the ranks before it " +
                     std::to_string(op.parts));
   }
-  // The block sizes, kept once for the members that pass the same (usually all of them): the
-  // first member's row, or the last one kept.
-  const std::span<const std::int64_t> counts(pass.counts.data(), u(p));
-  const size_t rows = op.counts.size() / u(p);
-  const auto same_row = [&](size_t row) {
-    return std::equal(counts.begin(), counts.end(),
-                      op.counts.begin() + static_cast<std::ptrdiff_t>(row * u(p)));
-  };
-  size_t row = rows;  // a new row, unless the first or the last one kept matches
-  if (rows > 0 && same_row(0))
-    row = 0;
-  else if (rows > 1 && same_row(rows - 1))
-    row = rows - 1;
-  op.count_row[u(group_rank)] = static_cast<std::uint32_t>(row);
-  if (row == rows) op.counts.insert(op.counts.end(), counts.begin(), counts.end());
-  // The rounds' charges by block, kept once for the run (pass_costs); a tape keeps its row.
+  // The block sizes and the rounds' charges by block, kept once for the run (a tape keeps them).
+  op.counts[u(group_rank)] =
+      kept.counts != nullptr ? kept.counts : pass_counts({pass.counts.data(), u(p)});
   op.costs[u(group_rank)] =
-      costs != nullptr ? costs : &pass_costs({pass.work.data(), u(p)}, group_rank);
+      kept.costs != nullptr ? kept.costs : &pass_costs({pass.work.data(), u(p)}, group_rank);
   for (int q = 0; q < parts; ++q) {
     op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
     op.trace_labels[u(group_rank) * u(parts) + u(q)] = interned[u(q)];
@@ -142,7 +128,9 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   if (op.mode == PassOp::Mode::kUndecided)
     op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWaiting : PassOp::Mode::kRounds;
   if (op.mode == PassOp::Mode::kWaiting) {
-    if (tiles_[u(m.rank)].nothing_open() && op.counts.size() == u(p)) {
+    const bool same_counts =
+        op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
+    if (tiles_[u(m.rank)].nothing_open() && same_counts) {
       op.joined.push_back(group_rank);
       if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
     } else {
@@ -172,6 +160,19 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
     }
   }
   return req;
+}
+
+const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
+  std::uint64_t h = counts.size();
+  for (const std::int64_t c : counts) {
+    h = (h ^ static_cast<std::uint64_t>(c)) * 0x9E3779B97F4A7C15ull;
+    h ^= h >> 32;
+  }
+  std::vector<std::vector<std::int64_t>>& rows = pass_counts_[h];
+  for (const std::vector<std::int64_t>& row : rows)
+    if (std::equal(row.begin(), row.end(), counts.begin(), counts.end())) return row.data();
+  rows.emplace_back(counts.begin(), counts.end());  // rows move, their arrays do not
+  return rows.back().data();
 }
 
 const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank) {
@@ -256,7 +257,7 @@ void Kernel::pass_whole(PassOp& op) {
   // statistics and the timeline hash in any order.
   const int p = static_cast<int>(op.members.size());
   const int parts = op.parts;
-  const std::span<const std::int64_t> counts(op.counts.data(), u(p));  // one row (kWaiting)
+  const std::int64_t* const counts = op.counts[0];  // every member's (kWaiting)
   std::vector<SimTime>& post = whole_post_;
   std::vector<SimTime>& recv = whole_recv_;
   std::vector<SimTime>& send = whole_send_;
@@ -372,8 +373,8 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   const int round = s.round;
   const int block = mod(src - round, p);  // the sender's holder, the receiver's next block
   const int parts = op.parts;
-  const std::int64_t count = op.counts[op.count_row[u(src)] * u(p) + u(block)];
-  const std::int64_t expected = op.counts[op.count_row[u(dst)] * u(p) + u(block)];
+  const std::int64_t count = op.counts[u(src)][block];
+  const std::int64_t expected = op.counts[u(dst)][block];
   if (count != expected) {
     throw CommError("message size mismatch: rank " + std::to_string(s.rank) + " sends " +
                     std::to_string(count) + " elements to rank " + std::to_string(d.rank) +
