@@ -119,9 +119,14 @@ int main(int argc, char** argv) {
 #else
   const char* mpi = "no";
 #endif
+#ifdef COCODIFF_PROFILE_GUIDED
+  const char* pgo = "profile-guided (scripts/build_pgo.sh)";
+#else
+  const char* pgo = "without a profile";
+#endif
   app.set_version_flag("--version", std::string("cocodiff ") + COCODIFF_VERSION +
                                         "\nconfigs: " + cocodiff::apps::config_dir().string() +
-                                        "\nMPI backend: " + mpi);
+                                        "\nMPI backend: " + mpi + "\nbuild: " + pgo);
   // Sub-commands (one apps/cmd_*.cpp each):
   cocodiff::apps::add_run_command(app);
   cocodiff::apps::add_validate_command(app);

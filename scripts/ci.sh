@@ -92,6 +92,11 @@ stage_fuzz() {
 
 stage_pgo() {
   bash scripts/build_pgo.sh build-pgo
+  # The training wrote a profile of the program's objects, and the program was built from it.
+  compgen -G 'build-pgo/pgo-profile/*cocodiff_emulator*.gcda' >/dev/null ||
+    { echo "pgo: no profile of the emulator in build-pgo/pgo-profile" >&2; return 1; }
+  build-pgo/apps/cocodiff --version | grep -q '^build: profile-guided' ||
+    { echo "pgo: build-pgo/apps/cocodiff is not the profile-guided build" >&2; return 1; }
   [ -x build/apps/cocodiff ] || cmake --build build -j "$jobs" --target cocodiff
   local phantom=(configs/flux1-tiny-24tiles.toml --set run.math=skip --set model.preset=flux1-dev
     --set run.resolution=2048 --set ulysses.uneven_heads=true --set cluster.preset=aurora

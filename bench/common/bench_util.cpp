@@ -202,6 +202,24 @@ void Table::add(std::vector<std::string> cells, nlohmann::json json) {
   json_.push_back(std::move(json));
 }
 
+namespace {
+// `cocodiff --version` of the program the benchmark ran (its build: profile-guided or not),
+// or empty when there is none.
+std::string program_version(const std::filesystem::path& cocodiff) {
+  std::error_code ec;
+  if (cocodiff.empty() || !std::filesystem::exists(cocodiff, ec)) return {};
+  const std::string cmd = "'" + cocodiff.string() + "' --version 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return {};
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  pclose(p);
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+}  // namespace
+
 void Table::finish(const Args& args, const std::string& name, const nlohmann::json& meta) const {
   std::vector<size_t> w(columns_.size());
   for (size_t c = 0; c < columns_.size(); ++c) {
@@ -223,7 +241,10 @@ void Table::finish(const Args& args, const std::string& name, const nlohmann::js
   for (const auto& r : rows_) line(r);
   std::cout << os.str() << std::flush;
   write_text(args.out / (name + ".csv"), csv.str());
-  nlohmann::json j = {{"benchmark", name}, {"meta", meta}, {"rows", json_}};
+  nlohmann::json m = meta.is_null() ? nlohmann::json::object() : meta;
+  if (const std::string v = program_version(args.cocodiff); !v.empty() && m.is_object())
+    m["cocodiff"] = {{"path", args.cocodiff.string()}, {"version", v}};
+  nlohmann::json j = {{"benchmark", name}, {"meta", m}, {"rows", json_}};
   write_text(args.out / (name + ".json"), j.dump(2) + "\n");
   std::fprintf(stderr, "wrote %s.{csv,json} in %s\n", name.c_str(), args.out.c_str());
 }
