@@ -427,6 +427,7 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
 }
 
 void EmuComm::do_ring_pass(const RingPass& pass) {
+  detail::PassRows rows;  // kept with the tape's copy, for this pass too
   if (self_.tape != nullptr) {
     // The tape keeps its own copy of the pass, labels included; the data must be sizes only.
     auto kept = std::make_unique<RingPass>();
@@ -436,8 +437,9 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
     for (OpCost& w : kept->work) w.label = kernel_.keep_label(w.label);
     for (const std::string_view l : pass.labels) kept->labels.push_back(kernel_.keep_label(l));
     if (pass.data) spoil_tape();  // a pass with buffers moves data
+    rows = {&kernel_.pass_costs(kept->work, group_rank_), kernel_.pass_counts(kept->counts)};
     TapeCall& c = *record(TapeCall::Kind::kRingPass, 0, {});
-    c.pass_rows = {&kernel_.pass_costs(kept->work, group_rank_), kernel_.pass_counts(kept->counts)};
+    c.pass_rows = rows;
     c.pass = std::move(kept);
   }
   const Untaped untaped(self_);  // message by message, its calls are the pass's
@@ -446,7 +448,7 @@ void EmuComm::do_ring_pass(const RingPass& pass) {
     Communicator::do_ring_pass(pass);
     return;
   }
-  kernel_.ring_pass(self_, group_, group_rank_, seq, pass);
+  kernel_.ring_pass(self_, group_, group_rank_, seq, pass, rows);
 }
 
 detail::ReqPtr EmuComm::start_ring_pass(const RingPass& pass, detail::PassRows kept) {

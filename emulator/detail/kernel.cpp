@@ -21,17 +21,6 @@ namespace cocodiff::emu::detail {
 
 namespace {
 
-// The timeline hash folds 64-bit words: xor, multiply by an odd constant (2^64 over the golden
-// ratio), and fold the high half into the low one, so every bit of a word reaches every bit of
-// the state within a few words. A word costs a multiply, where byte-wise FNV-1a cost eight in a
-// chain (a tenth of a ring message's CPU).
-constexpr std::uint64_t kHashMul = 0x9E3779B97F4A7C15ull;
-
-void hash_word(std::uint64_t& h, std::uint64_t v) {
-  h = (h ^ v) * kHashMul;
-  h ^= h >> 32;
-}
-
 template <typename T>
 void hash_value(std::uint64_t& h, T v) {
   static_assert(std::is_integral_v<T> || std::is_enum_v<T>);

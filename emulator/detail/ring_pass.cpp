@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <optional>
 #include <span>
@@ -51,8 +52,8 @@ bool same_cost(const OpCost& a, const OpCost& b) {
 }  // namespace
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                       std::uint64_t seq, const RingPass& pass) {
-  const ReqPtr req = ring_pass_start(f, g, group_rank, seq, pass);
+                       std::uint64_t seq, const RingPass& pass, PassRows kept) {
+  const ReqPtr req = ring_pass_start(f, g, group_rank, seq, pass, kept);
   std::unique_lock<ThreadLock> lk(state_lock_);
   if (!req->done) {
     req->waiter = &f;
@@ -164,10 +165,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
 
 const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
   std::uint64_t h = counts.size();
-  for (const std::int64_t c : counts) {
-    h = (h ^ static_cast<std::uint64_t>(c)) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 32;
-  }
+  for (const std::int64_t c : counts) hash_word(h, static_cast<std::uint64_t>(c));
   std::vector<std::vector<std::int64_t>>& rows = pass_counts_[h];
   for (const std::vector<std::int64_t>& row : rows)
     if (std::equal(row.begin(), row.end(), counts.begin(), counts.end())) return row.data();
@@ -180,19 +178,18 @@ const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank
   // Round i of member r works on block r - i: the row by block is `work` turned by r.
   const auto by_block = [&](int b) -> const OpCost& { return work[u(mod(group_rank - b, p))]; };
   std::uint64_t h = static_cast<std::uint64_t>(p);
-  const auto mix = [&h](std::uint64_t v) {
-    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-    h ^= h >> 32;
-  };
+  std::string_view label;  // the last label digested (rounds mostly share one)
+  std::uint64_t label_digest = std::hash<std::string_view>{}(label);
   for (int b = 0; b < p; ++b) {
     const OpCost& w = by_block(b);
-    std::uint64_t bits = 0;
-    mix(static_cast<std::uint64_t>(w.kind));
-    std::memcpy(&bits, &w.flops, sizeof bits);
-    mix(bits);
-    std::memcpy(&bits, &w.bytes, sizeof bits);
-    mix(bits);
-    mix(std::hash<std::string_view>{}(w.label));
+    if (w.label.data() != label.data() || w.label.size() != label.size()) {
+      label = w.label;
+      label_digest = std::hash<std::string_view>{}(label);
+    }
+    hash_word(h, static_cast<std::uint64_t>(w.kind));
+    hash_word(h, std::bit_cast<std::uint64_t>(w.flops));
+    hash_word(h, std::bit_cast<std::uint64_t>(w.bytes));
+    hash_word(h, label_digest);
   }
   std::vector<std::unique_ptr<PassCosts>>& rows = pass_costs_[h];
   for (const std::unique_ptr<PassCosts>& row : rows) {
