@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
+# per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
+# its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat]
+#   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
+#           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
+#   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
+#           socket sweeps (about 4 minutes on 4 H100s)
+set -euo pipefail
+out=$1
+mode=${2:-full}
+here=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$out"
+gpus=$(nvidia-smi -L | wc -l)
+# NVLink multicast stays off (shared hosts); loopback for the bootstrap and gloo.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo PYTHONUNBUFFERED=1 NCCL_DEBUG=INFO
+nvidia-smi > "$out/nvidia_smi.txt" 2>&1 || true
+nvidia-smi topo -m >> "$out/nvidia_smi.txt" 2>&1 || true
+
+launch() {  # transport deadline_s args...
+  local tr=$1 dl=$2
+  shift 2
+  local envs=()
+  case $tr in
+    shm) envs=(NCCL_P2P_DISABLE=1) ;;
+    socket) envs=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) ;;
+  esac
+  echo "=== $tr (deadline ${dl}s): $*"
+  env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" "$out" \
+    --transport "$tr" --deadline-s "$dl" "$@" > "$out/log_$tr.txt" 2>&1 || echo "launch $tr failed: $?"
+  # which transport NCCL really took, and the script's own lines
+  grep -E " via |NCCL version" "$out/log_$tr.txt" | sed -E 's/^[^ ]+ //' | sort | uniq -c | head -40 \
+    > "$out/nccl_transport_$tr.txt" || true
+  grep -vE "NCCL (INFO|WARN)" "$out/log_$tr.txt" | tail -60 || true
+}
+
+if [ "$mode" = full ]; then
+  launch nvlink 280 --parts collectives,interference,host,kernels,steps
+  launch shm 160 --parts collectives,interference,steps --worlds 2,4
+  launch socket 70 --parts collectives --max-bytes 268435456
+else
+  launch nvlink 200 --parts host,steps
+  launch shm 120 --parts steps --worlds 2,4
+  launch socket 120 --parts collectives --max-bytes 268435456
+fi
+tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"
+ls -la "$out"

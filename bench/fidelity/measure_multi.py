@@ -1,0 +1,812 @@
+#!/usr/bin/env python3
+"""Multi-GPU ground truth for cocodiff's collective, host/device and step models.
+
+Run under torchrun, one process per GPU (NCCL through torch.distributed):
+
+    torchrun --standalone --nproc_per_node=4 bench/fidelity/measure_multi.py OUT \
+        --transport nvlink --parts collectives,kernels,host,interference,steps
+
+--transport picks NCCL's transport before the communicators exist: nvlink (NCCL's default, P2P
+over NVLink/NVSwitch), shm (NCCL_P2P_DISABLE=1) or socket (NCCL_P2P_DISABLE=1
+NCCL_SHM_DISABLE=1); the caller sets those variables, this script records them. Writes, into
+OUT (rank 0 only):
+
+  collectives_<transport>.csv   op,ranks,nodes,bytes,time_us,host_us,transport: nccl-tests'
+                                sizes (all_to_all: bytes sent per rank; all_gather: bytes
+                                received; reduce_scatter: bytes sent; sendrecv: bytes sent), time
+                                per call of `iters` back-to-back calls between two CUDA events,
+                                slowest rank; host_us the CPU time per call to issue them
+  nccl_tests_<transport>.txt    the same sweeps printed in nccl-tests' format
+  kernels.csv                   op,label,tokens,heads,k,n,flops,device_us,host_us: device time of
+                                every kernel sequence a FLUX.1-dev block issues (replayed in a
+                                CUDA graph, so the queue never drains) and the host time to issue
+                                it in eager mode (CPU time per call, GPU kept ahead)
+  interference_<transport>.json a GEMM, an attention and Q/K norm+RoPE with an NCCL all-to-all in
+                                flight on another stream, each alone and together
+  steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
+                                pipeline and cocodiff (V-First + pipelining) at each resolution,
+                                on 1, 2 and 4 GPUs: median of timed steps, slowest rank
+  env_<transport>.json          GPU, driver, CUDA, PyTorch, NCCL, host, transport, date
+
+--cpu runs the same code on CPU with gloo and a tiny model (a test of the script, not a
+measurement).
+"""
+import argparse, csv, datetime, json, math, os, platform, socket, statistics, subprocess, sys, time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+P = argparse.ArgumentParser()
+P.add_argument("out")
+P.add_argument("--transport", default="nvlink", choices=["nvlink", "shm", "socket"])
+P.add_argument("--parts", default="collectives,kernels,host,interference,steps")
+P.add_argument("--worlds", default="")  # step/collective world sizes; default 1..world by 2x
+P.add_argument("--resolutions", default="1024,2048")
+P.add_argument("--strategies", default="flat,v_first,pipeline,cocodiff")
+P.add_argument("--max-bytes", type=int, default=1 << 30)
+P.add_argument("--ops", default="all_to_all,all_gather,reduce_scatter,sendrecv")
+P.add_argument("--steps", type=int, default=4)  # timed steps after 2 warm-ups
+P.add_argument("--deadline-s", type=float, default=540)
+P.add_argument("--cpu", action="store_true")
+A = P.parse_args()
+T0 = time.time()
+
+RANK = int(os.environ.get("RANK", "0"))
+WORLD = int(os.environ.get("WORLD_SIZE", "1"))
+LOCAL = int(os.environ.get("LOCAL_RANK", "0"))
+CPU = A.cpu
+if CPU:
+    dev = torch.device("cpu")
+    DT = torch.float32
+    HID, HEADS, HD, MLP, TXT = 64, 4, 16, 128, 8
+    DOUBLE, SINGLE = 2, 2
+    TOKENS = [16, 32, 64]
+else:
+    torch.cuda.set_device(LOCAL)
+    dev = torch.device("cuda", LOCAL)
+    DT = torch.bfloat16
+    HID, HEADS, HD, MLP, TXT = 3072, 24, 128, 12288, 512
+    DOUBLE, SINGLE = 19, 38
+    TOKENS = [256, 512, 1024, 2048, 4096, 8192, 16384]
+    torch.backends.cuda.matmul.allow_tf32 = False
+dist.init_process_group("gloo" if CPU else "nccl", **({} if CPU else {"device_id": dev}))
+WORLD_GROUP = dist.group.WORLD
+CPU_GROUP = dist.new_group(backend="gloo")  # for the timings' max across ranks
+
+
+def left():
+    return A.deadline_s - (time.time() - T0)
+
+
+def log(*a):
+    if RANK == 0:
+        print(f"[{time.time() - T0:6.1f}s]", *a, flush=True)
+
+
+def sync():
+    if not CPU:
+        torch.cuda.synchronize()
+
+
+def rank_max(x):
+    t = torch.tensor([float(x)], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=CPU_GROUP)
+    return float(t.item())
+
+
+def rank_any(flag):
+    return rank_max(1.0 if flag else 0.0) > 0
+
+
+class Span:
+    """Device time between two points of a stream (CUDA events), or wall time on CPU."""
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        if not CPU:
+            self.a = torch.cuda.Event(enable_timing=True)
+            self.b = torch.cuda.Event(enable_timing=True)
+
+    def start(self):
+        if CPU:
+            self.t = time.perf_counter()
+        else:
+            self.a.record(self.stream)
+
+    def stop(self):
+        if CPU:
+            self.t = time.perf_counter() - self.t
+        else:
+            self.b.record(self.stream)
+
+    def us(self):
+        if CPU:
+            return self.t * 1e6
+        self.b.synchronize()
+        return self.a.elapsed_time(self.b) * 1e3
+
+
+def worlds():
+    if A.worlds:
+        return [int(w) for w in A.worlds.split(",") if int(w) <= WORLD]
+    w, out = 1, []
+    while w <= WORLD:
+        out.append(w)
+        w *= 2
+    return out
+
+
+GROUPS = {}
+
+
+def group_of(w):
+    """The process group of ranks 0..w-1 (every rank creates it; members use it)."""
+    if w not in GROUPS:
+        GROUPS[w] = WORLD_GROUP if w == WORLD else dist.new_group(list(range(w)))
+    return GROUPS[w]
+
+
+def env_info():
+    info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "host": socket.gethostname(), "world": WORLD, "transport": A.transport,
+            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+            "torch": torch.__version__, "python": platform.python_version(),
+            "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
+    if not CPU:
+        info.update({"gpu": torch.cuda.get_device_name(LOCAL),
+                     "sm_count": torch.cuda.get_device_properties(LOCAL).multi_processor_count,
+                     "cuda": torch.version.cuda, "nccl": ".".join(map(str, torch.cuda.nccl.version()))})
+        try:
+            info["nvidia_smi"] = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,memory.total,pci.bus_id",
+                 "--format=csv,noheader"], capture_output=True, text=True).stdout.strip().splitlines()
+            info["topology"] = subprocess.run(["nvidia-smi", "topo", "-m"], capture_output=True,
+                                              text=True).stdout.strip().splitlines()
+        except Exception as ex:  # noqa: BLE001
+            info["nvidia_smi"] = f"unknown ({ex})"
+    try:
+        info["cpu_model"] = [l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
+                             if l.startswith("model name")][0]
+    except Exception:  # noqa: BLE001
+        pass
+    return info
+
+
+# ---------------------------------------------------------------------------------------------
+# Collectives, timed as nccl-tests times them
+
+
+def all_gather(out, inp, group, async_op=False):
+    if not CPU:
+        return dist.all_gather_into_tensor(out, inp, group=group, async_op=async_op)
+    dist.all_gather(list(out.chunk(dist.get_world_size(group))), inp, group=group)  # gloo (script test)
+    return None
+
+
+def reduce_scatter(out, inp, group):
+    if not CPU:
+        return dist.reduce_scatter_tensor(out, inp, group=group)
+    t = inp.clone()  # gloo has no reduce-scatter (script test only)
+    dist.all_reduce(t, group=group)
+    out.copy_(t.chunk(dist.get_world_size(group))[dist.get_rank(group)])
+    return None
+
+
+def coll_call(op, w, send, recv, group, rank):
+    if op == "all_to_all":
+        dist.all_to_all_single(recv, send, group=group)
+    elif op == "all_gather":
+        all_gather(recv, send, group)
+    elif op == "reduce_scatter":
+        reduce_scatter(recv, send, group)
+    elif op == "sendrecv":  # ring: send to rank+1, receive from rank-1 (nccl-tests' sendrecv)
+        ops = [dist.P2POp(dist.isend, send, (rank + 1) % w, group),
+               dist.P2POp(dist.irecv, recv, (rank - 1) % w, group)]
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+
+
+def coll_buffers(op, w, nbytes):
+    """nccl-tests' size: all_to_all and reduce_scatter the send buffer, all_gather the receive
+    buffer, sendrecv the bytes sent."""
+    el = 2  # bf16 (float on CPU is timed with the same element count)
+    count = max(nbytes // el, w)
+    count -= count % w
+    if op == "all_gather":
+        send = torch.empty(count // w, device=dev, dtype=DT)
+        recv = torch.empty(count, device=dev, dtype=DT)
+    elif op == "reduce_scatter":
+        send = torch.empty(count, device=dev, dtype=DT)
+        recv = torch.empty(count // w, device=dev, dtype=DT)
+    else:
+        send = torch.empty(count, device=dev, dtype=DT)
+        recv = torch.empty(count, device=dev, dtype=DT)
+    send.fill_(1)
+    return send, recv, count * el
+
+
+def time_calls(fn, iters, warm=3):
+    for _ in range(warm):
+        fn()
+    sync()
+    sp = Span()
+    h0 = time.perf_counter()
+    sp.start()
+    for _ in range(iters):
+        fn()
+    h1 = time.perf_counter()
+    sp.stop()
+    return sp.us() / iters, (h1 - h0) * 1e6 / iters
+
+
+def collectives(rows, log_lines):
+    sizes = []
+    s = 1024
+    cap = A.max_bytes
+    while s <= cap:
+        sizes.append(s)
+        s *= 2
+    for w in worlds():
+        if w < 2:
+            continue
+        group = group_of(w)
+        member = RANK < w
+        for op in A.ops.split(","):
+            if rank_any(left() < 10):
+                log("collectives: deadline, stopping at", op, w)
+                return
+            lines = [f"# Collective test starting: {op.replace('_', '')}_perf",
+                     f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) "
+                     f"warmup iters: 3 iters: adaptive agg iters: 1 validation: 0 graph: 0",
+                     "#", "# Using devices"]
+            name = torch.cuda.get_device_name(LOCAL) if not CPU else "cpu"
+            host = socket.gethostname()
+            for r in range(w):
+                lines.append(f"#  Rank {r:2d} Group  0 Pid {os.getpid():6d} on {host:>10s} device {r:2d} "
+                             f"[0x{r:02x}] {name}")
+            lines += ["#", "#                                                              "
+                      "out-of-place                       in-place",
+                      "#       size         count      type   redop    root     time   algbw   busbw "
+                      "#wrong     time   algbw   busbw #wrong",
+                      "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)  "
+                      "          (us)  (GB/s)  (GB/s)"]
+            busf = {"all_to_all": (w - 1) / w, "all_gather": (w - 1) / w,
+                    "reduce_scatter": (w - 1) / w, "sendrecv": 1.0}[op]
+            for nbytes in sizes:
+                t_us = h_us = 0.0
+                nb = nbytes
+                if member:
+                    send, recv, nb = coll_buffers(op, w, nbytes)
+                    fn = lambda: coll_call(op, w, send, recv, group, RANK)
+                    one, _ = time_calls(fn, 1, warm=2)
+                # every member must make the same number of calls
+                iters = int(min(50, max(5, 20000.0 / max(rank_max(one if member else 0.0), 1.0))))
+                if member:
+                    t_us, h_us = time_calls(fn, iters)
+                    del send, recv
+                t_us = rank_max(t_us)
+                h_us = rank_max(h_us)
+                rows.append([op, w, 1, nb, f"{t_us:.3f}", f"{h_us:.3f}", A.transport])
+                algbw = nb / t_us / 1e3
+                count = nb // 2
+                lines.append(f"{nb:12d} {count:13d}  bfloat16    {'sum' if op == 'reduce_scatter' else 'none':>4s}"
+                             f"      -1 {t_us:8.2f} {algbw:7.2f} {algbw * busf:7.2f}      0      N/A     N/A"
+                             f"     N/A    N/A")
+            lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : n/a", "#", ""]
+            log_lines += lines
+            log(f"collectives {op} x{w} done")
+
+
+# ---------------------------------------------------------------------------------------------
+# The model: FLUX.1-dev's blocks as cocodiff's FLUX model runs them (dit/models/flux.cpp,
+# dit/parallel/sp_attention.cpp), in eager PyTorch
+
+
+def rms(x, w):
+    if hasattr(F, "rms_norm"):
+        return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype) * w
+
+
+def rope(x, cos, sin):  # diffusers apply_rotary_emb (use_real, unbind_dim=-1): x [n, h, dh]
+    xr, xi = x.reshape(*x.shape[:-1], -1, 2).unbind(-1)
+    rot = torch.stack([-xi, xr], dim=-1).flatten(-2)
+    return (x.float() * cos + rot.float() * sin).to(x.dtype)
+
+
+def sdpa(q, k, v):  # [1, h, s, dh]
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v)
+    a = torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1]), -1)
+    return a @ v
+
+
+def norm_mod(x, shift, scale):
+    return F.layer_norm(x, (x.shape[-1],), eps=1e-6) * (1 + scale) + shift
+
+
+def gelu(x):
+    return F.gelu(x, approximate="tanh")
+
+
+def W(o, i):
+    return (torch.randn(o, i, device=dev, dtype=DT) * (1.0 / math.sqrt(i)))
+
+
+class Model:
+    """Random weights of FLUX.1-dev's shape, each rank keeping what Ulysses needs on it: every
+    weight, except that the replicated text stream's Q/K/V keep this rank's heads."""
+
+    def __init__(self, w, rank):
+        hl = HEADS // w
+        lo, hi = rank * hl * HD, (rank + 1) * hl * HD
+        self.w, self.rank, self.hl = w, rank, hl
+        self.double = []
+        for _ in range(DOUBLE):
+            b = {"mod_img": W(6 * HID, HID), "mod_txt": W(6 * HID, HID), "out": W(HID, HID),
+                 "add_out": W(HID, HID), "fc1": W(MLP, HID), "fc2": W(HID, MLP),
+                 "fc1_c": W(MLP, HID), "fc2_c": W(HID, MLP)}
+            for p in "qkv":
+                b[p] = W(HID, HID)
+                b[p + "_c"] = W(HID, HID)[lo:hi].contiguous()
+            for n in ("nq", "nk", "nq_c", "nk_c"):
+                b[n] = torch.ones(HD, device=dev, dtype=DT)
+            self.double.append(b)
+        self.single = []
+        for _ in range(SINGLE):
+            b = {"mod": W(3 * HID, HID), "proj_mlp": W(MLP, HID), "proj_out": W(HID, HID + MLP)}
+            for p in "qkv":
+                b[p] = W(HID, HID)
+                b[p + "_c"] = W(HID, HID)[lo:hi].contiguous()
+            for n in ("nq", "nk", "nq_c", "nk_c"):
+                b[n] = torch.ones(HD, device=dev, dtype=DT)
+            self.single.append(b)
+        self.x_emb, self.ctx_emb = W(HID, 64), W(HID, 4096 if not CPU else 32)
+        self.t1, self.t2 = W(HID, 256), W(HID, HID)
+        self.norm_out, self.proj_out = W(2 * HID, HID), W(64, HID)
+
+
+class Rope:
+    def __init__(self, n):
+        self.cos = torch.randn(n, 1, HD, device=dev, dtype=torch.float32)
+        self.sin = torch.randn(n, 1, HD, device=dev, dtype=torch.float32)
+
+
+class Step:
+    """One denoising step of one rank: w ranks, strategy flags, `tokens` image tokens in all."""
+
+    def __init__(self, model, tokens, strategy, group):
+        self.m, self.n, self.group = model, tokens, group
+        self.w, self.rank, self.hl = model.w, model.rank, model.hl
+        self.n_loc = tokens // self.w
+        self.v_first = strategy in ("v_first", "cocodiff")
+        self.chunks = 2 if strategy in ("pipeline", "cocodiff") and self.hl >= 2 else 1
+        self.rope_img = Rope(self.n_loc)
+        self.rope_txt = Rope(TXT)
+        self.x = torch.randn(self.n_loc, 64, device=dev, dtype=DT)
+        self.text = torch.randn(TXT, 4096 if not CPU else 32, device=dev, dtype=DT)
+        self.tfreq = torch.randn(1, 256, device=dev, dtype=DT)
+
+    # Ulysses exchanges: to heads (this rank's tokens, every head -> every token, its heads)
+    def a2a_async(self, send):
+        recv = torch.empty_like(send)
+        work = dist.all_to_all_single(recv, send, group=self.group, async_op=True)
+        return recv, work
+
+    def attend(self, hi, hc, b, single):
+        """Q, K, V of the image stream (sharded) and text (replicated, this rank's heads), as
+        sp_attention.cpp orders and overlaps them; returns the image and text outputs."""
+        w, hl, n_loc = self.w, self.hl, self.n_loc
+        order = "vqk" if self.v_first else "qkv"
+        parts_img, parts_txt, pending = {}, {}, []
+        for part in order:
+            # text: this rank's heads over every text token, no exchange
+            t = F.linear(hc, b[part + "_c"]).view(TXT, hl, HD)
+            if part != "v":
+                t = rope(rms(t, b["n" + part + "_c"]), self.rope_txt.cos, self.rope_txt.sin)
+            parts_txt[part] = t
+            x = F.linear(hi, b[part]).view(n_loc, w, hl, HD)
+            if w == 1:
+                if part != "v":
+                    x = rope(rms(x, b["n" + part]), self.rope_img.cos.unsqueeze(1), self.rope_img.sin.unsqueeze(1))
+                parts_img[part] = [x.view(n_loc, hl, HD)]
+                continue
+            if part == "v" or self.chunks == 1:
+                if part != "v":
+                    x = rope(rms(x, b["n" + part]), self.rope_img.cos.unsqueeze(1), self.rope_img.sin.unsqueeze(1))
+                recv, work = self.a2a_async(x.transpose(0, 1).contiguous())
+                pending.append(work)
+                parts_img[part] = [recv]
+                if not self.v_first and (part == "v" or self.chunks == 1):
+                    for wk in pending:
+                        wk.wait()
+                    pending = []
+                continue
+            chunks = []
+            for c in range(self.chunks):
+                h0, h1 = hl * c // self.chunks, hl * (c + 1) // self.chunks
+                xc = rope(rms(x[:, :, h0:h1], b["n" + part]), self.rope_img.cos.unsqueeze(1),
+                          self.rope_img.sin.unsqueeze(1))
+                recv, work = self.a2a_async(xc.transpose(0, 1).contiguous())
+                pending.append(work)
+                chunks.append(recv)
+            parts_img[part] = chunks
+        for wk in pending:
+            wk.wait()
+        qkv = []
+        for part in "qkv":
+            img = parts_img[part]
+            img = img[0] if len(img) == 1 else torch.cat(img, dim=-2)  # [w, n_loc, hl, dh]
+            img = img.reshape(self.n if w > 1 else n_loc, hl, HD)
+            qkv.append(torch.cat([parts_txt[part], img], 0).transpose(0, 1).unsqueeze(0))
+        o = sdpa(*qkv)[0].transpose(0, 1)  # [TXT + n, hl, dh]
+        o_txt, o_img = o[:TXT].reshape(TXT, hl * HD), o[TXT:]
+        if w == 1:
+            return o_img.reshape(n_loc, HID), o_txt
+        send = o_img.reshape(w, n_loc, hl * HD).contiguous()
+        recv = torch.empty_like(send)
+        dist.all_to_all_single(recv, send, group=self.group)  # back to tokens
+        out_img = recv.permute(1, 0, 2).reshape(n_loc, HID)
+        gathered = torch.empty(w, TXT, hl * HD, device=dev, dtype=DT)
+        all_gather(gathered.view(-1), o_txt.contiguous().view(-1), self.group)
+        out_txt = gathered.permute(1, 0, 2).reshape(TXT, HID)
+        return out_img, out_txt
+
+    def double_block(self, b, x, c, temb):
+        mi = F.linear(temb, b["mod_img"]).chunk(6, -1)
+        mt = F.linear(temb, b["mod_txt"]).chunk(6, -1)
+        hi = norm_mod(x, mi[0], mi[1])
+        hc = norm_mod(c, mt[0], mt[1])
+        oi, ot = self.attend(hi, hc, b, False)
+        x = x + mi[2] * F.linear(oi, b["out"])
+        x = x + mi[5] * F.linear(gelu(F.linear(norm_mod(x, mi[3], mi[4]), b["fc1"])), b["fc2"])
+        c = c + mt[2] * F.linear(ot, b["add_out"])
+        c = c + mt[5] * F.linear(gelu(F.linear(norm_mod(c, mt[3], mt[4]), b["fc1_c"])), b["fc2_c"])
+        return x, c
+
+    def single_block(self, b, x, c, temb):
+        m = F.linear(temb, b["mod"]).chunk(3, -1)
+        hc = norm_mod(c, m[0], m[1])
+        fc = gelu(F.linear(hc, b["proj_mlp"]))
+        hi = norm_mod(x, m[0], m[1])
+        fi = gelu(F.linear(hi, b["proj_mlp"]))
+        oi, ot = self.attend(hi, hc, b, True)
+        c = c + m[2] * F.linear(torch.cat([ot, fc], -1), b["proj_out"])
+        x = x + m[2] * F.linear(torch.cat([oi, fi], -1), b["proj_out"])
+        return x, c
+
+    def __call__(self):
+        m = self.m
+        x = F.linear(self.x, m.x_emb)
+        c = F.linear(self.text, m.ctx_emb)
+        temb = F.silu(F.linear(F.silu(F.linear(self.tfreq, m.t1)), m.t2))
+        for b in m.double:
+            x, c = self.double_block(b, x, c, temb)
+        for b in m.single:
+            x, c = self.single_block(b, x, c, temb)
+        mo = F.linear(temb, m.norm_out).chunk(2, -1)
+        v = F.linear(norm_mod(x, mo[1], mo[0]), m.proj_out)
+        self.x = self.x + 0.01 * v  # the sampler's Euler update
+        return self.x
+
+
+def steps(rows):
+    res = [int(r) for r in A.resolutions.split(",")]
+    for w in worlds():
+        group = group_of(w) if w > 1 else None
+        member = RANK < w
+        model = Model(w, RANK) if member else None
+        for r in res:
+            tokens = (r // 16) ** 2 if not CPU else r
+            for strat in (["flat"] if w == 1 else A.strategies.split(",")):
+                if rank_any(left() < 40):
+                    log("steps: deadline at", w, r, strat)
+                    return
+                times, host = [], []
+                ok = True
+                if member:
+                    try:
+                        st = Step(model, tokens, strat, group)
+                        for i in range(2 + A.steps):
+                            sync()
+                            if group is not None:
+                                dist.barrier(group=group)
+                                sync()
+                            t0 = time.perf_counter()
+                            st()
+                            t1 = time.perf_counter()
+                            sync()
+                            t2 = time.perf_counter()
+                            if i >= 2:
+                                times.append(t2 - t0)
+                                host.append(t1 - t0)
+                        del st
+                    except torch.cuda.OutOfMemoryError if not CPU else MemoryError as ex:  # noqa
+                        ok = False
+                        log("steps: out of memory", w, r, strat, repr(ex)[:200])
+                # slowest rank per step, then the median step
+                ts = [rank_max(times[i] if member and ok else 0.0) for i in range(A.steps)]
+                hs = [rank_max(host[i] if member and ok else 0.0) for i in range(A.steps)]
+                if rank_any(not ok if member else False):
+                    continue
+                rows.append([strat, w, r, tokens, f"{statistics.median(ts) * 1e3:.3f}",
+                             f"{min(ts) * 1e3:.3f}", f"{max(ts) * 1e3:.3f}",
+                             f"{statistics.median(hs) * 1e3:.3f}", A.transport, len(ts)])
+                log(f"step {strat} w={w} res={r}: {statistics.median(ts) * 1e3:.2f} ms "
+                    f"(host issue {statistics.median(hs) * 1e3:.2f} ms)")
+        del model
+        if not CPU:
+            torch.cuda.empty_cache()
+
+
+# ---------------------------------------------------------------------------------------------
+# Kernels: device time (CUDA graph replay: the queue never drains) and host issue time
+
+
+def graph_time(fn, reps):
+    """Device time per call of fn, replayed `reps` times inside one CUDA graph."""
+    if CPU:
+        t, _ = time_calls(fn, reps)
+        return t
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    g.replay()
+    sync()
+    best = []
+    for _ in range(3):
+        sp = Span()
+        sp.start()
+        g.replay()
+        sp.stop()
+        best.append(sp.us() / reps)
+    del g
+    return statistics.median(best)
+
+
+def host_time(fn, calls=200):
+    """CPU time to issue one call of fn in eager mode, the GPU kept ahead (small shapes)."""
+    for _ in range(5):
+        fn()
+    sync()
+    c0 = time.thread_time()
+    for _ in range(calls):
+        fn()
+    c1 = time.thread_time()
+    sync()
+    return (c1 - c0) * 1e6 / calls
+
+
+def kernel_cases(n, h, tokens_txt=None):
+    """(op, label, k, n_out, flops, fn) of the kernels a block issues for n tokens and h heads
+    (labels are cocodiff's op labels, flops what cocodiff charges for them)."""
+    x = torch.randn(n, HID, device=dev, dtype=DT)
+    xm = torch.randn(n, MLP, device=dev, dtype=DT)
+    xs = torch.randn(n, HID + MLP, device=dev, dtype=DT)
+    w = {"qkv": W(HID, HID), "out": W(HID, HID), "fc1": W(MLP, HID), "fc2": W(HID, MLP),
+         "po": W(HID, HID + MLP), "mod": W(6 * HID, HID)}
+    q = torch.randn(n, h, HD, device=dev, dtype=DT)
+    nw = torch.ones(HD, device=dev, dtype=DT)
+    rp = Rope(n)
+    mod = torch.randn(1, HID, device=dev, dtype=DT)
+    temb = torch.randn(1, HID, device=dev, dtype=DT)
+    qkv_h = W(h * HD, HID)
+    lin = lambda i, o: 2.0 * n * i * o
+    return [
+        ("linear", "q_proj", HID, HID, lin(HID, HID), lambda: F.linear(x, w["qkv"])),
+        ("linear_heads", "q_proj_heads", HID, h * HD, lin(HID, h * HD), lambda: F.linear(x, qkv_h)),
+        ("linear", "attn_out", HID, HID, lin(HID, HID), lambda: F.linear(x, w["out"])),
+        ("linear", "mlp_fc1", HID, MLP, lin(HID, MLP), lambda: F.linear(x, w["fc1"])),
+        ("linear", "mlp_fc2", MLP, HID, lin(MLP, HID), lambda: F.linear(xm, w["fc2"])),
+        ("linear", "proj_out", HID + MLP, HID, lin(HID + MLP, HID), lambda: F.linear(xs, w["po"])),
+        ("rms_norm", "q_norm", HD, h, 4.0 * n * h * HD, lambda: rms(q, nw)),
+        ("rope", "q_rope", HD, h, 3.0 * n * h * HD, lambda: rope(q, rp.cos, rp.sin)),
+        ("norm_modulate", "norm1", HID, HID, 7.0 * n * HID, lambda: norm_mod(x, mod, mod)),
+        ("gelu", "mlp_gelu", MLP, MLP, 8.0 * n * MLP, lambda: gelu(xm)),
+        ("gated_residual", "residual", HID, HID, 2.0 * n * HID, lambda: x + mod * x),
+        ("pack", "a2a_pack", HID, h, 0.0, lambda: q.view(n, 1, h, HD).transpose(0, 1).contiguous()),
+        ("unpack", "a2a_unpack", HID, h, 0.0, lambda: q.permute(1, 0, 2).contiguous()),
+        ("concat", "attn_mlp_concat", HID, MLP, 0.0, lambda: torch.cat([x, xm], -1)),
+        ("adaln", "adaln", HID, 6 * HID, 2.0 * 6 * HID * HID, lambda: F.linear(temb, w["mod"])),
+    ]
+
+
+def kernels(rows):
+    if RANK != 0:
+        return
+    for n in TOKENS:
+        if left() < 200:
+            log("kernels: deadline at", n)
+            break
+        for h in sorted({HEADS, HEADS // 2, HEADS // 4}, reverse=True):
+            if h != HEADS and n not in (512, 4096, 16384 // 4, 16384 // 2):
+                continue
+            for op, label, k, no, fl, fn in kernel_cases(n, h):
+                if h != HEADS and op not in ("rms_norm", "rope", "linear_heads", "pack", "unpack"):
+                    continue
+                one, _ = time_calls(fn, 1, warm=2)
+                reps = int(min(200, max(10, 20000.0 / max(one, 1.0))))
+                rows.append([op, label, n, h, k, no, f"{fl:.6g}", f"{graph_time(fn, reps):.3f}", ""])
+        for s in sorted({n + TXT}):
+            for h in (HEADS, HEADS // 2, HEADS // 4, HEADS // 8):
+                if h < 1:
+                    continue
+                q = torch.randn(1, h, s, HD, device=dev, dtype=DT)
+                fn = lambda: sdpa(q, q, q)
+                one, _ = time_calls(fn, 1, warm=2)
+                reps = int(min(100, max(5, 20000.0 / max(one, 1.0))))
+                rows.append(["sdpa", "attention", s, h, HD, s, f"{4.0 * h * s * s * HD:.6g}",
+                             f"{graph_time(fn, reps):.3f}", ""])
+        log(f"kernels n={n} done")
+        if not CPU:
+            torch.cuda.empty_cache()
+
+
+def host_costs(rows):
+    """Host time per eager op, on small shapes so the GPU never holds the host back."""
+    if RANK != 0:
+        return
+    n = 64 if not CPU else 8
+    for op, label, k, no, fl, fn in kernel_cases(n, HEADS):
+        rows.append([op, label, n, HEADS, k, no, f"{fl:.6g}", "", f"{host_time(fn):.3f}"])
+    q = torch.randn(1, HEADS, n, HD, device=dev, dtype=DT)
+    rows.append(["sdpa", "attention", n, HEADS, HD, n, "", "", f"{host_time(lambda: sdpa(q, q, q)):.3f}"])
+
+
+def waited(work):
+    if work is not None:
+        work.wait()
+
+
+def host_costs_collective(rows):
+    """Host time to issue an async all_to_all_single / all_gather (every rank issues)."""
+    if WORLD < 2:
+        return
+    g = WORLD_GROUP
+    a = torch.empty(1024 * WORLD, device=dev, dtype=DT)
+    b = torch.empty_like(a)
+    c = torch.empty(1024, device=dev, dtype=DT)
+    for op, fn in (("all_to_all", lambda: dist.all_to_all_single(b, a, group=g, async_op=True).wait()),
+                   ("all_gather", lambda: waited(all_gather(b[:1024 * WORLD], c, g, async_op=True)))):
+        for _ in range(5):
+            fn()
+        sync()
+        dist.barrier()
+        c0 = time.thread_time()
+        for _ in range(100):
+            fn()
+        c1 = time.thread_time()
+        sync()
+        hu = rank_max((c1 - c0) * 1e6 / 100)
+        if RANK == 0:
+            rows.append([op, op, 1024 * WORLD * 2, WORLD, 0, 0, "", "", f"{hu:.3f}"])
+
+
+# ---------------------------------------------------------------------------------------------
+# Interference: compute beside an NCCL all-to-all in flight on another stream
+
+
+def interference(res):
+    if WORLD < 2:
+        return
+    g = WORLD_GROUP
+    n = 4096 if not CPU else 64
+    x = torch.randn(n, HID, device=dev, dtype=DT)
+    w1 = W(MLP, HID)
+    s = 16384 + TXT if not CPU else 64
+    hq = torch.randn(1, HEADS // WORLD, s, HD, device=dev, dtype=DT)
+    q = torch.randn(n, HEADS, HD, device=dev, dtype=DT)
+    nw = torch.ones(HD, device=dev, dtype=DT)
+    rp = Rope(n)
+    computes = {"gemm_4096x3072x12288": lambda: F.linear(x, w1),
+                "attention_sdpa": lambda: sdpa(hq, hq, hq),
+                "qk_norm_rope": lambda: rope(rms(q, nw), rp.cos, rp.sin)}
+    side = torch.cuda.Stream() if not CPU else None
+    res["world"] = WORLD
+    for mib in ((16, 256) if not CPU else (1,)):
+        send = torch.empty(mib * (1 << 20) // 2, device=dev, dtype=DT)
+        recv = torch.empty_like(send)
+        a2a = lambda: dist.all_to_all_single(recv, send, group=g)
+        a2a_alone, _ = time_calls(a2a, 10)
+        a2a_alone = rank_max(a2a_alone)
+        res[f"all_to_all_{mib}MiB_alone_us"] = a2a_alone
+        for name, fn in computes.items():
+            if left() < 90:
+                return
+            alone, _ = time_calls(fn, 10)
+            alone = rank_max(alone)
+            res[f"{name}_alone_us"] = alone
+            # as many compute calls as span the collectives, both sides several times over
+            n_a2a = 8
+            n_c = max(2, int(n_a2a * a2a_alone / max(alone, 1.0)))
+            for rep in range(2):
+                sync()
+                dist.barrier()
+                sync()
+                spc, spa = Span(), Span(side)
+                if CPU:
+                    spa.start(); [a2a() for _ in range(n_a2a)]; spa.stop()
+                    spc.start(); [fn() for _ in range(n_c)]; spc.stop()
+                else:
+                    with torch.cuda.stream(side):
+                        spa.start()
+                        for _ in range(n_a2a):
+                            a2a()
+                        spa.stop()
+                    spc.start()
+                    for _ in range(n_c):
+                        fn()
+                    spc.stop()
+                sync()
+            both_c = rank_max(spc.us() / n_c)
+            both_a = rank_max(spa.us() / n_a2a)
+            res[f"{name}_with_a2a_{mib}MiB_us"] = both_c
+            res[f"all_to_all_{mib}MiB_with_{name}_us"] = both_a
+            res[f"{name}_with_a2a_{mib}MiB_calls"] = [n_c, n_a2a]
+            log(f"interference {name} a2a {mib} MiB: compute {alone:.1f} -> {both_c:.1f} us, "
+                f"a2a {a2a_alone:.1f} -> {both_a:.1f} us")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def write_csv(path, header, rows):
+    with open(path, "w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(header)
+        wr.writerows(rows)
+
+
+def main():
+    os.makedirs(A.out, exist_ok=True)
+    tr = A.transport
+    parts = A.parts.split(",")
+    if RANK == 0:
+        e = env_info()
+        json.dump(e, open(os.path.join(A.out, f"env_{tr}.json"), "w"), indent=1)
+        log(json.dumps({k: e.get(k) for k in ("gpu", "torch", "cuda", "nccl", "host", "world")}))
+    if "collectives" in parts:
+        rows, lines = [], []
+        collectives(rows, lines)
+        if RANK == 0:
+            write_csv(os.path.join(A.out, f"collectives_{tr}.csv"),
+                      ["op", "ranks", "nodes", "bytes", "time_us", "host_us", "transport"], rows)
+            open(os.path.join(A.out, f"nccl_tests_{tr}.txt"), "w").write("\n".join(lines) + "\n")
+    if "interference" in parts:
+        res = {}
+        interference(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"interference_{tr}.json"), "w"), indent=1)
+    krows = []
+    if "host" in parts:
+        host_costs(krows)
+        host_costs_collective(krows)
+    if "kernels" in parts:
+        kernels(krows)
+    if krows and RANK == 0:
+        write_csv(os.path.join(A.out, "kernels.csv" if "kernels" in parts else f"host_{tr}.csv"),
+                  ["op", "label", "tokens", "heads", "k", "n", "flops", "device_us", "host_us"], krows)
+    dist.barrier(group=CPU_GROUP)
+    if "steps" in parts:
+        rows = []
+        steps(rows)
+        if RANK == 0:
+            write_csv(os.path.join(A.out, f"steps_{tr}.csv"),
+                      ["strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms", "max_ms",
+                       "host_issue_ms", "transport", "timed_steps"], rows)
+    dist.barrier(group=CPU_GROUP)
+    log(f"done in {time.time() - T0:.0f}s")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
