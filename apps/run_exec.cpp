@@ -29,6 +29,7 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["backend"] = backend;
   r["strategy"] = plan.settings.strategy;
   r["cfg_degree"] = plan.settings.cfg_degree;
+  r["shard_text"] = plan.settings.strategy_options.shard_text;
   r["model"] = plan.model.name;
   r["cluster"] = plan.cluster.name;
   r["network"] = plan.cluster.network_kind;

@@ -57,6 +57,7 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
       cfg.get_double("v_major.phantom_active_fraction", o.v_major_phantom_active_fraction, 0, 1);
   o.usp_ring_levels = static_cast<int>(cfg.get_int("usp.ring_levels", o.usp_ring_levels, 0, 16));
   o.usp_tapa = cfg.get_bool("usp.tapa", o.usp_tapa);
+  o.shard_text = cfg.get_bool("parallel.shard_text", o.shard_text);
 }
 
 }  // namespace
@@ -413,6 +414,35 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
              : std::string()) +
         hint;
   }
+  // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
+  if (s.strategy_options.shard_text) {
+    const dit::ModelConfig& m = plan.model;
+    if (m.family == dit::Family::kDiT)
+      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                        "false for " + m.name + " (it has no text stream)", "true");
+    if (user_strategy)
+      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                        "false with the registered strategy \"" + s.strategy + "\"", "true");
+    if (ulysses_split && m.text_tokens % ulysses_degree != 0) {
+      std::string fits;  // the degree splits of this cluster whose Ulysses degree does
+      for (size_t i = 0; i < ring_choices.size(); ++i) {
+        const int ring = ring_choices[i];
+        if ((i > 0 && ring == ring_choices[i - 1]) || (ring > 1 && s.cfg_degree > 1)) continue;
+        if (m.text_tokens % (sp_ranks / ring) == 0)
+          fits += (fits.empty() ? "" : ", ") + std::string("--ulysses-degree ") +
+                  std::to_string(sp_ranks / ring) + " --ring-degree " + std::to_string(ring);
+      }
+      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                        "a Ulysses degree that divides the " + std::to_string(m.text_tokens) +
+                            " text tokens of " + m.name + " (" +
+                            (fits.empty() ? "no degree split of this cluster does"
+                                          : "degree splits that do: " + fits) +
+                            "; or parallel.shard_text = false to replicate the text)",
+                        "Ulysses degree " + std::to_string(ulysses_degree) + " (" +
+                            std::to_string(sp_ranks) + " sequence-parallel ranks" +
+                            (s.strategy == "usp" ? ", usp" : "") + ")");
+    }
+  }
   if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
@@ -487,8 +517,9 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   const bool progress = plan.progress, lines = plan.progress_lines;
   const std::string label = plan.progress_label;
   const int steps = plan.settings.steps;
-  if (!fault && !progress) return {};
-  return [fault, progress, lines, label, steps](int rank, int step) {
+  const std::function<void(int, int)> extra = plan.on_step;
+  if (!fault && !progress && !extra) return {};
+  return [fault, progress, lines, label, steps, extra](int rank, int step) {
     if (progress && rank == 0) {
       if (lines)
         std::fprintf(stderr, "%sstep %d/%d\n", label.c_str(), step + 1, steps);
@@ -505,6 +536,7 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // a stopped rank
     }
     if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
+    if (extra) extra(rank, step);
   };
 }
 

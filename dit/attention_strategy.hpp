@@ -10,7 +10,9 @@
 //   // out[s]: [rows(s), heads*head_dim], stream s's local tokens, all heads
 //
 // Streams: image tokens are sharded along the sequence over the SP group (rank r owns
-// shard_tokens(total, P, r)); text tokens are replicated on every rank.
+// shard_tokens(total, P, r)); text tokens are replicated on every rank, or, when the strategy
+// shards them (AttentionStrategy::text_shard, `parallel.shard_text`), sharded over its Ulysses
+// group as xDiT does, and exchanged with the image tokens.
 
 #include <cstdint>
 #include <map>
@@ -40,8 +42,12 @@ class QkvSource {
  public:
   virtual ~QkvSource() = default;
   virtual int num_streams() const = 0;
-  /// Sharded over the SP group (image) or replicated on every rank (text).
+  /// Sharded along the sequence (image; text when the strategy shards it) or replicated on
+  /// every rank (text).
   virtual bool sharded(int stream) const = 0;
+  /// A text stream (replicated, or sharded over the strategy's Ulysses group: text_shard) rather
+  /// than the image.
+  virtual bool text(int stream) const { return !sharded(stream); }
   /// Tokens of one batch element over the whole group (all shards).
   virtual std::int64_t total_tokens(int stream) const = 0;
   /// Local rows of the stream: batch * local tokens.
@@ -84,6 +90,9 @@ struct StrategyOptions {
   // Ulysses x Ring (usp).
   int usp_ring_levels = 1;  // outermost topology levels the ring spans (the rest: Ulysses)
   bool usp_tapa = false;    // Ulysses part as TAPA phases instead of one flat all-to-all
+  /// parallel.shard_text: text tokens sharded over the Ulysses group (xDiT's split of the text
+  /// embeddings) instead of replicated; the Ulysses degree must divide them (ConfigError).
+  bool shard_text = false;
 };
 
 /// V-First on one kind of layer, summed over layers (and over ranks when merged).
@@ -128,6 +137,11 @@ class AttentionStrategy {
   /// for the local tokens. Blocking (every exchange it starts has completed on return).
   virtual std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                                      const AttentionShape& shape) = 0;
+  /// The text tokens this rank holds when the strategy shards the text stream (of `text_tokens`
+  /// per batch element); nullopt: the text is replicated on every rank (the default).
+  virtual std::optional<TokenShard> text_shard(std::int64_t /*text_tokens*/) const {
+    return std::nullopt;
+  }
   /// Called before every transformer pass: denoising step and pass within it (true CFG: 0, 1).
   /// Strategies with state across steps (V-Major caches) key it by (pass, layer in the pass).
   virtual void begin_forward(int /*step*/, int /*pass*/) {}

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -20,12 +21,15 @@ namespace cocodiff::dit {
 /// Inputs of one forward pass. Image tokens are packed latent patches in (c, py, px) order.
 struct ForwardInputs {
   int batch = 1;
-  const Tensor* x = nullptr;       // [B * shard.count, token_features], local image tokens
-  int grid_h = 0, grid_w = 0;      // image tokens per side (latent side / patch)
-  TokenShard shard;                // this rank's image tokens (row-major over the grid)
-  std::vector<float> sigmas;       // B noise levels in [0, 1]
-  std::vector<float> guidance;     // B distilled-guidance values (FLUX.1-dev), else empty
-  const Tensor* text = nullptr;    // [B * text_tokens, text_dim], replicated on every rank
+  const Tensor* x = nullptr;     // [B * shard.count, token_features], local image tokens
+  int grid_h = 0, grid_w = 0;    // image tokens per side (latent side / patch)
+  TokenShard shard;              // this rank's image tokens (row-major over the grid)
+  std::vector<float> sigmas;     // B noise levels in [0, 1]
+  std::vector<float> guidance;   // B distilled-guidance values (FLUX.1-dev), else empty
+  const Tensor* text = nullptr;  // [B * text tokens here, text_dim]: all of them, or text_shard's
+  /// This rank's text tokens when the strategy shards the text stream (`text` holds only them,
+  /// per batch element); nullopt: the text is replicated (`text` holds every token).
+  std::optional<TokenShard> text_shard;
   const Tensor* pooled = nullptr;  // [B, pooled_dim] or null
   std::vector<int> class_labels;   // B labels (DiT), num_classes = the null class
   /// true: return every channel the final layer predicts (out_channels: DiT's learned sigma

@@ -84,6 +84,12 @@ Tensor stack_rows(const Tensor& a, const Tensor& b) {
   return Tensor::from(std::move(m));
 }
 
+// Rows [shard.begin, shard.begin + shard.count) of one prompt's text embeddings.
+Tensor text_rows(const Tensor& text, const TokenShard& shard) {
+  if (text.phantom()) return Tensor::zeros(shard.count, text.cols(), true);
+  return Tensor::from(text.mat().middleRows(shard.begin, shard.count));
+}
+
 // Tag of the CFG-parallel exchange of branch outputs (point-to-point on the world group).
 constexpr int kCfgTag = 7001;
 
@@ -172,12 +178,23 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   if (class_tokens && (st.class_label < 0 || st.class_label >= cfg.num_classes))
     throw ConfigError("run.class_label " + std::to_string(st.class_label) + " is out of range: " +
                       cfg.name + " has classes 0.." + std::to_string(cfg.num_classes - 1));
-  const TextConditioning cond = class_tokens ? class_conditioning(cfg, w, st.class_label, phantom)
-                                             : make_text_conditioning(cfg, st.seed, false, phantom);
+  TextConditioning cond = class_tokens ? class_conditioning(cfg, w, st.class_label, phantom)
+                                       : make_text_conditioning(cfg, st.seed, false, phantom);
   TextConditioning uncond;
   if (use_cfg)
     uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
                           : make_text_conditioning(cfg, st.seed, true, phantom);
+  // Text sharded over the strategy's Ulysses group (xDiT): this rank keeps its tokens only.
+  const bool text_stream = cfg.family != Family::kDiT && cfg.text_tokens > 0;
+  const std::optional<TokenShard> text_shard =
+      text_stream ? attn->text_shard(cfg.text_tokens) : std::nullopt;
+  if (st.strategy_options.shard_text && text_stream && !text_shard && attn->degree() > 1)
+    throw ConfigError("parallel.shard_text: strategy \"" + attn->name() +
+                      "\" does not shard the text stream");
+  if (text_shard) {
+    cond.text = text_rows(cond.text, *text_shard);
+    if (use_cfg) uncond.text = text_rows(uncond.text, *text_shard);
+  }
 
   // Every step and every transformer block is a region of the run (Communicator::begin_region):
   // in phantom mode a block is a function of its kind, of the strategy's state and of its start
@@ -195,6 +212,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     in.grid_h = gh;
     in.grid_w = gw;
     in.shard = shard;
+    in.text_shard = text_shard;
     auto run = [&](int batch, const Tensor& xb, const Tensor* text, const Tensor* pooled,
                    std::vector<int> labels) {
       in.batch = batch;

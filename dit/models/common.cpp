@@ -153,7 +153,9 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
   img.rope = rope.image;
   bind_diffusers_qkv(img, w, p + "attn", false);
   txt.x = &ht;
-  txt.total_tokens = c.rows() / batch;
+  txt.text = true;
+  txt.sharded = opt.sharded_text_tokens > 0;
+  txt.total_tokens = txt.sharded ? opt.sharded_text_tokens : c.rows() / batch;
   txt.rope = rope.text;
   txt.wants_output = !opt.context_pre_only;
   bind_diffusers_qkv(txt, w, p + "attn", true);
@@ -184,8 +186,8 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
       ex, x, mlp_gelu(ex, w, p + names.img_mlp + ".net.0.proj", p + names.img_mlp + ".net.2", fi),
       &mi[5], batch, "residual");
   if (opt.context_pre_only) return;
-  // The text stream is replicated: every tile holding the same c and text attention output
-  // shares one computation of its update.
+  // Replicated text: every tile holding the same c and text attention output shares one
+  // computation of its update (sharded text: those holding the same shard).
   const Tensor& ot = out[static_cast<size_t>(1 - img_index)];
   std::vector<Tensor> cn = shared_work(
       ex, p + "text_update", {&c, &ot, &mt[2], &mt[3], &mt[4], &mt[5]}, [&](const Exec& e) {
@@ -200,6 +202,15 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
         return std::vector<Tensor>{std::move(cu)};
       });
   c = std::move(cn[0]);
+}
+
+std::int64_t sharded_text_tokens(const ForwardInputs& in) {
+  return in.text_shard ? in.text_shard->total : 0;
+}
+
+Eigen::MatrixXd text_positions(const ForwardInputs& in, const Eigen::MatrixXd& all) {
+  if (!in.text_shard) return all;
+  return all.middleRows(in.text_shard->begin, in.text_shard->count);
 }
 
 Tensor final_layer_continuous(const Exec& ex, const Weights& w, const Tensor& x,

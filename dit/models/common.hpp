@@ -51,9 +51,10 @@ Tensor norm_modulate(const Exec& ex, const Tensor& x, const Tensor& shift, const
 
 /// One token stream of an attention layer: its input, its Q/K/V weights, and its Q/K prep.
 struct StreamQkv {
-  const Tensor* x = nullptr;      // [B * local tokens, D], normalised and modulated
-  bool sharded = false;           // image tokens (sharded) or text tokens (replicated)
-  std::int64_t total_tokens = 0;  // per batch element, all shards
+  const Tensor* x = nullptr;  // [B * local tokens, D], normalised and modulated
+  bool sharded = false;  // image tokens (sharded), text tokens (replicated, or sharded: text_shard)
+  bool text = false;     // a text stream
+  std::int64_t total_tokens = 0;                     // per batch element, all shards
   const Tensor* w[3] = {nullptr, nullptr, nullptr};  // q, k, v weights (may be one fused qkv)
   const Tensor* b[3] = {nullptr, nullptr, nullptr};
   std::int64_t row_offset[3] = {0, 0, 0};      // a fused qkv weight's row offset of q, k, v
@@ -69,6 +70,7 @@ class ModelQkv final : public QkvSource {
       : streams_(std::move(streams)), head_dim_(head_dim), batch_(batch), eps_(eps) {}
   int num_streams() const override { return static_cast<int>(streams_.size()); }
   bool sharded(int s) const override { return at(s).sharded; }
+  bool text(int s) const override { return at(s).text; }
   std::int64_t total_tokens(int s) const override { return at(s).total_tokens; }
   std::int64_t rows(int s) const override { return at(s).x->rows(); }
   bool wants_output(int s) const override { return at(s).wants_output; }
@@ -103,7 +105,17 @@ struct JointBlockOptions {
   bool context_pre_only = false;  // SD3 last block: text stream is not updated
   bool dual_attention = false;    // SD3.5 Medium: a second image-only attention (attn2)
   bool qk_norm = true;
+  /// > 0: the text stream is sharded over the group (ForwardInputs::text_shard), this many
+  /// tokens per batch element in all; 0: replicated.
+  std::int64_t sharded_text_tokens = 0;
 };
+
+/// JointBlockOptions::sharded_text_tokens of a forward pass's inputs.
+std::int64_t sharded_text_tokens(const ForwardInputs& in);
+
+/// The RoPE positions of a text stream's tokens here: rows of `all` (every text token's
+/// positions) for the tokens this rank holds (ForwardInputs::text_shard), or all of them.
+Eigen::MatrixXd text_positions(const ForwardInputs& in, const Eigen::MatrixXd& all);
 
 /// Declares the tensors of one joint block.
 void joint_block_specs(SpecBuilder& sb, const std::string& prefix, std::int64_t dim,

@@ -80,7 +80,8 @@ class Flux final : public Model {
     Tensor hn[2], mlp[2];
     std::vector<models::StreamQkv> qkv(2);
     for (int s = 0; s < 2; ++s) {
-      // Stream 0 (text) is replicated: tiles holding the same one share its computation.
+      // Stream 0 (text) is replicated (or sharded): tiles holding the same one share its
+      // computation.
       auto input_side = [&](const Exec& e) {
         Tensor h = models::norm_modulate(e, *streams[s], m[0], m[1], batch, cfg_.norm_eps, "norm");
         Tensor f = models::dense(e, w, b + "proj_mlp", h, "proj_mlp");
@@ -96,8 +97,11 @@ class Flux final : public Model {
       hn[s] = std::move(hf[0]);
       mlp[s] = std::move(hf[1]);
       qkv[s].x = &hn[s];
-      qkv[s].sharded = s == 1;
-      qkv[s].total_tokens = s == 1 ? in.shard.total : c.rows() / batch;
+      qkv[s].text = s == 0;
+      qkv[s].sharded = s == 1 || in.text_shard.has_value();
+      qkv[s].total_tokens = s == 1          ? in.shard.total
+                            : in.text_shard ? in.text_shard->total
+                                            : c.rows() / batch;
       qkv[s].rope = s == 1 ? rope.image : rope.text;
       models::bind_diffusers_qkv(qkv[s], w, b + "attn", false);
     }
@@ -184,6 +188,7 @@ class Flux final : public Model {
     const models::StreamRope rope{&img_rope, &txt_rope};
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
+    opt.sharded_text_tokens = models::sharded_text_tokens(in);
     for (int i = 0; i < cfg_.double_blocks; ++i)
       run_block(ex, "flux double", 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,

@@ -100,13 +100,14 @@ class Flux2 final : public Model {
     Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
 
     // RoPE ids (t, h, w, l): image token (0, row, col, 0), text token (0, 0, 0, index).
-    const std::int64_t nt = c.rows() / batch;
+    const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;
     Eigen::MatrixXd img_pos = Eigen::MatrixXd::Zero(in.shard.count, 4);
     img_pos.leftCols(3) = models::image_positions(in.shard, in.grid_w, 0, 0);
     Eigen::MatrixXd txt_pos = Eigen::MatrixXd::Zero(nt, 4);
     for (std::int64_t i = 0; i < nt; ++i) txt_pos(i, 3) = static_cast<double>(i);
     const RopeTable img_rope = rope_table(ex, img_pos, cfg_.rope_axes, cfg_.rope_theta);
-    const RopeTable txt_rope = rope_table(ex, txt_pos, cfg_.rope_axes, cfg_.rope_theta);
+    const RopeTable txt_rope =
+        rope_table(ex, models::text_positions(in, txt_pos), cfg_.rope_axes, cfg_.rope_theta);
     const models::StreamRope rope{&img_rope, &txt_rope};
 
     for (int i = 0; i < cfg_.double_blocks; ++i)
@@ -146,7 +147,9 @@ class Flux2 final : public Model {
     const Tensor ht = models::norm_modulate(ex, c, mt[0], mt[1], batch, eps, "norm1_context");
     models::StreamQkv img, txt;
     txt.x = &ht;
-    txt.total_tokens = c.rows() / batch;
+    txt.text = true;
+    txt.sharded = in.text_shard.has_value();
+    txt.total_tokens = in.text_shard ? in.text_shard->total : c.rows() / batch;
     txt.rope = rope.text;
     models::bind_diffusers_qkv(txt, w, b + "attn", true);
     img.x = &hi;
@@ -192,8 +195,11 @@ class Flux2 final : public Model {
                  "mlp_swiglu");
       models::StreamQkv& q = qkv[static_cast<size_t>(s)];
       q.x = &hn[s];
-      q.sharded = s == 1;
-      q.total_tokens = s == 1 ? in.shard.total : c.rows() / batch;
+      q.text = s == 0;
+      q.sharded = s == 1 || in.text_shard.has_value();
+      q.total_tokens = s == 1          ? in.shard.total
+                       : in.text_shard ? in.text_shard->total
+                                       : c.rows() / batch;
       q.rope = s == 1 ? rope.image : rope.text;
       for (int p = 0; p < 3; ++p) {
         q.w[p] = &fused;

@@ -60,13 +60,15 @@ class QwenImage final : public Model {
     const RopeTable img_rope =
         rope_table(ex, models::image_positions(in.shard, gw, -(gh - gh / 2), -(gw - gw / 2)),
                    cfg_.rope_axes, cfg_.rope_theta);
-    const std::int64_t nt = c.rows() / batch;
+    const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;
     Eigen::MatrixXd txt_pos(nt, 3);
     const double m = std::max(gh / 2, gw / 2);
     for (std::int64_t k = 0; k < nt; ++k) txt_pos.row(k).setConstant(m + static_cast<double>(k));
-    const RopeTable txt_rope = rope_table(ex, txt_pos, cfg_.rope_axes, cfg_.rope_theta);
+    const RopeTable txt_rope =
+        rope_table(ex, models::text_positions(in, txt_pos), cfg_.rope_axes, cfg_.rope_theta);
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
+    opt.sharded_text_tokens = models::sharded_text_tokens(in);
     for (int i = 0; i < cfg_.double_blocks; ++i)
       run_block(ex, "qwen-image joint", 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,

@@ -84,7 +84,8 @@ class Sd3 final : public Model {
                    nullptr, batch, "temb_add");
     silu(ex, temb, "temb_silu");
     for (int i = 0; i < cfg_.double_blocks; ++i) {
-      const models::JointBlockOptions o = block_options(i);
+      models::JointBlockOptions o = block_options(i);
+      o.sharded_text_tokens = models::sharded_text_tokens(in);
       // The last block (text not updated) and SD3.5 Medium's dual-attention blocks differ.
       const char* kind = o.context_pre_only ? "sd3 joint, context pre-only"
                          : o.dual_attention ? "sd3 joint, dual attention"

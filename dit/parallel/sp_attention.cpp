@@ -147,6 +147,7 @@ SpAttention::SpAttention(std::string name, Communicator& group, const ModelConfi
                       " (set ulysses.uneven_heads = true for DeepSpeed's uneven split, or use "
                       "usp)");
   if (f_.chunks < 1) throw ConfigError("pipeline.chunks must be >= 1");
+  check_text_shards(cfg, options, group.size());
   if (f_.v_major) VMajorCache probe(opt_, group.topology(), true);  // tier names checked now
 }
 
@@ -170,6 +171,22 @@ bool SpAttention::block_counts_cache() const {
 
 void SpAttention::skip_layers(int layers, double v_major_cache_bytes) {
   if (v_major_) v_major_->skip_layers(layers, v_major_cache_bytes);
+}
+
+std::optional<TokenShard> SpAttention::text_shard(std::int64_t text_tokens) const {
+  if (!opt_.shard_text) return std::nullopt;
+  return shard_tokens(text_tokens, group_.size(), group_.rank());
+}
+
+void check_text_shards(const ModelConfig& cfg, const StrategyOptions& options, int degree) {
+  if (!options.shard_text) return;
+  if (cfg.family == Family::kDiT)
+    throw ConfigError("parallel.shard_text: " + cfg.name + " has no text stream to shard");
+  if (cfg.text_tokens % degree != 0)
+    throw ConfigError("parallel.shard_text: the " + std::to_string(cfg.text_tokens) +
+                      " text tokens of " + cfg.name + " are not divisible by the Ulysses degree " +
+                      std::to_string(degree) +
+                      " (xDiT shards the text only when the degree divides it)");
 }
 
 StrategyStats SpAttention::stats() const {
@@ -391,12 +408,12 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   if (p == 1) return outs;
   for (int s = 0; s < streams; ++s) {
     Tensor& os = outs[u(s)];
-    if (src.sharded(s))
+    if (!src.wants_output(s))
+      os = Tensor::zeros(src.rows(s), std::int64_t{shape.heads} * dh, ex.phantom);
+    else if (src.sharded(s))
       os = to_sequence(ex, group_, os, src.total_tokens(s), batch, head_cols, "o_all_to_all");
-    else if (src.wants_output(s))
-      os = gather_columns(ex, group_.comm(), os, head_cols, "text_o_all_gather");
     else
-      os = Tensor::zeros(os.rows(), std::int64_t{shape.heads} * dh, ex.phantom);
+      os = gather_columns(ex, group_.comm(), os, head_cols, "text_o_all_gather");
   }
   return outs;
 }

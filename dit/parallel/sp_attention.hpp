@@ -13,7 +13,8 @@
 // Uneven head counts use DeepSpeed's split (24 heads over 16 ranks: 2 heads on the first 8,
 // 1 on the rest); uneven token shards follow shard_tokens. Text tokens are replicated: each rank
 // projects its own heads of them; an all_gather (padded to the largest head share) reassembles
-// the text output.
+// the text output. With StrategyOptions::shard_text they are sharded over the group instead
+// (xDiT): each rank holds text_tokens / P of them and they take the image's exchanges.
 //
 //   SpFeatures f{.tapa = true, .v_first = true, .chunks = 2};
 //   SpAttention a("cocodiff", comm, cfg, f, options);   // collective (TAPA splits the group)
@@ -64,6 +65,7 @@ class SpAttention final : public AttentionStrategy {
   std::optional<std::string> block_key() const override;
   bool block_counts_cache() const override;
   void skip_layers(int layers, double v_major_cache_bytes) override;
+  std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
 
  private:
   std::string name_;
@@ -105,6 +107,10 @@ void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::in
 /// columns at offset(s).
 Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64_t total, int batch,
                    const std::vector<ColumnRange>& cols, std::string label);
+/// ConfigError naming parallel.shard_text when `options` shard the text over a Ulysses group of
+/// `degree` ranks and the model has no text or the degree does not divide its text tokens.
+void check_text_shards(const ModelConfig& cfg, const StrategyOptions& options, int degree);
+
 /// Reassembles a replicated stream's heads over `g`: o [rows, width(me)] -> [rows, total width].
 Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
                       const std::vector<ColumnRange>& cols, std::string_view label);

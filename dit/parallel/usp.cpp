@@ -70,6 +70,13 @@ UlyssesRing::UlyssesRing(Communicator& world, const ModelConfig& cfg,
                       std::to_string(ulysses_comm_->size()) +
                       " (set ulysses.uneven_heads = true for an uneven split, or change "
                       "usp.ring_levels)");
+  check_text_shards(cfg, options, ulysses_comm_->size());
+  shard_text_ = options.shard_text;
+}
+
+std::optional<TokenShard> UlyssesRing::text_shard(std::int64_t text_tokens) const {
+  if (!shard_text_) return std::nullopt;
+  return shard_tokens(text_tokens, ulysses_comm_->size(), ulysses_comm_->rank());
 }
 
 const UlyssesRing::RingPlan& UlyssesRing::ring_plan(std::int64_t total, std::int64_t q_rows,
@@ -119,7 +126,8 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   const int streams = src.num_streams();
   auto chunk_of = [&](int j, std::int64_t total) { return ring_chunk(total, pw, ud, j); };
 
-  // Q, K, V: image streams through the Ulysses exchange, text streams projected locally.
+  // Q, K, V: image streams through the Ulysses exchange, text streams projected locally, or
+  // (sharded text) through the Ulysses exchange of all the group's text tokens.
   std::vector<Tensor> parts[3];
   for (int part = 0; part < 3; ++part) {
     const QkvPart qp = static_cast<QkvPart>(part);
@@ -133,7 +141,9 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
       }
       Tensor x = src.project(ex, s, qp, 0, shape.heads);
       src.prepare(ex, s, qp, x, 0, shape.heads, 0);
-      const std::int64_t chunk = chunk_of(ri, src.total_tokens(s)).count;
+      // Image: this ring member's chunk; sharded text: all of it (each Ulysses group holds it).
+      const std::int64_t chunk =
+          src.text(s) ? src.total_tokens(s) : chunk_of(ri, src.total_tokens(s)).count;
       if (ud == 1) {
         parts[part].push_back(std::move(x));
         continue;
@@ -152,7 +162,7 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   for (int s = 0; s < streams; ++s) {
     q.push_back(&parts[0][u(s)]);
     q_tokens.push_back(parts[0][u(s)].rows() / batch);
-    if (src.sharded(s)) {
+    if (src.sharded(s) && !src.text(s)) {
       COCO_CHECK(img < 0, "usp: one sharded stream per layer");
       img = s;
     } else {
@@ -170,7 +180,7 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   const std::int64_t qr = qa.rows(), qc = qa.cols();
   Tensor text_k, text_v;
   size_t sets = 0;
-  if (!tk.empty()) {  // text keys: replicated, so every ring member has them
+  if (!tk.empty()) {  // text keys: replicated or gathered, so every ring member has them
     text_k = concat_tokens(ex, tk, batch, "k_concat");
     text_v = concat_tokens(ex, tv, batch, "v_concat");
     ex.charge(partial_attention_cost(qr, qc, text_k.rows(), hl, dh, batch));
@@ -271,11 +281,14 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
   std::vector<Tensor> outs = split_tokens(ex, o, q_tokens, batch, "o_split");
   for (int s = 0; s < streams; ++s) {
     Tensor& os = outs[u(s)];
-    if (src.sharded(s)) {
+    if (s == img) {
       if (ud > 1)
         os = to_sequence(ex, *ulysses_, os, chunk_of(ri, total).count, batch, cols, "o_all_to_all");
     } else if (!src.wants_output(s)) {
-      os = Tensor::zeros(os.rows(), std::int64_t{shape.heads} * dh, ex.phantom);
+      os = Tensor::zeros(src.rows(s), std::int64_t{shape.heads} * dh, ex.phantom);
+    } else if (src.sharded(s)) {
+      if (ud > 1)
+        os = to_sequence(ex, *ulysses_, os, src.total_tokens(s), batch, cols, "o_all_to_all");
     } else if (ud > 1) {
       os = gather_columns(ex, *ulysses_comm_, os, cols, "text_o_all_gather");
     }

@@ -6,7 +6,10 @@
 // (isend/irecv of the next chunk overlapped with attention on the current one). Partial
 // results are merged with their log-sum-exp in a fixed order (text keys, then ring members
 // 0..R-1), so every ring member computes the text rows bitwise identically. Heads that do not
-// divide the Ulysses degree use the uneven split of HeadSplit.
+// divide the Ulysses degree use the uneven split of HeadSplit. With StrategyOptions::shard_text
+// the text tokens are sharded over each Ulysses group (and the same on every ring member, as
+// xDiT splits them over the Ulysses degree): the Ulysses exchange gathers them, and they stay
+// local keys of every ring member, as replicated text does.
 //
 //   UlyssesRing usp(comm, cfg, options);          // collective: two splits (+ TAPA's)
 //   std::vector<Tensor> out = usp.attend(ex, src, shape);
@@ -34,6 +37,7 @@ class UlyssesRing final : public AttentionStrategy {
   std::optional<std::string> block_key() const override { return std::string(); }  // stateless
   /// Its exchanges are waited for in a fixed order (no polling), and it measures nothing.
   bool block_calls_fixed() const override { return true; }
+  std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
   int ulysses_degree() const { return ulysses_comm_->size(); }
   int ring_degree() const { return ring_comm_->size(); }
 
@@ -53,6 +57,7 @@ class UlyssesRing final : public AttentionStrategy {
   std::unique_ptr<Communicator> ulysses_comm_, ring_comm_;
   std::unique_ptr<SpGroup> ulysses_;
   std::vector<RingPlan> plans_;
+  bool shard_text_ = false;
 };
 
 }  // namespace cocodiff::dit

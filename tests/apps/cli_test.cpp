@@ -299,6 +299,29 @@ TEST_F(Cli, CfgParallelDegree) {
   EXPECT_NE(report.find("\"cfg_degree\": 2"), std::string::npos) << report;
 }
 
+// Text sharded over the Ulysses group (parallel.shard_text): a degree that does not divide the
+// text is refused naming the key and the degree splits that do; a model without text is
+// refused; a run that shards says so in its report.
+TEST_F(Cli, TextShardingDegree) {
+  const std::string dir = std::string(COCODIFF_SOURCE_DIR) + "/configs/";
+  // flux1-tiny's 16 text tokens over 24 tiles (Ulysses 24); Ulysses 2 (ring 12) divides them.
+  expect_user_error(
+      run({"validate", dir + "flux1-tiny-24tiles.toml", "--set", "parallel.shard_text=true"}),
+      {"parallel.shard_text", "16 text tokens of flux1-tiny", "Ulysses degree 24",
+       "--ulysses-degree 2 --ring-degree 12"});
+  expect_user_error(run_config(dir + "flux1-tiny-24tiles.toml",
+                               {"--set", "parallel.shard_text=true", "--set", "run.math=skip"}),
+                    {"parallel.shard_text"});
+  expect_user_error(run({"validate", dir + "mpi-smoke.toml", "--set", "parallel.shard_text=true",
+                         "--set", "model.preset=dit-xl-2-tiny"}),
+                    {"parallel.shard_text", "no text stream"});
+  const ChildResult ok = run_config(dir + "mpi-smoke.toml", {"--set", "parallel.shard_text=true"});
+  ASSERT_EQ(ok.exit_code, 0) << ok.err;
+  std::ifstream in(out_ / "report.json");
+  const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(report.find("\"shard_text\": true"), std::string::npos) << report;
+}
+
 // `run` without --out writes into out/<config name>/ of the working directory, not into out/
 // itself beside other runs.
 TEST_F(Cli, RunWithoutOutUsesADirectoryPerConfig) {

@@ -318,6 +318,82 @@ TEST(Strategies, FewerHeadsThanRanksAndUnevenUspMatchSerial) {
   EXPECT_LT(relative_l2(serial(cfg, *w, st), run(odd, cfg, *w, st).latent), 1e-5);
 }
 
+// Text sharded over the Ulysses group (xDiT's split of the text embeddings): every family with
+// a text stream, every strategy (usp: over its Ulysses groups, the same on every ring member),
+// batch CFG (SD3.5), true CFG (Qwen-Image), CFG-parallel and an uneven head split match the
+// serial run; the text really takes the exchanges (other bytes than the replicated run), and a
+// degree that does not divide the text is refused naming parallel.shard_text.
+TEST(Strategies, ShardedTextMatchesSerialOnEveryTextFamily) {
+  struct Case {
+    const char* model;
+    int tiles, gpus, nodes;  // the Ulysses degree (all ranks) divides the model's text tokens
+    bool uneven;
+  };
+  // sd35-tiny: 12 text tokens over 4; flux1/flux2-tiny: 16 over 8 (2 nodes: usp 4 x 2) and 4;
+  // qwen-image-tiny: 10 over 10 (24 heads: uneven).
+  for (const Case& c :
+       {Case{"sd35-tiny", 2, 2, 1, false}, Case{"flux1-tiny", 2, 2, 2, false},
+        Case{"flux2-tiny", 2, 2, 1, false}, Case{"qwen-image-tiny", 2, 5, 1, true}}) {
+    const ModelConfig cfg = load_model_preset(c.model);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = small_run(2);
+    const Tensor ref = serial(cfg, *w, st);
+    emu::Engine engine = make_engine(c.tiles, c.gpus, c.nodes);
+    st.strategy_options.uneven_heads = c.uneven;
+    st.strategy_options.v_major_threshold = 0;
+    std::vector<std::string> names = {"flat", "tapa", "pipeline", "cocodiff"};
+    if (c.nodes > 1) names.push_back("usp");
+    for (const std::string& name : names) {
+      st.strategy = name;
+      st.strategy_options.shard_text = false;
+      const Outcome replicated = run(engine, cfg, *w, st);
+      st.strategy_options.shard_text = true;
+      const Outcome sharded = run(engine, cfg, *w, st);
+      EXPECT_LT(relative_l2(ref, sharded.latent), 1e-5) << c.model << " " << name;
+      EXPECT_NE(sharded.result.bytes_by_tier, replicated.result.bytes_by_tier)
+          << c.model << " " << name;
+    }
+  }
+  // CFG-parallel: each half of 4 ranks shards the text of its own branch (12 tokens over 4).
+  {
+    const ModelConfig cfg = load_model_preset("sd35-tiny");
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = small_run(2);
+    const Tensor ref = serial(cfg, *w, st);
+    emu::Engine engine = make_engine(2, 2, 2);
+    st.cfg_degree = 2;
+    st.strategy = "tapa";
+    st.strategy_options.shard_text = true;
+    EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5) << "cfg-parallel";
+  }
+  // 16 text tokens over 12 ranks, and a model without text, are refused.
+  const ModelConfig flux = load_model_preset("flux1-tiny");
+  const auto fw = make_weights(flux, 5, false);
+  RunSettings st = small_run(1);
+  st.strategy_options.shard_text = true;
+  emu::Engine twelve = make_engine(2, 6, 1);
+  for (const char* name : {"flat", "usp"}) {
+    st.strategy = name;
+    st.strategy_options.usp_ring_levels = 0;  // usp: Ulysses over all 12
+    try {
+      run(twelve, flux, *fw, st);
+      FAIL() << name << ": 16 text tokens sharded over 12 ranks";
+    } catch (const RankError& e) {
+      EXPECT_NE(std::string(e.what()).find("parallel.shard_text"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("16 text tokens"), std::string::npos) << e.what();
+    }
+  }
+  const ModelConfig dit = load_model_preset("dit-xl-2-tiny");
+  const auto dw = make_weights(dit, 5, false);
+  st.strategy = "flat";
+  try {
+    run(twelve, dit, *dw, st);
+    FAIL() << "text sharding accepted for a model without text";
+  } catch (const RankError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.shard_text"), std::string::npos) << e.what();
+  }
+}
+
 // Phantom mode cannot measure how much V changed: V-Major sends the preset share of blocks
 // (v_major.phantom_active_fraction) on its tiers after the warm-up, and nothing else changes.
 TEST(Strategies, PhantomVMajorSendsItsActiveFraction) {
