@@ -265,7 +265,7 @@ void add_netbench_command(CLI::App& app) {
       ->check(CLI::IsMember({"flat", "tapa"}));
   cmd->add_option("--rounds", o->a2a,
                   "how each all-to-all posts its messages: pairwise (p-1 rounds) or concurrent")
-      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "library"}));
+      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
   cmd->add_option("-b,--min-bytes", o->min_bytes, "smallest send buffer per rank (e.g. 1K, 4MB)")
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("-e,--max-bytes", o->max_bytes, "largest send buffer per rank (e.g. 64M)")

@@ -253,9 +253,8 @@ Request EmuComm::request(detail::ReqPtr state) {
   return Request(std::move(r));
 }
 
-template <typename Algo>
-detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view label, Algo&& algo,
-                                         const detail::CollectiveSpec* spec) {
+detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view label,
+                                         const detail::CollectiveSpec& spec, bool fiber_only) {
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
@@ -263,8 +262,8 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
   req->label = label;
   req->set_call(call, seq);
   req->group = group_;
-  if (spec != nullptr && kernel_.options().collective_ops) {
-    kernel_.start_collective_op(self_, group_, group_rank_, seq, req, *spec);
+  if (!fiber_only && kernel_.options().collective_ops) {
+    kernel_.start_collective_op(self_, group_, group_rank_, seq, req, spec);
     return req;
   }
   // The collective fiber borrows this communicator's group; the user keeps the communicator
@@ -272,36 +271,66 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
   kernel_.spawn_comm(
       self_,
       [kernel = &kernel_, group = group_, me = group_rank_, seq, label = std::string(label),
-       algo = std::function<void(Port&)>(std::forward<Algo>(algo))](detail::FiberState& f) {
+       spec](detail::FiberState& f) {
         Port port{*kernel, f, *group, me, seq, label};
-        algo(port);
+        collectives::run_on_fiber(port, *spec.schedule, spec.sizes, spec.send, spec.recv, spec.op);
       },
       req);
   return req;
 }
 
-namespace {
-// Runs the all-to-all schedule `a` (every rank of the group picks the same one).
-void run_all_to_all(Port& p, std::span<const float> send, std::span<float> recv,
-                    const AllToAllvLayout& layout, AllToAllAlgorithm a) {
-  if (a == AllToAllAlgorithm::kConcurrent)
-    collectives::all_to_allv_concurrent(p, send, recv, layout);
-  else
-    collectives::all_to_allv_pairwise(p, send, recv, layout, a);
+std::shared_ptr<const collectives::Schedule> EmuComm::schedule(Algorithm a) {
+  std::shared_ptr<const collectives::Schedule>& s = schedules_[static_cast<size_t>(a)];
+  if (s != nullptr) return s;
+  const int p = size();
+  switch (a) {
+    case Algorithm::kAllToAllShift:
+      s = collectives::make_pairwise_shift(p);
+      break;
+    case Algorithm::kAllToAllXor:
+      s = collectives::make_pairwise_xor(p);
+      break;
+    case Algorithm::kAllToAllConcurrent:
+      s = collectives::make_concurrent(p);
+      break;
+    case Algorithm::kAllToAllBruck:
+      s = collectives::make_bruck(p);
+      break;
+    case Algorithm::kAllGather: {
+      if (kernel_.options().library.all_gather == AllGatherAlgorithm::kHierarchical) {
+        std::vector<std::vector<int>> coords;
+        for (int r = 0; r < p; ++r) coords.push_back(this->coords(r));
+        s = collectives::make_hierarchical_all_gather(coords);
+      }
+      // Members that are not a grid of the levels they span have no hierarchy to follow.
+      if (s == nullptr) s = collectives::make_ring_all_gather(p);
+      break;
+    }
+    case Algorithm::kAllReduce:
+      s = collectives::make_ring_all_reduce(p);
+      break;
+    case Algorithm::kBarrier:
+      s = collectives::make_dissemination_barrier(p);
+      break;
+    case Algorithm::kCount:
+      break;
+  }
+  return s;
 }
 
-// The same schedule at the collective level (Kernel::start_collective_op).
-detail::CollectiveSpec all_to_all_spec(AllToAllAlgorithm a, std::span<const float> send,
-                                       std::span<float> recv) {
-  detail::CollectiveSpec spec;
-  spec.kind = a == AllToAllAlgorithm::kConcurrent ? detail::CollectiveSpec::Kind::kConcurrent
-                                                  : detail::CollectiveSpec::Kind::kPairwise;
-  spec.order = a;
-  spec.send = send;
-  spec.recv = recv;
-  return spec;
+EmuComm::Algorithm EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const {
+  switch (choose_all_to_all(kernel_.options().library, size(), wire_bytes_per_peer)) {
+    case AllToAllAlgorithm::kShift:
+      return Algorithm::kAllToAllShift;
+    case AllToAllAlgorithm::kXor:
+      return Algorithm::kAllToAllXor;
+    case AllToAllAlgorithm::kConcurrent:
+      return Algorithm::kAllToAllConcurrent;
+    case AllToAllAlgorithm::kBruck:
+      return Algorithm::kAllToAllBruck;
+  }
+  return Algorithm::kAllToAllShift;
 }
-}  // namespace
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
@@ -313,17 +342,12 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
 detail::ReqPtr EmuComm::issue_all_to_all(std::span<const float> send, std::span<float> recv,
                                          std::int64_t count, std::string_view label,
                                          std::string_view call) {
-  const std::int64_t wire_bytes = kernel_.wire_bytes(count);
-  const AllToAllAlgorithm a = choose_all_to_all(kernel_.options().library, size(), wire_bytes);
-  detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
-  spec.count = count;
-  return start_collective(
-      call, label,
-      [send, recv, count, a](Port& p) {
-        std::vector<std::int64_t> counts(static_cast<size_t>(p.size()), count);
-        run_all_to_all(p, send, recv, AllToAllvLayout::packed(counts, counts), a);
-      },
-      &spec);
+  detail::CollectiveSpec spec;
+  spec.schedule = schedule(all_to_all_algorithm(kernel_.wire_bytes(count)));
+  spec.sizes = collectives::Sizes::uniform(count);
+  spec.send = send;
+  spec.recv = recv;
+  return start_collective(call, label, spec);
 }
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
@@ -336,18 +360,20 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
 detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span<float> recv,
                                           const AllToAllvLayout& layout, std::string_view label) {
   // Ranks know only their own counts, so every size takes the large-message schedule (a rank
-  // choosing by its own counts could pair with a peer running another schedule).
-  const AllToAllAlgorithm a =
-      choose_all_to_all(kernel_.options().library, size(), std::int64_t{1} << 62);
-  detail::CollectiveSpec spec = all_to_all_spec(a, send, recv);
-  spec.uniform = false;
-  spec.send_counts = layout.send_counts.data();
-  spec.send_displs = layout.send_displs.data();
-  spec.recv_counts = layout.recv_counts.data();
-  spec.recv_displs = layout.recv_displs.data();
-  return start_collective(
-      "all_to_allv", label,
-      [send, recv, layout, a](Port& p) { run_all_to_all(p, send, recv, layout, a); }, &spec);
+  // choosing by its own counts could pair with a peer running another schedule). Bruck's
+  // forwards blocks through ranks that do not know their sizes: an all-to-allv runs the shift
+  // order instead (MPICH's MPI_Alltoallv has no Bruck either).
+  Algorithm a = all_to_all_algorithm(std::int64_t{1} << 62);
+  if (a == Algorithm::kAllToAllBruck) a = Algorithm::kAllToAllShift;
+  detail::CollectiveSpec spec;
+  spec.schedule = schedule(a);
+  spec.sizes.send_counts = layout.send_counts.data();
+  spec.sizes.send_displs = layout.send_displs.data();
+  spec.sizes.recv_counts = layout.recv_counts.data();
+  spec.sizes.recv_displs = layout.recv_displs.data();
+  spec.send = send;
+  spec.recv = recv;
+  return start_collective("all_to_allv", label, spec);
 }
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
@@ -361,13 +387,11 @@ detail::ReqPtr EmuComm::issue_all_gather(std::span<const float> send, std::span<
                                          std::int64_t count, std::string_view label,
                                          std::string_view call) {
   detail::CollectiveSpec spec;
-  spec.kind = detail::CollectiveSpec::Kind::kRing;
+  spec.schedule = schedule(Algorithm::kAllGather);
+  spec.sizes = collectives::Sizes::uniform(count);
   spec.send = send;
   spec.recv = recv;
-  spec.count = count;
-  return start_collective(
-      call, label,
-      [send, recv, count](Port& p) { collectives::all_gather_ring(p, send, recv, count); }, &spec);
+  return start_collective(call, label, spec);
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
@@ -383,17 +407,21 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
 
 detail::ReqPtr EmuComm::issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                          std::string_view label, std::string_view call) {
-  return start_collective(call, label, [data, count, op](Port& p) {
-    collectives::all_reduce_ring(p, data, count, op);
-  });
+  detail::CollectiveSpec spec;
+  spec.schedule = schedule(Algorithm::kAllReduce);
+  spec.sizes = collectives::Sizes::uniform(count);
+  spec.send = data;
+  spec.recv = data;
+  spec.op = op;
+  return start_collective(call, label, spec, /*fiber_only=*/true);
 }
 
 void EmuComm::barrier() {
   spoil_tape();
   const Untaped untaped(self_);
-  request(start_collective("barrier", "barrier", [](Port& p) {
-    collectives::barrier_dissemination(p);
-  })).wait();
+  detail::CollectiveSpec spec;
+  spec.schedule = schedule(Algorithm::kBarrier);
+  request(start_collective("barrier", "barrier", spec, /*fiber_only=*/true)).wait();
 }
 
 namespace {

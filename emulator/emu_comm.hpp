@@ -1,8 +1,11 @@
 #pragma once
 // core::Communicator on the emulator: one object per (tile, group), used by that tile's main
-// fiber. Collectives are straight-line algorithms (emulator/collectives/) run by a short-lived
-// fiber per call, so a non-blocking collective progresses while the tile computes.
+// fiber. A collective is a schedule (emulator/collectives/) that the engine runs at the
+// collective level, or message by message on a short-lived fiber per call
+// (EngineOptions::collective_ops false; all-reduce and barrier), so a non-blocking collective
+// progresses while the tile computes.
 
+#include <array>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -100,10 +103,6 @@ class EmuComm final : public Communicator {
   /// A ring pass at the collective level, not waited for (a tape the engine issues).
   detail::ReqPtr start_ring_pass(const RingPass& pass, detail::PassRows kept);
 
-  /// Registers the call for mismatch checks and runs it at the collective level (`spec`, when
-  /// given and EngineOptions::collective_ops) or as `algo` (a callable taking a Port&) on a
-  /// collective fiber; `algo` is only stored when it runs. Defined in emu_comm.cpp, its only
-  /// user.
   /// The request handed to the caller; while a tape records, it is the tape's next request.
   Request request(detail::ReqPtr state);
   /// Appends a call of `kind` to the tape being recorded, if any (a buffer with data spoils the
@@ -113,9 +112,25 @@ class EmuComm final : public Communicator {
   /// Something a tape cannot issue again happened while one records.
   void spoil_tape();
 
-  template <typename Algo>
-  detail::ReqPtr start_collective(std::string_view call, std::string_view label, Algo&& algo,
-                                  const detail::CollectiveSpec* spec = nullptr);
+  /// Registers the call for mismatch checks and runs `spec` at the collective level
+  /// (EngineOptions::collective_ops, unless `fiber_only`) or message by message on a
+  /// collective fiber (collectives::run_on_fiber).
+  detail::ReqPtr start_collective(std::string_view call, std::string_view label,
+                                  const detail::CollectiveSpec& spec, bool fiber_only = false);
+  /// The schedules this group runs, made once.
+  enum class Algorithm : std::uint8_t {
+    kAllToAllShift,
+    kAllToAllXor,
+    kAllToAllConcurrent,
+    kAllToAllBruck,
+    kAllGather,  // the library's (LibraryModel::all_gather)
+    kAllReduce,
+    kBarrier,
+    kCount
+  };
+  std::shared_ptr<const collectives::Schedule> schedule(Algorithm a);
+  /// The library's all-to-all for this group and size (choose_all_to_all).
+  Algorithm all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const;
   // The collectives as do_* and play_tape issue them; `call` is kept for the run.
   detail::ReqPtr issue_all_to_all(std::span<const float> send, std::span<float> recv,
                                   std::int64_t count, std::string_view label,
@@ -137,6 +152,8 @@ class EmuComm final : public Communicator {
   std::uint64_t next_seq_ = 0;
   std::uint64_t next_pass_ = 0;         // ring passes started on this group
   std::unique_ptr<EmuTape> recording_;  // begin_tape on this communicator: the tape
+  std::array<std::shared_ptr<const collectives::Schedule>, static_cast<size_t>(Algorithm::kCount)>
+      schedules_;
 };
 
 /// What a collective algorithm sees: one fiber's point-to-point view of one group, with tags

@@ -19,8 +19,8 @@ Engine::Engine(Topology topo, std::unique_ptr<NetworkModel> net,
     forced = AllToAllAlgorithm::kShift;
   } else if (a2a != "library" && !parse_all_to_all_algorithm(a2a, forced)) {
     throw ConfigError(
-        "emulator.all_to_all: expected pairwise, xor, concurrent or library, found \"" + a2a +
-        "\"");
+        "emulator.all_to_all: expected pairwise, xor, concurrent, bruck or library, found \"" +
+        a2a + "\"");
   }
   if (a2a != "library")
     options_.library.all_to_all_large = options_.library.all_to_all_small = forced;

@@ -52,7 +52,8 @@ struct EngineOptions {
   std::size_t trace_limit = 2'000'000;
   /// All-to-all algorithm: "pairwise" (p-1 synchronised rounds, shift order, MPI's
   /// large-message default), "xor" (pairwise, XOR order for power-of-two groups), "concurrent"
-  /// (every pair at once, NCCL-style) or "library" (the library model's choice by size).
+  /// (every pair at once, NCCL-style), "bruck" (log2 p rounds, equal counts; all-to-allv runs
+  /// shift) or "library" (the library model's choice by size).
   std::string all_to_all_algorithm = "pairwise";
   /// Software costs of the collective library (per call, per message, protocol, schedule); the
   /// default is free, which keeps the network model's exact times.
@@ -60,10 +61,10 @@ struct EngineOptions {
   /// Replay regions (Communicator::begin_region) that start from a state already simulated
   /// instead of simulating them again; the timeline, bytes and hash are the same either way.
   bool replay = true;
-  /// Run all-to-all and all-gather at the collective level: the controller schedules each
-  /// call's rounds and messages directly instead of a fiber, requests and channel matching per
-  /// message. The timeline, bytes and hash are the per-message path's (false), which stays for
-  /// point-to-point, all-reduce and barrier.
+  /// Run all-to-all and all-gather at the collective level: the controller runs each call's
+  /// schedule (emulator/collectives/) directly instead of a fiber, requests and channel matching
+  /// per message. The timeline, bytes and hash are the per-message path's (false), which stays
+  /// for point-to-point, all-reduce and barrier.
   bool collective_ops = true;
   /// Let a tile record the calls of a block whose calls are a function of its kind and key
   /// (Communicator::begin_tape, dit::BlockReplay) and issue them again for the next such

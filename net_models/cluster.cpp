@@ -356,7 +356,7 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
     const std::string v = mine ? in.get_string("library." + k, "") : file->get_string(k, "");
     AllToAllAlgorithm a{};
     if (!parse_all_to_all_algorithm(v, a)) {
-      const std::string expected = "shift | xor | concurrent";
+      const std::string expected = "shift | xor | concurrent | bruck";
       if (mine) in.fail("library." + k, expected, "\"" + v + "\"");
       throw ConfigError(file->where(k), k, expected, "\"" + v + "\"");
     }
@@ -376,12 +376,22 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
   lib.all_to_all_large = algo("all_to_all", AllToAllAlgorithm::kShift);
   lib.all_to_all_small = algo("all_to_all_small", lib.all_to_all_large);
   lib.all_to_all_small_max_bytes = bytes("all_to_all_small_max_bytes");
+  if (has("all_gather")) {
+    const bool mine = in.has("library.all_gather");
+    const std::string v =
+        mine ? in.get_string("library.all_gather", "") : file->get_string("all_gather", "");
+    if (!parse_all_gather_algorithm(v, lib.all_gather)) {
+      const std::string expected = "ring | hierarchical";
+      if (mine) in.fail("library.all_gather", expected, "\"" + v + "\"");
+      throw ConfigError(file->where("all_gather"), "all_gather", expected, "\"" + v + "\"");
+    }
+  }
   // Keys that [library] overrides count as read in the preset file too.
   for (std::string_view k :
        {"description", "source", "name", "call_overhead_us", "message_overhead_us",
         "eager_max_bytes", "eager_overhead_us", "eager_copy_gbytes_per_s", "rendezvous_overhead_us",
         "chunk_bytes", "chunk_overhead_us", "all_to_all", "all_to_all_small",
-        "all_to_all_small_max_bytes"})
+        "all_to_all_small_max_bytes", "all_gather"})
     if (file && file->has(k)) file->mark_used(k);
   if (file) {
     file->check_no_unknown_keys();

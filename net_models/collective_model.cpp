@@ -14,14 +14,30 @@ std::string_view all_to_all_algorithm_name(AllToAllAlgorithm a) {
       return "xor";
     case AllToAllAlgorithm::kConcurrent:
       return "concurrent";
+    case AllToAllAlgorithm::kBruck:
+      return "bruck";
   }
   return "?";
 }
 
 bool parse_all_to_all_algorithm(std::string_view name, AllToAllAlgorithm& out) {
-  for (AllToAllAlgorithm a :
-       {AllToAllAlgorithm::kShift, AllToAllAlgorithm::kXor, AllToAllAlgorithm::kConcurrent}) {
+  for (AllToAllAlgorithm a : {AllToAllAlgorithm::kShift, AllToAllAlgorithm::kXor,
+                              AllToAllAlgorithm::kConcurrent, AllToAllAlgorithm::kBruck}) {
     if (all_to_all_algorithm_name(a) == name) {
+      out = a;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string_view all_gather_algorithm_name(AllGatherAlgorithm a) {
+  return a == AllGatherAlgorithm::kRing ? "ring" : "hierarchical";
+}
+
+bool parse_all_gather_algorithm(std::string_view name, AllGatherAlgorithm& out) {
+  for (AllGatherAlgorithm a : {AllGatherAlgorithm::kRing, AllGatherAlgorithm::kHierarchical}) {
+    if (all_gather_algorithm_name(a) == name) {
       out = a;
       return true;
     }
@@ -81,8 +97,20 @@ SimTime all_to_all_time_contention_free(const LibraryModel& lib, int ranks,
   const SimTime wire =
       alpha + SimTime::from_seconds(static_cast<double>(wire_bytes_per_peer) / bytes_per_s);
   const std::int64_t rounds = ranks - 1;
-  if (choose_all_to_all(lib, ranks, wire_bytes_per_peer) == AllToAllAlgorithm::kConcurrent)
+  const AllToAllAlgorithm a = choose_all_to_all(lib, ranks, wire_bytes_per_peer);
+  if (a == AllToAllAlgorithm::kConcurrent)
     return lib.call_overhead + SimTime::from_ns(sw.ns() * rounds) + wire;
+  if (a == AllToAllAlgorithm::kBruck) {
+    SimTime t = lib.call_overhead;
+    for (int bit = 1; bit < ranks; bit *= 2) {
+      std::int64_t blocks = 0;  // distances 1..p-1 with this bit set
+      for (int j = 1; j < ranks; ++j) blocks += (j & bit) != 0 ? 1 : 0;
+      const std::int64_t bytes = blocks * wire_bytes_per_peer;
+      t += message_software_time(lib, bytes) + alpha +
+           SimTime::from_seconds(static_cast<double>(bytes) / bytes_per_s);
+    }
+    return t;
+  }
   return lib.call_overhead + SimTime::from_ns((sw + wire).ns() * rounds);
 }
 

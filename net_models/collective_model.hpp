@@ -24,12 +24,26 @@ enum class AllToAllAlgorithm : std::uint8_t {
   kShift,       // p-1 synchronised rounds, round k: send to r+k, receive from r-k
   kXor,         // p-1 synchronised rounds, round k: exchange with r XOR k (p a power of two)
   kConcurrent,  // every message posted at once (grouped send/recv)
+  kBruck,       // ceil(log2 p) rounds, round k: send every block whose distance has bit k to
+                // r + 2^k (MPICH's short-message algorithm); equal counts only
 };
 
-/// "shift" | "xor" | "concurrent".
+/// "shift" | "xor" | "concurrent" | "bruck".
 std::string_view all_to_all_algorithm_name(AllToAllAlgorithm a);
 /// Parses a name of all_to_all_algorithm_name(); false when unknown.
 bool parse_all_to_all_algorithm(std::string_view name, AllToAllAlgorithm& out);
+
+/// How an all-gather moves its blocks.
+enum class AllGatherAlgorithm : std::uint8_t {
+  kRing,          // p-1 rounds passing one block to the right neighbour
+  kHierarchical,  // one ring per topology level the group spans, innermost first, each
+                  // passing everything gathered so far (NCCL's intra/inter split, TAPA's phases)
+};
+
+/// "ring" | "hierarchical".
+std::string_view all_gather_algorithm_name(AllGatherAlgorithm a);
+/// Parses a name of all_gather_algorithm_name(); false when unknown.
+bool parse_all_gather_algorithm(std::string_view name, AllGatherAlgorithm& out);
 
 /// One library's software costs. Every time is charged on the sending rank, serially: a rank
 /// posts its messages one after another, each after its own software time.
@@ -54,6 +68,8 @@ struct LibraryModel {
   AllToAllAlgorithm all_to_all_large = AllToAllAlgorithm::kShift;
   AllToAllAlgorithm all_to_all_small = AllToAllAlgorithm::kShift;
   std::int64_t all_to_all_small_max_bytes = -1;
+  /// All-gather schedule.
+  AllGatherAlgorithm all_gather = AllGatherAlgorithm::kRing;
 
   /// True when the library adds nothing to the network's time (today's exact model).
   bool is_free() const;
@@ -74,7 +90,9 @@ int pairwise_recv_peer(AllToAllAlgorithm a, int ranks, int r, int k);
 
 /// Time of an all-to-all of `wire_bytes_per_peer` among `ranks` ranks that all start together,
 /// on a network where every message takes `alpha + bytes / bytes_per_s` whatever else runs.
-/// Pairwise: call + (p-1) (sw + alpha + m/B); concurrent: call + (p-1) sw + alpha + m/B.
+/// Pairwise: call + (p-1) (sw + alpha + m/B); concurrent: call + (p-1) sw + alpha + m/B;
+/// Bruck: call + sum over rounds k of (sw + alpha + n_k m/B), n_k the blocks whose distance
+/// 1..p-1 has bit k set.
 SimTime all_to_all_time_contention_free(const LibraryModel& lib, int ranks,
                                         std::int64_t wire_bytes_per_peer, SimTime alpha,
                                         double bytes_per_s);

@@ -1,15 +1,14 @@
-// Collectives at the collective level: each member's part is a small state machine that the
-// controller advances as its messages complete, with no fiber, request or channel per message.
-// It follows the per-message algorithms of emulator/collectives/ step for step (the same post
-// times, software costs, message tags and matching), so both paths give the same flows in the
-// same order and hence the same timeline; tests compare them on every strategy.
+// Collectives at the collective level: any schedule (emulator/collectives/schedule.hpp) run by
+// the controller, each member's part a small state machine advanced as its messages complete,
+// with no fiber, request or channel per message. It posts what the fiber runner
+// (collectives::run_on_fiber) posts, at the same times, with the same software costs and tags,
+// so both give the same flows and hence the same timeline; tests compare them.
 //
-// Per member r, with clock c starting at the caller's clock plus the library's call overhead:
-//   pairwise/ring, round i: post the receive at c; c += sw(send); post the send at c; when both
-//                           complete, c = max(c, their completions) and the next round starts.
-//   concurrent:             post every receive at c, then each send after its own sw(m);
-//                           c = max(c, every completion).
-// A message enters the network at max(its send's post, its receive's post).
+// Per member r, with clock c starting at the caller's clock plus the library's call overhead,
+// round i: post every receive at c; then each send at c += sw(its size); when every message of
+// the round has completed, c = max(c, their completions) and the next round starts. A message
+// enters the network at max(its send's post, its receive's post); its data is copied when it
+// is matched.
 
 #include <algorithm>
 #include <cmath>
@@ -34,70 +33,16 @@ void Kernel::open_collective(FiberState& parent, ReqState& req) {
   ++t.open_collectives;
 }
 
-Kernel::CollectiveMessage Kernel::op_recv(const CollectiveOp& op, int r, int round) const {
-  const CollectiveSpec& s = op.members[u(r)].spec;
-  const int p = static_cast<int>(op.members.size());
-  switch (op.kind) {
-    case CollectiveSpec::Kind::kRing: {
-      const int in_block = (r - round - 1 + 2 * p) % p;
-      return {(r - 1 + p) % p, in_block * s.count, s.count, round};
-    }
-    case CollectiveSpec::Kind::kPairwise: {
-      const int from = pairwise_recv_peer(s.order, p, r, round + 1);
-      if (s.uniform) return {from, from * s.count, s.count, 0};
-      return {from, s.recv_displs[u(from)], s.recv_counts[u(from)], 0};
-    }
-    case CollectiveSpec::Kind::kConcurrent: {
-      const int from = (r - round - 1 + p) % p;
-      if (s.uniform) return {from, from * s.count, s.count, 0};
-      return {from, s.recv_displs[u(from)], s.recv_counts[u(from)], 0};
-    }
-  }
-  return {};
-}
-
-Kernel::CollectiveMessage Kernel::op_send(const CollectiveOp& op, int r, int round) const {
-  const CollectiveSpec& s = op.members[u(r)].spec;
-  const int p = static_cast<int>(op.members.size());
-  switch (op.kind) {
-    case CollectiveSpec::Kind::kRing: {
-      const int out_block = (r - round + p) % p;
-      return {(r + 1) % p, out_block * s.count, s.count, round};
-    }
-    case CollectiveSpec::Kind::kPairwise: {
-      const int to = pairwise_send_peer(s.order, p, r, round + 1);
-      if (s.uniform) return {to, to * s.count, s.count, 0};
-      return {to, s.send_displs[u(to)], s.send_counts[u(to)], 0};
-    }
-    case CollectiveSpec::Kind::kConcurrent: {
-      const int to = (r + round + 1) % p;
-      if (s.uniform) return {to, to * s.count, s.count, 0};
-      return {to, s.send_displs[u(to)], s.send_counts[u(to)], 0};
-    }
-  }
-  return {};
-}
-
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
                                    int group_rank, std::uint64_t seq, ReqPtr req,
                                    const CollectiveSpec& spec) {
   const int p = static_cast<int>(g->members.size());
-  // The caller's own block first, as the per-message algorithms do.
-  if (!spec.send.empty() && !spec.recv.empty()) {
-    std::int64_t from = 0, to = 0, n = 0;
-    if (spec.kind == CollectiveSpec::Kind::kRing || spec.uniform) {
-      from = spec.kind == CollectiveSpec::Kind::kRing ? 0 : group_rank * spec.count;
-      to = group_rank * spec.count;
-      n = spec.count;
-    } else {
-      from = spec.send_displs[u(group_rank)];
-      to = spec.recv_displs[u(group_rank)];
-      n = spec.send_counts[u(group_rank)];
-    }
-    if (n > 0)
-      std::memcpy(spec.recv.data() + to, spec.send.data() + from,
-                  static_cast<std::size_t>(n) * sizeof(float));
-  }
+  const collectives::Schedule& sched = *spec.schedule;
+  // The caller's own block first, as the fiber runner does.
+  if (const auto c = sched.own(spec.sizes, group_rank);
+      c && !spec.send.empty() && !spec.recv.empty() && c->from.count > 0)
+    std::memcpy(spec.recv.data() + c->to.offset, spec.send.data() + c->from.offset,
+                static_cast<std::size_t>(c->from.count) * sizeof(float));
   open_collective(f, *req);
   const std::uint32_t label = options_.trace ? intern(req->label) : 0;
   std::unique_lock<ThreadLock> lk(state_lock_);
@@ -107,7 +52,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
     slot->group = g;
     slot->seq = seq;
     slot->label = label;
-    slot->kind = spec.kind;
+    slot->schedule = spec.schedule;
     slot->finished = 0;
     slot->members.assign(u(p), CollectiveMember{});
   }
@@ -117,62 +62,45 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   m.req = req;
   m.spec = spec;
   m.clock = f.clock + options_.library.call_overhead;
-  if (p == 1) {
+  if (!spec.recv.empty()) m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
+  if (sched.rounds() == 0) {
     op_finish(op, group_rank);
     return req;
   }
-  if (op.kind == CollectiveSpec::Kind::kConcurrent) {
-    m.recv_post = m.clock;
-    m.recv_posted = true;
-    m.pending = 2 * (p - 1);
-    for (int k = 0; k + 1 < p; ++k) {  // every receive, matched with senders already started
-      const CollectiveMessage in = op_recv(op, group_rank, k);
-      const CollectiveMember& s = op.members[u(in.peer)];
-      if (s.started)  // the sender's k-th send is to this rank too
-        op_match(op, in.peer, group_rank, op_send(op, in.peer, k), in,
-                 std::max(s.send_posts[u(group_rank)], m.clock));
-    }
-    m.send_posts.assign(u(p), SimTime{});
-    for (int k = 0; k + 1 < p; ++k) {
-      const CollectiveMessage msg = op_send(op, group_rank, k);
-      m.clock += software_time(wire_bytes(msg.count));
-      m.send_posts[u(msg.peer)] = m.clock;
-      const CollectiveMember& d = op.members[u(msg.peer)];
-      if (d.started)
-        op_match(op, group_rank, msg.peer, msg, op_recv(op, msg.peer, k),
-                 std::max(m.clock, d.recv_post));
-    }
-  } else {
-    m.round = 0;
-    op_post_round(op, group_rank);
-  }
+  m.round = 0;
+  op_post_round(op, group_rank);
   return req;
 }
 
 void Kernel::op_post_round(CollectiveOp& op, int r) {
+  const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& m = op.members[u(r)];
-  const CollectiveMessage in = op_recv(op, r, m.round);
-  const CollectiveMessage out = op_send(op, r, m.round);
-  m.pending = 2;
-  m.send_posted = false;
-  m.recv_posted = true;
+  const int round = m.round;
+  const int recvs = sched.recvs(r, round), sends = sched.sends(r, round);
+  m.pending = recvs + sends;
   m.recv_post = m.clock;
-  const CollectiveMember& s = op.members[u(in.peer)];
-  if (s.started && s.round == m.round && s.send_posted)
-    op_match(op, in.peer, r, op_send(op, in.peer, m.round), in, std::max(s.send_post, m.recv_post));
-  m.clock += software_time(wire_bytes(out.count));
-  m.send_posted = true;
-  m.send_post = m.clock;
-  const CollectiveMember& d = op.members[u(out.peer)];
-  if (d.started && d.round == m.round && d.recv_posted)
-    op_match(op, r, out.peer, out, op_recv(op, out.peer, m.round),
-             std::max(m.send_post, d.recv_post));
+  for (int k = 0; k < recvs; ++k) {
+    const int from = sched.recv(m.spec.sizes, r, round, k).peer;
+    const CollectiveMember& s = op.members[u(from)];
+    if (s.started && s.round == round)
+      op_match(op, from, r, k, std::max(s.send_posts[u(k)], m.recv_post));
+  }
+  m.send_posts.resize(u(sends));
+  for (int k = 0; k < sends; ++k) {
+    const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
+    m.clock += software_time(wire_bytes(out.count));
+    m.send_posts[u(k)] = m.clock;
+    const CollectiveMember& d = op.members[u(out.peer)];
+    if (d.started && d.round == round) op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post));
+  }
 }
 
-void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessage& out,
-                      const CollectiveMessage& in, SimTime start) {
-  const CollectiveMember& s = op.members[u(src)];
-  const CollectiveMember& d = op.members[u(dst)];
+void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
+  const collectives::Schedule& sched = *op.schedule;
+  CollectiveMember& s = op.members[u(src)];
+  CollectiveMember& d = op.members[u(dst)];
+  const collectives::Message out = sched.send(s.spec.sizes, src, s.round, k);
+  const collectives::Message in = sched.recv(d.spec.sizes, dst, d.round, k);
   COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
@@ -180,15 +108,9 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
     throw CommError("message size mismatch: rank " + std::to_string(wsrc) + " sends " +
                     std::to_string(out.count) + " elements to rank " + std::to_string(wdst) +
                     ", which expects " + std::to_string(in.count) +
-                    (op.members[u(src)].req->label.empty()
-                         ? ""
-                         : " (in '" + op.members[u(src)].req->label + "')"));
+                    (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
-  const std::span<const float> from =
-      op.kind == CollectiveSpec::Kind::kRing ? std::span<const float>(s.spec.recv) : s.spec.send;
-  if (!from.empty() && !d.spec.recv.empty() && out.count > 0)
-    std::memcpy(d.spec.recv.data() + in.offset, from.data() + out.offset,
-                static_cast<std::size_t>(out.count) * sizeof(float));
+  if (!s.spec.recv.empty() && !d.spec.recv.empty() && out.count > 0) op_copy(op, s, src, d, dst, k);
   const std::int64_t bytes = wire_bytes(out.count);
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
   // post another flow before this one ends, and on a route no other rank's flow can reach it
@@ -197,7 +119,7 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
   // while an end could still post (the member starting the op, before it waits) is decided
   // when the controller next steps, before any new flow enters the network: the members
   // usually wait for the op by then.
-  if (!options_.trace && op.kind != CollectiveSpec::Kind::kConcurrent) {
+  if (!options_.trace && sched.one_each_way()) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
         account_flow(start, *end, wsrc, wdst, bytes);
@@ -210,6 +132,52 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, const CollectiveMessag
     }
   }
   op_transfer(op, src, dst, out.step, start, bytes);
+}
+
+void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
+                     CollectiveMember& d, int dst, int k) {
+  using collectives::Buffer;
+  using collectives::Segment;
+  const collectives::Schedule& sched = *op.schedule;
+  const int round = s.round;
+  const collectives::Message out = sched.send(s.spec.sizes, src, round, k);
+  const collectives::Message in = sched.recv(d.spec.sizes, dst, round, k);
+  std::vector<Segment> from, to;  // a gathered message's segments, in travel order
+  if (out.gathered)
+    sched.segments(s.spec.sizes, src, round, k, true, from);
+  else
+    from.push_back(out.at);
+  if (in.gathered)
+    sched.segments(d.spec.sizes, dst, round, k, false, to);
+  else
+    to.push_back(in.at);
+  const auto read = [&s](const Segment& g) -> const float* {
+    return (g.buffer == Buffer::kSend   ? s.spec.send.data()
+            : g.buffer == Buffer::kRecv ? s.spec.recv.data()
+                                        : s.scratch.data()) +
+           g.offset;
+  };
+  const auto write = [&d](const Segment& g) -> float* {
+    return (g.buffer == Buffer::kScratch ? d.scratch.data() : d.spec.recv.data()) + g.offset;
+  };
+  const bool reduces = sched.reduces(round);
+  const bool sum = d.spec.op == ReduceOp::kSum;
+  // Walk both lists at once: a segment of one side may span several of the other's.
+  std::size_t a = 0, b = 0;
+  std::int64_t at_a = 0, at_b = 0;
+  while (a < from.size() && b < to.size()) {
+    const std::int64_t n = std::min(from[a].count - at_a, to[b].count - at_b);
+    const float* x = read(from[a]) + at_a;
+    float* y = write(to[b]) + at_b;
+    if (!reduces)
+      std::memcpy(y, x, static_cast<std::size_t>(n) * sizeof(float));
+    else
+      for (std::int64_t e = 0; e < n; ++e) y[e] = sum ? y[e] + x[e] : std::max(y[e], x[e]);
+    at_a += n;
+    at_b += n;
+    if (at_a == from[a].count) ++a, at_a = 0;
+    if (at_b == to[b].count) ++b, at_b = 0;
+  }
 }
 
 bool Kernel::settle_op_later() {
@@ -268,8 +236,7 @@ void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
   m.clock = std::max(m.clock, t);
   m.latest = std::max(m.latest, t);
   if (--m.pending > 0) return;
-  if (op.kind != CollectiveSpec::Kind::kConcurrent &&
-      m.round + 2 < static_cast<int>(op.members.size())) {
+  if (m.round + 1 < op.schedule->rounds()) {
     ++m.round;
     op_post_round(op, r);
     return;
@@ -279,8 +246,7 @@ void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
 
 void Kernel::op_finish(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
-  m.recv_posted = m.send_posted = false;
-  m.round = static_cast<int>(op.members.size());  // past every round: matches nothing more
+  m.round = op.schedule->rounds();  // past every round: matches nothing more
   // Through the network, the member finishes when its last message ends; a closed-form one
   // may have been delivered ahead of virtual time: the member is woken when it gets there.
   if (m.latest > net_.now()) {
@@ -293,6 +259,7 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   if (++op.finished < static_cast<int>(op.members.size())) return;
   const auto it = ops_.find({op.group->ctx, op.seq});
   it->second->group.reset();
+  it->second->schedule.reset();
   op_pool_.give(std::move(it->second));
   ops_.erase(it);
 }

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/math_pool.hpp"
 #include "emulator/detail/stack_pool.hpp"
 #include "emulator/engine.hpp"
@@ -138,23 +139,15 @@ inline std::uint64_t collective_tag(std::uint64_t seq, int step) {
   return (std::uint64_t{1} << 63) | (seq << 24) | static_cast<std::uint64_t>(step);
 }
 
-/// One rank's part of a collective run at the collective level (Kernel::start_collective_op).
+/// One rank's part of a collective run at the collective level (Kernel::start_collective_op):
+/// the schedule every member runs, this member's sizes and buffers. The buffers and an
+/// all-to-allv's count arrays stay alive until the request completes (as MPI_Ialltoallv's).
 struct CollectiveSpec {
-  enum class Kind : std::uint8_t {
-    kPairwise,    // all-to-all: p-1 rounds of one receive and one send (shift or XOR order)
-    kConcurrent,  // all-to-all: every receive, then every send, all at once
-    kRing,        // all-gather: p-1 rounds passing one block to the right neighbour
-  };
-  Kind kind = Kind::kPairwise;
-  AllToAllAlgorithm order = AllToAllAlgorithm::kShift;  // kPairwise
+  std::shared_ptr<const collectives::Schedule> schedule;
+  collectives::Sizes sizes;
   std::span<const float> send;
   std::span<float> recv;
-  /// Elements per peer (kRing, and all-to-all with a uniform layout); otherwise the layout's
-  /// arrays, which the caller keeps alive until the request completes (as MPI_Ialltoallv's).
-  std::int64_t count = 0;
-  bool uniform = true;
-  const std::int64_t *send_counts = nullptr, *send_displs = nullptr;
-  const std::int64_t *recv_counts = nullptr, *recv_displs = nullptr;
+  ReduceOp op = ReduceOp::kSum;  // rounds that reduce (Schedule::reduces)
 };
 
 inline constexpr std::uint64_t kHashBasis = 1469598103934665603ull;  // the timeline hash's start
@@ -344,16 +337,16 @@ class Kernel {
     PassOp* pass = nullptr;      // ring pass: the pass, its group ranks and the part
     int op_src = 0, op_dst = 0, part = 0;
   };
-  /// A collective run at the collective level: every member's state machine.
+  /// A collective run at the collective level: every member's progress through its rounds.
   struct CollectiveMember {
     bool started = false;
-    int round = 0;    // current round (kPairwise, kRing)
-    int pending = 0;  // messages of the current round not yet complete
-    bool recv_posted = false, send_posted = false;
-    SimTime clock;  // the time the per-message algorithm's fiber would be at
-    SimTime recv_post, send_post;
+    int round = 0;                    // current round
+    int pending = 0;                  // messages of the current round not yet complete
+    SimTime clock;                    // the time the fiber running the schedule would be at
+    SimTime recv_post;                // when the current round's receives were posted
+    std::vector<SimTime> send_posts;  // when each of its sends was
     SimTime latest;                   // the latest end of its messages so far
-    std::vector<SimTime> send_posts;  // kConcurrent: per peer group rank
+    std::vector<float> scratch;       // Schedule::scratch, when data moves
     ReqPtr req;
     CollectiveSpec spec;
   };
@@ -361,22 +354,20 @@ class Kernel {
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
     std::uint32_t label = 0;
-    CollectiveSpec::Kind kind{};
+    std::shared_ptr<const collectives::Schedule> schedule;
     int finished = 0;
     std::vector<CollectiveMember> members;
   };
-  struct CollectiveMessage {
-    int peer;
-    std::int64_t offset, count;
-    int step;
-  };
-  CollectiveMessage op_recv(const CollectiveOp& op, int r, int round) const;
-  CollectiveMessage op_send(const CollectiveOp& op, int r, int round) const;
+  /// Posts member r's current round: its receives, then its sends (each after its software
+  /// time), each matched with the other end if it has posted the same round.
   void op_post_round(CollectiveOp& op, int r);
-  /// Matches the message from group rank src to dst (`out` as the sender posted it, `in` as
-  /// the receiver did), both posted: it enters the network at `start`.
-  void op_match(CollectiveOp& op, int src, int dst, const CollectiveMessage& out,
-                const CollectiveMessage& in, SimTime start);
+  /// Matches the k-th message of the current round from group rank src to dst, both posted:
+  /// copies its data and times it from `start`.
+  void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start);
+  /// Copies (or reduces) a matched message's elements from its sender's buffers into its
+  /// receiver's.
+  void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
+               int dst, int k);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
   /// Whether member r of `op` can post nothing before its current messages end: its tile's
   /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.

@@ -55,7 +55,13 @@ TEST(LibraryModel, ScheduleBySizeAndXorNeedsAPowerOfTwo) {
   AllToAllAlgorithm a{};
   EXPECT_TRUE(parse_all_to_all_algorithm("xor", a));
   EXPECT_EQ(a, AllToAllAlgorithm::kXor);
-  EXPECT_FALSE(parse_all_to_all_algorithm("bruck", a));
+  EXPECT_TRUE(parse_all_to_all_algorithm("bruck", a));
+  EXPECT_EQ(a, AllToAllAlgorithm::kBruck);
+  EXPECT_FALSE(parse_all_to_all_algorithm("tree", a));
+  AllGatherAlgorithm g{};
+  EXPECT_TRUE(parse_all_gather_algorithm("hierarchical", g));
+  EXPECT_EQ(g, AllGatherAlgorithm::kHierarchical);
+  EXPECT_FALSE(parse_all_gather_algorithm("bruck", g));
 }
 
 TEST(LibraryModel, PairwisePeersCoverEveryPeerOnce) {
@@ -161,6 +167,52 @@ TEST(LibraryEngine, XorPairingKeepsRoundsOnOneTierOnTwoNodes) {
   LibraryModel mpich;
   mpich.all_to_all_large = AllToAllAlgorithm::kXor;
   EXPECT_EQ(run_a2a(mpich, "library", 8, 2, count, tiers).makespan.ns(), 7 * intra + 8 * inter);
+}
+
+TEST(LibraryEngine, BruckTakesLogRoundsOfHalfTheBlocks) {
+  // 8 ranks, 3 rounds of 4 blocks of 10000 bytes: 3 (sw + 2000 + 4000) ns; 12 ranks, 4 rounds
+  // of 6, 6, 4 and 4 blocks (the distances 1..11 with bit k set).
+  LibraryModel lib;
+  lib.call_overhead = ns(5000);
+  lib.message_overhead = ns(300);
+  lib.all_to_all_large = AllToAllAlgorithm::kBruck;
+  EXPECT_EQ(run_a2a(lib, "library", 4, 2, 2500, kUniform).makespan.ns(),
+            5000 + 3 * (300 + 2000 + 4000));
+  EXPECT_EQ(run_a2a(lib, "bruck", 4, 3, 2500, kUniform).makespan.ns(),
+            5000 + 2 * (300 + 2000 + 6000) + 2 * (300 + 2000 + 4000));
+  for (int p : {2, 3, 5, 8, 12}) {
+    EXPECT_EQ(run_a2a(lib, "bruck", p, 1, 2500, kUniform).makespan,
+              all_to_all_time_contention_free(lib, p, 10000, ns(2000), 1e10))
+        << p;
+  }
+}
+
+TEST(LibraryEngine, HierarchicalAllGatherRunsARingPerLevel) {
+  // 4 GPUs x 3 nodes; intra-node alpha 1 us at 100 GB/s, inter-node alpha 5 us at 10 GB/s.
+  // Blocks of 100 kB: the GPU ring takes 3 rounds of one block (1 + 1 us), the node ring 2
+  // rounds of 4 blocks (5 + 40 us), each message after its 300 ns of software time.
+  const std::vector<LinkCost> tiers{{ns(1000), 1e11}, {ns(5000), 1e10}};
+  Topology topo({{"gpu", 4, "intra-node"}, {"node", 3, "inter-node"}});
+  LibraryModel lib;
+  lib.message_overhead = ns(300);
+  lib.all_gather = AllGatherAlgorithm::kHierarchical;
+  for (bool ops : {true, false}) {
+    emu::EngineOptions o;
+    o.wire_bytes_per_element = 4;
+    o.library = lib;
+    o.collective_ops = ops;
+    emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, tiers), unit_device(), o);
+    const emu::RunResult r = e.run([](Communicator& c) {
+      std::vector<float> mine(25000, static_cast<float>(c.rank()));
+      std::vector<float> all(mine.size() * static_cast<size_t>(c.size()));
+      c.all_gather(mine, all, 25000);
+      for (int j = 0; j < c.size(); ++j)
+        ASSERT_EQ(all[25000 * static_cast<size_t>(j)], static_cast<float>(j));
+    });
+    EXPECT_EQ(r.makespan.ns(), 3 * (300 + 1000 + 1000) + 2 * (300 + 5000 + 40000)) << ops;
+    // Node ring: 12 ranks send 2 messages of 400 kB; GPU ring: 12 ranks send 3 of 100 kB.
+    EXPECT_EQ(r.bytes_by_tier, (std::vector<std::int64_t>{12 * 3 * 100000, 12 * 2 * 400000}));
+  }
 }
 
 TEST(LibraryEngine, XorAllToAllDeliversEveryBlock) {
@@ -300,9 +352,17 @@ TEST(LibraryPresets, ClustersNameTheirLibraryAndKeysOverrideIt) {
 TEST(LibraryPresets, BadLibraryKeysNameTheKey) {
   EXPECT_NE(load_error("hgx-h100", {"cluster.library.preset=\"nope\""}).find("library.preset"),
             std::string::npos);
-  EXPECT_NE(load_error("hgx-h100", {"cluster.library.all_to_all=\"bruck\""})
-                .find("shift | xor | concurrent"),
-            std::string::npos);
+  std::string e = load_error("hgx-h100", {"cluster.library.all_to_all=\"tree\""});
+  EXPECT_NE(e.find("library.all_to_all"), std::string::npos) << e;
+  EXPECT_NE(e.find("shift | xor | concurrent | bruck"), std::string::npos) << e;
+  e = load_error("hgx-h100", {"cluster.library.all_gather=\"tree\""});
+  EXPECT_NE(e.find("library.all_gather"), std::string::npos) << e;
+  EXPECT_NE(e.find("ring | hierarchical"), std::string::npos) << e;
+  EXPECT_EQ(load("hgx-h100", {"cluster.library.all_gather=\"hierarchical\""}).library.all_gather,
+            AllGatherAlgorithm::kHierarchical);
+  EXPECT_EQ(
+      load("hgx-h100", {"cluster.library.all_to_all_small=\"bruck\""}).library.all_to_all_small,
+      AllToAllAlgorithm::kBruck);
   EXPECT_NE(load_error("hgx-h100", {"cluster.library.call_overhead_us=-1"})
                 .find("library.call_overhead_us"),
             std::string::npos);

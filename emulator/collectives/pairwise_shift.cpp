@@ -1,0 +1,30 @@
+// Pairwise-exchange all-to-all in shift order (MPI's large-message algorithm): p-1 synchronised
+// rounds; in round k = 1..p-1 rank r sends its block for r+k and receives r-k's block for it,
+// and waits for both before the next round. On a contention-free alpha-beta network with m
+// bytes per block and the library's software time sw(m) per message:
+// T = call + (p-1) (sw(m) + alpha + m beta).
+
+#include "emulator/collectives/all_to_all_blocks.hpp"
+
+namespace cocodiff::emu::collectives {
+
+namespace {
+
+class PairwiseShift final : public Schedule {
+ public:
+  using Schedule::Schedule;
+  int rounds() const override { return size() - 1; }
+  Message recv(const Sizes& s, int me, int round, int /*k*/) const override {
+    return block_from(s, wrap(me - round - 1, size()), 0);
+  }
+  Message send(const Sizes& s, int me, int round, int /*k*/) const override {
+    return block_to(s, (me + round + 1) % size(), 0);
+  }
+  std::optional<Copy> own(const Sizes& s, int me) const override { return own_block(s, me); }
+};
+
+}  // namespace
+
+std::unique_ptr<Schedule> make_pairwise_shift(int p) { return std::make_unique<PairwiseShift>(p); }
+
+}  // namespace cocodiff::emu::collectives

@@ -1,0 +1,32 @@
+// Ring all-gather: in round k = 0..p-2, rank r forwards block (r-k) mod p to r+1 and receives
+// block (r-k-1) mod p from r-1, both in the receive buffer. On a contention-free network:
+// T = call + (p-1) (sw(m) + alpha + m beta), sw being the library's software time per message.
+
+#include "emulator/collectives/schedule.hpp"
+
+namespace cocodiff::emu::collectives {
+
+namespace {
+
+class RingAllGather final : public Schedule {
+ public:
+  using Schedule::Schedule;
+  int rounds() const override { return size() - 1; }
+  Message recv(const Sizes& s, int me, int round, int /*k*/) const override {
+    const int block = wrap(me - round - 1, size());
+    return {wrap(me - 1, size()), round, s.count, {Buffer::kRecv, block * s.count, s.count}};
+  }
+  Message send(const Sizes& s, int me, int round, int /*k*/) const override {
+    const int block = wrap(me - round, size());
+    return {(me + 1) % size(), round, s.count, {Buffer::kRecv, block * s.count, s.count}};
+  }
+  std::optional<Copy> own(const Sizes& s, int me) const override {
+    return Copy{{Buffer::kSend, 0, s.count}, {Buffer::kRecv, me * s.count, s.count}};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Schedule> make_ring_all_gather(int p) { return std::make_unique<RingAllGather>(p); }
+
+}  // namespace cocodiff::emu::collectives
