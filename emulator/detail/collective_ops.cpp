@@ -119,10 +119,10 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
   // while an end could still post (the member starting the op, before it waits) is decided
   // when the controller next steps, before any new flow enters the network: the members
   // usually wait for the op by then.
-  if (!options_.trace && sched.one_each_way()) {
+  if (sched.one_each_way()) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
-        account_flow(start, *end, wsrc, wdst, bytes);
+        account_flow(start, *end, wsrc, wdst, bytes, {&op.label, 1});
         ++flows_exclusive_;
         op_done_.push_back({&op, src, dst, *end});
       } else {
@@ -190,7 +190,7 @@ bool Kernel::settle_op_later() {
     if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
       const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, m.bytes, 1, m.start);
       COCO_CHECK(end.has_value(), "an exclusive collective message's route is not exclusive");
-      account_flow(m.start, *end, wsrc, wdst, m.bytes);
+      account_flow(m.start, *end, wsrc, wdst, m.bytes, {&op.label, 1});
       ++flows_exclusive_;
       op_done_.push_back({&op, m.src, m.dst, *end});
       timed = true;

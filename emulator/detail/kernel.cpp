@@ -794,8 +794,25 @@ std::string Kernel::deadlock_report() const {
 }
 
 void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
-                          int copies) {
-  bytes_by_tier_[static_cast<size_t>(tier(src, dst))] += bytes * copies;
+                          std::span<const std::uint32_t> labels) {
+  const int copies = static_cast<int>(labels.size());
+  const int tier = this->tier(src, dst);
+  bytes_by_tier_[static_cast<size_t>(tier)] += bytes * copies;
+  if (options_.trace) {
+    for (const std::uint32_t label : labels) {
+      if (flow_trace_.size() >= options_.trace_limit / 2) break;
+      TraceEvent e;
+      e.kind = TraceEvent::Kind::kFlow;
+      e.rank = src;
+      e.peer = dst;
+      e.tier = tier;
+      e.label = label;
+      e.start = start;
+      e.end = end;
+      e.bytes = bytes;
+      flow_trace_.push_back(e);
+    }
+  }
   flows_ += static_cast<std::uint64_t>(copies);
   std::uint64_t h = kHashBasis;
   hash_value(h, (start - flow_base_).ns());
@@ -914,19 +931,7 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
       std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
       COCO_CHECK(slot.has_value(), "flow completed twice");
       Transfer& t = *slot;
-      account_flow(t.start, t_net, t.src, t.dst, t.bytes);
-      if (options_.trace && flow_trace_.size() < options_.trace_limit / 2) {
-        TraceEvent e;
-        e.kind = TraceEvent::Kind::kFlow;
-        e.rank = t.src;
-        e.peer = t.dst;
-        e.tier = this->tier(t.src, t.dst);
-        e.label = t.label;
-        e.start = t.start;
-        e.end = t_net;
-        e.bytes = t.bytes;
-        flow_trace_.push_back(e);
-      }
+      account_flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
       if (t.op != nullptr || t.pass != nullptr) {
         try {
           const int src = t.op_src, dst = t.op_dst;
@@ -1073,6 +1078,12 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.tapes_played = tapes_played_;
   res.tapes_run_by_engine = tapes_run_;
   if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
+  // Flows in the order they start: the same list whether a flow was timed by the network model
+  // or in closed form.
+  std::stable_sort(
+      flow_trace_.begin(), flow_trace_.end(), [](const TraceEvent& a, const TraceEvent& b) {
+        return std::tie(a.start, a.rank, a.peer, a.end) < std::tie(b.start, b.rank, b.peer, b.end);
+      });
   res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
   res.bytes_by_tier = bytes_by_tier_;
   res.labels = labels_;

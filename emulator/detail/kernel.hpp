@@ -441,7 +441,7 @@ class Kernel {
     std::vector<PassMember> members;
     /// Per member r, what its hop (to r + 1) is: kHopExclusive, kHopNetwork, or the pair key
     /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
-    /// mode (trace off), a property of the routes.
+    /// mode, a property of the routes.
     std::vector<int> hop_kind;
     std::vector<const std::int64_t*> counts;  // per member: its block sizes (pass_counts)
     std::vector<const PassCosts*> costs;      // per member: its charges, by block
@@ -454,7 +454,7 @@ class Kernel {
   void pass_post_round(PassOp& op, int r);
   static constexpr int kHopExclusive = -1, kHopNetwork = -2;
   void pass_match(PassOp& op, int src, int dst);
-  /// Whether pass `op` of p members can be timed whole: trace off, and every hop (member r to
+  /// Whether pass `op` of p members can be timed whole: every hop (member r to
   /// r + 1) exclusive (NetworkModel::exclusive_end). Its members then post nothing as they join;
   /// the controller times the whole pass when the last one has (pass_whole), unless a member
   /// joins with something else open or other block sizes: then the members so far post their
@@ -500,10 +500,10 @@ class Kernel {
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool drain_pass_done();
-  /// A completed flow's share of the statistics and of the timeline hash, `copies` times (the
-  /// parts of one ring pass message).
+  /// A completed flow's share of the statistics, the timeline hash and the trace, once per
+  /// label (the parts of one ring pass message travel as one flow each).
   void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
-                    int copies = 1);
+                    std::span<const std::uint32_t> labels);
   /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
   /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
   /// Returns the clock after it.

@@ -218,7 +218,7 @@ const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank
 
 bool Kernel::pass_can_be_whole(PassOp& op) {
   const int p = static_cast<int>(op.members.size());
-  if (options_.trace || p < 2) return false;
+  if (p < 2) return false;
   // Each hop's kind, asked once per pass: its rounds' messages go by it.
   const std::vector<int>& ranks = op.group->members;
   op.hop_kind.resize(u(p));
@@ -291,7 +291,8 @@ void Kernel::pass_whole(PassOp& op) {
         whole_span_[u(r)] = span->ns();
       }
       const SimTime end = start + SimTime::from_ns(whole_span_[u(r)]);
-      account_flow(start, end, s.rank, dm.rank, bytes, parts);
+      account_flow(start, end, s.rank, dm.rank, bytes,
+                   {op.trace_labels.data() + u(r) * u(parts), u(parts)});
       send[u(r)] = end;
       recv[u(d)] = end;
     }
@@ -384,13 +385,12 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   const PassHop hop{&op, src, dst, s.rank, d.rank, round, start, bytes};
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
   // before these messages end), a route on which no other rank's flow can travel carries them
-  // alone: their end is known now, and they never enter the network model. The trace lists
-  // flows in the order they complete, so it takes the network's path.
-  if (options_.trace || !tiles_[u(s.rank)].nothing_open() || !tiles_[u(d.rank)].nothing_open()) {
+  // alone: their end is known now, and they never enter the network model.
+  if (!tiles_[u(s.rank)].nothing_open() || !tiles_[u(d.rank)].nothing_open()) {
     pass_transfers(hop);
     return;
   }
-  const int kind = op.hop_kind[u(src)];  // set with the mode: trace is off
+  const int kind = op.hop_kind[u(src)];  // set with the mode
   if (kind == kHopExclusive) {
     const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
     COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
@@ -434,7 +434,8 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
 void Kernel::pass_closed(const PassHop& h, SimTime end) {
   COCO_CHECK(h.op->late || h.start >= net_.now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
-  account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes, parts);
+  account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
+               {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)});
   flows_exclusive_ += static_cast<std::uint64_t>(parts);
   pass_done_.push_back({h.op, h.src, parts, parts, end});  // the sends; dst's are pending
   pass_done_.push_back({h.op, h.dst, 0, parts, end});      // the receives

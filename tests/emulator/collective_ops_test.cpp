@@ -208,6 +208,27 @@ void expect_same_run(const Outcome& got, const Outcome& ref) {
   EXPECT_EQ(got.received, ref.received);
 }
 
+// The same trace: each tile's events in its order, and the same flows (start, end, ends, bytes,
+// label), whose order among equal (start, sender, receiver, end) does not count.
+void expect_same_trace(const emu::RunResult& got, const emu::RunResult& ref) {
+  using Row = std::tuple<int, std::int64_t, std::int64_t, int, int, int, std::int64_t, std::string>;
+  const auto rows = [](const emu::RunResult& r) {
+    std::vector<Row> out, flows;
+    for (const emu::TraceEvent& e : r.trace) {
+      const Row row{
+          static_cast<int>(e.kind), e.start.ns(), e.end.ns(), e.rank, e.peer, e.tier, e.bytes,
+          r.labels[e.label]};
+      (e.kind == emu::TraceEvent::Kind::kFlow ? flows : out).push_back(row);
+    }
+    std::sort(flows.begin(), flows.end());
+    out.insert(out.end(), flows.begin(), flows.end());
+    return out;
+  };
+  EXPECT_FALSE(ref.trace.empty());
+  EXPECT_FALSE(got.trace_truncated);
+  EXPECT_TRUE(rows(got) == rows(ref));
+}
+
 TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
   for (const std::string a2a : {"pairwise", "xor", "concurrent", "library"}) {
     SCOPED_TRACE(a2a);
@@ -217,7 +238,7 @@ TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
       SCOPED_TRACE("workers " + std::to_string(workers));
       const Outcome got = run(a2a, workers, true);
       expect_same_run(got, ref);
-      ASSERT_EQ(got.result.trace.size(), ref.result.trace.size());
+      expect_same_trace(got.result, ref.result);
     }
   }
   // The schedules differ, so the test can tell them apart.
@@ -228,7 +249,7 @@ TEST(CollectiveOps, GiveThePerMessageTimelineAndBytesOnAnyWorkerCount) {
 }
 
 TEST(CollectiveOps, ExclusiveRingHopsGiveTheNetworkTimeline) {
-  // Trace off, ring passes time the hops whose links no other rank's flow can reach (tiles 2,
+  // Ring passes time the hops whose links no other rank's flow can reach (tiles 2,
   // 3, 8 and 9 of an Aurora node have a NIC each; tiles of one GPU share their MDFI link) with
   // NetworkModel::exclusive_end instead of the network model, as long as neither end has
   // anything else open: the passes beside an open all-to-all take the network's path. The
@@ -242,19 +263,23 @@ TEST(CollectiveOps, ExclusiveRingHopsGiveTheNetworkTimeline) {
     EXPECT_LT(got.result.flows_exclusive, got.result.flows);
     expect_same_run(got, ref);
   }
-  // With the trace on, the same timeline through the network model alone.
+  // The trace observes the same path: the same flows timed in closed form, the same timeline,
+  // and the per-message run's trace.
   const Outcome traced = run("pairwise", 1, true, true);
-  EXPECT_EQ(traced.result.flows_exclusive, 0u);
-  EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
+  const Outcome untraced = run("pairwise", 1, true, false);
+  EXPECT_EQ(traced.result.flows_exclusive, untraced.result.flows_exclusive);
+  EXPECT_EQ(traced.result.passes_whole, untraced.result.passes_whole);
+  expect_same_run(traced, ref);
+  expect_same_trace(traced.result, run("pairwise", 1, false, true).result);
 }
 
 TEST(CollectiveOps, MessagesThatTravelAloneGiveTheNetworkTimeline) {
   // Three HGX H100 nodes (24 GPUs): every GPU reaches the NVSwitch and its NIC over links of its
   // own, so a message of a pairwise or ring schedule between two tiles that both wait for that
-  // op alone (op_waits_alone) travels alone, and with the trace off it is timed in closed form.
-  // The program's overlapped all-to-alls, its polled one and its concurrent schedule take the
-  // network's path. The same timeline and received bytes as the per-message run and the traced
-  // one, on 1, 2 and 4 workers.
+  // op alone (op_waits_alone) travels alone, and it is timed in closed form. The program's
+  // overlapped all-to-alls, its polled one and its concurrent schedule take the network's path.
+  // The same timeline and received bytes as the per-message run on 1, 2 and 4 workers; with the
+  // trace on, the same path, and the per-message run's trace.
   std::uint64_t concurrent_exclusive = 0;
   for (const std::string a2a : {"concurrent", "pairwise", "xor", "library"}) {
     SCOPED_TRACE(a2a);
@@ -273,8 +298,10 @@ TEST(CollectiveOps, MessagesThatTravelAloneGiveTheNetworkTimeline) {
         EXPECT_GT(got.result.flows_exclusive, concurrent_exclusive + 500);
     }
     const Outcome traced = run(a2a, 1, true, true, 3, "hgx-h100");
-    EXPECT_EQ(traced.result.flows_exclusive, 0u);
-    EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
+    EXPECT_EQ(traced.result.flows_exclusive,
+              run(a2a, 1, true, false, 3, "hgx-h100").result.flows_exclusive);
+    expect_same_run(traced, ref);
+    expect_same_trace(traced.result, run(a2a, 1, false, true, 3, "hgx-h100").result);
   }
 }
 
@@ -337,11 +364,10 @@ void rings(Communicator& world, Received& got, std::mutex& mu) {
 }
 
 TEST(CollectiveOps, PairedRingHopsGiveTheNetworkTimeline) {
-  // Trace off, two hops that only each other's flows can slow down (NetworkModel::pair_key) are
-  // held until both are matched and timed together when they end at one instant
-  // (exclusive_pair_ends); the others go to the network. The same timeline and received bytes
-  // as the per-message run and the traced one (every flow through the network), on 1, 2 and 4
-  // workers.
+  // Two hops that only each other's flows can slow down (NetworkModel::pair_key) are held until
+  // both are matched and timed together when they end at one instant (exclusive_pair_ends); the
+  // others go to the network. The same timeline and received bytes as the per-message run, on
+  // 1, 2 and 4 workers; with the trace on, the same path and the per-message run's trace.
   const auto run_rings = [](int workers, bool ops, bool trace) {
     emu::Engine e = engine("pairwise", workers, ops, trace, 4);
     Outcome out;
@@ -368,8 +394,10 @@ TEST(CollectiveOps, PairedRingHopsGiveTheNetworkTimeline) {
   }
   EXPECT_EQ(ref.result.passes_whole, 0u);
   const Outcome traced = run_rings(1, true, true);
-  EXPECT_EQ(traced.result.flows_exclusive, 0u);
-  EXPECT_EQ(traced.result.timeline_sha256, ref.result.timeline_sha256);
+  EXPECT_EQ(traced.result.flows_exclusive, run_rings(1, true, false).result.flows_exclusive);
+  EXPECT_EQ(traced.result.passes_whole, 7u);
+  expect_same_run(traced, ref);
+  expect_same_trace(traced.result, run_rings(1, false, true).result);
 }
 
 // Groups of 2, 3, 5, 7, 11, 13, 17 and 38 members of 96 ranks, and the world: an all-to-all, an
@@ -417,8 +445,8 @@ void sizes_2_to_96(Communicator& world, Received& got, std::mutex& mu) {
 
 TEST(CollectiveOps, EveryScheduleOnTwoTo96RanksGivesItsPerMessageRun) {
   // Eight Aurora nodes under max-min. Per message (the schedule run on a collective fiber)
-  // against the collective level with the trace off (messages that travel alone timed in
-  // closed form): the same timeline and received bytes.
+  // against the collective level (messages that travel alone timed in closed form): the same
+  // timeline and received bytes.
   for (const auto& [a2a, ag] : std::vector<std::pair<std::string, AllGatherAlgorithm>>{
            {"pairwise", AllGatherAlgorithm::kRing},
            {"xor", AllGatherAlgorithm::kHierarchical},
@@ -432,7 +460,7 @@ TEST(CollectiveOps, EveryScheduleOnTwoTo96RanksGivesItsPerMessageRun) {
       out.result = e.run([&](Communicator& c) { sizes_2_to_96(c, out.received, mu); });
       return out;
     };
-    const Outcome ref = run_sizes(false, true);
+    const Outcome ref = run_sizes(false, false);
     const Outcome got = run_sizes(true, false);
     expect_same_run(got, ref);
     EXPECT_EQ(ref.result.flows_exclusive, 0u);
