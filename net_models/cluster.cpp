@@ -321,6 +321,14 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     }
     d.kernels.emplace(name, std::move(t));
   }
+  const auto us = [&in](const std::string& k) {
+    return SimTime::from_seconds(in.get_double(k, 0.0, 0.0, 1e6) * 1e-6);
+  };
+  d.host.op_issue = us("device.host.op_issue_us");
+  d.host.collective_issue = us("device.host.collective_issue_us");
+  d.host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);
+  for (const std::string& label : in.subkeys("device.host.ops"))
+    d.host.ops.emplace(label, us("device.host.ops." + label));
   return d;
 }
 

@@ -7,7 +7,12 @@
 
 namespace cocodiff {
 
-RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)) {
+bool HostParams::any() const {
+  if (op_issue > SimTime{} || collective_issue > SimTime{}) return true;
+  return std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second > SimTime{}; });
+}
+
+RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p_.host.any()) {
   COCO_CHECK(p_.peak_flops_per_s > 0 && p_.hbm_bytes_per_s > 0, "device peaks must be positive");
   COCO_CHECK(p_.overlap_compute_factor >= 1, "overlap compute factor must be >= 1");
   COCO_CHECK(p_.overlap_transfer_factor >= 1, "overlap transfer factor must be >= 1");
@@ -58,6 +63,11 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
     }
   }
   return roofline(cost);
+}
+
+SimTime RooflineDevice::host_issue(std::string_view label) const {
+  const auto it = p_.host.ops.find(label);
+  return it == p_.host.ops.end() ? p_.host.op_issue : it->second;
 }
 
 SimTime RooflineDevice::roofline(const OpCost& cost) const {

@@ -6,6 +6,7 @@
 #include <array>
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/op_cost.hpp"
@@ -27,6 +28,24 @@ class DeviceModel {
   /// overlapped part of the collective (at most the compute issued while it was open) takes
   /// this much longer, as seen by the tile that waits for it. 1 keeps overlap free.
   virtual double overlap_transfer_factor() const { return 1.0; }
+  /// The host that issues a rank's work, as eager PyTorch does: it spends host_issue(op) of
+  /// CPU time on every op before the device may start it, and collective_issue() on every
+  /// collective call. False (every cost zero): ops start as soon as the device is free.
+  virtual bool has_host() const { return false; }
+  virtual SimTime host_issue(std::string_view /*label*/) const { return {}; }
+  virtual SimTime collective_issue() const { return {}; }
+  /// How much slower each further rank on a node makes its hosts: issue costs are taken
+  /// (1 + this x (ranks per node - 1)) times (the ranks share the node's CPUs and memory).
+  virtual double host_per_rank_slowdown() const { return 0.0; }
+};
+
+/// Host issue costs ([device.host] of a cluster file).
+struct HostParams {
+  SimTime op_issue;                                 // any op whose label has no cost of its own
+  SimTime collective_issue;                         // one collective call
+  std::map<std::string, SimTime, std::less<>> ops;  // by op label
+  double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
+  bool any() const;
 };
 
 /// Measured times of one kernel at several sizes, by FLOPs (ascending, distinct).
@@ -57,6 +76,7 @@ struct RooflineParams {
   /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
   /// roofline at the nearest end of the range.
   std::map<std::string, KernelTable, std::less<>> kernels;
+  HostParams host;
 };
 
 class RooflineDevice final : public DeviceModel {
@@ -66,12 +86,17 @@ class RooflineDevice final : public DeviceModel {
   std::string name() const override { return p_.name; }
   double overlap_compute_factor() const override { return p_.overlap_compute_factor; }
   double overlap_transfer_factor() const override { return p_.overlap_transfer_factor; }
+  bool has_host() const override { return has_host_; }
+  SimTime host_issue(std::string_view label) const override;
+  SimTime collective_issue() const override { return p_.host.collective_issue; }
+  double host_per_rank_slowdown() const override { return p_.host.per_rank_slowdown; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.
   SimTime roofline(const OpCost& cost) const;
 
  private:
   RooflineParams p_;
+  bool has_host_ = false;
 };
 
 }  // namespace cocodiff

@@ -36,6 +36,7 @@ void Kernel::open_collective(FiberState& parent, ReqState& req) {
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
                                    int group_rank, std::uint64_t seq, ReqPtr req,
                                    const CollectiveSpec& spec) {
+  issue_call(f);
   const int p = static_cast<int>(g->members.size());
   const collectives::Schedule& sched = *spec.schedule;
   // The caller's own block first, as the fiber runner does.

@@ -131,6 +131,7 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       options_(options),
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes) {
+  host_scale_ = 1.0 + device_.host_per_rank_slowdown() * (topo_.ranks_per_node() - 1);
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
@@ -456,6 +457,12 @@ SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view lab
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   const double slowdown = device_.overlap_compute_factor();
   TileStats& t = tiles_[static_cast<size_t>(rank)];
+  if (device_.has_host()) {
+    // The host issues ops in program order; the device runs one once it is issued and the
+    // compute stream is free.
+    t.host += host_cost(device_.host_issue(label));
+    start = std::max(start, t.host);
+  }
   if (t.open_collectives > 0) {
     if (slowdown != 1.0)
       dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
@@ -467,7 +474,15 @@ SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view lab
   return end;
 }
 
+void Kernel::issue_call(FiberState& f) {
+  if (!f.is_main || !device_.has_host()) return;
+  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  t.host += host_cost(device_.collective_issue());
+  f.clock = std::max(f.clock, t.host);
+}
+
 void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req) {
+  issue_call(parent);
   auto state = std::make_shared<FiberState>();
   state->rank = parent.rank;
   state->is_main = false;
@@ -638,6 +653,9 @@ void Kernel::region_event(int mark) {
   offsets.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
     offsets[static_cast<size_t>(r)] = (mains_[static_cast<size_t>(r)]->clock - t0).ns();
+  // With a host model the tiles' hosts are part of the state: their offsets follow the clocks'.
+  if (device_.has_host())
+    for (int r = 0; r < n; ++r) offsets.push_back((tiles_[static_cast<size_t>(r)].host - t0).ns());
   // The region that ends here was recorded from the previous mark: keep its effect.
   if (rec_.active && rec_.mark + 1 == mark) {
     RegionRecord r;
@@ -692,6 +710,8 @@ void Kernel::region_event(int mark) {
         FiberState& f = *mains_[u];
         TileStats& t = tiles_[u];
         f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
+        if (device_.has_host())
+          t.host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
         f.replayed = true;
         t.compute += r.compute[u];
         t.exposed += r.exposed[u];

@@ -186,6 +186,9 @@ struct TileStats {
   /// Compute time this tile issued while at least one of its collectives was open; a
   /// collective's share is the growth of this sum while it was open.
   SimTime overlapped_compute;
+  /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
+  /// an op starts on the device no earlier than this, after its own issue cost.
+  SimTime host;
 };
 
 /// Calls the engine issues for a tile whose fiber waits (Kernel::run_tape). advance() issues
@@ -268,6 +271,9 @@ class Kernel {
   Communicator::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
+  /// A collective call issued by tile f's host (DeviceModel::collective_issue): its kernel
+  /// starts no earlier than the host has issued it. Every way a collective starts calls this.
+  void issue_call(FiberState& f);
   /// Starts this rank's part of the `seq`-th collective of group g at the collective level: the
   /// controller schedules its rounds and messages directly, without a fiber, request or channel
   /// per message, and the timeline is the one the per-message algorithm
@@ -558,6 +564,13 @@ class Kernel {
   const Topology& topo_;
   NetworkModel& net_;
   const DeviceModel& device_;
+  /// Issue costs scale with the ranks sharing a node's host (DeviceModel::host_per_rank_slowdown).
+  double host_scale_ = 1.0;
+  SimTime host_cost(SimTime c) const {
+    return host_scale_ == 1.0
+               ? c
+               : SimTime::from_ns(std::llround(static_cast<double>(c.ns()) * host_scale_));
+  }
   const EngineOptions& options_;
   std::vector<int> rank_group_;  // see the constructor
   std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64

@@ -67,6 +67,7 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
 ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                                std::uint64_t seq, const RingPass& pass, PassRows kept) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
+  issue_call(f);
   const int p = static_cast<int>(g->members.size());
   const int parts = pass.parts;
   auto req = std::make_shared<ReqState>();

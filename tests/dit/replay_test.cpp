@@ -277,5 +277,45 @@ TEST(Replay, InjectedFaultFailsTheSameWay) {
   EXPECT_EQ(messages[0], messages[1]);
 }
 
+// One node of 4 GPUs of the hgx-h100 preset, whose device has a host ([device.host]).
+emu::Engine hgx(int workers, bool replay, bool collective_ops, bool call_tapes, bool host = true) {
+  Config cfg = Config::parse("[cluster]\npreset = \"hgx-h100\"\n", "run.toml");
+  for (const char* kv : {"cluster.nodes=1", "cluster.topology.sizes=[4]", "cluster.nic.count=4",
+                         "cluster.nic.rank_nic=[0,1,2,3]"})
+    cfg.set(kv);
+  Cluster c = load_cluster(cfg, kPresets);
+  if (!host) c.device_params.host = HostParams{};
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.trace = false;
+  o.replay = replay;
+  o.collective_ops = collective_ops;
+  o.call_tapes = call_tapes;
+  return emu::Engine(c.topology, std::move(c.network),
+                     std::make_shared<RooflineDevice>(c.device_params), o);
+}
+
+TEST(Replay, AHostModelKeepsEveryShortcutExact) {
+  // A tile's host clock is part of the state a region starts from: replay, tapes and
+  // collective-level collectives must give the timeline simulated message by message.
+  const ModelConfig cfg = small_flux();
+  for (const std::string strategy : {"flat", "cocodiff", "usp"}) {
+    SCOPED_TRACE(strategy);
+    RunSettings st = phantom_settings(strategy, 4);
+    st.resolution = 256;
+    emu::Engine off = hgx(1, false, false, false);
+    const Outcome ref = run(off, cfg, st);
+    emu::Engine no_host = hgx(1, false, false, false, false);
+    // The host's issue costs make the steps longer than the device alone does.
+    EXPECT_GT(ref.result.makespan, run(no_host, cfg, st).result.makespan);
+    for (const int workers : {1, 2}) {
+      emu::Engine on = hgx(workers, true, true, true);
+      const Outcome got = run(on, cfg, st);
+      expect_same_timeline(got.result, ref.result);
+      EXPECT_GE(got.result.regions_replayed, 1u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cocodiff::dit

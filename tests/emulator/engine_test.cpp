@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <mutex>
 #include <random>
 #include <regex>
@@ -74,6 +76,74 @@ TEST(EngineTime, OverlapGivesMaxNotSum) {
     EXPECT_EQ(r.makespan.ns(), std::max(compute_ns, comm_ns)) << compute_ns;
     EXPECT_EQ(r.rank_compute[0].ns(), compute_ns);
     EXPECT_EQ(r.rank_exposed[0].ns(), std::max<std::int64_t>(0, comm_ns - compute_ns));
+  }
+}
+
+// A unit device (1 FLOP per ns) with a host: every op costs the host `op_ns` to issue, ops
+// labelled "cheap" 100 ns, a collective call `call_ns`.
+std::shared_ptr<DeviceModel> host_device(std::int64_t op_ns, std::int64_t call_ns,
+                                         double compute_factor = 1.0,
+                                         double transfer_factor = 1.0) {
+  RooflineParams p;
+  p.name = "unit with a host";
+  p.peak_flops_per_s = 1e9;
+  p.hbm_bytes_per_s = 1e9;
+  p.host.op_issue = SimTime::from_ns(op_ns);
+  p.host.collective_issue = SimTime::from_ns(call_ns);
+  p.host.ops.emplace("cheap", SimTime::from_ns(100));
+  p.overlap_compute_factor = compute_factor;
+  p.overlap_transfer_factor = transfer_factor;
+  return std::make_shared<RooflineDevice>(p);
+}
+
+emu::Engine host_engine(const Topology& topo, std::shared_ptr<DeviceModel> device) {
+  emu::EngineOptions o;
+  o.workers = 1;
+  o.wire_bytes_per_element = 4;
+  return emu::Engine(
+      topo, std::make_unique<AlphaBetaModel>(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS)),
+      std::move(device), o);
+}
+
+TEST(EngineHost, HostBoundOpsStartWhenTheHostHasIssuedThem) {
+  // Five 200 ns ops, each 1000 ns to issue: the device idles between them.
+  Topology topo = test::make_topo(1, 1, 1);
+  emu::Engine engine = host_engine(topo, host_device(1000, 0));
+  emu::RunResult r = engine.run([](Communicator& c) {
+    for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 200, 0, "small"});
+  });
+  EXPECT_EQ(r.makespan.ns(), 5 * 1000 + 200);
+  EXPECT_EQ(r.rank_compute[0].ns(), 5 * 200);
+}
+
+TEST(EngineHost, DeviceBoundOpsQueueBehindEachOther) {
+  // Five 2000 ns ops, 100 ns each to issue: the host runs ahead, the device never idles.
+  Topology topo = test::make_topo(1, 1, 1);
+  emu::Engine engine = host_engine(topo, host_device(1000, 0));
+  emu::RunResult r = engine.run([](Communicator& c) {
+    for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 2000, 0, "cheap"});
+  });
+  EXPECT_EQ(r.makespan.ns(), 100 + 5 * 2000);
+}
+
+TEST(EngineHost, ACollectiveStartsWhenIssuedAndSlowsAndIsSlowedByComputeBesideIt) {
+  // The all-to-all (one round of 1000 bytes: t = alpha + 1000 ns) is issued at 3000 ns; the op
+  // beside it is issued 100 ns later and runs compute_factor slower; the transfer's part beside
+  // the compute runs transfer_factor slower; the wait holds the device, not the host.
+  Topology topo = test::make_topo(1, 2, 1);
+  const double cf = 1.2, tf = 1.5;
+  emu::Engine engine = host_engine(topo, host_device(1000, 3000, cf, tf));
+  const std::int64_t t = kAlphaNs + 1000;
+  for (const std::int64_t c_ns : {500, 2000, 5000}) {
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      std::vector<float> s(500), d(500);
+      Request req = c.iall_to_all(s, d, 250);
+      c.compute({OpKind::kGemm, static_cast<double>(c_ns), 0, "cheap"});
+      req.wait();
+    });
+    const std::int64_t compute = std::llround(static_cast<double>(c_ns) * cf);
+    const std::int64_t penalty = std::llround(static_cast<double>(std::min(compute, t)) * (tf - 1));
+    EXPECT_EQ(r.makespan.ns(), std::max(3100 + compute, 3000 + t + penalty)) << c_ns;
   }
 }
 

@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Whole FLUX.1-dev steps measured on 1, 2 and 4 H100s against cocodiff's predictions.
+
+For every row of configs/measurements/h100x4*/steps_<transport>.csv, runs the same step in the
+emulator (phantom mode, FLUX.1-dev, the cluster preset on one node of W GPUs) and prints
+measured / predicted / error, each strategy's speedup over flat measured and predicted, and the
+ranking. Strategies run as the measured PyTorch step runs them: plain all-to-alls (flat), with
+V-First, with pipelining (2 head groups) and with both (cocodiff without V-Major).
+Shared memory: the NVLink link's bandwidth is set to the all-to-all bus bandwidth measured over
+shared memory at 1 GiB on 4 GPUs (collectives_shm.csv), as a shared-memory cluster file would.
+
+Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--out DIR] [--set KEY=VALUE ...]
+Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
+"""
+import argparse, csv, glob, json, os, statistics, subprocess, sys, tempfile
+
+ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+P = argparse.ArgumentParser()
+P.add_argument("cocodiff")
+P.add_argument("--preset", default="hgx-h100")
+P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
+P.add_argument("--set", action="append", default=[])
+A = P.parse_args()
+
+STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
+            "cocodiff": "flat+v_first+pipeline"}
+STEPS = 2
+
+
+def shm_bandwidth():
+    rows = list(csv.DictReader(open(os.path.join(ROOT, "configs/measurements/h100x4/collectives_shm.csv"))))
+    big = [r for r in rows if r["op"] == "all_to_all" and r["ranks"] == "4" and int(r["bytes"]) == 1 << 30]
+    r = big[0]
+    busbw = int(r["bytes"]) / (float(r["time_us"]) * 1e-6) * 3 / 4 / 1e9
+    return busbw
+
+
+def predict(w, res, strategy, transport, cache={}):
+    key = (w, res, strategy, transport)
+    if key in cache:
+        return cache[key]
+    nics = ",".join(str(i) for i in range(w))
+    sets = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={STEPS}",
+            f"cluster.preset={A.preset}", "cluster.nodes=1", f"cluster.topology.sizes=[{w}]",
+            f"cluster.nic.count={w}", f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={STRATEGY[strategy]}",
+            "emulator.trace=false"] + A.set
+    if transport == "shm":
+        sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [A.cocodiff, "run", os.path.join(ROOT, "configs/quickstart.toml"), "--out", d, "-q"]
+        for s in sets:
+            cmd += ["--set", s]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
+        r = json.load(open(os.path.join(d, "report.json")))
+    cache[key] = r["virtual_time_s"] / STEPS * 1e3
+    return cache[key]
+
+
+def main():
+    measured = {}  # (machine, transport, w, res, strategy) -> ms
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h100x4*/steps_*.csv"))):
+        machine = os.path.basename(os.path.dirname(path))
+        for r in csv.DictReader(open(path)):
+            measured[(machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"])] = \
+                float(r["median_ms"])
+    rows = []
+    for (machine, tr, w, res, st), ms in sorted(measured.items()):
+        if w == 1 and tr == "shm":
+            continue
+        pred = predict(w, res, st, tr)
+        rows.append({"machine": machine, "transport": tr, "gpus": w, "resolution": res, "strategy": st,
+                     "measured_ms": round(ms, 3), "predicted_ms": round(pred, 3),
+                     "error_pct": round(100 * (pred / ms - 1), 1)})
+    # speedups over flat (same machine, transport, GPUs, resolution)
+    base = {(r["machine"], r["transport"], r["gpus"], r["resolution"]): r for r in rows if r["strategy"] == "flat"}
+    for r in rows:
+        b = base.get((r["machine"], r["transport"], r["gpus"], r["resolution"]))
+        if b and r["gpus"] > 1:
+            r["speedup_measured"] = round(b["measured_ms"] / r["measured_ms"], 3)
+            r["speedup_predicted"] = round(b["predicted_ms"] / r["predicted_ms"], 3)
+            r["speedup_diff_points"] = round(100 * (r["speedup_predicted"] - r["speedup_measured"]), 1)
+    os.makedirs(A.out, exist_ok=True)
+    lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x4*/steps_*.csv) against cocodiff "
+             f"(preset {A.preset}{', ' + ', '.join(A.set) if A.set else ''})",
+             f"{'machine':<15}{'transport':<8}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
+             f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
+    for r in rows:
+        sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
+        lines.append(f"{r['machine']:<15}{r['transport']:<8}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
+                     f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
+    summary = {}
+    for res in (1024, 2048):
+        errs = [abs(r["error_pct"]) for r in rows if r["resolution"] == res]
+        sd = [abs(r["speedup_diff_points"]) for r in rows if r["resolution"] == res and "speedup_diff_points" in r
+              and r["strategy"] != "flat"]
+        sign = [r for r in rows if r["resolution"] == res and "speedup_diff_points" in r and r["strategy"] != "flat"
+                and (r["speedup_measured"] - 1) * (r["speedup_predicted"] - 1) < 0
+                and abs(r["speedup_measured"] - 1) > 0.01]
+        summary[res] = {"steps": len(errs), "median_abs_error_pct": statistics.median(errs),
+                        "max_abs_error_pct": max(errs), "within_10pct": sum(e <= 10 for e in errs),
+                        "speedup_median_abs_diff_points": statistics.median(sd) if sd else None,
+                        "speedup_within_5_points": sum(d <= 5 for d in sd), "speedups": len(sd),
+                        "speedup_sign_disagreements": len(sign)}
+    # 1024^2: is each prediction inside the range measured across the two machines, widened by 15%?
+    inside = total = 0
+    for key in {(r["transport"], r["gpus"], r["strategy"]) for r in rows if r["resolution"] == 1024}:
+        ms = [r for r in rows if r["resolution"] == 1024 and (r["transport"], r["gpus"], r["strategy"]) == key]
+        lo = min(r["measured_ms"] for r in ms) / 1.15
+        hi = max(r["measured_ms"] for r in ms) * 1.15
+        total += 1
+        inside += lo <= ms[0]["predicted_ms"] <= hi
+    summary["1024_inside_machine_range_widened_15pct"] = f"{inside}/{total}"
+    lines.append("")
+    lines.append(json.dumps(summary, indent=1))
+    txt = "\n".join(lines)
+    print(txt)
+    open(os.path.join(A.out, "steps_fidelity.txt"), "w").write(txt + "\n")
+    json.dump({"rows": rows, "summary": summary, "preset": A.preset, "set": A.set},
+              open(os.path.join(A.out, "steps_fidelity.json"), "w"), indent=1)
+    with open(os.path.join(A.out, "steps_fidelity.csv"), "w", newline="") as f:
+        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()) + ["speedup_measured", "speedup_predicted",
+                                                                  "speedup_diff_points"], extrasaction="ignore")
+        wr.writeheader()
+        wr.writerows(rows)
+
+
+main()
