@@ -48,7 +48,9 @@ std::set<std::string> parsed_keys(const Config& run) {
   for (const std::string& k : run.known_keys()) {
     if (k.rfind("cluster.", 0) != 0) continue;
     const std::string key = std::regex_replace(k.substr(8), link_name, "links.NAME.");
-    keys.insert(std::regex_replace(key, kernel_name, "device.kernels.NAME."));
+    const std::regex host_op("^device\\.host\\.ops\\.[^.]+$");
+    keys.insert(std::regex_replace(std::regex_replace(key, kernel_name, "device.kernels.NAME."),
+                                   host_op, "device.host.ops.LABEL"));
   }
   return keys;
 }
