@@ -46,7 +46,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
                 static_cast<std::size_t>(c->from.count) * sizeof(float));
   open_collective(f, *req);
   const std::uint32_t label = options_.trace ? intern(req->label) : 0;
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = op_pool_.take();  // a finished op's storage, if one is kept
@@ -116,7 +116,7 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
   // post another flow before this one ends, and on a route no other rank's flow can reach it
   // travels alone. Its end is known now: the controller delivers it at once, and wakes a
-  // member it finishes when virtual time gets there (OpDone, op_finish). A message matched
+  // member it finishes when virtual time gets there (ClosedMessage, op_finish). A message matched
   // while an end could still post (the member starting the op, before it waits) is decided
   // when the controller next steps, before any new flow enters the network: the members
   // usually wait for the op by then.
@@ -125,9 +125,9 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
         account_flow(start, *end, wsrc, wdst, bytes, {&op.label, 1});
         ++flows_exclusive_;
-        op_done_.push_back({&op, src, dst, *end});
+        closed_messages_.push_back({&op, src, dst, *end});
       } else {
-        op_later_.push_back({&op, src, dst, out.step, start, bytes});
+        undecided_.push_back({&op, src, dst, out.step, start, bytes});
       }
       return;
     }
@@ -181,9 +181,9 @@ void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
   }
 }
 
-bool Kernel::settle_op_later() {
+bool Kernel::settle_undecided() {
   bool timed = false;
-  for (const OpLater& m : op_later_) {
+  for (const UndecidedMessage& m : undecided_) {
     if (aborting_) break;
     CollectiveOp& op = *m.op;
     const int wsrc = op.group->members[u(m.src)];
@@ -193,13 +193,13 @@ bool Kernel::settle_op_later() {
       COCO_CHECK(end.has_value(), "an exclusive collective message's route is not exclusive");
       account_flow(m.start, *end, wsrc, wdst, m.bytes, {&op.label, 1});
       ++flows_exclusive_;
-      op_done_.push_back({&op, m.src, m.dst, *end});
+      closed_messages_.push_back({&op, m.src, m.dst, *end});
       timed = true;
     } else {
       op_transfer(op, m.src, m.dst, m.step, m.start, m.bytes);
     }
   }
-  op_later_.clear();
+  undecided_.clear();
   return timed;
 }
 
@@ -215,9 +215,9 @@ void Kernel::op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime s
   t.seq = 0;  // one message per (src, dst, tag): its channel's first match
   t.bytes = bytes;
   t.label = op.label;
-  t.op = &op;
-  t.op_src = src;
-  t.op_dst = dst;
+  t.sink = &op;
+  t.src_member = src;
+  t.dst_member = dst;
   new_transfers_.push_back(std::move(t));
 }
 
@@ -230,6 +230,12 @@ bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
   // only open operation.
   return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
          m.req->open && t.open_collectives == 1 && t.open_p2p == 0;
+}
+
+void Kernel::CollectiveOp::message_done(Kernel& k, const Transfer& t, SimTime end) {
+  k.op_message_done(*this, t.src_member,
+                    end);  // may finish and free this op: dst's part is pending
+  k.op_message_done(*this, t.dst_member, end);
 }
 
 void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
@@ -251,8 +257,8 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   // Through the network, the member finishes when its last message ends; a closed-form one
   // may have been delivered ahead of virtual time: the member is woken when it gets there.
   if (m.latest > net_.now()) {
-    op_wakes_.push_back({m.latest, op_wakes_seq_++, std::move(m.req), m.clock});
-    std::push_heap(op_wakes_.begin(), op_wakes_.end(), OpWake::Later{});
+    early_finishes_.push_back({m.latest, early_finish_seq_++, std::move(m.req), m.clock});
+    std::push_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
   } else {
     complete(*m.req, m.clock);
   }

@@ -194,7 +194,7 @@ void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, S
 
 // ---------------------------------------------------------------- fiber side
 
-void Kernel::block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req,
+void Kernel::block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req,
                    bool in_test) {
   if (aborting_) throw Cancelled{};
   f.waiting_on = req;
@@ -246,7 +246,7 @@ ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->peer = dst;
   req->count = count;
   req->label = label;
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   req->owner = f.rank;
   ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
@@ -263,7 +263,7 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   req->peer = src;
   req->count = count;
   req->label = label;
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   req->owner = f.rank;
   ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
   ChannelKey key{ctx, src, dst, tag};
@@ -273,7 +273,7 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   return req;
 }
 
-void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLock>& lk) {
+void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk) {
   if (ch.sends.empty() || ch.recvs.empty()) return;
   PostedSend s = std::move(ch.sends.front());
   PostedRecv r = std::move(ch.recvs.front());
@@ -308,16 +308,22 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLo
   t.key = key;
   t.seq = seq;
   t.bytes = wire_bytes(s.count);
+  t.sink = &point_to_point_;
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
   t.label = options_.trace ? intern(s.label) : 0;
   new_transfers_.push_back(std::move(t));
 }
 
+void Kernel::PointToPoint::message_done(Kernel& k, const Transfer& t, SimTime end) {
+  k.complete(*t.sreq, end);
+  k.complete(*t.rreq, end);
+}
+
 void Kernel::wait(FiberState& f, ReqState& req) {
   const SimTime before = f.clock;
   {
-    std::unique_lock<ThreadLock> lk(state_lock_);
+    std::unique_lock<NullLock> lk(state_lock_);
     if (!req.done) {
       req.waiter = &f;
       block(f, lk, &req, false);
@@ -332,7 +338,7 @@ void Kernel::run_tape(FiberState& f, TapeRun& run) {
   run.f = &f;
   ++tapes_run_;
   if (run.advance()) return;
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   f.tape_run = &run;
   // The run lives on this fiber's stack: it is detached however the wait ends (a tear-down
   // throws out of block()).
@@ -404,7 +410,7 @@ void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
 }
 
 bool Kernel::test(FiberState& f, ReqState& req) {
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   if (!req.done) {
     // Whether it completes by f.clock is known only once virtual time reaches f.clock.
     timers_.emplace(f.clock, &f);
@@ -438,7 +444,7 @@ void Kernel::close_collective(TileStats& t, ReqState& req) {
 }
 
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
-  std::lock_guard<ThreadLock> lk(state_lock_);
+  std::lock_guard<NullLock> lk(state_lock_);
   if (!req.done) return std::nullopt;
   return req.done_time + req.penalty;
 }
@@ -489,7 +495,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
   state->clock = parent.clock;
   open_collective(parent, *req);
   {
-    std::lock_guard<ThreadLock> lk(state_lock_);
+    std::lock_guard<NullLock> lk(state_lock_);
     ++runnable_;
     ++live_;
   }
@@ -498,13 +504,13 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
                  asan_on_stack(state->stack);
                  try {
                    body(*state);
-                   std::lock_guard<ThreadLock> lk(state_lock_);
+                   std::lock_guard<NullLock> lk(state_lock_);
                    complete(*req, state->clock);
                  } catch (const Cancelled&) {
                  } catch (...) {
                    record_error(state->rank, std::current_exception());
                  }
-                 std::lock_guard<ThreadLock> lk(state_lock_);
+                 std::lock_guard<NullLock> lk(state_lock_);
                  --live_;
                  if (--runnable_ == 0) controller_cv_.notify_one();
                });
@@ -512,7 +518,7 @@ void Kernel::spawn_comm(FiberState& parent, std::function<void(FiberState&)> bod
 
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
                                  std::string_view call) {
-  std::lock_guard<ThreadLock> lk(state_lock_);
+  std::lock_guard<NullLock> lk(state_lock_);
   groups_seen_.try_emplace(g.ctx, g);  // copies the group only the first time
   auto key = std::make_pair(g.ctx, seq);
   auto it = collectives_.find(key);
@@ -550,7 +556,7 @@ void Kernel::record_error(int rank, const std::exception_ptr& e) {
     f.message = ex.what();
   } catch (...) {
   }
-  std::lock_guard<ThreadLock> lk(state_lock_);
+  std::lock_guard<NullLock> lk(state_lock_);
   f.clock = mains_[static_cast<size_t>(rank)]->clock;
   failures_.push_back(std::move(f));
 }
@@ -569,7 +575,7 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
     record_error(f.rank, std::current_exception());
   }
   tiles_[static_cast<size_t>(f.rank)].end = f.clock;
-  std::lock_guard<ThreadLock> lk(state_lock_);
+  std::lock_guard<NullLock> lk(state_lock_);
   --live_;
   if (--runnable_ == 0) controller_cv_.notify_one();
 }
@@ -592,7 +598,7 @@ Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view ke
   t.region_start = f.clock;
   const int m = t.marks++;
   const int n = topo_.num_ranks();
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
@@ -635,9 +641,10 @@ void Kernel::region_event(int mark) {
   // Quiescent: every tile waits here and nothing else is under way, so what follows depends
   // only on the tiles' clock offsets and on what they run next (named by the key).
   const bool quiescent = ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-                         pass_done_.empty() && op_done_.empty() && op_wakes_.empty() &&
-                         held_.empty() && failures_.empty() && new_transfers_.empty() &&
-                         in_flight_.empty() && timers_.empty() && net_.active_flows() == 0 &&
+                         closed_pass_messages_.empty() && closed_messages_.empty() &&
+                         early_finishes_.empty() && held_.empty() && failures_.empty() &&
+                         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
+                         net_.active_flows() == 0 &&
                          std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
                            return t.open_collectives == 0;  // no compute slowed by overlap
                          });
@@ -849,47 +856,47 @@ void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int
   flow_inner_ += h * static_cast<std::uint64_t>(copies);  // the sum of `copies` equal digests
 }
 
-bool Kernel::drain_pass_done() {
-  if (pass_done_.empty() && op_done_.empty()) return false;
+bool Kernel::deliver_closed_form() {
+  if (closed_pass_messages_.empty() && closed_messages_.empty()) return false;
   // Collective messages timed in closed form, and those they lead to (the next rounds'): as the
   // network's completions, the sender's part, then the receiver's; the members they finish are
   // woken at their ends (op_finish).
-  while (!op_done_.empty()) {
-    const OpDone d = op_done_.back();
-    op_done_.pop_back();
+  while (!closed_messages_.empty()) {
+    const ClosedMessage d = closed_messages_.back();
+    closed_messages_.pop_back();
     try {
       op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
       op_message_done(*d.op, d.dst, d.t);
     } catch (const CommError& e) {  // a mismatched message of a later round
       failures_.push_back({d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
       aborting_ = true;
-      op_done_.clear();
+      closed_messages_.clear();
     }
   }
-  if (pass_done_.empty()) return true;
+  if (closed_pass_messages_.empty()) return true;
   // Each completion may finish a member's round, post its next round and match exclusive
   // messages whose completions join the list: the whole of an exclusive ring runs here. The
   // order does not matter: a member acts once all of its round's completions are in.
-  while (!pass_done_.empty()) {
-    const PassDone d = pass_done_.back();
-    pass_done_.pop_back();
+  while (!closed_pass_messages_.empty()) {
+    const ClosedPassMessage d = closed_pass_messages_.back();
+    closed_pass_messages_.pop_back();
     try {
       pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
     } catch (const CommError& e) {  // a mismatched message of a later round
       failures_.push_back({d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
       aborting_ = true;
-      pass_done_.clear();
+      closed_pass_messages_.clear();
     }
   }
   return true;
 }
 
-bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
+bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   (void)lk;
   // Fibers these completions wake may post before anything the network has next.
   if (run_whole_passes()) return true;
-  if (drain_pass_done()) return true;
-  if (settle_op_later()) return true;  // their completions are delivered first
+  if (deliver_closed_form()) return true;
+  if (settle_undecided()) return true;  // their completions are delivered first
   flush_held();  // unpaired ring pass messages: through the network, from here in order
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (!new_transfers_.empty()) {
@@ -926,8 +933,8 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
   // Collective messages timed in closed form end in virtual time order among the network's
   // flows, as they would in the network model: the controller's steps, and so the tiles'
   // progress between them, are the same either way.
-  const SimTime t_net =
-      std::min(net_.next_event_time(), op_wakes_.empty() ? SimTime::max() : op_wakes_.front().t);
+  const SimTime t_net = std::min(
+      net_.next_event_time(), early_finishes_.empty() ? SimTime::max() : early_finishes_.front().t);
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
   // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
   SimTime t_region = SimTime::max();
@@ -952,25 +959,11 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
       COCO_CHECK(slot.has_value(), "flow completed twice");
       Transfer& t = *slot;
       account_flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
-      if (t.op != nullptr || t.pass != nullptr) {
-        try {
-          const int src = t.op_src, dst = t.op_dst;
-          if (t.op != nullptr) {
-            CollectiveOp& op = *t.op;
-            op_message_done(op, src, t_net);  // may finish and free op: dst's part is pending
-            op_message_done(op, dst, t_net);
-          } else {
-            PassOp& pass = *t.pass;
-            pass_message_done(pass, src, pass.parts + t.part, t_net);  // dst's part is pending
-            pass_message_done(pass, dst, t.part, t_net);
-          }
-        } catch (const CommError& e) {  // a mismatched message of a later round
-          failures_.push_back({t.src, t_net, e.what(), true});
-          aborting_ = true;
-        }
-      } else {
-        complete(*t.sreq, t_net);
-        complete(*t.rreq, t_net);
+      try {
+        t.sink->message_done(*this, t, t_net);
+      } catch (const CommError& e) {  // a mismatched message of a later round
+        failures_.push_back({t.src, t_net, e.what(), true});
+        aborting_ = true;
       }
       slot.reset();
       while (!in_flight_.empty() && !in_flight_.front().has_value()) {
@@ -978,10 +971,10 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
         ++in_flight_base_;
       }
     }
-    while (!op_wakes_.empty() && op_wakes_.front().t == t_net) {
-      std::pop_heap(op_wakes_.begin(), op_wakes_.end(), OpWake::Later{});
-      OpWake w = std::move(op_wakes_.back());
-      op_wakes_.pop_back();
+    while (!early_finishes_.empty() && early_finishes_.front().t == t_net) {
+      std::pop_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
+      EarlyFinish w = std::move(early_finishes_.back());
+      early_finishes_.pop_back();
       complete(*w.req, w.done);
     }
   } else {
@@ -996,7 +989,7 @@ bool Kernel::controller_step(std::unique_lock<ThreadLock>& lk) {
 
 void Kernel::controller() {
   const StackBounds own_stack = asan_thread_stack();
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   while (true) {
     controller_cv_.wait(lk, [this] { return runnable_ == 0; });
     asan_on_stack(own_stack);  // this thread may have run fibers while waiting
@@ -1042,7 +1035,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   std::thread controller_thread([&] {
     boost::fibers::use_scheduling_algorithm<ThreadQueueAlgorithm>(wake);
     {
-      std::lock_guard<ThreadLock> lk(state_lock_);
+      std::lock_guard<NullLock> lk(state_lock_);
       runnable_ = n;
       live_ = n;
     }

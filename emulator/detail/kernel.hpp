@@ -1,7 +1,7 @@
 #pragma once
 // The emulator's private kernel: fiber states, the matching fabric, the event loop.
 // Everything here lives on the controller's thread, with every fiber of the run (the other
-// workers only run arithmetic: MathPool), and is taken under Kernel::state_lock_ (a ThreadLock).
+// workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
 // waiting for its arithmetic, run_math, stays runnable), so "no runnable fiber" (runnable_ == 0)
 // means every tile has posted everything it will post before its next wake-up: the controller may
@@ -38,12 +38,11 @@ class EmuTape;
 
 namespace cocodiff::emu::detail {
 
-/// The lock the kernel's state is taken under. Every fiber of a run and the controller share one
-/// thread, so nothing ever contends for it and it does nothing: an atomic operation per kernel
-/// call (tens of millions on a large run) would buy nothing. It keeps the sections that use the
-/// state explicit, and is what the fibers' condition variables wait with. ThreadSanitizer runs
+/// Stands where a lock would be, and locks nothing: every fiber of a run and the controller
+/// share one thread, so nothing contends for the kernel's state. It marks the sections that use
+/// that state, and is what the fibers' condition variables wait with. ThreadSanitizer runs
 /// (several workers) would report a thread other than the controller's touching the state.
-class ThreadLock {
+class NullLock {
  public:
   void lock() noexcept {}
   void unlock() noexcept {}
@@ -296,7 +295,7 @@ class Kernel {
   std::string_view keep_label(std::string_view label);
   /// A tile issued recorded calls again (EmuComm::play_tape): counted for the report.
   void tape_played() {
-    const std::lock_guard<ThreadLock> lk(state_lock_);
+    const std::lock_guard<NullLock> lk(state_lock_);
     ++tapes_played_;
   }
   /// Wire bytes of `count` fp32 elements (EngineOptions::wire_bytes_per_element).
@@ -329,19 +328,30 @@ class Kernel {
     std::vector<PostedRecv> recvs;
     std::uint64_t matched = 0;
   };
-  struct CollectiveOp;
-  struct PassOp;
+  struct Transfer;
+  /// What a message's end is delivered to: its two requests (point to point), or the member
+  /// state of the collective run or ring pass it belongs to. The controller delivers every
+  /// completion through it, whichever way the message was timed.
+  struct MessageSink {
+    virtual ~MessageSink() = default;
+    /// Transfer t ended at `end`: the sender's part, then the receiver's.
+    virtual void message_done(Kernel& k, const Transfer& t, SimTime end) = 0;
+  };
+  struct PointToPoint final : MessageSink {
+    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
+  };
+  PointToPoint point_to_point_;
+  /// A matched message in the network model.
   struct Transfer {
     SimTime start;
-    int src, dst;
+    int src, dst;  // world ranks
     ChannelKey key;
     std::uint64_t seq;
     std::int64_t bytes;
-    ReqPtr sreq, rreq;  // per-message path
     std::uint32_t label;
-    CollectiveOp* op = nullptr;  // collective-level path: the op and its group ranks
-    PassOp* pass = nullptr;      // ring pass: the pass, its group ranks and the part
-    int op_src = 0, op_dst = 0, part = 0;
+    MessageSink* sink = nullptr;
+    ReqPtr sreq, rreq;                             // point to point: its requests
+    int src_member = 0, dst_member = 0, part = 0;  // a collective's: its ends' group ranks
   };
   /// A collective run at the collective level: every member's progress through its rounds.
   struct CollectiveMember {
@@ -356,7 +366,8 @@ class Kernel {
     ReqPtr req;
     CollectiveSpec spec;
   };
-  struct CollectiveOp {
+  struct CollectiveOp final : MessageSink {
+    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
     std::uint32_t label = 0;
@@ -379,43 +390,49 @@ class Kernel {
   /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
   bool op_waits_alone(const CollectiveOp& op, int r) const;
   /// A message of a collective op timed in closed form (op_match): its sender and receiver
-  /// (group ranks) and its end. The controller delivers it at once (drain_pass_done): only the
+  /// (group ranks) and its end. The controller delivers it at once (deliver_closed_form): only the
   /// op's members see it, and they wait for the op. A member whose messages end later than the
-  /// present when it finishes is woken when virtual time reaches the last end (op_wakes_), as
+  /// present when it finishes is woken when virtual time reaches the last end (early_finishes_), as
   /// the network's completion of that message would wake it.
-  struct OpDone {
+  struct ClosedMessage {
     CollectiveOp* op;
     int src, dst;
     SimTime t;
   };
   /// A message of a collective op on a route of its own, matched while one of its ends could
   /// still post (a member that has just started the op, before it waits): decided when the
-  /// controller next steps (settle_op_later), by when both ends may wait for the op alone.
-  struct OpLater {
+  /// controller next steps (settle_undecided), by when both ends may wait for the op alone.
+  struct UndecidedMessage {
     CollectiveOp* op;
     int src, dst, step;
     SimTime start;
     std::int64_t bytes;
   };
-  /// Times the messages of op_later_ whose ends now both wait for their op alone in closed
+  /// Times the messages of undecided_ whose ends now both wait for their op alone in closed
   /// form, and hands the others to the network; true when it timed any.
-  bool settle_op_later();
+  bool settle_undecided();
   /// A collective message through the network model.
   void op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start, std::int64_t bytes);
   /// A member's request finished before virtual time reached its last message's end (a
   /// closed-form message, op_finish): completed at `done`, at controller time t.
-  struct OpWake {
+  struct EarlyFinish {
     SimTime t;
     std::uint64_t seq;  // in the order finished: equal times are woken in that order
     ReqPtr req;
     SimTime done;
     struct Later {
-      bool operator()(const OpWake& a, const OpWake& b) const {
+      bool operator()(const EarlyFinish& a, const EarlyFinish& b) const {
         return std::tie(a.t, a.seq) > std::tie(b.t, b.seq);
       }
     };
   };
   void op_finish(CollectiveOp& op, int r);
+  /// What can reach a ring hop's links: no other rank's flow (exclusive: timed in closed form),
+  /// one other pair's only (paired: pair_key names the pair, NetworkModel::pair_key), or any.
+  struct HopRoute {
+    enum class Kind : std::uint8_t { kExclusive, kPaired, kNetwork } kind = Kind::kNetwork;
+    int pair_key = -1;
+  };
   /// A ring pass run at the collective level: every member's progress through its rounds.
   struct PassMember {
     bool started = false;
@@ -431,24 +448,24 @@ class Kernel {
   /// Member state the rounds read is copied in at the start, flat and beside the other
   /// members' (member r's entries start at r times the per-member count), so a round touches
   /// no memory of the caller's.
-  struct PassOp {
+  struct PassOp final : MessageSink {
+    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
     int parts = 1;
     int finished = 0;
     /// Whether the pass is timed whole (pass_whole): decided by its first member (kUndecided
-    /// until then); kWaiting while every member so far joined with nothing else open and the
+    /// until then); kWhole while every member so far joined with nothing else open and the
     /// same block sizes, and posts nothing; kRounds when it runs round by round.
-    enum class Mode : std::uint8_t { kUndecided, kWaiting, kRounds } mode = Mode::kUndecided;
-    /// A member whose rounds were posted only when the pass left kWaiting: its first messages
+    enum class Mode : std::uint8_t { kUndecided, kWhole, kRounds } mode = Mode::kUndecided;
+    /// A member whose rounds were posted only when the pass left kWhole: its first messages
     /// may start before the network's present (they are exclusive: timed in closed form).
     bool late = false;
-    std::vector<int> joined;  // kWaiting: the members that joined, in order
+    std::vector<int> joined;  // kWhole: the members that joined, in order
     std::vector<PassMember> members;
-    /// Per member r, what its hop (to r + 1) is: kHopExclusive, kHopNetwork, or the pair key
-    /// (NetworkModel::pair_key) of a hop only one other pair's flows can reach. Set with the
-    /// mode, a property of the routes.
-    std::vector<int> hop_kind;
+    /// Per member r, the route of its hop (to r + 1). Set with the mode, a property of the
+    /// routes.
+    std::vector<HopRoute> hops;
     std::vector<const std::int64_t*> counts;  // per member: its block sizes (pass_counts)
     std::vector<const PassCosts*> costs;      // per member: its charges, by block
     std::vector<std::string_view> labels;     // parts per member: its messages' labels
@@ -458,7 +475,6 @@ class Kernel {
   /// Posts member r's current round (its messages, matched with neighbours that posted the
   /// same round), charges the round's work and finishes r after its last round.
   void pass_post_round(PassOp& op, int r);
-  static constexpr int kHopExclusive = -1, kHopNetwork = -2;
   void pass_match(PassOp& op, int src, int dst);
   /// Whether pass `op` of p members can be timed whole: every hop (member r to
   /// r + 1) exclusive (NetworkModel::exclusive_end). Its members then post nothing as they join;
@@ -488,7 +504,7 @@ class Kernel {
   /// Its flows go through the network model: one transfer per part.
   void pass_transfers(const PassHop& h);
   /// Its flows end at `end`, known now (exclusive, or one of an exclusive pair): accounted at
-  /// once, its completions delivered by the controller (drain_pass_done).
+  /// once, its completions delivered by the controller (deliver_closed_form).
   void pass_closed(const PassHop& h, SimTime end);
   /// Sends the held messages (pass_match) to the network model, before it moves on.
   void flush_held();
@@ -497,15 +513,15 @@ class Kernel {
   void pass_message_done(PassOp& op, int r, int slot, SimTime t, int count = 1);
   /// Completions of `count` of a member's messages from `slot` on, known in advance (their
   /// flows were timed in closed form, pass_closed); the controller delivers them
-  /// (drain_pass_done).
-  struct PassDone {
+  /// (deliver_closed_form).
+  struct ClosedPassMessage {
     PassOp* op;
     int member, slot, count;
     SimTime t;
   };
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
-  bool drain_pass_done();
+  bool deliver_closed_form();
   /// A completed flow's share of the statistics, the timeline hash and the trace, once per
   /// label (the parts of one ring pass message travel as one flow each).
   void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
@@ -532,8 +548,8 @@ class Kernel {
   };
 
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
-  void match(Channel& ch, const ChannelKey& key, std::unique_lock<ThreadLock>& lk);
-  void block(FiberState& f, std::unique_lock<ThreadLock>& lk, const ReqState* req, bool in_test);
+  void match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk);
+  void block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req, bool in_test);
   /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
   void finish_wait(FiberState& f, ReqState& req, SimTime before);
   /// A tape run's wait once req is over: finish_wait, or for a ring pass (`pass`) the clock
@@ -554,7 +570,7 @@ class Kernel {
   void controller();
   void region_event(int mark);
   void fold_flow_hash(SimTime next_base);
-  bool controller_step(std::unique_lock<ThreadLock>& lk);
+  bool controller_step(std::unique_lock<NullLock>& lk);
   std::string deadlock_report() const;
   void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                          std::string_view label);
@@ -579,7 +595,7 @@ class Kernel {
 
   MathPool* math_ = nullptr;  // during run()
 
-  ThreadLock state_lock_;
+  NullLock state_lock_;
   boost::fibers::condition_variable_any controller_cv_;
   int runnable_ = 0;
   int live_ = 0;
@@ -591,16 +607,18 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::vector<PassDone> pass_done_;
-  std::vector<OpDone> op_done_;    // closed-form collective messages, delivered at once
-  std::vector<OpLater> op_later_;  // exclusive collective messages decided at the next step
-  std::vector<OpWake> op_wakes_;   // a heap, soonest first (OpWake::Later)
-  std::uint64_t op_wakes_seq_ = 0;
+  std::vector<ClosedPassMessage> closed_pass_messages_;
+  std::vector<ClosedMessage>
+      closed_messages_;  // closed-form collective messages, delivered at once
+  std::vector<UndecidedMessage>
+      undecided_;  // exclusive collective messages decided at the next step
+  std::vector<EarlyFinish> early_finishes_;  // a heap, soonest first (EarlyFinish::Later)
+  std::uint64_t early_finish_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
   std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
-  std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWaiting)
+  std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWhole)
   std::vector<SimTime> whole_post_, whole_recv_, whole_send_;  // pass_whole's rows, per member
   // pass_whole: each member's hop duration (exclusive_end from a start of zero) for its last
   // block size; an exclusive hop's end is its start plus that.

@@ -13,7 +13,7 @@
 // order the flows a controller step adds. A message whose flows are exclusive (no other rank's
 // flow can share their links, and neither end has anything else open) never enters the
 // network: NetworkModel::exclusive_end gives its end when it is matched, and the controller
-// delivers that completion at once (drain_pass_done), so a ring of such hops runs its rounds
+// delivers that completion at once (deliver_closed_form), so a ring of such hops runs its rounds
 // without waiting for virtual time to reach them. Every later message of its ends starts after
 // that end, so no other flow could have joined them. Two messages whose links only each other's
 // flows can reach (NetworkModel::pair_key: two tiles behind one NIC, in two rings) are timed
@@ -54,7 +54,7 @@ bool same_cost(const OpCost& a, const OpCost& b) {
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                        std::uint64_t seq, const RingPass& pass, PassRows kept) {
   const ReqPtr req = ring_pass_start(f, g, group_rank, seq, pass, kept);
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   if (!req->done) {
     req->waiter = &f;
     block(f, lk, req.get(), false);
@@ -81,7 +81,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
     for (int q = 0; q < parts; ++q) interned[u(q)] = intern(pass.labels[u(q)]);
-  std::unique_lock<ThreadLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(state_lock_);
   if (aborting_) throw Cancelled{};
   groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
   auto& slot = passes_[{g->ctx, seq}];
@@ -128,8 +128,8 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   m.req = req;
   m.clock = f.clock;
   if (op.mode == PassOp::Mode::kUndecided)
-    op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWaiting : PassOp::Mode::kRounds;
-  if (op.mode == PassOp::Mode::kWaiting) {
+    op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWhole : PassOp::Mode::kRounds;
+  if (op.mode == PassOp::Mode::kWhole) {
     const bool same_counts =
         op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
     if (tiles_[u(m.rank)].nothing_open() && same_counts) {
@@ -222,18 +222,18 @@ bool Kernel::pass_can_be_whole(PassOp& op) {
   if (p < 2) return false;
   // Each hop's kind, asked once per pass: its rounds' messages go by it.
   const std::vector<int>& ranks = op.group->members;
-  op.hop_kind.resize(u(p));
+  op.hops.resize(u(p));
   bool whole = true;
   for (int r = 0; r < p; ++r) {
     const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
-    int& kind = op.hop_kind[u(r)];
+    HopRoute& hop = op.hops[u(r)];
     if (net_.exclusive_end(s, d, 0, op.parts, net_.now())) {
-      kind = kHopExclusive;
+      hop = {HopRoute::Kind::kExclusive, -1};
       continue;
     }
     whole = false;
     const std::optional<int> key = net_.pair_key(s, d);
-    kind = key.has_value() ? *key : kHopNetwork;
+    hop = key.has_value() ? HopRoute{HopRoute::Kind::kPaired, *key} : HopRoute{};
   }
   return whole;
 }
@@ -255,7 +255,7 @@ void Kernel::pass_whole(PassOp& op) {
   // statistics and the timeline hash in any order.
   const int p = static_cast<int>(op.members.size());
   const int parts = op.parts;
-  const std::int64_t* const counts = op.counts[0];  // every member's (kWaiting)
+  const std::int64_t* const counts = op.counts[0];  // every member's (kWhole)
   std::vector<SimTime>& post = whole_post_;
   std::vector<SimTime>& recv = whole_recv_;
   std::vector<SimTime>& send = whole_send_;
@@ -391,8 +391,8 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
     pass_transfers(hop);
     return;
   }
-  const int kind = op.hop_kind[u(src)];  // set with the mode
-  if (kind == kHopExclusive) {
+  const HopRoute route = op.hops[u(src)];  // set with the mode
+  if (route.kind == HopRoute::Kind::kExclusive) {
     const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
     COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
     pass_closed(hop, *end);
@@ -403,11 +403,11 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   // together if nothing else can change their ends (NetworkModel::exclusive_pair_ends), else
   // they go to the network. Rings that run in step match both before the controller moves the
   // network on (flush_held).
-  if (kind == kHopNetwork) {
+  if (route.kind == HopRoute::Kind::kNetwork) {
     pass_transfers(hop);
     return;
   }
-  const int key = kind;
+  const int key = route.pair_key;
   const auto k = static_cast<size_t>(key);
   if (held_at_.size() <= k) held_at_.resize(k + 1, 0);
   if (held_at_[k] == 0) {
@@ -438,8 +438,9 @@ void Kernel::pass_closed(const PassHop& h, SimTime end) {
   account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
                {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)});
   flows_exclusive_ += static_cast<std::uint64_t>(parts);
-  pass_done_.push_back({h.op, h.src, parts, parts, end});  // the sends; dst's are pending
-  pass_done_.push_back({h.op, h.dst, 0, parts, end});      // the receives
+  closed_pass_messages_.push_back(
+      {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
+  closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives
 }
 
 void Kernel::pass_transfers(const PassHop& h) {
@@ -454,9 +455,9 @@ void Kernel::pass_transfers(const PassHop& h) {
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
     t.bytes = h.bytes;
     t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];
-    t.pass = h.op;
-    t.op_src = h.src;
-    t.op_dst = h.dst;
+    t.sink = h.op;
+    t.src_member = h.src;
+    t.dst_member = h.dst;
     t.part = q;
     new_transfers_.push_back(std::move(t));
   }
@@ -468,6 +469,11 @@ void Kernel::flush_held() {
     if (!aborting_) pass_transfers(h.hop);
   }
   held_.clear();
+}
+
+void Kernel::PassOp::message_done(Kernel& k, const Transfer& t, SimTime end) {
+  k.pass_message_done(*this, t.src_member, parts + t.part, end);  // dst's part is pending
+  k.pass_message_done(*this, t.dst_member, t.part, end);
 }
 
 void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count) {
