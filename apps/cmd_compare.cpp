@@ -53,10 +53,11 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--strategies", opt->strategies,
                   "Comma-separated strategies (flat is run as the reference when absent)");
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
-  cmd->add_option("--out", opt->out, "Output directory (compare.json)");
+  cmd->add_option("--out", opt->out,
+                  "Output directory (compare.json), replaced as a whole by the new set");
   cmd->add_flag("--outputs", opt->outputs,
                 "Also write each strategy's run outputs (report.json, image.png, trace.json) to "
-                "OUT/STRATEGY/");
+                "OUT/STRATEGY/ (OUT is replaced as one set)");
   cmd->callback([opt] {
     std::vector<std::string> names;
     std::stringstream ss(opt->strategies);
@@ -141,13 +142,7 @@ void add_compare_command(CLI::App& app) {
     for (const std::exception_ptr& e : errors)
       if (e) std::rethrow_exception(e);
     std::vector<RunRecord> recs;
-    for (size_t i = 0; i < plans.size(); ++i) {
-      recs.push_back(std::move(*results[i]));
-      if (opt->outputs) {
-        auto lock = hold_interrupts();
-        write_outputs(plans[i], recs.back(), std::filesystem::path(opt->out) / order[i]);
-      }
-    }
+    for (size_t i = 0; i < plans.size(); ++i) recs.push_back(std::move(*results[i]));
     const double flat_s = recs[0].report["virtual_time_s"].get<double>();
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
     const Topology& topo = plans[0].cluster.topology;
@@ -203,11 +198,19 @@ void add_compare_command(CLI::App& app) {
     doc["sets"] = opt->sets;
     doc["reference"] = "flat";
     doc["entries"] = entries;
-    std::error_code ec;
-    std::filesystem::create_directories(opt->out, ec);
-    if (ec) throw InputError(opt->out + ": cannot create output directory: " + ec.message());
-    auto lock = hold_interrupts();
-    write_file_atomic(std::filesystem::path(opt->out) / "compare.json", doc.dump(2) + "\n");
+    // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
+    // staged together and moved into place in one step, so a full disk or a kill leaves the
+    // previous set whole or the new one, never strategies of two runs side by side.
+    {
+      auto lock = hold_interrupts();
+      OutputSet set(opt->out);
+      if (opt->outputs)
+        for (size_t i = 0; i < plans.size(); ++i)
+          write_outputs(plans[i], recs[i], set.dir() / order[i]);
+      write_file_atomic(set.dir() / "compare.json", doc.dump(2) + "\n");
+      output_test_point();
+      set.commit();
+    }
     std::cout << "compare.json in " << opt->out << "/\n";
   });
 }

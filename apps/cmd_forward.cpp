@@ -10,7 +10,9 @@
 //   class_label  [1]        DiT class index, optional (default 0)
 // OUT holds `velocity` [C_out, H, W], the model's prediction, in fp32.
 
+#include <cmath>
 #include <iostream>
+#include <sstream>
 
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
@@ -67,11 +69,13 @@ void run_forward(const ForwardOptions& o) {
   if (le->shape.size() != 3 || le->shape[0] != mc.latent_channels)
     throw InputError(o.input + ": 'latent' must be [" + std::to_string(mc.latent_channels) +
                      ", H, W]");
+  const Tensor latent = in.read("latent");  // its shape checked against its data
+  if (le->shape[1] > (1 << 20) || le->shape[2] > (1 << 20))
+    throw InputError(o.input + ": 'latent' H and W must be at most 1048576");
   const int h = static_cast<int>(le->shape[1]), wd = static_cast<int>(le->shape[2]);
   if (h % mc.patch_size != 0 || wd % mc.patch_size != 0)
     throw InputError(o.input + ": latent H and W must be multiples of the patch size " +
                      std::to_string(mc.patch_size));
-  const Tensor latent = in.read("latent");
   const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
   std::optional<Tensor> text, pooled;
   if (mc.text_tokens > 0) text = required(in, "text", mc.text_tokens, mc.text_dim);
@@ -89,7 +93,20 @@ void run_forward(const ForwardOptions& o) {
   if (mc.guidance_embed) fi.guidance = {scalar(in, "guidance", static_cast<float>(mc.cfg_scale))};
   if (text) fi.text = &*text;
   if (pooled) fi.pooled = &*pooled;
-  if (mc.num_classes > 0) fi.class_labels = {static_cast<int>(scalar(in, "class_label", 0))};
+  if (mc.num_classes > 0) {
+    // An index into the class embedding table: num_classes rows, then the null class.
+    const float label = scalar(in, "class_label", 0);
+    if (!(label >= 0 && label <= static_cast<float>(mc.num_classes)) ||
+        label != std::floor(label)) {
+      std::ostringstream found;
+      found << label;
+      throw InputError(
+          o.input + ": tensor 'class_label' must be a class index, an integer in [0, " +
+          std::to_string(mc.num_classes - 1) + "] or " + std::to_string(mc.num_classes) +
+          " (the null class) for " + mc.name + "; found " + found.str());
+    }
+    fi.class_labels = {static_cast<int>(label)};
+  }
 
   fi.all_channels = true;  // DiT's learned-sigma channels too
 

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
@@ -51,13 +52,30 @@ void run_weights(const WeightsOptions& o) {
   const dit::SafetensorsCheckpoint ckpt(o.check);
   const dit::CheckpointCheck c = dit::check_checkpoint(ckpt, specs);
   std::fputs(c.describe().c_str(), stdout);
-  std::printf("%s against %s: %zu expected, %zu missing, %zu mis-shaped, %zu extra\n",
-              o.check.c_str(), mc.name.c_str(), specs.size(), c.missing.size(),
-              c.wrong_shape.size(), c.extra.size());
+  // The values too, one tensor at a time, as `run` reads them: a NaN or an infinity (or data
+  // that cannot be read) fails here rather than at the start of a run.
+  std::vector<std::string> bad_values;
+  for (const dit::TensorSpec& s : specs) {
+    const dit::SafetensorsEntry* e = ckpt.find(s.name);
+    if (e == nullptr || e->shape != s.shape) continue;
+    try {
+      (void)ckpt.read(s.name);
+    } catch (const InputError& err) {
+      bad_values.emplace_back(err.what());
+      std::printf("bad values: %s\n", err.what());
+    }
+  }
+  std::printf(
+      "%s against %s: %zu expected, %zu missing, %zu mis-shaped, %zu with bad values, %zu "
+      "extra\n",
+      o.check.c_str(), mc.name.c_str(), specs.size(), c.missing.size(), c.wrong_shape.size(),
+      bad_values.size(), c.extra.size());
   std::fflush(stdout);
-  if (!c.ok())
-    throw InputError(o.check + ": " + std::to_string(c.missing.size()) + " missing and " +
-                     std::to_string(c.wrong_shape.size()) + " mis-shaped tensor(s), listed above");
+  if (!c.ok() || !bad_values.empty())
+    throw InputError(o.check + ": " + std::to_string(c.missing.size()) + " missing, " +
+                     std::to_string(c.wrong_shape.size()) + " mis-shaped and " +
+                     std::to_string(bad_values.size()) +
+                     " tensor(s) with values that are not finite or not readable, listed above");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // cocodiff: emulate multi-node DiT inference on one machine, or run it on a cluster with MPI.
 // Exit codes: 0 success, 1 internal error, 2 bad input (config, files, flags, collectives),
 // 3 a run stopped by --inject-fault (report.json written, status "failed"), 128 + signal number
-// when interrupted (130 for Ctrl-C / SIGINT, 143 for SIGTERM).
+// when interrupted (130 for Ctrl-C / SIGINT, 143 for SIGTERM, 129 for SIGHUP: the terminal
+// closed).
 
 #include <pthread.h>
 #include <signal.h>
@@ -29,13 +30,13 @@ namespace cocodiff::apps {
 
 namespace {
 
-// SIGINT and SIGTERM are blocked in every thread (main blocks them before any thread exists, and
-// threads inherit the mask: engine workers, MPI progress threads) and taken by one watcher thread
-// with sigwait(). The watcher runs ordinary code, not an async signal handler, so it may lock a
-// mutex; it writes its message with write(2) and leaves with _exit() so that no destructor or
-// atexit handler races the still-running workers. Outputs are written only after a run succeeded
-// and only while hold_interrupts() is held, so an interrupt leaves the out directory with either
-// nothing or complete files, never a temporary.
+// SIGINT, SIGTERM and SIGHUP are blocked in every thread (main blocks them before any thread
+// exists, and threads inherit the mask: engine workers, MPI progress threads) and taken by one
+// watcher thread with sigwait(). The watcher runs ordinary code, not an async signal handler, so it
+// may lock a mutex; it writes its message with write(2) and leaves with _exit() so that no
+// destructor or atexit handler races the still-running workers. Outputs are written only after a
+// run succeeded and only while hold_interrupts() is held, so an interrupt leaves the out directory
+// with either nothing or complete files, never a temporary.
 std::mutex g_output_mutex;
 std::atomic<bool> g_outputs_started{false};
 std::atomic<bool> g_quiet{false};
@@ -48,7 +49,7 @@ void watch_interrupts(sigset_t set) {
   // Under mpirun, say which rank and that the launcher ended it: mpirun stops every rank when
   // one of them fails (or the job is cancelled), so this line is never the cause.
   const char* mpi_rank = std::getenv("OMPI_COMM_WORLD_RANK");
-  const std::string name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+  const std::string name = sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : "SIGTERM";
   const std::string what = mpi_rank != nullptr ? std::string("cocodiff: rank ") + mpi_rank +
                                                      ": ended by the launcher (" + name +
                                                      "; another rank failed or the job was stopped)"
@@ -64,6 +65,10 @@ void start_interrupt_watcher() {
   sigemptyset(&set);
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
+  // SIGHUP too, unless the program was started to ignore it (nohup): a blocked signal is never
+  // discarded, so taking it here would end a run nohup meant to keep alive.
+  struct sigaction hup {};
+  if (::sigaction(SIGHUP, nullptr, &hup) == 0 && hup.sa_handler != SIG_IGN) sigaddset(&set, SIGHUP);
   if (::pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) return;  // keep the default actions
   std::thread(watch_interrupts, set).detach();
 }

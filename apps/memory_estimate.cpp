@@ -114,6 +114,17 @@ double trace_events(const RunPlan& plan) {
   return std::min(events, static_cast<double>(plan.engine.trace_limit));
 }
 
+// The positions a RoPE model builds for one tile's image tokens before its rotary table (one
+// double per axis and token, phantom runs included: they need the table's shape), plus the
+// 3-axis image positions that a model with more axes copies into them. The tiles build them one
+// at a time, so one tile's worth is alive at once.
+double tile_positions_bytes(const RunPlan& plan) {
+  const double axes = static_cast<double>(plan.model.rope_axes.size());
+  if (axes == 0) return 0;
+  const double l = ceil_div(static_cast<double>(plan.tokens()), sp_ranks(plan));
+  return l * (axes + (axes > 3 ? 3 : 0)) * 8;
+}
+
 }  // namespace
 
 std::int64_t MemoryEstimate::total_bytes() const {
@@ -158,6 +169,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
     e.parts = {{"weights", bytes(here * weights)},
                {"activations", bytes(here * activations)},
                {"v_major caches", bytes(here * v_major)},
+               {"token positions", bytes(here * tile_positions_bytes(plan))},
                {"program", bytes(here * kMpiProgramBytes)}};
     return e;
   }
@@ -170,6 +182,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"weights", bytes(weights)},  // one copy, shared by every tile
       {"activations", bytes(p * activations)},
       {"v_major caches", bytes(p * v_major)},
+      {"token positions", bytes(tile_positions_bytes(plan))},  // one tile at a time
       {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
       {"fiber stacks", bytes(p * stack)},  // resident pages of p stacks
       {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
@@ -187,9 +200,9 @@ void check_memory_limit(const RunPlan& plan, const MemoryEstimate& estimate) {
       "the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
       "), more than emulator.memory_limit = " + human_bytes(*plan.memory_limit_bytes) + " (" +
       plan.memory_limit_source + "); the biggest part is " + big.name + " (" +
-      human_bytes(big.bytes) +
-      "): use run.math = \"skip\", a smaller model, resolution or rank count, or raise "
-      "emulator.memory_limit");
+      human_bytes(big.bytes) + "): use " +
+      (plan.math == "skip" ? std::string() : std::string("run.math = \"skip\", ")) +
+      "a smaller model, resolution or rank count, or raise emulator.memory_limit");
 }
 
 namespace {

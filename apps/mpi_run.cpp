@@ -1,12 +1,17 @@
 // `cocodiff run --backend mpi`: the same plan and DiT code over OpenMPI, one process per rank.
 // Every rank resolves the config itself (same files), rank 0 writes the outputs.
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "apps/commands.hpp"
@@ -21,9 +26,148 @@
 #include "mpi_backend/mpi_comm.hpp"
 #endif
 
+#ifndef COCODIFF_VERSION
+#define COCODIFF_VERSION "unknown"
+#endif
+
 namespace cocodiff::apps {
 
 #ifdef COCODIFF_HAVE_MPI
+namespace {
+
+/// Flattens a TOML table into "dotted.key" -> value as TOML writes it.
+void flatten(const toml::table& t, const std::string& prefix,
+             std::map<std::string, std::string>& out) {
+  for (const auto& [k, v] : t) {
+    const std::string key =
+        prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
+    if (const toml::table* sub = v.as_table(); sub != nullptr) {
+      flatten(*sub, key, out);
+      continue;
+    }
+    std::ostringstream os;
+    v.visit([&](const auto& node) { os << node; });
+    out[key] = os.str();
+  }
+}
+
+/// What makes this rank's run: the program's version, --inject-fault and every resolved config
+/// key with the value it got, one "key = value" line each. The emulator's keys are left out: the
+/// MPI backend does not read them, and their defaults depend on the host (emulator.workers).
+std::string run_identity(const RunPlan& plan, const RunCommandOptions& opt) {
+  std::map<std::string, std::string> keys;
+  const std::string effective = plan.cfg.dump_effective();
+  try {
+    flatten(toml::parse(effective), "", keys);
+  } catch (const std::exception&) {  // not expected: then the text itself is compared
+    keys["(config)"] = effective;
+  }
+  std::erase_if(keys, [](const auto& kv) { return kv.first.rfind("emulator.", 0) == 0; });
+  keys["(cocodiff version)"] = COCODIFF_VERSION;
+  keys["(--inject-fault)"] = opt.inject_fault.empty() ? "none" : opt.inject_fault;
+  std::string text;
+  for (const auto& [k, v] : keys) text += k + " = " + v + "\n";
+  return text;
+}
+
+std::map<std::string, std::string> parse_identity(const std::string& text) {
+  std::map<std::string, std::string> keys;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const size_t eq = line.find(" = ");
+    if (eq != std::string::npos) keys[line.substr(0, eq)] = line.substr(eq + 3);
+  }
+  return keys;
+}
+
+/// "2" or "0-3" or "0, 2-3".
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    s += (s.empty() ? "" : ", ") + std::to_string(ranks[i]);
+    if (j > i) s += (j == i + 1 ? ", " : "-") + std::to_string(ranks[j]);
+    i = j + 1;
+  }
+  return (ranks.size() == 1 ? "rank " : "ranks ") + s;
+}
+
+/// Collective over MPI_COMM_WORLD: every rank compares a digest of its run_identity(); when
+/// they differ, rank 0 gathers them and returns the message naming the ranks and the keys that
+/// differ (other ranks get a non-empty placeholder). Empty when every rank runs the same run.
+std::string compare_runs(const std::string& identity, int rank, int size) {
+  Sha256 h;
+  h.update(identity);
+  const std::string mine = h.hex();  // 64 characters
+  std::vector<char> all(static_cast<size_t>(size) * 64);
+  MPI_Allgather(mine.data(), 64, MPI_CHAR, all.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
+  std::vector<std::string> digests;
+  for (int r = 0; r < size; ++r) digests.emplace_back(all.data() + 64 * r, 64);
+  if (std::all_of(digests.begin(), digests.end(),
+                  [&](const std::string& d) { return d == digests[0]; }))
+    return {};
+  // They differ: rank 0 gathers every identity to say how.
+  int length = static_cast<int>(identity.size());
+  std::vector<int> lengths(static_cast<size_t>(rank == 0 ? size : 0));
+  MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
+  std::vector<int> offsets(lengths.size());
+  int total = 0;
+  for (size_t r = 0; r < lengths.size(); ++r) {
+    offsets[r] = total;
+    total += lengths[r];
+  }
+  std::vector<char> texts(static_cast<size_t>(total));
+  MPI_Gatherv(identity.data(), length, MPI_CHAR, texts.data(), lengths.data(), offsets.data(),
+              MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (rank != 0) return "differ";
+  // Groups of ranks with equal digests, in the order of their lowest rank.
+  std::vector<std::vector<int>> groups;
+  std::vector<std::string> group_digest;
+  for (int r = 0; r < size; ++r) {
+    const auto it =
+        std::find(group_digest.begin(), group_digest.end(), digests[static_cast<size_t>(r)]);
+    if (it == group_digest.end()) {
+      group_digest.push_back(digests[static_cast<size_t>(r)]);
+      groups.push_back({r});
+    } else {
+      groups[static_cast<size_t>(it - group_digest.begin())].push_back(r);
+    }
+  }
+  const auto identity_of = [&](int r) {
+    return parse_identity(std::string(texts.data() + offsets[static_cast<size_t>(r)],
+                                      static_cast<size_t>(lengths[static_cast<size_t>(r)])));
+  };
+  const std::map<std::string, std::string> base = identity_of(groups[0][0]);
+  std::string msg =
+      "the ranks do not run the same run (every rank must get the same config, "
+      "--set values, --inject-fault and cocodiff build):";
+  for (size_t g = 1; g < groups.size(); ++g) {
+    const std::map<std::string, std::string> other = identity_of(groups[g][0]);
+    std::set<std::string> keys;
+    for (const auto& [k, v] : base) keys.insert(k);
+    for (const auto& [k, v] : other) keys.insert(k);
+    std::string diff;
+    int shown = 0, differing = 0;
+    for (const std::string& k : keys) {
+      const auto a = base.find(k), b = other.find(k);
+      const std::string va = a == base.end() ? "(absent)" : a->second;
+      const std::string vb = b == other.end() ? "(absent)" : b->second;
+      if (va == vb) continue;
+      ++differing;
+      if (shown == 8) continue;
+      diff += (diff.empty() ? "" : ", ") + k + " (" + va + " vs " + vb + ")";
+      ++shown;
+    }
+    if (differing > shown) diff += " and " + std::to_string(differing - shown) + " more";
+    msg += " " + rank_list(groups[g]) + " differ from " + rank_list(groups[0]) + " in " + diff +
+           (g + 1 < groups.size() ? ";" : "");
+  }
+  return msg;
+}
+
+}  // namespace
+
 int run_mpi_main(const RunCommandOptions& opt) {
   const std::string& out = opt.out;
   const bool quiet = opt.quiet;
@@ -55,15 +199,31 @@ int run_mpi_main(const RunCommandOptions& opt) {
       runtime.abort_quietly(2);
     }
     RunPlan& plan = *resolved;
-    std::unique_ptr<Communicator> world =
-        runtime.world(plan.cluster.topology,
-                      mpi::WorldOptions{.check_hosts = plan.mpi_check_hosts,
-                                        .progress_timeout_s = plan.mpi_progress_timeout_s});
+    // Every rank resolved its config alike; now they must also have resolved the same run
+    // (mpirun's MPMD form, or a host with other configs, could give ranks different ones).
+    if (const std::string differ =
+            compare_runs(run_identity(plan, opt), runtime.world_rank(), runtime.world_size());
+        !differ.empty()) {
+      if (runtime.world_rank() == 0) throw ConfigError(differ);
+      quiet_interrupts();
+      runtime.abort_quietly(2);
+    }
+    std::unique_ptr<Communicator> world = runtime.world(
+        plan.cluster.topology, mpi::WorldOptions{.check_hosts = plan.mpi_check_hosts,
+                                                 .progress_timeout_s = plan.mpi_progress_timeout_s,
+                                                 .progress_auto = plan.mpi_progress_auto,
+                                                 .progress_floor_s = plan.mpi_progress_floor_s,
+                                                 .progress_multiple = plan.mpi_progress_multiple});
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan, "mpi") << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);
-    const dit::RunSettings settings = settings_for(plan);
     const auto& mpi_world = dynamic_cast<const mpi::MpiComm&>(*world);
+    dit::RunSettings settings = settings_for(plan);
+    // Every step start is a mark for the progress watchdog's derived bound.
+    settings.on_step = [&mpi_world, hook = settings.on_step](int rank, int step) {
+      mpi_world.step_started();
+      if (hook) hook(rank, step);
+    };
     world->barrier();
     const SimTime t0 = world->now();
     const mpi::Accounting before = mpi_world.accounting();

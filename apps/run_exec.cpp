@@ -161,14 +161,14 @@ void alloc_test_point(std::string_view phase) {
 // Runs `build`; a failed allocation becomes a ResourceError naming what was being built and
 // the run's memory estimate.
 template <typename Build>
-auto building(const std::string& what, const MemoryEstimate& estimate, Build&& build) {
+auto building(const std::string& what, const MemoryEstimate& estimate, bool phantom,
+              Build&& build) {
   try {
     return build();
   } catch (const std::bad_alloc&) {
     throw ResourceError("out of memory while building " + what + " (std::bad_alloc; the run's " +
-                        estimate.summary() +
-                        "): use run.math = \"skip\", a smaller model, resolution or rank count, "
-                        "or more memory");
+                        estimate.summary() + "): use " + (phantom ? "" : "run.math = \"skip\", ") +
+                        "a smaller model, resolution or rank count, or more memory");
   }
 }
 
@@ -194,7 +194,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
         building("the activations of rank " + std::to_string(comm.rank()) + " (" + plan.model.name +
                      ", " + std::to_string(plan.tokens()) + " image tokens over " +
                      std::to_string(plan.ranks()) + " ranks)",
-                 estimate, [&] {
+                 estimate, plan.settings.phantom, [&] {
                    alloc_test_point("tiles");
                    return dit::generate(comm, plan.model, *weights, settings);
                  });
@@ -263,7 +263,7 @@ RunRecord run_emulated(const RunPlan& plan) {
   const MemoryEstimate estimate = estimate_memory(plan, "emulator");
   check_memory_limit(plan, estimate);
   std::shared_ptr<const dit::Weights> weights =
-      building("the weights of " + plan.model.name, estimate, [&] {
+      building("the weights of " + plan.model.name, estimate, plan.settings.phantom, [&] {
         alloc_test_point("weights");
         return weights_for(plan);
       });

@@ -38,6 +38,13 @@ std::filesystem::path config_dir() {
 
 namespace {
 
+// A key naming a file: a non-empty string, read relative to the config's directory.
+std::filesystem::path file_key(const Config& cfg, const char* key) {
+  const std::string v = cfg.require_string(key);
+  if (v.empty()) throw ConfigError(cfg.where(key), key, "a file path", "an empty string");
+  return cfg.directory() / v;
+}
+
 // [pipeline], [v_major], [usp]: the strategies' settings (dit::StrategyOptions). Read whatever
 // the strategy, so a key is checked (and never reported unknown) in every run.
 void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
@@ -92,10 +99,10 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
   const std::string size_keys = cfg.has("run.height") ? "run.width x run.height" : "run.resolution";
   // A PNG of the run's size: ConfigError naming the key and the file otherwise.
   auto read_sized = [&](const char* key) {
-    const std::filesystem::path file = cfg.directory() / cfg.require_string(key);
+    const std::filesystem::path file = file_key(cfg, key);
     dit::Rgb img;
     try {
-      img = dit::read_png(file);
+      img = dit::read_png(file, dit::PngSize{wn, hn});
     } catch (const InputError& e) {
       throw ConfigError(cfg.where(key), key, "a " + size + " PNG", e.what());
     }
@@ -115,8 +122,9 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
                         cfg.require_string("run.inpaint_mask") + ", black everywhere");
   } else {
     const std::vector<std::int64_t> r = cfg.get_int_list("run.inpaint_rect", {});
-    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] + r[2] > wn ||
-        r[1] + r[3] > hn) {
+    // Compared without sums: x + width would overflow for x or width near INT64_MAX.
+    if (r.size() != 4 || r[0] < 0 || r[1] < 0 || r[2] < 1 || r[3] < 1 || r[0] >= wn || r[1] >= hn ||
+        r[2] > wn - r[0] || r[3] > hn - r[1]) {
       std::string found = "[";
       for (std::int64_t v : r) found += (found.size() > 1 ? ", " : "") + std::to_string(v);
       throw ConfigError(cfg.where("run.inpaint_rect"), "run.inpaint_rect",
@@ -141,9 +149,10 @@ void record_derived_values(RunPlan& plan, int ulysses_degree) {
   Config& cfg = plan.cfg;
   const auto absolute = [&](const std::string& key) {
     if (!cfg.has(key)) return;
-    const std::string v = cfg.require_string(key);
-    cfg.set_effective(
-        key, toml::value<std::string>(std::filesystem::absolute(cfg.directory() / v).string()));
+    const std::filesystem::path file = file_key(cfg, key.c_str());
+    std::error_code ec;
+    const std::filesystem::path full = std::filesystem::absolute(file, ec);
+    cfg.set_effective(key, toml::value<std::string>(ec ? file.string() : full.string()));
   };
   for (const char* key :
        {"run.weights", "run.initial_latent", "run.inpaint_image", "run.inpaint_mask"})
@@ -241,10 +250,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   }
   const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
-  if (cfg.has("run.weights"))
-    plan.weights_file = cfg.directory() / cfg.require_string("run.weights");
-  if (cfg.has("run.initial_latent"))
-    plan.initial_latent = cfg.directory() / cfg.require_string("run.initial_latent");
+  if (cfg.has("run.weights")) plan.weights_file = file_key(cfg, "run.weights");
+  if (cfg.has("run.initial_latent")) plan.initial_latent = file_key(cfg, "run.initial_latent");
   plan.save_latent = cfg.get_bool("run.save_latent", false);
   plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
@@ -268,7 +275,20 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
                   << 10;
   plan.mpi_check_hosts = cfg.get_bool("mpi.check_hosts", true);
-  plan.mpi_progress_timeout_s = cfg.get_double("mpi.progress_timeout_s", 0, 0, 1e6);
+  // mpi.progress_timeout_s: seconds (0: off), or "auto" (the default).
+  if (const toml::node* t = cfg.table().at_path("mpi.progress_timeout_s").node();
+      t != nullptr && t->is_number()) {
+    plan.mpi_progress_timeout_s = cfg.get_double("mpi.progress_timeout_s", 0, 0, 1e6);
+    plan.mpi_progress_auto = false;
+  } else if (t != nullptr && t->value_exact<std::string>() != "auto") {
+    cfg.mark_used("mpi.progress_timeout_s");
+    throw ConfigError(cfg.where("mpi.progress_timeout_s"), "mpi.progress_timeout_s",
+                      "a number of seconds in [0, 1e6] (0: off) or \"auto\"", describe_node(*t));
+  } else {
+    cfg.get_string("mpi.progress_timeout_s", "auto");
+  }
+  plan.mpi_progress_floor_s = cfg.get_double("mpi.progress_floor_s", 30, 0.1, 1e6);
+  plan.mpi_progress_multiple = cfg.get_double("mpi.progress_multiple", 10, 1, 1e6);
   if (cfg.has("emulator.memory_limit")) {
     const std::int64_t limit = cfg.get_bytes("emulator.memory_limit", 0);
     if (limit > 0) plan.memory_limit_bytes = limit;  // 0: no limit
@@ -570,6 +590,16 @@ std::string describe(const RunPlan& p, const std::string& backend,
   if (backend == "mpi") {
     os << "backend    MPI: one process per rank (" << t.num_ranks()
        << "), fp32 payloads (4 bytes per element on the wire), no trace or timeline\n";
+    os << "watchdog   ";
+    if (p.mpi_progress_auto)
+      os << "auto: a wait with no progress for the largest of " << p.mpi_progress_floor_s
+         << " s and " << p.mpi_progress_multiple
+         << " x the longest step ends the job, naming the stopped rank\n";
+    else if (p.mpi_progress_timeout_s > 0)
+      os << p.mpi_progress_timeout_s
+         << " s: a wait with no progress that long ends the job, naming the stopped rank\n";
+    else
+      os << "off (mpi.progress_timeout_s = 0): a stopped rank leaves the job waiting\n";
   } else {
     os << "emulator   " << p.engine.workers << " worker thread(s), all-to-all "
        << p.engine.all_to_all_algorithm << ", " << p.engine.wire_bytes_per_element

@@ -75,8 +75,13 @@ struct RunPlan {
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;
   /// mpi.progress_timeout_s: an MPI wait that sees no progress for this long ends the job
-  /// naming the rank that stopped (0: off).
+  /// naming the rank that stopped (0: off). "auto" (the default): a bound derived from the run,
+  /// the largest of mpi.progress_floor_s and mpi.progress_multiple x the longest step so far
+  /// (mpi::WorldOptions::progress_auto).
   double mpi_progress_timeout_s = 0;
+  bool mpi_progress_auto = true;
+  double mpi_progress_floor_s = 30;
+  double mpi_progress_multiple = 10;
   /// emulator.memory_limit in bytes (default: MemAvailable); nullopt: no limit. A run whose
   /// memory estimate exceeds it stops before allocating (apps/memory_estimate.hpp).
   std::optional<std::int64_t> memory_limit_bytes;

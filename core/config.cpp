@@ -87,6 +87,50 @@ std::string file_kind(std::filesystem::file_type t) {
   }
 }
 
+// A key as printed in messages: control characters escaped, so a newline shows as \n.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\t')
+      out += "\\t";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+      out += "\\x" + std::string(1, "0123456789abcdef"[(c >> 4) & 0xf]) +
+             std::string(1, "0123456789abcdef"[c & 0xf]);
+    else
+      out += c;
+  }
+  return out;
+}
+
+// Keys are addressed by dotted paths ("run.seed"), so a key whose own name holds a dot (the
+// quoted key "run.seed" = 3, which TOML reads as one key of that name, not as seed in [run])
+// could never be read: it is refused by name and line, wherever it is.
+void check_key_names(const toml::table& t, const std::string& source, const std::string& prefix) {
+  for (const auto& [k, v] : t) {
+    const std::string name(k.str());
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (name.find('.') != std::string::npos) {
+      const std::string line =
+          k.source().begin.line > 0 ? ":" + std::to_string(k.source().begin.line) : std::string();
+      const std::string shown = prefix.empty() ? std::string() : " in [" + prefix + "]";
+      throw ConfigError(source + line + ": quoted key \"" + printable(name) + "\"" + shown +
+                        " holds a dot: TOML reads it as one key of that name, which no setting "
+                        "has; write the dotted key unquoted (" +
+                        printable(name) + " = ...) or the last part under its table");
+    }
+    if (const toml::table* sub = v.as_table(); sub != nullptr)
+      check_key_names(*sub, source, path);
+    else if (const toml::array* a = v.as_array(); a != nullptr)
+      for (const toml::node& e : *a)
+        if (const toml::table* sub = e.as_table(); sub != nullptr)
+          check_key_names(*sub, source, path);
+  }
+}
+
 }  // namespace
 
 std::string describe_node(const toml::node& node) {
@@ -141,6 +185,7 @@ Config Config::load(const std::filesystem::path& file) {
                       std::to_string(e.source().begin.column) +
                       ": TOML syntax error: " + std::string(e.description()));
   }
+  check_key_names(c.root_, file.string(), "");
   c.source_ = file.string();
   c.dir_ = file.parent_path();
   return c;
@@ -155,6 +200,7 @@ Config Config::parse(std::string_view text, std::string source) {
                       std::to_string(e.source().begin.column) +
                       ": TOML syntax error: " + std::string(e.description()));
   }
+  check_key_names(c.root_, source, "");
   c.source_ = std::move(source);
   return c;
 }
@@ -164,6 +210,11 @@ void Config::set(std::string_view assignment) {
   if (eq == std::string_view::npos || eq == 0)
     throw ConfigError("--set '" + std::string(assignment) +
                       "': expected key=value, e.g. --set run.steps=4");
+  // One key = value per --set: a line break would let TOML read the rest of the value as more
+  // keys, which the parse below would drop without a word.
+  if (assignment.find_first_of("\n\r") != std::string_view::npos)
+    throw ConfigError("--set '" + printable(assignment) +
+                      "': holds a line break; give one key=value per --set");
   std::string key(assignment.substr(0, eq));
   std::string value(assignment.substr(eq + 1));
   while (!key.empty() && key.back() == ' ') key.pop_back();
@@ -190,6 +241,8 @@ void Config::set(std::string_view assignment) {
   }
   toml::node* existing = t->get(parts.back());
   const toml::node& v = *parsed.get("v");
+  if (const toml::table* inline_table = v.as_table(); inline_table != nullptr)
+    check_key_names(*inline_table, "--set " + key, key);
   if (existing != nullptr && existing->is_table())
     throw ConfigError("--set " + key + ": that key is a table; set one of its keys instead");
   if (existing != nullptr && existing->type() != v.type() &&

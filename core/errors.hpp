@@ -54,6 +54,13 @@ class ResourceError : public UserError {
   using UserError::UserError;
 };
 
+/// A real-math run whose values stopped being finite (NaN or infinity): weights or inputs that
+/// overflow float32. The message names the first layer whose output was not finite.
+class NumericError : public UserError {
+ public:
+  using UserError::UserError;
+};
+
 /// Ranks that disagree: mismatched collectives, wrong sizes, deadlocks. Message names ranks.
 class CommError : public UserError {
  public:

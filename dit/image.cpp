@@ -81,11 +81,36 @@ Tensor inpaint_mask(const Rgb& mask) {
   return t;
 }
 
-Rgb read_png(const std::filesystem::path& path) {
+Rgb read_png(const std::filesystem::path& path, std::optional<PngSize> expect) {
+  // The file first: a device or a huge file is refused before libpng reads from it.
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st))
+    throw InputError(path.string() + ": no such file (a PNG image)");
+  if (!std::filesystem::is_regular_file(st))
+    throw InputError(path.string() + ": not a regular file (a PNG image is expected)");
+  const std::uintmax_t file_bytes = std::filesystem::file_size(path, ec);
+  constexpr std::uintmax_t kMaxFileBytes = std::uintmax_t{256} << 20;
+  if (!ec && file_bytes > kMaxFileBytes)
+    throw InputError(path.string() + ": " + std::to_string(file_bytes) +
+                     " bytes; a PNG read here may hold at most " + std::to_string(kMaxFileBytes));
   png_image im{};
   im.version = PNG_IMAGE_VERSION;
   if (png_image_begin_read_from_file(&im, path.c_str()) == 0)
     throw InputError(path.string() + ": not a readable PNG (" + im.message + ")");
+  // The header's size, before the pixel buffer is allocated: a few bytes may claim gigabytes.
+  const std::string declared = std::to_string(im.width) + " x " + std::to_string(im.height);
+  if (expect && (static_cast<std::int64_t>(im.width) != expect->width ||
+                 static_cast<std::int64_t>(im.height) != expect->height)) {
+    png_image_free(&im);
+    throw InputError(path.string() + ": a PNG of " + declared + " pixels, expected " +
+                     std::to_string(expect->width) + " x " + std::to_string(expect->height));
+  }
+  if (static_cast<std::int64_t>(im.width) * im.height > kMaxPngPixels) {
+    png_image_free(&im);
+    throw InputError(path.string() + ": a PNG of " + declared + " pixels, more than the " +
+                     std::to_string(kMaxPngPixels) + " pixels an image read here may have");
+  }
   im.format = PNG_FORMAT_RGB;
   Rgb img;
   img.width = static_cast<int>(im.width);

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/tensor.hpp"
@@ -35,8 +36,20 @@ Tensor pixel_latent(const Rgb& image, int channels);
 /// nonzero (white), 0 (keep) where the pixel is black. Returns [1, height*width].
 Tensor inpaint_mask(const Rgb& mask);
 
-/// Reads an 8-bit PNG of any colour type as RGB. InputError naming the file on failure.
-Rgb read_png(const std::filesystem::path& path);
+/// A PNG's size in pixels.
+struct PngSize {
+  int width = 0;
+  int height = 0;
+};
+
+/// Reads an 8-bit PNG of any colour type as RGB. InputError naming the file on failure. The
+/// size its header declares is checked before any pixel buffer is allocated: against `expect`
+/// when given (InputError "a PNG of W x H pixels, expected ..."), and always against
+/// kMaxPngPixels.
+Rgb read_png(const std::filesystem::path& path, std::optional<PngSize> expect = std::nullopt);
+
+/// The largest image read_png decodes (4096 x 4096, 48 MiB of RGB), whatever its header claims.
+inline constexpr std::int64_t kMaxPngPixels = std::int64_t{1} << 24;
 
 /// Writes an 8-bit RGB PNG atomically (temp file + rename). InputError on failure.
 void write_png(const std::filesystem::path& path, const Rgb& image);

@@ -226,7 +226,12 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       in.class_labels = std::move(labels);
       ++out.forwards;
       attn->begin_forward(i, pass++);
-      return model->forward(ex, w, *attn, in);
+      try {
+        return model->forward(ex, w, *attn, in);
+      } catch (const NumericError& e) {
+        throw NumericError("step " + std::to_string(i) + " of " + std::to_string(out.steps) + ": " +
+                           e.what());
+      }
     };
     const int null_class = cfg.num_classes;
     Tensor v;
@@ -269,6 +274,11 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
     euler_step(ex, x, v, sigma, next);
     if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
+    if (!phantom && !x.mat().allFinite())
+      throw NumericError("step " + std::to_string(i) + " of " + std::to_string(out.steps) +
+                         ": non-finite values (NaN or infinity) first appear in the latent "
+                         "after the sampler's update (an initial latent or a velocity that "
+                         "overflows float32, whose largest finite value is 3.4e38)");
   }
   comm.begin_region("latent gather", false);
 

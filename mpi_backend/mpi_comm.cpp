@@ -43,22 +43,67 @@ constexpr int kPongTag = 2;  // "yes"
 Shared::~Shared() {
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && watchdog != MPI_COMM_NULL) MPI_Comm_free(&watchdog);
+  if (finalized) return;
+  // A send to a rank that is gone may never complete: its buffer is left to MPI.
+  for (PendingSend& p : pending_sends) {
+    MPI_Request_free(&p.request);
+    (void)p.payload.release();
+  }
+  if (watchdog != MPI_COMM_NULL) MPI_Comm_free(&watchdog);
+}
+
+double Shared::bound_s(double wait_start_s) const {
+  if (!progress_auto) return progress_timeout_s;
+  // A peer doing the same work as this rank takes about as long as this rank took to reach the
+  // wait; a generous multiple of that, or of the longest step, is never an honest delay. Before
+  // the first step (weights loading on every rank) the floor is four times higher.
+  const double floor_s = in_steps ? progress_floor_s : 4 * progress_floor_s;
+  return std::max({floor_s, progress_multiple * longest_step_s,
+                   progress_multiple * (wait_start_s - phase_start_s)});
+}
+
+void Shared::step_started() {
+  const double now = MPI_Wtime();
+  if (in_steps) longest_step_s = std::max(longest_step_s, now - phase_start_s);
+  in_steps = true;
+  phase_start_s = now;
 }
 
 int Shared::wait(MPI_Request* request, MPI_Status* status, const std::function<std::string()>& what,
                  int peer_world) {
-  if (progress_timeout_s <= 0) return MPI_Wait(request, status);
+  if (!watchdog_on()) return MPI_Wait(request, status);
   const double start = MPI_Wtime();
+  const double bound = bound_s(start);
+  double since = start;  // the last time progress was seen
   for (;;) {
     int flag = 0;
     const int rc = MPI_Test(request, &flag, status);
-    if (rc != MPI_SUCCESS || flag) return rc;
+    if (rc != MPI_SUCCESS || flag) {
+      ++completed_waits;
+      return rc;
+    }
     answer_pings();
-    const double waited = MPI_Wtime() - start;
-    if (waited > progress_timeout_s) stalled(what(), peer_world, waited);
+    const double now = MPI_Wtime();
+    if (now - since > bound) {
+      probe(what(), peer_world, now - start, bound);  // throws unless progress was seen
+      since = MPI_Wtime();
+    }
     std::this_thread::yield();
   }
+}
+
+void Shared::send_pair(std::int64_t a, std::int64_t b, int dest, int tag) {
+  // Drop the buffers of sends that completed; a send to a stopped rank may stay pending.
+  std::erase_if(pending_sends, [](PendingSend& p) {
+    int done = 0;
+    return MPI_Test(&p.request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done != 0;
+  });
+  PendingSend p;
+  p.payload = std::make_unique<std::int64_t[]>(2);
+  p.payload[0] = a;
+  p.payload[1] = b;
+  if (MPI_Isend(p.payload.get(), 2, MPI_INT64_T, dest, tag, watchdog, &p.request) == MPI_SUCCESS)
+    pending_sends.push_back(std::move(p));
 }
 
 void Shared::answer_pings() {
@@ -67,40 +112,55 @@ void Shared::answer_pings() {
     int flag = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kPingTag, watchdog, &flag, &st) != MPI_SUCCESS || !flag) return;
-    int asker = 0;
-    MPI_Recv(&asker, 1, MPI_INT, st.MPI_SOURCE, kPingTag, watchdog, MPI_STATUS_IGNORE);
-    MPI_Request answer = MPI_REQUEST_NULL;  // small and eager; never waited for
-    if (MPI_Isend(&pong_payload, 1, MPI_INT, st.MPI_SOURCE, kPongTag, watchdog, &answer) ==
-        MPI_SUCCESS)
-      MPI_Request_free(&answer);
+    std::int64_t ping[2] = {0, 0};  // the asker's probe number, its rank
+    MPI_Recv(ping, 2, MPI_INT64_T, st.MPI_SOURCE, kPingTag, watchdog, MPI_STATUS_IGNORE);
+    send_pair(ping[0], completed_waits, st.MPI_SOURCE, kPongTag);  // "yes, and my progress"
   }
 }
 
-void Shared::stalled(const std::string& what, int peer_world, double waited_s) {
-  // Ask every other rank whether it still makes MPI calls: a rank waiting too answers within
-  // milliseconds; one that stopped (or computes outside MPI for longer than the grace) does not.
-  ping_payload = world_rank;
-  for (int r = 0; r < world_size; ++r) {
-    if (r == world_rank) continue;
-    MPI_Request q = MPI_REQUEST_NULL;
-    if (MPI_Isend(&ping_payload, 1, MPI_INT, r, kPingTag, watchdog, &q) == MPI_SUCCESS)
-      MPI_Request_free(&q);
+std::string Shared::bound_note(double bound) const {
+  char text[640];
+  if (!progress_auto) {
+    std::snprintf(text, sizeof text, " (mpi.progress_timeout_s = %g)", progress_timeout_s);
+  } else {
+    std::snprintf(text, sizeof text,
+                  " (mpi.progress_timeout_s = \"auto\": %.1f s, the largest of the floor %g s%s, "
+                  "%g x the longest step so far and %g x this rank's time in the current %s "
+                  "before the wait; --progress-timeout S sets it, 0 turns it off)",
+                  bound, in_steps ? progress_floor_s : 4 * progress_floor_s,
+                  in_steps ? "" : " (x 4 before the first step)", progress_multiple,
+                  progress_multiple, in_steps ? "step" : "setup");
   }
+  return text;
+}
+
+void Shared::probe(const std::string& what, int peer_world, double waited_s, double bound) {
+  // Ask every other rank whether it still makes MPI calls: a rank waiting too answers within
+  // milliseconds, with the number of waits it completed; one that stopped (or computes outside
+  // MPI for longer than the grace) does not. Answers to an earlier probe are told apart by
+  // their probe number and dropped.
+  const std::int64_t seq = ++probe_seq;
+  for (int r = 0; r < world_size; ++r)
+    if (r != world_rank) send_pair(seq, world_rank, r, kPingTag);
   std::vector<char> answered(static_cast<size_t>(world_size), 0);
+  std::vector<std::int64_t> counts(static_cast<size_t>(world_size), 0);
   answered[static_cast<size_t>(world_rank)] = 1;
+  counts[static_cast<size_t>(world_rank)] = completed_waits;
   int missing = world_size - 1;
-  const double grace_s = std::clamp(progress_timeout_s, 0.5, 1.0);
+  const double grace_s = std::clamp(bound, 0.5, 1.0);
   const double t0 = MPI_Wtime();
   while (missing > 0 && MPI_Wtime() - t0 < grace_s) {
     answer_pings();
     int flag = 0;
     MPI_Status st;
     if (MPI_Iprobe(MPI_ANY_SOURCE, kPongTag, watchdog, &flag, &st) == MPI_SUCCESS && flag) {
-      int v = 0;
-      MPI_Recv(&v, 1, MPI_INT, st.MPI_SOURCE, kPongTag, watchdog, MPI_STATUS_IGNORE);
-      char& a = answered[static_cast<size_t>(st.MPI_SOURCE)];
-      if (a == 0) --missing;
-      a = 1;
+      std::int64_t pong[2] = {0, 0};  // the probe number, the answering rank's completed waits
+      MPI_Recv(pong, 2, MPI_INT64_T, st.MPI_SOURCE, kPongTag, watchdog, MPI_STATUS_IGNORE);
+      if (pong[0] != seq) continue;
+      const auto from = static_cast<size_t>(st.MPI_SOURCE);
+      if (answered[from] == 0) --missing;
+      answered[from] = 1;
+      counts[from] = pong[1];
     } else {
       std::this_thread::yield();
     }
@@ -109,6 +169,13 @@ void Shared::stalled(const std::string& what, int peer_world, double waited_s) {
   for (int r = 0; r < world_size; ++r)
     if (answered[static_cast<size_t>(r)] == 0)
       silent += (silent.empty() ? "" : ", ") + std::to_string(r);
+  if (silent.empty()) {
+    // Every rank is alive. Some completed waits since the last probe: the job moves, only
+    // slowly (a peer computed long and happened to be in an MPI call when asked); wait on.
+    const bool moved = counts != last_counts;
+    last_counts = std::move(counts);
+    if (moved) return;
+  }
   char head[96];
   std::snprintf(head, sizeof head, "no progress for %.1f s waiting in ", waited_s);
   std::string msg = head + what;
@@ -116,12 +183,11 @@ void Shared::stalled(const std::string& what, int peer_world, double waited_s) {
   char grace[48];
   std::snprintf(grace, sizeof grace, "%.1f s", grace_s);
   msg += silent.empty()
-             ? "; every other rank still makes MPI calls (they wait too: mismatched communication?)"
+             ? "; every other rank still makes MPI calls but none completed a wait since the "
+               "previous check (they wait on each other: mismatched communication?)"
              : "; stopped rank(s): " + silent + " (no answer within " + grace +
                    "; the other ranks still make MPI calls)";
-  char timeout[64];
-  std::snprintf(timeout, sizeof timeout, " (mpi.progress_timeout_s = %g)", progress_timeout_s);
-  throw CommError(msg + timeout);
+  throw CommError(msg + bound_note(bound));
 }
 
 void check_mpi(int rc, std::string_view where) {
@@ -399,7 +465,11 @@ std::unique_ptr<Communicator> MpiRuntime::world(const Topology& topo, WorldOptio
   shared->world_rank = world_rank_;
   shared->world_size = world_size_;
   shared->progress_timeout_s = options.progress_timeout_s;
-  if (options.progress_timeout_s > 0) {
+  shared->progress_auto = options.progress_auto;
+  shared->progress_floor_s = options.progress_floor_s;
+  shared->progress_multiple = options.progress_multiple;
+  shared->phase_start_s = MPI_Wtime();
+  if (shared->watchdog_on()) {
     detail::check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &shared->watchdog),
                       where + ": MPI_Comm_dup (watchdog)");
     MPI_Comm_set_errhandler(shared->watchdog, MPI_ERRORS_RETURN);
@@ -501,7 +571,7 @@ std::unique_ptr<Communicator> MpiComm::split(int color, int key) {
 void MpiComm::barrier() {
   const double t0 = MPI_Wtime();
   int rc = MPI_SUCCESS;
-  if (shared_->progress_timeout_s > 0) {  // non-blocking, so that the watchdog can look at it
+  if (shared_->watchdog_on()) {  // non-blocking, so that the watchdog can look at it
     MPI_Request r = MPI_REQUEST_NULL;
     rc = MPI_Ibarrier(comm_, &r);
     if (rc == MPI_SUCCESS)
@@ -520,6 +590,8 @@ void MpiComm::count_to_all(std::int64_t elements_each) const {
       shared_->count_sent(members_[static_cast<size_t>(rank_)], members_[static_cast<size_t>(j)],
                           elements_each);
 }
+
+void MpiComm::step_started() const { shared_->step_started(); }
 
 Accounting MpiComm::accounting() const {
   Accounting a;

@@ -47,8 +47,16 @@ struct WorldOptions {
   bool check_hosts = true;
   /// Progress watchdog: a wait (request or barrier) that does not complete within this many
   /// seconds asks every rank whether it still makes MPI calls and ends the job, naming the
-  /// ranks that did not answer (CommError, exit code 2). 0: off (plain MPI_Wait).
+  /// ranks that did not answer (CommError, exit code 2). 0: off (plain MPI_Wait) unless
+  /// progress_auto.
   double progress_timeout_s = 0;
+  /// The watchdog with a bound derived from the run instead: the largest of progress_floor_s
+  /// (four times that before the first step, MpiComm::step_started), progress_multiple x the
+  /// longest step so far, and progress_multiple x this rank's time in the current step (or in
+  /// setup) before the wait began.
+  bool progress_auto = false;
+  double progress_floor_s = 30;
+  double progress_multiple = 10;
 };
 
 /// MPI for the life of the object: MPI_Init_thread(FUNNELED) in the constructor, MPI_Finalize
@@ -140,6 +148,9 @@ class MpiComm final : public Communicator {
   MPI_Comm handle() const { return comm_; }
   /// This process's traffic and waiting so far, over every communicator split from its world.
   Accounting accounting() const;
+  /// Marks the start of a step of the run on this process (no communication): the progress
+  /// watchdog's derived bound (WorldOptions::progress_auto) follows the longest step so far.
+  void step_started() const;
 
  protected:
   Request do_iall_to_all(std::span<const float> send, std::span<float> recv, std::int64_t count,

@@ -90,8 +90,10 @@ class Layers {
     return SimTime::from_ns(use(k).require_int(full(k), 0, std::int64_t{1} << 50));
   }
   double efficiency(std::string_view k) const {
+    // Below a millionth of the peak no device runs; such a value (a denormal 1e-320, say) would
+    // only overflow virtual time later, where the peak's key, not this one, would be blamed.
     const double v = use(k).get_double(full(k), 1.0);
-    if (!(v > 0 && v <= 1)) fail(k, "an efficiency in (0, 1]", number(v));
+    if (!(v >= 1e-6 && v <= 1)) fail(k, "an efficiency in [1e-6, 1]", number(v));
     return v;
   }
   /// Keys of a table in either layer, sorted.

@@ -1,5 +1,6 @@
 #include "dit/models/common.hpp"
 
+#include "core/errors.hpp"
 #include "dit/math_cache.hpp"
 
 namespace cocodiff::dit::models {
@@ -20,6 +21,17 @@ void SpecBuilder::norm(const std::string& name, std::int64_t dim) {
 
 void SpecBuilder::embedding(const std::string& name, std::int64_t rows, std::int64_t cols) {
   specs_.push_back({name + ".weight", {rows, cols}, InitKind::kEmbedding});
+}
+
+void check_finite(const Exec& ex, const std::string& layer,
+                  std::initializer_list<const Tensor*> outputs) {
+  if (ex.phantom) return;
+  for (const Tensor* t : outputs)
+    if (t != nullptr && !t->phantom() && t->numel() > 0 && !t->mat().allFinite())
+      throw NumericError("non-finite values (NaN or infinity) first appear in the output of " +
+                         layer +
+                         " (weights or inputs that overflow float32, whose largest finite value "
+                         "is 3.4e38)");
 }
 
 Tensor dense(const Exec& ex, const Weights& w, const std::string& prefix, const Tensor& x,

@@ -3,6 +3,7 @@
 // Q/K/V source every attention layer hands to its AttentionStrategy, and the MMDiT joint block
 // (SD3, FLUX double-stream, Qwen-Image), whose tensor names differ only in a few prefixes.
 
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,13 @@ class SpecBuilder {
  private:
   std::vector<TensorSpec> specs_;
 };
+
+/// Real math: throws NumericError when one of `outputs` holds a NaN or an infinity, naming
+/// `layer` (an upstream weight prefix such as "transformer_blocks.3") as the first layer whose
+/// output is not finite. Called after each layer group, so the first call that throws names it.
+/// Phantom: nothing. Costs one pass over the tensors.
+void check_finite(const Exec& ex, const std::string& layer,
+                  std::initializer_list<const Tensor*> outputs);
 
 /// y = x W^T + b with W = w[prefix.weight], b = w[prefix.bias] when the model has one.
 Tensor dense(const Exec& ex, const Weights& w, const std::string& prefix, const Tensor& x,

@@ -62,6 +62,8 @@ class DitXl final : public Model {
         nullptr, batch, "class_embed");
     Tensor c_silu = c;
     silu(ex, c_silu, "c_silu");
+    models::check_finite(ex, "x_embedder", {&h});
+    models::check_finite(ex, "t_embedder and y_embedder", {&c});
 
     for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "dit", 1, [&] {
@@ -86,12 +88,14 @@ class DitXl final : public Model {
         gated_residual(ex, h, models::mlp_gelu(ex, w, b + "mlp.fc1", b + "mlp.fc2", hm), &m[5],
                        batch, "residual");
       });
+      models::check_finite(ex, "blocks." + std::to_string(i), {&h});
     }
     end_blocks(ex);
     const std::vector<Tensor> m =
         models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
     const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");
     const Tensor out = models::dense(ex, w, "final_layer.linear", hf, "final_linear");
+    models::check_finite(ex, "final_layer", {&out});
     return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
                                   in.all_channels ? cfg_.out_channels : cfg_.latent_channels,
                                   cfg_.patch_size);

@@ -179,6 +179,8 @@ class Flux final : public Model {
                     [&](const Exec& e) { return embeddings(e, w, in); });
     Tensor c = std::move(ct[0]);
     Tensor temb = std::move(ct[1]);
+    models::check_finite(ex, "x_embedder", {&h});
+    models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
 
     // RoPE ids: text tokens all at (0, 0, 0); image token (0, row, col).
     const RopeTable img_rope = rope_table(ex, models::image_positions(in.shard, in.grid_w, 0, 0),
@@ -189,15 +191,21 @@ class Flux final : public Model {
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
-    for (int i = 0; i < cfg_.double_blocks; ++i)
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "flux double", 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, rope, in.shard.total, batch, h, c);
       });
-    for (int i = 0; i < cfg_.single_blocks; ++i)
+      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+    }
+    for (int i = 0; i < cfg_.single_blocks; ++i) {
       run_block(ex, "flux single", 1, [&] { single_block(ex, w, attn, i, temb, rope, in, c, h); });
+      models::check_finite(ex, "single_transformer_blocks." + std::to_string(i), {&h, &c});
+    }
     end_blocks(ex);
-    return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    models::check_finite(ex, "norm_out and proj_out", {&out});
+    return out;
   }
 };
 

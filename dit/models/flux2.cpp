@@ -98,6 +98,9 @@ class Flux2 final : public Model {
 
     Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
     Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    models::check_finite(ex, "time_guidance_embed", {&temb});
+    models::check_finite(ex, "x_embedder", {&h});
+    models::check_finite(ex, "context_embedder", {&c});
 
     // RoPE ids (t, h, w, l): image token (0, row, col, 0), text token (0, 0, 0, index).
     const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;
@@ -110,14 +113,20 @@ class Flux2 final : public Model {
         rope_table(ex, models::text_positions(in, txt_pos), cfg_.rope_axes, cfg_.rope_theta);
     const models::StreamRope rope{&img_rope, &txt_rope};
 
-    for (int i = 0; i < cfg_.double_blocks; ++i)
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "flux2 double", 1,
                 [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
-    for (int i = 0; i < cfg_.single_blocks; ++i)
+      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+    }
+    for (int i = 0; i < cfg_.single_blocks; ++i) {
       run_block(ex, "flux2 single", 1,
                 [&] { single_block(ex, w, attn, i, m_single, rope, in, c, h); });
+      models::check_finite(ex, "single_transformer_blocks." + std::to_string(i), {&h, &c});
+    }
     end_blocks(ex);
-    return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    models::check_finite(ex, "norm_out and proj_out", {&out});
+    return out;
   }
 
  private:

@@ -55,6 +55,8 @@ class QwenImage final : public Model {
                                     "time_text_embed.timestep_embedder.linear_2",
                                     timestep_embedding(ex, t, cfg_.timestep_dim));
     silu(ex, temb, "temb_silu");
+    models::check_finite(ex, "img_in", {&h});
+    models::check_finite(ex, "txt_in and time_text_embed", {&c, &temb});
 
     const int gh = in.grid_h, gw = in.grid_w;
     const RopeTable img_rope =
@@ -69,13 +71,17 @@ class QwenImage final : public Model {
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
-    for (int i = 0; i < cfg_.double_blocks; ++i)
+    for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "qwen-image joint", 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
       });
+      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+    }
     end_blocks(ex);
-    return models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    models::check_finite(ex, "norm_out and proj_out", {&out});
+    return out;
   }
 };
 

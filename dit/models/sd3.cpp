@@ -83,6 +83,8 @@ class Sd3 final : public Model {
                                      "time_text_embed.text_embedder.linear_2", *in.pooled),
                    nullptr, batch, "temb_add");
     silu(ex, temb, "temb_silu");
+    models::check_finite(ex, "pos_embed", {&h});
+    models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
     for (int i = 0; i < cfg_.double_blocks; ++i) {
       models::JointBlockOptions o = block_options(i);
       o.sharded_text_tokens = models::sharded_text_tokens(in);
@@ -94,9 +96,11 @@ class Sd3 final : public Model {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, o,
                             temb, {}, in.shard.total, batch, h, c);
       });
+      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
     }
     end_blocks(ex);
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
+    models::check_finite(ex, "norm_out and proj_out", {&out});
     return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
                                   in.all_channels ? cfg_.out_channels : cfg_.latent_channels,
                                   cfg_.patch_size);

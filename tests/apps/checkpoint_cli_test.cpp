@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include "core/tensor.hpp"
@@ -174,8 +175,10 @@ TEST_F(CheckpointCli, WeightsCheckNamesEveryMissingTensor) {
         << n << "\n"
         << r.out;
   EXPECT_NE(r.out.find("extra tensor 'not_a_flux_tensor'"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("3 missing, 0 mis-shaped, 1 extra"), std::string::npos) << r.out;
-  EXPECT_NE(r.err.find("3 missing and 0 mis-shaped tensor(s)"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("3 missing, 0 mis-shaped, 0 with bad values, 1 extra"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("3 missing, 0 mis-shaped and 0 tensor(s) with values"), std::string::npos)
+      << r.err;
 
   const fs::path full = dir_ / "full.safetensors";
   dit::write_safetensors(full, *w);
@@ -187,6 +190,31 @@ TEST_F(CheckpointCli, WeightsCheckNamesEveryMissingTensor) {
   EXPECT_EQ(list.exit_code, 0) << list.err;
   for (const std::string& n : names)
     EXPECT_NE(list.out.find("  " + n + " "), std::string::npos) << n;
+}
+
+// `weights --check` reads the values as `run` does: a NaN and an infinity are named with their
+// tensors and element, and the check exits 2, as the run would.
+TEST_F(CheckpointCli, WeightsCheckRefusesNonFiniteValues) {
+  const dit::ModelConfig cfg = dit::load_model_preset("flux1-tiny");
+  const auto w = dit::make_weights(cfg, 3, false);
+  const std::vector<std::string> names = w->names();
+  std::vector<Tensor> copies;
+  copies.reserve(names.size());
+  std::vector<dit::SafetensorsTensor> ts;
+  for (const std::string& n : names) copies.push_back(w->get(n));
+  copies[2].mat()(0, 0) = std::numeric_limits<float>::quiet_NaN();
+  copies[5].mat()(0, 1) = std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < names.size(); ++i)
+    ts.push_back({names[i], w->spec(names[i]).shape, &copies[i]});
+  const fs::path p = dir_ / "nan.safetensors";
+  dit::write_safetensors(p, ts);
+  const ChildResult r = run_cocodiff({"weights", "flux1-tiny", "--check", p.string()}, dir_ / "l");
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.out.find("tensor '" + names[2] + "': element 0 is NaN"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tensor '" + names[5] + "': element 1 is infinite"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("0 missing, 0 mis-shaped, 2 with bad values"), std::string::npos) << r.out;
+  expect_rejected("run.weights", p, {"element 0 is NaN"});
 }
 
 }  // namespace

@@ -162,6 +162,39 @@ TEST_F(MemoryLimit, EstimateBoundsMeasuredPeakRss) {
   EXPECT_LE(static_cast<double>(estimate), 2.5 * rss) << line;
 }
 
+// A phantom run at a huge resolution still builds its RoPE tables' token positions (their
+// shape is the table's): the estimate counts them, so it bounds the measured peak there too.
+// flux1-tiny at 32768 px: 2048 x 2048 = 4.2 million image tokens, 1 million per tile.
+TEST_F(MemoryLimit, PhantomEstimateBoundsMeasuredPeakRssAtAHugeResolution) {
+  const std::vector<std::string> sets = {"run.resolution=32768", "emulator.trace=false"};
+  const apps::RunPlan plan = apps::resolve_run_plan(kGood, sets);
+  ASSERT_EQ(plan.math, "skip");
+  const std::int64_t estimate = apps::estimate_memory(plan, "emulator").total_bytes();
+  const ChildResult r = run(with_sets({"run", kGood, "--out", out_.string()}, sets));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string key = "memory: peak resident ";
+  const size_t at = r.out.find(key);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  char unit[8] = {};
+  double value = 0;
+  ASSERT_EQ(std::sscanf(line.c_str() + key.size(), "%lf %7s", &value, unit), 2) << line;
+  ASSERT_STREQ(unit, "MiB,") << line;
+  if (COCODIFF_TEST_TIME_SCALE > 1) GTEST_SKIP() << "sanitized build: " << line;
+  const double rss = value * 1024 * 1024;
+  EXPECT_GE(static_cast<double>(estimate), 0.9 * rss) << line;
+  EXPECT_LE(static_cast<double>(estimate), 2.5 * rss) << line;
+  // Over the limit, the hint does not suggest run.math = "skip" to a run that already skips.
+  const ChildResult over = run({"validate", kGood, "--set", "run.resolution=32768", "--set",
+                                "emulator.memory_limit=20MiB"});
+  EXPECT_EQ(over.exit_code, 2) << over.err;
+  EXPECT_NE(over.err.find("the biggest part is token positions"), std::string::npos) << over.err;
+  EXPECT_EQ(over.err.find("run.math"), std::string::npos) << over.err;
+  const ChildResult real = run({"validate", kGood, "--set", "run.math=real", "--set",
+                                "emulator.memory_limit=1KiB"});
+  EXPECT_NE(real.err.find("use run.math = \"skip\""), std::string::npos) << real.err;
+}
+
 TEST_F(MemoryLimit, FailedAllocationNamesWhatWasBuilt) {
   struct Case {
     const char* phase;

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -107,6 +108,87 @@ TEST_F(OutputSet, AKillAtEveryWritePointLeavesTheOldSetOrTheNewOne) {
   EXPECT_GE(kills, 4);  // every file, and the switch itself
   EXPECT_GE(saw_old, 3);
   EXPECT_GE(saw_new, 1);
+}
+
+// `compare --outputs` writes one set too: compare.json and every OUT/STRATEGY/. Every file of
+// the set, read back, names one seed: the previous run's or the new one's.
+class CompareSet : public OutputSet {
+ protected:
+  ChildResult compare(int seed, const fs::path& out, std::uint64_t file_size_limit = 0) {
+    return run_cocodiff({"compare", (kData / "good.toml").string(), "--strategies", "flat,tapa",
+                         "--outputs", "--out", out.string(), "--set", "emulator.trace=false",
+                         "--set", "run.seed=" + std::to_string(seed)},
+                        dir_ / "log", file_size_limit);
+  }
+  /// The seed every file of the set at `out` names; -1 when they disagree or a file is missing.
+  static int seed_of_set(const fs::path& out) {
+    std::vector<std::string> names;
+    for (const fs::directory_entry& e : fs::directory_iterator(out))
+      names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    if (names != std::vector<std::string>{"compare.json", "flat", "tapa"}) return -1;
+    const nlohmann::json doc = nlohmann::json::parse(read_text(out / "compare.json"));
+    const std::string set = doc.at("sets").back().get<std::string>();  // "run.seed=N"
+    const int seed = std::stoi(set.substr(set.find('=') + 1));
+    for (const char* s : {"flat", "tapa"}) {
+      if (read_set(out / s).size() != 1) return -1;  // report.json alone (phantom, no trace)
+      const nlohmann::json r = nlohmann::json::parse(read_text(out / s / "report.json"));
+      if (r.at("seed").get<int>() != seed) return -1;
+    }
+    return seed;
+  }
+};
+
+TEST_F(CompareSet, AKillAtEveryWritePointLeavesTheOldSetOrTheNewOne) {
+  const fs::path ref = dir_ / "ref_old";
+  ASSERT_EQ(compare(42, ref).exit_code, 0);
+  ASSERT_EQ(seed_of_set(ref), 42);
+  const fs::path out = dir_ / "work" / "out";
+  int kills = 0, saw_old = 0, saw_new = 0;
+  for (int point = 1; point < 40; ++point) {
+    fs::remove_all(out);
+    fs::create_directories(dir_ / "work");
+    fs::copy(ref, out, fs::copy_options::recursive);
+    ::setenv("COCODIFF_TEST_KILL_AT_WRITE", std::to_string(point).c_str(), 1);
+    const ChildResult r = compare(7, out);
+    ::unsetenv("COCODIFF_TEST_KILL_AT_WRITE");
+    const int seed = seed_of_set(out);
+    if (r.term_signal != SIGKILL) {  // past the last write point: the compare completed
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(seed, 7);
+      std::vector<std::string> beside;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir_ / "work"))
+        beside.push_back(e.path().filename().string());
+      EXPECT_EQ(beside, std::vector<std::string>{"out"});
+      break;
+    }
+    ++kills;
+    EXPECT_TRUE(seed == 42 || seed == 7) << "kill at write point " << point << ": a mixed set";
+    saw_old += seed == 42;
+    saw_new += seed == 7;
+  }
+  EXPECT_GE(kills, 6);  // each strategy's files, compare.json and the switch
+  EXPECT_GE(saw_old, 5);
+  EXPECT_GE(saw_new, 1);
+}
+
+// A disk that fills while the set is written (every file capped below compare.json's size,
+// which holds both strategies' reports): exit 2 naming the file, and the previous set whole.
+TEST_F(CompareSet, AFullDiskLeavesThePreviousSet) {
+  const fs::path out = dir_ / "out";
+  ASSERT_EQ(compare(42, out).exit_code, 0);
+  const std::uintmax_t report = std::max(fs::file_size(out / "flat" / "report.json"),
+                                         fs::file_size(out / "tapa" / "report.json"));
+  const std::uintmax_t whole = fs::file_size(out / "compare.json");
+  ASSERT_GT(whole, report + report / 4);
+  const ChildResult r = compare(7, out, (report + whole) / 2);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("compare.json"), std::string::npos) << r.err;
+  EXPECT_EQ(seed_of_set(out), 42);
+  std::vector<std::string> beside;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir_))
+    if (e.path().filename() != "log") beside.push_back(e.path().filename().string());
+  EXPECT_EQ(beside, std::vector<std::string>{"out"});
 }
 
 }  // namespace

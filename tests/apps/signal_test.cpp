@@ -59,6 +59,17 @@ TEST(Signals, SigtermExits143) {
   fs::remove_all(dir);
 }
 
+// The terminal closing (SIGHUP) is an interrupt like the others: a message, exit code 129.
+TEST(Signals, SighupExits129WithAMessage) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_sighup_" + std::to_string(::getpid()));
+  const ChildResult r = interrupt_long_run(SIGHUP, dir);
+  EXPECT_EQ(r.term_signal, 0) << "killed by the signal instead of handling it";
+  EXPECT_EQ(r.exit_code, 129) << r.err;
+  EXPECT_EQ(r.err, "cocodiff: interrupted by SIGHUP; stopped, no outputs written\n");
+  fs::remove_all(dir);
+}
+
 // Under mpirun (OMPI_COMM_WORLD_RANK set), a rank the launcher ends says so and names itself:
 // mpirun sends SIGTERM to every rank when one of them fails.
 TEST(Signals, RankEndedByTheLauncherSaysSo) {

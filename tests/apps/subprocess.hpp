@@ -7,11 +7,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -37,8 +39,11 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 class Child {
  public:
-  /// Starts COCODIFF_BIN with `args`; its stdout/stderr go to files in `dir`.
-  static Child start(const std::vector<std::string>& args, const std::filesystem::path& dir) {
+  /// Starts COCODIFF_BIN with `args`; its stdout/stderr go to files in `dir`. A nonzero
+  /// `file_size_limit` (bytes) caps every file the child writes (RLIMIT_FSIZE, SIGXFSZ ignored):
+  /// a write past it fails with EFBIG, as on a full disk.
+  static Child start(const std::vector<std::string>& args, const std::filesystem::path& dir,
+                     std::uint64_t file_size_limit = 0) {
     Child c;
     std::filesystem::create_directories(dir);
     c.out_ = dir / "child.stdout";
@@ -55,6 +60,11 @@ class Child {
     if (pid < 0) throw std::runtime_error("fork failed");
     if (pid == 0) {  // only async-signal-safe calls until exec
       if (::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) ::_exit(126);
+      if (file_size_limit > 0) {
+        ::signal(SIGXFSZ, SIG_IGN);
+        const struct rlimit lim = {file_size_limit, file_size_limit};
+        if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(126);
+      }
       ::execv(argv[0], argv.data());
       ::_exit(127);
     }
@@ -102,8 +112,9 @@ class Child {
 
 /// Runs `cocodiff args...` to completion.
 inline ChildResult run_cocodiff(const std::vector<std::string>& args,
-                                const std::filesystem::path& dir) {
-  return Child::start(args, dir).wait();
+                                const std::filesystem::path& dir,
+                                std::uint64_t file_size_limit = 0) {
+  return Child::start(args, dir, file_size_limit).wait();
 }
 
 }  // namespace cocodiff::test

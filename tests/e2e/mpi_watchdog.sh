@@ -3,15 +3,24 @@
 # (--inject-fault kind=hang on rank 2) ends the job with exit code 2 within the timeout plus 5 s
 # of the stop, with a message naming rank 2; the stopped rank, ended by mpirun, says so; no
 # outputs are written.
-# Usage: mpi_watchdog.sh COCODIFF MPIEXEC CONFIG(4 ranks)
+# With MODE "auto" the watchdog is the default one, its bound derived from the run (the floor
+# and the multiple of the longest step lowered to 2 s and 3, mpi.progress_floor_s and
+# mpi.progress_multiple, to keep the test short): the job must still end, within 35 s of the
+# stop, with the same message.
+# Usage: mpi_watchdog.sh COCODIFF MPIEXEC CONFIG(4 ranks) [fixed|auto]
 set -uo pipefail
-bin=$1 mpiexec=$2 config=$3
+bin=$1 mpiexec=$2 config=$3 mode=${4:-fixed}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-timeout=3
+if [ "$mode" = auto ]; then
+  timeout=30 watchdog=(--set mpi.progress_floor_s=2 --set mpi.progress_multiple=3)
+  note='mpi.progress_timeout_s = "auto"'
+else
+  timeout=3 watchdog=(--progress-timeout 3) note='mpi.progress_timeout_s = 3)'
+fi
 start=$(date +%s.%N)
 timeout 90 "$mpiexec" --allow-run-as-root --oversubscribe -np 4 "$bin" run "$config" \
-  --backend mpi --inject-fault rank=2,step=1,kind=hang --progress-timeout "$timeout" \
+  --backend mpi --inject-fault rank=2,step=1,kind=hang "${watchdog[@]}" \
   --out "$work/out" -q > "$work/log" 2>&1 &
 job=$!
 hang_at=""
@@ -32,6 +41,10 @@ after_hang=$(echo "$end - $hang_at" | bc)
 total=$(echo "$end - $start" | bc)
 grep -q "no progress for [0-9.]* s waiting in .*stopped rank(s): 2 " "$work/log" ||
   { echo "FAIL: no watchdog message naming rank 2"; fail=1; }
+grep -q -F "$note" "$work/log" || { echo "FAIL: the message does not say '$note'"; fail=1; }
+# Every rank that reports blames the stopped rank: none calls it mismatched communication.
+! grep -q "mismatched communication" "$work/log" ||
+  { echo "FAIL: a rank blamed mismatched communication"; fail=1; }
 grep -q "cocodiff: rank 2: ended by the launcher (SIGTERM" "$work/log" ||
   { echo "FAIL: the stopped rank did not say the launcher ended it"; fail=1; }
 [ "$(echo "$after_hang <= $timeout + 5" | bc)" -eq 1 ] ||
