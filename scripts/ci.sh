@@ -69,9 +69,9 @@ stage_fuzz() {
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCOCODIFF_FUZZ=ON -DCOCODIFF_SANITIZE=address,undefined \
     -DCOCODIFF_BUILD_BENCH=OFF -DCOCODIFF_WITH_MPI=OFF
-  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors
+  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors fuzz_png
   local t
-  for t in config safetensors; do
+  for t in config safetensors png; do
     # New inputs go to a scratch corpus (listed first); the checked-in seeds are only read.
     local work="build-fuzz/corpus-$t"
     mkdir -p "$work"

@@ -7,14 +7,19 @@
 //
 // Input: TOML text. Lines that start with "#set " (TOML comments) are also applied as --set
 // assignments, so the fuzzer reaches the override code with the same input. The text is written
-// to an anonymous in-memory file (memfd), so nothing is left on disk, even after a crash.
+// to a real file, config.toml in a directory of this process's own (removed at exit) that also
+// holds what a config may name relative to itself: image.png and mask.png (28 x 28, for
+// run.inpaint_image and run.inpaint_mask) and big.png (a header claiming 30000 x 30000 pixels).
+// The working directory is that directory, and the config is named by its bare file name for
+// inputs of even size (a config whose directory is empty) and by its absolute path otherwise.
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -22,6 +27,7 @@
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
 #include "core/errors.hpp"
+#include "dit/image.hpp"
 
 namespace {
 
@@ -30,14 +36,52 @@ namespace {
 constexpr int kMaxRanks = 16;
 constexpr std::int64_t kMaxTokens = 1024;
 
+std::filesystem::path scratch_dir() {
+  return std::filesystem::temp_directory_path() /
+         ("cocodiff_fuzz_config_" + std::to_string(::getpid()));
+}
+
+// Creates the scratch directory with its images and makes it the working directory (once).
+const std::filesystem::path& config_file() {
+  static const std::filesystem::path file = [] {
+    const std::filesystem::path dir = scratch_dir();
+    std::filesystem::create_directories(dir);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all(scratch_dir(), ec);
+    });
+    cocodiff::dit::Rgb img;
+    img.width = img.height = 28;
+    img.pixels.assign(28 * 28 * 3, 0);
+    for (std::size_t i = 0; i < img.pixels.size(); i += 7) img.pixels[i] = 200;
+    cocodiff::dit::write_png(dir / "image.png", img);
+    for (std::size_t i = 0; i < img.pixels.size(); ++i) img.pixels[i] = (i / 84) % 2 ? 255 : 0;
+    cocodiff::dit::write_png(dir / "mask.png", img);
+    // A PNG whose header claims 30000 x 30000 RGB pixels (69 bytes: IHDR, a tiny IDAT, IEND).
+    const unsigned char big[] = {
+        0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a, 0x00, 0x00, 0x00, 0x0d, 0x49, 0x48,
+        0x44, 0x52, 0x00, 0x00, 0x75, 0x30, 0x00, 0x00, 0x75, 0x30, 0x08, 0x02, 0x00, 0x00,
+        0x00, 0xe9, 0x45, 0x6f, 0xed, 0x00, 0x00, 0x00, 0x0c, 0x49, 0x44, 0x41, 0x54, 0x78,
+        0x9c, 0x63, 0x60, 0x60, 0x60, 0x00, 0x00, 0x00, 0x04, 0x00, 0x01, 0xf6, 0x17, 0x38,
+        0x55, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
+    std::ofstream(dir / "big.png", std::ios::binary)
+        .write(reinterpret_cast<const char*>(big), sizeof big);
+    std::filesystem::current_path(dir);
+    return dir / "config.toml";
+  }();
+  return file;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const int fd = ::memfd_create("cocodiff_fuzz_config.toml", MFD_CLOEXEC);
-  if (fd < 0) __builtin_trap();
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, data, size, 0) != static_cast<ssize_t>(size))
-    __builtin_trap();
-  const std::filesystem::path file = "/proc/self/fd/" + std::to_string(fd);
+  const std::filesystem::path& written = config_file();
+  {
+    std::ofstream out(written, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+    if (!out) __builtin_trap();
+  }
+  const std::filesystem::path file = size % 2 == 0 ? written.filename() : written;
   const std::string text(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> sets;
   std::istringstream lines(text);
