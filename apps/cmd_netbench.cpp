@@ -12,10 +12,12 @@
 // (all_to_all, all_gather, reduce_scatter), 2(p-1)/p (all_reduce) or 1 (sendrecv), so that
 // busbw is comparable with a link's bandwidth. reduce_scatter is the ring of NCCL and of the
 // emulator's all-reduce (its first half): p-1 steps, each sending one block to r+1 and
-// receiving one from r-1, T = (p-1) (alpha + (bytes/p) beta) without contention. The last line is
-// "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world; `tapa` one
-// all-to-all per topology level (innermost first) among the ranks that differ only at that level
-// (all_to_all only).
+// receiving one from r-1, T = call + (p-1) (sw + alpha + (bytes/p) beta) without contention;
+// sendrecv costs the library's call and one message's software time on top of its message.
+// apps/collective_bench.hpp times every op (`cocodiff calibrate` predicts by the same code). The
+// last line is "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world;
+// `tapa` one all-to-all per topology level (innermost first) among the ranks that differ only at
+// that level (all_to_all only).
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -27,13 +29,13 @@
 #include <string>
 #include <vector>
 
+#include "apps/collective_bench.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
-#include "net_models/hierarchical_a2a.hpp"
 
 namespace cocodiff::apps {
 
@@ -63,62 +65,24 @@ struct Row {
   double wall_s = 0;
 };
 
-// Ring reduce-scatter of p blocks of `count` elements (phantom: sizes only, so the additions
-// cost nothing): at step k rank r sends its partial sum of block (r-k) mod p to r+1 and
-// receives block (r-k-1) mod p from r-1; after p-1 steps it holds block (r+1) mod p reduced.
-void reduce_scatter_ring(Communicator& comm, std::int64_t count) {
-  const int r = comm.rank(), n = comm.size();
-  for (int k = 0; k + 1 < n; ++k) {
-    Request recv = comm.irecv({}, count, (r + n - 1) % n, 100 + k, "netbench");
-    Request send = comm.isend({}, count, (r + 1) % n, 100 + k, "netbench");
-    recv.wait();
-    send.wait();
-  }
-}
-
-// One timed collective: every rank records when it starts (after a barrier) and ends; the
-// time is last end - first start. split() and barrier() move bytes of their own, so the bytes
-// of a run that only sets up are subtracted.
+// One timed collective (apps/collective_bench.hpp, the path calibrate predicts with). split()
+// and barrier() move bytes of their own, so the bytes of a run that only sets up are subtracted.
 Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
             const Row* setup_only) {
   const int p = engine.topology().num_ranks();
-  std::vector<SimTime> start(static_cast<size_t>(p)), end(static_cast<size_t>(p));
   const auto wall0 = std::chrono::steady_clock::now();
-  emu::RunResult r = engine.run([&](Communicator& comm) {
-    std::unique_ptr<HierarchicalAllToAll> tapa;
-    if (o.algo == "tapa") tapa = std::make_unique<HierarchicalAllToAll>(comm);
-    comm.barrier();
-    start[static_cast<size_t>(comm.rank())] = comm.now();
-    if (count > 0) {
-      const int r = comm.rank(), n = comm.size();
-      if (tapa) {
-        tapa->run({}, {}, count, "netbench");
-      } else if (o.op == "all_to_all") {
-        comm.all_to_all({}, {}, count, "netbench");
-      } else if (o.op == "all_gather") {
-        comm.all_gather({}, {}, count, "netbench");
-      } else if (o.op == "all_reduce") {
-        comm.all_reduce({}, count, ReduceOp::kSum, "netbench");
-      } else if (o.op == "reduce_scatter") {
-        reduce_scatter_ring(comm, count);
-      } else {  // sendrecv: a ring shift
-        Request send = comm.isend({}, count, (r + 1) % n, 7, "netbench");
-        Request recv = comm.irecv({}, count, (r + n - 1) % n, 7, "netbench");
-        send.wait();
-        recv.wait();
-      }
-    }
-    end[static_cast<size_t>(comm.rank())] = comm.now();
-  });
+  BenchCall call;
+  if (!parse_bench_op(o.op, call.op)) throw UserError("netbench: unknown --op " + o.op);
+  call.count = count;
+  call.tapa = o.algo == "tapa";
+  const BenchTiming t = time_collective(engine, call);
   Row row;
   row.count = count;
-  const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather" || o.op == "reduce_scatter";
-  row.bytes =
-      static_cast<std::int64_t>(static_cast<double>(count) * (p_blocks ? p : 1) * o.wire_bytes);
-  row.time =
-      *std::max_element(end.begin(), end.end()) - *std::min_element(start.begin(), start.end());
-  row.tier_bytes = r.bytes_by_tier;
-  row.flows = r.flows;
+  row.bytes = static_cast<std::int64_t>(static_cast<double>(count) *
+                                        (bench_op_has_blocks(call.op) ? p : 1) * o.wire_bytes);
+  row.time = t.time;
+  row.tier_bytes = t.bytes_by_tier;
+  row.flows = t.flows;
   if (setup_only != nullptr) {
     for (size_t k = 0; k < row.tier_bytes.size(); ++k)
       row.tier_bytes[k] -= setup_only->tier_bytes[k];
@@ -130,9 +94,8 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
 
 // busbw / algbw for `op` on p ranks (nccl-tests' factors).
 double bus_factor(const std::string& op, int p) {
-  if (op == "all_reduce") return 2.0 * (p - 1) / p;
-  if (op == "sendrecv") return 1.0;
-  return static_cast<double>(p - 1) / p;
+  BenchOp b{};
+  return parse_bench_op(op, b) ? bench_bus_factor(b, p) : 1.0;
 }
 
 void run_netbench(const NetbenchOptions& o) {

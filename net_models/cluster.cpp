@@ -423,6 +423,10 @@ std::filesystem::path resolve_cluster_preset(const std::string& name_or_path,
       fs::path(name_or_path).extension() == ".toml") {
     fs::path p(name_or_path);
     tried.push_back(p.is_absolute() ? p : config_dir / p);
+    // A relative path given on the command line (--set cluster.preset=fit.toml) means the
+    // working directory's file when the config's directory has none.
+    if (!p.is_absolute() && fs::current_path(ec) / p != tried.front())
+      tried.push_back(fs::current_path(ec) / p);
   } else if (!name_or_path.empty()) {
     tried.push_back(config_dir / "clusters" / (name_or_path + ".toml"));
     tried.push_back(preset_dir / (name_or_path + ".toml"));

@@ -52,7 +52,9 @@ std::unique_ptr<NetworkModel> make_network_model(const std::string& kind,
 Config load_cluster_config(const std::string& file_or_preset,
                            const std::filesystem::path& preset_dir);
 
-/// The file a preset name or path resolves to (see `preset` above); ConfigError if none.
+/// The file a preset name or path resolves to: a name (no '/', no .toml) is a file of
+/// config_dir/clusters or preset_dir; a path is taken relative to config_dir (the run config's
+/// directory), then to the working directory. ConfigError naming every place looked in if none.
 std::filesystem::path resolve_cluster_preset(const std::string& name_or_path,
                                              const std::filesystem::path& config_dir,
                                              const std::filesystem::path& preset_dir,

@@ -1,0 +1,505 @@
+#include "apps/calibrate/collective_fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "apps/calibrate/least_squares.hpp"
+#include "apps/collective_bench.hpp"
+#include "core/errors.hpp"
+#include "emulator/engine.hpp"
+
+namespace cocodiff::calibrate {
+
+namespace {
+
+using apps::BenchCall;
+using apps::BenchOp;
+
+// Bounds of what a cluster file accepts (net_models/cluster.cpp).
+constexpr double kMinGbps = 1e-3, kMaxGbps = 1e6;
+constexpr double kMaxLatencyNs = 1e9;  // 1 s per link: far beyond any real link
+constexpr double kMaxCostUs = 1e6;     // 1 s of software time per call or message
+// A tier's latency and bandwidth move at most this far (in log) from the cluster's: a factor
+// of 1000 either way.
+const double kMaxLogScale = std::log(1e3);
+// Weight of the prior that keeps each tier's log factors near 0 (the cluster's figures), times
+// sqrt(points): it decides only where the points do not (a bandwidth no point is limited by
+// would otherwise run off to a bound); where they do, it moves a factor by about 1e-4 of itself.
+constexpr double kPriorWeight = 1e-3;
+
+const toml::node* node_at(const toml::table& t, std::string_view dotted) {
+  const toml::node* n = &t;
+  while (n != nullptr) {
+    const size_t dot = dotted.find('.');
+    const toml::table* tt = n->as_table();
+    if (tt == nullptr) return nullptr;
+    n = tt->get(dotted.substr(0, dot));
+    if (dot == std::string_view::npos) return n;
+    dotted.remove_prefix(dot + 1);
+  }
+  return nullptr;
+}
+
+double number_at(const toml::table& t, const std::string& key) {
+  const toml::node* n = node_at(t, key);
+  if (n == nullptr) throw ConfigError("calibrate: the cluster has no key '" + key + "'");
+  if (const auto* v = n->as_floating_point()) return v->get();
+  if (const auto* v = n->as_integer()) return static_cast<double>(v->get());
+  throw ConfigError("calibrate: cluster key '" + key + "' is not a number");
+}
+
+// The graph of `g` with each link class's latency set to lat_ns[class] (when >= 0) and its
+// bandwidth multiplied by bw_scale[class].
+std::shared_ptr<const ClusterGraph> with_links(const ClusterGraph& g,
+                                               const std::vector<std::int64_t>& lat_ns,
+                                               const std::vector<double>& bw_scale) {
+  auto out = std::make_shared<ClusterGraph>(g.topology());
+  for (int v = g.num_ranks(); v < g.num_vertices(); ++v)
+    out->add_vertex(g.vertex(v).name, g.vertex(v).kind, g.vertex(v).node);
+  for (int k = 0; k < g.num_link_classes(); ++k)
+    out->add_link_class(g.link_class(k).name, g.link_class(k).tier);
+  for (int l = 0; l < g.num_links(); ++l) {
+    const GraphLink& link = g.link(l);
+    const auto k = static_cast<size_t>(link.link_class);
+    const SimTime lat = lat_ns[k] >= 0 ? SimTime::from_ns(lat_ns[k]) : link.latency;
+    const double bw =
+        link.limited() ? link.bandwidth_bytes_per_s * bw_scale[k] : link.bandwidth_bytes_per_s;
+    out->add_link(link.from, link.to, lat, bw, link.link_class);
+  }
+  return out;
+}
+
+struct SimKey {
+  BenchOp op;
+  int ranks, nodes;
+  std::int64_t bytes;
+  auto operator<=>(const SimKey&) const = default;
+};
+
+// The distinct runs the points need, and which run each point is.
+struct SimPlan {
+  std::vector<BenchCall> calls;
+  std::vector<std::string> where;  // a point of each run, for errors
+  std::vector<size_t> of_point;
+};
+
+SimPlan plan_sims(const Cluster& c, const std::vector<CollectivePoint>& points) {
+  SimPlan plan;
+  std::map<SimKey, size_t> seen;
+  for (const CollectivePoint& p : points) {
+    const SimKey key{p.op, p.ranks, p.nodes, p.bytes};
+    auto [it, fresh] = seen.emplace(key, plan.calls.size());
+    if (fresh) {
+      BenchCall call;
+      call.op = p.op;
+      call.members = point_members(c, p);
+      // One element is one byte (EngineOptions::wire_bytes_per_element = 1).
+      call.count =
+          apps::bench_op_has_blocks(p.op)
+              ? std::max<std::int64_t>(1, std::llround(static_cast<double>(p.bytes) / p.ranks))
+              : p.bytes;
+      if (static_cast<int>(call.members.size()) == c.topology.num_ranks()) call.members.clear();
+      plan.calls.push_back(std::move(call));
+      plan.where.push_back(p.where);
+    }
+    plan.of_point.push_back(it->second);
+  }
+  return plan;
+}
+
+// Trial figures: each link class's latency (ns; -1 keeps the graph's) and bandwidth factor, and
+// the library.
+struct Trial {
+  std::vector<std::int64_t> lat_ns;
+  std::vector<double> bw_scale;
+  LibraryModel library;
+};
+
+std::vector<double> run_plan(const Cluster& c, const Trial& t, const SimPlan& plan,
+                             const std::string& rounds, int& simulations) {
+  emu::EngineOptions eo;
+  eo.workers = 1;
+  eo.wire_bytes_per_element = 1;  // measurements count bytes
+  eo.all_to_all_algorithm = rounds;
+  eo.library = t.library;
+  eo.trace = false;
+  std::shared_ptr<const ClusterGraph> graph = c.graph;
+  bool same = true;
+  for (size_t k = 0; k < t.lat_ns.size(); ++k)
+    same = same && t.lat_ns[k] < 0 && t.bw_scale[k] == 1.0;
+  if (!same) graph = with_links(*c.graph, t.lat_ns, t.bw_scale);
+  emu::Engine engine(c.topology, make_network_model(c.network_kind, graph), c.device, eo);
+  std::vector<SimTime> t_all;
+  try {
+    t_all = apps::time_collectives(engine, plan.calls);
+  } catch (const UserError&) {
+    // Find the point: each alone.
+    for (size_t i = 0; i < plan.calls.size(); ++i) {
+      try {
+        apps::time_collectives(engine, {plan.calls[i]});
+      } catch (const UserError& e) {
+        throw InputError(plan.where[i] + ": the emulator cannot time this point: " + e.what());
+      }
+    }
+    throw;
+  }
+  simulations += static_cast<int>(plan.calls.size());
+  std::vector<double> us(t_all.size());
+  for (size_t i = 0; i < t_all.size(); ++i) us[i] = t_all[i].us();
+  return us;
+}
+
+// A fit parameter and how it maps onto the trial.
+struct Knob {
+  enum class Kind { kBandwidth, kLatency, kCall, kMessage, kRendezvous, kEagerCopy } kind;
+  std::string tier;                 // bandwidth and latency
+  std::vector<size_t> knobs;        // indices into the LinkKnob list (bandwidth and latency)
+  std::vector<double> base_lat_ns;  // latency: each knob's latency at scale 1
+};
+
+}  // namespace
+
+std::vector<LinkKnob> link_knobs(const Cluster& c, const toml::table& cluster) {
+  std::vector<LinkKnob> out;
+  const toml::table* links = cluster["links"].as_table();
+  for (int k = 0; k < c.graph->num_link_classes(); ++k) {
+    const LinkClass& lc = c.graph->link_class(k);
+    LinkKnob kn;
+    kn.link_class = k;
+    kn.name = lc.name;
+    kn.tier = lc.tier;
+    const bool user = links != nullptr && links->contains(lc.name);
+    if (user && (lc.name == "nic" || lc.name == "nic-attach" || lc.name == "fabric") &&
+        cluster.contains("nic"))
+      throw ConfigError("calibrate: the cluster has a [links." + lc.name +
+                        "] beside its [nic] section: rename that link class");
+    if (user) {
+      kn.latency_key = "links." + lc.name + ".latency_ns";
+      kn.bandwidth_key = "links." + lc.name + ".bandwidth_gbytes_per_s";
+    } else if (lc.name == "nic-attach") {
+      kn.latency_key = "nic.attach_latency_ns";
+      kn.bandwidth_key = "nic.attach_bandwidth_gbytes_per_s";
+    } else if (lc.name == "nic") {
+      kn.latency_key = "nic.latency_ns";
+      kn.bandwidth_key = "nic.bandwidth_gbytes_per_s";
+    } else if (lc.name == "fabric") {
+      kn.latency_key = "fabric.latency_ns";
+    } else {
+      throw ConfigError("calibrate: link class '" + lc.name + "' has no keys in the cluster");
+    }
+    kn.latency_ns = static_cast<std::int64_t>(number_at(cluster, kn.latency_key));
+    if (!kn.bandwidth_key.empty()) kn.bandwidth_gbytes_per_s = number_at(cluster, kn.bandwidth_key);
+    out.push_back(std::move(kn));
+  }
+  return out;
+}
+
+std::vector<int> point_members(const Cluster& c, const CollectivePoint& p) {
+  const Topology& topo = c.topology;
+  const int rpn = topo.ranks_per_node();
+  if (p.op == BenchOp::kSendRecv && p.ranks < 2)
+    throw InputError(p.where + ": expected at least 2 ranks for sendrecv, found " +
+                     std::to_string(p.ranks));
+  std::vector<int> m;
+  if (p.nodes == 0) {
+    if (p.ranks > topo.num_ranks())
+      throw InputError(p.where + ": " + std::to_string(p.ranks) + " ranks, but cluster '" + c.name +
+                       "' has " + std::to_string(topo.num_ranks()) +
+                       " (set cluster.nodes higher, or give the points' nodes)");
+    for (int r = 0; r < p.ranks; ++r) m.push_back(r);
+    return m;
+  }
+  if (p.ranks % p.nodes != 0)
+    throw InputError(p.where +
+                     ": expected ranks divisible by nodes (as many on each node), found " +
+                     std::to_string(p.ranks) + " ranks on " + std::to_string(p.nodes) + " nodes");
+  const int per_node = p.ranks / p.nodes;
+  if (per_node > rpn)
+    throw InputError(p.where + ": " + std::to_string(per_node) + " ranks per node, but cluster '" +
+                     c.name + "' has " + std::to_string(rpn) + " per node (its topology.sizes)");
+  if (p.nodes > topo.num_nodes())
+    throw InputError(p.where + ": " + std::to_string(p.nodes) + " nodes, but cluster '" + c.name +
+                     "' has " + std::to_string(topo.num_nodes()) + " (set cluster.nodes higher)");
+  for (int n = 0; n < p.nodes; ++n)
+    for (int j = 0; j < per_node; ++j) m.push_back(n * rpn + j);
+  return m;
+}
+
+std::vector<double> predict_collectives(const Cluster& c,
+                                        const std::vector<CollectivePoint>& points,
+                                        const std::string& rounds) {
+  const SimPlan plan = plan_sims(c, points);
+  Trial t;
+  t.lat_ns.assign(static_cast<size_t>(c.graph->num_link_classes()), -1);
+  t.bw_scale.assign(t.lat_ns.size(), 1.0);
+  t.library = c.library;
+  int sims = 0;
+  const std::vector<double> us = run_plan(c, t, plan, rounds, sims);
+  std::vector<double> out(points.size());
+  for (size_t i = 0; i < points.size(); ++i) out[i] = us[plan.of_point[i]];
+  return out;
+}
+
+CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& knobs,
+                              const std::vector<CollectivePoint>& points,
+                              const CollectiveFitOptions& options) {
+  const SimPlan plan = plan_sims(c, points);
+  CollectiveFit fit;
+
+  // The tiers whose links the points' messages cross.
+  std::set<int> classes;
+  for (const BenchCall& call : plan.calls) {
+    std::vector<int> m = call.members;
+    if (m.empty())
+      for (int r = 0; r < c.topology.num_ranks(); ++r) m.push_back(r);
+    const bool all_pairs = m.size() <= 64;
+    for (size_t i = 0; i < m.size(); ++i)
+      for (size_t j = 0; j < m.size(); ++j) {
+        if (i == j || (!all_pairs && i != 0 && j != (i + 1) % m.size())) continue;
+        for (int l : c.graph->route(m[i], m[j])) classes.insert(c.graph->link(l).link_class);
+      }
+  }
+  std::map<int, std::string, std::greater<>> tiers;  // outermost first
+  for (int k : classes) {
+    const std::string& tier = c.graph->link_class(k).tier;
+    tiers.emplace(c.graph->tier_rank(tier), tier);
+  }
+
+  // The parameters, in the order determined_columns prefers them.
+  std::vector<Knob> ks;
+  std::vector<LsqParam> ps;
+  auto add = [&](Knob k, LsqParam p) {
+    ks.push_back(std::move(k));
+    ps.push_back(std::move(p));
+  };
+  auto tier_knobs = [&](const std::string& tier) {
+    std::vector<size_t> v;
+    for (size_t i = 0; i < knobs.size(); ++i)
+      if (knobs[i].tier == tier && classes.count(knobs[i].link_class) != 0) v.push_back(i);
+    return v;
+  };
+  for (const auto& [rank, tier] : tiers) {
+    std::vector<size_t> limited;
+    double lo = -1e300, hi = 1e300;
+    for (size_t i : tier_knobs(tier)) {
+      if (knobs[i].bandwidth_key.empty()) continue;
+      limited.push_back(i);
+      lo = std::max({lo, std::log(kMinGbps / knobs[i].bandwidth_gbytes_per_s), -kMaxLogScale});
+      hi = std::min({hi, std::log(kMaxGbps / knobs[i].bandwidth_gbytes_per_s), kMaxLogScale});
+    }
+    if (limited.empty() || !(lo < 0 && hi > 0)) continue;
+    add({Knob::Kind::kBandwidth, tier, limited, {}}, {tier + " bandwidth", 0, lo, hi, 2e-3});
+  }
+  const LibraryModel& lib0 = c.library;
+  auto us_param = [](const std::string& name, double start_us) {
+    return LsqParam{name, start_us, 0, kMaxCostUs, std::max(0.01 * start_us, 0.1)};
+  };
+  add({Knob::Kind::kCall, "", {}, {}}, us_param("call_overhead_us", lib0.call_overhead.us()));
+  for (const auto& [rank, tier] : tiers) {
+    const std::vector<size_t> v = tier_knobs(tier);
+    if (v.empty()) continue;
+    Knob k{Knob::Kind::kLatency, tier, v, {}};
+    bool any = false;
+    for (size_t i : v) any = any || knobs[i].latency_ns > 0;
+    double max_base = 0;
+    for (size_t i : v) {
+      // A tier of zero latencies starts from 100 ns per link, so that a factor can move it.
+      k.base_lat_ns.push_back(any ? static_cast<double>(knobs[i].latency_ns) : 100.0);
+      max_base = std::max(max_base, k.base_lat_ns.back());
+    }
+    if (!(max_base > 0)) continue;
+    const double start = any ? 0.0 : std::log(1e-4);
+    add(std::move(k), {tier + " latency", start, std::min(start, -kMaxLogScale),
+                       std::min(kMaxLogScale, std::log(kMaxLatencyNs / max_base)), 0.05});
+  }
+  add({Knob::Kind::kMessage, "", {}, {}},
+      us_param("message_overhead_us", lib0.message_overhead.us()));
+  const size_t base_params = ps.size();
+
+  // A trial from parameter values (protocol: threshold, or -2 for the cluster's own protocol).
+  auto trial = [&](const std::vector<double>& x, std::int64_t threshold) {
+    Trial t;
+    t.lat_ns.assign(static_cast<size_t>(c.graph->num_link_classes()), -1);
+    t.bw_scale.assign(t.lat_ns.size(), 1.0);
+    t.library = lib0;
+    for (size_t j = 0; j < ks.size(); ++j) {
+      const Knob& k = ks[j];
+      switch (k.kind) {
+        case Knob::Kind::kBandwidth:
+          for (size_t i : k.knobs)
+            t.bw_scale[static_cast<size_t>(knobs[i].link_class)] = std::exp(x[j]);
+          break;
+        case Knob::Kind::kLatency:
+          for (size_t n = 0; n < k.knobs.size(); ++n)
+            t.lat_ns[static_cast<size_t>(knobs[k.knobs[n]].link_class)] =
+                std::llround(k.base_lat_ns[n] * std::exp(x[j]));
+          break;
+        case Knob::Kind::kCall:
+          t.library.call_overhead = SimTime::from_seconds(x[j] * 1e-6);
+          break;
+        case Knob::Kind::kMessage:
+          t.library.message_overhead = SimTime::from_seconds(x[j] * 1e-6);
+          break;
+        case Knob::Kind::kRendezvous:
+          t.library.rendezvous_overhead = SimTime::from_seconds(x[j] * 1e-6);
+          break;
+        case Knob::Kind::kEagerCopy:  // x: ns per KiB; 0: no staging copy
+          t.library.eager_copy_bytes_per_s = x[j] > 0 ? 1024 / (x[j] * 1e-9) : 0;
+          break;
+      }
+    }
+    if (threshold >= -1) {
+      t.library.eager_max_bytes = threshold;
+      t.library.eager_overhead = SimTime{};
+    }
+    return t;
+  };
+  const double prior_weight = kPriorWeight * std::sqrt(static_cast<double>(points.size()));
+  LsqOptions full;
+  full.data_rows = points.size();
+  std::vector<double> measured_log(points.size());
+  for (size_t i = 0; i < points.size(); ++i) measured_log[i] = std::log(points[i].time_us);
+  auto residuals_for = [&](std::int64_t threshold) {
+    return [&, threshold](const std::vector<double>& x) {
+      const std::vector<double> us =
+          run_plan(c, trial(x, threshold), plan, options.rounds, fit.simulations);
+      std::vector<double> r(points.size());
+      for (size_t i = 0; i < points.size(); ++i)
+        r[i] = std::log(std::max(us[plan.of_point[i]], 1e-3)) - measured_log[i];
+      for (size_t j = 0; j < ks.size(); ++j)
+        if (ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency)
+          r.push_back(prior_weight * x[j]);
+      return r;
+    };
+  };
+
+  // The cluster's own protocol first.
+  LsqResult best = least_squares(residuals_for(-2), ps, full);
+  std::int64_t best_threshold = -2;
+  std::vector<LsqParam> best_ps = ps;
+  const double base_sse = best.sse;
+  fit.protocol_note =
+      "the cluster's own protocol (eager_max_bytes " + std::to_string(lib0.eager_max_bytes) + ")";
+
+  // Then an eager/rendezvous split at each measured message size but the largest.
+  std::set<std::int64_t> sizes;
+  for (const CollectivePoint& p : points)
+    if (p.ranks > 1 || p.op == BenchOp::kSendRecv)
+      sizes.insert(apps::bench_message_bytes(p.op, p.ranks, p.bytes));
+  if (options.fit_protocol && sizes.size() >= 4) {
+    // A threshold with at least two measured sizes on each side, so that neither protocol's
+    // costs rest on one size.
+    sizes.erase(sizes.begin());
+    sizes.erase(std::prev(sizes.end()));
+    sizes.erase(std::prev(sizes.end()));
+    std::vector<LsqParam> pp = ps;
+    for (size_t j = 0; j < base_params; ++j) pp[j].x = best.x[j];
+    ks.push_back({Knob::Kind::kRendezvous, "", {}, {}});
+    pp.push_back({"rendezvous_overhead_us", 0, 0, kMaxCostUs, 0.1});
+    ks.push_back({Knob::Kind::kEagerCopy, "", {}, {}});
+    pp.push_back({"eager_copy_ns_per_kib", 0, 0, 1e6, 0});
+    LsqOptions quick = full;
+    quick.max_iterations = 6;
+    LsqResult split;
+    std::int64_t split_threshold = -1;
+    std::vector<LsqParam> split_ps;
+    for (std::int64_t t : sizes) {
+      // A step that moves the largest eager message's copy by about 100 ns.
+      pp.back().step = 100.0 / (static_cast<double>(t) / 1024.0);
+      pp.back().x = 0;
+      pp[pp.size() - 2].x = 0;
+      LsqResult r = least_squares(residuals_for(t), pp, quick);
+      if (split_threshold < 0 || r.sse < split.sse) {
+        split = std::move(r);
+        split_threshold = t;
+        split_ps = pp;
+      }
+    }
+    for (size_t j = 0; j < split_ps.size(); ++j) split_ps[j].x = split.x[j];
+    split = least_squares(residuals_for(split_threshold), split_ps, full);
+    // Taken when it lowers the sum of squares by a fifth and by more than 1% rms per point.
+    const double floor = 1e-4 * static_cast<double>(points.size());
+    if (split.sse < 0.8 * base_sse && base_sse - split.sse > floor) {
+      best = std::move(split);
+      best_threshold = split_threshold;
+      best_ps = split_ps;
+      fit.protocol_fitted = true;
+      fit.protocol_note = "eager up to " + std::to_string(split_threshold) +
+                          " bytes per message (of " + std::to_string(sizes.size()) +
+                          " measured sizes tried; the split lowers the sum of squares from " +
+                          std::to_string(base_sse) + " to " + std::to_string(best.sse) + ")";
+    } else {
+      fit.protocol_note +=
+          "; no eager/rendezvous split at a measured size lowered the sum of "
+          "squares by a fifth (best: " +
+          std::to_string(split_threshold) + " bytes, " + std::to_string(split.sse) + " against " +
+          std::to_string(base_sse) + ")";
+      ks.resize(base_params);
+    }
+  }
+
+  // The figures, as the cluster file will hold them.
+  const Trial t = trial(best.x, best_threshold);
+  fit.eager_max_bytes = t.library.eager_max_bytes;
+  for (size_t j = 0; j < ks.size(); ++j) {
+    const Knob& k = ks[j];
+    const bool free = best.free[j];
+    auto value = [&](std::string key, std::string what, double initial, double v, bool integer) {
+      fit.values.push_back(
+          {std::move(key), std::move(what), initial, free ? v : initial, integer, free});
+    };
+    switch (k.kind) {
+      case Knob::Kind::kBandwidth:
+        for (size_t i : k.knobs)
+          value(knobs[i].bandwidth_key, k.tier + " bandwidth (GB/s)",
+                knobs[i].bandwidth_gbytes_per_s,
+                knobs[i].bandwidth_gbytes_per_s * std::exp(best.x[j]), false);
+        break;
+      case Knob::Kind::kLatency:
+        for (size_t n = 0; n < k.knobs.size(); ++n)
+          value(knobs[k.knobs[n]].latency_key, k.tier + " latency (ns)",
+                static_cast<double>(knobs[k.knobs[n]].latency_ns),
+                static_cast<double>(std::llround(k.base_lat_ns[n] * std::exp(best.x[j]))), true);
+        break;
+      case Knob::Kind::kCall:
+        value("library.call_overhead_us", "per-call cost (us)", lib0.call_overhead.us(), best.x[j],
+              false);
+        break;
+      case Knob::Kind::kMessage:
+        value("library.message_overhead_us", "per-message cost (us)", lib0.message_overhead.us(),
+              best.x[j], false);
+        break;
+      case Knob::Kind::kRendezvous:
+        value("library.rendezvous_overhead_us", "rendezvous handshake per message (us)",
+              lib0.rendezvous_overhead.us(), best.x[j], false);
+        break;
+      case Knob::Kind::kEagerCopy: {
+        // Below 0.001 ns per KiB (1e6 GB/s, the most a file may say) the copy is free.
+        const double rate = best.x[j] > 1.1e-3 ? 1024 / best.x[j] : 0;
+        value("library.eager_copy_gbytes_per_s", "eager copy rate (GB/s; 0: none)",
+              lib0.eager_copy_bytes_per_s / 1e9, rate, false);
+        break;
+      }
+    }
+  }
+  if (fit.protocol_fitted) {
+    fit.values.push_back({"library.eager_max_bytes", "protocol threshold (bytes per message)",
+                          static_cast<double>(lib0.eager_max_bytes),
+                          static_cast<double>(best_threshold), true, true});
+    fit.values.push_back({"library.eager_overhead_us", "eager extra per message (us)",
+                          lib0.eager_overhead.us(), 0, false, true});
+  }
+  fit.predicted_us.resize(points.size());
+  double sq = 0;
+  for (size_t i = 0; i < points.size(); ++i) {
+    fit.predicted_us[i] = std::exp(best.residuals[i] + measured_log[i]);
+    sq += best.residuals[i] * best.residuals[i];
+  }
+  fit.rms_log = std::sqrt(sq / static_cast<double>(points.size()));
+  return fit;
+}
+
+}  // namespace cocodiff::calibrate

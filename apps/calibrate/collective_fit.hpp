@@ -1,0 +1,88 @@
+#pragma once
+// Fits a cluster's communication figures to measured collective times: per link tier the
+// latency and bandwidth, and the collective library's per-call and per-message software costs
+// and protocol (eager up to a threshold, with its own per-byte copy cost; rendezvous above it,
+// with a handshake cost), by least squares on log time over every point. Each prediction is
+// the emulator's own time for the point (apps/collective_bench.hpp, what netbench prints) on
+// the cluster with the trial figures, so the fitted file reproduces the fit's predictions.
+//
+//   std::vector<LinkKnob> knobs = link_knobs(cluster, cluster_table);
+//   CollectiveFit f = fit_collectives(cluster, knobs, points, {.rounds = "library"});
+//   f.values;        // cluster keys and their fitted (or kept) values
+//   f.predicted_us;  // per point
+//
+// A tier's latency and bandwidth scale every link class of that tier by one factor each, so a
+// route's latency and bottleneck move together and the preset's ratios between its link classes
+// stay. Which figures the points determine is found from the Jacobian (least_squares.hpp): a
+// figure whose effect the points cannot tell from that of figures before it (bandwidths, the
+// call cost, latencies, the message cost, the protocol's costs, in that order) keeps the
+// cluster's value and is reported as kept. The protocol threshold is chosen among the measured
+// message sizes by the same criterion (the lowest sum of squares; a split must lower it by a
+// fifth to be taken, so that noise does not buy one).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "apps/calibrate/measurements.hpp"
+#include "net_models/cluster.hpp"
+
+namespace cocodiff::calibrate {
+
+/// One link class of the cluster and the cluster keys (relative to [cluster]) that set it.
+struct LinkKnob {
+  int link_class = 0;
+  std::string name;           // "nvlink", "nic", "nic-attach", "fabric"
+  std::string tier;           // its tier
+  std::string latency_key;    // "links.nvlink.latency_ns"
+  std::string bandwidth_key;  // "links.nvlink.bandwidth_gbytes_per_s"; empty: unlimited
+  std::int64_t latency_ns = 0;
+  double bandwidth_gbytes_per_s = 0;  // as the key holds it (before any link count)
+};
+
+/// The link classes of `c` with the values of their keys in `cluster` (the cluster's complete
+/// table: the preset with every override). ConfigError when a class cannot be mapped to keys.
+std::vector<LinkKnob> link_knobs(const Cluster& c, const toml::table& cluster);
+
+struct CollectiveFitOptions {
+  std::string rounds = "library";  // EngineOptions::all_to_all_algorithm
+  bool fit_protocol = true;        // search the eager/rendezvous threshold
+};
+
+/// One figure of the fit, as the cluster file will hold it.
+struct FittedValue {
+  std::string key;   // relative to [cluster]: "library.call_overhead_us"
+  std::string what;  // "intra-node latency (scales links.nvlink.latency_ns)"
+  double initial = 0, value = 0;
+  bool integer = false;  // written as an integer (latency_ns, eager_max_bytes)
+  bool fitted = false;   // false: kept (the points do not determine it)
+};
+
+struct CollectiveFit {
+  std::vector<FittedValue> values;
+  std::vector<double> predicted_us;  // per point, under the fitted figures
+  double rms_log = 0;
+  std::int64_t eager_max_bytes = -1;  // the protocol threshold chosen (-1: none eager)
+  bool protocol_fitted = false;
+  std::string protocol_note;  // how the threshold was chosen
+  int simulations = 0;
+};
+
+/// Which world ranks take part in `p` on cluster c: `nodes` nodes, ranks / nodes local ranks of
+/// each (the first ones); without nodes, the first `ranks` ranks. InputError naming p.where when
+/// the cluster cannot hold it.
+std::vector<int> point_members(const Cluster& c, const CollectivePoint& p);
+
+/// Fits `points` (every one with ranks the cluster holds) on cluster c, whose link classes are
+/// `knobs`. Throws InputError naming a point the emulator cannot time.
+CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& knobs,
+                              const std::vector<CollectivePoint>& points,
+                              const CollectiveFitOptions& options);
+
+/// The emulator's time in us of each point on cluster c (each point once; equal points share a
+/// run). `rounds` as in CollectiveFitOptions. InputError naming a point that cannot be timed.
+std::vector<double> predict_collectives(const Cluster& c,
+                                        const std::vector<CollectivePoint>& points,
+                                        const std::string& rounds);
+
+}  // namespace cocodiff::calibrate

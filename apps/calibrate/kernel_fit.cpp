@@ -1,0 +1,138 @@
+#include "apps/calibrate/kernel_fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace cocodiff::calibrate {
+
+namespace {
+
+double kernel_time_s(const RooflineParams& d, const KernelFit& f, const KernelPoint& p) {
+  const auto k = static_cast<size_t>(p.kind);
+  return std::max(p.flops / (d.peak_flops_per_s * f.eff_c[k]),
+                  p.bytes / (d.hbm_bytes_per_s * f.eff_m[k])) +
+         f.launch_s;
+}
+
+// Golden-section minimum of g on [lo, hi].
+double golden(const std::function<double(double)>& g, double lo, double hi) {
+  const double r = (std::sqrt(5.0) - 1) / 2;
+  double a = lo, b = hi, c = b - r * (b - a), d = a + r * (b - a);
+  double gc = g(c), gd = g(d);
+  for (int i = 0; i < 80 && b - a > 1e-12 * std::max(1.0, std::abs(b)); ++i) {
+    if (gc < gd) {
+      b = d;
+      d = c;
+      gd = gc;
+      c = b - r * (b - a);
+      gc = g(c);
+    } else {
+      a = c;
+      c = d;
+      gc = gd;
+      d = a + r * (b - a);
+      gd = g(d);
+    }
+  }
+  return (a + b) / 2;
+}
+
+}  // namespace
+
+// Least squares on log time by coordinate descent on the launch overhead and each kind's
+// efficiencies (searched in log space within (0, 1], the range a preset accepts). Each point is
+// classed compute- or memory-bound, first under the preset's efficiencies, and fitted on that
+// term alone; then re-classed under the fit, until the classes hold. (A kind whose points all
+// have one arithmetic intensity cannot tell the two bounds apart: the class the preset gives
+// decides.) An efficiency no point is bound by keeps the preset's value.
+KernelFit fit_kernels(const RooflineParams& d, const std::vector<KernelPoint>& pts) {
+  KernelFit f;
+  f.eff_c = d.compute_efficiency;
+  f.eff_m = d.memory_efficiency;
+  f.launch_s = d.launch_overhead.seconds();
+  double min_s = pts.front().time_us * 1e-6;
+  for (const KernelPoint& p : pts) min_s = std::min(min_s, p.time_us * 1e-6);
+  f.launch_s = std::min(f.launch_s, 0.5 * min_s);
+  auto compute_bound = [&](const KernelFit& t, const KernelPoint& p) {
+    const auto k = static_cast<size_t>(p.kind);
+    return p.flops / (d.peak_flops_per_s * t.eff_c[k]) >=
+           p.bytes / (d.hbm_bytes_per_s * t.eff_m[k]);
+  };
+  std::vector<bool> cls(pts.size());
+  for (size_t i = 0; i < pts.size(); ++i) cls[i] = compute_bound(f, pts[i]);
+  auto error = [&](const KernelFit& t) {
+    double sq = 0;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const KernelPoint& p = pts[i];
+      const auto k = static_cast<size_t>(p.kind);
+      const double s = (cls[i] ? p.flops / (d.peak_flops_per_s * t.eff_c[k])
+                               : p.bytes / (d.hbm_bytes_per_s * t.eff_m[k])) +
+                       t.launch_s;
+      const double e = std::log(s / (p.time_us * 1e-6));
+      sq += e * e;
+    }
+    return sq;
+  };
+  const double lo = std::log(1e-4), hi = 0;
+  for (int round = 0; round < 10; ++round) {
+    f.fitted_c = {};
+    f.fitted_m = {};
+    for (size_t i = 0; i < pts.size(); ++i)
+      (cls[i] ? f.fitted_c : f.fitted_m)[static_cast<size_t>(pts[i].kind)] = true;
+    for (int sweep = 0; sweep < 60; ++sweep) {
+      const double before = error(f);
+      f.launch_s = golden(
+          [&](double x) {
+            KernelFit t = f;
+            t.launch_s = x;
+            return error(t);
+          },
+          0, 0.999 * min_s);
+      for (size_t k = 0; k < f.eff_c.size(); ++k) {
+        for (const bool compute : {true, false}) {
+          if (!(compute ? f.fitted_c : f.fitted_m)[k]) continue;
+          const double x = golden(
+              [&](double log_eff) {
+                KernelFit t = f;
+                (compute ? t.eff_c : t.eff_m)[k] = std::exp(log_eff);
+                return error(t);
+              },
+              lo, hi);
+          (compute ? f.eff_c : f.eff_m)[k] = std::exp(x);
+        }
+      }
+      if (before - error(f) < 1e-14) break;
+    }
+    bool changed = false;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const bool c = compute_bound(f, pts[i]);
+      changed = changed || c != cls[i];
+      cls[i] = c;
+    }
+    if (!changed) break;
+  }
+  double sq = 0;
+  for (const KernelPoint& p : pts) {
+    const double s = kernel_time_s(d, f, p);
+    f.predicted_us.push_back(s * 1e6);
+    const double e = std::log(s / (p.time_us * 1e-6));
+    sq += e * e;
+  }
+  f.rms_log = std::sqrt(sq / static_cast<double>(pts.size()));
+  std::map<std::string, std::map<double, std::vector<double>>> by_op;
+  for (const KernelPoint& p : pts)
+    if (p.flops > 0) by_op[p.op][p.flops].push_back(std::log(p.time_us));
+  for (const auto& [op, by_flops] : by_op) {
+    KernelTableFit& t = f.tables[op];
+    for (const auto& [fl, logs] : by_flops) {
+      double s = 0;
+      for (double l : logs) s += l;
+      t.flops.push_back(fl);
+      t.time_us.push_back(std::exp(s / static_cast<double>(logs.size())));
+    }
+  }
+  return f;
+}
+
+}  // namespace cocodiff::calibrate

@@ -1,0 +1,523 @@
+#include "apps/calibrate/measurements.hpp"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "core/errors.hpp"
+
+namespace cocodiff::calibrate {
+
+namespace {
+
+using apps::BenchOp;
+
+struct Line {
+  std::size_t number = 0;  // from 1
+  std::string_view text;   // without the line end
+};
+
+std::string_view trim(std::string_view s) {
+  const size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string_view::npos) return {};
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+std::vector<std::string_view> split(std::string_view s, char sep) {
+  std::vector<std::string_view> out;
+  for (;;) {
+    const size_t k = s.find(sep);
+    out.push_back(trim(s.substr(0, k)));
+    if (k == std::string_view::npos) return out;
+    s.remove_prefix(k + 1);
+  }
+}
+
+std::vector<std::string_view> words(std::string_view s) {
+  std::vector<std::string_view> out;
+  size_t i = 0;
+  while (i < s.size()) {
+    while (i < s.size() && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r')) ++i;
+    const size_t a = i;
+    while (i < s.size() && s[i] != ' ' && s[i] != '\t' && s[i] != '\r') ++i;
+    if (i > a) out.push_back(s.substr(a, i - a));
+  }
+  return out;
+}
+
+// A value as it appears in an error: quoted, control characters escaped, at most 40 chars.
+std::string shown(std::string_view s) {
+  std::string out = "\"";
+  for (size_t i = 0; i < s.size() && i < 40; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (s.size() > 40) out += "...";
+  return out + "\"";
+}
+
+[[noreturn]] void bad(const std::string& where, const std::string& expected,
+                      const std::string& found) {
+  throw InputError(where + ": expected " + expected + ", found " + found);
+}
+
+std::string at(const std::string& name, std::size_t line) {
+  return name + ":" + std::to_string(line);
+}
+
+bool parse_int(std::string_view s, std::int64_t& v) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
+
+bool parse_double(std::string_view s, double& v) {
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty() && std::isfinite(v);
+}
+
+std::int64_t int_in(std::string_view s, const std::string& where, const std::string& what,
+                    std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const std::string expected =
+      what + " (an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "])";
+  if (!parse_int(s, v) || v < lo || v > hi) bad(where, expected, shown(s));
+  return v;
+}
+
+double double_in(std::string_view s, const std::string& where, const std::string& what, double lo,
+                 double hi) {
+  double v = 0;
+  char range[96];
+  std::snprintf(range, sizeof range, " (a number in [%g, %g])", lo, hi);
+  if (!parse_double(s, v) || v < lo || v > hi) bad(where, what + range, shown(s));
+  return v;
+}
+
+double time_us(std::string_view s, const std::string& where, const std::string& what) {
+  return double_in(s, where, what, kMinTimeUs, kMaxTimeUs);
+}
+
+std::vector<Line> lines_of(std::string_view text, const std::string& name) {
+  std::vector<Line> out;
+  std::size_t number = 0;
+  while (!text.empty()) {
+    ++number;
+    const size_t k = text.find('\n');
+    const std::string_view l = text.substr(0, k);
+    if (l.size() > kMaxLineChars)
+      bad(at(name, number), "a line of at most " + std::to_string(kMaxLineChars) + " characters",
+          std::to_string(l.size()) + " characters (not a measurements file?)");
+    if (l.find('\0') != std::string_view::npos)
+      bad(at(name, number), "text", "a NUL byte (not a measurements file?)");
+    out.push_back({number, l});
+    if (k == std::string_view::npos) break;
+    text.remove_prefix(k + 1);
+  }
+  return out;
+}
+
+std::string op_list() { return "all_to_all | all_gather | reduce_scatter | all_reduce | sendrecv"; }
+
+// ---- CSV ----
+
+void read_collective_csv(const std::vector<Line>& lines, size_t header, const std::string& name,
+                         Measurements& m, std::vector<CollectivePoint>& out) {
+  const std::vector<std::string_view> cols = split(lines[header].text, ',');
+  std::map<std::string, size_t, std::less<>> col;
+  for (size_t i = 0; i < cols.size(); ++i) {
+    if (!col.emplace(std::string(cols[i]), i).second)
+      bad(at(name, lines[header].number), "distinct column names", shown(cols[i]) + " twice");
+  }
+  for (const char* req : {"op", "ranks", "bytes", "time_us"})
+    if (col.find(req) == col.end())
+      bad(at(name, lines[header].number),
+          "a header naming op, ranks, bytes and time_us (and optionally nodes, transport)",
+          shown(lines[header].text));
+  for (const auto& [c, i] : col)
+    if (c != "op" && c != "ranks" && c != "bytes" && c != "time_us" && c != "nodes" &&
+        c != "transport")
+      m.ignored_columns.insert(name + ": " + (c.empty() ? "(empty)" : c));
+  auto field = [&](const std::vector<std::string_view>& f, const char* c) {
+    auto it = col.find(c);
+    return it == col.end() ? std::string_view() : f[it->second];
+  };
+  for (size_t i = header + 1; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty() || t[0] == '#') continue;
+    const std::string where = at(name, lines[i].number);
+    const std::vector<std::string_view> f = split(lines[i].text, ',');
+    if (f.size() != cols.size())
+      bad(where, std::to_string(cols.size()) + " fields (as the header)", std::to_string(f.size()));
+    CollectivePoint p;
+    p.where = where;
+    if (!apps::parse_bench_op(field(f, "op"), p.op)) bad(where, "op " + op_list(), shown(f[0]));
+    p.ranks = static_cast<int>(int_in(field(f, "ranks"), where, "ranks", 1, kMaxRanks));
+    if (col.count("nodes") != 0)
+      p.nodes = static_cast<int>(int_in(field(f, "nodes"), where, "nodes", 1, p.ranks));
+    p.bytes = int_in(field(f, "bytes"), where, "bytes", 1, kMaxBytes);
+    p.time_us = time_us(field(f, "time_us"), where, "time_us");
+    p.transport = std::string(field(f, "transport"));
+    out.push_back(std::move(p));
+  }
+}
+
+bool parse_kind(std::string_view s, OpKind& out) {
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    if (op_kind_name(static_cast<OpKind>(k)) == s) {
+      out = static_cast<OpKind>(k);
+      return true;
+    }
+  }
+  return false;
+}
+
+// A label cocodiff charges, which the written cluster file uses as a TOML key: bare-key
+// characters only, so that it reads back as the same one key.
+bool is_label(std::string_view s) {
+  if (s.empty() || s.size() > 64) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-';
+  });
+}
+
+void read_kernel_csv(const std::vector<Line>& lines, size_t header, const std::string& name,
+                     std::vector<KernelPoint>& out) {
+  for (size_t i = header + 1; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty() || t[0] == '#') continue;
+    const std::string where = at(name, lines[i].number);
+    const std::vector<std::string_view> f = split(lines[i].text, ',');
+    if (f.size() != 5)
+      bad(where, "5 fields (op,kind,flops,bytes,time_us)", std::to_string(f.size()));
+    KernelPoint p;
+    p.where = where;
+    if (!is_label(f[0]))
+      bad(where,
+          "an op label of at most 64 letters, digits, '_' and '-' (the label cocodiff charges)",
+          shown(f[0]));
+    p.op = std::string(f[0]);
+    if (!parse_kind(f[1], p.kind))
+      bad(where, "kind gemm | attention | norm | elementwise | copy", shown(f[1]));
+    p.flops = double_in(f[2], where, "flops", 0, 1e18);
+    p.bytes = double_in(f[3], where, "bytes", 0, 1e15);
+    p.time_us = time_us(f[4], where, "time_us");
+    if (!(p.flops > 0 || p.bytes > 0)) bad(where, "flops or bytes > 0", "both 0");
+    out.push_back(std::move(p));
+  }
+}
+
+// ---- nccl-tests ----
+
+struct Section {
+  size_t first_line = 0;  // the line that opened it
+  std::string op_name;    // NAME of NAME_perf, if a line said
+  std::string binary;     // NAME of a NAME_perf binary named in the log (a command line)
+  std::map<std::int64_t, std::string> rank_host;
+  std::vector<CollectivePoint> rows;  // op, ranks, nodes filled in at the end
+};
+
+// "NAME_perf" anywhere in s (a binary name on a command line or in a path): NAME.
+std::string perf_binary(std::string_view s) {
+  for (size_t k = s.find("_perf"); k != std::string_view::npos; k = s.find("_perf", k + 1)) {
+    size_t a = k;
+    while (a > 0 && (std::isalnum(static_cast<unsigned char>(s[a - 1])) != 0 || s[a - 1] == '_'))
+      --a;
+    BenchOp op{};
+    if (a < k && apps::parse_bench_op(s.substr(a, k - a), op))
+      return std::string(s.substr(a, k - a));
+  }
+  return "";
+}
+
+void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Measurements& m,
+                     std::vector<CollectivePoint>& out) {
+  std::vector<Section> sections(1);
+  std::string pending;  // a binary named after a test's rows: the next test's
+  for (const Line& l : lines) {
+    const std::string_view t = trim(l.text);
+    if (t.empty()) continue;
+    const std::string where = at(name, l.number);
+    const std::vector<std::string_view> w = words(t);
+    if (t[0] == '#') {
+      const bool starting = t.find("Collective test starting") != std::string_view::npos;
+      const bool header = starting || (w.size() >= 2 && w[1] == "nThread");
+      // A header after rows, or a second test's first line, opens the next test's section.
+      if (header &&
+          (!sections.back().rows.empty() || (starting && !sections.back().op_name.empty()))) {
+        sections.emplace_back();
+        sections.back().binary = std::move(pending);
+        pending.clear();
+      }
+      Section& s = sections.back();
+      if (header && s.first_line == 0) s.first_line = l.number;
+      if (starting) {
+        const size_t colon = t.find(':');
+        const std::string_view what =
+            colon == std::string_view::npos ? "" : trim(t.substr(colon + 1));
+        std::string_view bare = what;
+        if (bare.size() > 5 && bare.substr(bare.size() - 5) == "_perf") bare.remove_suffix(5);
+        BenchOp op{};
+        if (!apps::parse_bench_op(bare, op))
+          bad(where, "a test of " + op_list() + " (alltoall_perf, all_gather_perf, ...)",
+              shown(what));
+        s.op_name = std::string(bare);
+        continue;
+      }
+      // "#  Rank  0 Group  0 Pid 123 on host device  0 [0x07] NVIDIA H100"
+      if (w.size() >= 3 && w[1] == "Rank") {
+        std::int64_t rank = 0;
+        if (!parse_int(w[2], rank) || rank < 0 || rank >= kMaxRanks)
+          bad(where, "a rank number in [0, " + std::to_string(kMaxRanks - 1) + "]", shown(w[2]));
+        auto on = std::find(w.begin(), w.end(), std::string_view("on"));
+        if (on == w.end() || on + 1 == w.end())
+          bad(where, "\"#  Rank N ... on HOST device D\"", shown(t));
+        if (!s.rank_host.emplace(rank, std::string(*(on + 1))).second)
+          bad(where,
+              "each rank listed once (nccl-tests built without MPI lists every process as rank 0)",
+              "rank " + std::to_string(rank) + " again");
+      }
+      continue;
+    }
+    // A data row: size count type redop root time algbw busbw #wrong [time algbw busbw #wrong].
+    std::int64_t size = 0, count = 0;
+    if (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)) {
+      const std::string b = perf_binary(t);
+      if (!b.empty() && sections.back().rows.empty() && sections.back().binary.empty())
+        sections.back().binary = b;
+      else if (!b.empty())
+        pending = b;
+      continue;  // a launcher's or NCCL's own line
+    }
+    Section& s = sections.back();
+    if (size < 0 || size > kMaxBytes)
+      bad(where, "a size in bytes in [0, " + std::to_string(kMaxBytes) + "]", shown(w[0]));
+    for (const auto& [col, variant] :
+         {std::pair<size_t, const char*>{5, "out-of-place"}, {9, "in-place"}}) {
+      if (col >= w.size()) continue;
+      if (w[col] == "N/A" || size == 0) {
+        ++m.skipped_rows;
+        continue;
+      }
+      CollectivePoint p;
+      p.where = where;
+      p.bytes = size;
+      p.variant = variant;
+      p.time_us = time_us(w[col], where, std::string("an ") + variant + " time in us");
+      s.rows.push_back(std::move(p));
+    }
+  }
+  std::string file_op_name = perf_binary(name);
+  if (file_op_name.empty()) {
+    // Older logs were named after the test without _perf (alltoall.txt, all_reduce.log).
+    for (const char* n : {"alltoall", "all_to_all", "all_gather", "allgather", "reduce_scatter",
+                          "reducescatter", "all_reduce", "allreduce", "sendrecv"})
+      if (name.find(n) != std::string::npos) file_op_name = n;
+  }
+  for (Section& s : sections) {
+    if (s.rows.empty()) continue;
+    const std::string where = at(name, s.first_line == 0 ? 1 : s.first_line);
+    std::string op_name = s.op_name.empty() ? s.binary : s.op_name;
+    if (op_name.empty()) op_name = file_op_name;
+    BenchOp op{};
+    if (op_name.empty() || !apps::parse_bench_op(op_name, op))
+      bad(where,
+          "a \"# Collective test starting: NAME_perf\" line, a NAME_perf binary in the log, or a "
+          "file named after the test, NAME one of " +
+              op_list(),
+          "none");
+    if (s.rank_host.empty())
+      bad(where, "\"#  Rank N ... on HOST\" lines (one per rank) before the results", "none");
+    const auto ranks = static_cast<std::int64_t>(s.rank_host.size());
+    if (s.rank_host.rbegin()->first != ranks - 1)
+      bad(where, "ranks 0.." + std::to_string(ranks - 1) + " listed",
+          "rank " + std::to_string(s.rank_host.rbegin()->first));
+    std::set<std::string> hosts;
+    for (const auto& [r, h] : s.rank_host) hosts.insert(h);
+    for (CollectivePoint& p : s.rows) {
+      p.op = op;
+      p.ranks = static_cast<int>(ranks);
+      p.nodes = static_cast<int>(hosts.size());
+      out.push_back(std::move(p));
+    }
+  }
+}
+
+// ---- cocodiff netbench ----
+
+// "# cocodiff netbench: all_to_all, algo flat (pairwise rounds), cluster X, 1 node(s), 8 ranks,"
+void read_netbench_text(const std::vector<Line>& lines, size_t first, const std::string& name,
+                        std::vector<CollectivePoint>& out) {
+  const std::string where0 = at(name, lines[first].number);
+  const std::string_view head = trim(lines[first].text);
+  const std::vector<std::string_view> parts = split(head.substr(head.find(':') + 1), ',');
+  CollectivePoint proto;
+  if (parts.empty() || !apps::parse_bench_op(parts[0], proto.op))
+    bad(where0, "the op after \"# cocodiff netbench:\"", shown(head));
+  for (std::string_view part : parts) {
+    const std::vector<std::string_view> w = words(part);
+    if (w.size() == 2 && w[1] == "node(s)")
+      proto.nodes = static_cast<int>(int_in(w[0], where0, "nodes", 1, kMaxRanks));
+    if (w.size() == 2 && w[1] == "ranks")
+      proto.ranks = static_cast<int>(int_in(w[0], where0, "ranks", 1, kMaxRanks));
+    if (w.size() >= 2 && w[0] == "algo" && w[1] != "flat")
+      bad(where0, "a flat collective (calibrate fits the library's own collectives)",
+          "algo " + std::string(w[1]));
+  }
+  if (proto.ranks == 0 || proto.nodes == 0 || proto.nodes > proto.ranks)
+    bad(where0, "\"N node(s), M ranks\" in the netbench line", shown(head));
+  for (size_t i = first + 1; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty() || t[0] == '#') continue;
+    const std::string where = at(name, lines[i].number);
+    const std::vector<std::string_view> w = words(t);
+    if (w.size() < 3) bad(where, "a row: bytes count/peer time(us) ...", shown(t));
+    CollectivePoint p = proto;
+    p.where = where;
+    p.bytes = int_in(w[0], where, "bytes", 1, kMaxBytes);
+    p.time_us = time_us(w[2], where, "a time in us");
+    out.push_back(std::move(p));
+  }
+}
+
+void read_netbench_json(std::string_view text, const std::string& name,
+                        std::vector<CollectivePoint>& out) {
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    bad(name, "netbench --json output (a JSON object)", "other text");
+  auto get = [&](const nlohmann::json& o, const char* k,
+                 const std::string& where) -> const nlohmann::json& {
+    auto it = o.find(k);
+    if (it == o.end()) bad(where, std::string("a key \"") + k + "\"", "none");
+    return *it;
+  };
+  auto integer = [&](const nlohmann::json& v, const std::string& where, const char* what,
+                     std::int64_t lo, std::int64_t hi) {
+    if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
+      bad(where,
+          std::string(what) + " (an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+              "])",
+          shown(v.dump()));
+    return v.get<std::int64_t>();
+  };
+  CollectivePoint proto;
+  const nlohmann::json& op = get(j, "op", name);
+  if (!op.is_string() || !apps::parse_bench_op(op.get<std::string>(), proto.op))
+    bad(name + ": op", op_list(), shown(op.dump()));
+  if (j.contains("algo") && j["algo"] != "flat")
+    bad(name + ": algo", "a flat collective", shown(j["algo"].dump()));
+  proto.ranks =
+      static_cast<int>(integer(get(j, "ranks", name), name + ": ranks", "ranks", 1, kMaxRanks));
+  proto.nodes =
+      static_cast<int>(integer(get(j, "nodes", name), name + ": nodes", "nodes", 1, proto.ranks));
+  const nlohmann::json& rows = get(j, "rows", name);
+  if (!rows.is_array()) bad(name + ": rows", "an array", shown(rows.dump()));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::string where = name + ": rows[" + std::to_string(i) + "]";
+    if (!rows[i].is_object()) bad(where, "an object", shown(rows[i].dump()));
+    CollectivePoint p = proto;
+    p.where = where;
+    p.bytes = integer(get(rows[i], "bytes", where), where + ".bytes", "bytes", 1, kMaxBytes);
+    const std::int64_t ns = integer(get(rows[i], "time_ns", where), where + ".time_ns", "time_ns",
+                                    1, static_cast<std::int64_t>(kMaxTimeUs * 1e3));
+    p.time_us = static_cast<double>(ns) * 1e-3;
+    out.push_back(std::move(p));
+  }
+}
+
+}  // namespace
+
+void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
+  Measurements m;
+  const std::string_view head = trim(text.substr(0, std::min<size_t>(text.size(), 64)));
+  if (!head.empty() && head[0] == '{') {
+    if (text.size() > static_cast<size_t>(kMaxFileBytes))
+      bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
+    read_netbench_json(text, name, m.collectives);
+  } else {
+    const std::vector<Line> lines = lines_of(text, name);
+    bool nccl_tests = false;
+    size_t netbench = lines.size(), header = lines.size();
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const std::string_view t = trim(lines[i].text);
+      if (t.empty()) continue;
+      if (t.rfind("# cocodiff netbench:", 0) == 0 && netbench == lines.size()) netbench = i;
+      const std::vector<std::string_view> w = words(t);
+      if (t[0] == '#' && (t.find("Collective test starting") != std::string_view::npos ||
+                          t.find("nccl-tests version") != std::string_view::npos ||
+                          (w.size() >= 2 && w[1] == "nThread")))
+        nccl_tests = true;
+      if (t[0] != '#' && header == lines.size()) header = i;
+    }
+    if (nccl_tests) {
+      read_nccl_tests(lines, name, m, m.collectives);
+    } else if (netbench < lines.size()) {
+      read_netbench_text(lines, netbench, name, m.collectives);
+    } else if (header < lines.size()) {
+      const std::vector<std::string_view> cols = split(lines[header].text, ',');
+      if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
+        read_kernel_csv(lines, header, name, m.kernels);
+      else
+        read_collective_csv(lines, header, name, m, m.collectives);
+    }
+  }
+  if (m.collectives.empty() && m.kernels.empty())
+    throw InputError(name +
+                     ": no measurements in the file (expected nccl-tests output, "
+                     "netbench output, or a CSV with a header)");
+  if (out.collectives.size() + out.kernels.size() + m.collectives.size() + m.kernels.size() >
+      kMaxPoints)
+    throw InputError(name + ": more than " + std::to_string(kMaxPoints) +
+                     " measurements in all; fit fewer at a time");
+  for (CollectivePoint& p : m.collectives) out.collectives.push_back(std::move(p));
+  for (KernelPoint& p : m.kernels) out.kernels.push_back(std::move(p));
+  out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
+  out.skipped_rows += m.skipped_rows;
+}
+
+void read_measurements(const std::string& file, Measurements& out) {
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0)
+    throw InputError(file + ": cannot read the measurements file (no such file?)");
+  if (S_ISDIR(st.st_mode))
+    throw InputError(file + ": expected a measurements file, found a directory");
+  if (S_ISREG(st.st_mode) && st.st_size > kMaxFileBytes)
+    throw InputError(file + ": expected a measurements file of at most " +
+                     std::to_string(kMaxFileBytes >> 20) + " MiB, found " +
+                     std::to_string(st.st_size) + " bytes");
+  std::ifstream in(file, std::ios::binary);
+  if (!in) throw InputError(file + ": cannot read the measurements file");
+  // Read in pieces up to the cap, so that a device or a pipe (/dev/zero) is refused at the cap
+  // instead of being read whole; a line of no format is longer than kMaxLineChars, so a long
+  // first piece without a line end is refused at once.
+  std::string text;
+  char buf[1 << 16];
+  while (in) {
+    in.read(buf, sizeof buf);
+    text.append(buf, static_cast<size_t>(in.gcount()));
+    if (static_cast<std::int64_t>(text.size()) > kMaxFileBytes)
+      throw InputError(file + ": expected a measurements file of at most " +
+                       std::to_string(kMaxFileBytes >> 20) + " MiB, found more");
+    const size_t nl = text.find('\n');
+    if ((nl == std::string::npos ? text.size() : nl) > kMaxLineChars && text[0] != '{')
+      throw InputError(file + ":1: expected a line of at most " + std::to_string(kMaxLineChars) +
+                       " characters, found more (not a measurements file?)");
+  }
+  if (text.empty()) throw InputError(file + ": empty measurements file");
+  parse_measurements(text, file, out);
+}
+
+}  // namespace cocodiff::calibrate

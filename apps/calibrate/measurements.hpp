@@ -1,0 +1,83 @@
+#pragma once
+// Measurements `cocodiff calibrate` fits: collective times and kernel times, read from the files
+// they are printed in. Every point remembers its file and line, and every bad value is an
+// InputError naming them; a file is refused before it is read whole when it is larger than a
+// measurements file can be (kMaxFileBytes), and a line longer than kMaxLineChars ends the read.
+//
+//   Measurements m;
+//   read_measurements("alltoall_perf.log", m);   // nccl-tests output as printed
+//   read_measurements("sweep.csv", m);           // op,ranks,nodes,bytes,time_us,transport
+//   m.collectives[0].where;                      // "alltoall_perf.log:17"
+//
+// Formats, told apart by their contents (never by the file name):
+//  - nccl-tests output: the op from its "# Collective test starting: NAME_perf" line, else from
+//    a NAME_perf binary named in the log, else from the file name; the ranks from its
+//    "#  Rank N Group G Pid P on HOST device D ..." lines and the nodes from their distinct
+//    hosts; one point per size for the out-of-place time and one for the in-place time. A log
+//    of several tests holds one section per "Collective test starting" (or "# nThread") line.
+//  - `cocodiff netbench` output as printed (its "# cocodiff netbench:" line names the op, nodes
+//    and ranks) and its --json file.
+//  - CSV of collectives: a header naming op, ranks, bytes, time_us (required) and nodes,
+//    transport (optional) in any order; other columns are ignored (listed in `ignored_columns`).
+//    Lines starting with '#' are comments.
+//  - CSV of kernels: the header op,kind,flops,bytes,time_us, op being the label cocodiff charges.
+// Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "apps/collective_bench.hpp"
+#include "core/op_cost.hpp"
+
+namespace cocodiff::calibrate {
+
+/// A measurements file larger than this is refused before it is read (64 MiB: a million
+/// points of CSV).
+inline constexpr std::int64_t kMaxFileBytes = std::int64_t{64} << 20;
+/// A line longer than this is refused (no format prints lines of this length).
+inline constexpr std::size_t kMaxLineChars = 4096;
+/// At most this many points over all files.
+inline constexpr std::size_t kMaxPoints = 1'000'000;
+/// Plausible ranges: a point outside them is refused with its file and line.
+inline constexpr std::int64_t kMaxRanks = std::int64_t{1} << 20;  // a cluster's limit
+inline constexpr std::int64_t kMaxBytes = std::int64_t{1} << 40;  // 1 TiB per rank
+inline constexpr double kMinTimeUs = 1e-3;                        // 1 ns
+inline constexpr double kMaxTimeUs = 1e9;                         // 1000 s
+
+struct CollectivePoint {
+  std::string where;  // "file:line"
+  apps::BenchOp op = apps::BenchOp::kAllToAll;
+  int ranks = 0;
+  int nodes = 0;           // 0: not given (the first `ranks` ranks of the cluster)
+  std::int64_t bytes = 0;  // nccl-tests' size
+  double time_us = 0;
+  std::string transport;  // empty when the file does not say
+  std::string variant;    // "out-of-place" | "in-place" for nccl-tests, else empty
+};
+
+struct KernelPoint {
+  std::string where;  // "file:line"
+  std::string op;     // the label cocodiff charges: letters, digits, '_' and '-'
+  OpKind kind = OpKind::kGemm;
+  double flops = 0, bytes = 0, time_us = 0;
+};
+
+struct Measurements {
+  std::vector<CollectivePoint> collectives;
+  std::vector<KernelPoint> kernels;
+  std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
+  std::size_t skipped_rows = 0;           // rows of size 0 or without a time (nccl-tests N/A)
+};
+
+/// Parses one file's text (`name` names it in errors) and appends its points. InputError for
+/// anything malformed or implausible, naming name:line; nothing is appended then.
+void parse_measurements(std::string_view text, const std::string& name, Measurements& out);
+
+/// Reads `file` (at most kMaxFileBytes, refused before reading more; a non-regular file such as
+/// a pipe is read up to that cap) and parses it.
+void read_measurements(const std::string& file, Measurements& out);
+
+}  // namespace cocodiff::calibrate

@@ -1,0 +1,95 @@
+// Fuzz targets for `cocodiff calibrate`'s measurement readers (apps/calibrate/measurements.hpp):
+// fuzz_calibrate_csv reads the input as it is (CSV of collectives or kernels, netbench output
+// or its JSON: the reader tells them apart by their contents), fuzz_nccl_tests reads it as
+// nccl-tests output (after a "# nThread" line). The input goes through a real file (the size
+// and line caps) and every point read is placed on a small cluster as calibrate places it.
+// Bad input must end in a UserError; anything else (another exception, a crash, a sanitizer
+// report, a huge allocation), or a point outside the plausible ranges the reader promises, is
+// a finding.
+
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/measurements.hpp"
+#include "core/errors.hpp"
+#include "net_models/cluster.hpp"
+
+#ifndef COCODIFF_FUZZ_NCCL_TESTS
+#define COCODIFF_FUZZ_NCCL_TESTS 0
+#endif
+
+namespace {
+
+namespace cal = cocodiff::calibrate;
+
+// A file rewritten for every input, removed at exit.
+const std::string& input_file() {
+  static const std::string path = [] {
+    std::string p = (std::filesystem::temp_directory_path() /
+                     ("cocodiff_fuzz_calibrate_" + std::to_string(::getpid()) + ".txt"))
+                        .string();
+    std::atexit([] { std::filesystem::remove(input_file()); });
+    return p;
+  }();
+  return path;
+}
+
+const cocodiff::Cluster& cluster() {
+  static const cocodiff::Cluster c = [] {
+    const std::filesystem::path presets = std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters";
+    return cocodiff::load_cluster(cocodiff::load_cluster_config("uniform", presets), presets);
+  }();
+  return c;
+}
+
+void check(bool ok) {
+  if (!ok) __builtin_trap();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  std::string text(reinterpret_cast<const char*>(data), size);
+  if (COCODIFF_FUZZ_NCCL_TESTS) text = "# nThread 1 nGpus 1 minBytes 8\n" + text;
+  {
+    FILE* f = std::fopen(input_file().c_str(), "wb");
+    if (f == nullptr) __builtin_trap();
+    if (std::fwrite(text.data(), 1, text.size(), f) != text.size()) __builtin_trap();
+    std::fclose(f);
+  }
+  cal::Measurements m;
+  try {
+    cal::read_measurements(input_file(), m);
+  } catch (const cocodiff::UserError&) {
+    return 0;
+  }
+  check(!m.collectives.empty() || !m.kernels.empty());
+  for (const cal::CollectivePoint& p : m.collectives) {
+    check(!p.where.empty());
+    check(p.ranks >= 1 && p.ranks <= cal::kMaxRanks);
+    check(p.nodes >= 0 && p.nodes <= p.ranks);
+    check(p.bytes >= 1 && p.bytes <= cal::kMaxBytes);
+    check(p.time_us >= cal::kMinTimeUs && p.time_us <= cal::kMaxTimeUs);
+    try {
+      const std::vector<int> members = cal::point_members(cluster(), p);
+      check(static_cast<int>(members.size()) == p.ranks);
+      for (int r : members) check(r >= 0 && r < cluster().topology.num_ranks());
+    } catch (const cocodiff::UserError&) {
+    }
+  }
+  for (const cal::KernelPoint& p : m.kernels) {
+    check(!p.op.empty() && p.op.size() <= 64);
+    for (char c : p.op)
+      check((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+            c == '_' || c == '-');
+    check(p.flops >= 0 && p.bytes >= 0 && (p.flops > 0 || p.bytes > 0));
+    check(p.time_us >= cal::kMinTimeUs && p.time_us <= cal::kMaxTimeUs);
+  }
+  return 0;
+}
