@@ -311,7 +311,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds,
                   "how each all-to-all posts its messages (as netbench --rounds; library: what "
                   "runs use)")
-      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "library"}));
+      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

@@ -13,7 +13,8 @@
 // all_reduce, and the message for sendrecv; `count` is elements per block (per peer), or of the
 // whole buffer for all_reduce and sendrecv. reduce_scatter runs NCCL's ring: p-1 steps, each
 // sending one block to r+1 and receiving one from r-1 (phantom: the additions cost nothing), the
-// schedule and library costs of the ring all-gather, which is what is issued. sendrecv is rank r
+// messages, sizes and library costs of the ring all-gather, which is what is issued (a library
+// whose all-gather is hierarchical times it by that schedule, level by level). sendrecv is rank r
 // sending to r+1 and receiving from r-1 as one library call: its point-to-point messages, plus
 // the library's call and message software time, which delays both posts of every rank alike and
 // so adds to the time.
