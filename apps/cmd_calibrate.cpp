@@ -50,6 +50,7 @@ struct CalibrateOptions {
   std::int64_t max_bytes = calibrate::kMaxBytes;
   std::string transport;
   std::string rounds = "library";
+  int warmup = -1, iters = -1;  // -1: 1 and 2 when the cluster has a host, else 0 and 1
   bool no_protocol = false;
 };
 
@@ -164,8 +165,19 @@ void run_calibrate(const CalibrateOptions& o) {
   const Cluster base = load_cluster(cfg, preset_dir);  // errors name the config's lines
   const int min_nodes = nodes_needed(pts);
   const Cluster c = calibrate::load_cluster_table(table, base.source, preset_dir, min_nodes);
-  std::printf("# cocodiff calibrate: cluster %s (%s), library %s, all-to-all rounds %s\n",
-              base.name.c_str(), base.source.c_str(), c.library.name.c_str(), o.rounds.c_str());
+  // Measured times are of calls back to back (nccl-tests, measure_multi.py). Where the device
+  // has a host, a call's issue overlaps the call before it, so the points are timed back to back
+  // too; without one, a call repeats the time of the one before it.
+  calibrate::CollectiveFitOptions fo;
+  fo.rounds = o.rounds;
+  fo.fit_protocol = !o.no_protocol;
+  fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
+  fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
+  std::printf(
+      "# cocodiff calibrate: cluster %s (%s), library %s, all-to-all rounds %s, each point %d "
+      "warm-up and %d timed calls\n",
+      base.name.c_str(), base.source.c_str(), c.library.name.c_str(), o.rounds.c_str(), fo.warmup,
+      fo.iters);
   for (const std::string& col : m.ignored_columns)
     std::printf("# column not read: %s\n", col.c_str());
   if (m.skipped_rows > 0)
@@ -190,10 +202,7 @@ void run_calibrate(const CalibrateOptions& o) {
   calibrate::CollectiveFit cfit;
   if (!pts.empty()) {
     const std::vector<calibrate::LinkKnob> knobs = calibrate::link_knobs(c, table);
-    calibrate::CollectiveFitOptions fo;
-    fo.rounds = o.rounds;
-    fo.fit_protocol = !o.no_protocol;
-    cfit = calibrate::fit_collectives(c, knobs, pts, fo);
+    cfit = calibrate::fit_collectives({table, base.source, preset_dir, min_nodes}, knobs, pts, fo);
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     std::printf("# collectives: %zu points, %d simulations, %.1f s; protocol: %s\n", pts.size(),
@@ -271,14 +280,14 @@ void run_calibrate(const CalibrateOptions& o) {
 
   // Every point again, from the cluster the file holds: what a run naming it gets.
   if (!pts.empty()) {
-    const Cluster fitted = calibrate::load_cluster_table(table, o.out, preset_dir, min_nodes);
-    const std::vector<double> pred = calibrate::predict_collectives(fitted, pts, o.rounds);
+    const std::vector<double> pred =
+        calibrate::predict_collectives({table, o.out, preset_dir, min_nodes}, pts, fo);
     notes << "# Measured against this file's predictions:\n";
     report_collectives(pts, pred, notes);
     std::printf(
-        "# each prediction is what `cocodiff netbench %s --rounds %s --op OP` prints "
-        "for its size on a cluster of the point's ranks and nodes\n",
-        o.out.c_str(), o.rounds.c_str());
+        "# each prediction is what `cocodiff netbench %s --rounds %s -w %d -n %d --op OP` "
+        "prints for its size on a cluster of the point's ranks and nodes\n",
+        o.out.c_str(), o.rounds.c_str(), fo.warmup, fo.iters);
   }
   const std::string text = calibrate::cluster_file_text(table, notes.str() + "\n");
   auto lock = hold_interrupts();
@@ -312,6 +321,14 @@ void add_calibrate_command(CLI::App& app) {
                   "how each all-to-all posts its messages (as netbench --rounds; library: what "
                   "runs use)")
       ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
+  cmd->add_option("-w,--warmup-iters", o->warmup,
+                  "calls before the timed ones, per point (default: 1 where the cluster's device "
+                  "has a host, else 0)")
+      ->check(CLI::Range(0, 100));
+  cmd->add_option("-n,--iters", o->iters,
+                  "timed calls back to back per point (default: 2 where the cluster's device has "
+                  "a host, else 1)")
+      ->check(CLI::Range(1, 100));
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

@@ -89,6 +89,23 @@ void issue(Communicator& comm, const BenchCall& call, HierarchicalAllToAll* tapa
   }
 }
 
+// On one member: a barrier, the warm-up calls and another barrier, then the timed calls back to
+// back, between `start` and `end`.
+void timed_calls(Communicator& comm, const BenchCall& call, HierarchicalAllToAll* tapa,
+                 SimTime& start, SimTime& end) {
+  comm.barrier();
+  for (int i = 0; i < call.warmup; ++i) issue(comm, call, tapa);
+  if (call.warmup > 0) comm.barrier();
+  start = comm.now();
+  for (int i = 0; i < call.iters; ++i) issue(comm, call, tapa);
+  end = comm.now();
+}
+
+// The mean time of one call from the members' first start and last end.
+SimTime per_call(SimTime first, SimTime last, const BenchCall& call) {
+  return SimTime::from_ns((last - first).ns() / std::max(1, call.iters));
+}
+
 // What the library spends on a sendrecv that its messages do not show (see the header).
 SimTime library_extra(const emu::Engine& engine, const BenchCall& call) {
   if (call.op != BenchOp::kSendRecv || call.count <= 0) return SimTime{};
@@ -122,12 +139,9 @@ BenchTiming time_collective(emu::Engine& engine, const BenchCall& call) {
     Communicator& comm = subset ? *sub : world_comm;
     std::unique_ptr<HierarchicalAllToAll> tapa;
     if (call.tapa) tapa = std::make_unique<HierarchicalAllToAll>(comm);
-    comm.barrier();
     const auto me = static_cast<size_t>(world_comm.rank());
     took_part[me] = true;
-    start[me] = comm.now();
-    issue(comm, call, tapa.get());
-    end[me] = comm.now();
+    timed_calls(comm, call, tapa.get(), start[me], end[me]);
   });
   BenchTiming t;
   SimTime first = SimTime::max(), last;
@@ -136,8 +150,7 @@ BenchTiming time_collective(emu::Engine& engine, const BenchCall& call) {
     first = std::min(first, start[i]);
     last = std::max(last, end[i]);
   }
-  t.time = last - first;
-  t.time += library_extra(engine, call);
+  t.time = per_call(first, last, call) + library_extra(engine, call);
   t.bytes_by_tier = r.bytes_by_tier;
   t.flows = r.flows;
   return t;
@@ -180,10 +193,8 @@ std::vector<SimTime> time_collectives(emu::Engine& engine, const std::vector<Ben
       Communicator* comm =
           group_of[i] < 0 ? &world_comm : subs[static_cast<size_t>(group_of[i])].get();
       if (comm == nullptr) continue;
-      comm->barrier();
-      const SimTime start = comm->now();
-      issue(*comm, calls[i], nullptr);
-      const SimTime end = comm->now();
+      SimTime start, end;
+      timed_calls(*comm, calls[i], nullptr, start, end);
       // Every fiber runs on one thread: no lock needed.
       first[i] = std::min(first[i], start);
       last[i] = std::max(last[i], end);
@@ -191,7 +202,7 @@ std::vector<SimTime> time_collectives(emu::Engine& engine, const std::vector<Ben
   });
   std::vector<SimTime> out(calls.size());
   for (size_t i = 0; i < calls.size(); ++i)
-    out[i] = last[i] - first[i] + library_extra(engine, calls[i]);
+    out[i] = per_call(first[i], last[i], calls[i]) + library_extra(engine, calls[i]);
   return out;
 }
 

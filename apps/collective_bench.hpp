@@ -1,8 +1,10 @@
 #pragma once
 // One collective timed on the emulator as `cocodiff netbench` times it, so that `cocodiff
 // calibrate` predicts a measured point by the very same path netbench prints. Phantom buffers
-// (sizes only); every taking part records its clock after a barrier and when the call returns;
-// the time is the last end minus the first start.
+// (sizes only). As nccl-tests: after a barrier, `warmup` calls and another barrier, every member
+// records its clock, makes `iters` calls back to back and records its clock again; the time is
+// (last end - first start) / iters. Back to back, a call's host issue (a cluster's [device.host])
+// overlaps the call before it, as on a GPU.
 //
 //   emu::Engine engine(c.topology, std::move(c.network), c.device, options);
 //   BenchCall call{.op = BenchOp::kAllGather, .count = 4096, .members = {0, 1, 2, 3}};
@@ -48,11 +50,13 @@ struct BenchCall {
   std::int64_t count = 0;    // elements per block (see above); 0: only the setup
   bool tapa = false;         // all_to_all only: one all-to-all per topology level
   std::vector<int> members;  // world ranks taking part, ascending; empty: every rank
+  int warmup = 0;            // calls before the timed ones
+  int iters = 1;             // timed calls, back to back
 };
 
 struct BenchTiming {
-  SimTime time;
-  std::vector<std::int64_t> bytes_by_tier;  // of the whole run (setup included)
+  SimTime time;                             // per call
+  std::vector<std::int64_t> bytes_by_tier;  // of the whole run (setup and every call included)
   std::uint64_t flows = 0;
 };
 
@@ -61,8 +65,8 @@ struct BenchTiming {
 BenchTiming time_collective(emu::Engine& engine, const BenchCall& call);
 
 /// The time of each call, as time_collective() gives it, from one run: the calls one after
-/// another, each after a barrier of every rank (so the network is idle when it starts) and one
-/// of its members. A run costs a thread and a stack per rank, so many small calls are timed
+/// another, each after a barrier of every rank (so the network is idle when it starts) and its
+/// own barriers. A run costs a thread and a stack per rank, so many small calls are timed
 /// far faster this way. bytes_by_tier and flows are left empty.
 std::vector<SimTime> time_collectives(emu::Engine& engine, const std::vector<BenchCall>& calls);
 

@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <tuple>
 
+#include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/least_squares.hpp"
 #include "apps/collective_bench.hpp"
 #include "core/errors.hpp"
@@ -79,82 +81,178 @@ struct SimKey {
   auto operator<=>(const SimKey&) const = default;
 };
 
-// The distinct runs the points need, and which run each point is.
-struct SimPlan {
+// The points of one rank and node count and the cluster they run on: where the points give
+// their nodes and the cluster's nodes have one level, a cluster of exactly that many nodes of
+// ranks / nodes ranks (so that what depends on a node's ranks, a host's slowdown or a shared
+// NIC, is as measured); otherwise the first ranks of the whole cluster.
+struct Group {
+  Cluster cluster;
+  std::vector<int> class_of;  // the whole cluster's link class -> this cluster's (by name)
   std::vector<BenchCall> calls;
-  std::vector<std::string> where;  // a point of each run, for errors
-  std::vector<size_t> of_point;
+  std::vector<std::string> where;  // a point of each call, for errors
 };
 
-SimPlan plan_sims(const Cluster& c, const std::vector<CollectivePoint>& points) {
+struct SimPlan {
+  std::vector<Group> groups;
+  std::vector<std::pair<size_t, size_t>> of_point;  // (group, call)
+};
+
+// The complete table of a cluster whose nodes hold `per_node` ranks of a one-level topology.
+toml::table resized(const toml::table& t, int nodes, int per_node) {
+  toml::table out = t;
+  set_key(out, "nodes", toml::value<std::int64_t>(nodes));
+  toml::array sizes;
+  sizes.push_back(per_node);
+  set_key(out, "topology.sizes", sizes);
+  if (const toml::array* nic = out["nic"]["rank_nic"].as_array(); nic != nullptr) {
+    toml::array first;
+    for (size_t i = 0; i < nic->size() && static_cast<int>(i) < per_node; ++i)
+      first.push_back(*nic->get(i));
+    set_key(out, "nic.rank_nic", first);
+  }
+  if (toml::table* links = out["links"].as_table(); links != nullptr) {
+    for (auto& [name, link] : *links) {
+      toml::array* pairs =
+          link.as_table() != nullptr ? (*link.as_table())["pairs"].as_array() : nullptr;
+      if (pairs == nullptr) continue;
+      toml::array kept;
+      for (const toml::node& pair : *pairs) {
+        const std::string ab = pair.value_or(std::string());
+        const size_t dash = ab.find('-');
+        if (dash == std::string::npos) {
+          kept.push_back(pair);
+          continue;
+        }
+        const int a = std::atoi(ab.substr(0, dash).c_str()),
+                  b = std::atoi(ab.substr(dash + 1).c_str());
+        if (a < per_node && b < per_node) kept.push_back(pair);
+      }
+      *pairs = std::move(kept);
+    }
+  }
+  return out;
+}
+
+SimPlan plan_sims(const FitCluster& fc, const Cluster& whole,
+                  const std::vector<CollectivePoint>& points, const CollectiveFitOptions& options) {
   SimPlan plan;
-  std::map<SimKey, size_t> seen;
+  std::map<std::pair<int, int>, size_t> group_of;
+  std::map<SimKey, std::pair<size_t, size_t>> seen;
+  const bool one_level = whole.topology.num_levels() == 2;
   for (const CollectivePoint& p : points) {
-    const SimKey key{p.op, p.ranks, p.nodes, p.bytes};
-    auto [it, fresh] = seen.emplace(key, plan.calls.size());
+    const std::vector<int> members = point_members(whole, p);  // checks the point fits
+    const bool own = p.nodes > 0 && one_level;
+    auto [g, fresh_group] =
+        group_of.emplace(std::pair{p.ranks, own ? p.nodes : 0}, plan.groups.size());
+    if (fresh_group) {
+      Group grp;
+      grp.cluster = own ? load_cluster_table(resized(fc.table, p.nodes, p.ranks / p.nodes),
+                                             fc.source, fc.preset_dir, p.nodes)
+                        : load_cluster_table(fc.table, fc.source, fc.preset_dir, fc.min_nodes);
+      for (int k = 0; k < whole.graph->num_link_classes(); ++k) {
+        int mine = -1;
+        for (int j = 0; j < grp.cluster.graph->num_link_classes(); ++j)
+          if (grp.cluster.graph->link_class(j).name == whole.graph->link_class(k).name) mine = j;
+        grp.class_of.push_back(mine);
+      }
+      plan.groups.push_back(std::move(grp));
+    }
+    Group& grp = plan.groups[g->second];
+    auto [it, fresh] = seen.emplace(SimKey{p.op, p.ranks, p.nodes, p.bytes},
+                                    std::pair{g->second, grp.calls.size()});
     if (fresh) {
       BenchCall call;
       call.op = p.op;
-      call.members = point_members(c, p);
+      if (!own && static_cast<int>(members.size()) < whole.topology.num_ranks())
+        call.members = members;
       // One element is one byte (EngineOptions::wire_bytes_per_element = 1).
       call.count =
           apps::bench_op_has_blocks(p.op)
               ? std::max<std::int64_t>(1, std::llround(static_cast<double>(p.bytes) / p.ranks))
               : p.bytes;
-      if (static_cast<int>(call.members.size()) == c.topology.num_ranks()) call.members.clear();
-      plan.calls.push_back(std::move(call));
-      plan.where.push_back(p.where);
+      call.warmup = options.warmup;
+      call.iters = options.iters;
+      grp.calls.push_back(std::move(call));
+      grp.where.push_back(p.where);
     }
     plan.of_point.push_back(it->second);
   }
   return plan;
 }
 
-// Trial figures: each link class's latency (ns; -1 keeps the graph's) and bandwidth factor, and
-// the library.
+// Trial figures: each link class's latency (ns; -1 keeps the graph's) and bandwidth factor (by
+// the whole cluster's classes), the library, and the host's cost per collective call (< 0:
+// the cluster's).
 struct Trial {
   std::vector<std::int64_t> lat_ns;
   std::vector<double> bw_scale;
   LibraryModel library;
+  double collective_issue_us = -1;
 };
 
-std::vector<double> run_plan(const Cluster& c, const Trial& t, const SimPlan& plan,
-                             const std::string& rounds, int& simulations) {
-  emu::EngineOptions eo;
-  eo.workers = 1;
-  eo.wire_bytes_per_element = 1;  // measurements count bytes
-  eo.all_to_all_algorithm = rounds;
-  eo.library = t.library;
-  eo.trace = false;
-  std::shared_ptr<const ClusterGraph> graph = c.graph;
-  bool same = true;
-  for (size_t k = 0; k < t.lat_ns.size(); ++k)
-    same = same && t.lat_ns[k] < 0 && t.bw_scale[k] == 1.0;
-  if (!same) graph = with_links(*c.graph, t.lat_ns, t.bw_scale);
-  emu::Engine engine(c.topology, make_network_model(c.network_kind, graph), c.device, eo);
-  std::vector<SimTime> t_all;
-  try {
-    t_all = apps::time_collectives(engine, plan.calls);
-  } catch (const UserError&) {
-    // Find the point: each alone.
-    for (size_t i = 0; i < plan.calls.size(); ++i) {
-      try {
-        apps::time_collectives(engine, {plan.calls[i]});
-      } catch (const UserError& e) {
-        throw InputError(plan.where[i] + ": the emulator cannot time this point: " + e.what());
-      }
+// Each point's time in us under trial t: out[group][call].
+std::vector<std::vector<double>> run_plan(const SimPlan& plan, const Trial& t,
+                                          const std::string& rounds, int& simulations) {
+  std::vector<std::vector<double>> out;
+  for (const Group& g : plan.groups) {
+    const Cluster& c = g.cluster;
+    emu::EngineOptions eo;
+    eo.workers = 1;
+    eo.wire_bytes_per_element = 1;  // measurements count bytes
+    eo.all_to_all_algorithm = rounds;
+    eo.library = t.library;
+    eo.trace = false;
+    const size_t n = static_cast<size_t>(c.graph->num_link_classes());
+    std::vector<std::int64_t> lat(n, -1);
+    std::vector<double> bw(n, 1.0);
+    bool same = true;
+    for (size_t k = 0; k < g.class_of.size(); ++k) {
+      if (g.class_of[k] < 0) continue;
+      lat[static_cast<size_t>(g.class_of[k])] = t.lat_ns[k];
+      bw[static_cast<size_t>(g.class_of[k])] = t.bw_scale[k];
+      same = same && t.lat_ns[k] < 0 && t.bw_scale[k] == 1.0;
     }
-    throw;
+    std::shared_ptr<const ClusterGraph> graph = same ? c.graph : with_links(*c.graph, lat, bw);
+    std::shared_ptr<const DeviceModel> device = c.device;
+    if (t.collective_issue_us >= 0) {
+      RooflineParams d = c.device_params;
+      d.host.collective_issue = SimTime::from_seconds(t.collective_issue_us * 1e-6);
+      device = std::make_shared<RooflineDevice>(d);
+    }
+    emu::Engine engine(c.topology, make_network_model(c.network_kind, graph), device, eo);
+    std::vector<SimTime> t_all;
+    try {
+      t_all = apps::time_collectives(engine, g.calls);
+    } catch (const UserError&) {
+      // Find the point: each alone.
+      for (size_t i = 0; i < g.calls.size(); ++i) {
+        try {
+          apps::time_collectives(engine, {g.calls[i]});
+        } catch (const UserError& e) {
+          throw InputError(g.where[i] + ": the emulator cannot time this point: " + e.what());
+        }
+      }
+      throw;
+    }
+    simulations += static_cast<int>(g.calls.size());
+    std::vector<double> us(t_all.size());
+    for (size_t i = 0; i < t_all.size(); ++i) us[i] = t_all[i].us();
+    out.push_back(std::move(us));
   }
-  simulations += static_cast<int>(plan.calls.size());
-  std::vector<double> us(t_all.size());
-  for (size_t i = 0; i < t_all.size(); ++i) us[i] = t_all[i].us();
-  return us;
+  return out;
 }
 
 // A fit parameter and how it maps onto the trial.
 struct Knob {
-  enum class Kind { kBandwidth, kLatency, kCall, kMessage, kRendezvous, kEagerCopy } kind;
+  enum class Kind {
+    kBandwidth,
+    kLatency,
+    kCall,
+    kHostIssue,
+    kMessage,
+    kRendezvous,
+    kEagerCopy
+  } kind;
   std::string tier;                 // bandwidth and latency
   std::vector<size_t> knobs;        // indices into the LinkKnob list (bandwidth and latency)
   std::vector<double> base_lat_ns;  // latency: each knob's latency at scale 1
@@ -228,39 +326,51 @@ std::vector<int> point_members(const Cluster& c, const CollectivePoint& p) {
   return m;
 }
 
-std::vector<double> predict_collectives(const Cluster& c,
+std::vector<double> predict_collectives(const FitCluster& fc,
                                         const std::vector<CollectivePoint>& points,
-                                        const std::string& rounds) {
-  const SimPlan plan = plan_sims(c, points);
+                                        const CollectiveFitOptions& options) {
+  const Cluster whole = load_cluster_table(fc.table, fc.source, fc.preset_dir, fc.min_nodes);
+  const SimPlan plan = plan_sims(fc, whole, points, options);
   Trial t;
-  t.lat_ns.assign(static_cast<size_t>(c.graph->num_link_classes()), -1);
+  t.lat_ns.assign(static_cast<size_t>(whole.graph->num_link_classes()), -1);
   t.bw_scale.assign(t.lat_ns.size(), 1.0);
-  t.library = c.library;
+  t.library = whole.library;
   int sims = 0;
-  const std::vector<double> us = run_plan(c, t, plan, rounds, sims);
+  const std::vector<std::vector<double>> us = run_plan(plan, t, options.rounds, sims);
   std::vector<double> out(points.size());
-  for (size_t i = 0; i < points.size(); ++i) out[i] = us[plan.of_point[i]];
+  for (size_t i = 0; i < points.size(); ++i)
+    out[i] = us[plan.of_point[i].first][plan.of_point[i].second];
   return out;
 }
 
-CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& knobs,
+CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>& knobs,
                               const std::vector<CollectivePoint>& points,
                               const CollectiveFitOptions& options) {
-  const SimPlan plan = plan_sims(c, points);
+  const Cluster c = load_cluster_table(fc.table, fc.source, fc.preset_dir, fc.min_nodes);
+  const SimPlan plan = plan_sims(fc, c, points, options);
   CollectiveFit fit;
 
-  // The tiers whose links the points' messages cross.
+  // The tiers whose links the points' messages cross (as the whole cluster's classes).
   std::set<int> classes;
-  for (const BenchCall& call : plan.calls) {
-    std::vector<int> m = call.members;
-    if (m.empty())
-      for (int r = 0; r < c.topology.num_ranks(); ++r) m.push_back(r);
-    const bool all_pairs = m.size() <= 64;
-    for (size_t i = 0; i < m.size(); ++i)
-      for (size_t j = 0; j < m.size(); ++j) {
-        if (i == j || (!all_pairs && i != 0 && j != (i + 1) % m.size())) continue;
-        for (int l : c.graph->route(m[i], m[j])) classes.insert(c.graph->link(l).link_class);
-      }
+  for (const Group& g : plan.groups) {
+    const ClusterGraph& graph = *g.cluster.graph;
+    std::vector<int> whole_class(static_cast<size_t>(graph.num_link_classes()), -1);
+    for (size_t k = 0; k < g.class_of.size(); ++k)
+      if (g.class_of[k] >= 0) whole_class[static_cast<size_t>(g.class_of[k])] = static_cast<int>(k);
+    for (const BenchCall& call : g.calls) {
+      std::vector<int> m = call.members;
+      if (m.empty())
+        for (int r = 0; r < g.cluster.topology.num_ranks(); ++r) m.push_back(r);
+      const bool all_pairs = m.size() <= 64;
+      for (size_t i = 0; i < m.size(); ++i)
+        for (size_t j = 0; j < m.size(); ++j) {
+          if (i == j || (!all_pairs && i != 0 && j != (i + 1) % m.size())) continue;
+          for (int l : graph.route(m[i], m[j])) {
+            const int k = whole_class[static_cast<size_t>(graph.link(l).link_class)];
+            if (k >= 0) classes.insert(k);
+          }
+        }
+    }
   }
   std::map<int, std::string, std::greater<>> tiers;  // outermost first
   for (int k : classes) {
@@ -298,6 +408,11 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
     return LsqParam{name, start_us, 0, kMaxCostUs, std::max(0.01 * start_us, 0.1)};
   };
   add({Knob::Kind::kCall, "", {}, {}}, us_param("call_overhead_us", lib0.call_overhead.us()));
+  // Where the device has a host, its cost to issue a collective call: overlapped by the call
+  // before it when calls run back to back, so the points can tell it from the library's.
+  if (c.device->has_host())
+    add({Knob::Kind::kHostIssue, "", {}, {}},
+        us_param("host collective_issue_us", c.device_params.host.collective_issue.us()));
   for (const auto& [rank, tier] : tiers) {
     const std::vector<size_t> v = tier_knobs(tier);
     if (v.empty()) continue;
@@ -340,6 +455,9 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
         case Knob::Kind::kCall:
           t.library.call_overhead = SimTime::from_seconds(x[j] * 1e-6);
           break;
+        case Knob::Kind::kHostIssue:
+          t.collective_issue_us = x[j];
+          break;
         case Knob::Kind::kMessage:
           t.library.message_overhead = SimTime::from_seconds(x[j] * 1e-6);
           break;
@@ -364,11 +482,12 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
   for (size_t i = 0; i < points.size(); ++i) measured_log[i] = std::log(points[i].time_us);
   auto residuals_for = [&](std::int64_t threshold) {
     return [&, threshold](const std::vector<double>& x) {
-      const std::vector<double> us =
-          run_plan(c, trial(x, threshold), plan, options.rounds, fit.simulations);
+      const std::vector<std::vector<double>> us =
+          run_plan(plan, trial(x, threshold), options.rounds, fit.simulations);
       std::vector<double> r(points.size());
       for (size_t i = 0; i < points.size(); ++i)
-        r[i] = std::log(std::max(us[plan.of_point[i]], 1e-3)) - measured_log[i];
+        r[i] = std::log(std::max(us[plan.of_point[i].first][plan.of_point[i].second], 1e-3)) -
+               measured_log[i];
       for (size_t j = 0; j < ks.size(); ++j)
         if (ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency)
           r.push_back(prior_weight * x[j]);
@@ -380,6 +499,33 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
   LsqResult best = least_squares(residuals_for(-2), ps, full);
   std::int64_t best_threshold = -2;
   std::vector<LsqParam> best_ps = ps;
+  // With a host, a call costs max(host issue, device time) back to back: two basins, the
+  // device's call cost or the host's issue carrying the small sizes. Start from the other too
+  // (host issue the smallest sizes' median time, the library's call cost near zero) and keep
+  // the better.
+  for (size_t j = 0; j < ks.size(); ++j) {
+    if (ks[j].kind != Knob::Kind::kHostIssue) continue;
+    std::vector<double> small;
+    const double slowdown = c.device->host_per_rank_slowdown();
+    for (const CollectivePoint& p : points) {
+      if (p.bytes > (64 << 10)) continue;
+      const int per_node = p.nodes > 0 ? p.ranks / p.nodes : c.topology.ranks_per_node();
+      small.push_back(p.time_us / (1 + slowdown * (per_node - 1)));
+    }
+    if (small.empty()) break;
+    std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2),
+                     small.end());
+    std::vector<LsqParam> other = ps;
+    other[j].x = std::min(small[small.size() / 2], kMaxCostUs);
+    for (size_t i = 0; i < ks.size(); ++i)
+      if (ks[i].kind == Knob::Kind::kCall) other[i].x = 0.5;
+    LsqResult r = least_squares(residuals_for(-2), other, full);
+    if (r.sse < best.sse) {
+      best = std::move(r);
+      best_ps = other;
+    }
+  }
+  for (size_t j = 0; j < base_params; ++j) best_ps[j].x = best.x[j];
   const double base_sse = best.sse;
   fit.protocol_note =
       "the cluster's own protocol (eager_max_bytes " + std::to_string(lib0.eager_max_bytes) + ")";
@@ -395,8 +541,7 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
     sizes.erase(sizes.begin());
     sizes.erase(std::prev(sizes.end()));
     sizes.erase(std::prev(sizes.end()));
-    std::vector<LsqParam> pp = ps;
-    for (size_t j = 0; j < base_params; ++j) pp[j].x = best.x[j];
+    std::vector<LsqParam> pp = best_ps;
     ks.push_back({Knob::Kind::kRendezvous, "", {}, {}});
     pp.push_back({"rendezvous_overhead_us", 0, 0, kMaxCostUs, 0.1});
     ks.push_back({Knob::Kind::kEagerCopy, "", {}, {}});
@@ -447,9 +592,11 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
   for (size_t j = 0; j < ks.size(); ++j) {
     const Knob& k = ks[j];
     const bool free = best.free[j];
+    // The value the fit ran with (a figure held in the last fit may have moved in an earlier
+    // one it started from); fitted when some fit moved it.
     auto value = [&](std::string key, std::string what, double initial, double v, bool integer) {
-      fit.values.push_back(
-          {std::move(key), std::move(what), initial, free ? v : initial, integer, free});
+      const bool moved = free || std::abs(v - initial) > 1e-9 * std::max(1.0, std::abs(initial));
+      fit.values.push_back({std::move(key), std::move(what), initial, v, integer, moved});
     };
     switch (k.kind) {
       case Knob::Kind::kBandwidth:
@@ -467,6 +614,10 @@ CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& kno
       case Knob::Kind::kCall:
         value("library.call_overhead_us", "per-call cost (us)", lib0.call_overhead.us(), best.x[j],
               false);
+        break;
+      case Knob::Kind::kHostIssue:
+        value("device.host.collective_issue_us", "host's cost to issue a collective (us)",
+              c.device_params.host.collective_issue.us(), best.x[j], false);
         break;
       case Knob::Kind::kMessage:
         value("library.message_overhead_us", "per-message cost (us)", lib0.message_overhead.us(),

@@ -11,6 +11,13 @@
 //   f.values;        // cluster keys and their fitted (or kept) values
 //   f.predicted_us;  // per point
 //
+// Points that give their nodes run on a cluster of exactly that many nodes of ranks / nodes
+// ranks each (the node resized where the cluster's nodes have one level: topology.sizes,
+// nic.rank_nic and direct links cut to it), so that what depends on a node's ranks (a host's
+// slowdown, a shared NIC) is as measured; other points run on the first ranks of the cluster.
+// Where the device has a host ([device.host]), its cost to issue a collective is fitted too
+// (points timed back to back overlap it with the call before).
+//
 // A tier's latency and bandwidth scale every link class of that tier by one factor each, so a
 // route's latency and bottleneck move together and the preset's ratios between its link classes
 // stay. Which figures the points determine is found from the Jacobian (least_squares.hpp): a
@@ -21,6 +28,7 @@
 // fifth to be taken, so that noise does not buy one).
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -44,8 +52,18 @@ struct LinkKnob {
 /// table: the preset with every override). ConfigError when a class cannot be mapped to keys.
 std::vector<LinkKnob> link_knobs(const Cluster& c, const toml::table& cluster);
 
+/// The cluster a fit starts from: its complete table (cluster_file.hpp), a name for it in
+/// errors, where presets live, and the nodes the points need at least.
+struct FitCluster {
+  toml::table table;
+  std::string source;
+  std::filesystem::path preset_dir;
+  int min_nodes = 1;
+};
+
 struct CollectiveFitOptions {
   std::string rounds = "library";  // EngineOptions::all_to_all_algorithm
+  int warmup = 0, iters = 1;       // each point's calls (apps::BenchCall)
   bool fit_protocol = true;        // search the eager/rendezvous threshold
 };
 
@@ -73,16 +91,16 @@ struct CollectiveFit {
 /// the cluster cannot hold it.
 std::vector<int> point_members(const Cluster& c, const CollectivePoint& p);
 
-/// Fits `points` (every one with ranks the cluster holds) on cluster c, whose link classes are
-/// `knobs`. Throws InputError naming a point the emulator cannot time.
-CollectiveFit fit_collectives(const Cluster& c, const std::vector<LinkKnob>& knobs,
+/// Fits `points` (every one with ranks the cluster holds) on the cluster fc holds, whose link
+/// classes are `knobs`. Throws InputError naming a point the emulator cannot time.
+CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>& knobs,
                               const std::vector<CollectivePoint>& points,
                               const CollectiveFitOptions& options);
 
-/// The emulator's time in us of each point on cluster c (each point once; equal points share a
-/// run). `rounds` as in CollectiveFitOptions. InputError naming a point that cannot be timed.
-std::vector<double> predict_collectives(const Cluster& c,
+/// The emulator's time in us of each point on the cluster fc holds (equal points share a run),
+/// timed as `options` say. InputError naming a point that cannot be timed.
+std::vector<double> predict_collectives(const FitCluster& fc,
                                         const std::vector<CollectivePoint>& points,
-                                        const std::string& rounds);
+                                        const CollectiveFitOptions& options);
 
 }  // namespace cocodiff::calibrate
