@@ -201,7 +201,7 @@ void add_compare_command(CLI::App& app) {
     // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
     // staged together and moved into place in one step, so a full disk or a kill leaves the
     // previous set whole or the new one, never strategies of two runs side by side.
-    {
+    try {
       auto lock = hold_interrupts();
       OutputSet set(opt->out);
       if (opt->outputs)
@@ -210,6 +210,9 @@ void add_compare_command(CLI::App& app) {
       write_file_atomic(set.dir() / "compare.json", doc.dump(2) + "\n");
       output_test_point();
       set.commit();
+    } catch (const InputError& e) {
+      throw InputError(opt->out + ": the new output set could not be written, the previous one " +
+                       "(if any) is unchanged: " + e.what());
     }
     std::cout << "compare.json in " << opt->out << "/\n";
   });
