@@ -14,6 +14,7 @@
 // warning when the fit misses.
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -49,9 +50,11 @@ struct CalibrateOptions {
   std::string out;
   std::int64_t max_bytes = calibrate::kMaxBytes;
   std::string transport;
+  std::vector<std::string> ops;  // empty: every op
   std::string rounds = "library";
   int warmup = -1, iters = -1;  // -1: 1 and 2 when the cluster has a host, else 0 and 1
   bool no_protocol = false;
+  std::string loss = "linear";
 };
 
 std::string fmt(double v) {
@@ -80,9 +83,9 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
                                const std::vector<double>& pred, std::ostringstream& file_notes) {
   std::printf("%-14s %5s %5s %13s %-9s %13s %13s %8s  %s\n", "op", "ranks", "nodes", "bytes",
               "transport", "measured_us", "predicted_us", "error", "where");
+  // |error| of each group's points at >= 1 MiB per rank and below.
   struct Group {
-    int n_large = 0, n_small = 0;
-    double max_large = 0, max_small = 0, sq = 0;
+    std::vector<double> large, small;
   };
   std::map<std::string, Group> groups;
   double sq = 0;
@@ -98,31 +101,34 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
                 p.variant == "in-place" ? " (in-place)" : "");
     Group& g = groups[std::string(bench_op_name(p.op)) + " " + std::to_string(p.ranks) + " ranks " +
                       (p.transport.empty() ? "" : p.transport)];
-    if (static_cast<double>(p.bytes) >= kLargeBytes) {
-      ++g.n_large;
-      g.max_large = std::max(g.max_large, std::abs(err));
-    } else {
-      ++g.n_small;
-      g.max_small = std::max(g.max_small, std::abs(err));
-    }
-    g.sq += e * e;
+    (static_cast<double>(p.bytes) >= kLargeBytes ? g.large : g.small).push_back(std::abs(err));
   }
   const double rms = std::sqrt(sq / static_cast<double>(pts.size()));
-  std::printf(
-      "# by op: largest |error| at >= 1 MiB per rank (target 10%%) and below (target "
-      "25%%)\n");
+  // "n points, median m%, max x%" of a group's errors.
+  auto stats = [](std::vector<double> v) {
+    char buf[96];
+    if (v.empty()) return std::string("  0 points");
+    std::sort(v.begin(), v.end());
+    const double median =
+        v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    std::snprintf(buf, sizeof buf, "%3zu points, median %5.1f%%, max %6.1f%%", v.size(),
+                  100 * median, 100 * v.back());
+    return std::string(buf);
+  };
+  std::printf("# by op: |error| at >= 1 MiB per rank (target 10%%) and below (target 25%%)\n");
   std::string warnings;
   for (const auto& [name, g] : groups) {
-    std::printf("#   %-32s >= 1 MiB: %3d points, max %6.1f%%   < 1 MiB: %3d points, max %6.1f%%\n",
-                name.c_str(), g.n_large, 100 * g.max_large, g.n_small, 100 * g.max_small);
-    char line[256];
-    std::snprintf(line, sizeof line,
-                  "#   %s: >= 1 MiB max |error| %.1f%% (%d points), < 1 MiB %.1f%% (%d points)\n",
-                  name.c_str(), 100 * g.max_large, g.n_large, 100 * g.max_small, g.n_small);
-    file_notes << line;
-    if (g.max_large > kLargeTolerance || g.max_small > kSmallTolerance)
+    const std::string large = stats(g.large), small = stats(g.small);
+    std::printf("#   %-28s >= 1 MiB: %s   < 1 MiB: %s\n", name.c_str(), large.c_str(),
+                small.c_str());
+    file_notes << "#   " << name << ": >= 1 MiB " << large << "; < 1 MiB " << small << "\n";
+    const double max_large =
+        g.large.empty() ? 0 : *std::max_element(g.large.begin(), g.large.end());
+    const double max_small =
+        g.small.empty() ? 0 : *std::max_element(g.small.begin(), g.small.end());
+    if (max_large > kLargeTolerance || max_small > kSmallTolerance)
       warnings += "  " + name + ": up to " +
-                  std::to_string(std::lround(100 * std::max(g.max_large, g.max_small))) + "% off\n";
+                  std::to_string(std::lround(100 * std::max(max_large, max_small))) + "% off\n";
   }
   std::printf("# rms error of log time: %.4f\n", rms);
   file_notes << "#   rms error of log time " << fmt(std::round(rms * 1e4) / 1e4) << "\n";
@@ -145,6 +151,9 @@ void run_calibrate(const CalibrateOptions& o) {
   for (const CollectivePoint& p : m.collectives) {
     if (p.bytes > o.max_bytes) continue;
     if (!o.transport.empty() && p.transport != o.transport) continue;
+    if (!o.ops.empty() &&
+        std::find(o.ops.begin(), o.ops.end(), std::string(bench_op_name(p.op))) == o.ops.end())
+      continue;
     transports.insert(p.transport);
     pts.push_back(p);
   }
@@ -156,7 +165,7 @@ void run_calibrate(const CalibrateOptions& o) {
                      "), which one cluster file cannot hold; choose one with --transport");
   }
   if (pts.empty() && m.kernels.empty())
-    throw InputError("calibrate: no measurement left after --max-bytes and --transport");
+    throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
   Config cfg = load_cluster_config(o.cluster, preset_dir);
@@ -171,6 +180,7 @@ void run_calibrate(const CalibrateOptions& o) {
   calibrate::CollectiveFitOptions fo;
   fo.rounds = o.rounds;
   fo.fit_protocol = !o.no_protocol;
+  fo.soft_l1 = o.loss == "soft_l1";
   fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
   fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
   std::printf(
@@ -193,6 +203,12 @@ void run_calibrate(const CalibrateOptions& o) {
   notes << ", fitted by least squares on log time to\n";
   for (const std::string& f : o.files) notes << "#   " << f << "\n";
   if (!o.transport.empty()) notes << "# (transport " << o.transport << " only)\n";
+  if (o.loss != "linear") notes << "# (loss " << o.loss << ")\n";
+  if (!o.ops.empty()) {
+    notes << "# (ops";
+    for (const std::string& op : o.ops) notes << " " << op;
+    notes << " only)\n";
+  }
   if (o.max_bytes < calibrate::kMaxBytes)
     notes << "# (points of at most " << o.max_bytes << " bytes only)\n";
   notes << "# A complete cluster file: run configs name it as cluster.preset = \"<this file>\".\n"
@@ -317,6 +333,11 @@ void add_calibrate_command(CLI::App& app) {
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("--transport", o->transport,
                   "use only points of this transport (the CSV's transport column)");
+  cmd->add_option("--ops", o->ops,
+                  "use only points of these collectives (e.g. all_to_all,all_gather)")
+      ->delimiter(',')
+      ->check(
+          CLI::IsMember({"all_to_all", "all_gather", "reduce_scatter", "all_reduce", "sendrecv"}));
   cmd->add_option("--rounds", o->rounds,
                   "how each all-to-all posts its messages (as netbench --rounds; library: what "
                   "runs use)")
@@ -329,6 +350,10 @@ void add_calibrate_command(CLI::App& app) {
                   "timed calls back to back per point (default: 2 where the cluster's device has "
                   "a host, else 1)")
       ->check(CLI::Range(1, 100));
+  cmd->add_option("--loss", o->loss,
+                  "linear: least squares on log time; soft_l1: past 10% off a point counts as "
+                  "|error|, so that a few noisy points do not pull the fit")
+      ->check(CLI::IsMember({"linear", "soft_l1"}));
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

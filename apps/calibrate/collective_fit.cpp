@@ -485,9 +485,15 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
       const std::vector<std::vector<double>> us =
           run_plan(plan, trial(x, threshold), options.rounds, fit.simulations);
       std::vector<double> r(points.size());
-      for (size_t i = 0; i < points.size(); ++i)
+      for (size_t i = 0; i < points.size(); ++i) {
         r[i] = std::log(std::max(us[plan.of_point[i].first][plan.of_point[i].second], 1e-3)) -
                measured_log[i];
+        if (options.soft_l1) {  // a residual whose square is the loss
+          constexpr double k = 0.1;
+          r[i] = std::copysign(std::sqrt(2 * k * k * (std::sqrt(1 + (r[i] / k) * (r[i] / k)) - 1)),
+                               r[i]);
+        }
+      }
       for (size_t j = 0; j < ks.size(); ++j)
         if (ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency)
           r.push_back(prior_weight * x[j]);
@@ -643,11 +649,14 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     fit.values.push_back({"library.eager_overhead_us", "eager extra per message (us)",
                           lib0.eager_overhead.us(), 0, false, true});
   }
+  const std::vector<std::vector<double>> us =
+      run_plan(plan, trial(best.x, best_threshold), options.rounds, fit.simulations);
   fit.predicted_us.resize(points.size());
   double sq = 0;
   for (size_t i = 0; i < points.size(); ++i) {
-    fit.predicted_us[i] = std::exp(best.residuals[i] + measured_log[i]);
-    sq += best.residuals[i] * best.residuals[i];
+    fit.predicted_us[i] = us[plan.of_point[i].first][plan.of_point[i].second];
+    const double e = std::log(std::max(fit.predicted_us[i], 1e-3)) - measured_log[i];
+    sq += e * e;
   }
   fit.rms_log = std::sqrt(sq / static_cast<double>(points.size()));
   return fit;

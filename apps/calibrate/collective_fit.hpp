@@ -65,6 +65,10 @@ struct CollectiveFitOptions {
   std::string rounds = "library";  // EngineOptions::all_to_all_algorithm
   int warmup = 0, iters = 1;       // each point's calls (apps::BenchCall)
   bool fit_protocol = true;        // search the eager/rendezvous threshold
+  /// The loss on each point's log error r: r^2 (least squares), or soft L1 with a knee at 10%
+  /// (2 k^2 (sqrt(1 + (r/k)^2) - 1), k = 0.1): like r^2 below the knee, growing as |r| past
+  /// it, so that a few points far off (a noisy machine) do not pull the figures.
+  bool soft_l1 = false;
 };
 
 /// One figure of the fit, as the cluster file will hold it.
