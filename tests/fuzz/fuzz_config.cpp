@@ -10,8 +10,9 @@
 // to a real file, config.toml in a directory of this process's own (removed at exit) that also
 // holds what a config may name relative to itself: image.png and mask.png (28 x 28, for
 // run.inpaint_image and run.inpaint_mask) and big.png (a header claiming 30000 x 30000 pixels).
-// The working directory is that directory, and the config is named by its bare file name for
-// inputs of even size (a config whose directory is empty) and by its absolute path otherwise.
+// Inputs of even size name the config by its bare file name, with that directory as the working
+// directory while the input runs (a config whose directory is empty), the others by its absolute
+// path.
 
 #include <unistd.h>
 
@@ -66,7 +67,6 @@ const std::filesystem::path& config_file() {
         0x55, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45, 0x4e, 0x44, 0xae, 0x42, 0x60, 0x82};
     std::ofstream(dir / "big.png", std::ios::binary)
         .write(reinterpret_cast<const char*>(big), sizeof big);
-    std::filesystem::current_path(dir);
     return dir / "config.toml";
   }();
   return file;
@@ -81,6 +81,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
     if (!out) __builtin_trap();
   }
+  // The working directory is the config's for this input only: libFuzzer reads its corpus and
+  // writes its artifacts relative to the one it started in.
+  struct WorkingDirectory {
+    std::filesystem::path before = std::filesystem::current_path();
+    ~WorkingDirectory() {
+      std::error_code ec;
+      std::filesystem::current_path(before, ec);
+    }
+  } restore;
+  if (size % 2 == 0) std::filesystem::current_path(written.parent_path());
   const std::filesystem::path file = size % 2 == 0 ? written.filename() : written;
   const std::string text(reinterpret_cast<const char*>(data), size);
   std::vector<std::string> sets;
