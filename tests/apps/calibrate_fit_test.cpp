@@ -36,9 +36,9 @@ double value_of(const CollectiveFit& f, const std::string& key) {
 TEST(CalibrateFit, RecoversHostAndLibraryCostsFromBackToBackCalls) {
   const std::vector<std::string> host = {"cluster.device.host.per_rank_slowdown=0.2"};
   std::vector<std::string> truth = host;
-  truth.insert(truth.end(), {"cluster.device.host.collective_issue_us=30",
-                             "cluster.library.call_overhead_us=10",
-                             "cluster.links.nvswitch.bandwidth_gbytes_per_s=80"});
+  truth.insert(truth.end(),
+               {"cluster.device.host.collective_issue_us=30", "cluster.library.call_overhead_us=10",
+                "cluster.links.nvswitch.bandwidth_gbytes_per_s=80"});
   std::vector<std::string> start = host;
   start.insert(start.end(), {"cluster.device.host.collective_issue_us=50",
                              "cluster.library.call_overhead_us=40"});
