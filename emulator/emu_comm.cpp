@@ -298,8 +298,8 @@ std::shared_ptr<const collectives::Schedule> EmuComm::schedule(Algorithm a) {
       break;
     case Algorithm::kAllGather: {
       if (kernel_.options().library.all_gather == AllGatherAlgorithm::kHierarchical) {
-        std::vector<std::vector<int>> coords;
-        for (int r = 0; r < p; ++r) coords.push_back(this->coords(r));
+        std::vector<std::vector<int>> coords(static_cast<size_t>(p));
+        for (int r = 0; r < p; ++r) coords[static_cast<size_t>(r)] = this->coords(r);
         s = collectives::make_hierarchical_all_gather(coords);
       }
       // Members that are not a grid of the levels they span have no hierarchy to follow.

@@ -2,7 +2,7 @@
 // The emulator: N simulated tiles, each a Boost.Fiber running real code (their arithmetic spread
 // over W worker threads), exchanging real bytes through an in-process fabric timed by a
 // NetworkModel, in deterministic virtual time (a conservative discrete-event simulation; the
-// README's "How the emulator keeps time" describes it).
+// design is in emulator/README.md).
 //
 //   Engine engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers), device, {.workers = 2});
 //   RunResult r = engine.run([&](Communicator& comm) {

@@ -52,7 +52,8 @@ class HierarchicalAllGather final : public Schedule {
     const int b = wrap(a - t - (sending ? 0 : 1), n);
     const int base = at - at % (stride * n) + b * stride;  // levels above f: mine
     for (int low = 0; low < stride; ++low) {
-      const int m = member_[static_cast<size_t>(base + low)];
+      const int at_low = base + low;
+      const int m = member_[static_cast<size_t>(at_low)];
       out.push_back({Buffer::kRecv, m * s.count, s.count});
     }
   }
@@ -71,7 +72,8 @@ class HierarchicalAllGather final : public Schedule {
     const int at = place_[static_cast<size_t>(me)];
     const int n = q_[static_cast<size_t>(f)], stride = stride_[static_cast<size_t>(f)];
     const int a = at / stride % n;
-    return member_[static_cast<size_t>(at + (wrap(a + dir, n) - a) * stride)];
+    const int next = at + (wrap(a + dir, n) - a) * stride;
+    return member_[static_cast<size_t>(next)];
   }
   std::vector<int> q_, place_, member_;
   std::vector<int> first_round_, stride_;

@@ -24,15 +24,6 @@ namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 }  // namespace
 
-void Kernel::open_collective(FiberState& parent, ReqState& req) {
-  if (!parent.is_main || req.op != ReqState::Op::kCollective) return;
-  TileStats& t = tiles_[u(parent.rank)];
-  req.open = true;
-  req.started = parent.clock;
-  req.overlap_mark = t.overlapped_compute;
-  ++t.open_collectives;
-}
-
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
                                    int group_rank, std::uint64_t seq, ReqPtr req,
                                    const CollectiveSpec& spec) {
@@ -112,27 +103,7 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
   if (!s.spec.recv.empty() && !d.spec.recv.empty() && out.count > 0) op_copy(op, s, src, d, dst, k);
-  const std::int64_t bytes = wire_bytes(out.count);
-  // Both ends wait for this op and nothing else, one message each way at a time: neither can
-  // post another flow before this one ends, and on a route no other rank's flow can reach it
-  // travels alone. Its end is known now: the controller delivers it at once, and wakes a
-  // member it finishes when virtual time gets there (ClosedMessage, op_finish). A message matched
-  // while an end could still post (the member starting the op, before it waits) is decided
-  // when the controller next steps, before any new flow enters the network: the members
-  // usually wait for the op by then.
-  if (sched.one_each_way()) {
-    if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
-      if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
-        account_flow(start, *end, wsrc, wdst, bytes, {&op.label, 1});
-        ++flows_exclusive_;
-        closed_messages_.push_back({&op, src, dst, *end});
-      } else {
-        undecided_.push_back({&op, src, dst, out.step, start, bytes});
-      }
-      return;
-    }
-  }
-  op_transfer(op, src, dst, out.step, start, bytes);
+  time_collective_message(op, src, dst, out.step, start, wire_bytes(out.count));
 }
 
 void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
@@ -179,57 +150,6 @@ void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
     if (at_a == from[a].count) ++a, at_a = 0;
     if (at_b == to[b].count) ++b, at_b = 0;
   }
-}
-
-bool Kernel::settle_undecided() {
-  bool timed = false;
-  for (const UndecidedMessage& m : undecided_) {
-    if (aborting_) break;
-    CollectiveOp& op = *m.op;
-    const int wsrc = op.group->members[u(m.src)];
-    const int wdst = op.group->members[u(m.dst)];
-    if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
-      const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, m.bytes, 1, m.start);
-      COCO_CHECK(end.has_value(), "an exclusive collective message's route is not exclusive");
-      account_flow(m.start, *end, wsrc, wdst, m.bytes, {&op.label, 1});
-      ++flows_exclusive_;
-      closed_messages_.push_back({&op, m.src, m.dst, *end});
-      timed = true;
-    } else {
-      op_transfer(op, m.src, m.dst, m.step, m.start, m.bytes);
-    }
-  }
-  undecided_.clear();
-  return timed;
-}
-
-void Kernel::op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start,
-                         std::int64_t bytes) {
-  const int wsrc = op.group->members[u(src)];
-  const int wdst = op.group->members[u(dst)];
-  Transfer t;
-  t.start = start;
-  t.src = wsrc;
-  t.dst = wdst;
-  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
-  t.seq = 0;  // one message per (src, dst, tag): its channel's first match
-  t.bytes = bytes;
-  t.label = op.label;
-  t.sink = &op;
-  t.src_member = src;
-  t.dst_member = dst;
-  new_transfers_.push_back(std::move(t));
-}
-
-bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
-  const CollectiveMember& m = op.members[u(r)];
-  const int rank = op.group->members[u(r)];
-  const FiberState& f = *mains_[u(rank)];
-  const TileStats& t = tiles_[u(rank)];
-  // Blocked in wait() on this op (not in test(), which a timer may end), and it is the tile's
-  // only open operation.
-  return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
-         m.req->open && t.open_collectives == 1 && t.open_p2p == 0;
 }
 
 void Kernel::CollectiveOp::message_done(Kernel& k, const Transfer& t, SimTime end) {

@@ -1,5 +1,9 @@
 #pragma once
-// The emulator's private kernel: fiber states, the matching fabric, the event loop.
+// The emulator's private kernel (emulator/README.md describes its design). One class whose
+// mechanisms live in files named after them: kernel.cpp (the event loop), fibers.cpp,
+// requests.cpp, fabric.cpp, collective_ops.cpp (schedules at the collective level),
+// ring_pass.cpp and ring_pass_whole.cpp, message_timing.cpp, accounting.cpp, regions.cpp,
+// tapes.cpp.
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -27,116 +31,16 @@
 
 #include "core/communicator.hpp"
 #include "emulator/collectives/schedule.hpp"
+#include "emulator/detail/fiber_state.hpp"
 #include "emulator/detail/math_pool.hpp"
+#include "emulator/detail/recycler.hpp"
+#include "emulator/detail/request.hpp"
 #include "emulator/detail/stack_pool.hpp"
+#include "emulator/detail/timeline_hash.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/collective_model.hpp"
 
-namespace cocodiff::emu {
-class EmuTape;
-}  // namespace cocodiff::emu
-
 namespace cocodiff::emu::detail {
-
-/// Stands where a lock would be, and locks nothing: every fiber of a run and the controller
-/// share one thread, so nothing contends for the kernel's state. It marks the sections that use
-/// that state, and is what the fibers' condition variables wait with. ThreadSanitizer runs
-/// (several workers) would report a thread other than the controller's touching the state.
-class NullLock {
- public:
-  void lock() noexcept {}
-  void unlock() noexcept {}
-  bool try_lock() noexcept { return true; }
-};
-
-/// Thrown inside fibers when the run is being torn down; caught at the fiber's entry.
-struct Cancelled {};
-
-/// One fiber: a tile's main fiber, or a fiber progressing one non-blocking collective.
-struct FiberState {
-  int rank = 0;
-  bool is_main = true;
-  SimTime clock;
-  /// The fiber's Boost.Fiber context while it is blocked (Kernel::block): Kernel::wake hands
-  /// it to the scheduler. Every fiber runs on one thread, so no lock or wait queue is needed.
-  boost::fibers::context* ctx = nullptr;
-  bool wake = false;
-  bool blocked = false;
-  std::size_t blocked_index = 0;                // position in Kernel::blocked_list_
-  const struct ReqState* waiting_on = nullptr;  // for deadlock reports
-  bool waiting_in_test = false;
-  bool replayed = false;  // set by the controller when it replays the region this fiber enters
-  std::uint64_t region_id = 0;
-  EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none
-  struct TapeRun* tape_run = nullptr;  // blocked in Kernel::run_tape: the calls the engine issues
-  StackBounds stack;                   // set when the fiber's stack is allocated
-};
-
-/// Finished objects kept for their storage (their vectors keep their capacity), taken again
-/// instead of allocated; at most 64 are kept.
-template <typename T>
-class Recycler {
- public:
-  std::unique_ptr<T> take() {
-    if (free_.empty()) return std::make_unique<T>();
-    std::unique_ptr<T> t = std::move(free_.back());
-    free_.pop_back();
-    return t;
-  }
-  void give(std::unique_ptr<T> t) {
-    if (free_.size() < kKept) free_.push_back(std::move(t));
-  }
-
- private:
-  static constexpr std::size_t kKept = 64;
-  std::vector<std::unique_ptr<T>> free_;
-};
-
-/// A group of world ranks sharing a context id (what MPI calls a communicator).
-struct Group {
-  std::uint64_t ctx = 1;
-  std::vector<int> members;  // world ranks, in group-rank order
-  std::string describe() const;
-};
-
-/// Completion state of a point-to-point operation or of a whole collective. Descriptions are
-/// built only when a report needs them: requests are on the hot path.
-struct ReqState {
-  enum class Op : std::uint8_t { kSend, kRecv, kCollective };
-  bool done = false;
-  SimTime done_time;
-  FiberState* waiter = nullptr;
-  Op op = Op::kSend;
-  int peer = -1;   // world rank of the other side (point-to-point)
-  int owner = -1;  // point-to-point: the posting rank, whose open_p2p counts it until done
-  std::int64_t count = 0;
-  std::string label;           // the caller's label ("v", "q"), may be empty
-  std::string_view call;       // collectives: "all_to_all(count=4)", kept for the run
-  std::uint64_t call_seq = 0;  // collectives: the call's number on its group (3)
-  std::string call_text;       // collectives without a label: "all_to_all(count=4) #3"
-  /// Sets call and call_seq, and call_text when there is no label (set the label first).
-  void set_call(std::string_view c, std::uint64_t seq) {
-    call = c;
-    call_seq = seq;
-    if (label.empty()) call_text = std::string(c) + " #" + std::to_string(seq);
-  }
-  std::shared_ptr<const Group> group;  // collectives
-  bool open = false;                   // collectives: counted in its tile's open_collectives
-  SimTime started;                     // collectives: the starting tile's clock at the start
-  SimTime overlap_mark;                // its tile's overlapped_compute when it was opened
-  SimTime penalty;                     // transfer slowdown charged when it closed
-  /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
-  std::string describe() const;
-  /// Short name for trace spans.
-  std::string_view trace_label() const;
-};
-using ReqPtr = std::shared_ptr<ReqState>;
-
-/// Collective messages use tags above every user tag: bit 63 set, then the call's sequence
-/// number and the algorithm's step.
-inline std::uint64_t collective_tag(std::uint64_t seq, int step) {
-  return (std::uint64_t{1} << 63) | (seq << 24) | static_cast<std::uint64_t>(step);
-}
 
 /// One rank's part of a collective run at the collective level (Kernel::start_collective_op):
 /// the schedule every member runs, this member's sizes and buffers. The buffers and an
@@ -148,17 +52,6 @@ struct CollectiveSpec {
   std::span<float> recv;
   ReduceOp op = ReduceOp::kSum;  // rounds that reduce (Schedule::reduces)
 };
-
-inline constexpr std::uint64_t kHashBasis = 1469598103934665603ull;  // the timeline hash's start
-
-/// The timeline hash folds 64-bit words: xor, multiply by an odd constant (2^64 over the golden
-/// ratio), and fold the high half into the low one, so every bit of a word reaches every bit of
-/// the state within a few words. A word costs a multiply, where byte-wise FNV-1a cost eight in a
-/// chain (a tenth of a ring message's CPU). Ring pass rows are kept by the same digest.
-inline void hash_word(std::uint64_t& h, std::uint64_t v) {
-  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-  h ^= h >> 32;
-}
 
 /// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
 /// the controller while every tile waits at a region mark.
@@ -236,6 +129,9 @@ class Kernel {
                    std::span<const float> data, std::int64_t count, std::string_view label);
   ReqPtr post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                    std::span<float> data, std::int64_t count, std::string_view label);
+  /// A point-to-point request of tile f, counted open until it completes.
+  ReqPtr p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_t count,
+                     std::string_view label);
   /// Blocks f until req completes; f.clock = max(f.clock, completion). Main fibers account
   /// the jump as exposed communication.
   void wait(FiberState& f, ReqState& req);
@@ -274,9 +170,9 @@ class Kernel {
   /// starts no earlier than the host has issued it. Every way a collective starts calls this.
   void issue_call(FiberState& f);
   /// Starts this rank's part of the `seq`-th collective of group g at the collective level: the
-  /// controller schedules its rounds and messages directly, without a fiber, request or channel
-  /// per message, and the timeline is the one the per-message algorithm
-  /// (emulator/collectives/) gives. Returns the request that completes with this rank's part.
+  /// controller runs its schedule directly, without a fiber, request or channel per message, and
+  /// the timeline is the one collectives::run_on_fiber gives. Returns the request that completes
+  /// with this rank's part.
   ReqPtr start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                              std::uint64_t seq, ReqPtr req, const CollectiveSpec& spec);
   /// This rank's part of the `seq`-th ring pass of group g (Communicator::ring_pass) at the
@@ -386,6 +282,11 @@ class Kernel {
   void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
                int dst, int k);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
+  /// Times the matched message from group rank src to dst of `op` (message_timing.cpp): in
+  /// closed form now when both ends wait for the op alone and no other flow can reach its route,
+  /// decided at the next step when an end could still post, else through the network model.
+  void time_collective_message(CollectiveOp& op, int src, int dst, int step, SimTime start,
+                               std::int64_t bytes);
   /// Whether member r of `op` can post nothing before its current messages end: its tile's
   /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
   bool op_waits_alone(const CollectiveOp& op, int r) const;
@@ -472,6 +373,15 @@ class Kernel {
     std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
     std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends
   };
+  /// The `seq`-th pass of group g, made when its first member joins; a member passing another
+  /// number of parts than those before it is an error.
+  PassOp& pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
+                  int group_rank);
+  /// Member group_rank joins a pass that may be timed whole: it posts nothing while every member
+  /// so far has nothing else open and the same block sizes; otherwise the members so far post
+  /// their first round in the order they joined, then it posts its own, and the pass runs round
+  /// by round.
+  void pass_join_whole(PassOp& op, int group_rank);
   /// Posts member r's current round (its messages, matched with neighbours that posted the
   /// same round), charges the round's work and finishes r after its last round.
   void pass_post_round(PassOp& op, int r);
@@ -485,6 +395,11 @@ class Kernel {
   /// Every round of every member of `op`, all of whose members have joined, in closed form: the
   /// same charges, waits, flows and ends as the rounds, with no completion list or matching.
   void pass_whole(PassOp& op);
+  struct WholeRows;
+  /// Round `round` of a pass timed whole: every member's hop, in closed form.
+  void pass_whole_hops(PassOp& op, int round, WholeRows& rows);
+  /// Then every member's waits for its hops' ends, in posting order.
+  void pass_whole_waits(PassOp& op, const WholeRows& rows);
   /// Runs the passes whose last member has joined (pass_whole). Returns false when none was.
   bool run_whole_passes();
   /// Copies block `block` (count elements of each part) from sender s's buffers into receiver
@@ -501,6 +416,10 @@ class Kernel {
     SimTime start;
     std::int64_t bytes;
   };
+  /// Times a matched hop (message_timing.cpp): in closed form when neither end has anything else
+  /// open and no other flow can reach its route, held for its pair when one other pair's flows
+  /// can, else through the network model.
+  void time_pass_hop(const PassHop& hop);
   /// Its flows go through the network model: one transfer per part.
   void pass_transfers(const PassHop& h);
   /// Its flows end at `end`, known now (exclusive, or one of an exclusive pair): accounted at
@@ -571,6 +490,17 @@ class Kernel {
   void region_event(int mark);
   void fold_flow_hash(SimTime next_base);
   bool controller_step(std::unique_lock<NullLock>& lk);
+  /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
+  void rethrow_first_failure() const;
+  /// The run's per-tile results, trace and timeline hash (the digest of every tile's events and
+  /// end, and of the flows).
+  void finish_timeline(RunResult& res);
+  /// The transfers matched since the last step enter the network model, in a fixed order.
+  void enter_network();
+  /// Advances the network model to t_net and delivers the flows that end there.
+  void network_step(SimTime t_net);
+  /// Completes the requests of members that finished before virtual time reached t (EarlyFinish).
+  void finish_early(SimTime t);
   std::string deadlock_report() const;
   void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                          std::string_view label);
@@ -619,10 +549,6 @@ class Kernel {
   std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
   std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
   std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWhole)
-  std::vector<SimTime> whole_post_, whole_recv_, whole_send_;  // pass_whole's rows, per member
-  // pass_whole: each member's hop duration (exclusive_end from a start of zero) for its last
-  // block size; an exclusive hop's end is its start plus that.
-  std::vector<std::int64_t> whole_bytes_, whole_span_;
   // Ring pass messages that may share their links with one other message only
   // (NetworkModel::pair_key): held until that message is matched too, or until the controller
   // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.
@@ -693,6 +619,18 @@ class Kernel {
     std::vector<std::int64_t> bytes_by_tier;
     std::size_t flow_trace_size = 0;
   };
+  /// Wakes the tiles waiting at a mark.
+  void release_mark(MarkState& ms);
+  /// Every tile waits at the mark and nothing else is under way.
+  bool region_quiescent(const MarkState& ms) const;
+  /// The earliest clock T0 of the tiles at a quiescent mark; offsets_ their offsets from it.
+  SimTime region_offsets();
+  /// Keeps the effect of the region recorded since the previous mark, whose end starts at t0.
+  void keep_recorded_region(SimTime t0);
+  /// Applies a recorded region's effect from t0.
+  void replay_region(const RegionRecord& r, SimTime t0);
+  /// Starts recording the region that starts at t0 under `id`.
+  void start_recording(int mark, std::uint64_t id, SimTime t0);
   std::map<int, MarkState> marks_;
   std::vector<std::int64_t> offsets_;       // region_event's clock offsets of the tiles
   std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next

@@ -84,6 +84,43 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   std::unique_lock<NullLock> lk(state_lock_);
   if (aborting_) throw Cancelled{};
   groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
+  PassOp& op = pass_op(g, seq, parts, group_rank);
+  // The block sizes and the rounds' charges by block, kept once for the run (a tape keeps them).
+  op.counts[u(group_rank)] =
+      kept.counts != nullptr ? kept.counts : pass_counts({pass.counts.data(), u(p)});
+  op.costs[u(group_rank)] =
+      kept.costs != nullptr ? kept.costs : &pass_costs({pass.work.data(), u(p)}, group_rank);
+  for (int q = 0; q < parts; ++q) {
+    op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
+    op.trace_labels[u(group_rank) * u(parts) + u(q)] = interned[u(q)];
+  }
+  PassMember& m = op.members[u(group_rank)];
+  m.started = true;
+  m.data = static_cast<bool>(pass.data);
+  m.round = 0;
+  m.rank = g->members[u(group_rank)];
+  m.pass = &pass;
+  m.req = req;
+  m.clock = f.clock;
+  if (op.mode == PassOp::Mode::kUndecided)
+    op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWhole : PassOp::Mode::kRounds;
+  if (op.mode == PassOp::Mode::kWhole) pass_join_whole(op, group_rank);
+  if (op.mode == PassOp::Mode::kRounds) {
+    try {
+      pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
+    } catch (...) {
+      // A mismatched block: this rank leaves the pass, and its buffers with the stack it
+      // unwinds, so no neighbour may match it any more (they wait; the run ends with the error).
+      m = PassMember{};
+      throw;
+    }
+  }
+  return req;
+}
+
+Kernel::PassOp& Kernel::pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
+                                int group_rank) {
+  const int p = static_cast<int>(g->members.size());
   auto& slot = passes_[{g->ctx, seq}];
   if (slot == nullptr) {
     // A finished pass's arrays are reused: every entry a round reads is written first (each
@@ -110,58 +147,32 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
                     " passes " + std::to_string(parts) + " parts, the ranks before it " +
                     std::to_string(op.parts));
   }
-  // The block sizes and the rounds' charges by block, kept once for the run (a tape keeps them).
-  op.counts[u(group_rank)] =
-      kept.counts != nullptr ? kept.counts : pass_counts({pass.counts.data(), u(p)});
-  op.costs[u(group_rank)] =
-      kept.costs != nullptr ? kept.costs : &pass_costs({pass.work.data(), u(p)}, group_rank);
-  for (int q = 0; q < parts; ++q) {
-    op.labels[u(group_rank) * u(parts) + u(q)] = pass.labels[u(q)];
-    op.trace_labels[u(group_rank) * u(parts) + u(q)] = interned[u(q)];
-  }
+  return op;
+}
+
+void Kernel::pass_join_whole(PassOp& op, int group_rank) {
+  const int p = static_cast<int>(op.members.size());
   PassMember& m = op.members[u(group_rank)];
-  m.started = true;
-  m.data = static_cast<bool>(pass.data);
-  m.round = 0;
-  m.rank = g->members[u(group_rank)];
-  m.pass = &pass;
-  m.req = req;
-  m.clock = f.clock;
-  if (op.mode == PassOp::Mode::kUndecided)
-    op.mode = pass_can_be_whole(op) ? PassOp::Mode::kWhole : PassOp::Mode::kRounds;
-  if (op.mode == PassOp::Mode::kWhole) {
-    const bool same_counts =
-        op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
-    if (tiles_[u(m.rank)].nothing_open() && same_counts) {
-      op.joined.push_back(group_rank);
-      if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
-    } else {
-      // This member has something open or other block sizes: the members that joined before it
-      // post their first round in the order they joined, as they would have on joining (each
-      // hop matches whichever end posts second), then it posts its own.
-      op.mode = PassOp::Mode::kRounds;
-      op.late = true;
-      m.started = false;  // a member is matched by the posts that come after its own
-      for (const int k : op.joined) op.members[u(k)].started = false;
-      for (const int k : op.joined) {
-        op.members[u(k)].started = true;
-        pass_post_round(op, k);  // one row of sizes so far: no mismatch
-      }
-      op.joined.clear();
-      m.started = true;
+  const bool same_counts =
+      op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
+  if (tiles_[u(m.rank)].nothing_open() && same_counts) {
+    op.joined.push_back(group_rank);
+    if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
+  } else {
+    // This member has something open or other block sizes: the members that joined before it
+    // post their first round in the order they joined, as they would have on joining (each
+    // hop matches whichever end posts second), then it posts its own.
+    op.mode = PassOp::Mode::kRounds;
+    op.late = true;
+    m.started = false;  // a member is matched by the posts that come after its own
+    for (const int k : op.joined) op.members[u(k)].started = false;
+    for (const int k : op.joined) {
+      op.members[u(k)].started = true;
+      pass_post_round(op, k);  // one row of sizes so far: no mismatch
     }
+    op.joined.clear();
+    m.started = true;
   }
-  if (op.mode == PassOp::Mode::kRounds) {
-    try {
-      pass_post_round(op, group_rank);  // may finish the pass at once (p == 1)
-    } catch (...) {
-      // A mismatched block: this rank leaves the pass, and its buffers with the stack it
-      // unwinds, so no neighbour may match it any more (they wait; the run ends with the error).
-      m = PassMember{};
-      throw;
-    }
-  }
-  return req;
 }
 
 const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
@@ -215,110 +226,6 @@ const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank
   }
   rows.push_back(std::move(row));
   return *rows.back();
-}
-
-bool Kernel::pass_can_be_whole(PassOp& op) {
-  const int p = static_cast<int>(op.members.size());
-  if (p < 2) return false;
-  // Each hop's kind, asked once per pass: its rounds' messages go by it.
-  const std::vector<int>& ranks = op.group->members;
-  op.hops.resize(u(p));
-  bool whole = true;
-  for (int r = 0; r < p; ++r) {
-    const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
-    HopRoute& hop = op.hops[u(r)];
-    if (net_.exclusive_end(s, d, 0, op.parts, net_.now())) {
-      hop = {HopRoute::Kind::kExclusive, -1};
-      continue;
-    }
-    whole = false;
-    const std::optional<int> key = net_.pair_key(s, d);
-    hop = key.has_value() ? HopRoute{HopRoute::Kind::kPaired, *key} : HopRoute{};
-  }
-  return whole;
-}
-
-bool Kernel::run_whole_passes() {
-  if (whole_ready_.empty()) return false;
-  // Each pass's members are its own: the order passes are timed in does not matter. (The
-  // members they wake run only after this controller step: none joins a pass meanwhile.)
-  for (PassOp* op : whole_ready_) pass_whole(*op);
-  whole_ready_.clear();
-  return true;
-}
-
-void Kernel::pass_whole(PassOp& op) {
-  // The rounds of pass_post_round, pass_match (exclusive hops) and pass_message_done, member by
-  // member within each round: every member joined with nothing else open and waits in the pass,
-  // so no flow of anyone else can join its hops' links, and each hop's end is exclusive_end's.
-  // A tile's events keep their order (round i's charge, then its waits); flows add to the
-  // statistics and the timeline hash in any order.
-  const int p = static_cast<int>(op.members.size());
-  const int parts = op.parts;
-  const std::int64_t* const counts = op.counts[0];  // every member's (kWhole)
-  std::vector<SimTime>& post = whole_post_;
-  std::vector<SimTime>& recv = whole_recv_;
-  std::vector<SimTime>& send = whole_send_;
-  post.resize(u(p));
-  recv.resize(u(p));
-  send.resize(u(p));
-  whole_bytes_.assign(u(p), -1);
-  whole_span_.resize(u(p));
-  for (int i = 0; i < p; ++i) {
-    for (int r = 0; r < p; ++r) {
-      PassMember& m = op.members[u(r)];
-      post[u(r)] = m.clock;
-      const PassCosts& c = *op.costs[u(r)];
-      const size_t at = u(mod(r - i, p));  // by block
-      m.clock = charge(m.rank, m.clock, c.dt[at], c.work[at]);
-    }
-    if (i + 1 == p) break;  // the last round only charges
-    for (int r = 0; r < p; ++r) {
-      const int d = (r + 1) % p;
-      const PassMember& s = op.members[u(r)];
-      const PassMember& dm = op.members[u(d)];
-      const int block = mod(r - i, p);  // the sender's holder, the receiver's next block
-      const std::int64_t count = counts[u(block)];
-      const std::int64_t bytes = wire_bytes(count);
-      const SimTime start = std::max(post[u(r)], post[u(d)]);
-      pass_copy_block(s, dm, block, count, parts);
-      // An exclusive hop's end moves with its start (its join is start + latency): each
-      // member's is worked out once per block size.
-      if (whole_bytes_[u(r)] != bytes) {
-        const std::optional<SimTime> span =
-            net_.exclusive_end(s.rank, dm.rank, bytes, parts, SimTime{});
-        COCO_CHECK(span.has_value(), "a hop of a whole ring pass is not exclusive");
-        whole_bytes_[u(r)] = bytes;
-        whole_span_[u(r)] = span->ns();
-      }
-      const SimTime end = start + SimTime::from_ns(whole_span_[u(r)]);
-      account_flow(start, end, s.rank, dm.rank, bytes,
-                   {op.trace_labels.data() + u(r) * u(parts), u(parts)});
-      send[u(r)] = end;
-      recv[u(d)] = end;
-    }
-    flows_exclusive_ += static_cast<std::uint64_t>(p) * static_cast<std::uint64_t>(parts);
-    for (int r = 0; r < p; ++r) {
-      PassMember& m = op.members[u(r)];
-      TileStats& ts = tiles_[u(m.rank)];
-      // The waits, in posting order: the receives (every part ends at once), then the sends.
-      for (const SimTime done : {recv[u(r)], send[u(r)]}) {
-        if (done <= m.clock) continue;
-        ts.exposed += done - m.clock;
-        record_tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
-                          op.labels[u(r) * u(parts)]);
-        m.clock = done;
-      }
-    }
-  }
-  ++passes_whole_;
-  for (PassMember& m : op.members) {
-    m.round = p;
-    complete(*m.req, m.clock);
-    m.req.reset();
-    m.pass = nullptr;
-  }
-  pass_free(op);
 }
 
 void Kernel::pass_copy_block(const PassMember& s, const PassMember& d, int block,
@@ -383,92 +290,7 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
   const SimTime start = std::max(s.post, d.post);
   const std::int64_t bytes = wire_bytes(count);
   pass_copy_block(s, d, block, count, parts);
-  const PassHop hop{&op, src, dst, s.rank, d.rank, round, start, bytes};
-  // With nothing else open on either end (s and d wait in this pass, so neither posts again
-  // before these messages end), a route on which no other rank's flow can travel carries them
-  // alone: their end is known now, and they never enter the network model.
-  if (!tiles_[u(s.rank)].nothing_open() || !tiles_[u(d.rank)].nothing_open()) {
-    pass_transfers(hop);
-    return;
-  }
-  const HopRoute route = op.hops[u(src)];  // set with the mode
-  if (route.kind == HopRoute::Kind::kExclusive) {
-    const std::optional<SimTime> end = net_.exclusive_end(s.rank, d.rank, bytes, parts, start);
-    COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
-    pass_closed(hop, *end);
-    return;
-  }
-  // A route whose links only one other pair's flows can reach (two tiles behind one NIC, each
-  // in a ring of its own): held until that pair's message is matched, then both are timed
-  // together if nothing else can change their ends (NetworkModel::exclusive_pair_ends), else
-  // they go to the network. Rings that run in step match both before the controller moves the
-  // network on (flush_held).
-  if (route.kind == HopRoute::Kind::kNetwork) {
-    pass_transfers(hop);
-    return;
-  }
-  const int key = route.pair_key;
-  const auto k = static_cast<size_t>(key);
-  if (held_at_.size() <= k) held_at_.resize(k + 1, 0);
-  if (held_at_[k] == 0) {
-    held_.push_back({hop, key});
-    held_at_[k] = static_cast<std::uint32_t>(held_.size());
-    return;
-  }
-  const PassHop other = held_[held_at_[k] - 1].hop;
-  held_[held_at_[k] - 1] = held_.back();
-  held_at_[static_cast<size_t>(held_.back().key)] = held_at_[k];
-  held_.pop_back();
-  held_at_[k] = 0;
-  const std::array<std::optional<SimTime>, 2> ends = net_.exclusive_pair_ends(
-      {other.src_rank, other.dst_rank, other.bytes, other.op->parts, other.start},
-      {s.rank, d.rank, bytes, parts, start});
-  const std::array<const PassHop*, 2> both = {&other, &hop};
-  for (size_t i = 0; i < 2; ++i) {
-    if (ends[i].has_value())
-      pass_closed(*both[i], *ends[i]);
-    else
-      pass_transfers(*both[i]);
-  }
-}
-
-void Kernel::pass_closed(const PassHop& h, SimTime end) {
-  COCO_CHECK(h.op->late || h.start >= net_.now(), "an exclusive flow starts in the past");
-  const int parts = h.op->parts;
-  account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
-               {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)});
-  flows_exclusive_ += static_cast<std::uint64_t>(parts);
-  closed_pass_messages_.push_back(
-      {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
-  closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives
-}
-
-void Kernel::pass_transfers(const PassHop& h) {
-  const int parts = h.op->parts;
-  for (int q = 0; q < parts; ++q) {
-    Transfer t;
-    t.start = h.start;
-    t.src = h.src_rank;
-    t.dst = h.dst_rank;
-    t.key = ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
-                       static_cast<std::uint64_t>(parts * h.round + q)};
-    t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
-    t.bytes = h.bytes;
-    t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];
-    t.sink = h.op;
-    t.src_member = h.src;
-    t.dst_member = h.dst;
-    t.part = q;
-    new_transfers_.push_back(std::move(t));
-  }
-}
-
-void Kernel::flush_held() {
-  for (const HeldHop& h : held_) {
-    held_at_[static_cast<size_t>(h.key)] = 0;
-    if (!aborting_) pass_transfers(h.hop);
-  }
-  held_.clear();
+  time_pass_hop({&op, src, dst, s.rank, d.rank, round, start, bytes});
 }
 
 void Kernel::PassOp::message_done(Kernel& k, const Transfer& t, SimTime end) {

@@ -1,0 +1,164 @@
+// The per-message fabric: point-to-point posts matched FIFO per (context, source, destination,
+// tag), each match a transfer for the network model.
+
+#include "emulator/detail/kernel.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "core/errors.hpp"
+
+namespace cocodiff::emu::detail {
+
+std::size_t Kernel::ChannelKeyHash::operator()(const ChannelKey& k) const noexcept {
+  std::uint64_t h = std::get<0>(k) * 0x9e3779b97f4a7c15ull;
+  h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(std::get<1>(k))) << 32 |
+        static_cast<std::uint32_t>(std::get<2>(k))) +
+       0x7f4a7c159e3779b9ull + (h << 6) + (h >> 2);
+  h ^= std::get<3>(k) + 0x94d049bb133111ebull + (h << 6) + (h >> 2);
+  return static_cast<std::size_t>(h);
+}
+
+ReqPtr Kernel::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_t count,
+                           std::string_view label) {
+  auto req = std::make_shared<ReqState>();
+  req->op = op;
+  req->peer = peer;
+  req->count = count;
+  req->label = label;
+  req->owner = f.rank;
+  ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
+  return req;
+}
+
+ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+                         std::span<const float> data, std::int64_t count, std::string_view label) {
+  std::unique_lock<NullLock> lk(state_lock_);
+  ReqPtr req = p2p_request(f, ReqState::Op::kSend, dst, count, label);
+  const ChannelKey key{ctx, src, dst, tag};
+  Channel& ch = channels_[key];
+  ch.sends.push_back({req, data, count, f.clock, label});
+  match(ch, key, lk);
+  return req;
+}
+
+ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+                         std::span<float> data, std::int64_t count, std::string_view label) {
+  std::unique_lock<NullLock> lk(state_lock_);
+  ReqPtr req = p2p_request(f, ReqState::Op::kRecv, src, count, label);
+  const ChannelKey key{ctx, src, dst, tag};
+  Channel& ch = channels_[key];
+  ch.recvs.push_back({req, data, count, f.clock});
+  match(ch, key, lk);
+  return req;
+}
+
+void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk) {
+  if (ch.sends.empty() || ch.recvs.empty()) return;
+  PostedSend s = std::move(ch.sends.front());
+  PostedRecv r = std::move(ch.recvs.front());
+  ch.sends.erase(ch.sends.begin());
+  ch.recvs.erase(ch.recvs.begin());
+  const std::uint64_t seq = ch.matched++;
+  const int src = std::get<1>(key);
+  const int dst = std::get<2>(key);
+  if (ch.sends.empty() && ch.recvs.empty()) channels_.erase(key);
+  if (s.count != r.count) {
+    throw CommError("message size mismatch: rank " + std::to_string(src) + " sends " +
+                    std::to_string(s.count) + " elements to rank " + std::to_string(dst) +
+                    ", which expects " + std::to_string(r.count) +
+                    (s.label.empty() ? "" : " (in '" + std::string(s.label) + "')"));
+  }
+  const SimTime start = std::max(s.post, r.post);
+  // Copy outside the lock: both buffers stay valid until the requests complete, and the
+  // controller cannot complete them while this fiber is still running.
+  lk.unlock();
+  if (!s.data.empty() && !r.data.empty() && s.count > 0)
+    std::memcpy(r.data.data(), s.data.data(), static_cast<size_t>(s.count) * sizeof(float));
+  lk.lock();
+  if (src == dst) {
+    complete(*s.req, start);
+    complete(*r.req, start);
+    return;
+  }
+  Transfer t;
+  t.start = start;
+  t.src = src;
+  t.dst = dst;
+  t.key = key;
+  t.seq = seq;
+  t.bytes = wire_bytes(s.count);
+  t.sink = &point_to_point_;
+  t.sreq = std::move(s.req);
+  t.rreq = std::move(r.req);
+  t.label = options_.trace ? intern(s.label) : 0;
+  new_transfers_.push_back(std::move(t));
+}
+
+void Kernel::PointToPoint::message_done(Kernel& k, const Transfer& t, SimTime end) {
+  k.complete(*t.sreq, end);
+  k.complete(*t.rreq, end);
+}
+
+void Kernel::enter_network() {
+  // New transfers enter the network in a fixed order, whatever order the fibers matched them.
+  if (new_transfers_.empty()) return;
+  // Sorted through compact keys: a transfer record is 136 bytes, and each is moved once, in
+  // order. (start, src, dst) decide almost every comparison; ties read the records.
+  std::vector<TransferOrder>& order = transfer_order_;
+  order.resize(new_transfers_.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    const Transfer& t = new_transfers_[i];
+    order[i] = {t.start.ns(),
+                (static_cast<std::uint64_t>(static_cast<std::uint32_t>(t.src)) << 32) |
+                    static_cast<std::uint32_t>(t.dst),
+                static_cast<std::uint32_t>(i)};
+  }
+  std::sort(order.begin(), order.end(), [this](const TransferOrder& x, const TransferOrder& y) {
+    if (x.start != y.start) return x.start < y.start;
+    if (x.ends != y.ends) return x.ends < y.ends;
+    const Transfer& a = new_transfers_[x.index];
+    const Transfer& b = new_transfers_[y.index];
+    return std::tie(a.key, a.seq) < std::tie(b.key, b.seq);
+  });
+  if (in_flight_.size() + order.size() > in_flight_.capacity())
+    in_flight_.set_capacity(
+        std::max<size_t>({64, 2 * in_flight_.capacity(), in_flight_.size() + order.size()}));
+  for (const TransferOrder& o : order) {
+    Transfer& t = new_transfers_[o.index];
+    const std::uint64_t id = next_flow_id_++;
+    net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
+    COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
+    in_flight_.push_back(std::move(t));
+  }
+  new_transfers_.clear();
+}
+
+void Kernel::network_step(SimTime t_net) {
+  std::vector<std::uint64_t>& done = done_;  // kept between steps: no allocation per event
+  done.clear();
+  net_.advance_to(t_net, done);
+  for (std::uint64_t id : done) {
+    COCO_CHECK(id >= in_flight_base_ && id - in_flight_base_ < in_flight_.size(),
+               "unknown flow completed");
+    std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
+    COCO_CHECK(slot.has_value(), "flow completed twice");
+    Transfer& t = *slot;
+    account_flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
+    try {
+      t.sink->message_done(*this, t, t_net);
+    } catch (const CommError& e) {  // a mismatched message of a later round
+      failures_.push_back({t.src, t_net, e.what(), true});
+      aborting_ = true;
+    }
+    slot.reset();
+    while (!in_flight_.empty() && !in_flight_.front().has_value()) {
+      in_flight_.pop_front();
+      ++in_flight_base_;
+    }
+  }
+  finish_early(t_net);
+}
+
+}  // namespace cocodiff::emu::detail
