@@ -42,5 +42,7 @@ void add_weights_command(CLI::App& app);
 void add_netbench_command(CLI::App& app);
 /// `cocodiff calibrate`: fits the collective library's software costs to measurements.
 void add_calibrate_command(CLI::App& app);
+/// `cocodiff tune`: searches strategies, parallel layouts and GPU counts for a config.
+void add_tune_command(CLI::App& app);
 
 }  // namespace cocodiff::apps

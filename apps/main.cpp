@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
   cocodiff::apps::add_netbench_command(app);
   cocodiff::apps::add_calibrate_command(app);
   cocodiff::apps::add_weights_command(app);
+  cocodiff::apps::add_tune_command(app);
   if (argc > 1 && argv[1][0] != '-') {  // CLI11 alone would only say "A subcommand is required"
     std::string names;
     bool known = false;

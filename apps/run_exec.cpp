@@ -129,6 +129,7 @@ nlohmann::ordered_json strategy_stats_json(const RunPlan& plan, const dit::Strat
 dit::RunSettings settings_for(const RunPlan& plan) {
   dit::RunSettings s = plan.settings;
   s.on_step = step_hook(plan);
+  s.on_step_clock = plan.on_step_clock;
   if (plan.initial_latent && !s.phantom) {
     dit::SafetensorsFile f(*plan.initial_latent);
     const dit::SafetensorsEntry* e = f.find("latent");

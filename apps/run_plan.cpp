@@ -537,9 +537,8 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   const bool progress = plan.progress, lines = plan.progress_lines;
   const std::string label = plan.progress_label;
   const int steps = plan.settings.steps;
-  const std::function<void(int, int)> extra = plan.on_step;
-  if (!fault && !progress && !extra) return {};
-  return [fault, progress, lines, label, steps, extra](int rank, int step) {
+  if (!fault && !progress) return {};
+  return [fault, progress, lines, label, steps](int rank, int step) {
     if (progress && rank == 0) {
       if (lines)
         std::fprintf(stderr, "%sstep %d/%d\n", label.c_str(), step + 1, steps);
@@ -556,7 +555,6 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // a stopped rank
     }
     if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
-    if (extra) extra(rank, step);
   };
 }
 

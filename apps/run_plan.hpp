@@ -68,9 +68,9 @@ struct RunPlan {
   // per step, each whole in one write, so concurrent runs and pipes never run lines together.
   bool progress_lines = false;
   std::string progress_label;  // printed before "step i/N" (compare: "[strategy] ")
-  /// Called on every rank at the start of each step after progress and the injected fault
-  /// (tune: a run stops at the first step past the search's budget by throwing).
-  std::function<void(int rank, int step)> on_step;
+  /// dit::RunSettings::on_step_clock: called on every rank at the start of each step with its
+  /// clock (tune stops a run, by throwing, once it is over its budget or cannot win).
+  std::function<void(int rank, int step, SimTime now)> on_step_clock;
   // mpi.check_hosts: the MPI backend checks that MPI's hosts are the topology's nodes; false
   // runs a multi-node topology on fewer hosts (the MPI path of a cluster config on one machine).
   bool mpi_check_hosts = true;

@@ -204,6 +204,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   ex.blocks = &blocks;
   for (int i = 0; i < out.steps; ++i) {
     if (st.on_step) st.on_step(comm.rank(), i);
+    if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
     comm.begin_region("step " + attn->step_key(i), false);
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];

@@ -53,6 +53,9 @@ struct RunSettings {
   /// Called on every rank at the start of each denoising step with (comm rank, step index):
   /// progress reports, fault injection. May throw; the exception ends the run on that rank.
   std::function<void(int rank, int step)> on_step;
+  /// Called after on_step with this rank's clock (virtual on the emulator, wall on MPI) at the
+  /// start of each step: a caller may stop a run whose time already says enough (cocodiff tune).
+  std::function<void(int rank, int step, SimTime now)> on_step_clock;
   /// A strategy of your own instead of `strategy` (research code, tests): called once per rank
   /// with that rank's communicator. Null: make_attention_strategy(strategy, ...).
   std::function<std::unique_ptr<AttentionStrategy>(Communicator&, const ModelConfig&)>

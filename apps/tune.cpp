@@ -1,0 +1,907 @@
+#include "apps/tune.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "apps/run_exec.hpp"
+#include "apps/run_plan.hpp"
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
+#include "emulator/timeline_plot.hpp"
+
+namespace cocodiff::apps {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string list_of(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Thrown by a run's step hook to stop it at the start of a step: the search's budget is spent,
+// or the run's clock has passed a configuration with no more GPUs (it cannot win).
+constexpr const char* kBudgetSpent = "tune: stopped: the budget is spent";
+constexpr const char* kDominated = "tune: stopped: slower than a configuration with no more GPUs";
+class Stop : public Error {
+ public:
+  explicit Stop(const char* why) : Error(why) {}
+};
+
+// Why a run stopped: kBudgetSpent, kDominated, or empty for any other error.
+std::string stop_reason(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    const std::string what = x.what();  // a rank's error names the rank first
+    for (const char* why : {kBudgetSpent, kDominated})
+      if (what.find(why) != std::string::npos) return why;
+  }
+  return {};
+}
+
+// What the config resolves to before the search changes anything: the model, the image, the
+// cluster's levels and its NIC of each local rank.
+struct Base {
+  RunPlan plan;
+  std::vector<int> inner;              // sizes of the levels below the GPU level
+  int preset_gpus = 1;                 // GPUs per node of the cluster
+  int tiles_per_gpu = 1;               // ranks per GPU
+  std::vector<std::int64_t> rank_nic;  // the cluster's NIC per local rank (may be empty)
+  bool cfg_capable = false;            // the model has an unconditional pass
+  bool has_text = false;
+  bool raw_shard_text = false;  // the config itself sets parallel.shard_text = true
+};
+
+Base resolve_base(const TuneOptions& o) {
+  std::vector<std::string> sets = o.sets;
+  for (const char* s : {"run.math=skip", "run.strategy=flat", "ulysses.uneven_heads=true",
+                        "parallel.cfg_degree=1", "parallel.shard_text=false"})
+    sets.emplace_back(s);
+  Base b;
+  b.plan = resolve_run_plan(o.config, sets);
+  const Topology& t = b.plan.cluster.topology;
+  const int levels = t.num_levels();  // the last one is the node
+  if (levels >= 2) {
+    b.preset_gpus = t.level(levels - 2).size;
+    for (int k = 0; k + 2 < levels; ++k) {
+      b.inner.push_back(t.level(k).size);
+      b.tiles_per_gpu *= t.level(k).size;
+    }
+  }
+  // The NIC of each local rank, as the config resolves it (validate --dump's values).
+  const Config eff = Config::parse(b.plan.cfg.dump_effective(), "effective config");
+  if (eff.has("cluster.nic.rank_nic")) b.rank_nic = eff.get_int_list("cluster.nic.rank_nic", {});
+  const dit::ModelConfig& m = b.plan.model;
+  const double scale = b.plan.settings.cfg_scale >= 0 ? b.plan.settings.cfg_scale : m.cfg_scale;
+  b.cfg_capable = m.cfg_mode != dit::CfgMode::kNone && scale != 1.0;
+  b.has_text = m.family != dit::Family::kDiT && m.text_tokens > 0;
+  Config raw = Config::load(o.config);
+  for (const std::string& s : o.sets) raw.set(s);
+  b.raw_shard_text = raw.get_bool("parallel.shard_text", false);
+  return b;
+}
+
+// The keys every point of a cluster shape shares: node count and GPUs per node.
+std::vector<std::string> cluster_sets(const Base& b, int nodes, int gpus) {
+  std::vector<std::string> s = {"cluster.nodes=" + std::to_string(nodes)};
+  if (gpus != b.preset_gpus) {
+    std::vector<std::int64_t> sizes(b.inner.begin(), b.inner.end());
+    sizes.push_back(gpus);
+    s.push_back("cluster.topology.sizes=" + list_of(sizes));
+    if (!b.rank_nic.empty()) {
+      const size_t n = static_cast<size_t>(b.tiles_per_gpu) * static_cast<size_t>(gpus);
+      s.push_back("cluster.nic.rank_nic=" +
+                  list_of(std::vector<std::int64_t>(b.rank_nic.begin(),
+                                                    b.rank_nic.begin() + static_cast<long>(n))));
+    }
+  }
+  return s;
+}
+
+// The sets every run of the search starts from, after the user's.
+std::vector<std::string> common_sets() {
+  return {"run.math=skip", "emulator.replay=true", "emulator.trace=false"};
+}
+
+// Levels (innermost first, nodes last) of a shape, and how many have more than one member in
+// ranks [0, group) counted from the innermost: TAPA differs from flat only over two or more.
+int spanned_levels(const std::vector<int>& sizes, int group) {
+  int spanned = 0, prod = 1;
+  for (int s : sizes) {
+    if (prod >= group) break;
+    if (s > 1) ++spanned;
+    prod *= s;
+  }
+  return spanned;
+}
+
+// Every point of one shape (nodes x GPUs per node).
+std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality>& lossy, int nodes,
+                                    int gpus) {
+  const dit::ModelConfig& m = b.plan.model;
+  const int ranks = nodes * gpus * b.tiles_per_gpu;
+  std::vector<int> sizes = b.inner;
+  sizes.push_back(gpus);
+  sizes.push_back(nodes);
+  std::vector<TunePoint> out;
+  TunePoint base;
+  base.nodes = nodes;
+  base.gpus_per_node = gpus;
+  base.gpus = nodes * gpus;
+  base.ranks = ranks;
+  base.cluster_sets = cluster_sets(b, nodes, gpus);
+  auto finish = [&](TunePoint p) {
+    p.sets.insert(p.sets.begin(), {"run.strategy=" + p.strategy,
+                                   "parallel.ulysses_degree=" + std::to_string(p.ulysses),
+                                   "parallel.ring_degree=" + std::to_string(p.ring)});
+    if (p.cfg > 1) p.sets.push_back("parallel.cfg_degree=" + std::to_string(p.cfg));
+    if (p.chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(p.chunks));
+    if (p.usp_tapa) p.sets.push_back("usp.tapa=true");
+    if (p.uneven_heads) p.sets.push_back("ulysses.uneven_heads=true");
+    if (p.shard_text || b.raw_shard_text)
+      p.sets.push_back(std::string("parallel.shard_text=") + (p.shard_text ? "true" : "false"));
+    if (p.v_major) {
+      p.sets.push_back("v_major.threshold=" + fmt("%g", p.v_major->threshold));
+      p.sets.push_back("v_major.phantom_active_fraction=" +
+                       fmt("%.6g", p.v_major->active_fraction));
+    }
+    out.push_back(std::move(p));
+  };
+  auto text_options = [&](int degree) {
+    std::vector<bool> t = {false};
+    if (b.has_text && degree > 1 && m.text_tokens % degree == 0) t.push_back(true);
+    return t;
+  };
+  // Ulysses over the whole sequence-parallel group (flat or TAPA exchange, with features), with
+  // or without CFG-parallel.
+  for (int cfg : {1, 2}) {
+    if (cfg == 2 && (!b.cfg_capable || ranks % 2 != 0 || ranks < 2)) continue;
+    const int sp = ranks / cfg;
+    std::vector<std::string> exchanges = {"flat"};
+    // TAPA differs from flat when the group spans two levels or more (CFG halves: the inner
+    // levels of each half).
+    if (sp > 1 && spanned_levels(sizes, sp) >= 2) exchanges.push_back("tapa");
+    for (const std::string& x : exchanges)
+      for (bool v_first : {false, true})
+        for (int chunks : {0, 2, 4})
+          for (bool text : text_options(sp)) {
+            if (sp == 1 && (v_first || chunks > 0)) continue;  // nothing to overlap
+            TunePoint p = base;
+            p.strategy = x + (v_first ? "+v_first" : "") + (chunks > 0 ? "+pipeline" : "");
+            p.ulysses = sp;
+            p.cfg = cfg;
+            p.chunks = chunks;
+            p.shard_text = text;
+            p.uneven_heads = m.heads % sp != 0;
+            finish(p);
+          }
+    // V-Major (lossy) on the full composition, only where there is an inter-node tier.
+    if (nodes > 1 && sp > 1)
+      for (const TuneQuality& q : lossy)
+        for (int chunks : {2, 4})
+          for (bool text : text_options(sp)) {
+            TunePoint p = base;
+            p.strategy = "tapa+v_first+pipeline+v_major";
+            p.ulysses = sp;
+            p.cfg = cfg;
+            p.chunks = chunks;
+            p.shard_text = text;
+            p.uneven_heads = m.heads % sp != 0;
+            p.v_major = q;
+            finish(p);
+          }
+  }
+  // Ulysses x Ring (usp): rings over the outer levels (nodes; nodes x GPUs; ...).
+  int ring = 1, last_ring = 1;
+  for (int k = static_cast<int>(sizes.size()) - 1; k >= 1; --k) {
+    ring *= sizes[static_cast<size_t>(k)];
+    if (ring == last_ring) continue;  // a level of one member: the same split as the last
+    last_ring = ring;
+    const int ulysses = ranks / ring;
+    for (bool usp_tapa : {false, true}) {
+      if (usp_tapa && spanned_levels(sizes, ulysses) < 2) continue;
+      for (bool text : text_options(ulysses)) {
+        TunePoint p = base;
+        p.strategy = "usp";
+        p.ulysses = ulysses;
+        p.ring = ring;
+        p.usp_tapa = usp_tapa;
+        p.shard_text = text;
+        p.uneven_heads = m.heads % ulysses != 0;
+        finish(p);
+      }
+    }
+  }
+  return out;
+}
+
+// V-Major thresholds on the trained model (configs/quickstart.toml, real math): PSNR against
+// the exact run and the share of V blocks sent.
+std::vector<TuneQuality> measure_quality(const TuneOptions& o, double bound_db,
+                                         std::string& source) {
+  const std::filesystem::path cfg =
+      o.quality_config.empty() ? config_dir() / "quickstart.toml" : o.quality_config;
+  source = cfg.string();
+  for (const std::string& s : o.quality_sets) source += " --set " + s;
+  auto plan_for = [&](double threshold) {
+    std::vector<std::string> sets = o.quality_sets;
+    for (const std::string& s :
+         {std::string("run.math=real"), std::string("run.strategy=cocodiff"),
+          std::string("emulator.trace=false"), "v_major.threshold=" + fmt("%g", threshold)})
+      sets.push_back(s);
+    return resolve_run_plan(cfg, sets);
+  };
+  if (o.log) o.log("tune: measuring V-Major thresholds on the trained model (" + source + ")");
+  const RunRecord exact = run_emulated(plan_for(0));
+  std::vector<TuneQuality> out;
+  for (double t : {0.02, 0.05, 0.1, 0.2}) {
+    const RunRecord r = run_emulated(plan_for(t));
+    const nlohmann::ordered_json q = quality_json(exact, r, "exact (threshold 0)");
+    TuneQuality tq;
+    tq.threshold = t;
+    auto db = [](const nlohmann::ordered_json& v) {
+      return v.is_string() ? INFINITY : v.get<double>();
+    };
+    tq.psnr_db = db(q["preview_psnr_db"]);
+    tq.latent_psnr_db = db(q["latent_psnr_db"]);
+    const nlohmann::ordered_json& tiers = r.report["strategy_stats"]["v_major"]["tiers"];
+    double blocks = 0, active = 0;
+    for (const auto& [name, tier] : tiers.items()) {
+      blocks += tier["blocks"].get<double>();
+      active += tier["active_block_fraction"].get<double>() * tier["blocks"].get<double>();
+    }
+    tq.active_fraction = blocks > 0 ? active / blocks : 1.0;
+    // A threshold that changes nothing on the trained model (bitwise its exact output) sends
+    // everything there: it is not a lossy choice.
+    tq.admitted = std::isfinite(tq.psnr_db) && tq.psnr_db >= bound_db;
+    if (o.log)
+      o.log("tune:   threshold " + fmt("%g", t) + ": preview PSNR " + fmt("%.2f", tq.psnr_db) +
+            " dB, V blocks sent " + fmt("%.3f", tq.active_fraction) +
+            (tq.admitted ? " (admitted)" : ""));
+    out.push_back(tq);
+  }
+  return out;
+}
+
+// The sets of a run of point p (user's, common, shape's, point's).
+std::vector<std::string> sets_of(const TuneOptions& o, const TunePoint& p) {
+  std::vector<std::string> s = o.sets;
+  for (const std::string& c : common_sets()) s.push_back(c);
+  s.insert(s.end(), p.cluster_sets.begin(), p.cluster_sets.end());
+  s.insert(s.end(), p.sets.begin(), p.sets.end());
+  return s;
+}
+
+// Runs a plan to its report; `check` (its clock) may stop it at the start of a step by throwing.
+RunRecord run_checked(RunPlan plan, std::function<void(SimTime)> check) {
+  plan.progress = false;
+  plan.on_step_clock = [check = std::move(check)](int, int, SimTime now) { check(now); };
+  return run_emulated(plan);
+}
+
+// Which points run first: those most likely to be fast (TAPA with V-First, usp over TAPA), then
+// the other TAPA and usp points, then flat Ulysses; a low bar early prunes and stops more.
+int wave(const TunePoint& p) {
+  if (p.strategy.rfind("tapa+v_first", 0) == 0 || (p.strategy == "usp" && p.usp_tapa)) return 0;
+  if (p.strategy.rfind("tapa", 0) == 0 || p.strategy == "usp") return 1;
+  return 2;
+}
+
+std::string status_name(TunePoint::Status s) {
+  switch (s) {
+    case TunePoint::Status::kQueued:
+      return "queued";
+    case TunePoint::Status::kRun:
+      return "run";
+    case TunePoint::Status::kPruned:
+      return "pruned";
+    case TunePoint::Status::kStopped:
+      return "stopped";
+    case TunePoint::Status::kNotTried:
+      return "not_tried";
+    case TunePoint::Status::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+nlohmann::ordered_json finite_or_inf(double v) {
+  return std::isfinite(v) ? nlohmann::ordered_json(v) : nlohmann::ordered_json("inf");
+}
+
+std::string quote(const std::string& a) {
+  if (a.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.=/+:,") ==
+      std::string::npos)
+    return a;
+  std::string q = "'";
+  for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+}  // namespace
+
+std::string TunePoint::describe() const {
+  std::string s = strategy;
+  if (strategy == "usp") {
+    s += " " + std::to_string(ulysses) + "x" + std::to_string(ring);
+    if (usp_tapa) s += ", tapa";
+  }
+  if (chunks > 0) s += ", " + std::to_string(chunks) + " chunks";
+  if (cfg > 1) s += ", cfg 2";
+  if (shard_text) s += ", text sharded";
+  if (uneven_heads) s += ", uneven heads";
+  if (v_major) s += ", V-Major " + fmt("%g", v_major->threshold);
+  return s;
+}
+
+std::string TunePoint::shape() const {
+  return std::to_string(nodes) + " x " + std::to_string(gpus_per_node);
+}
+
+int TuneResult::count(TunePoint::Status s) const {
+  return static_cast<int>(std::count_if(points.begin(), points.end(),
+                                        [&](const TunePoint& p) { return p.status == s; }));
+}
+
+const TunePoint* TuneResult::flat_of(const TunePoint& p) const {
+  for (const TunePoint& q : points)
+    if (q.status == TunePoint::Status::kRun && q.nodes == p.nodes &&
+        q.gpus_per_node == p.gpus_per_node && q.strategy == "flat" && q.cfg == 1 && !q.shard_text)
+      return &q;
+  return nullptr;
+}
+
+TuneResult tune(const TuneOptions& o) {
+  const Clock::time_point t0 = Clock::now();
+  if (o.objective != "latency" && o.objective != "gpu-seconds")
+    throw ConfigError("--objective: expected latency or gpu-seconds, found \"" + o.objective +
+                      "\"");
+  if (o.nodes.empty()) throw ConfigError("--nodes: expected at least one node count");
+  for (int n : o.nodes)
+    if (n < 1 || n > 1 << 16)
+      throw ConfigError("--nodes: expected node counts from 1 to 65536, found " +
+                        std::to_string(n));
+  if (o.budget_s < 0) throw ConfigError("--budget-s: expected seconds >= 0");
+  if (o.lossy_psnr_db && !(*o.lossy_psnr_db > 0))
+    throw ConfigError("--lossy: expected a PSNR bound in dB above 0, found " +
+                      fmt("%g", *o.lossy_psnr_db));
+  const std::optional<Clock::time_point> deadline =
+      o.budget_s > 0
+          ? std::optional<Clock::time_point>(t0 + std::chrono::duration_cast<Clock::duration>(
+                                                      std::chrono::duration<double>(o.budget_s)))
+          : std::nullopt;
+
+  const Base base = resolve_base(o);
+  TuneResult r;
+  r.model = base.plan.model.name;
+  r.cluster = base.plan.cluster.name;
+  r.height = base.plan.settings.pixel_height();
+  r.width = base.plan.settings.pixel_width();
+  r.steps = base.plan.settings.steps;
+  std::vector<int> gpus = o.gpus_per_node;
+  if (gpus.empty())
+    for (int g = 1; g <= base.preset_gpus; ++g) gpus.push_back(g);
+  for (int g : gpus)
+    if (g < 1 || g > base.preset_gpus)
+      throw ConfigError("--gpus-per-node: expected counts from 1 to the " +
+                        std::to_string(base.preset_gpus) + " GPUs of a " + r.cluster +
+                        " node, found " + std::to_string(g));
+
+  // Lossy: which V-Major thresholds keep the asked PSNR on the trained model.
+  std::vector<TuneQuality> admitted;
+  if (o.lossy_psnr_db) {
+    r.quality = measure_quality(o, *o.lossy_psnr_db, r.quality_source);
+    for (const TuneQuality& q : r.quality)
+      if (q.admitted) admitted.push_back(q);
+    if (admitted.empty()) {
+      std::string seen;
+      for (const TuneQuality& q : r.quality)
+        seen += (seen.empty() ? "" : ", ") + fmt("%g", q.threshold) + ": " +
+                (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("exact"));
+      throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) +
+                        ": no V-Major threshold keeps that PSNR on the trained model and changes "
+                        "its output (preview PSNR by threshold: " +
+                        seen + "; measured with " + r.quality_source +
+                        "); ask for a lower bound, or search exact strategies without --lossy");
+    }
+  }
+
+  // Every point of every shape that the config can run.
+  std::map<std::string, int> reasons;
+  for (int n : o.nodes)
+    for (int g : gpus)
+      for (TunePoint& p : shape_points(base, admitted, n, g)) {
+        try {
+          resolve_run_plan(o.config, sets_of(o, p));
+          r.points.push_back(std::move(p));
+        } catch (const UserError& e) {
+          ++r.infeasible;
+          ++reasons[e.what()];
+        }
+      }
+  for (const auto& [why, n] : reasons)
+    r.infeasible_reasons.push_back(why + (n > 1 ? " (" + std::to_string(n) + " points)" : ""));
+  if (r.points.empty()) {
+    std::string why =
+        r.infeasible_reasons.empty() ? "no configuration to search" : r.infeasible_reasons.front();
+    throw ConfigError("tune: no point fits the cluster (" + std::to_string(r.infeasible) +
+                      " configurations of " + r.model + " on " + r.cluster + " refused: " + why +
+                      ")");
+  }
+
+  // The bound's base: the whole image on one tile (serial).
+  TunePoint serial;
+  serial.cluster_sets = {"cluster.nodes=1"};
+  if (base.plan.cluster.topology.num_levels() >= 2) {
+    std::vector<std::int64_t> ones(base.inner.size() + 1, 1);
+    serial.cluster_sets.push_back("cluster.topology.sizes=" + list_of(ones));
+    if (!base.rank_nic.empty())
+      serial.cluster_sets.push_back("cluster.nic.rank_nic=" + list_of({base.rank_nic[0]}));
+  }
+  serial.sets = {"run.strategy=serial", "parallel.ulysses_degree=1", "parallel.ring_degree=1",
+                 "parallel.cfg_degree=1", "parallel.shard_text=false"};
+  if (o.log)
+    o.log("tune: " + std::to_string(r.points.size()) + " configurations of " + r.model + " on " +
+          r.cluster + " (" + fmt("%.1f", since(t0)) +
+          " s); timing the image on one tile for the pruning bound");
+  auto over_budget = [&] { return deadline && Clock::now() >= *deadline; };
+  try {
+    const RunRecord rec = run_checked(resolve_run_plan(o.config, sets_of(o, serial)), [&](SimTime) {
+      if (over_budget()) throw Stop(kBudgetSpent);
+    });
+    r.serial_compute_s =
+        rec.report["breakdown"]["compute_s"].get<double>() / std::max(1, base.plan.batch_size);
+  } catch (...) {
+    if (stop_reason(std::current_exception()) == kBudgetSpent)
+      throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
+                        ": too small for one run (the image on one tile, the search's first run, "
+                        "was not done after " +
+                        fmt("%.1f", since(t0)) + " s); nothing was written");
+    throw;
+  }
+  for (TunePoint& p : r.points) p.bound_s = r.serial_compute_s / p.ranks;
+
+  // Order: the likely fast first (wave), then, for latency, the most tiles (the lowest bar for
+  // the compute bound) and for GPU-seconds the fewest GPUs; then enumeration order.
+  const bool latency = o.objective == "latency";
+  std::vector<size_t> order(r.points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    if (wave(pa) != wave(pb)) return wave(pa) < wave(pb);
+    return latency ? pa.ranks > pb.ranks : pa.gpus < pb.gpus;
+  });
+  auto objective_of = [&](const TunePoint& p, double time_s) {
+    return latency ? time_s : time_s * p.gpus;
+  };
+
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int jobs = std::max(1, o.jobs > 0 ? o.jobs : cores);
+  std::mutex mu;
+  size_t next = 0;
+  double best = INFINITY;              // the best objective run so far
+  std::map<int, double> best_by_gpus;  // the best time per image run so far, by GPU count
+  bool prune = o.prune;
+  std::vector<size_t> pruned;
+  int done = 0, stopped = 0;
+  Clock::time_point last_log = Clock::now();
+  std::string best_label;
+  // The time a point must beat to be on the front: the best of the points with no more GPUs.
+  auto bar_for = [&](int gpus) {
+    double bar = INFINITY;
+    for (const auto& [g, t] : best_by_gpus) {
+      if (g > gpus) break;
+      bar = std::min(bar, t);
+    }
+    return bar;
+  };
+  auto work = [&] {
+    for (;;) {
+      size_t i;
+      {
+        std::lock_guard<std::mutex> lk(mu);
+        if (next >= order.size()) return;
+        i = order[next++];
+        TunePoint& p = r.points[i];
+        if (over_budget()) {
+          p.status = TunePoint::Status::kNotTried;
+          r.budget_hit = true;
+          continue;
+        }
+        if (prune && objective_of(p, p.bound_s) > best) {
+          p.status = TunePoint::Status::kPruned;
+          pruned.push_back(i);
+          continue;
+        }
+      }
+      TunePoint& p = r.points[i];
+      const Clock::time_point ts = Clock::now();
+      std::optional<RunRecord> rec;
+      std::exception_ptr err;
+      try {
+        RunPlan plan = resolve_run_plan(o.config, sets_of(o, p));
+        const double images = std::max(1, plan.batch_size);
+        const int gpus = p.gpus;
+        // A run stops at a step start once over the budget, or once a tile's clock has passed
+        // the best time of a configuration with no more GPUs: its time can only grow, so it
+        // is dominated and wins neither objective.
+        rec = run_checked(std::move(plan), [&, images, gpus](SimTime now) {
+          if (over_budget()) throw Stop(kBudgetSpent);
+          if (!o.prune) return;
+          std::lock_guard<std::mutex> lk(mu);
+          if (prune && now.seconds() > bar_for(gpus) * images) throw Stop(kDominated);
+        });
+      } catch (...) {
+        err = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lk(mu);
+      p.wall_s = since(ts);
+      if (err) {
+        const std::string why = stop_reason(err);
+        if (why == kBudgetSpent) {
+          p.status = TunePoint::Status::kNotTried;
+          r.budget_hit = true;
+        } else if (why == kDominated) {
+          p.status = TunePoint::Status::kStopped;
+          ++stopped;
+        } else {
+          p.status = TunePoint::Status::kFailed;
+          try {
+            std::rethrow_exception(err);
+          } catch (const std::exception& e) {
+            p.error = e.what();
+          }
+        }
+        continue;
+      }
+      const nlohmann::ordered_json& rep = rec->report;
+      const double images = std::max(1, rep.value("batch_size", 1));
+      p.status = TunePoint::Status::kRun;
+      p.time_s = rep["virtual_time_s"].get<double>() / images;
+      p.compute_s = rep["breakdown"]["compute_s"].get<double>() / images;
+      p.exposed_s = rep["breakdown"]["exposed_comm_s"].get<double>() / images;
+      for (const SimTime& c : rec->emulated->rank_compute)
+        p.max_compute_s = std::max(p.max_compute_s, c.seconds() / images);
+      for (const auto& [tier, bytes] : rep["bytes_by_tier"].items())
+        p.bytes_by_tier.emplace_back(tier, bytes.get<double>() / images);
+      ++done;
+      // The bound must hold on every point run; one that breaks it ends pruning and stopping.
+      if (p.max_compute_s < p.bound_s * (1 - 1e-9) && !r.bound_broken) {
+        r.bound_broken = true;
+        prune = false;
+        for (size_t j = 0; j < r.points.size(); ++j)
+          if (r.points[j].status == TunePoint::Status::kPruned ||
+              r.points[j].status == TunePoint::Status::kStopped) {
+            r.points[j].status = TunePoint::Status::kQueued;
+            order.push_back(j);
+          }
+        pruned.clear();
+        stopped = 0;
+        if (o.log)
+          o.log("tune: warning: " + p.shape() + " " + p.describe() + " computed " +
+                fmt("%.6f", p.max_compute_s) + " s, below its bound " + fmt("%.6f", p.bound_s) +
+                " s: pruning is off");
+      }
+      double& bg = best_by_gpus.try_emplace(p.gpus, INFINITY).first->second;
+      bg = std::min(bg, p.time_s);
+      const double obj = objective_of(p, p.time_s);
+      if (obj < best) {
+        best = obj;
+        best_label = p.shape() + " " + p.describe();
+      }
+      if (o.log && (since(last_log) >= 5.0 || next >= order.size())) {
+        last_log = Clock::now();
+        o.log("tune: " + std::to_string(next) + "/" + std::to_string(order.size()) +
+              " considered: " + std::to_string(done) + " run, " + std::to_string(pruned.size()) +
+              " pruned, " + std::to_string(stopped) + " stopped; best " + fmt("%.4f", best) +
+              (latency ? " s " : " GPU-s ") + best_label + " (" + fmt("%.0f", since(t0)) + " s)");
+      }
+    }
+  };
+  {
+    std::vector<std::thread> threads;
+    for (int j = 1; j < jobs; ++j) threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+  }
+  r.wall_s = since(t0);
+  if (r.count(TunePoint::Status::kRun) == 0) {
+    if (r.budget_hit)
+      throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
+                        ": too small for one run (no configuration finished within it); nothing "
+                        "was written");
+    std::string why;
+    for (const TunePoint& p : r.points)
+      if (p.status == TunePoint::Status::kFailed) {
+        why = p.error;
+        break;
+      }
+    throw ConfigError("tune: no configuration ran (" + why + ")");
+  }
+
+  // Ranking by the objective (ties: fewer GPUs, then enumeration order), and the front.
+  for (size_t i = 0; i < r.points.size(); ++i)
+    if (r.points[i].status == TunePoint::Status::kRun) r.ranking.push_back(i);
+  std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    const double oa = objective_of(pa, pa.time_s), ob = objective_of(pb, pb.time_s);
+    if (oa != ob) return oa < ob;
+    return pa.gpus < pb.gpus;
+  });
+  std::vector<size_t> by_gpus = r.ranking;
+  std::stable_sort(by_gpus.begin(), by_gpus.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
+    return pa.time_s < pb.time_s;
+  });
+  double front_time = INFINITY;
+  for (size_t i : by_gpus)
+    if (r.points[i].time_s < front_time) {
+      front_time = r.points[i].time_s;
+      r.pareto.push_back(i);
+    }
+  return r;
+}
+
+std::string run_command(const TuneOptions& o, const TunePoint& p) {
+  std::string c = "cocodiff run " + quote(o.config.string());
+  for (const std::string& s : o.sets) c += " --set " + quote(s);
+  c += " --set run.math=skip";
+  for (const std::string& s : p.cluster_sets) c += " --set " + quote(s);
+  for (const std::string& s : p.sets) c += " --set " + quote(s);
+  return c;
+}
+
+std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
+  std::ostringstream os;
+  const bool latency = o.objective == "latency";
+  os << "tune: " << r.model << " " << r.width << "x" << r.height << ", " << r.steps << " steps, on "
+     << r.cluster << " (objective: " << (latency ? "time per image" : "GPU-seconds per image")
+     << ")\n";
+  char line[640];
+  std::vector<std::string> tiers;
+  if (!r.ranking.empty())
+    for (const auto& [tier, bytes] : r.points[r.ranking[0]].bytes_by_tier) tiers.push_back(tier);
+  std::snprintf(line, sizeof line, "%4s %-7s %-5s %-46s %10s %8s %10s %10s", "rank", "nodes",
+                "gpus", "configuration", "s/image", "vs_flat", "GPU-s/img", "exposed_s");
+  os << line;
+  for (const std::string& t : tiers) {
+    std::snprintf(line, sizeof line, " %13s", (t + "_GB").c_str());
+    os << line;
+  }
+  os << "\n";
+  for (size_t k = 0; k < std::min(rows, r.ranking.size()); ++k) {
+    const TunePoint& p = r.points[r.ranking[k]];
+    const TunePoint* flat = r.flat_of(p);
+    const std::string vs = flat ? fmt("%.2fx", flat->time_s / p.time_s) : "-";
+    std::snprintf(line, sizeof line, "%4zu %-7s %-5d %-46s %10.4f %8s %10.3f %10.4f", k + 1,
+                  p.shape().c_str(), p.gpus, p.describe().c_str(), p.time_s, vs.c_str(),
+                  p.gpu_seconds(), p.exposed_s);
+    os << line;
+    for (const auto& [tier, bytes] : p.bytes_by_tier) {
+      std::snprintf(line, sizeof line, " %13.2f", bytes / 1e9);
+      os << line;
+    }
+    os << "\n";
+  }
+  os << "(nodes x GPUs per node; vs_flat: speedup over flat Ulysses on the same GPUs; bytes by "
+        "tier "
+        "per image)\n";
+  os << "\nPareto front, time per image against GPUs:\n";
+  for (size_t i : r.pareto) {
+    const TunePoint& p = r.points[i];
+    std::snprintf(line, sizeof line, "  %4d GPUs (%s): %.4f s  %s\n", p.gpus, p.shape().c_str(),
+                  p.time_s, p.describe().c_str());
+    os << line;
+  }
+  os << "\nRecommended:\n";
+  const size_t rec = std::min<size_t>(3, r.ranking.size());
+  for (size_t k = 0; k < rec; ++k) {
+    const TunePoint& p = r.points[r.ranking[k]];
+    os << "  " << k + 1 << ". " << p.shape() << " " << p.describe() << ": " << fmt("%.4f", p.time_s)
+       << " s per image\n     " << run_command(o, p) << "\n";
+    if (p.v_major)
+      os << "     lossy: V-Major threshold " << fmt("%g", p.v_major->threshold)
+         << ", admitted under --lossy " << fmt("%g", *o.lossy_psnr_db) << " dB (see below)\n";
+  }
+  if (o.lossy_psnr_db) {
+    os << "\nLossy entries (--lossy " << fmt("%g", *o.lossy_psnr_db)
+       << " dB): V-Major thresholds measured with real math on the trained model ("
+       << r.quality_source
+       << ") against its exact run. A full-size model's phantom run computes no values, so it "
+          "cannot measure quality: a lossy entry sends the share of V blocks the trained model "
+          "sent at its threshold, and its quality bound is the trained model's.\n";
+    for (const TuneQuality& q : r.quality) {
+      os << "  threshold " << fmt("%g", q.threshold) << ": preview PSNR "
+         << (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("inf (exact)"))
+         << ", V blocks sent " << fmt("%.1f%%", 100 * q.active_fraction)
+         << (q.admitted ? " (admitted)" : " (not admitted)") << "\n";
+    }
+  }
+  const int run = r.count(TunePoint::Status::kRun), pruned = r.count(TunePoint::Status::kPruned),
+            not_tried = r.count(TunePoint::Status::kNotTried),
+            stopped = r.count(TunePoint::Status::kStopped),
+            failed = r.count(TunePoint::Status::kFailed);
+  os << "\n"
+     << r.points.size() << " configurations: " << run << " run, " << pruned
+     << " pruned (compute alone, at least " << fmt("%.3f", r.serial_compute_s)
+     << " s on one tile / tiles, exceeds the best " << (latency ? "time" : "GPU-seconds")
+     << " found), " << stopped
+     << " stopped (their clock passed the best time of a configuration with no more GPUs), "
+     << not_tried << " not tried, " << failed << " failed; " << fmt("%.1f", r.wall_s)
+     << " s wall\n";
+  if (r.infeasible > 0)
+    os << r.infeasible << " more configurations do not fit the config (e.g. "
+       << r.infeasible_reasons.front() << ")\n";
+  if (r.bound_broken) os << "warning: a run computed less than its bound; pruning was turned off\n";
+  if (not_tried > 0) {
+    // What the budget left out, by shape.
+    std::map<std::string, int> left;
+    for (const TunePoint& p : r.points)
+      if (p.status == TunePoint::Status::kNotTried) ++left[p.shape()];
+    os << "--budget-s " << fmt("%g", o.budget_s) << " ended the search; not tried:";
+    for (const auto& [shape, n] : left) os << " " << shape << " (" << n << ")";
+    os << "\n";
+  }
+  return os.str();
+}
+
+nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
+  nlohmann::ordered_json j;
+  j["config"] = o.config.string();
+  j["sets"] = o.sets;
+  j["model"] = r.model;
+  j["cluster"] = r.cluster;
+  j["height"] = r.height;
+  j["width"] = r.width;
+  j["steps"] = r.steps;
+  j["objective"] = o.objective;
+  j["nodes"] = o.nodes;
+  j["lossy_psnr_db"] = o.lossy_psnr_db ? nlohmann::ordered_json(*o.lossy_psnr_db) : nullptr;
+  j["budget_s"] = o.budget_s;
+  j["wall_s"] = r.wall_s;
+  j["budget_hit"] = r.budget_hit;
+  j["serial_compute_s"] = r.serial_compute_s;
+  j["bound_note"] =
+      "bound_s = serial_compute_s / tiles: a point's time is at least its busiest tile's compute, "
+      "which is at least that share of the whole image's compute on one tile";
+  j["bound_broken"] = r.bound_broken;
+  j["stop_note"] =
+      "stopped: a run whose tile clock passed, at a step start, the best time per image of a "
+      "configuration with no more GPUs is stopped there (dominated: on neither objective's best "
+      "nor the front); the front is that of the configurations run to the end";
+  j["counts"] = {{"configurations", r.points.size()},
+                 {"run", r.count(TunePoint::Status::kRun)},
+                 {"pruned", r.count(TunePoint::Status::kPruned)},
+                 {"stopped", r.count(TunePoint::Status::kStopped)},
+                 {"not_tried", r.count(TunePoint::Status::kNotTried)},
+                 {"failed", r.count(TunePoint::Status::kFailed)},
+                 {"infeasible", r.infeasible}};
+  j["infeasible_reasons"] = r.infeasible_reasons;
+  if (o.lossy_psnr_db) {
+    nlohmann::ordered_json q = nlohmann::ordered_json::array();
+    for (const TuneQuality& t : r.quality)
+      q.push_back({{"threshold", t.threshold},
+                   {"preview_psnr_db", finite_or_inf(t.psnr_db)},
+                   {"latent_psnr_db", finite_or_inf(t.latent_psnr_db)},
+                   {"v_blocks_sent", t.active_fraction},
+                   {"admitted", t.admitted}});
+    j["quality"] = {
+        {"measured_with", r.quality_source},
+        {"note",
+         "measured with real math on the trained model against its exact run; a full-size "
+         "model's phantom run computes no values and cannot measure quality. A lossy point "
+         "sends the share of V blocks the trained model sent at its threshold "
+         "(v_major.phantom_active_fraction), counted over every step"},
+        {"thresholds", q}};
+  }
+  auto point_json = [&](const TunePoint& p) {
+    nlohmann::ordered_json e;
+    e["nodes"] = p.nodes;
+    e["gpus_per_node"] = p.gpus_per_node;
+    e["gpus"] = p.gpus;
+    e["ranks"] = p.ranks;
+    e["strategy"] = p.strategy;
+    e["configuration"] = p.describe();
+    e["ulysses_degree"] = p.ulysses;
+    e["ring_degree"] = p.ring;
+    e["cfg_degree"] = p.cfg;
+    e["pipeline_chunks"] = p.chunks;
+    e["shard_text"] = p.shard_text;
+    e["uneven_heads"] = p.uneven_heads;
+    if (p.v_major)
+      e["lossy"] = {{"v_major_threshold", p.v_major->threshold},
+                    {"preview_psnr_db", p.v_major->psnr_db},
+                    {"psnr_bound_db", *o.lossy_psnr_db},
+                    {"measured_with", r.quality_source},
+                    {"v_blocks_sent", p.v_major->active_fraction}};
+    e["status"] = status_name(p.status);
+    e["bound_s"] = p.bound_s;
+    if (p.status == TunePoint::Status::kRun) {
+      e["time_per_image_s"] = p.time_s;
+      const TunePoint* flat = r.flat_of(p);
+      e["speedup_vs_flat"] = flat ? nlohmann::ordered_json(flat->time_s / p.time_s) : nullptr;
+      e["gpu_seconds_per_image"] = p.gpu_seconds();
+      e["compute_s"] = p.compute_s;
+      e["exposed_comm_s"] = p.exposed_s;
+      nlohmann::ordered_json b = nlohmann::ordered_json::object();
+      for (const auto& [tier, bytes] : p.bytes_by_tier) b[tier] = bytes;
+      e["bytes_by_tier"] = b;
+    }
+    if (p.status == TunePoint::Status::kRun || p.status == TunePoint::Status::kStopped)
+      e["wall_s"] = p.wall_s;
+    if (p.status == TunePoint::Status::kFailed) e["error"] = p.error;
+    e["command"] = run_command(o, p);
+    return e;
+  };
+  nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
+  for (size_t i : r.ranking) ranking.push_back(point_json(r.points[i]));
+  j["ranking"] = ranking;
+  nlohmann::ordered_json front = nlohmann::ordered_json::array();
+  for (size_t i : r.pareto)
+    front.push_back({{"gpus", r.points[i].gpus},
+                     {"time_per_image_s", r.points[i].time_s},
+                     {"nodes", r.points[i].nodes},
+                     {"gpus_per_node", r.points[i].gpus_per_node},
+                     {"configuration", r.points[i].describe()},
+                     {"command", run_command(o, r.points[i])}});
+  j["pareto"] = front;
+  nlohmann::ordered_json others = nlohmann::ordered_json::array();
+  for (const TunePoint& p : r.points)
+    if (p.status != TunePoint::Status::kRun) others.push_back(point_json(p));
+  j["not_run"] = others;
+  return j;
+}
+
+std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& png) {
+  std::ostringstream gp;
+  gp << "set terminal pngcairo size 1000,640 noenhanced font 'sans,10'\n";
+  const std::filesystem::path tmp = png.string() + ".tmp.png";
+  gp << "set output '" << tmp.string() << "'\n";
+  gp << "set title '" << r.model << " " << r.width << "x" << r.height << ", " << r.steps
+     << " steps on " << r.cluster << ": time per image against GPUs' noenhanced\n";
+  gp << "set xlabel 'GPUs'\nset ylabel 'virtual time per image (s)'\n";
+  gp << "set logscale xy\nset grid\nset key top right\n";
+  gp << "$all << EOD\n";
+  for (size_t i : r.ranking) gp << r.points[i].gpus << " " << r.points[i].time_s << "\n";
+  gp << "EOD\n$front << EOD\n";
+  for (size_t i : r.pareto) gp << r.points[i].gpus << " " << r.points[i].time_s << "\n";
+  gp << "EOD\n";
+  gp << "plot $all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
+        "$front using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#cc2222' title 'Pareto "
+        "front'\n";
+  const std::string why = emu::run_gnuplot(gp.str());
+  std::error_code ec;
+  if (!why.empty()) {
+    std::filesystem::remove(tmp, ec);
+    return why;
+  }
+  std::filesystem::rename(tmp, png, ec);
+  if (ec) return "cannot move the plot into place: " + ec.message();
+  return {};
+}
+
+}  // namespace cocodiff::apps

@@ -1,0 +1,251 @@
+// `cocodiff tune`: the time it predicts for a recommendation is what `cocodiff run` of the
+// printed command reports (several models, clusters, CFG and text sharding in the search);
+// pruning and stopping never drop the best point or change the front against the exhaustive
+// search; bad input ends with exit 2 and no output.
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "apps/tune.hpp"
+#include "core/errors.hpp"
+#include "tests/apps/subprocess.hpp"
+
+namespace cocodiff::test {
+namespace {
+
+namespace fs = std::filesystem;
+using apps::TuneOptions;
+using apps::TunePoint;
+using apps::TuneResult;
+
+fs::path scratch(const std::string& name) {
+  const fs::path d =
+      fs::temp_directory_path() / ("cocodiff_tune_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// The words of a printed command line (single-quoted words as the shell reads them).
+std::vector<std::string> shell_words(const std::string& line) {
+  std::vector<std::string> words;
+  std::string w;
+  bool quoted = false, any = false;
+  for (char c : line) {
+    if (c == '\'') {
+      quoted = !quoted;
+      any = true;
+    } else if (c == ' ' && !quoted) {
+      if (any) words.push_back(w);
+      w.clear();
+      any = false;
+    } else {
+      w += c;
+      any = true;
+    }
+  }
+  if (any) words.push_back(w);
+  return words;
+}
+
+// Runs a printed `cocodiff run ...` command; returns its report's virtual time.
+double run_printed(const std::string& command, const fs::path& dir) {
+  std::vector<std::string> args = shell_words(command);
+  EXPECT_GE(args.size(), 3u);
+  EXPECT_EQ(args[0], "cocodiff");
+  args.erase(args.begin());  // the binary under test runs the rest
+  args.insert(args.end(), {"--out", (dir / "run").string(), "-q"});
+  const ChildResult r = run_cocodiff(args, dir);
+  EXPECT_EQ(r.exit_code, 0) << command << "\n" << r.err;
+  std::ifstream in(dir / "run" / "report.json");
+  return nlohmann::json::parse(in)["virtual_time_s"].get<double>();
+}
+
+const std::string kGood = std::string(COCODIFF_TEST_DATA) + "/good.toml";
+
+TuneOptions small_search(std::vector<std::string> sets, std::vector<int> nodes,
+                         std::vector<int> gpus) {
+  TuneOptions o;
+  o.config = kGood;
+  o.sets = std::move(sets);
+  o.nodes = std::move(nodes);
+  o.gpus_per_node = std::move(gpus);
+  o.jobs = 2;
+  return o;
+}
+
+// The best point and the fewest-GPU point of the front, on three models (guidance-distilled
+// FLUX, batch-CFG SD3.5 with CFG-parallel and text sharding in the search, true-CFG Qwen-Image)
+// and three clusters: `cocodiff run` of the printed command reports exactly the predicted time.
+TEST(Tune, PredictedTimeIsWhatTheRunCommandReports) {
+  const fs::path dir = scratch("reproduce");
+  struct Case {
+    std::vector<std::string> sets;
+    std::vector<int> nodes, gpus;
+  };
+  const std::vector<Case> cases = {
+      {{"cluster.preset=aurora", "run.steps=2"}, {1, 2}, {1, 2}},
+      {{"model.preset=sd35-tiny", "cluster.preset=hgx-h100", "run.steps=2"}, {1, 2}, {2, 4}},
+      {{"model.preset=qwen-image-tiny", "cluster.preset=hgx-h200", "run.steps=2",
+        "model.text_tokens=8"},
+       {1},
+       {2, 8}},
+  };
+  std::set<std::string> strategies;
+  bool cfg_parallel = false, text_sharded = false;
+  for (const Case& c : cases) {
+    const TuneResult r = apps::tune(small_search(c.sets, c.nodes, c.gpus));
+    ASSERT_FALSE(r.ranking.empty());
+    for (const TunePoint& p : r.points) {
+      cfg_parallel = cfg_parallel || p.cfg > 1;
+      text_sharded = text_sharded || p.shard_text;
+    }
+    const TuneOptions o = small_search(c.sets, c.nodes, c.gpus);
+    for (size_t i : {r.ranking.front(), r.pareto.front()}) {
+      const TunePoint& p = r.points[i];
+      strategies.insert(p.strategy);
+      EXPECT_EQ(run_printed(apps::run_command(o, p), dir), p.time_s)
+          << r.model << " on " << r.cluster << ": " << p.shape() << " " << p.describe();
+    }
+  }
+  EXPECT_TRUE(cfg_parallel) << "no CFG-parallel point searched";
+  EXPECT_TRUE(text_sharded) << "no text-sharded point searched";
+  fs::remove_all(dir);
+}
+
+// On a grid where the compute bound prunes (a model whose compute dominates) and slow runs are
+// stopped, the search finds the exhaustive search's best point and front.
+TEST(Tune, PruningNeverDropsTheBestPoint) {
+  for (const char* objective : {"latency", "gpu-seconds"}) {
+    TuneOptions o =
+        small_search({"model.preset=flux1-dev", "model.double_blocks=2", "model.single_blocks=2",
+                      "run.resolution=1024", "run.steps=2", "cluster.preset=aurora"},
+                     {1, 2}, {1, 3});
+    o.objective = objective;
+    o.prune = false;
+    const TuneResult all = apps::tune(o);
+    ASSERT_EQ(all.count(TunePoint::Status::kRun), static_cast<int>(all.points.size()));
+    o.prune = true;
+    const TuneResult pruned = apps::tune(o);
+    if (std::string(objective) == "latency") {
+      EXPECT_GT(pruned.count(TunePoint::Status::kPruned), 0)
+          << "nothing pruned: the test shows nothing";
+    }
+    EXPECT_FALSE(pruned.bound_broken);
+    ASSERT_FALSE(pruned.ranking.empty());
+    const TunePoint& a = all.points[all.ranking.front()];
+    const TunePoint& b = pruned.points[pruned.ranking.front()];
+    EXPECT_EQ(apps::run_command(o, a), apps::run_command(o, b)) << objective;
+    EXPECT_EQ(a.time_s, b.time_s) << objective;
+    // The front is the exhaustive one, but for the points the compute bound puts above the best.
+    std::vector<std::string> front_all, front_pruned;
+    for (size_t i : all.pareto)
+      if (all.points[i].bound_s <= a.time_s || std::string(objective) == "gpu-seconds")
+        front_all.push_back(apps::run_command(o, all.points[i]));
+    for (size_t i : pruned.pareto)
+      if (pruned.points[i].bound_s <= a.time_s || std::string(objective) == "gpu-seconds")
+        front_pruned.push_back(apps::run_command(o, pruned.points[i]));
+    EXPECT_EQ(front_all, front_pruned) << objective;
+    // Every point run has a time at least its bound (what makes pruning safe).
+    for (const TunePoint& p : all.points) EXPECT_GE(p.max_compute_s, p.bound_s) << p.describe();
+  }
+}
+
+class TuneCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = scratch(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    out_ = dir_ / "out";
+  }
+  void TearDown() override {
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+  ChildResult tune(std::vector<std::string> extra) {
+    std::vector<std::string> args = {"tune", kGood, "--out", out_.string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cocodiff(args, dir_);
+  }
+  // Exit code 2, one error line naming every piece, and nothing written.
+  void expect_refused(const ChildResult& r, const std::vector<std::string>& pieces) {
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("cocodiff: error: "), std::string::npos) << r.err;
+    for (const std::string& p : pieces) EXPECT_NE(r.err.find(p), std::string::npos) << p << r.err;
+    EXPECT_FALSE(fs::exists(out_)) << "tune wrote " << out_;
+  }
+  fs::path dir_, out_;
+};
+
+TEST_F(TuneCli, WritesTableJsonAndPlotAndPrintsTheCommand) {
+  const ChildResult r = tune({"--nodes", "1,2", "--set", "run.steps=2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("Pareto front"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("cocodiff run " + kGood), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("vs_flat"), std::string::npos) << r.out;
+  std::ifstream in(out_ / "tune.json");
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["model"], "flux1-tiny");
+  EXPECT_GT(j["counts"]["run"].get<int>(), 0);
+  EXPECT_FALSE(j["pareto"].empty());
+  EXPECT_TRUE(j["ranking"][0].contains("speedup_vs_flat"));
+  EXPECT_TRUE(fs::exists(out_ / "tune.txt"));
+  EXPECT_TRUE(fs::exists(out_ / "pareto.png")) << r.err;
+}
+
+TEST_F(TuneCli, BadInputIsRefusedWithNothingWritten) {
+  // 64 image tokens cannot cover 16 nodes of 4 tiles, whatever the layout.
+  expect_refused(tune({"--nodes", "64,128"}), {"no point fits the cluster", "image token"});
+  expect_refused(tune({"--budget-s", "0.000001"}), {"--budget-s", "too small for one run"});
+  expect_refused(tune({"--objective", "cheapest"}), {"--objective"});
+  expect_refused(tune({"--gpus-per-node", "3"}), {"--gpus-per-node", "2 GPUs"});
+  expect_refused(tune({"--nodes", "0"}), {"--nodes"});
+  expect_refused(tune({"--nodes", "1,x"}), {"--nodes"});
+  expect_refused(tune({"--lossy", "-3"}), {"--lossy"});
+}
+
+// --lossy: V-Major thresholds are measured on the trained model first (here its quickstart run
+// cut to 6 steps); a bound none keeps is refused; one that some keep admits lossy points that
+// say where their bound was measured, and the printed command reproduces their time.
+TEST(Tune, LossyBoundsAreMeasuredOnTheTrainedModel) {
+  TuneOptions o = small_search({"run.steps=4", "v_major.warmup_steps=1"}, {2}, {2});
+  o.quality_sets = {"run.steps=6", "v_major.warmup_steps=1"};
+  o.lossy_psnr_db = 500;
+  try {
+    apps::tune(o);
+    FAIL() << "--lossy 500 admitted";
+  } catch (const ConfigError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("--lossy 500"), std::string::npos) << what;
+    EXPECT_NE(what.find("no V-Major threshold keeps that PSNR"), std::string::npos) << what;
+    EXPECT_NE(what.find("quickstart.toml"), std::string::npos) << what;
+  }
+  o.lossy_psnr_db = 20;
+  const TuneResult r = apps::tune(o);
+  ASSERT_FALSE(r.quality.empty());
+  int lossy = 0;
+  for (size_t i : r.ranking) {
+    const TunePoint& p = r.points[i];
+    if (!p.v_major) continue;
+    ++lossy;
+    EXPECT_GE(p.v_major->psnr_db, 20.0);
+    EXPECT_LT(p.v_major->active_fraction, 1.0);
+    if (lossy == 1) {
+      const fs::path dir = scratch("lossy");
+      EXPECT_EQ(run_printed(apps::run_command(o, p), dir), p.time_s) << p.describe();
+      fs::remove_all(dir);
+    }
+  }
+  EXPECT_GT(lossy, 0) << "no lossy point ran";
+  EXPECT_NE(apps::tune_table(o, r, 100).find("cannot measure quality"), std::string::npos);
+  EXPECT_NE(
+      apps::tune_json(o, r)["quality"]["note"].get<std::string>().find("cannot measure quality"),
+      std::string::npos);
+}
+
+}  // namespace
+}  // namespace cocodiff::test
