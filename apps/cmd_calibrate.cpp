@@ -190,8 +190,7 @@ void run_calibrate(const CalibrateOptions& o) {
       fo.iters);
   for (const std::string& col : m.ignored_columns)
     std::printf("# column not read: %s\n", col.c_str());
-  if (m.skipped_rows > 0)
-    std::printf("# %zu rows without a time or of size 0 skipped\n", m.skipped_rows);
+  if (m.skipped_rows > 0) std::printf("# %zu times skipped (N/A, or of size 0)\n", m.skipped_rows);
 
   const std::time_t now = std::time(nullptr);
   char date[32];

@@ -442,8 +442,8 @@ void read_netbench_json(std::string_view text, const std::string& name,
 
 void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
   Measurements m;
-  const std::string_view head = trim(text.substr(0, std::min<size_t>(text.size(), 64)));
-  if (!head.empty() && head[0] == '{') {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '{') {
     if (text.size() > static_cast<size_t>(kMaxFileBytes))
       bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
     read_netbench_json(text, name, m.collectives);
@@ -512,7 +512,9 @@ void read_measurements(const std::string& file, Measurements& out) {
       throw InputError(file + ": expected a measurements file of at most " +
                        std::to_string(kMaxFileBytes >> 20) + " MiB, found more");
     const size_t nl = text.find('\n');
-    if ((nl == std::string::npos ? text.size() : nl) > kMaxLineChars && text[0] != '{')
+    const size_t first = text.find_first_not_of(" \t\r\n");
+    if ((nl == std::string::npos ? text.size() : nl) > kMaxLineChars &&
+        (first == std::string::npos || text[first] != '{'))
       throw InputError(file + ":1: expected a line of at most " + std::to_string(kMaxLineChars) +
                        " characters, found more (not a measurements file?)");
   }

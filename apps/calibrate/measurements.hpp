@@ -69,7 +69,7 @@ struct Measurements {
   std::vector<CollectivePoint> collectives;
   std::vector<KernelPoint> kernels;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
-  std::size_t skipped_rows = 0;           // rows of size 0 or without a time (nccl-tests N/A)
+  std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };
 
 /// Parses one file's text (`name` names it in errors) and appends its points. InputError for
