@@ -2,7 +2,10 @@
 // Runs one config under several attention strategies on the emulator and prints one table:
 // virtual time, speedup over flat, exposed communication, bytes per tier and (real math only)
 // quality against the exact run (flat; made on demand when not in the list). compare.json holds
-// one entry per strategy: the report.json fields plus speedup_vs_flat and quality. Progress goes
+// one entry per strategy: the report.json fields plus speedup_vs_flat and quality. Entries that
+// run V-Major show the V bytes it saved and the fraction of blocks it sent; notes under the table
+// say when a lossy V-Major saved nothing and when an entry loses to one running only some of its
+// mechanisms. Progress goes
 // to stderr one whole line at a time: "[strategy] step i/N" as each entry starts a step, then
 // "[k/n] strategy done in ..." as it ends.
 
@@ -34,6 +37,70 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+// What V-Major did in one entry, summed over its tiers: bytes of V it did not send (negative when
+// the block masks cost more than the blocks it left out) and the fraction of blocks it sent.
+struct VMajorSum {
+  bool present = false;
+  double saved_bytes = 0, full_bytes = 0;
+  double blocks = 0, active_blocks = 0;
+};
+
+VMajorSum v_major_sum(const nlohmann::ordered_json& report) {
+  VMajorSum v;
+  if (!report.contains("strategy_stats") || !report["strategy_stats"].contains("v_major")) return v;
+  v.present = true;
+  for (const auto& [tier, t] : report["strategy_stats"]["v_major"]["tiers"].items()) {
+    v.saved_bytes += t["bytes_saved"].get<double>();
+    v.full_bytes += t["v_full_bytes"].get<double>();
+    v.blocks += t["blocks"].get<double>();
+    v.active_blocks += t["active_block_fraction"].get<double>() * t["blocks"].get<double>();
+  }
+  return v;
+}
+
+// Notes under the table: a lossy V-Major that saved nothing, and an entry slower than another
+// entry that runs only some of its mechanisms (cocodiff against tapa alone, say).
+std::string compare_notes(const std::vector<std::string>& order,
+                          const std::vector<nlohmann::ordered_json>& reports,
+                          const std::vector<RunPlan>& plans) {
+  std::ostringstream notes;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const VMajorSum v = v_major_sum(reports[i]);
+    const double threshold = plans[i].settings.strategy_options.v_major_threshold;
+    if (v.present && threshold > 0 && v.saved_bytes <= 0)
+      notes << "note: " << order[i] << ": V-Major at v_major.threshold = " << threshold
+            << " saved nothing: it sent " << fmt("%.4f", -v.saved_bytes / 1e9)
+            << " GB more than V in full (block masks; "
+            << fmt("%.1f", v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0)
+            << "% of blocks active): raise v_major.threshold, or leave v_major out\n";
+  }
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::vector<std::string> fi = dit::attention_strategy_features(order[i]);
+    for (size_t j = 0; j < order.size(); ++j) {
+      if (i == j) continue;
+      const std::vector<std::string> fj = dit::attention_strategy_features(order[j]);
+      // j runs a strict subset of i's mechanisms, on the same exchange.
+      const bool subset = !fi.empty() && !fj.empty() && fj.size() < fi.size() &&
+                          fi.front() == fj.front() &&
+                          std::all_of(fj.begin(), fj.end(), [&](const std::string& f) {
+                            return std::find(fi.begin(), fi.end(), f) != fi.end();
+                          });
+      const double ti = reports[i]["virtual_time_s"].get<double>();
+      const double tj = reports[j]["virtual_time_s"].get<double>();
+      if (subset && ti > tj) {
+        std::string missing;
+        for (const std::string& f : fi)
+          if (std::find(fj.begin(), fj.end(), f) == fj.end())
+            missing += (missing.empty() ? "" : " + ") + f;
+        notes << "note: " << order[i] << " (" << fmt("%.6f", ti) << " s) is slower than "
+              << order[j] << " alone (" << fmt("%.6f", tj) << " s): " << missing
+              << " cost more than they save here\n";
+      }
+    }
+  }
+  return notes.str();
 }
 
 }  // namespace
@@ -156,6 +223,14 @@ void add_compare_command(CLI::App& app) {
       std::snprintf(line, sizeof line, " %12s", (topo.tier_name(k) + "_GB").c_str());
       tab << line;
     }
+    // V-Major's columns when an entry runs it: V bytes saved (negative: sent more) and the
+    // fraction of V blocks sent.
+    bool any_v_major = false;
+    for (const RunRecord& rec : recs) any_v_major = any_v_major || v_major_sum(rec.report).present;
+    if (any_v_major) {
+      std::snprintf(line, sizeof line, " %11s %7s", "V_saved_GB", "active");
+      tab << line;
+    }
     const bool real = plans[0].math == "real";
     if (real) {
       std::snprintf(line, sizeof line, " %11s %9s %7s", "rel_l2", "psnr_db", "ssim");
@@ -179,6 +254,15 @@ void add_compare_command(CLI::App& app) {
                       e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
         tab << line;
       }
+      if (any_v_major) {
+        const VMajorSum v = v_major_sum(e);
+        if (v.present)
+          std::snprintf(line, sizeof line, " %11.4f %6.1f%%", v.saved_bytes / 1e9,
+                        v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
+        else
+          std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
+        tab << line;
+      }
       if (real) {
         const nlohmann::ordered_json& q = e["quality"];
         const std::string psnr = q["preview_psnr_db"].is_string()
@@ -193,6 +277,11 @@ void add_compare_command(CLI::App& app) {
     }
     std::cout << tab.str();
     if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
+    {
+      std::vector<nlohmann::ordered_json> reports;
+      for (const RunRecord& rec : recs) reports.push_back(rec.report);
+      std::cout << compare_notes(order, reports, plans);
+    }
     nlohmann::ordered_json doc;
     doc["config"] = opt->config;
     doc["sets"] = opt->sets;

@@ -1,15 +1,19 @@
 // `cocodiff forward --model PRESET --weights W.safetensors --input IN.safetensors
 //                   --output OUT.safetensors`
 // One transformer pass on given inputs, serially, for conformance checks against other
-// frameworks (PyTorch/diffusers). Tensors of IN (fp32, fp16 or bf16):
+// frameworks (PyTorch/diffusers). Tensors of IN (fp32, fp16 or bf16); README.md, "One
+// transformer pass", lists them per model. A tensor the model does not take is refused.
 //   latent       [C, H, W]  the latent at latent resolution (C = the model's latent channels)
 //   sigma        [1]        noise level in [0, 1] (the model sees sigma * timestep_scale)
 //   text         [T, D]     text embeddings (SD3, FLUX, Qwen-Image), T = model.text_tokens
-//   pooled       [1, P]     pooled text embedding (SD3, FLUX), optional when P = 0
+//   pooled       [1, P]     pooled text embedding (SD3, FLUX), required when P > 0
 //   guidance     [1]        FLUX.1-dev distilled guidance, optional (default: the preset's)
-//   class_label  [1]        DiT class index, optional (default 0)
+//   class_label  [1]        a class of a class-conditional model: DiT (default 0), or a FLUX
+//                           model with learned class tokens (flux1-fmnist), where it replaces
+//                           text and pooled (the class's tokens); refused by other models
 // OUT holds `velocity` [C_out, H, W], the model's prediction, in fp32.
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -64,6 +68,23 @@ void run_forward(const ForwardOptions& o) {
   std::shared_ptr<const dit::Weights> w = dit::load_weights(mc, o.weights);
 
   dit::SafetensorsFile in(o.input);
+  // Every tensor of IN must be one the model takes: a silently ignored input is a wrong result.
+  const bool class_tokens = mc.family == dit::Family::kFlux && mc.num_classes > 0;
+  std::vector<std::string> takes = {"latent", "sigma"};
+  if (mc.text_tokens > 0) takes.push_back("text");
+  if (mc.pooled_dim > 0) takes.push_back("pooled");
+  if (mc.guidance_embed) takes.push_back("guidance");
+  if (mc.num_classes > 0) takes.push_back("class_label");
+  std::string took;
+  for (const std::string& t : takes) took += (took.empty() ? "" : ", ") + t;
+  for (const auto& [name, entry] : in.entries())
+    if (std::find(takes.begin(), takes.end(), name) == takes.end())
+      throw InputError(o.input + ": tensor '" + name + "' is not an input of " + mc.name +
+                       " (it takes " + took + "; README.md, \"One transformer pass\")");
+  if (class_tokens && in.find("class_label") != nullptr &&
+      (in.find("text") != nullptr || in.find("pooled") != nullptr))
+    throw InputError(o.input + ": give " + mc.name +
+                     " either class_label (its learned class tokens) or text and pooled, not both");
   const dit::SafetensorsEntry* le = in.find("latent");
   if (le == nullptr) throw InputError(o.input + ": missing input tensor 'latent' [C, H, W]");
   if (le->shape.size() != 3 || le->shape[0] != mc.latent_channels)
@@ -77,9 +98,31 @@ void run_forward(const ForwardOptions& o) {
     throw InputError(o.input + ": latent H and W must be multiples of the patch size " +
                      std::to_string(mc.patch_size));
   const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
+  // A class label of a class-conditional model: an index into its class embedding table,
+  // num_classes rows then the null class.
+  int label = 0;
+  if (mc.num_classes > 0) {
+    const float v = scalar(in, "class_label", 0);
+    if (!(v >= 0 && v <= static_cast<float>(mc.num_classes)) || v != std::floor(v)) {
+      std::ostringstream found;
+      found << v;
+      throw InputError(
+          o.input + ": tensor 'class_label' must be a class index, an integer in [0, " +
+          std::to_string(mc.num_classes - 1) + "] or " + std::to_string(mc.num_classes) +
+          " (the null class) for " + mc.name + "; found " + found.str());
+    }
+    label = static_cast<int>(v);
+  }
   std::optional<Tensor> text, pooled;
-  if (mc.text_tokens > 0) text = required(in, "text", mc.text_tokens, mc.text_dim);
-  if (mc.pooled_dim > 0) pooled = required(in, "pooled", 1, mc.pooled_dim);
+  if (class_tokens && in.find("class_label") != nullptr) {
+    // The class's learned tokens stand in for the text encoder's output, as in `run`.
+    dit::TextConditioning c = dit::class_conditioning(mc, *w, label, false);
+    text = std::move(c.text);
+    if (mc.pooled_dim > 0) pooled = std::move(c.pooled);
+  } else {
+    if (mc.text_tokens > 0) text = required(in, "text", mc.text_tokens, mc.text_dim);
+    if (mc.pooled_dim > 0) pooled = required(in, "pooled", 1, mc.pooled_dim);
+  }
 
   dit::ForwardInputs fi;
   fi.batch = 1;
@@ -93,20 +136,7 @@ void run_forward(const ForwardOptions& o) {
   if (mc.guidance_embed) fi.guidance = {scalar(in, "guidance", static_cast<float>(mc.cfg_scale))};
   if (text) fi.text = &*text;
   if (pooled) fi.pooled = &*pooled;
-  if (mc.num_classes > 0) {
-    // An index into the class embedding table: num_classes rows, then the null class.
-    const float label = scalar(in, "class_label", 0);
-    if (!(label >= 0 && label <= static_cast<float>(mc.num_classes)) ||
-        label != std::floor(label)) {
-      std::ostringstream found;
-      found << label;
-      throw InputError(
-          o.input + ": tensor 'class_label' must be a class index, an integer in [0, " +
-          std::to_string(mc.num_classes - 1) + "] or " + std::to_string(mc.num_classes) +
-          " (the null class) for " + mc.name + "; found " + found.str());
-    }
-    fi.class_labels = {static_cast<int>(label)};
-  }
+  if (mc.num_classes > 0) fi.class_labels = {label};
 
   fi.all_channels = true;  // DiT's learned-sigma channels too
 

@@ -18,6 +18,13 @@
 // last line is "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world;
 // `tapa` one all-to-all per topology level (innermost first) among the ranks that differ only at
 // that level (all_to_all only).
+//
+// The table is nccl-tests' own (size, count, type, redop, root, then time, algbw, busbw and
+// #wrong out of place and in place, with its header lines), so parsers of nccl-tests output read
+// it; in place is the same run (buffers carry sizes only), and #wrong is N/A (no data to check).
+// Its options are nccl-tests' too: -b -e -f -i (step bytes), -n (timed iterations, the time is
+// their mean), -w (warm-up iterations), -g (GPUs: ranks, as nodes of the cluster), -c (accepted;
+// nothing to check). The bytes each tier carried and the flows follow as comment lines.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -49,8 +56,13 @@ struct NetbenchOptions {
   std::string a2a = "pairwise";
   std::uint64_t min_bytes = 1 << 10;
   std::uint64_t max_bytes = 64 << 20;
-  double factor = 2;  // -f: size multiplier between rows
-  int nodes = 0;      // --nodes: cluster.nodes (0: the config's)
+  double factor = 2;             // -f: size multiplier between rows
+  std::uint64_t step_bytes = 0;  // -i: size increment between rows instead (0: use -f)
+  int iters = 1;                 // -n: timed iterations per size (the time is their mean)
+  int warmup = 0;                // -w: iterations before the timed ones
+  int gpus = 0;                  // -g: ranks (0: the cluster's)
+  int check = 0;                 // -c: accepted; phantom buffers carry nothing to check
+  int nodes = 0;                 // --nodes: cluster.nodes (0: the config's)
   double wire_bytes = 2;
   int workers = 0;
   std::string json;
@@ -75,6 +87,8 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
   if (!parse_bench_op(o.op, call.op)) throw UserError("netbench: unknown --op " + o.op);
   call.count = count;
   call.tapa = o.algo == "tapa";
+  call.warmup = o.warmup;  // the setup run makes the same barriers, with no calls
+  call.iters = o.iters;
   const BenchTiming t = time_collective(engine, call);
   Row row;
   row.count = count;
@@ -83,13 +97,25 @@ Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
   row.time = t.time;
   row.tier_bytes = t.bytes_by_tier;
   row.flows = t.flows;
-  if (setup_only != nullptr) {
+  if (setup_only != nullptr) {  // one call's bytes and flows
+    const std::int64_t calls = o.warmup + o.iters;
     for (size_t k = 0; k < row.tier_bytes.size(); ++k)
-      row.tier_bytes[k] -= setup_only->tier_bytes[k];
-    row.flows -= setup_only->flows;
+      row.tier_bytes[k] = (row.tier_bytes[k] - setup_only->tier_bytes[k]) / calls;
+    row.flows = (row.flows - setup_only->flows) / static_cast<std::uint64_t>(calls);
   }
   row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   return row;
+}
+
+// nccl-tests' name of a data type of `bytes` per element.
+std::string type_name(double bytes) {
+  if (bytes == 1) return "int8";
+  if (bytes == 2) return "bfloat16";
+  if (bytes == 4) return "float";
+  if (bytes == 8) return "double";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%gbyte", bytes);
+  return buf;
 }
 
 // busbw / algbw for `op` on p ranks (nccl-tests' factors).
@@ -107,9 +133,22 @@ void run_netbench(const NetbenchOptions& o) {
                     std::to_string(o.factor));
   if (o.algo == "tapa" && o.op != "all_to_all")
     throw UserError("netbench: --algo tapa is an all-to-all algorithm, not one for " + o.op);
+  if (o.iters < 1 || o.warmup < 0)
+    throw UserError("netbench: expected -n >= 1 and -w >= 0, found " + std::to_string(o.iters) +
+                    " and " + std::to_string(o.warmup));
   Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
   if (o.nodes > 0) cfg.set("cluster.nodes=" + std::to_string(o.nodes));
+  if (o.gpus > 0) {
+    // -g: the number of ranks, as whole nodes of the cluster.
+    const int per_node = load_cluster(cfg, config_dir() / "clusters").topology.ranks_per_node();
+    if (o.gpus % per_node != 0)
+      throw UserError("netbench: -g " + std::to_string(o.gpus) +
+                      ": expected a multiple of the cluster's " + std::to_string(per_node) +
+                      " ranks per node (-g sets cluster.nodes = g / " + std::to_string(per_node) +
+                      ")");
+    cfg.set("cluster.nodes=" + std::to_string(o.gpus / per_node));
+  }
   Cluster c = load_cluster(cfg, config_dir() / "clusters");
   const Topology topo = c.topology;
   const int p = topo.num_ranks();
@@ -123,26 +162,58 @@ void run_netbench(const NetbenchOptions& o) {
   eo.trace = false;
   emu::Engine engine(topo, std::move(c.network), c.device, eo);
 
+  // nccl-tests' header: its parsers take the test from the first line, count the "#  Rank"
+  // lines and find the table after them.
+  std::printf("# Collective test starting: %s_perf\n",
+              o.op == "all_to_all" ? "alltoall" : o.op.c_str());
+  std::printf(
+      "# nThread 1 nGpus %d minBytes %llu maxBytes %llu step: %llu(%s) warmup iters: %d iters: %d "
+      "agg iters: 1 validation: 0 graph: 0\n#\n",
+      p, static_cast<unsigned long long>(o.min_bytes), static_cast<unsigned long long>(o.max_bytes),
+      static_cast<unsigned long long>(o.step_bytes > 0 ? o.step_bytes
+                                                       : static_cast<std::uint64_t>(o.factor)),
+      o.step_bytes > 0 ? "bytes" : "factor", o.warmup, o.iters);
   std::printf(
       "# cocodiff netbench: %s, algo %s (%s rounds), cluster %s, %d node(s), %d ranks, network "
-      "%s\n",
+      "%s, virtual time\n",
       o.op.c_str(), o.algo.c_str(), o.a2a.c_str(), c.name.c_str(), topo.num_nodes(), p,
       network.c_str());
-  if (o.nodes == 0 && !cfg.has("cluster.nodes"))
-    std::printf("# nodes: the cluster file's default; --nodes N for more\n");
+  if (o.nodes == 0 && o.gpus == 0 && !cfg.has("cluster.nodes"))
+    std::printf("# nodes: the cluster file's default; --nodes N or -g GPUS for more\n");
+  if (o.op == "all_reduce")
+    std::printf(
+        "# all_reduce runs one flat ring over all %d ranks in rank order (a reduce-scatter ring "
+        "then an all-gather ring: 2 x %d messages of bytes / %d per rank), not NCCL's choice of "
+        "rings and trees over the node's links\n",
+        p, p - 1, p);
+  if (o.op == "reduce_scatter")
+    std::printf(
+        "# reduce_scatter runs NCCL's ring (%d steps of bytes / %d per rank), timed as the "
+        "library's all-gather schedule, which sends the same messages\n",
+        p - 1, p);
   const char* what = o.op == "all_to_all"   ? "one rank's send buffer (p blocks)"
                      : o.op == "all_gather" ? "one rank's receive buffer (p blocks)"
                      : o.op == "all_reduce" ? "one rank's buffer"
                      : o.op == "reduce_scatter"
                          ? "one rank's send buffer (p blocks; one reduced block received)"
                          : "the message each rank sends to the next";
-  std::printf("# bytes = %s, %g wire bytes per element; busbw = algbw x %.4g\n", what, o.wire_bytes,
-              bus_factor(o.op, p));
-  std::printf("#%13s %12s %12s %11s %11s", "bytes", "count/peer", "time(us)", "algbw(GB/s)",
-              "busbw(GB/s)");
-  for (int k = 0; k < topo.num_tiers(); ++k)
-    std::printf(" %14s", (topo.tier_name(k) + "(B)").c_str());
-  std::printf(" %9s %8s\n", "flows", "wall(s)");
+  std::printf("# size = %s, %g wire bytes per element (count = size / %g); busbw = algbw x %.4g\n",
+              what, o.wire_bytes, o.wire_bytes, bus_factor(o.op, p));
+  std::printf(
+      "# in-place = out-of-place (buffers carry sizes only); #wrong: N/A, no data to check\n");
+  std::printf("#\n# Using devices\n");
+  for (int r = 0; r < p; ++r)
+    std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [0x00] %s %s\n", r, 0,
+                ("node" + std::to_string(topo.node(r))).c_str(), r % topo.ranks_per_node(),
+                c.device->name().c_str(), topo.describe_rank(r).c_str());
+  const std::string type = type_name(o.wire_bytes);
+  const char* redop = o.op == "all_reduce" || o.op == "reduce_scatter" ? "sum" : "none";
+  std::printf("#\n#%58s%-36s%s\n", "", "out-of-place", "in-place");
+  std::printf("#%11s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type",
+              "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
+              "#wrong");
+  std::printf("#%11s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "",
+              "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
 
   // The setup (split, barrier) alone, to subtract its bytes from each row.
@@ -153,7 +224,7 @@ void run_netbench(const NetbenchOptions& o) {
   const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather" || o.op == "reduce_scatter";
   double bus_sum = 0;
   for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes);
-       size *= o.factor) {
+       size = o.step_bytes > 0 ? size + static_cast<double>(o.step_bytes) : size * o.factor) {
     const std::int64_t count = std::max<std::int64_t>(
         1, static_cast<std::int64_t>(size / ((p_blocks ? p : 1) * o.wire_bytes)));
     if (count == last_count) continue;  // below one element per peer, sizes repeat
@@ -162,15 +233,27 @@ void run_netbench(const NetbenchOptions& o) {
     const double algbw = static_cast<double>(row.bytes) / row.time.seconds() / 1e9;
     const double busbw = algbw * bus_factor(o.op, p);
     bus_sum += busbw;
-    std::printf(" %13lld %12lld %12.2f %11.2f %11.2f", static_cast<long long>(row.bytes),
-                static_cast<long long>(row.count), row.time.us(), algbw, busbw);
-    for (std::int64_t b : row.tier_bytes) std::printf(" %14lld", static_cast<long long>(b));
-    std::printf(" %9llu %8.2f\n", static_cast<unsigned long long>(row.flows), row.wall_s);
+    const auto elements = static_cast<long long>(static_cast<double>(row.bytes) / o.wire_bytes);
+    std::printf(" %11lld %13lld %9s %7s %7d", static_cast<long long>(row.bytes), elements,
+                type.c_str(), redop, -1);
+    for (int place = 0; place < 2; ++place)  // out of place, then in place: the same run
+      std::printf(" %8.2f %7.2f %7.2f %6s", row.time.us(), algbw, busbw, "N/A");
+    std::printf("\n");
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
   const double avg_busbw = rows.empty() ? 0 : bus_sum / static_cast<double>(rows.size());
-  std::printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g\n", avg_busbw);
+  std::printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+  // What nccl-tests cannot show: the bytes each tier carried, the flows, the emulator's wall time.
+  std::printf("#%11s", "size(B)");
+  for (int k = 0; k < topo.num_tiers(); ++k)
+    std::printf(" %14s", (topo.tier_name(k) + "(B)").c_str());
+  std::printf(" %9s %8s\n", "flows", "wall(s)");
+  for (const Row& row : rows) {
+    std::printf("#%11lld", static_cast<long long>(row.bytes));
+    for (std::int64_t b : row.tier_bytes) std::printf(" %14lld", static_cast<long long>(b));
+    std::printf(" %9llu %8.2f\n", static_cast<unsigned long long>(row.flows), row.wall_s);
+  }
 
   if (!o.json.empty()) {
     nlohmann::json j;
@@ -234,6 +317,23 @@ void add_netbench_command(CLI::App& app) {
   cmd->add_option("-e,--max-bytes", o->max_bytes, "largest send buffer per rank (e.g. 64M)")
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("-f,--step-factor", o->factor, "size multiplier between rows (nccl-tests -f)");
+  cmd->add_option("-i,--step-bytes", o->step_bytes,
+                  "size increment between rows instead of -f (nccl-tests -i)")
+      ->transform(CLI::AsSizeValue(false));
+  cmd->add_option("-n,--iters", o->iters,
+                  "timed iterations per size, back to back; the time is their mean (nccl-tests "
+                  "-n; virtual time repeats, so 1 by default)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("-w,--warmup-iters", o->warmup,
+                  "iterations before the timed ones (nccl-tests -w)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-g,--ngpus", o->gpus,
+                  "GPUs (ranks) in the test, whole nodes of the cluster (nccl-tests -g; sets "
+                  "cluster.nodes)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("-c,--check", o->check,
+                  "nccl-tests -c: accepted; buffers carry sizes only, so #wrong is N/A")
+      ->check(CLI::Range(0, 1));
   cmd->add_option("--nodes", o->nodes, "nodes of the cluster (cluster.nodes; 0: the config's)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--wire-bytes", o->wire_bytes, "bytes per element on the wire (2 = bf16)")

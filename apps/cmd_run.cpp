@@ -89,6 +89,8 @@ void add_run_command(CLI::App& app) {
       const std::unique_lock<std::mutex> hold = hold_interrupts();
       write_outputs(plan, rec, opt->out);
     }
+    if (const std::string w = trace_warning(plan, rec); !w.empty())
+      std::fprintf(stderr, "cocodiff: warning: %s\n", w.c_str());
     if (!opt->quiet) {
       std::cout << summarize(rec);
       if (const std::optional<std::int64_t> peak = peak_resident_bytes())

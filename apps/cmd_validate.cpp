@@ -12,26 +12,39 @@
 namespace cocodiff::apps {
 
 void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
-  cmd->add_option_function<int>(
-         "--ulysses-degree",
-         [&sets](int n) { sets.push_back("parallel.ulysses_degree=" + std::to_string(n)); },
-         "Ulysses (all-to-all) degree; x --ring-degree = ranks (parallel.ulysses_degree)")
+  // Each option is also spelt as xDiT and diffusers spell it (--ulysses_degree,
+  // --num_inference_steps), so their users' command lines work as they are.
+  const auto int_option = [&](const std::string& names, const std::string& key,
+                              const std::string& help) {
+    return cmd->add_option_function<int>(
+        names, [&sets, key](int n) { sets.push_back(key + "=" + std::to_string(n)); }, help);
+  };
+  int_option("--ulysses-degree,--ulysses_degree", "parallel.ulysses_degree",
+             "Ulysses (all-to-all) degree; x --ring-degree = ranks (parallel.ulysses_degree)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option_function<int>(
-         "--ring-degree",
-         [&sets](int n) { sets.push_back("parallel.ring_degree=" + std::to_string(n)); },
-         "Ring-attention degree over outer topology levels (usp; parallel.ring_degree)")
+  int_option("--ring-degree,--ring_degree", "parallel.ring_degree",
+             "Ring-attention degree over outer topology levels: above 1 runs usp (Ulysses x "
+             "Ring) in place of the config's flat (parallel.ring_degree)")
       ->check(CLI::PositiveNumber);
-  cmd->add_option_function<int>(
-         "--cfg-degree",
-         [&sets](int n) { sets.push_back("parallel.cfg_degree=" + std::to_string(n)); },
-         "CFG-parallel degree, 1 or 2: conditional and unconditional passes on two halves of the "
-         "ranks (parallel.cfg_degree)")
+  int_option("--cfg-degree,--cfg_degree", "parallel.cfg_degree",
+             "CFG-parallel degree, 1 or 2: conditional and unconditional passes on two halves of "
+             "the ranks (parallel.cfg_degree)")
       ->check(CLI::Range(1, 2));
-  cmd->add_option_function<int>(
-         "--batch-size", [&sets](int n) { sets.push_back("run.batch_size=" + std::to_string(n)); },
-         "Images per run, image i seeded with run.seed + i (run.batch_size)")
+  int_option("--batch-size,--batch_size", "run.batch_size",
+             "Images per run, image i seeded with run.seed + i (run.batch_size)")
       ->check(CLI::PositiveNumber);
+  int_option("--height", "run.height",
+             "Image height in pixels (run.height; replaces the config's run.resolution)")
+      ->check(CLI::PositiveNumber);
+  int_option("--width", "run.width",
+             "Image width in pixels (run.width; replaces the config's run.resolution)")
+      ->check(CLI::PositiveNumber);
+  int_option("--num-inference-steps,--num_inference_steps", "run.steps",
+             "Denoising steps (run.steps)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option_function<std::uint64_t>(
+      "--seed", [&sets](std::uint64_t n) { sets.push_back("run.seed=" + std::to_string(n)); },
+      "Seed of the noise and of seeded inputs (run.seed)");
 }
 
 void add_validate_command(CLI::App& app) {

@@ -29,8 +29,12 @@ constexpr std::int64_t kTileBookkeepingBytes = std::int64_t{64} << 10;
 constexpr std::int64_t kStackResidentRealBytes = std::int64_t{192} << 10;
 constexpr std::int64_t kStackResidentPhantomBytes = std::int64_t{64} << 10;
 // Bytes per trace event while the run holds it and while trace.json is written (the event, its
-// share of the label table and the JSON text of one event).
+// share of the label table, its slices and the JSON text of one event).
 constexpr std::int64_t kTraceEventBytes = 200;
+// What each real-math worker thread beyond the first adds: its stack's touched pages, Eigen's
+// blocking buffers and the allocator's per-thread cache (measured on the quickstart: 0.6 MiB a
+// worker from 1 to 16 workers; bench/README.md, "Memory estimate").
+constexpr std::int64_t kMathWorkerBytes = std::int64_t{1} << 20;
 
 // The arithmetic is in double, so that an absurd config (the fuzzer's) cannot overflow it;
 // bytes() clamps a part to 1 EiB, so that the sum of the parts fits an int64.
@@ -178,8 +182,12 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       std::min<double>(static_cast<double>(plan.engine.stack_bytes),
                        phantom ? kStackResidentPhantomBytes : kStackResidentRealBytes);
   e.scope = "this process";
+  // Real math packs the weights once for the GEMM kernel (dit/math_cache.hpp): a second copy.
+  const double workers = phantom ? 0 : std::max(0, plan.engine.workers - 1);
   e.parts = {
       {"weights", bytes(weights)},  // one copy, shared by every tile
+      {"packed weights", bytes(weights)},
+      {"math threads", bytes(workers * kMathWorkerBytes)},
       {"activations", bytes(p * activations)},
       {"v_major caches", bytes(p * v_major)},
       {"token positions", bytes(tile_positions_bytes(plan))},  // one tile at a time
@@ -196,11 +204,16 @@ void check_memory_limit(const RunPlan& plan, const MemoryEstimate& estimate) {
   const std::int64_t total = estimate.total_bytes();
   if (total <= *plan.memory_limit_bytes) return;
   const MemoryPart& big = estimate.biggest();
+  std::int64_t trace = 0;
+  for (const MemoryPart& p : estimate.parts)
+    if (p.name == "trace") trace = p.bytes;
+  const std::string no_trace =
+      trace > 0 ? "set emulator.trace = false (the trace takes " + human_bytes(trace) + "), " : "";
   throw ResourceError(
       "the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
       "), more than emulator.memory_limit = " + human_bytes(*plan.memory_limit_bytes) + " (" +
       plan.memory_limit_source + "); the biggest part is " + big.name + " (" +
-      human_bytes(big.bytes) + "): use " +
+      human_bytes(big.bytes) + "): " + no_trace + "use " +
       (plan.math == "skip" ? std::string() : std::string("run.math = \"skip\", ")) +
       "a smaller model, resolution or rank count, or raise emulator.memory_limit");
 }

@@ -208,12 +208,28 @@ int run_mpi_main(const RunCommandOptions& opt) {
       quiet_interrupts();
       runtime.abort_quietly(2);
     }
-    std::unique_ptr<Communicator> world = runtime.world(
-        plan.cluster.topology, mpi::WorldOptions{.check_hosts = plan.mpi_check_hosts,
-                                                 .progress_timeout_s = plan.mpi_progress_timeout_s,
-                                                 .progress_auto = plan.mpi_progress_auto,
-                                                 .progress_floor_s = plan.mpi_progress_floor_s,
-                                                 .progress_multiple = plan.mpi_progress_multiple});
+    // Hosts that do not match the topology: every rank sees the same gathered placement and
+    // fails alike; the lowest one says so, once, with the key that skips the check.
+    std::unique_ptr<Communicator> world;
+    std::exception_ptr misplaced;
+    try {
+      world = runtime.world(plan.cluster.topology,
+                            mpi::WorldOptions{.check_hosts = plan.mpi_check_hosts,
+                                              .progress_timeout_s = plan.mpi_progress_timeout_s,
+                                              .progress_auto = plan.mpi_progress_auto,
+                                              .progress_floor_s = plan.mpi_progress_floor_s,
+                                              .progress_multiple = plan.mpi_progress_multiple});
+    } catch (const CommError& e) {
+      misplaced = std::make_exception_ptr(CommError(
+          std::string(e.what()) +
+          "; or --set mpi.check_hosts=false to run the topology on these hosts anyway (its "
+          "nodes' ranks then share hosts, e.g. a multi-node config's MPI path on one machine)"));
+    }
+    if (const int first = runtime.lowest_failed_rank(misplaced != nullptr); first >= 0) {
+      if (first == runtime.world_rank()) std::rethrow_exception(misplaced);
+      quiet_interrupts();
+      runtime.abort_quietly(2);
+    }
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan, "mpi") << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);

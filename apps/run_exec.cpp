@@ -28,6 +28,8 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   nlohmann::ordered_json r;
   r["backend"] = backend;
   r["strategy"] = plan.settings.strategy;
+  r["ulysses_degree"] = plan.ulysses_degree;
+  r["ring_degree"] = plan.ring_degree;
   r["cfg_degree"] = plan.settings.cfg_degree;
   r["shard_text"] = plan.settings.strategy_options.shard_text;
   r["model"] = plan.model.name;
@@ -279,6 +281,7 @@ RunRecord run_emulated(const RunPlan& plan) {
     images.push_back({{"seed", seed},
                       {"output_sha256", one.report["output_sha256"]},
                       {"virtual_time_s", one.report["virtual_time_s"]},
+                      {"critical_rank", one.report["breakdown"]["critical_rank"]},
                       {"timeline_sha256", one.report["timeline_sha256"]}});
     timelines += one.report["timeline_sha256"].get<std::string>();
     if (!one.latent.phantom()) {
@@ -326,19 +329,21 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
   OutputSet set(out_dir);
   const std::filesystem::path& dir = set.dir();
   if (!rec.latent.phantom()) {
+    // image.png at the latent's own size (a pixel-space model's picture, pixel for pixel, so it
+    // can be fed back as run.inpaint_image); preview.png enlarged to about 256 px wide.
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    auto draw = [&](const Tensor& latent, const std::string& name) {
-      dit::write_png(
-          dir / name,
-          plan.model.pixel_space
-              ? dit::pixel_image(latent, rec.latent_height, rec.latent_width, upscale)
-              : dit::latent_preview(latent, rec.latent_height, rec.latent_width, upscale));
+    auto draw = [&](const Tensor& latent, const std::string& name, int scale) {
+      dit::write_png(dir / name,
+                     plan.model.pixel_space
+                         ? dit::pixel_image(latent, rec.latent_height, rec.latent_width, scale)
+                         : dit::latent_preview(latent, rec.latent_height, rec.latent_width, scale));
       output_test_point();
     };
-    draw(rec.latent, "image.png");
+    draw(rec.latent, "image.png", 1);
+    if (upscale > 1) draw(rec.latent, "preview.png", upscale);
     if (rec.images.size() > 1)  // a batch: image.png is image_0.png
       for (size_t i = 0; i < rec.images.size(); ++i)
-        draw(rec.images[i], "image_" + std::to_string(i) + ".png");
+        draw(rec.images[i], "image_" + std::to_string(i) + ".png", 1);
     if (plan.save_latent) {
       dit::write_safetensors(
           dir / "latent.safetensors",
@@ -417,12 +422,17 @@ std::string summarize(const RunRecord& rec) {
   char buf[256];
   if (r.contains("virtual_time_s") && r["virtual_time_s"].is_number()) {
     const nlohmann::ordered_json& b = r["breakdown"];
+    // A batch sums its images, whose critical tiles may differ: it names none.
+    const std::string who =
+        b["critical_rank"].is_number()
+            ? "critical tile " + std::to_string(b["critical_rank"].get<int>())
+            : "sum over " + std::to_string(r.value("batch_size", 0)) + " images' critical tiles";
     std::snprintf(buf, sizeof buf,
-                  "virtual time %.6f s (critical tile %d: compute %.6f s, exposed communication "
+                  "virtual time %.6f s (%s: compute %.6f s, exposed communication "
                   "%.6f s = %.1f%%); wall time %.2f s\n",
-                  r["virtual_time_s"].get<double>(), b["critical_rank"].get<int>(),
-                  b["compute_s"].get<double>(), b["exposed_comm_s"].get<double>(),
-                  100 * b["exposed_comm_fraction"].get<double>(), r["wall_time_s"].get<double>());
+                  r["virtual_time_s"].get<double>(), who.c_str(), b["compute_s"].get<double>(),
+                  b["exposed_comm_s"].get<double>(), 100 * b["exposed_comm_fraction"].get<double>(),
+                  r["wall_time_s"].get<double>());
     os << buf;
   } else {
     std::snprintf(buf, sizeof buf, "wall time %.2f s\n", r["wall_time_s"].get<double>());
@@ -450,6 +460,16 @@ std::string summarize(const RunRecord& rec) {
        << q["preview_ssim"].get<double>() << "\n";
   }
   return os.str();
+}
+
+std::string trace_warning(const RunPlan& plan, const RunRecord& rec) {
+  if (!rec.emulated || !plan.engine.trace || !rec.emulated->trace_truncated) return {};
+  return "the trace is truncated: trace.json and timeline.png hold the first events only "
+         "(emulator.trace_limit = " +
+         std::to_string(plan.engine.trace_limit) + "; the run had " +
+         std::to_string(rec.emulated->events) +
+         " events): raise emulator.trace_limit for all of them, or set emulator.trace = false "
+         "to write no trace";
 }
 
 }  // namespace cocodiff::apps

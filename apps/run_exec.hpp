@@ -57,4 +57,8 @@ nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& rec
 /// One-paragraph summary for the terminal.
 std::string summarize(const RunRecord& record);
 
+/// Why the run's trace.json and timeline.png miss events (its trace was cut at
+/// emulator.trace_limit), or an empty string when they hold the whole run.
+std::string trace_warning(const RunPlan& plan, const RunRecord& record);
+
 }  // namespace cocodiff::apps

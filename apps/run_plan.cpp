@@ -10,7 +10,9 @@
 #include "apps/memory_estimate.hpp"
 #include "core/errors.hpp"
 #include "dit/image.hpp"
+#include "dit/model.hpp"
 #include "dit/parallel/strategies.hpp"
+#include "dit/safetensors.hpp"
 
 #ifndef COCODIFF_CONFIG_DIR
 #define COCODIFF_CONFIG_DIR "configs"
@@ -38,11 +40,13 @@ std::filesystem::path config_dir() {
 
 namespace {
 
-// A key naming a file: a non-empty string, read relative to the config's directory.
-std::filesystem::path file_key(const Config& cfg, const char* key) {
+// A key naming a file: a non-empty string, found beside the config file (or, from --set, in the
+// working directory), then in the presets' directory (Config::require_path); `expected` says
+// what the file is when neither has it.
+std::filesystem::path file_key(const Config& cfg, const char* key, const std::string& expected) {
   const std::string v = cfg.require_string(key);
   if (v.empty()) throw ConfigError(cfg.where(key), key, "a file path", "an empty string");
-  return cfg.directory() / v;
+  return cfg.require_path(key, config_dir(), expected);
 }
 
 // [pipeline], [v_major], [usp]: the strategies' settings (dit::StrategyOptions). Read whatever
@@ -99,7 +103,7 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
   const std::string size_keys = cfg.has("run.height") ? "run.width x run.height" : "run.resolution";
   // A PNG of the run's size: ConfigError naming the key and the file otherwise.
   auto read_sized = [&](const char* key) {
-    const std::filesystem::path file = file_key(cfg, key);
+    const std::filesystem::path file = file_key(cfg, key, "a " + size + " PNG");
     dit::Rgb img;
     try {
       img = dit::read_png(file, dit::PngSize{wn, hn});
@@ -149,7 +153,7 @@ void record_derived_values(RunPlan& plan, int ulysses_degree) {
   Config& cfg = plan.cfg;
   const auto absolute = [&](const std::string& key) {
     if (!cfg.has(key)) return;
-    const std::filesystem::path file = file_key(cfg, key.c_str());
+    const std::filesystem::path file = file_key(cfg, key.c_str(), "a file");
     std::error_code ec;
     const std::filesystem::path full = std::filesystem::absolute(file, ec);
     cfg.set_effective(key, toml::value<std::string>(ec ? file.string() : full.string()));
@@ -167,10 +171,59 @@ void record_derived_values(RunPlan& plan, int ulysses_degree) {
           toml::value<std::string>(std::filesystem::absolute(plan.cluster.source).string()));
   }
   const int sp_ranks = plan.ranks() / plan.settings.cfg_degree;
+  plan.ulysses_degree = ulysses_degree;
+  plan.ring_degree = sp_ranks / std::max(1, ulysses_degree);
   cfg.set_effective("parallel.ulysses_degree", toml::value<std::int64_t>(ulysses_degree));
-  cfg.set_effective("parallel.ring_degree",
-                    toml::value<std::int64_t>(sp_ranks / std::max(1, ulysses_degree)));
+  cfg.set_effective("parallel.ring_degree", toml::value<std::int64_t>(plan.ring_degree));
   cfg.set_effective("parallel.cfg_degree", toml::value<std::int64_t>(plan.settings.cfg_degree));
+}
+
+}  // namespace
+
+namespace {
+
+// What the run reads before its first step, checked now so that validate refuses what run
+// would: the checkpoint holds the model's tensors (real math; a phantom run reads none) and the
+// initial latent has the model's latent shape. Reads headers only.
+void check_input_files(const RunPlan& plan) {
+  const Config& cfg = plan.cfg;
+  if (plan.weights_file && !plan.settings.phantom) {
+    const std::string expected = "a safetensors checkpoint of " + plan.model.name +
+                                 " (`cocodiff weights " + plan.model.name + "` lists its tensors)";
+    try {
+      const dit::SafetensorsCheckpoint ckpt(*plan.weights_file);
+      const dit::CheckpointCheck c =
+          dit::check_checkpoint(ckpt, dit::make_model(plan.model)->tensor_specs());
+      if (!c.ok())
+        throw ConfigError(cfg.where("run.weights"), "run.weights", expected,
+                          plan.weights_file->string() + ", which does not fit: " + c.summary());
+    } catch (const InputError& e) {
+      throw ConfigError(cfg.where("run.weights"), "run.weights", expected, e.what());
+    }
+  }
+  if (plan.initial_latent && !plan.settings.phantom) {
+    const dit::TensorSpec want{
+        "latent",
+        {plan.model.latent_channels, plan.model.latent_side(plan.settings.pixel_height()),
+         plan.model.latent_side(plan.settings.pixel_width())}};
+    const std::string expected = "a safetensors file whose tensor \"latent\" has shape " +
+                                 want.shape_str() + " (latent channels, height, width of " +
+                                 plan.model.name + " at this size)";
+    std::string found;
+    try {
+      const dit::SafetensorsFile f(*plan.initial_latent);
+      const dit::SafetensorsEntry* e = f.find("latent");
+      if (e == nullptr)
+        found = plan.initial_latent->string() + " without a tensor \"latent\"";
+      else if (e->shape != want.shape)
+        found = plan.initial_latent->string() + " whose \"latent\" has shape " +
+                dit::TensorSpec{"latent", e->shape}.shape_str();
+    } catch (const InputError& e) {
+      found = e.what();
+    }
+    if (!found.empty())
+      throw ConfigError(cfg.where("run.initial_latent"), "run.initial_latent", expected, found);
+  }
 }
 
 }  // namespace
@@ -189,19 +242,30 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
 
   dit::RunSettings& s = plan.settings;
   // run.resolution is the square shorthand; run.height and run.width (together) a rectangle.
+  // A height or width from the command line (--height, --width, --set) replaces the file's
+  // resolution, which gives the side not named.
+  const bool sides_replace_file = (cfg.is_override("run.height") || cfg.is_override("run.width")) &&
+                                  cfg.has("run.resolution") && !cfg.is_override("run.resolution");
   if (cfg.has("run.height") || cfg.has("run.width")) {
-    if (cfg.has("run.resolution"))
+    int file_side = 0;
+    if (sides_replace_file) {
+      const std::optional<std::int64_t> v =
+          cfg.table().at_path("run.resolution").value_exact<std::int64_t>();
+      cfg.mark_used("run.resolution");  // read, and left out of the effective config
+      file_side = static_cast<int>(std::clamp<std::int64_t>(v.value_or(0), 0, 1 << 16));
+    } else if (cfg.has("run.resolution")) {
       throw ConfigError(
           cfg.where("run.resolution"), "run.resolution",
           "either run.resolution (a square) or run.height and run.width, not both",
           "run.resolution and " + std::string(cfg.has("run.height") ? "run.height" : "run.width"));
+    }
     for (const char* key : {"run.height", "run.width"})
-      if (!cfg.has(key))
+      if (!cfg.has(key) && file_side == 0)
         throw ConfigError(
             cfg.where(key), key, "run.height and run.width together",
             std::string("only ") + (std::string(key) == "run.height" ? "run.width" : "run.height"));
-    s.height = static_cast<int>(cfg.get_int("run.height", 0, 16, 1 << 16));
-    s.width = static_cast<int>(cfg.get_int("run.width", 0, 16, 1 << 16));
+    s.height = static_cast<int>(cfg.get_int("run.height", file_side, 16, 1 << 16));
+    s.width = static_cast<int>(cfg.get_int("run.width", file_side, 16, 1 << 16));
     s.resolution = s.height == s.width ? s.height : 0;
   } else {
     s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
@@ -224,6 +288,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   }
   read_strategy_options(cfg, s.strategy_options);
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
+  if (s.cfg_scale < 0)  // -1: the model's own scale, which the resolved config names
+    cfg.set_effective("run.cfg_scale", toml::value<double>(plan.model.cfg_scale));
   // CFG-parallel: the conditional and unconditional passes on two halves of the ranks.
   s.cfg_degree = static_cast<int>(cfg.get_int("parallel.cfg_degree", 1, 1, 2));
   if (s.cfg_degree == 2) {
@@ -249,9 +315,20 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                         "2");
   }
   const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
+  // A model with class labels has classes 0 .. num_classes - 1 (num_classes is its null class);
+  // a model without them is conditioned on seeded text embeddings and ignores the key.
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
-  if (cfg.has("run.weights")) plan.weights_file = file_key(cfg, "run.weights");
-  if (cfg.has("run.initial_latent")) plan.initial_latent = file_key(cfg, "run.initial_latent");
+  if (plan.model.num_classes > 0 && s.class_label >= plan.model.num_classes)
+    throw ConfigError(cfg.where("run.class_label"), "run.class_label",
+                      "a class of " + plan.model.name + " (0 to " +
+                          std::to_string(plan.model.num_classes - 1) + ")",
+                      std::to_string(s.class_label) + " (out of range)");
+  if (cfg.has("run.weights"))
+    plan.weights_file =
+        file_key(cfg, "run.weights", "a safetensors checkpoint of " + plan.model.name);
+  if (cfg.has("run.initial_latent"))
+    plan.initial_latent =
+        file_key(cfg, "run.initial_latent", "a safetensors file with a tensor \"latent\"");
   plan.save_latent = cfg.get_bool("run.save_latent", false);
   plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
@@ -289,14 +366,21 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   }
   plan.mpi_progress_floor_s = cfg.get_double("mpi.progress_floor_s", 30, 0.1, 1e6);
   plan.mpi_progress_multiple = cfg.get_double("mpi.progress_multiple", 10, 1, 1e6);
-  if (cfg.has("emulator.memory_limit")) {
+  // "available" (the default): MemAvailable of /proc/meminfo when the run starts.
+  const bool available =
+      !cfg.has("emulator.memory_limit") ||
+      cfg.table().at_path("emulator.memory_limit").value_exact<std::string>() == "available";
+  if (!available) {
     const std::int64_t limit = cfg.get_bytes("emulator.memory_limit", 0);
     if (limit > 0) plan.memory_limit_bytes = limit;  // 0: no limit
     plan.memory_limit_source = cfg.where("emulator.memory_limit");
   } else {
-    cfg.get_bytes("emulator.memory_limit", 0);  // a known key
+    cfg.mark_used("emulator.memory_limit");
+    cfg.set_effective("emulator.memory_limit", toml::value<std::string>("available"));
     plan.memory_limit_bytes = available_memory_bytes();
-    plan.memory_limit_source = "default: MemAvailable of /proc/meminfo";
+    plan.memory_limit_source = cfg.has("emulator.memory_limit")
+                                   ? cfg.where("emulator.memory_limit")
+                                   : std::string("default: MemAvailable of /proc/meminfo");
   }
 
   // Consistency between sections.
@@ -351,6 +435,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
       if (heads_divide && plan.model.heads % u != 0) continue;
       list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
               " --ring-degree " + std::to_string(ring);
+      if (ring > 1 && s.strategy != "usp" && s.strategy != "flat")
+        list += " --set run.strategy=usp";  // only flat gives way to usp by itself
     }
     return list;
   };
@@ -383,13 +469,19 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                         "a ring over whole outer levels of the topology: one of " + sizes,
                         std::to_string(ring));
     }
+    // A ring degree above 1 is Ulysses x Ring: usp. It replaces plain Ulysses (flat, named by
+    // the file or the default); a strategy named on the command line, or another one, stays
+    // and is refused.
+    const bool replaces_flat =
+        s.strategy == "flat" && !(cfg.has("run.strategy") && cfg.is_override("run.strategy"));
     if (ring > 1 && s.strategy != "usp") {
-      if (cfg.has("run.strategy"))
+      if (cfg.has("run.strategy") && !replaces_flat)
         throw ConfigError(
             cfg.where("parallel.ring_degree"), "parallel.ring_degree",
             "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the usp strategy)",
             std::to_string(ring));
       s.strategy = "usp";
+      cfg.set_effective("run.strategy", toml::value<std::string>("usp"));
     }
     // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
     const bool levels_agree =
@@ -478,6 +570,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                         "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
   }
   cfg.check_no_unknown_keys();
+  check_input_files(plan);
   record_derived_values(plan, ulysses_degree);
   return plan;
 }
@@ -525,10 +618,12 @@ FaultSpec parse_fault(const std::string& spec, const RunPlan& plan) {
   if (f.rank >= plan.ranks())
     throw ConfigError("--inject-fault: rank " + std::to_string(f.rank) +
                       " does not exist; the run has " + std::to_string(plan.ranks()) + " ranks");
-  if (f.step >= plan.settings.steps)
+  // Steps count from 1, as the progress line ("step 1/20") counts them.
+  if (f.step < 1 || f.step > plan.settings.steps)
     throw ConfigError("--inject-fault: step " + std::to_string(f.step) +
                       " does not exist; the run has " + std::to_string(plan.settings.steps) +
-                      " steps (0 to " + std::to_string(plan.settings.steps - 1) + ")");
+                      " steps (1 to " + std::to_string(plan.settings.steps) +
+                      ", counted as the progress line counts them)");
   return f;
 }
 
@@ -547,14 +642,16 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
                      step + 1 == steps ? "\n" : "");
       std::fflush(stderr);
     }
-    if (fault && fault->rank == rank && fault->step == step && fault->hang) {
+    // `step` counts from 0; the fault's step, as progress shows it, from 1.
+    const bool faulty = fault && fault->rank == rank && fault->step == step + 1;
+    if (faulty && fault->hang) {
       std::fprintf(stderr,
                    "cocodiff: rank %d: injected hang at step %d (--inject-fault kind=hang)\n", rank,
-                   step);
+                   step + 1);
       std::fflush(stderr);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));  // a stopped rank
     }
-    if (fault && fault->rank == rank && fault->step == step) throw InjectedFault(rank, step);
+    if (faulty) throw InjectedFault(rank, step + 1);
   };
 }
 

@@ -27,7 +27,8 @@ namespace cocodiff::apps {
 /// (compiled in); the source tree's (compiled in, for the build tree).
 std::filesystem::path config_dir();
 
-/// `--inject-fault rank=R,step=S`: rank R throws at the start of denoising step S.
+/// `--inject-fault rank=R,step=S`: rank R throws at the start of denoising step S (1 to the
+/// run's steps, as the progress line counts them).
 struct FaultSpec {
   int rank = 0;
   int step = 0;
@@ -62,6 +63,9 @@ struct RunPlan {
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
   int batch_size = 1;  // run.batch_size: images per run, image i seeded with run.seed + i
+  // The xDiT degrees the run resolved to: ulysses x ring x settings.cfg_degree = ranks.
+  int ulysses_degree = 1;
+  int ring_degree = 1;
   std::optional<FaultSpec> fault;  // --inject-fault
   bool progress = false;           // "step i/N" on stderr (rank 0)
   // How progress is shown: false rewrites one line with \r (a terminal); true prints one line

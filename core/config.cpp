@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -272,7 +273,40 @@ const toml::node* Config::find(std::string_view key) const {
   return v.node();
 }
 
-bool Config::has(std::string_view key) const { return find(key) != nullptr; }
+bool Config::has(std::string_view key) const {
+  if (known_.find(key) == known_.end()) known_.insert(std::string(key));
+  return find(key) != nullptr;
+}
+
+std::vector<std::filesystem::path> Config::path_candidates(
+    std::string_view key, const std::filesystem::path& fallback_dir) const {
+  namespace fs = std::filesystem;
+  const fs::path value(require_string(key));
+  if (value.is_absolute()) return {value};
+  std::error_code ec;
+  const fs::path first = is_override(key) ? fs::current_path(ec) / value : dir_ / value;
+  std::vector<fs::path> out = {first.lexically_normal()};
+  const fs::path second = (fallback_dir / value).lexically_normal();
+  if (!fallback_dir.empty() && second != out.front()) out.push_back(second);
+  return out;
+}
+
+std::filesystem::path Config::require_path(std::string_view key,
+                                           const std::filesystem::path& fallback_dir,
+                                           std::string_view expected) const {
+  const std::vector<std::filesystem::path> places = path_candidates(key, fallback_dir);
+  std::error_code ec;
+  for (const std::filesystem::path& p : places)
+    if (std::filesystem::exists(p, ec)) return p;
+  std::string found = "\"" + require_string(key) + "\": no such file (looked for ";
+  for (size_t i = 0; i < places.size(); ++i)
+    found += (i == 0 ? "" : i + 1 == places.size() ? " and " : ", ") + places[i].string();
+  found += is_override(key) ? "; a --set path is relative to the working directory, then to the "
+                              "presets' directory)"
+                            : "; a path in a config is relative to its file, then to the "
+                              "presets' directory)";
+  throw ConfigError(where(key), key, expected, found);
+}
 
 std::string Config::where(std::string_view key) const {
   if (overridden_.count(key) > 0) return "--set " + std::string(key);
@@ -611,10 +645,76 @@ void Config::adopt_effective(std::string_view prefix, const Config& layer) const
   walk(layer.effective_, std::string(prefix));
 }
 
+namespace {
+
+// The shortest decimal that reads back as exactly `v` ("0.6", not "0.59999999999999998"), with a
+// decimal point or exponent so that TOML reads a float.
+std::string shortest_float(double v) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+    if (std::strtod(buf, nullptr) == v) break;
+  }
+  std::string s = buf;
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // n: inf, nan
+  return s;
+}
+
+// TOML text with every float written shortest (see shortest_float); strings, comments and table
+// headers are copied as they are.
+std::string shorten_floats(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto word_char = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '_' || c == '.' || c == '-';
+  };
+  for (size_t i = 0; i < text.size();) {
+    const char c = text[i];
+    if (c == '"' || c == '\'') {  // a string: to its closing quote
+      size_t j = i + 1;
+      while (j < text.size() && text[j] != c) j += (c == '"' && text[j] == '\\') ? 2 : 1;
+      j = std::min(j + 1, text.size());
+      out.append(text, i, j - i);
+      i = j;
+      continue;
+    }
+    if (c == '#' || (c == '[' && (i == 0 || text[i - 1] == '\n'))) {  // a comment or a header
+      const size_t j = std::min(text.find('\n', i), text.size());
+      out.append(text, i, j - i);
+      i = j;
+      continue;
+    }
+    const bool starts_number = (std::isdigit(static_cast<unsigned char>(c)) != 0 ||
+                                ((c == '-' || c == '+') && i + 1 < text.size() &&
+                                 std::isdigit(static_cast<unsigned char>(text[i + 1])) != 0)) &&
+                               (i == 0 || !word_char(text[i - 1]));
+    if (!starts_number) {
+      out += c;
+      ++i;
+      continue;
+    }
+    size_t j = i + 1;
+    while (j < text.size() && (word_char(text[j]) || text[j] == '+')) ++j;
+    const std::string token = text.substr(i, j - i);
+    const bool is_float = token.find_first_of(".eE") != std::string::npos &&
+                          token.find_first_of(":T") == std::string::npos;  // not a date
+    char* end = nullptr;
+    const double v = is_float ? std::strtod(token.c_str(), &end) : 0;
+    if (is_float && end == token.c_str() + token.size())
+      out += shortest_float(v);
+    else
+      out += token;
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string Config::dump_effective() const {
   std::ostringstream os;
   os << effective_;
-  return os.str();
+  return shorten_floats(os.str());
 }
 
 std::string Config::dump() const {

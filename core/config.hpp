@@ -40,7 +40,21 @@ class Config {
   /// Copies every key of `preset` under `section` that is not already set here.
   void merge_under(std::string_view section, const Config& preset);
 
+  /// Whether the key is present. A key a reader asks about is a key users may set: it counts
+  /// among the known keys (did-you-mean hints, the known keys of a section).
   bool has(std::string_view key) const;
+  /// Whether the key's value came from set() (--set) rather than the file.
+  bool is_override(std::string_view key) const { return overridden_.count(key) > 0; }
+  /// The places a relative path in key's (string) value is looked for, in order: the working
+  /// directory when the value came from --set, else the config file's directory; then
+  /// `fallback_dir` (the presets' directory). An absolute path is its one place.
+  std::vector<std::filesystem::path> path_candidates(
+      std::string_view key, const std::filesystem::path& fallback_dir) const;
+  /// The first of path_candidates that exists; ConfigError naming the file, line and key,
+  /// `expected` (what the file is) and every place looked otherwise.
+  std::filesystem::path require_path(std::string_view key,
+                                     const std::filesystem::path& fallback_dir,
+                                     std::string_view expected) const;
   /// "file:line" of a key ("--set" for overrides), or the file alone when the key is absent.
   std::string where(std::string_view key) const;
   const std::string& source() const { return source_; }

@@ -300,6 +300,72 @@ std::string CheckpointCheck::describe() const {
   return s;
 }
 
+namespace {
+// A tensor name's module with every run of digits as '*' and its last two parts as '*'
+// ("transformer_blocks.3.attn.to_q.weight" -> "transformer_blocks.*.attn.*"): the tensors of one
+// module, over every block of a kind, share a pattern.
+std::string name_pattern(const std::string& name) {
+  std::string p;
+  for (size_t i = 0; i < name.size(); ++i) {
+    if (std::isdigit(static_cast<unsigned char>(name[i])) == 0) {
+      p += name[i];
+      continue;
+    }
+    p += '*';
+    while (i + 1 < name.size() && std::isdigit(static_cast<unsigned char>(name[i + 1])) != 0) ++i;
+  }
+  const size_t last = p.rfind('.');
+  const size_t second =
+      last == std::string::npos || last == 0 ? std::string::npos : p.rfind('.', last - 1);
+  if (second != std::string::npos && second > 0) p = p.substr(0, second) + ".*";
+  return p;
+}
+
+// "pattern (xN)" for each distinct pattern of `names`, in first-seen order, at most `max`.
+std::string grouped(const std::vector<std::string>& names, std::size_t max) {
+  struct Group {
+    std::string pattern, first;
+    std::size_t count;
+  };
+  std::vector<Group> groups;
+  for (const std::string& n : names) {
+    const std::string p = name_pattern(n);
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const Group& g) { return g.pattern == p; });
+    if (it == groups.end())
+      groups.push_back({p, n, 1});
+    else
+      ++it->count;
+  }
+  std::string s;
+  for (std::size_t i = 0; i < groups.size() && i < max; ++i) {
+    const Group& g = groups[i];
+    s += (i ? ", " : "") + ("'" + (g.count > 1 ? g.pattern : g.first) + "'") +
+         (g.count > 1 ? " (x" + std::to_string(g.count) + ")" : "");
+  }
+  if (groups.size() > max) s += ", and " + std::to_string(groups.size() - max) + " more pattern(s)";
+  return s;
+}
+}  // namespace
+
+std::string CheckpointCheck::summary(std::size_t max_patterns) const {
+  std::string s = std::to_string(missing.size()) + " missing and " +
+                  std::to_string(wrong_shape.size()) + " mis-shaped tensor(s)";
+  if (!missing.empty()) {
+    std::vector<std::string> names;
+    for (const TensorSpec& t : missing) names.push_back(t.name);
+    s += "; missing: " + grouped(names, max_patterns);
+  }
+  if (!wrong_shape.empty()) {
+    s += "; mis-shaped: ";
+    for (std::size_t i = 0; i < wrong_shape.size() && i < max_patterns; ++i)
+      s += (i ? ", " : "") + wrong_shape[i];
+    if (wrong_shape.size() > max_patterns)
+      s += ", and " + std::to_string(wrong_shape.size() - max_patterns) + " more";
+  }
+  return s;
+}
+
 CheckpointCheck check_checkpoint(const SafetensorsCheckpoint& ckpt,
                                  const std::vector<TensorSpec>& specs) {
   CheckpointCheck c;
@@ -324,16 +390,9 @@ std::shared_ptr<const Weights> load_safetensors_weights(const std::filesystem::p
                                                         const std::vector<TensorSpec>& specs) {
   const SafetensorsCheckpoint f(path);
   const CheckpointCheck c = check_checkpoint(f, specs);
-  if (!c.ok()) {
-    std::string what = std::to_string(c.missing.size()) + " missing and " +
-                       std::to_string(c.wrong_shape.size()) +
-                       " mis-shaped tensor(s) (`cocodiff weights MODEL` lists what the model "
-                       "expects):";
-    for (const TensorSpec& t : c.missing)
-      what += "\n  missing tensor '" + t.name + "' (the model expects shape " + t.shape_str() + ")";
-    for (const std::string& w : c.wrong_shape) what += "\n  tensor " + w;
-    bad(path, what);
-  }
+  if (!c.ok())
+    bad(path,
+        c.summary() + " (`cocodiff weights MODEL --check FILE` lists every one with its shape)");
   auto w = std::make_shared<Weights>(false);
   for (const TensorSpec& s : specs) w->add(s, f.read(s.name));
   return w;

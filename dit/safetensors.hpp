@@ -77,6 +77,10 @@ struct CheckpointCheck {
   bool ok() const { return missing.empty() && wrong_shape.empty(); }
   /// Every problem, one per line ("missing ...", "wrong shape ...", "extra ...").
   std::string describe() const;
+  /// The problems in a few lines: counts, then missing tensors grouped by module (block indices
+  /// and the last two name parts as '*': "transformer_blocks.*.attn.* (x152)"), each pattern once,
+  /// at most `max_patterns` of them, then the mis-shaped ones, likewise.
+  std::string summary(std::size_t max_patterns = 8) const;
 };
 /// Compares a checkpoint's tensors with `specs` (all problems at once, no tensor data read).
 CheckpointCheck check_checkpoint(const SafetensorsCheckpoint& ckpt,

@@ -320,6 +320,36 @@ TimelineBins bin_timeline(const RunResult& result, const Topology& topo,
   return b;
 }
 
+std::vector<TimelineLabel> timeline_labels(const RunResult& result, SimTime begin, SimTime end,
+                                           int width_px, std::vector<std::string>* names) {
+  std::vector<TimelineLabel> labels;
+  if (end <= begin) return labels;
+  const double px_per_ns = width_px / static_cast<double>((end - begin).ns());
+  constexpr double kCharPx = 6.5;  // sans 7 pt, about
+  std::vector<const TraceEvent*> spans;
+  for (const TraceEvent& e : result.trace)
+    if (e.rank == 0 && e.kind != TraceEvent::Kind::kWait && e.end > begin && e.start < end)
+      spans.push_back(&e);
+  std::stable_sort(spans.begin(), spans.end(),
+                   [](const TraceEvent* a, const TraceEvent* b) { return a->start < b->start; });
+  std::array<double, 2> row_free_px = {-1e300, -1e300};  // compute row, transfer row
+  for (const TraceEvent* e : spans) {
+    const std::string& text = result.labels.at(e->label);
+    if (names != nullptr && std::find(names->begin(), names->end(), text) == names->end())
+      names->push_back(text);
+    const SimTime s = std::max(e->start, begin), t = std::min(e->end, end);
+    const double x0 = static_cast<double>((s - begin).ns()) * px_per_ns;
+    const double x1 = static_cast<double>((t - begin).ns()) * px_per_ns;
+    const double need = kCharPx * static_cast<double>(text.size()) + 4;
+    const bool send = e->kind == TraceEvent::Kind::kFlow;
+    double& free_px = row_free_px[send ? 1 : 0];
+    if (x1 - x0 < need || x0 < free_px) continue;
+    labels.push_back({s + SimTime::from_ns((t - s).ns() / 2), 0, send, text});
+    free_px = x1;
+  }
+  return labels;
+}
+
 std::filesystem::path find_gnuplot() {
   if (const char* env = std::getenv("COCODIFF_GNUPLOT"); env != nullptr) {
     std::filesystem::path p(env);
@@ -438,6 +468,18 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     keys += ", keyentry with boxes lc rgb '" + hex(kTier[static_cast<size_t>(t) % kTier.size()]) +
             "' title " + quote("send: " + topo.tier_name(t));
   keys += ", keyentry with boxes lc rgb '" + hex(kIdle) + "' title 'idle'";
+  std::vector<std::string> zoom_names;
+  const std::vector<TimelineLabel> zoom_labels =
+      zoom ? timeline_labels(result, z0, z1, static_cast<int>(layout.width_px - kLeftPx - kRightPx),
+                             &zoom_names)
+           : std::vector<TimelineLabel>();
+  if (zoom) {
+    std::string list;
+    for (size_t k = 0; k < zoom_names.size() && list.size() < 160; ++k)
+      list += (k ? ", " : "") + zoom_names[k];
+    if (list.size() >= 160) list += ", ...";
+    panels[1].title += "; " + layout.lane_names.front() + "'s operations: " + list;
+  }
   for (size_t i = 0; i < panels.size(); ++i) {
     const Panel& p = panels[i];
     const double top = kHeaderPx + static_cast<double>(i) * panel_px + 22;
@@ -456,6 +498,12 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     else
       s << "unset object 1\n";
     if (i > 0) s << "unset key\nunset label 1\nunset label 2\n";
+    if (i > 0)  // the first tile's operations, named where they are wide enough
+      for (size_t k = 0; k < zoom_labels.size(); ++k)
+        s << "set label " << 10 + k << " " << quote(zoom_labels[k].text) << " at "
+          << fmt(zoom_labels[k].at.seconds() * 1e3) << ", "
+          << fmt(zoom_labels[k].lane + (zoom_labels[k].send ? 0.6 : 0.2))
+          << " center front font 'sans,7' tc rgb '#FFFFFF'\n";
     s << "plot " << quote((tmp.path() / p.file).string()) << " binary array=(" << bins << ","
       << layout.lanes * kRowsPerLane << ") format='%uchar%uchar%uchar' dx=" << fmt(dx)
       << " dy=" << fmt(1.0 / kRowsPerLane) << " origin=(" << fmt(x0 + dx / 2) << ","

@@ -10,7 +10,8 @@
 // exposed communication = waits) and the transfers the lane sends, coloured by topology tier.
 // A bin's colour mixes the categories by the share of the bin they occupy (white = idle), so
 // overlap (a transfer under compute) and the phases of a hierarchical all-to-all (one tier after
-// another) are visible at a glance. A second panel zooms into a short window of the run.
+// another) are visible at a glance. A second panel zooms into a short window of the run and
+// names the first tile's operations there.
 
 #include <filesystem>
 #include <string>
@@ -54,6 +55,21 @@ struct TimelineBins {
 /// count once per tier (their union), so a share is the fraction of the bin a tier was busy.
 TimelineBins bin_timeline(const RunResult& result, const Topology& topo,
                           const TimelineLayout& layout, SimTime begin, SimTime end, int bins);
+
+/// A name written over an operation in the zoom panel.
+struct TimelineLabel {
+  SimTime at;         // the middle of the operation
+  int lane = 0;       // lane 0: the first tile's
+  bool send = false;  // on the lane's transfer row, else on its compute row
+  std::string text;   // the operation's label
+};
+
+/// The operations of the first tile in [begin, end) wide enough at `width_px` pixels for the
+/// window to carry their name (compute spans on the compute row, sends on the transfer row),
+/// none overlapping another on its row; and, in `names`, every distinct operation name of the
+/// first tile in the window in order of first appearance.
+std::vector<TimelineLabel> timeline_labels(const RunResult& result, SimTime begin, SimTime end,
+                                           int width_px, std::vector<std::string>* names);
 
 /// Path of the gnuplot executable: $COCODIFF_GNUPLOT if set, else `gnuplot` on PATH; empty
 /// when none is found.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets up (Debian packages), builds the cocodiff program and runs the quickstart: a picture
 # (an ankle boot) from the trained flux1-fmnist model with real math on 2 emulated Aurora nodes
-# (24 tiles). Outputs: out/quickstart/image.png, report.json, trace.json, timeline.png.
+# (24 tiles). Outputs: out/quickstart/image.png, preview.png, report.json, trace.json,
+# timeline.png.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -1,7 +1,7 @@
-// The same run on both backends: the quickstart model (real math) on P ranks of one Aurora node,
-// under `mpirun -np P cocodiff run --backend mpi` and on the emulator, repeated and reduced to
-// medians. Prints wall times (the mpirun process, MPI's sampling phase, the emulator run), the
-// emulator's virtual time, and checks that both backends report the same output_sha256.
+// The same run on both backends: flux1-tiny (random weights, real math) on P ranks of one
+// Aurora node, under `mpirun -np P cocodiff run --backend mpi` and on the emulator, repeated and
+// reduced to medians. Prints wall times (the mpirun process, MPI's sampling phase, the emulator
+// run), the emulator's virtual time, and checks that both backends report the same output_sha256.
 // Writes <out>/mpi_vs_emulator.{csv,json,png}.
 //
 //   mpi_vs_emulator [--out DIR] [--smoke] [--workers W] [--ranks 2,4,8] [--repeats 3]
@@ -179,7 +179,7 @@ int main_impl(int argc, char** argv) {
              "(config, weights and sampling, without process start); mpirun process s includes "
              "mpirun's start-up; mpi sampling s is the denoising loop alone"}});
   plot(a, "mpi_vs_emulator", dat,
-       fmt("set title 'quickstart model, real math, one node: wall time of the same run "
+       fmt("set title 'flux1-tiny, real math, one node: wall time of the same run "
            "(%d-core host, medians of %d)'\n",
            static_cast<int>(cores), o.repeats) +
            "set style data histogram\nset style histogram cluster gap 1\n"

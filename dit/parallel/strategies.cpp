@@ -65,6 +65,16 @@ Parsed parse(const std::string& name) {
 
 }  // namespace
 
+std::vector<std::string> attention_strategy_features(const std::string& name) {
+  const Parsed p = parse(name);
+  if (!p.ok) return {};
+  std::vector<std::string> f = {p.flat ? "flat" : "tapa"};
+  if (p.features.v_first) f.emplace_back("v_first");
+  if (p.features.chunks > 1) f.emplace_back("pipeline");
+  if (p.features.v_major) f.emplace_back("v_major");
+  return f;
+}
+
 void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy) {
   const bool well_formed =
       !name.empty() && name.find_first_not_of(

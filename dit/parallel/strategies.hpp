@@ -61,6 +61,11 @@ std::vector<std::string> attention_strategy_names(const StrategyRegistry* user =
 std::string attention_strategy_error(const std::string& name,
                                      const StrategyRegistry* user = nullptr);
 
+/// The mechanisms a built-in Ulysses strategy or composition combines, in the order flat|tapa,
+/// v_first, pipeline, v_major ("cocodiff" -> tapa, v_first, pipeline, v_major); empty for one
+/// that is not such a combination (serial, usp, a user's, an invalid name).
+std::vector<std::string> attention_strategy_features(const std::string& name);
+
 /// True for strategies that change the output (v_major with a threshold above 0, or a user
 /// strategy registered as lossy).
 bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options,

@@ -43,7 +43,8 @@ class CheckpointCli : public ::testing::Test {
     return p;
   }
 
-  // Runs flux1-tiny with real math and `key` = `file`; expects exit 2 naming every piece.
+  // Runs flux1-tiny with real math and `key` = `file`; expects exit 2 naming the config file,
+  // the key's line, the key, the file and every piece, and `validate` to refuse it the same way.
   void expect_rejected(const std::string& key, const fs::path& file,
                        const std::vector<std::string>& pieces) {
     const fs::path cfg = dir_ / "run.toml";
@@ -55,9 +56,14 @@ class CheckpointCli : public ::testing::Test {
     const ChildResult r =
         run_cocodiff({"run", cfg.string(), "--out", out.string(), "-q"}, dir_ / "log");
     EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_EQ(r.err.rfind("cocodiff: error: " + file.string() + ": ", 0), 0u) << r.err;
+    EXPECT_EQ(r.err.rfind("cocodiff: error: " + cfg.string() + ":7: key '" + key + "': ", 0), 0u)
+        << r.err;
+    EXPECT_NE(r.err.find(file.string()), std::string::npos) << r.err;
     for (const std::string& p : pieces) EXPECT_NE(r.err.find(p), std::string::npos) << p;
     EXPECT_FALSE(fs::exists(out) && !fs::is_empty(out)) << "outputs left in " << out;
+    const ChildResult v = run_cocodiff({"validate", cfg.string()}, dir_ / "vlog");
+    EXPECT_EQ(v.exit_code, 2) << v.out;
+    EXPECT_EQ(v.err, r.err);
   }
 
   fs::path dir_;
@@ -94,7 +100,9 @@ TEST_F(CheckpointCli, MissingTensorNamesTheExpectedShape) {
   const Tensor t = Tensor::from(m);
   const fs::path p = dir_ / "w.safetensors";
   dit::write_safetensors(p, {{"unrelated", {4}, &t}});
-  expect_rejected("run.weights", p, {"missing tensor '", "(the model expects shape ["});
+  expect_rejected(
+      "run.weights", p,
+      {"missing and 0 mis-shaped tensor(s); missing: '", "`cocodiff weights flux1-tiny`"});
 }
 
 TEST_F(CheckpointCli, InitialLatentWithoutTheLatentTensor) {
@@ -102,7 +110,7 @@ TEST_F(CheckpointCli, InitialLatentWithoutTheLatentTensor) {
   const Tensor t = Tensor::from(m);
   const fs::path p = dir_ / "latent.safetensors";
   dit::write_safetensors(p, {{"not_latent", {4}, &t}});
-  expect_rejected("run.initial_latent", p, {"no tensor 'latent'"});
+  expect_rejected("run.initial_latent", p, {"without a tensor \"latent\""});
 }
 
 TEST_F(CheckpointCli, InitialLatentOfTheWrongShape) {
@@ -112,7 +120,7 @@ TEST_F(CheckpointCli, InitialLatentOfTheWrongShape) {
   dit::write_safetensors(p, {{"latent", {2, 4, 4}, &t}});
   expect_rejected(
       "run.initial_latent", p,
-      {"tensor \"latent\" has shape [2, 4, 4], run.initial_latent wants [", "flux1-tiny at 64 px"});
+      {"whose \"latent\" has shape [2, 4, 4]", "tensor \"latent\" has shape [", "of flux1-tiny"});
 }
 
 // run.save_latent writes the final latent; run.initial_latent starts a run from a saved one.
@@ -144,8 +152,13 @@ TEST_F(CheckpointCli, SavedLatentStartsAnotherRun) {
   EXPECT_NE(sha(ra), sha(rb));
 }
 
+// A file that is not there: the error names both places looked (beside the config, then the
+// presets' directory).
 TEST_F(CheckpointCli, MissingWeightsFile) {
-  expect_rejected("run.weights", dir_ / "nope.safetensors", {"cannot read checkpoint"});
+  expect_rejected("run.weights", dir_ / "nope.safetensors",
+                  {"no such file (looked for " + (dir_ / "nope.safetensors").string() + " and ",
+                   "configs/nope.safetensors; a path in a config is relative to its file, then "
+                   "to the presets' directory)"});
 }
 
 // `weights --check` on a flux1-tiny checkpoint missing three tensors names all three at once,

@@ -10,7 +10,9 @@
 #include <fstream>
 #include <iterator>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/apps/subprocess.hpp"
@@ -243,13 +245,30 @@ TEST_F(Cli, ParallelDegrees) {
       run({"validate", smoke, "--ulysses-degree", "3", "--ring-degree", "2"}),
       {"parallel.ulysses_degree", "ulysses 3 x ring 2 = 6", "product is the cluster's 4 ranks"});
   expect_user_error(run({"validate", smoke, "--ring-degree", "3"}), {"parallel.ring_degree"});
-  // mpi-smoke names run.strategy = "flat": a ring needs usp, and says so.
-  expect_user_error(run({"validate", smoke, "--ulysses-degree", "2", "--ring-degree", "2"}),
+  // mpi-smoke names run.strategy = "flat": a ring degree makes it Ulysses x Ring (usp), in
+  // xDiT's spelling too; a strategy named on the command line beside a ring is refused.
+  for (const auto& [u, r] :
+       {std::pair<std::string, std::string>{"--ulysses-degree", "--ring-degree"},
+        {"--ulysses_degree", "--ring_degree"}}) {
+    const ChildResult ring = run({"validate", smoke, u, "2", r, "2"});
+    EXPECT_EQ(ring.exit_code, 0) << ring.err;
+    EXPECT_NE(ring.out.find("strategy usp"), std::string::npos) << ring.out;
+  }
+  expect_user_error(run({"validate", smoke, "--ring_degree", "2", "--set", "run.strategy=tapa"}),
                     {"ring attention runs in the usp strategy"});
   const ChildResult ok = run({"validate", smoke, "--ulysses-degree", "2", "--ring-degree", "2",
                               "--set", "run.strategy=usp"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
   EXPECT_NE(ok.out.find("strategy usp"), std::string::npos) << ok.out;
+  // report.json records the degrees.
+  const fs::path out = dir_ / "ring";
+  const ChildResult ran = run({"run", smoke, "--ring_degree", "2", "--num_inference_steps", "1",
+                               "--set", "run.math=skip", "--out", out.string(), "-q"});
+  ASSERT_EQ(ran.exit_code, 0) << ran.err;
+  const std::string report = read_text(out / "report.json");
+  for (const char* field : {"\"ulysses_degree\": 2", "\"ring_degree\": 2", "\"cfg_degree\": 1",
+                            "\"strategy\": \"usp\"", "\"steps\": 1"})
+    EXPECT_NE(report.find(field), std::string::npos) << field << "\n" << report;
   expect_user_error(run({"validate", smoke, "--set", "model.heads=2"}),
                     {"Ulysses degree 4", "--ulysses-degree 2 --ring-degree 2"});
   const ChildResult uneven =
@@ -258,6 +277,67 @@ TEST_F(Cli, ParallelDegrees) {
   EXPECT_NE(uneven.out.find("ranks 2 to 3 of each group hold none and idle in attention"),
             std::string::npos)
       << uneven.out;
+}
+
+// diffusers' and xDiT's spellings: --height and --width (replacing the config's resolution, which
+// gives the side not named), --num_inference_steps, --seed.
+TEST_F(Cli, XdiTSpellingsOfSizeStepsAndSeed) {
+  const std::string smoke = std::string(COCODIFF_SOURCE_DIR) + "/configs/mpi-smoke.toml";
+  const ChildResult v = run({"validate", smoke, "--height", "64", "--width", "128",
+                             "--num_inference_steps", "3", "--seed", "11"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  EXPECT_NE(v.out.find("128 x 64 px (width x height)"), std::string::npos) << v.out;
+  EXPECT_NE(v.out.find("3 steps, seed 11"), std::string::npos) << v.out;
+  const ChildResult h = run({"validate", smoke, "--height", "64"});
+  EXPECT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_NE(h.out.find(" x 64 px (width x height)"), std::string::npos) << h.out;
+  // The dump holds height and width alone, and runs the same.
+  const ChildResult d = run({"validate", smoke, "--height", "64", "--width", "128", "--dump"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_EQ(d.out.find("\nresolution ="), std::string::npos) << d.out;
+  const fs::path dumped = write("dumped.toml", d.out);
+  const ChildResult again = run({"validate", dumped.string()});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+  EXPECT_NE(again.out.find("128 x 64 px (width x height)"), std::string::npos) << again.out;
+}
+
+// validate --dump writes each float as the shortest decimal that reads back exactly (0.6, not
+// 0.59999999999999998), and resolves defaults that are sentinels: run.cfg_scale is the model's
+// scale, emulator.memory_limit "available" (MemAvailable when the run starts), never -1 or 0.
+TEST_F(Cli, DumpWritesShortFloatsAndNoSentinels) {
+  const std::string quick = std::string(COCODIFF_SOURCE_DIR) + "/configs/quickstart.toml";
+  const ChildResult d = run({"validate", quick, "--dump", "--set", "v_major.threshold=0.6"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_NE(d.out.find("threshold = 0.6\n"), std::string::npos) << d.out;
+  EXPECT_FALSE(std::regex_search(d.out, std::regex("[0-9]\\.[0-9]{12,}"))) << d.out;
+  EXPECT_EQ(d.out.find("cfg_scale = -1"), std::string::npos) << d.out;
+  EXPECT_TRUE(std::regex_search(d.out, std::regex("\ncfg_scale = [0-9]"))) << d.out;
+  EXPECT_TRUE(std::regex_search(d.out, std::regex("memory_limit = .available.\n"))) << d.out;
+  const fs::path dumped = write("dumped.toml", d.out);
+  const ChildResult again = run({"validate", dumped.string()});
+  EXPECT_EQ(again.exit_code, 0) << again.err;
+}
+
+// Every key a run reads outside the model and cluster presets is documented in the top README
+// ("Config keys"), by its full name.
+TEST_F(Cli, EveryRunKeyIsDocumented) {
+  const std::string tiny = std::string(COCODIFF_SOURCE_DIR) + "/configs/flux1-tiny-24tiles.toml";
+  const ChildResult d = run({"validate", tiny, "--dump"});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  const std::string readme = read_text(std::string(COCODIFF_SOURCE_DIR) + "/README.md");
+  std::string section;
+  int keys = 0;
+  std::istringstream lines(d.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("[", 0) == 0) section = line.substr(1, line.find(']') - 1);
+    const size_t eq = line.find(" = ");
+    if (line.empty() || line[0] == '#' || line[0] == '[' || eq == std::string::npos) continue;
+    if (section.rfind("model", 0) == 0 || section.rfind("cluster", 0) == 0) continue;
+    const std::string key = section + "." + line.substr(0, eq);
+    ++keys;
+    EXPECT_NE(readme.find("`" + key + "`"), std::string::npos) << key << " is not in README.md";
+  }
+  EXPECT_GT(keys, 30);
 }
 
 // CFG-parallel (--cfg-degree 2): Ulysses x ring must then be half the rank count; a model with
@@ -320,6 +400,97 @@ TEST_F(Cli, TextShardingDegree) {
   std::ifstream in(out_ / "report.json");
   const std::string report((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_NE(report.find("\"shard_text\": true"), std::string::npos) << report;
+}
+
+// validate refuses everything run refuses before its first step, with the same message naming
+// the file, the line and the key: a class the model does not have, a weights file that is not
+// there, a checkpoint of another model, a misspelt key (with the key it resembles and the
+// section's keys, those read only when present included).
+TEST_F(Cli, ValidateRefusesWhatRunRefuses) {
+  const std::string quick = std::string(COCODIFF_SOURCE_DIR) + "/configs/quickstart.toml";
+  const std::string tiny = std::string(COCODIFF_SOURCE_DIR) + "/configs/flux1-tiny-24tiles.toml";
+  const fs::path copy = write("copy.toml", read_text(quick));  // weights found in the presets
+  const struct Case {
+    std::string config;
+    std::vector<std::string> sets;
+    std::vector<std::string> pieces;
+  } cases[] = {
+      {quick,
+       {"run.class_label=11"},
+       {"--set run.class_label: key 'run.class_label': expected a class of flux1-fmnist (0 to "
+        "9), found 11 (out of range)"}},
+      {copy.string(),
+       {"run.class_label=10"},
+       {"--set run.class_label: key 'run.class_label': expected a class of flux1-fmnist"}},
+      {quick,
+       {"run.weights=nope.safetensors"},
+       {"--set run.weights: key 'run.weights': expected a safetensors checkpoint of "
+        "flux1-fmnist",
+        "no such file (looked for "}},
+      {copy.string(),
+       {"model.preset=flux1-tiny", "run.resolution=64", "cluster.nodes=1"},
+       {copy.string() + ":12: key 'run.weights': expected a safetensors checkpoint of "
+                        "flux1-tiny",
+        "which does not fit: "}},
+      {tiny,
+       {"run.heigth=64"},
+       {"--set run.heigth: unknown key 'run.heigth'; did you mean 'run.height'?", "height, ",
+        "width", "inpaint_image", "inpaint_mask", "inpaint_rect"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> sets;
+    for (const std::string& kv : c.sets) sets.insert(sets.end(), {"--set", kv});
+    const ChildResult r = run_config(c.config, sets);
+    expect_user_error(r, c.pieces);
+    std::vector<std::string> v_args = {"validate", c.config};
+    v_args.insert(v_args.end(), sets.begin(), sets.end());
+    const ChildResult v = run(v_args);
+    EXPECT_EQ(v.exit_code, 2) << v.out;
+    EXPECT_EQ(v.err, r.err);
+  }
+}
+
+// Paths: in a file, relative to the file, then to the presets' directory (a config copied out
+// of configs/ still finds its weights); from --set, relative to the working directory, then to
+// the presets' directory; an error names both places looked.
+TEST_F(Cli, PathsResolveBesideTheFileOrTheWorkingDirectoryThenThePresets) {
+  const std::string quick = std::string(COCODIFF_SOURCE_DIR) + "/configs/quickstart.toml";
+  const fs::path cwd = dir_ / "cwd";
+  fs::create_directories(cwd / "pics");
+  const fs::path copy = write("copy.toml", read_text(quick));
+  fs::copy_file(std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/fmnist_test_sneaker.png",
+                cwd / "pics" / "known.png");
+  const auto validate = [&](const std::string& sets) {
+    const std::string cmd = "cd " + cwd.string() + " && " + COCODIFF_BIN + " validate " +
+                            copy.string() + " " + sets + " > " + (dir_ / "v.out").string() +
+                            " 2> " + (dir_ / "v.err").string();
+    const int status = std::system(cmd.c_str());
+    return std::make_pair(WEXITSTATUS(status), read_text(dir_ / "v.err"));
+  };
+  const auto [ok, ok_err] = validate("");
+  EXPECT_EQ(ok, 0) << ok_err;
+  // --set: the working directory's pics/known.png, not one beside the config.
+  const auto [inpaint, inpaint_err] =
+      validate("--set run.inpaint_image=pics/known.png --set run.inpaint_rect=[4,8,20,10]");
+  EXPECT_EQ(inpaint, 0) << inpaint_err;
+  // The same path in the file is beside the file: not there, and the error says where it looked.
+  std::string text = read_text(quick);
+  text.replace(
+      text.find("resolution = 28"), 15,
+      "resolution = 28\ninpaint_image = \"pics/known.png\"\ninpaint_rect = [4, 8, 20, 10]");
+  const fs::path in_file = write("in_file.toml", text);
+  const ChildResult r = run({"validate", in_file.string()});
+  expect_user_error(r, {in_file.string() + ":16: key 'run.inpaint_image'",
+                        "no such file (looked for " + (dir_ / "pics/known.png").string() + " and ",
+                        "configs/pics/known.png; a path in a config is relative to its file"});
+  const auto [missing, missing_err] = validate("--set run.weights=nope.safetensors");
+  EXPECT_EQ(missing, 2);
+  EXPECT_NE(missing_err.find("looked for " + (cwd / "nope.safetensors").string() + " and "),
+            std::string::npos)
+      << missing_err;
+  EXPECT_NE(missing_err.find("a --set path is relative to the working directory"),
+            std::string::npos)
+      << missing_err;
 }
 
 // `run` without --out writes into out/<config name>/ of the working directory, not into out/

@@ -56,6 +56,40 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
   fs::remove_all(dir);
 }
 
+// What V-Major did, per entry: the V bytes it saved and the fraction of blocks it sent. With
+// every block active (phantom_active_fraction = 1) it saves nothing and sends its block masks on
+// top: the table shows a negative saving, a note says so, and another says that v_major is
+// slower than tapa, one of its own mechanisms, alone.
+TEST(Compare, ShowsWhatVMajorSavedAndWhenAMechanismLoses) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_compare_vmajor_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "flux1-tiny-24tiles.toml";
+  const ChildResult r =
+      run_cocodiff({"compare", config.string(), "--strategies", "tapa,v_major", "--set",
+                    "run.math=skip", "--set", "run.steps=2", "--set", "v_major.warmup_steps=1",
+                    "--set", "v_major.phantom_active_fraction=1", "--out", (dir / "out").string()},
+                   dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("V_saved_GB  active"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("100.0%"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("note: v_major: V-Major at v_major.threshold = 0.02 saved nothing: it "
+                       "sent "),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find(" is slower than tapa alone ("), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("v_major cost more than they save here"), std::string::npos) << r.out;
+  // A lossless entry shows no V-Major figures.
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);) {
+    if (l.rfind("tapa ", 0) == 0) {
+      EXPECT_NE(l.find(" -       -"), std::string::npos) << l;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 // Progress through a pipe: every entry reports each of its steps on a line of its own, and no
 // line is rewritten with \r, so entries running side by side never run together.
 TEST(Compare, ProgressThroughAPipeIsOneLinePerStepOfEachEntry) {

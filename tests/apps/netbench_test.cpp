@@ -7,8 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "tests/apps/subprocess.hpp"
 
@@ -44,7 +50,7 @@ class Netbench : public ::testing::Test {
                                         "--max-bytes", b, "--json", json.string()},
                                        dir_);
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.out.find("busbw(GB/s)"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("#wrong"), std::string::npos) << r.out;
     const nlohmann::json j = nlohmann::json::parse(read_text(json));
     EXPECT_EQ(j["ranks"], kRanks);
     EXPECT_EQ(j["rows"].size(), 1u);
@@ -175,6 +181,90 @@ TEST_F(Netbench, ReduceScatterIsARingOfPMinusOneBlockShifts) {
     EXPECT_NEAR(row["busbw_gbytes_per_s"].get<double>(), algbw * (kRanks - 1) / kRanks, 1e-9);
   }
   EXPECT_NE(r.out.find("busbw = algbw x 0.875"), std::string::npos) << r.out;
+}
+
+// The table is nccl-tests' own: a parser of its format (rows of size, count, type, redop, root,
+// then time, algbw, busbw, #wrong out of place and in place; "#  Rank" header lines) reads every
+// row with the JSON's times, and `cocodiff calibrate` reads the printed output as nccl-tests
+// output. nccl-tests' flags: -g (ranks, as nodes), -n and -w (iterations: virtual time repeats,
+// so the mean is one call's time), -i (a step in bytes), -c (accepted).
+TEST_F(Netbench, OutputIsReadByAnNcclTestsParser) {
+  const fs::path json = dir_ / "a2a.json";
+  const ChildResult r =
+      run_cocodiff({"netbench", "uniform", "-g", "8", "-b", "8K", "-e", "24K", "-i", "8K", "-n",
+                    "3", "-w", "2", "-c", "1", "--json", json.string()},
+                   dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(read_text(json));
+  ASSERT_EQ(j["rows"].size(), 3u);  // 8K, 16K, 24K
+  struct Parsed {
+    long long size, count;
+    std::string type, redop;
+    int root;
+    double time[2], algbw[2], busbw[2];
+    std::string wrong[2];
+  };
+  std::vector<Parsed> rows;
+  int ranks = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("#  Rank", 0) == 0) ++ranks;
+    if (line.empty() || line[0] == '#') continue;
+    std::istringstream w(line);
+    Parsed p;
+    w >> p.size >> p.count >> p.type >> p.redop >> p.root;
+    for (int k = 0; k < 2; ++k) w >> p.time[k] >> p.algbw[k] >> p.busbw[k] >> p.wrong[k];
+    ASSERT_FALSE(w.fail()) << line;
+    std::string extra;
+    EXPECT_FALSE(w >> extra) << "more than 13 columns: " << line;
+    rows.push_back(p);
+  }
+  EXPECT_EQ(ranks, kRanks);
+  ASSERT_EQ(rows.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const nlohmann::json& row = j["rows"][i];
+    EXPECT_EQ(rows[i].size, 8192 * static_cast<long long>(i + 1));
+    EXPECT_EQ(rows[i].size, row["bytes"].get<long long>());
+    EXPECT_EQ(rows[i].count, rows[i].size / 2);  // bfloat16 elements
+    EXPECT_EQ(rows[i].type, "bfloat16");
+    EXPECT_EQ(rows[i].redop, "none");
+    EXPECT_EQ(rows[i].root, -1);
+    // Three timed calls back to back, each the closed form of one.
+    EXPECT_EQ(row["time_ns"].get<double>(),
+              (kRanks - 1) * transfer_ns(static_cast<double>(rows[i].size) / kRanks));
+    EXPECT_NEAR(rows[i].time[0], row["time_ns"].get<double>() / 1e3, 0.005);
+    EXPECT_NEAR(rows[i].busbw[0], row["busbw_gbytes_per_s"].get<double>(), 0.005);
+    EXPECT_EQ(rows[i].time[1], rows[i].time[0]);
+    EXPECT_EQ(rows[i].wrong[0], "N/A");
+  }
+  EXPECT_NE(r.out.find("warmup iters: 2 iters: 3"), std::string::npos) << r.out;
+
+  // calibrate takes the printed output as nccl-tests output (a file named after the test).
+  std::ofstream(dir_ / "alltoall_perf.txt") << r.out;
+  const ChildResult c =
+      run_cocodiff({"calibrate", (dir_ / "alltoall_perf.txt").string(), "--cluster", "uniform",
+                    "--out", (dir_ / "fit.toml").string()},
+                   dir_);
+  ASSERT_EQ(c.exit_code, 0) << c.err;
+  for (const Parsed& p : rows) {
+    char t[32];
+    std::snprintf(t, sizeof t, "%.2f", p.time[0]);
+    EXPECT_TRUE(
+        std::regex_search(c.out, std::regex("all_to_all +8 +" + std::to_string(p.size) + " +" + t)))
+        << t << "\n"
+        << c.out;
+  }
+  // -g must be whole nodes of the cluster (4 ranks each).
+  const ChildResult g = run_cocodiff({"netbench", "uniform", "-g", "6"}, dir_);
+  EXPECT_EQ(g.exit_code, 2);
+  EXPECT_NE(g.err.find("-g 6: expected a multiple of the cluster's 4 ranks per node"),
+            std::string::npos)
+      << g.err;
+  // all_reduce says what it runs.
+  const ChildResult ar =
+      run_cocodiff({"netbench", "uniform", "--op", "all_reduce", "-b", "1K", "-e", "1K"}, dir_);
+  EXPECT_NE(ar.out.find("# all_reduce runs one flat ring over all 8 ranks"), std::string::npos)
+      << ar.out;
 }
 
 }  // namespace

@@ -107,7 +107,9 @@ TEST(Safetensors, LoaderErrors) {
     const fs::path p = tmp("missing.safetensors");
     write_safetensors(p, ts);
     const std::string e = error_of([&] { load_weights(cfg, p); });
-    EXPECT_NE(e.find("missing tensor 'blocks.1.mlp.fc2.weight'"), std::string::npos) << e;
+    EXPECT_NE(e.find("1 missing and 0 mis-shaped tensor(s); missing: 'blocks.1.mlp.fc2.weight'"),
+              std::string::npos)
+        << e;
     EXPECT_NE(e.find("missing.safetensors"), std::string::npos) << e;
   }
   // Wrong shape: same element count, different shape.

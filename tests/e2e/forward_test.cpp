@@ -4,7 +4,12 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
 
 #include "core/config.hpp"
 #include "dit/layers.hpp"
@@ -125,6 +130,139 @@ TEST(Forward, WritesEveryOutputChannel) {
             0.0f);  // the learned-sigma channels are there, not zeros
   const Tensor v = out.read("velocity");
   EXPECT_TRUE(v.mat() == expect.mat().topRows(mc.latent_channels));
+  fs::remove_all(dir);
+}
+
+// Runs `cocodiff forward` and returns its exit code; stderr goes to `err`.
+int forward_cmd(const std::string& model, const fs::path& weights, const fs::path& in,
+                const fs::path& out, const fs::path& err) {
+  const std::string cmd = std::string(COCODIFF_BIN) + " forward --model " + model + " --weights " +
+                          weights.string() + " --input " + in.string() + " --output " +
+                          out.string() + " > /dev/null 2> " + err.string();
+  return WEXITSTATUS(std::system(cmd.c_str()));
+}
+
+std::string read_text(const fs::path& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// flux1-fmnist (learned class tokens): class_label selects the class's tokens, as `run` does,
+// so classes 9 and 3 give different predictions, each equal to the library's; a model without
+// classes refuses class_label; class_label beside text is refused; so is a class out of range.
+TEST(Forward, ClassLabelIsHonouredOrRefused) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_forward_class_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const dit::ModelConfig mc =
+      dit::load_model_preset("flux1-fmnist", fs::path(COCODIFF_CONFIG_DIR) / "models");
+  ASSERT_GT(mc.num_classes, 0);
+  const fs::path weights =
+      fs::path(COCODIFF_CONFIG_DIR) / "weights/flux1-fmnist/flux1-fmnist.safetensors";
+  const std::shared_ptr<const dit::Weights> w = dit::load_weights(mc, weights);
+  const int h = 28, wd = 28;
+  Tensor latent = Tensor::zeros(mc.latent_channels, h * wd, false);
+  latent.mat().setRandom();
+  Tensor sigma = Tensor::from(Mat::Constant(1, 1, 0.6f));
+  std::vector<std::string> got;
+  for (const int label : {9, 3}) {
+    Tensor l = Tensor::from(Mat::Constant(1, 1, static_cast<float>(label)));
+    const fs::path in = dir / ("in" + std::to_string(label) + ".safetensors");
+    const fs::path out = dir / ("out" + std::to_string(label) + ".safetensors");
+    dit::write_safetensors(in, {{"latent", {mc.latent_channels, h, wd}, &latent},
+                                {"sigma", {1}, &sigma},
+                                {"class_label", {1}, &l}});
+    ASSERT_EQ(forward_cmd("flux1-fmnist", weights, in, out, dir / "err"), 0)
+        << read_text(dir / "err");
+    const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
+    const dit::TextConditioning c = dit::class_conditioning(mc, *w, label, false);
+    dit::ForwardInputs fi;
+    fi.x = &tokens;
+    fi.grid_h = h / mc.patch_size;
+    fi.grid_w = wd / mc.patch_size;
+    fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
+    fi.sigmas = {0.6f};
+    fi.text = &c.text;
+    if (mc.pooled_dim > 0) fi.pooled = &c.pooled;
+    if (mc.guidance_embed) fi.guidance = {static_cast<float>(mc.cfg_scale)};
+    fi.class_labels = {label};
+    fi.all_channels = true;
+    dit::LocalComm comm;
+    const Tensor expect = dit::unpatchify(dit::forward(comm, mc, *w, "serial", fi, false),
+                                          mc.out_channels, h, wd, mc.patch_size);
+    const Tensor v = dit::SafetensorsFile(out).read("output");
+    EXPECT_EQ((v.mat() - expect.mat()).cwiseAbs().maxCoeff(), 0.0f) << label;
+    got.push_back(read_text(out));
+  }
+  EXPECT_NE(got[0], got[1]);
+
+  // class_label beside text: refused, naming both.
+  const dit::TextConditioning tc = dit::class_conditioning(mc, *w, 1, false);
+  Tensor l = Tensor::from(Mat::Constant(1, 1, 12.0f));
+  dit::write_safetensors(dir / "both.safetensors",
+                         {{"latent", {mc.latent_channels, h, wd}, &latent},
+                          {"sigma", {1}, &sigma},
+                          {"class_label", {1}, &l},
+                          {"text", {tc.text.rows(), tc.text.cols()}, &tc.text}});
+  EXPECT_EQ(forward_cmd("flux1-fmnist", weights, dir / "both.safetensors", dir / "x", dir / "err"),
+            2);
+  EXPECT_NE(read_text(dir / "err").find("either class_label (its learned class tokens) or text"),
+            std::string::npos)
+      << read_text(dir / "err");
+  dit::write_safetensors(dir / "range.safetensors",
+                         {{"latent", {mc.latent_channels, h, wd}, &latent},
+                          {"sigma", {1}, &sigma},
+                          {"class_label", {1}, &l}});
+  EXPECT_EQ(forward_cmd("flux1-fmnist", weights, dir / "range.safetensors", dir / "x", dir / "err"),
+            2);
+  EXPECT_NE(read_text(dir / "err")
+                .find("must be a class index, an integer in [0, 9] or 10 (the null class) for "
+                      "flux1-fmnist; found 12"),
+            std::string::npos)
+      << read_text(dir / "err");
+  EXPECT_FALSE(fs::exists(dir / "x"));
+  fs::remove_all(dir);
+}
+
+// flux1-tiny has no classes: a class_label input is refused, not ignored. Weights of another
+// model: the missing tensors are summarised in a few lines, each name pattern once.
+TEST(Forward, UnusedInputsAreRefusedAndMissingWeightsSummarised) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_forward_refuse_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const dit::ModelConfig mc =
+      dit::load_model_preset("flux1-tiny", fs::path(COCODIFF_CONFIG_DIR) / "models");
+  std::shared_ptr<const dit::Weights> w = dit::make_weights(mc, 5, false);
+  dit::write_safetensors(dir / "w.safetensors", *w);
+  const int h = 8, wd = 8;
+  Tensor latent = Tensor::zeros(mc.latent_channels, h * wd, false);
+  Tensor sigma = Tensor::from(Mat::Constant(1, 1, 0.7f));
+  Tensor label = Tensor::from(Mat::Constant(1, 1, 3.0f));
+  dit::TextConditioning tc = dit::make_text_conditioning(mc, 3, false, false);
+  dit::write_safetensors(dir / "in.safetensors",
+                         {{"latent", {mc.latent_channels, h, wd}, &latent},
+                          {"sigma", {1}, &sigma},
+                          {"text", {tc.text.rows(), tc.text.cols()}, &tc.text},
+                          {"pooled", {tc.pooled.rows(), tc.pooled.cols()}, &tc.pooled},
+                          {"class_label", {1}, &label}});
+  EXPECT_EQ(forward_cmd("flux1-tiny", dir / "w.safetensors", dir / "in.safetensors",
+                        dir / "out.safetensors", dir / "err"),
+            2);
+  const std::string err = read_text(dir / "err");
+  EXPECT_NE(err.find("tensor 'class_label' is not an input of flux1-tiny (it takes latent, sigma, "
+                     "text, pooled"),
+            std::string::npos)
+      << err;
+  EXPECT_FALSE(fs::exists(dir / "out.safetensors"));
+
+  // flux1-tiny's weights for sd35-tiny: one line, every missing name pattern once.
+  EXPECT_EQ(forward_cmd("sd35-tiny", dir / "w.safetensors", dir / "in.safetensors",
+                        dir / "out.safetensors", dir / "err"),
+            2);
+  const std::string wrong = read_text(dir / "err");
+  EXPECT_EQ(std::count(wrong.begin(), wrong.end(), '\n'), 1) << wrong;
+  EXPECT_NE(wrong.find("missing and "), std::string::npos) << wrong;
+  EXPECT_NE(wrong.find(" (x"), std::string::npos) << wrong;  // a pattern with its count
   fs::remove_all(dir);
 }
 

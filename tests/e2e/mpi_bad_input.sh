@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Under mpirun, bad input that every rank detects alike (a rank count that does not match the
-# topology, an out-of-range --set value) ends the job with exit code 2 and one message, from
+# topology, an out-of-range --set value, hosts that do not match the topology's nodes) ends the job with exit code 2 and one message, from
 # one rank, not one per rank; no rank prints an interrupt notice, and no outputs are written.
 # Usage: mpi_bad_input.sh COCODIFF MPIEXEC CONFIG(4 ranks)
 set -uo pipefail
@@ -32,5 +32,9 @@ check bad_set 4 "--set run.steps: key 'run.steps': expected an integer in [1, 10
   --set run.steps=0
 check memory_limit 4 "more than emulator.memory_limit = 1.00 MiB (--set emulator.memory_limit)" \
   --set emulator.memory_limit=1MiB
+# Two nodes of the topology on this one host: the placement check fails on every rank, and one
+# says so, naming the key that skips it.
+check host_placement 8 "or --set mpi.check_hosts=false to run the topology on these hosts" \
+  --set cluster.nodes=2
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

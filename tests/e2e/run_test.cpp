@@ -5,10 +5,13 @@
 #include <sys/wait.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -240,8 +243,9 @@ TEST(Run, HeightAndWidthMakeANonSquareImage) {
   EXPECT_EQ(rep["width"], 128);
   EXPECT_TRUE(rep["resolution"].is_null());
   EXPECT_EQ(rep["tokens"], 32);
-  // latent 8 x 16, drawn 16x larger: 256 wide, 128 high.
-  EXPECT_EQ(png_size(out / "image.png"), std::make_pair(256, 128));
+  // latent 8 x 16: image.png at that size, preview.png drawn 16x larger (256 wide, 128 high).
+  EXPECT_EQ(png_size(out / "image.png"), std::make_pair(16, 8));
+  EXPECT_EQ(png_size(out / "preview.png"), std::make_pair(256, 128));
   fs::remove_all(out);
   Result both = sh(base + " --set run.resolution=64 --set run.height=64 --set run.width=128");
   EXPECT_EQ(both.exit_code, 2);
@@ -266,12 +270,19 @@ TEST(Run, HeightAndWidthMakeANonSquareImage) {
 // flat and cocodiff; the report sums their virtual times and lists each image.
 TEST(Run, BatchOfTwoEqualsTwoSingleRunsWithTheNextSeeds) {
   const fs::path dir = temp_dir("batch");
-  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                           "/mpi-smoke.toml --set run.steps=1 --set run.resolution=128 -q";
+  const std::string loud = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/mpi-smoke.toml --set run.steps=1 --set run.resolution=128";
+  const std::string base = loud + " -q";
   for (const char* strategy : {"flat", "cocodiff"}) {
     const std::string s = std::string(" --set run.strategy=") + strategy;
     const fs::path b = dir / (std::string(strategy) + "_b"), one = dir / "one", two = dir / "two";
-    ASSERT_EQ(sh(base + s + " --batch-size 2 --out " + b.string()).exit_code, 0);
+    // Without -q: the run prints its summary (a batch names no single critical tile) and
+    // exits 0.
+    const Result batch = sh(loud + s + " --batch-size 2 --out " + b.string());
+    ASSERT_EQ(batch.exit_code, 0) << batch.output;
+    EXPECT_NE(batch.output.find("sum over 2 images' critical tiles"), std::string::npos)
+        << batch.output;
+    EXPECT_EQ(batch.output.find("internal error"), std::string::npos) << batch.output;
     ASSERT_EQ(sh(base + s + " --set run.seed=7 --out " + one.string()).exit_code, 0);
     ASSERT_EQ(sh(base + s + " --set run.seed=8 --out " + two.string()).exit_code, 0);
     const nlohmann::json rb = nlohmann::json::parse(read_all(b / "report.json"));
@@ -281,6 +292,7 @@ TEST(Run, BatchOfTwoEqualsTwoSingleRunsWithTheNextSeeds) {
     ASSERT_EQ(rb["images"].size(), 2u);
     EXPECT_EQ(rb["images"][0]["seed"], 7);
     EXPECT_EQ(rb["images"][1]["seed"], 8);
+    EXPECT_EQ(rb["images"][1]["critical_rank"], r2["breakdown"]["critical_rank"]) << strategy;
     EXPECT_EQ(rb["images"][0]["output_sha256"], r1["output_sha256"]) << strategy;
     EXPECT_EQ(rb["images"][1]["output_sha256"], r2["output_sha256"]) << strategy;
     EXPECT_EQ(rb["images"][1]["timeline_sha256"], r2["timeline_sha256"]) << strategy;
@@ -317,11 +329,30 @@ TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
   EXPECT_FALSE(fs::exists(out / "trace.json"));
   fs::remove_all(out);
   Result bad = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
-                  "/flux1-tiny-24tiles.toml --inject-fault rank=24,step=0 --out " + out.string());
+                  "/flux1-tiny-24tiles.toml --inject-fault rank=24,step=1 --out " + out.string());
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("rank 24 does not exist; the run has 24 ranks"), std::string::npos)
       << bad.output;
   EXPECT_FALSE(fs::exists(out));
+  // Steps count from 1, as the progress line does: step 0 and step 4 of 3 do not exist.
+  for (const char* step : {"0", "4"}) {
+    Result none =
+        sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+           "/flux1-tiny-24tiles.toml --set run.steps=3 --inject-fault rank=1,step=" + step +
+           " --out " + out.string());
+    EXPECT_EQ(none.exit_code, 2) << none.output;
+    EXPECT_NE(none.output.find("the run has 3 steps (1 to 3, counted as the progress line counts "
+                               "them)"),
+              std::string::npos)
+        << none.output;
+  }
+  // The last step is step 3.
+  const Result last = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                         "/flux1-tiny-24tiles.toml --set run.math=skip --set run.steps=3 " +
+                         "--inject-fault rank=0,step=3 --out " + out.string() + " -q");
+  EXPECT_EQ(last.exit_code, 3) << last.output;
+  EXPECT_NE(last.output.find("rank 0: injected fault at step 3"), std::string::npos) << last.output;
+  fs::remove_all(out);
 }
 
 }  // namespace
@@ -351,6 +382,67 @@ TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
   }
 }
 
+// trace.json on every strategy: the complete slices of each track are disjoint (Perfetto draws
+// a track's slices only when they nest; the overlap these strategies make is on tracks of their
+// own), every transfer is a send and a receive joined by an arrow, and there are as many sends
+// as the report's flows. A trace cut at emulator.trace_limit says so on the console.
+TEST(Run, TraceTracksNeverOverlapOnAnyStrategy) {
+  for (const char* strategy :
+       {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp"}) {
+    SCOPED_TRACE(strategy);
+    const fs::path out = temp_dir(std::string("trace_") + strategy);
+    const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                            "/flux1-tiny-24tiles.toml --set run.math=skip --set run.steps=2" +
+                            " --set v_major.warmup_steps=1 --set v_major.threshold=0.5" +
+                            " --set run.strategy=" + strategy + " --out " + out.string() + " -q";
+    const Result r = sh(cmd);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_EQ(r.output.find("truncated"), std::string::npos) << r.output;
+    const nlohmann::json report = nlohmann::json::parse(read_all(out / "report.json"));
+    const nlohmann::json trace = nlohmann::json::parse(read_all(out / "trace.json"));
+    std::map<std::pair<int, int>, std::vector<std::pair<std::int64_t, std::int64_t>>> tracks;
+    std::map<std::int64_t, int> arrow_ends;
+    std::uint64_t sends = 0, recvs = 0;
+    // Times in ns: ts and dur are microseconds with three decimals.
+    const auto ns = [](const nlohmann::json& v) {
+      return static_cast<std::int64_t>(std::llround(v.get<double>() * 1e3));
+    };
+    for (const nlohmann::json& e : trace["traceEvents"]) {
+      if (e["ph"] == "X") {
+        const std::int64_t b = ns(e["ts"]);
+        tracks[{e["pid"].get<int>(), e["tid"].get<int>()}].emplace_back(b, b + ns(e["dur"]));
+        sends += e["cat"] == "flow" ? 1 : 0;
+        recvs += e["cat"] == "recv" ? 1 : 0;
+      } else if (e["ph"] == "s" || e["ph"] == "f") {
+        arrow_ends[e["id"].get<std::int64_t>()] += e["ph"] == "s" ? 1 : 2;
+      }
+    }
+    std::size_t overlaps = 0;
+    for (auto& [track, spans] : tracks) {
+      std::sort(spans.begin(), spans.end());
+      for (size_t i = 1; i < spans.size(); ++i)
+        if (spans[i].first < spans[i - 1].second) ++overlaps;
+    }
+    EXPECT_EQ(overlaps, 0u);
+    EXPECT_EQ(sends, report["flows"].get<std::uint64_t>());
+    EXPECT_EQ(recvs, sends);
+    EXPECT_EQ(arrow_ends.size(), sends);
+    for (const auto& [id, ends] : arrow_ends) ASSERT_EQ(ends, 3) << "arrow " << id;
+    fs::remove_all(out);
+  }
+  const fs::path out = temp_dir("trace_cut");
+  const Result cut = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                        "/flux1-tiny-24tiles.toml --set run.math=skip --set run.steps=1" +
+                        " --set emulator.trace_limit=1000 --out " + out.string() + " -q");
+  ASSERT_EQ(cut.exit_code, 0) << cut.output;
+  EXPECT_NE(cut.output.find("cocodiff: warning: the trace is truncated: trace.json and "
+                            "timeline.png hold the first events only (emulator.trace_limit = "
+                            "1000; the run had "),
+            std::string::npos)
+      << cut.output;
+  fs::remove_all(out);
+}
+
 // A class label the model does not have is a config error (exit 2), with nothing written.
 TEST(Run, ClassLabelOutOfRangeExitsTwoAndWritesNothing) {
   const fs::path out = temp_dir("bad_class");
@@ -358,7 +450,10 @@ TEST(Run, ClassLabelOutOfRangeExitsTwoAndWritesNothing) {
                           "/quickstart.toml --set run.class_label=10 --out " + out.string();
   Result r = sh(cmd);
   EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("run.class_label 10 is out of range"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--set run.class_label: key 'run.class_label': expected a class of "
+                          "flux1-fmnist (0 to 9), found 10 (out of range)"),
+            std::string::npos)
+      << r.output;
   EXPECT_FALSE(fs::exists(out / "report.json"));
   EXPECT_FALSE(fs::exists(out / "image.png"));
   fs::remove_all(out);
@@ -419,6 +514,24 @@ TEST(Run, InpaintingKeepsTheKnownRegionOnEveryStrategy) {
   }
 }
 
+// A 28 x 28 run writes a 28 x 28 image.png (and a 252 x 252 preview.png): the picture itself,
+// which inpainting takes back as its known image.
+TEST(Run, ImageIsWrittenAtItsOwnSizeAndFeedsInpainting) {
+  const fs::path first = temp_dir("native"), second = temp_dir("native_again");
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/quickstart.toml --set run.steps=1 --set emulator.trace=false -q";
+  Result r = sh(base + " --out " + first.string());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(png_size(first / "image.png"), std::make_pair(28, 28));
+  EXPECT_EQ(png_size(first / "preview.png"), std::make_pair(252, 252));
+  r = sh(base + " --set run.inpaint_image=" + (first / "image.png").string() +
+         " --set run.inpaint_rect=[0,0,14,28] --out " + second.string());
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(png_size(second / "image.png"), std::make_pair(28, 28));
+  fs::remove_all(first);
+  fs::remove_all(second);
+}
+
 // Bad inpainting inputs exit 2 with nothing written.
 TEST(Run, BadInpaintingInputsExitTwoAndWriteNothing) {
   const std::string data = std::string(COCODIFF_SOURCE_DIR) + "/tests/e2e/data/";
@@ -434,7 +547,7 @@ TEST(Run, BadInpaintingInputsExitTwoAndWriteNothing) {
       {"--set run.inpaint_image=" + data + "fmnist_test_sneaker.png",
        "run.inpaint_image with run.inpaint_rect or run.inpaint_mask"},
       {"--set run.inpaint_image=" + data + "missing.png --set run.inpaint_rect=[0,0,4,4]",
-       "not a readable PNG"},
+       "missing.png\": no such file (looked for " + data + "missing.png;"},
   };
   for (const auto& [sets, message] : cases) {
     const fs::path out = temp_dir("bad_inpaint");

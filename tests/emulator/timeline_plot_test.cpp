@@ -6,8 +6,11 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "tests/emulator/test_util.hpp"
 
@@ -92,6 +95,34 @@ TEST(TimelinePlot, BinsAddUpToTheTrace) {
   const auto& t2 = b.tier[2][0];
   EXPECT_GT(std::accumulate(t0.begin(), t0.end(), 0.0), 0.0);
   EXPECT_EQ(std::accumulate(t2.begin(), t2.end(), 0.0), 0.0);
+}
+
+// The zoom panel names the first tile's operations: every one in the window is listed, and
+// those wide enough carry their name, on their row, without overlapping another.
+TEST(TimelinePlot, ZoomNamesTheOperations) {
+  Topology topo = test::make_topo(2, 2, 1);
+  emu::RunResult r = overlapped_run(topo);
+  std::vector<std::string> names;
+  const std::vector<emu::TimelineLabel> labels =
+      emu::timeline_labels(r, SimTime(), SimTime::from_ns(r.makespan.ns() / 10), 1466, &names);
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"attn", "qk", "v"}));
+  bool qk = false, v = false;
+  SimTime last_compute;
+  for (const emu::TimelineLabel& l : labels) {
+    qk = qk || (l.text == "qk" && !l.send);
+    v = v || (l.text == "v" && l.send);
+    if (!l.send) {
+      EXPECT_GT(l.at, last_compute);
+      last_compute = l.at;
+    }
+  }
+  EXPECT_TRUE(qk);
+  EXPECT_TRUE(v);
+  // Too narrow a window for any name: the list stays, the labels go.
+  names.clear();
+  EXPECT_TRUE(emu::timeline_labels(r, SimTime(), r.makespan, 8, &names).empty());
+  EXPECT_EQ(names.size(), 3u);
 }
 
 TEST(TimelinePlot, WritesAValidPngOfTheLayoutSize) {
