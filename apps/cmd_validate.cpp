@@ -7,6 +7,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/memory_estimate.hpp"
+#include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
 
 namespace cocodiff::apps {
@@ -66,6 +67,7 @@ void add_validate_command(CLI::App& app) {
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     check_memory_limit(plan, estimate_memory(plan, "emulator"));  // what `run` would refuse
+    check_weight_values(plan);
     if (!opt->dump) {
       std::cout << describe(plan) << opt->config << ": valid\n";
       return;

@@ -15,6 +15,7 @@
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "dit/image.hpp"
+#include "dit/model.hpp"
 #include "dit/quality.hpp"
 #include "dit/safetensors.hpp"
 #include "dit/weights.hpp"
@@ -51,10 +52,35 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   return r;
 }
 
+namespace {
+// A checkpoint whose values cannot be used, as a config error naming run.weights.
+[[noreturn]] void bad_weights(const RunPlan& plan, const InputError& e) {
+  throw ConfigError(plan.cfg.where("run.weights"), "run.weights",
+                    "a safetensors checkpoint of " + plan.model.name + " with finite values",
+                    e.what());
+}
+}  // namespace
+
 std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan) {
-  if (plan.weights_file && !plan.settings.phantom)
-    return dit::load_weights(plan.model, *plan.weights_file);
+  if (plan.weights_file && !plan.settings.phantom) {
+    try {
+      return dit::load_weights(plan.model, *plan.weights_file);
+    } catch (const InputError& e) {
+      bad_weights(plan, e);
+    }
+  }
   return dit::make_weights(plan.model, plan.weights_seed, plan.settings.phantom);
+}
+
+void check_weight_values(const RunPlan& plan) {
+  if (!plan.weights_file || plan.settings.phantom) return;
+  try {
+    const dit::SafetensorsCheckpoint ckpt(*plan.weights_file);
+    for (const dit::TensorSpec& s : dit::make_model(plan.model)->tensor_specs())
+      (void)ckpt.read(s.name);  // in the order load_weights reads them; one tensor at a time
+  } catch (const InputError& e) {
+    bad_weights(plan, e);
+  }
 }
 
 namespace {

@@ -26,6 +26,10 @@ struct RunRecord {
 nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backend);
 /// The run's weights: the plan's checkpoint, or seeded by tensor name.
 std::shared_ptr<const dit::Weights> weights_for(const RunPlan& plan);
+/// Reads every tensor of the plan's checkpoint (real math), one at a time, as weights_for would:
+/// a value it would refuse (NaN, infinity, unreadable data) is the ConfigError it would throw.
+/// For `validate`, which checks what `run` checks before its first step.
+void check_weight_values(const RunPlan& plan);
 /// The sampler settings of the plan, with the step hook and the initial latent loaded (its
 /// shape checked: InputError naming the file).
 dit::RunSettings settings_for(const RunPlan& plan);

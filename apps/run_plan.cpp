@@ -108,7 +108,7 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
     try {
       img = dit::read_png(file, dit::PngSize{wn, hn});
     } catch (const InputError& e) {
-      throw ConfigError(cfg.where(key), key, "a " + size + " PNG", e.what());
+      throw ConfigError(cfg.where(key), key, "a " + size + " PNG (" + size_keys + ")", e.what());
     }
     if (img.width != wn || img.height != hn)
       throw ConfigError(
@@ -323,6 +323,11 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                       "a class of " + plan.model.name + " (0 to " +
                           std::to_string(plan.model.num_classes - 1) + ")",
                       std::to_string(s.class_label) + " (out of range)");
+  // An empty path is refused by its key before any file is looked for.
+  for (const char* key :
+       {"run.weights", "run.initial_latent", "run.inpaint_image", "run.inpaint_mask"})
+    if (cfg.has(key) && cfg.require_string(key).empty())
+      throw ConfigError(cfg.where(key), key, "a file path", "an empty string");
   if (cfg.has("run.weights"))
     plan.weights_file =
         file_key(cfg, "run.weights", "a safetensors checkpoint of " + plan.model.name);
