@@ -43,7 +43,9 @@ class Round {
   }
 
  private:
-  bool moves() const { return !b_.recv.empty(); }
+  // Data moves unless the run is phantom (both buffers empty): a member that receives nothing
+  // (an all-to-allv's) may still send.
+  bool moves() const { return !b_.recv.empty() || !b_.send.empty(); }
   std::vector<Segment> segments(int k, bool sending) const {
     const Message m =
         sending ? s_.send(sizes_, port_.rank(), i_, k) : s_.recv(sizes_, port_.rank(), i_, k);
@@ -113,7 +115,7 @@ class Round {
 void run_on_fiber(Port& port, const Schedule& s, const Sizes& sizes, std::span<const float> send,
                   std::span<float> recv, ReduceOp op) {
   Buffers b{send, recv, {}};
-  const bool moves = !recv.empty();
+  const bool moves = !recv.empty() || !send.empty();
   if (moves) b.scratch.resize(static_cast<size_t>(s.scratch(sizes)));
   if (const std::optional<Schedule::Copy> c = s.own(sizes, port.rank());
       c && moves && !send.empty()) {

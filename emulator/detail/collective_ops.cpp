@@ -22,6 +22,9 @@ namespace cocodiff::emu::detail {
 
 namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
+// A member moves data unless the run is phantom (both buffers empty). A member may have one
+// buffer empty in a run with data: an all-to-allv member that receives nothing still sends.
+bool moves(const CollectiveSpec& s) { return !s.send.empty() || !s.recv.empty(); }
 }  // namespace
 
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
@@ -54,7 +57,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   m.req = req;
   m.spec = spec;
   m.clock = f.clock + options_.library.call_overhead;
-  if (!spec.recv.empty()) m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
+  if (moves(spec)) m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
   if (sched.rounds() == 0) {
     op_finish(op, group_rank);
     return req;
@@ -102,7 +105,7 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
                     ", which expects " + std::to_string(in.count) +
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
-  if (!s.spec.recv.empty() && !d.spec.recv.empty() && out.count > 0) op_copy(op, s, src, d, dst, k);
+  if (moves(s.spec) && moves(d.spec) && out.count > 0) op_copy(op, s, src, d, dst, k);
   time_collective_message(op, src, dst, out.step, start, wire_bytes(out.count));
 }
 

@@ -108,6 +108,30 @@ void program(Communicator& world, Received& got, std::mutex& mu) {
                 tag_value(j, r, i));
   keep(vrecv);
 
+  // all-to-allv in which rank 3 receives nothing (an empty receive buffer) but sends, and rank 5
+  // sends nothing (an empty send buffer) but receives: their data still moves (Ulysses with
+  // fewer heads than ranks exchanges so).
+  const auto one_sided = [](int i, int j) -> std::int64_t { return j == 3 || i == 5 ? 0 : 2; };
+  for (int j = 0; j < p; ++j) {
+    sc[static_cast<size_t>(j)] = one_sided(r, j);
+    rc[static_cast<size_t>(j)] = one_sided(j, r);
+  }
+  const AllToAllvLayout side = AllToAllvLayout::packed(sc, rc);
+  std::vector<float> ssend(static_cast<size_t>(side.send_total()));
+  std::vector<float> srecv(static_cast<size_t>(side.recv_total()), -1);
+  EXPECT_EQ(r == 3, srecv.empty());
+  EXPECT_EQ(r == 5, ssend.empty());
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t i = 0; i < sc[static_cast<size_t>(j)]; ++i)
+      ssend[static_cast<size_t>(side.send_displs[static_cast<size_t>(j)] + i)] = tag_value(r, j, i);
+  world.all_to_allv(ssend, srecv, side, "one_sided");
+  for (int j = 0; j < p; ++j)
+    for (std::int64_t i = 0; i < rc[static_cast<size_t>(j)]; ++i)
+      EXPECT_EQ(srecv[static_cast<size_t>(side.recv_displs[static_cast<size_t>(j)] + i)],
+                tag_value(j, r, i))
+          << "from " << j << " to " << r;
+  keep(srecv);
+
   // Ring all-gather on the world and on a sub-group.
   for (Communicator* c : {&world, sixteen.get()}) {
     std::vector<float> mine = {static_cast<float>(me), static_cast<float>(2 * me)};
