@@ -246,8 +246,8 @@ TEST_F(Calibrate, WritesACompleteClusterThatRunsAndNetbenchReproduce) {
                                       dir_);
   ASSERT_EQ(nb.exit_code, 0) << nb.err;
   for (const auto& [bytes, us] : predicted)
-    EXPECT_TRUE(std::regex_search(
-        nb.out, std::regex("\n +" + std::to_string(bytes) + " +[0-9]+ +" + us + " ")))
+    EXPECT_TRUE(std::regex_search(nb.out, std::regex("\n +" + std::to_string(bytes) +
+                                                     " +[0-9]+ +bfloat16 +none +-1 +" + us + " ")))
         << bytes << " bytes: calibrate predicted " << us << " us\n"
         << nb.out;
 }

@@ -249,8 +249,8 @@ TEST_F(Netbench, OutputIsReadByAnNcclTestsParser) {
   for (const Parsed& p : rows) {
     char t[32];
     std::snprintf(t, sizeof t, "%.2f", p.time[0]);
-    EXPECT_TRUE(
-        std::regex_search(c.out, std::regex("all_to_all +8 +" + std::to_string(p.size) + " +" + t)))
+    EXPECT_TRUE(std::regex_search(
+        c.out, std::regex("all_to_all +8 +2 +" + std::to_string(p.size) + " +- +" + t + " +" + t)))
         << t << "\n"
         << c.out;
   }

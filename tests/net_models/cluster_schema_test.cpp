@@ -89,10 +89,17 @@ hbm_gbytes_per_s = 1
     for (const auto& [key, value] : lib.table()) parsed.insert("library." + std::string(key.str()));
   }
   parsed.erase("");
-  for (const std::string& k : parsed)
+  // A table the loader asks for by name ("is there a [nic]?") is documented by its keys.
+  const auto documented_table = [&](const std::string& k) {
+    const auto next = documented.upper_bound(k + ".");
+    return next != documented.end() && next->rfind(k + ".", 0) == 0;
+  };
+  for (const std::string& k : parsed) {
+    if (documented_table(k)) continue;
     EXPECT_TRUE(documented.count(k) != 0)
         << "the cluster loader reads '" << k
         << "' but configs/clusters/README.md does not document it";
+  }
   // The document names no section key the loader never reads (no stale entry after a rename).
   for (const std::string& k : documented)
     for (const char* section : {"topology.", "links.NAME.", "nic.", "fabric.", "device."})
