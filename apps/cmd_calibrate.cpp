@@ -54,6 +54,7 @@ struct CalibrateOptions {
   std::string rounds = "library";
   int warmup = -1, iters = -1;  // -1: 1 and 2 when the cluster has a host, else 0 and 1
   bool no_protocol = false;
+  std::vector<std::string> keep;
   std::string loss = "linear";
 };
 
@@ -181,6 +182,7 @@ void run_calibrate(const CalibrateOptions& o) {
   fo.rounds = o.rounds;
   fo.fit_protocol = !o.no_protocol;
   fo.soft_l1 = o.loss == "soft_l1";
+  fo.keep = o.keep;
   fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
   fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
   std::printf(
@@ -228,7 +230,10 @@ void run_calibrate(const CalibrateOptions& o) {
       const std::string shown = v.integer ? std::to_string(std::llround(v.value)) : fmt(v.value);
       std::printf("#   %-40s = %-12s (was %s) %s: %s\n", v.key.c_str(), shown.c_str(),
                   fmt(v.initial).c_str(),
-                  v.fitted ? "fitted" : "kept, not determined by the points", v.what.c_str());
+                  v.fitted ? "fitted"
+                  : v.held ? "held (--keep)"
+                           : "kept, not determined by the points",
+                  v.what.c_str());
       notes << "#   " << v.key << " = " << shown << " ("
             << (v.fitted ? "fitted" : "kept: the points do not determine it") << "; was "
             << fmt(v.initial) << ")\n";
@@ -353,6 +358,9 @@ void add_calibrate_command(CLI::App& app) {
                   "linear: least squares on log time; soft_l1: past 10% off a point counts as "
                   "|error|, so that a few noisy points do not pull the fit")
       ->check(CLI::IsMember({"linear", "soft_l1"}));
+  cmd->add_option("--keep", o->keep,
+                  "hold a figure at the cluster's value instead of fitting it, by its key "
+                  "(e.g. library.call_overhead_us from CUDA-graph device times); repeatable");
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

@@ -34,8 +34,10 @@ class DeviceModel {
   virtual bool has_host() const { return false; }
   virtual SimTime host_issue(std::string_view /*label*/) const { return {}; }
   virtual SimTime collective_issue() const { return {}; }
-  /// How much slower each further rank on a node makes its hosts: issue costs are taken
-  /// (1 + this x (ranks per node - 1)) times (the ranks share the node's CPUs and memory).
+  /// How much slower each further rank on a node makes its hosts: op issue costs, measured on
+  /// one rank alone, are taken (1 + this x (ranks per node - 1)) times (the ranks share the
+  /// node's CPUs and memory). collective_issue() is not scaled: a collective is measured with
+  /// every rank of the node issuing it.
   virtual double host_per_rank_slowdown() const { return 0.0; }
 };
 

@@ -378,10 +378,47 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     tiers.emplace(c.graph->tier_rank(tier), tier);
   }
 
-  // The parameters, in the order determined_columns prefers them.
+  // The parameters, in the order determined_columns prefers them; a figure options.keep names
+  // is held at its value and listed as held.
   std::vector<Knob> ks;
   std::vector<LsqParam> ps;
+  std::set<std::string> keep(options.keep.begin(), options.keep.end()), fittable;
+  std::vector<FittedValue> held;
+  const auto knob_keys = [&](const Knob& k) {
+    std::vector<std::string> keys;
+    switch (k.kind) {
+      case Knob::Kind::kBandwidth:
+        for (size_t i : k.knobs) keys.push_back(knobs[i].bandwidth_key);
+        break;
+      case Knob::Kind::kLatency:
+        for (size_t i : k.knobs) keys.push_back(knobs[i].latency_key);
+        break;
+      case Knob::Kind::kCall:
+        return std::vector<std::string>{"library.call_overhead_us"};
+      case Knob::Kind::kHostIssue:
+        return std::vector<std::string>{"device.host.collective_issue_us"};
+      case Knob::Kind::kMessage:
+        return std::vector<std::string>{"library.message_overhead_us"};
+      case Knob::Kind::kRendezvous:
+      case Knob::Kind::kEagerCopy:
+        break;
+    }
+    return keys;
+  };
   auto add = [&](Knob k, LsqParam p) {
+    const std::vector<std::string> keys = knob_keys(k);
+    fittable.insert(keys.begin(), keys.end());
+    bool kept = false;
+    for (const std::string& key : keys) kept = kept || keep.count(key) != 0;
+    if (kept) {
+      for (size_t n = 0; n < keys.size(); ++n) {
+        double v = p.x;  // the us figures start at the cluster's value
+        if (k.kind == Knob::Kind::kBandwidth) v = knobs[k.knobs[n]].bandwidth_gbytes_per_s;
+        if (k.kind == Knob::Kind::kLatency) v = static_cast<double>(knobs[k.knobs[n]].latency_ns);
+        held.push_back({keys[n], p.name, v, v, k.kind == Knob::Kind::kLatency, false, true});
+      }
+      return;
+    }
     ks.push_back(std::move(k));
     ps.push_back(std::move(p));
   };
@@ -432,6 +469,13 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
   }
   add({Knob::Kind::kMessage, "", {}, {}},
       us_param("message_overhead_us", lib0.message_overhead.us()));
+  for (const std::string& key : keep)
+    if (fittable.count(key) == 0) {
+      std::string known;
+      for (const std::string& f : fittable) known += (known.empty() ? "" : ", ") + f;
+      throw InputError("--keep " + key + ": not a figure these points fit (they fit: " + known +
+                       ")");
+    }
   const size_t base_params = ps.size();
 
   // A trial from parameter values (protocol: threshold, or -2 for the cluster's own protocol).
@@ -512,12 +556,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
   for (size_t j = 0; j < ks.size(); ++j) {
     if (ks[j].kind != Knob::Kind::kHostIssue) continue;
     std::vector<double> small;
-    const double slowdown = c.device->host_per_rank_slowdown();
-    for (const CollectivePoint& p : points) {
-      if (p.bytes > (64 << 10)) continue;
-      const int per_node = p.nodes > 0 ? p.ranks / p.nodes : c.topology.ranks_per_node();
-      small.push_back(p.time_us / (1 + slowdown * (per_node - 1)));
-    }
+    for (const CollectivePoint& p : points)
+      if (p.bytes <= (64 << 10)) small.push_back(p.time_us);
     if (small.empty()) break;
     std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2),
                      small.end());
@@ -642,6 +682,7 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
       }
     }
   }
+  fit.values.insert(fit.values.end(), held.begin(), held.end());
   if (fit.protocol_fitted) {
     fit.values.push_back({"library.eager_max_bytes", "protocol threshold (bytes per message)",
                           static_cast<double>(lib0.eager_max_bytes),

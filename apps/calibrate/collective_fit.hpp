@@ -69,6 +69,11 @@ struct CollectiveFitOptions {
   /// (2 k^2 (sqrt(1 + (r/k)^2) - 1), k = 0.1): like r^2 below the knee, growing as |r| past
   /// it, so that a few points far off (a noisy machine) do not pull the figures.
   bool soft_l1 = false;
+  /// Figures held at the cluster's values, by their keys relative to [cluster]
+  /// ("library.call_overhead_us", "links.nvlink.bandwidth_gbytes_per_s"): what other
+  /// measurements have fixed (a device-side floor from CUDA-graph runs, say). InputError for a
+  /// key that is none of the figures this fit could move.
+  std::vector<std::string> keep;
 };
 
 /// One figure of the fit, as the cluster file will hold it.
@@ -77,7 +82,8 @@ struct FittedValue {
   std::string what;  // "intra-node latency (scales links.nvlink.latency_ns)"
   double initial = 0, value = 0;
   bool integer = false;  // written as an integer (latency_ns, eager_max_bytes)
-  bool fitted = false;   // false: kept (the points do not determine it)
+  bool fitted = false;   // false: kept (the points do not determine it, or held by keep)
+  bool held = false;     // held at its value by CollectiveFitOptions::keep
 };
 
 struct CollectiveFit {

@@ -7,6 +7,9 @@
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
 #           socket sweeps (about 4 minutes on 4 H100s)
+#   pair    a machine of two GPUs in one call of under 10 minutes: what full measures over
+#           NVLink and shared memory (no sockets), then the collectives again captured in CUDA
+#           graphs (device time per call, the host's issue cost off the critical path)
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -40,6 +43,10 @@ if [ "$mode" = full ]; then
   launch nvlink 280 --parts collectives,interference,host,kernels,steps
   launch shm 160 --parts collectives,interference,steps --worlds 2,4
   launch socket 70 --parts collectives --max-bytes 268435456
+elif [ "$mode" = pair ]; then
+  launch nvlink 230 --parts collectives,interference,host,kernels,steps
+  launch shm 100 --parts collectives,steps
+  launch nvlink 90 --parts graphcoll
 else
   launch nvlink 200 --parts host,steps
   launch shm 120 --parts steps --worlds 2,4

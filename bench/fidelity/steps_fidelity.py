@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Whole FLUX.1-dev steps measured on 1, 2 and 4 H100s against cocodiff's predictions.
 
-For every row of configs/measurements/h100x4*/steps_<transport>.csv, runs the same step in the
+For every row of configs/measurements/h100x*/steps_<transport>.csv, runs the same step in the
 emulator (phantom mode, FLUX.1-dev, the cluster preset on one node of W GPUs) and prints
 measured / predicted / error, each strategy's speedup over flat measured and predicted, and the
 ranking. Strategies run as the measured PyTorch step runs them: plain all-to-alls (flat), with
 V-First, with pipelining (2 head groups) and with both (cocodiff without V-Major).
 Shared memory: the NVLink link's bandwidth is set to the all-to-all bus bandwidth measured over
 shared memory at 1 GiB on 4 GPUs (collectives_shm.csv), as a shared-memory cluster file would.
+The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat); the 2-GPU machine (h100x2,
+measured later on another host) is held out: its steps are summarised apart.
 
 Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
@@ -60,7 +62,7 @@ def predict(w, res, strategy, transport, cache={}):
 
 def main():
     measured = {}  # (machine, transport, w, res, strategy) -> ms
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h100x4*/steps_*.csv"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h100x*/steps_*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
         for r in csv.DictReader(open(path)):
             measured[(machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"])] = \
@@ -82,7 +84,7 @@ def main():
             r["speedup_predicted"] = round(b["predicted_ms"] / r["predicted_ms"], 3)
             r["speedup_diff_points"] = round(100 * (r["speedup_predicted"] - r["speedup_measured"]), 1)
     os.makedirs(A.out, exist_ok=True)
-    lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x4*/steps_*.csv) against cocodiff "
+    lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x*/steps_*.csv) against cocodiff "
              f"(preset {A.preset}{', ' + ', '.join(A.set) if A.set else ''})",
              f"{'machine':<15}{'transport':<8}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
@@ -90,23 +92,35 @@ def main():
         sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
         lines.append(f"{r['machine']:<15}{r['transport']:<8}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
-    summary = {}
-    for res in (1024, 2048):
-        errs = [abs(r["error_pct"]) for r in rows if r["resolution"] == res]
-        sd = [abs(r["speedup_diff_points"]) for r in rows if r["resolution"] == res and "speedup_diff_points" in r
-              and r["strategy"] != "flat"]
-        sign = [r for r in rows if r["resolution"] == res and "speedup_diff_points" in r and r["strategy"] != "flat"
-                and (r["speedup_measured"] - 1) * (r["speedup_predicted"] - 1) < 0
-                and abs(r["speedup_measured"] - 1) > 0.01]
-        summary[res] = {"steps": len(errs), "median_abs_error_pct": statistics.median(errs),
+    def stats(subset):
+        out = {}
+        for res in (1024, 2048):
+            errs = [abs(r["error_pct"]) for r in subset if r["resolution"] == res]
+            if not errs:
+                continue
+            sd = [abs(r["speedup_diff_points"]) for r in subset if r["resolution"] == res
+                  and "speedup_diff_points" in r and r["strategy"] != "flat"]
+            sign = [r for r in subset if r["resolution"] == res and "speedup_diff_points" in r
+                    and r["strategy"] != "flat"
+                    and (r["speedup_measured"] - 1) * (r["speedup_predicted"] - 1) < 0
+                    and abs(r["speedup_measured"] - 1) > 0.01]
+            out[res] = {"steps": len(errs), "median_abs_error_pct": statistics.median(errs),
                         "max_abs_error_pct": max(errs), "within_10pct": sum(e <= 10 for e in errs),
                         "speedup_median_abs_diff_points": statistics.median(sd) if sd else None,
                         "speedup_within_5_points": sum(d <= 5 for d in sd), "speedups": len(sd),
                         "speedup_sign_disagreements": len(sign)}
-    # 1024^2: is each prediction inside the range measured across the two machines, widened by 15%?
+        return out
+
+    fitted = [r for r in rows if r["machine"].startswith("h100x4")]
+    summary = stats(fitted)
+    held = [r for r in rows if not r["machine"].startswith("h100x4")]
+    if held:
+        summary["held_out_" + "_".join(sorted({r["machine"] for r in held}))] = stats(held)
+    # 1024^2: is each prediction inside the range measured across the two 4-GPU machines,
+    # widened by 15%?
     inside = total = 0
-    for key in {(r["transport"], r["gpus"], r["strategy"]) for r in rows if r["resolution"] == 1024}:
-        ms = [r for r in rows if r["resolution"] == 1024 and (r["transport"], r["gpus"], r["strategy"]) == key]
+    for key in {(r["transport"], r["gpus"], r["strategy"]) for r in fitted if r["resolution"] == 1024}:
+        ms = [r for r in fitted if r["resolution"] == 1024 and (r["transport"], r["gpus"], r["strategy"]) == key]
         lo = min(r["measured_ms"] for r in ms) / 1.15
         hi = max(r["measured_ms"] for r in ms) * 1.15
         total += 1

@@ -510,7 +510,8 @@ class Kernel {
   const Topology& topo_;
   NetworkModel& net_;
   const DeviceModel& device_;
-  /// Issue costs scale with the ranks sharing a node's host (DeviceModel::host_per_rank_slowdown).
+  /// Op issue costs scale with the ranks sharing a node's host
+  /// (DeviceModel::host_per_rank_slowdown).
   double host_scale_ = 1.0;
   SimTime host_cost(SimTime c) const {
     return host_scale_ == 1.0

@@ -252,6 +252,48 @@ TEST_F(Calibrate, WritesACompleteClusterThatRunsAndNetbenchReproduce) {
         << nb.out;
 }
 
+// --keep holds a figure that other measurements fixed: the file keeps the cluster's value, the
+// summary says it was held, the other figures fit around it; a key that is no figure of the fit
+// is refused by name.
+TEST_F(Calibrate, KeepHoldsAFigureAndRefusesOneTheFitCannotMove) {
+  const std::vector<std::string> truth = {"cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
+                                          "cluster.library.call_overhead_us=25"};
+  std::string csv = "op,ranks,nodes,bytes,time_us\n";
+  for (int ranks : {2, 4})
+    for (const auto& [bytes, us] : netbench("all_gather", ranks, 1, truth, "4K", "16M"))
+      csv += "all_gather," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
+             std::to_string(us) + "\n";
+  const fs::path data = write("keep.csv", csv);
+  const fs::path out = dir_ / "keep.toml";
+  const ChildResult r =
+      run_cocodiff({"calibrate", data.string(), "--cluster", kTwoNodes, "--set", "cluster.nodes=1",
+                    "--set", "cluster.library.call_overhead_us=7", "--keep",
+                    "library.call_overhead_us", "--no-protocol", "--out", out.string()},
+                   dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("library.call_overhead_us                 = 7            (was 7) held "
+                       "(--keep)"),
+            std::string::npos)
+      << r.out;
+  const std::string toml = read_text(out);
+  EXPECT_EQ(value(toml, "library", "call_overhead_us"), 7) << toml;
+  // The bandwidth still fits (the held call cost is wrong, so it cannot fit exactly).
+  EXPECT_NE(r.out.find("links.nvswitch.bandwidth_gbytes_per_s"), std::string::npos) << r.out;
+  EXPECT_NE(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 0) << toml;
+
+  const fs::path bad = dir_ / "bad.toml";
+  const ChildResult k =
+      run_cocodiff({"calibrate", data.string(), "--cluster", kTwoNodes, "--set", "cluster.nodes=1",
+                    "--keep", "library.nonsense", "--out", bad.string()},
+                   dir_);
+  EXPECT_EQ(k.exit_code, 2) << k.out;
+  EXPECT_NE(k.err.find("--keep library.nonsense: not a figure these points fit (they fit: "),
+            std::string::npos)
+      << k.err;
+  EXPECT_NE(k.err.find("library.call_overhead_us"), std::string::npos) << k.err;
+  EXPECT_FALSE(fs::exists(bad));
+}
+
 TEST_F(Calibrate, ReadsRealNcclTestsLogsWithHostnames) {
   // Two tests in one log (alltoall_perf on 2 nodes x 4 GPUs, sendrecv_perf on 2 nodes x 1),
   // with a launcher line, NCCL's own lines and N/A in #wrong.

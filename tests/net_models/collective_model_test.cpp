@@ -332,8 +332,9 @@ std::string load_error(const std::string& preset, const std::vector<std::string>
 
 TEST(LibraryPresets, ClustersNameTheirLibraryAndKeysOverrideIt) {
   const Cluster h100 = load("hgx-h100");
-  EXPECT_EQ(h100.library.name, "nccl");
-  EXPECT_EQ(h100.library.call_overhead.ns(), 46400);
+  EXPECT_EQ(h100.library.name, "nccl-device");  // its device has a host that issues calls
+  EXPECT_EQ(h100.library.call_overhead.ns(), 10200);
+  EXPECT_EQ(load("hgx-h200").library.call_overhead.ns(), 46400);  // nccl: no host
   EXPECT_EQ(h100.library.message_overhead.ns(), 3400);
   EXPECT_EQ(h100.library.all_to_all_large, AllToAllAlgorithm::kConcurrent);
   EXPECT_EQ(load("aurora").library.name, "oneccl");
@@ -342,9 +343,9 @@ TEST(LibraryPresets, ClustersNameTheirLibraryAndKeysOverrideIt) {
   const Cluster over = load(
       "hgx-h100", {"cluster.library.message_overhead_us=7", "cluster.library.all_to_all=\"xor\""});
   EXPECT_EQ(over.library.message_overhead.ns(), 7000);
-  EXPECT_EQ(over.library.call_overhead.ns(), 46400);  // from the preset
+  EXPECT_EQ(over.library.call_overhead.ns(), 10200);  // from the preset
   EXPECT_EQ(over.library.all_to_all_large, AllToAllAlgorithm::kXor);
-  for (const char* lib : {"ideal", "nccl", "oneccl", "mpich", "openmpi"})
+  for (const char* lib : {"ideal", "nccl", "nccl-device", "oneccl", "mpich", "openmpi"})
     EXPECT_EQ(load("uniform", {std::string("cluster.library.preset=\"") + lib + "\""}).library.name,
               lib);
 }
