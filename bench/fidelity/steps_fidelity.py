@@ -6,12 +6,14 @@ emulator (phantom mode, FLUX.1-dev, the cluster preset on one node of W GPUs) an
 measured / predicted / error, each strategy's speedup over flat measured and predicted, and the
 ranking. Strategies run as the measured PyTorch step runs them: plain all-to-alls (flat), with
 V-First, with pipelining (2 head groups) and with both (cocodiff without V-Major).
-Shared memory: the NVLink link's bandwidth is set to the all-to-all bus bandwidth measured over
-shared memory at 1 GiB on 4 GPUs (collectives_shm.csv), as a shared-memory cluster file would.
+Shared memory: the h100-shm preset, which `cocodiff calibrate` fitted to the shared-memory
+sweeps (configs/clusters/h100-shm.toml says how); --shm-preset "" sets the NVLink link's bandwidth
+to the all-to-all bus bandwidth measured over shared memory at 1 GiB on 4 GPUs instead.
 The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat); the 2-GPU machine (h100x2,
 measured later on another host) is held out: its steps are summarised apart.
 
-Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--out DIR] [--set KEY=VALUE ...]
+Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [--out DIR]
+                          [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
 import argparse, csv, glob, json, os, statistics, subprocess, sys, tempfile
@@ -22,6 +24,7 @@ P.add_argument("cocodiff")
 P.add_argument("--preset", default="hgx-h100")
 P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
 P.add_argument("--set", action="append", default=[])
+P.add_argument("--shm-preset", default="h100-shm")  # "": the NVLink link at the shm bandwidth
 A = P.parse_args()
 
 STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
@@ -46,7 +49,9 @@ def predict(w, res, strategy, transport, cache={}):
             f"cluster.preset={A.preset}", "cluster.nodes=1", f"cluster.topology.sizes=[{w}]",
             f"cluster.nic.count={w}", f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={STRATEGY[strategy]}",
             "emulator.trace=false"] + A.set
-    if transport == "shm":
+    if transport == "shm" and A.shm_preset:
+        sets[sets.index(f"cluster.preset={A.preset}")] = f"cluster.preset={A.shm_preset}"
+    elif transport == "shm":
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
     with tempfile.TemporaryDirectory() as d:
         cmd = [A.cocodiff, "run", os.path.join(ROOT, "configs/quickstart.toml"), "--out", d, "-q"]

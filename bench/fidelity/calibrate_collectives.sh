@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Fits every measured collective sweep with `cocodiff calibrate` and keeps each fit's per-point
+# table in bench/fidelity/results/calibrate/NAME.txt (the cluster files it writes are left in a
+# temporary directory: configs/clusters/h100-shm.toml is the one shipped): the device side (CUDA-graph sweep, host off the
+# critical path), then the eager sweeps per transport and per op (NCCL picks its algorithm per
+# op, so each op gets its own figures), on 2 and 4 GPUs of both machines that measured them.
+# Usage: bash bench/fidelity/calibrate_collectives.sh [COCODIFF] (default build/apps/cocodiff)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+bin=${1:-build/apps/cocodiff}
+m=configs/measurements
+out=bench/fidelity/results/calibrate
+mkdir -p "$out"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fit() {  # name files... -- args...
+  local name=$1
+  shift
+  local files=()
+  while [ "$1" != "--" ]; do files+=("$1"); shift; done
+  shift
+  "$bin" calibrate "${files[@]}" --cluster hgx-h100 --set cluster.nodes=1 "$@" \
+    --out "$tmp/$name.toml" > "$out/$name.txt" 2>&1 || { cat "$out/$name.txt"; exit 1; }
+  sed -i -e "s#$PWD/##g" -e "s#$tmp/#FIT_DIR/#g" "$out/$name.txt"
+  echo "== $name"
+  grep -E "^#   [a-z_]+ [0-9]+ ranks" "$out/$name.txt"
+}
+fit graph_nvlink $m/h100x2/collectives_graph_nvlink.csv -- \
+  --set cluster.device.host.collective_issue_us=0 -w 0 -n 1
+for tr in nvlink shm socket; do
+  files=()
+  for d in h100x4 h100x4-repeat h100x2; do
+    [ -f $m/$d/collectives_$tr.csv ] && files+=($m/$d/collectives_$tr.csv)
+  done
+  for op in all_to_all all_gather reduce_scatter sendrecv; do
+    fit "${tr}_$op" "${files[@]}" -- --ops $op --loss soft_l1
+  done
+done
