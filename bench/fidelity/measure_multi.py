@@ -240,13 +240,34 @@ def time_calls(fn, iters, warm=3):
     return sp.us() / iters, (h1 - h0) * 1e6 / iters
 
 
-def collectives(rows, log_lines):
-    sizes = []
-    s = 1024
-    cap = A.max_bytes
-    while s <= cap:
+def sweep_sizes():
+    """nccl-tests' sizes: 1 KiB to --max-bytes by 2x."""
+    sizes, s = [], 1024
+    while s <= A.max_bytes:
         sizes.append(s)
         s *= 2
+    return sizes
+
+
+def nccl_header(op, sizes, graph):
+    return [f"# Collective test starting: {op.replace('_', '')}_perf",
+            f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) "
+            f"warmup iters: 3 iters: adaptive agg iters: 1 validation: 0 graph: {1 if graph else 0}", "#"]
+
+
+def nccl_row(nb, op, t_us, busf):
+    """One row as nccl-tests prints it (in-place: N/A, torch.distributed has none)."""
+    algbw = nb / t_us / 1e3
+    return (f"{nb:12d} {nb // 2:13d}  bfloat16    {'sum' if op == 'reduce_scatter' else 'none':>4s}"
+            f"      -1 {t_us:8.2f} {algbw:7.2f} {algbw * busf:7.2f}      0      N/A     N/A"
+            f"     N/A    N/A")
+
+
+NCCL_FOOTER = ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : n/a", "#", ""]
+
+
+def collectives(rows, log_lines):
+    sizes = sweep_sizes()
     for w in worlds():
         if w < 2:
             continue
@@ -256,10 +277,7 @@ def collectives(rows, log_lines):
             if rank_any(left() < 10):
                 log("collectives: deadline, stopping at", op, w)
                 return
-            lines = [f"# Collective test starting: {op.replace('_', '')}_perf",
-                     f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) "
-                     f"warmup iters: 3 iters: adaptive agg iters: 1 validation: 0 graph: 0",
-                     "#", "# Using devices"]
+            lines = nccl_header(op, sizes, False) + ["# Using devices"]
             name = torch.cuda.get_device_name(LOCAL) if not CPU else "cpu"
             host = socket.gethostname()
             for r in range(w):
@@ -288,12 +306,8 @@ def collectives(rows, log_lines):
                 t_us = rank_max(t_us)
                 h_us = rank_max(h_us)
                 rows.append([op, w, 1, nb, f"{t_us:.3f}", f"{h_us:.3f}", A.transport])
-                algbw = nb / t_us / 1e3
-                count = nb // 2
-                lines.append(f"{nb:12d} {count:13d}  bfloat16    {'sum' if op == 'reduce_scatter' else 'none':>4s}"
-                             f"      -1 {t_us:8.2f} {algbw:7.2f} {algbw * busf:7.2f}      0      N/A     N/A"
-                             f"     N/A    N/A")
-            lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : n/a", "#", ""]
+                lines.append(nccl_row(nb, op, t_us, busf))
+            lines += NCCL_FOOTER
             log_lines += lines
             log(f"collectives {op} x{w} done")
 
@@ -770,20 +784,14 @@ def graph_collectives(rows, log_lines):
     """Device time per call: `k` calls captured in one CUDA graph and replayed, so the host's
     issue cost is off the critical path and what remains is NCCL's kernels back to back (the
     latency that eager calls below a few MiB hide behind the host). sendrecv is left out."""
-    sizes = []
-    s = 1024
-    while s <= A.max_bytes:
-        sizes.append(s)
-        s *= 2
+    sizes = sweep_sizes()
     for w in worlds():
         if w < 2:
             continue
         group = group_of(w)
         member = RANK < w
         for op in [o for o in A.ops.split(",") if o != "sendrecv"]:
-            lines = [f"# Collective test starting: {op.replace('_', '')}_perf",
-                     f"# nThread 1 nGpus 1 minBytes {sizes[0]} maxBytes {sizes[-1]} step: 2(factor) "
-                     f"warmup iters: 3 iters: adaptive agg iters: 1 validation: 0 graph: 1", "#"]
+            lines = nccl_header(op, sizes, True)
             busf = (w - 1) / w
             for nbytes in sizes:
                 if rank_any(left() < 15):
@@ -822,11 +830,8 @@ def graph_collectives(rows, log_lines):
                     del g, send, recv
                 t_us = rank_max(t_us)
                 rows.append([op, w, 1, nb, f"{t_us:.3f}", "", A.transport + "-graph"])
-                algbw = nb / t_us / 1e3
-                lines.append(f"{nb:12d} {nb // 2:13d}  bfloat16    {'sum' if op == 'reduce_scatter' else 'none':>4s}"
-                             f"      -1 {t_us:8.2f} {algbw:7.2f} {algbw * busf:7.2f}      0      N/A     N/A"
-                             f"     N/A    N/A")
-            lines += ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : n/a", "#", ""]
+                lines.append(nccl_row(nb, op, t_us, busf))
+            lines += NCCL_FOOTER
             log_lines += lines
             log(f"graph collectives {op} x{w} done")
 

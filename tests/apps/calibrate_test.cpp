@@ -70,6 +70,17 @@ class Calibrate : public ::testing::Test {
     return m.empty() ? -1 : std::stod(m[1].str());
   }
   // netbench's rows (bytes, time in us) for `op` on `ranks` ranks of each of `nodes` nodes.
+  // CSV of all-gathers on 2 and 4 ranks of one node, 4 KiB-16 MiB, timed by netbench on the
+  // cluster with `truth` set.
+  std::string all_gather_csv(const std::vector<std::string>& truth) {
+    std::string csv = "op,ranks,nodes,bytes,time_us\n";
+    for (int ranks : {2, 4})
+      for (const auto& [bytes, us] : netbench("all_gather", ranks, 1, truth, "4K", "16M"))
+        csv += "all_gather," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
+               std::to_string(us) + "\n";
+    return csv;
+  }
+
   std::vector<std::pair<std::int64_t, double>> netbench(const std::string& op, int ranks, int nodes,
                                                         const std::vector<std::string>& sets,
                                                         const std::string& min = "1K",
@@ -211,11 +222,7 @@ TEST_F(Calibrate, WritesACompleteClusterThatRunsAndNetbenchReproduce) {
   // the times calibrate predicted.
   const std::vector<std::string> truth = {"cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
                                           "cluster.library.call_overhead_us=25"};
-  std::string csv = "op,ranks,nodes,bytes,time_us\n";
-  for (int ranks : {2, 4})
-    for (const auto& [bytes, us] : netbench("all_gather", ranks, 1, truth, "4K", "16M"))
-      csv += "all_gather," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
-             std::to_string(us) + "\n";
+  const std::string csv = all_gather_csv(truth);
   const fs::path data = write("ag.csv", csv);
   const fs::path out = dir_ / "fit.toml";
   const ChildResult r = run_cocodiff(
@@ -258,11 +265,7 @@ TEST_F(Calibrate, WritesACompleteClusterThatRunsAndNetbenchReproduce) {
 TEST_F(Calibrate, KeepHoldsAFigureAndRefusesOneTheFitCannotMove) {
   const std::vector<std::string> truth = {"cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
                                           "cluster.library.call_overhead_us=25"};
-  std::string csv = "op,ranks,nodes,bytes,time_us\n";
-  for (int ranks : {2, 4})
-    for (const auto& [bytes, us] : netbench("all_gather", ranks, 1, truth, "4K", "16M"))
-      csv += "all_gather," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
-             std::to_string(us) + "\n";
+  const std::string csv = all_gather_csv(truth);
   const fs::path data = write("keep.csv", csv);
   const fs::path out = dir_ / "keep.toml";
   const ChildResult r =
