@@ -30,16 +30,19 @@ namespace {
 
 namespace cal = cocodiff::calibrate;
 
-// A file rewritten for every input, removed at exit.
+// A file rewritten for every input, removed at exit. The name lives as long as the process:
+// a static string would be destroyed before the exit handler that reads it (handlers run in
+// the reverse order of their registration, and the string's own is registered after this one).
 const std::string& input_file() {
-  static const std::string path = [] {
-    std::string p = (std::filesystem::temp_directory_path() /
-                     ("cocodiff_fuzz_calibrate_" + std::to_string(::getpid()) + ".txt"))
-                        .string();
+  static const std::string* const path = [] {
+    const auto* p =
+        new std::string((std::filesystem::temp_directory_path() /
+                         ("cocodiff_fuzz_calibrate_" + std::to_string(::getpid()) + ".txt"))
+                            .string());
     std::atexit([] { std::filesystem::remove(input_file()); });
     return p;
   }();
-  return path;
+  return *path;
 }
 
 const cocodiff::Cluster& cluster() {
