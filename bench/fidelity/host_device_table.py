@@ -8,11 +8,16 @@ averaged in log time. Host times: each label takes the measured host issue time 
 PyTorch runs for it (median over the machines given); labels cocodiff charges as two ops where
 PyTorch runs one function (LayerNorm and modulation) split it as stated below.
 Usage: host_device_table.py kernels.csv [host_other_machine.csv ...] > tables.toml
+(the GPU's name comes from env_nvlink.json beside kernels.csv)
 """
-import csv, math, statistics, sys
+import csv, json, math, os, statistics, sys
 from collections import defaultdict
 
-SOURCE = "configs/measurements/h100x4/kernels.csv (H100 SXM, PyTorch 2.11 eager, bf16, CUDA graph replay)"
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+env = os.path.join(os.path.dirname(sys.argv[1]), "env_nvlink.json")
+GPU = json.load(open(env)).get("gpu", "GPU") if os.path.exists(env) else "GPU"
+SOURCE = (f"{os.path.relpath(os.path.abspath(sys.argv[1]), ROOT)} ({GPU}, PyTorch eager, bf16, "
+          "CUDA graph replay)")
 rows = list(csv.DictReader(open(sys.argv[1])))
 host_rows = rows + [r for f in sys.argv[2:] for r in csv.DictReader(open(f))]
 

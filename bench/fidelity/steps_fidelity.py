@@ -10,7 +10,9 @@ Shared memory: the h100-shm preset, which `cocodiff calibrate` fitted to the sha
 sweeps (configs/clusters/h100-shm.toml says how); --shm-preset "" sets the NVLink link's bandwidth
 to the all-to-all bus bandwidth measured over shared memory at 1 GiB on 4 GPUs instead.
 The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat); the 2-GPU machine (h100x2,
-measured later on another host) is held out: its steps are summarised apart.
+measured later on another host) is held out: its steps are summarised apart. The H200 machine
+(h200x2) is predicted by hgx-h200 (--h200-preset), its shared-memory steps with the NVLink link
+at the shared-memory bandwidth; summarised apart too.
 
 Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [--out DIR]
                           [--set KEY=VALUE ...]
@@ -25,6 +27,7 @@ P.add_argument("--preset", default="hgx-h100")
 P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
 P.add_argument("--set", action="append", default=[])
 P.add_argument("--shm-preset", default="h100-shm")  # "": the NVLink link at the shm bandwidth
+P.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machine (h200x*)
 A = P.parse_args()
 
 STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
@@ -40,16 +43,18 @@ def shm_bandwidth():
     return busbw
 
 
-def predict(w, res, strategy, transport, cache={}):
-    key = (w, res, strategy, transport)
+def predict(w, res, strategy, transport, machine, cache={}):
+    h200 = machine.startswith("h200")
+    key = (w, res, strategy, transport, h200)
     if key in cache:
         return cache[key]
     nics = ",".join(str(i) for i in range(w))
+    preset = A.h200_preset if h200 else A.preset
     sets = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={STEPS}",
-            f"cluster.preset={A.preset}", "cluster.nodes=1", f"cluster.topology.sizes=[{w}]",
+            f"cluster.preset={preset}", "cluster.nodes=1", f"cluster.topology.sizes=[{w}]",
             f"cluster.nic.count={w}", f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={STRATEGY[strategy]}",
             "emulator.trace=false"] + A.set
-    if transport == "shm" and A.shm_preset:
+    if transport == "shm" and A.shm_preset and not h200:
         sets[sets.index(f"cluster.preset={A.preset}")] = f"cluster.preset={A.shm_preset}"
     elif transport == "shm":
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
@@ -67,7 +72,7 @@ def predict(w, res, strategy, transport, cache={}):
 
 def main():
     measured = {}  # (machine, transport, w, res, strategy) -> ms
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h100x*/steps_*.csv"))):
+    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/steps_*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
         for r in csv.DictReader(open(path)):
             measured[(machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"])] = \
@@ -76,7 +81,7 @@ def main():
     for (machine, tr, w, res, st), ms in sorted(measured.items()):
         if w == 1 and tr == "shm":
             continue
-        pred = predict(w, res, st, tr)
+        pred = predict(w, res, st, tr, machine)
         rows.append({"machine": machine, "transport": tr, "gpus": w, "resolution": res, "strategy": st,
                      "measured_ms": round(ms, 3), "predicted_ms": round(pred, 3),
                      "error_pct": round(100 * (pred / ms - 1), 1)})
@@ -118,9 +123,12 @@ def main():
 
     fitted = [r for r in rows if r["machine"].startswith("h100x4")]
     summary = stats(fitted)
-    held = [r for r in rows if not r["machine"].startswith("h100x4")]
+    held = [r for r in rows if r["machine"].startswith("h100x") and not r["machine"].startswith("h100x4")]
     if held:
         summary["held_out_" + "_".join(sorted({r["machine"] for r in held}))] = stats(held)
+    h200 = [r for r in rows if r["machine"].startswith("h200")]
+    if h200:
+        summary["h200_" + "_".join(sorted({r["machine"] for r in h200}))] = stats(h200)
     # 1024^2: is each prediction inside the range measured across the two 4-GPU machines,
     # widened by 15%?
     inside = total = 0

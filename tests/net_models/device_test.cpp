@@ -53,7 +53,7 @@ TEST(Roofline, PresetsCarryTheirDevices) {
     double tflops, hbm_gb_s, launch_us;
   };
   for (const Want& w : {Want{"aurora", 273, 1638.4, 5}, Want{"hgx-h100", 989, 3350, 2.5},
-                        Want{"hgx-h200", 989, 4800, 4}}) {
+                        Want{"hgx-h200", 989, 4800, 2.5}}) {
     SCOPED_TRACE(w.preset);
     const Config cfg =
         Config::parse(std::string("[cluster]\npreset = \"") + w.preset + "\"\n", "run.toml");
