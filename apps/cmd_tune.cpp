@@ -24,8 +24,8 @@ std::vector<int> int_list(const std::string& flag, const std::string& text) {
   for (std::string item; std::getline(ss, item, ',');) {
     if (item.empty() || item.size() > 6 ||
         item.find_first_not_of("0123456789") != std::string::npos)
-      throw ConfigError(flag + ": expected positive integers separated by commas, found \"" + text +
-                        "\"");
+      throw ConfigError(flag + ": expected positive integers separated by commas, found \"" +
+                        std::string(text).append("\""));
     out.push_back(std::stoi(item));
   }
   if (out.empty()) throw ConfigError(flag + ": expected at least one number");

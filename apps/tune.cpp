@@ -893,7 +893,7 @@ std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& p
   gp << "plot $all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
         "$front using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#cc2222' title 'Pareto "
         "front'\n";
-  const std::string why = emu::run_gnuplot(gp.str());
+  std::string why = emu::run_gnuplot(gp.str());
   std::error_code ec;
   if (!why.empty()) {
     std::filesystem::remove(tmp, ec);

@@ -471,10 +471,15 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
       us_param("message_overhead_us", lib0.message_overhead.us()));
   for (const std::string& key : keep)
     if (fittable.count(key) == 0) {
-      std::string known;
-      for (const std::string& f : fittable) known += (known.empty() ? "" : ", ") + f;
-      throw InputError("--keep " + key + ": not a figure these points fit (they fit: " + known +
-                       ")");
+      std::string msg = "--keep " + key + ": not a figure these points fit (they fit: ";
+      bool first = true;
+      for (const std::string& f : fittable) {
+        if (!first) msg += ", ";
+        msg += f;
+        first = false;
+      }
+      msg += ")";
+      throw InputError(msg);
     }
   const size_t base_params = ps.size();
 
