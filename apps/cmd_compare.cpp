@@ -279,6 +279,7 @@ void add_compare_command(CLI::App& app) {
     if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
     {
       std::vector<nlohmann::ordered_json> reports;
+      reports.reserve(recs.size());
       for (const RunRecord& rec : recs) reports.push_back(rec.report);
       std::cout << compare_notes(order, reports, plans);
     }

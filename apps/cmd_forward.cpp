@@ -76,11 +76,17 @@ void run_forward(const ForwardOptions& o) {
   if (mc.guidance_embed) takes.push_back("guidance");
   if (mc.num_classes > 0) takes.push_back("class_label");
   std::string took;
-  for (const std::string& t : takes) took += (took.empty() ? "" : ", ") + t;
+  for (const std::string& t : takes) {
+    if (!took.empty()) took += ", ";
+    took += t;
+  }
   for (const auto& [name, entry] : in.entries())
-    if (std::find(takes.begin(), takes.end(), name) == takes.end())
-      throw InputError(o.input + ": tensor '" + name + "' is not an input of " + mc.name +
-                       " (it takes " + took + "; README.md, \"One transformer pass\")");
+    if (std::find(takes.begin(), takes.end(), name) == takes.end()) {
+      std::string msg = o.input;
+      msg.append(": tensor '").append(name).append("' is not an input of ").append(mc.name);
+      msg.append(" (it takes ").append(took).append("; README.md, \"One transformer pass\")");
+      throw InputError(msg);
+    }
   if (class_tokens && in.find("class_label") != nullptr &&
       (in.find("text") != nullptr || in.find("pooled") != nullptr))
     throw InputError(o.input + ": give " + mc.name +

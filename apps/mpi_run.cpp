@@ -66,7 +66,12 @@ std::string run_identity(const RunPlan& plan, const RunCommandOptions& opt) {
   keys["(cocodiff version)"] = COCODIFF_VERSION;
   keys["(--inject-fault)"] = opt.inject_fault.empty() ? "none" : opt.inject_fault;
   std::string text;
-  for (const auto& [k, v] : keys) text += k + " = " + v + "\n";
+  for (const auto& [k, v] : keys) {
+    text += k;
+    text += " = ";
+    text += v;
+    text += "\n";
+  }
   return text;
 }
 
@@ -103,7 +108,8 @@ std::string compare_runs(const std::string& identity, int rank, int size) {
   std::vector<char> all(static_cast<size_t>(size) * 64);
   MPI_Allgather(mine.data(), 64, MPI_CHAR, all.data(), 64, MPI_CHAR, MPI_COMM_WORLD);
   std::vector<std::string> digests;
-  for (int r = 0; r < size; ++r) digests.emplace_back(all.data() + 64 * r, 64);
+  digests.reserve(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) digests.emplace_back(all.data() + std::ptrdiff_t{64} * r, 64);
   if (std::all_of(digests.begin(), digests.end(),
                   [&](const std::string& d) { return d == digests[0]; }))
     return {};
@@ -156,7 +162,13 @@ std::string compare_runs(const std::string& identity, int rank, int size) {
       if (va == vb) continue;
       ++differing;
       if (shown == 8) continue;
-      diff += (diff.empty() ? "" : ", ") + k + " (" + va + " vs " + vb + ")";
+      if (!diff.empty()) diff += ", ";
+      diff += k;
+      diff += " (";
+      diff += va;
+      diff += " vs ";
+      diff += vb;
+      diff += ")";
       ++shown;
     }
     if (differing > shown) diff += " and " + std::to_string(differing - shown) + " more";

@@ -113,15 +113,19 @@ std::string printable(std::string_view text) {
 void check_key_names(const toml::table& t, const std::string& source, const std::string& prefix) {
   for (const auto& [k, v] : t) {
     const std::string name(k.str());
-    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    std::string path = prefix;
+    if (!path.empty()) path += ".";
+    path += name;
     if (name.find('.') != std::string::npos) {
-      const std::string line =
-          k.source().begin.line > 0 ? ":" + std::to_string(k.source().begin.line) : std::string();
-      const std::string shown = prefix.empty() ? std::string() : " in [" + prefix + "]";
-      throw ConfigError(source + line + ": quoted key \"" + printable(name) + "\"" + shown +
-                        " holds a dot: TOML reads it as one key of that name, which no setting "
-                        "has; write the dotted key unquoted (" +
-                        printable(name) + " = ...) or the last part under its table");
+      std::string msg = source;
+      if (k.source().begin.line > 0) msg.append(":").append(std::to_string(k.source().begin.line));
+      msg.append(": quoted key \"").append(printable(name)).append("\"");
+      if (!prefix.empty()) msg.append(" in [").append(prefix).append("]");
+      msg.append(
+          " holds a dot: TOML reads it as one key of that name, which no setting has; write the "
+          "dotted key unquoted (");
+      msg.append(printable(name)).append(" = ...) or the last part under its table");
+      throw ConfigError(msg);
     }
     if (const toml::table* sub = v.as_table(); sub != nullptr)
       check_key_names(*sub, source, path);
