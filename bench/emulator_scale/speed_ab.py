@@ -2,13 +2,17 @@
 """Interleaved CPU time of two cocodiff builds on the same phantom runs (FLUX.1-dev 2048^2 on
 Aurora, uneven heads, one emulator worker): the 96-tile image (8 nodes) per strategy and the
 1,536-tile image (128 nodes) of usp and cocodiff, 28 steps; medians of --repeats; each pair must
-give the same timeline hash. Usage: speed_ab.py BEFORE AFTER [--repeats 3]"""
+give the same timeline hash.
+Usage: speed_ab.py BEFORE AFTER [--repeats 3] [--only STRATEGY:NODES,...]"""
 import json, os, resource, statistics, subprocess, sys, tempfile
 before, after = sys.argv[1], sys.argv[2]
 repeats = int(sys.argv[sys.argv.index("--repeats") + 1]) if "--repeats" in sys.argv else 3
 root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 cases = [(s, 8) for s in ("flat", "tapa", "v_first", "pipeline", "cocodiff", "usp")] + \
         [("usp", 128), ("cocodiff", 128)]
+if "--only" in sys.argv:
+    only = sys.argv[sys.argv.index("--only") + 1].split(",")
+    cases = [(x.split(":")[0], int(x.split(":")[1])) for x in only]
 def run(binary, strategy, nodes):
     with tempfile.TemporaryDirectory() as d:
         sets = ["run.math=skip", "model.preset=flux1-dev", "run.resolution=2048", "run.steps=28",
