@@ -266,13 +266,16 @@ def nccl_row(nb, op, t_us, busf):
 NCCL_FOOTER = ["# Out of bounds values : 0 OK", "# Avg bus bandwidth    : n/a", "#", ""]
 
 
+def collective_worlds():
+    """(ranks, their group, whether this rank is one of them) for every world of 2 or more."""
+    for w in worlds():
+        if w >= 2:
+            yield w, group_of(w), RANK < w
+
+
 def collectives(rows, log_lines):
     sizes = sweep_sizes()
-    for w in worlds():
-        if w < 2:
-            continue
-        group = group_of(w)
-        member = RANK < w
+    for w, group, member in collective_worlds():
         for op in A.ops.split(","):
             if rank_any(left() < 10):
                 log("collectives: deadline, stopping at", op, w)
@@ -785,11 +788,7 @@ def graph_collectives(rows, log_lines):
     issue cost is off the critical path and what remains is NCCL's kernels back to back (the
     latency that eager calls below a few MiB hide behind the host). sendrecv is left out."""
     sizes = sweep_sizes()
-    for w in worlds():
-        if w < 2:
-            continue
-        group = group_of(w)
-        member = RANK < w
+    for w, group, member in collective_worlds():
         for op in [o for o in A.ops.split(",") if o != "sendrecv"]:
             lines = nccl_header(op, sizes, True)
             busf = (w - 1) / w
