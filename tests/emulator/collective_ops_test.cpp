@@ -471,11 +471,13 @@ TEST(CollectiveOps, EveryScheduleOnTwoTo96RanksGivesItsPerMessageRun) {
   // Eight Aurora nodes under max-min. Per message (the schedule run on a collective fiber)
   // against the collective level (messages that travel alone timed in closed form): the same
   // timeline and received bytes.
-  for (const auto& [a2a, ag] : std::vector<std::pair<std::string, AllGatherAlgorithm>>{
+  for (const auto& pair : std::vector<std::pair<std::string, AllGatherAlgorithm>>{
            {"pairwise", AllGatherAlgorithm::kRing},
            {"xor", AllGatherAlgorithm::kHierarchical},
            {"concurrent", AllGatherAlgorithm::kRing},
            {"bruck", AllGatherAlgorithm::kHierarchical}}) {
+    const std::string& a2a = pair.first;
+    const AllGatherAlgorithm ag = pair.second;
     SCOPED_TRACE(a2a);
     const auto run_sizes = [&](bool ops, bool trace) {
       emu::Engine e = engine(a2a, 1, ops, trace, 8, "aurora", ag);
