@@ -133,6 +133,7 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
   }
   std::printf("# rms error of log time: %.4f\n", rms);
   file_notes << "#   rms error of log time " << fmt(std::round(rms * 1e4) / 1e4) << "\n";
+  std::fflush(stdout);  // the table first, then the warning, where both go to one file
   if (rms > 0.1 || !warnings.empty())
     std::fprintf(stderr,
                  "cocodiff calibrate: warning: the fit misses the measurements (rms error of log "

@@ -27,9 +27,12 @@ fit() {  # name files... -- args...
 }
 fit graph_nvlink $m/h100x2/collectives_graph_nvlink.csv -- \
   --set cluster.device.host.collective_issue_us=0 -w 0 -n 1
+# the same on 2 and 4 GPUs (the 4-GPU graph sweep came from a later machine, h100x4-third)
+fit graph_nvlink_2_4 $m/h100x2/collectives_graph_nvlink.csv $m/h100x4-third/collectives_graph_nvlink.csv -- \
+  --set cluster.device.host.collective_issue_us=0 -w 0 -n 1
 for tr in nvlink shm socket; do
   files=()
-  for d in h100x4 h100x4-repeat h100x2; do
+  for d in h100x4 h100x4-repeat h100x4-third h100x2; do
     [ -f $m/$d/collectives_$tr.csv ] && files+=($m/$d/collectives_$tr.csv)
   done
   for op in all_to_all all_gather reduce_scatter sendrecv; do

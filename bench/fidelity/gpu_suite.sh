@@ -10,6 +10,12 @@
 #   pair    a machine of two GPUs in one call of under 10 minutes: what full measures over
 #           NVLink and shared memory (no sockets), then the collectives again captured in CUDA
 #           graphs (device time per call, the host's issue cost off the critical path)
+#   quad    a machine of four GPUs in one call of under 10 minutes: collectives, interference,
+#           host times and whole steps over NVLink, collectives and steps over shared memory,
+#           then the collectives in CUDA graphs (the kernel tables of a two-GPU run stand: a
+#           kernel runs on one GPU); OUT.tar.gz is rewritten after each launch
+#   concurrency  the one-GPU step and single kernels on one GPU while the others idle, then on
+#           every GPU at once without communication (about 2 minutes)
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -47,6 +53,15 @@ elif [ "$mode" = pair ]; then
   launch nvlink 230 --parts collectives,interference,host,kernels,steps
   launch shm 100 --parts collectives,steps
   launch nvlink 90 --parts graphcoll
+elif [ "$mode" = quad ]; then
+  pack() { tar -C "$(dirname "$out")" -czf "$out.tar.gz" "$(basename "$out")"; }
+  launch nvlink 230 --parts collectives,interference,host,steps
+  pack
+  launch shm 130 --parts collectives,steps --worlds 2,4
+  pack
+  launch nvlink 80 --parts graphcoll --worlds "$gpus"
+elif [ "$mode" = concurrency ]; then
+  launch nvlink 200 --parts concurrency
 else
   launch nvlink 200 --parts host,steps
   launch shm 120 --parts steps --worlds 2,4

@@ -776,6 +776,67 @@ def interference(res):
 # ---------------------------------------------------------------------------------------------
 
 
+def concurrency(res):
+    """The same work on one GPU while the others idle, then on every GPU at once with no
+    communication between them: whole one-GPU steps (device and host time) and single kernels
+    (CUDA graph replay). What a multi-GPU step pays for sharing the host and the node with its
+    peers, apart from its collectives."""
+    res["world"] = WORLD
+    res["resolutions"] = {}
+    for r in [int(x) for x in A.resolutions.split(",")]:
+        if rank_any(left() < 60):
+            log("concurrency: deadline at", r)
+            break
+        tokens = (r // 16) ** 2 if not CPU else r
+        model = Model(1, 0)  # every rank holds the whole one-GPU model
+        st = Step(model, tokens, "flat", None)
+        out = {}
+        for mode in ("alone", "together"):
+            runs = RANK == 0 or mode == "together"
+            times, host = [], []
+            for i in range(2 + A.steps):
+                sync()
+                dist.barrier(group=CPU_GROUP)
+                if runs:
+                    t0 = time.perf_counter()
+                    st()
+                    t1 = time.perf_counter()
+                    sync()
+                    t2 = time.perf_counter()
+                    if i >= 2:
+                        times.append(t2 - t0)
+                        host.append(t1 - t0)
+            med = statistics.median(times) * 1e3 if runs else 0.0
+            hmed = statistics.median(host) * 1e3 if runs else 0.0
+            out[f"step_{mode}_ms"] = rank_max(med)
+            out[f"step_host_issue_{mode}_ms"] = rank_max(hmed)
+        log(f"concurrency res={r}: step alone {out['step_alone_ms']:.2f} ms, together "
+            f"{out['step_together_ms']:.2f} ms; host issue {out['step_host_issue_alone_ms']:.2f} / "
+            f"{out['step_host_issue_together_ms']:.2f} ms")
+        res["resolutions"][str(r)] = out
+        del st, model
+        if not CPU:
+            torch.cuda.empty_cache()
+    n = 4096 if not CPU else 64
+    x = torch.randn(n, HID, device=dev, dtype=DT)
+    w1 = W(MLP, HID)
+    q = torch.randn(1, HEADS // max(WORLD, 1), n + TXT, HD, device=dev, dtype=DT)
+    xs = torch.randn(64, HID, device=dev, dtype=DT)
+    ws = W(HID, HID)
+    cases = [(f"gemm_{n}x{HID}x{MLP}", lambda: F.linear(x, w1), "device"),
+             (f"sdpa_{HEADS // max(WORLD, 1)}heads_{n + TXT}", lambda: sdpa(q, q, q), "device"),
+             ("linear_64_host", lambda: F.linear(xs, ws), "host")]
+    for name, fn, kind in cases:
+        for mode in ("alone", "together"):
+            dist.barrier(group=CPU_GROUP)
+            t = 0.0
+            if RANK == 0 or mode == "together":
+                t = graph_time(fn, 50) if kind == "device" else host_time(fn)
+            res[f"{name}_{mode}_us"] = rank_max(t)
+        log(f"concurrency {name}: alone {res[name + '_alone_us']:.2f} us, together "
+            f"{res[name + '_together_us']:.2f} us")
+
+
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         wr = csv.writer(f)
@@ -862,6 +923,11 @@ def main():
         interference(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"interference_{tr}.json"), "w"), indent=1)
+    if "concurrency" in parts:
+        res = {}
+        concurrency(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"concurrency_{tr}.json"), "w"), indent=1)
     krows = []
     if "host" in parts:
         host_costs(krows)
