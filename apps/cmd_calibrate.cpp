@@ -7,7 +7,10 @@
 // bandwidth, and the collective library's per-call and per-message costs and its eager /
 // rendezvous protocol (apps/calibrate/collective_fit.hpp), each point predicted by the
 // emulator as `cocodiff netbench` times it. Kernels (CSV op,kind,flops,bytes,time_us) fit the
-// device's roofline and become measured tables (apps/calibrate/kernel_fit.hpp). The file
+// device's roofline and become measured tables (apps/calibrate/kernel_fit.hpp). Ops as eager
+// PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
+// give the device's kernel tables, its host's issue costs and the overlap factors
+// (apps/calibrate/eager_fit.hpp). The file
 // written is the cluster (its preset with every --set) with the fitted values in place
 // (apps/calibrate/cluster_file.hpp); every point is then predicted again from that file, and
 // measured / predicted / error is printed per point, with a summary per op and transport and a
@@ -29,6 +32,7 @@
 
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
 #include "apps/calibrate/measurements.hpp"
 #include "apps/commands.hpp"
@@ -144,6 +148,94 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
   return warnings;
 }
 
+// Eager PyTorch ops and interference: the device's kernel tables, its host's issue costs and
+// the overlap factors, printed and set in the cluster table.
+void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
+                 const std::vector<std::string>& files, const std::string& date, toml::table& table,
+                 std::ostringstream& notes) {
+  // The files the eager ops came from, in the order given.
+  std::set<std::string> eager_files;
+  for (const calibrate::EagerOpPoint& p : m.eager_ops)
+    eager_files.insert(p.where.substr(0, p.where.rfind(':')));
+  std::string sources;
+  for (const std::string& file : files)
+    if (eager_files.count(file) > 0) sources += (sources.empty() ? "" : ", ") + file;
+  std::printf(
+      "# eager ops: %zu points; device tables (CUDA-graph device time by the FLOPs "
+      "cocodiff charges) and host issue costs per label\n",
+      m.eager_ops.size());
+  std::printf("%-18s %7s %12s %12s %12s  %s\n", "label", "points", "flops_min", "flops_max",
+              "host_us", "device time from");
+  std::set<std::string> labels;
+  for (const auto& [label, t] : f.tables) labels.insert(label);
+  for (const auto& [label, c] : f.host_ops) labels.insert(label);
+  for (const std::string& label : labels) {
+    const auto t = f.tables.find(label);
+    const auto h = f.host_ops.find(label);
+    if (t != f.tables.end())
+      std::printf("%-18s %7zu %12.4g %12.4g ", label.c_str(), t->second.flops.size(),
+                  t->second.flops.front(), t->second.flops.back());
+    else
+      std::printf("%-18s %7s %12s %12s ", label.c_str(), "-", "-", "-");
+    if (h != f.host_ops.end())
+      std::printf("%12.3f", h->second);
+    else
+      std::printf("%12s", "-");
+    std::printf("  %s\n", t != f.tables.end() ? f.table_from.at(label).c_str() : "");
+  }
+  for (const auto& [label, t] : f.tables) {
+    toml::table kt;
+    toml::array fl, us;
+    for (double v : t.flops) fl.push_back(round6(v));
+    for (double v : t.time_us) us.push_back(round6(v));
+    kt.insert("flops", std::move(fl));
+    kt.insert("time_us", std::move(us));
+    kt.insert("source", f.table_from.at(label) + " of " + sources + " (device time; cocodiff " +
+                            "calibrate " + date + ")");
+    calibrate::set_key(table, "device.kernels." + label, kt);
+  }
+  if (!f.tables.empty())
+    notes << "# Kernels: " << f.tables.size()
+          << " [device.kernels.*] tables from the eager ops' CUDA-graph device times.\n";
+  if (!f.host_ops.empty()) {
+    std::printf("# host: op_issue_us = %s (the median of the labels above)",
+                fmt(f.op_issue_us).c_str());
+    calibrate::set_key(table, "device.host.op_issue_us",
+                       toml::value<double>(round6(f.op_issue_us)));
+    for (const auto& [label, c] : f.host_ops)
+      calibrate::set_key(table, "device.host.ops." + label, toml::value<double>(round6(c)));
+    if (f.collective_issue_us > 0) {
+      std::printf(", collective_issue_us = %s", fmt(f.collective_issue_us).c_str());
+      calibrate::set_key(table, "device.host.collective_issue_us",
+                         toml::value<double>(round6(f.collective_issue_us)));
+    }
+    std::printf("\n");
+    notes << "# Host: [device.host] op_issue_us, collective_issue_us and ops from the eager ops' "
+             "host issue times (median over the points of each op).\n";
+  }
+  if (!f.missing.empty()) {
+    std::string list;
+    for (const std::string& op : f.missing) list += (list.empty() ? "" : ", ") + op;
+    std::printf("# host: no issue time measured for %s; the labels they cost keep the cluster's\n",
+                list.c_str());
+  }
+  if (f.overlap_compute > 0) {
+    std::printf("# interference (%s): overlap_compute_factor = %s, overlap_transfer_factor = %s\n",
+                f.interference_from.c_str(), fmt(f.overlap_compute).c_str(),
+                fmt(f.overlap_transfer).c_str());
+    calibrate::set_key(table, "device.overlap_compute_factor",
+                       toml::value<double>(round6(std::max(1.0, f.overlap_compute))));
+    calibrate::set_key(table, "device.overlap_transfer_factor",
+                       toml::value<double>(round6(std::max(1.0, f.overlap_transfer))));
+    notes << "# Interference: device.overlap_compute_factor and overlap_transfer_factor from "
+          << f.interference_from << " (each against its time alone; at least 1).\n";
+  } else if (!m.interference.empty()) {
+    std::printf(
+        "# interference: no GEMM measured beside an all-to-all; the factors are the "
+        "cluster's\n");
+  }
+}
+
 void run_calibrate(const CalibrateOptions& o) {
   const auto wall0 = std::chrono::steady_clock::now();
   calibrate::Measurements m;
@@ -166,7 +258,7 @@ void run_calibrate(const CalibrateOptions& o) {
     throw InputError("calibrate: the measurements are of several transports (" + list +
                      "), which one cluster file cannot hold; choose one with --transport");
   }
-  if (pts.empty() && m.kernels.empty())
+  if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
@@ -292,6 +384,9 @@ void run_calibrate(const CalibrateOptions& o) {
     }
   }
 
+  if (!m.eager_ops.empty() || !m.interference.empty())
+    write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes);
+
   const std::string stem = std::filesystem::path(o.out).stem().string();
   calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
   const std::optional<std::string> desc = table["description"].value<std::string>();
@@ -327,7 +422,8 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("files", o->files,
                   "collectives: nccl-tests output, netbench output or --json, or CSV "
                   "(op,ranks,nodes,bytes,time_us,transport); kernels: CSV "
-                  "(op,kind,flops,bytes,time_us)")
+                  "(op,kind,flops,bytes,time_us); eager ops: CSV "
+                  "(op,label,tokens,heads,k,n,flops,device_us,host_us); interference: JSON")
       ->required();
   cmd->add_option("--cluster", o->cluster, "cluster preset name or file the points ran on")
       ->required();

@@ -220,6 +220,41 @@ void read_kernel_csv(const std::vector<Line>& lines, size_t header, const std::s
   }
 }
 
+void read_eager_csv(const std::vector<Line>& lines, size_t header, const std::string& name,
+                    std::vector<EagerOpPoint>& out) {
+  for (size_t i = header + 1; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty() || t[0] == '#') continue;
+    const std::string where = at(name, lines[i].number);
+    const std::vector<std::string_view> f = split(lines[i].text, ',');
+    if (f.size() != 9)
+      bad(where, "9 fields (op,label,tokens,heads,k,n,flops,device_us,host_us)",
+          std::to_string(f.size()));
+    EagerOpPoint p;
+    p.where = where;
+    for (int k : {0, 1})
+      if (!is_label(f[static_cast<size_t>(k)]))
+        bad(where,
+            std::string(k == 0 ? "an op" : "a label") +
+                " of at most 64 letters, digits, '_' and '-'",
+            shown(f[static_cast<size_t>(k)]));
+    p.op = std::string(f[0]);
+    p.label = std::string(f[1]);
+    for (size_t k = 2; k < 6; ++k)
+      int_in(f[k], where,
+             k == 2   ? "tokens"
+             : k == 3 ? "heads"
+             : k == 4 ? "k"
+                      : "n",
+             0, std::int64_t{1} << 40);
+    if (!f[6].empty()) p.flops = double_in(f[6], where, "flops", 0, 1e18);
+    if (!f[7].empty()) p.device_us = time_us(f[7], where, "device_us");
+    if (!f[8].empty()) p.host_us = time_us(f[8], where, "host_us");
+    if (p.device_us < 0 && p.host_us < 0) bad(where, "device_us or host_us", "both empty");
+    out.push_back(std::move(p));
+  }
+}
+
 // ---- nccl-tests ----
 
 struct Section {
@@ -438,6 +473,57 @@ void read_netbench_json(std::string_view text, const std::string& name,
   }
 }
 
+// "16MiB" and the like: bytes.
+std::int64_t size_bytes(const std::string& s) {
+  std::int64_t v = 0;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || v <= 0) return 0;
+  const std::string_view unit(p, static_cast<size_t>(s.data() + s.size() - p));
+  const int shift = unit == "B"     ? 0
+                    : unit == "KiB" ? 10
+                    : unit == "MiB" ? 20
+                    : unit == "GiB" ? 30
+                                    : -1;
+  if (shift < 0 || v > (kMaxBytes >> shift)) return 0;
+  return v << shift;
+}
+
+// measure_multi.py's interference JSON: every KERNEL_with_a2a_SIZE_us whose three partners
+// (KERNEL_alone_us, all_to_all_SIZE_alone_us, all_to_all_SIZE_with_KERNEL_us) are there.
+void read_interference_json(const nlohmann::json& j, const std::string& name,
+                            std::vector<InterferencePoint>& out) {
+  auto number = [&](const std::string& key) {
+    const nlohmann::json& v = j.at(key);
+    if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < kMinTimeUs ||
+        v.get<double>() > kMaxTimeUs)
+      bad(name + ": " + key, "a time in us", shown(v.dump()));
+    return v.get<double>();
+  };
+  const std::string with = "_with_a2a_", tail = "_us";
+  for (const auto& [key, v] : j.items()) {
+    const size_t k = key.find(with);
+    if (k == std::string::npos || key.size() < tail.size() ||
+        key.compare(key.size() - tail.size(), tail.size(), tail) != 0)
+      continue;
+    InterferencePoint p;
+    p.kernel = key.substr(0, k);
+    p.size = key.substr(k + with.size(), key.size() - tail.size() - k - with.size());
+    p.where = name + ": " + p.kernel + " with " + p.size;
+    p.bytes = size_bytes(p.size);
+    if (p.bytes == 0) bad(name + ": " + key, "a size such as 256MiB", shown(p.size));
+    for (const std::string& need : {p.kernel + "_alone_us", "all_to_all_" + p.size + "_alone_us",
+                                    "all_to_all_" + p.size + "_with_" + p.kernel + "_us"})
+      if (!j.contains(need)) bad(name, "a key \"" + need + "\" beside \"" + key + "\"", "none");
+    p.kernel_alone_us = number(p.kernel + "_alone_us");
+    p.kernel_with_us = number(key);
+    p.a2a_alone_us = number("all_to_all_" + p.size + "_alone_us");
+    p.a2a_with_us = number("all_to_all_" + p.size + "_with_" + p.kernel + "_us");
+    out.push_back(std::move(p));
+  }
+  if (out.empty())
+    bad(name, "interference times (KERNEL_with_a2a_SIZE_us and their partners)", "none");
+}
+
 }  // namespace
 
 void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
@@ -446,7 +532,11 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   if (first != std::string_view::npos && text[first] == '{') {
     if (text.size() > static_cast<size_t>(kMaxFileBytes))
       bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
-    read_netbench_json(text, name, m.collectives);
+    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
+      read_interference_json(j, name, m.interference);
+    else
+      read_netbench_json(text, name, m.collectives);
   } else {
     const std::vector<Line> lines = lines_of(text, name);
     bool nccl_tests = false;
@@ -470,20 +560,26 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
       const std::vector<std::string_view> cols = split(lines[header].text, ',');
       if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
         read_kernel_csv(lines, header, name, m.kernels);
+      else if (cols == std::vector<std::string_view>{"op", "label", "tokens", "heads", "k", "n",
+                                                     "flops", "device_us", "host_us"})
+        read_eager_csv(lines, header, name, m.eager_ops);
       else
         read_collective_csv(lines, header, name, m, m.collectives);
     }
   }
-  if (m.collectives.empty() && m.kernels.empty())
+  if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty())
     throw InputError(name +
                      ": no measurements in the file (expected nccl-tests output, "
                      "netbench output, or a CSV with a header)");
-  if (out.collectives.size() + out.kernels.size() + m.collectives.size() + m.kernels.size() >
+  if (out.collectives.size() + out.kernels.size() + out.eager_ops.size() + m.collectives.size() +
+          m.kernels.size() + m.eager_ops.size() >
       kMaxPoints)
     throw InputError(name + ": more than " + std::to_string(kMaxPoints) +
                      " measurements in all; fit fewer at a time");
   for (CollectivePoint& p : m.collectives) out.collectives.push_back(std::move(p));
   for (KernelPoint& p : m.kernels) out.kernels.push_back(std::move(p));
+  for (EagerOpPoint& p : m.eager_ops) out.eager_ops.push_back(std::move(p));
+  for (InterferencePoint& p : m.interference) out.interference.push_back(std::move(p));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
 }

@@ -21,6 +21,12 @@
 //    transport (optional) in any order; other columns are ignored (listed in `ignored_columns`).
 //    Lines starting with '#' are comments.
 //  - CSV of kernels: the header op,kind,flops,bytes,time_us, op being the label cocodiff charges.
+//  - CSV of ops as eager PyTorch runs them (bench/fidelity/measure_multi.py's kernels.csv and
+//    host_*.csv): the header op,label,tokens,heads,k,n,flops,device_us,host_us; device_us is the
+//    op's device time replayed in a CUDA graph, host_us the host's time to issue it, either
+//    empty where not measured (apps/calibrate/eager_fit.hpp turns them into tables).
+//  - measure_multi.py's interference_*.json: a JSON object of KERNEL_alone_us,
+//    KERNEL_with_a2a_SIZE_us, all_to_all_SIZE_alone_us and all_to_all_SIZE_with_KERNEL_us.
 // Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
 
 #include <cstdint>
@@ -65,9 +71,30 @@ struct KernelPoint {
   double flops = 0, bytes = 0, time_us = 0;
 };
 
+/// One op as eager PyTorch runs it. A time not measured is negative.
+struct EagerOpPoint {
+  std::string where;  // "file:line"
+  std::string op;     // the PyTorch op measured: linear, rms_norm, rope, sdpa, all_to_all, ...
+  std::string label;  // the cocodiff label it was measured for
+  double flops = 0;   // what cocodiff charges for the label at this shape (0: not charged)
+  double device_us = -1, host_us = -1;
+};
+
+/// A compute kernel and an all-to-all of SIZE per rank, each alone and running beside the other
+/// on two streams.
+struct InterferencePoint {
+  std::string where;   // "file: KERNEL with SIZE"
+  std::string kernel;  // e.g. gemm_4096x3072x12288
+  std::string size;    // e.g. 256MiB
+  std::int64_t bytes = 0;
+  double kernel_alone_us = 0, kernel_with_us = 0, a2a_alone_us = 0, a2a_with_us = 0;
+};
+
 struct Measurements {
   std::vector<CollectivePoint> collectives;
   std::vector<KernelPoint> kernels;
+  std::vector<EagerOpPoint> eager_ops;
+  std::vector<InterferencePoint> interference;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
   std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };

@@ -2,6 +2,8 @@
 // emulator's own timing on a cluster with known figures are fitted from other figures, and the
 // known ones come back; on a cluster whose device has a host, calls timed back to back overlap
 // the host's issue with the call before, and both the host's cost and the library's come back.
+// The eager-op fit (apps/calibrate/eager_fit.hpp) turns known device and host times into the
+// preset's tables exactly.
 
 #include <gtest/gtest.h>
 
@@ -11,6 +13,8 @@
 
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/eager_fit.hpp"
+#include "core/errors.hpp"
 
 namespace cocodiff::calibrate {
 namespace {
@@ -73,6 +77,83 @@ TEST(CalibrateFit, RecoversHostAndLibraryCostsFromBackToBackCalls) {
   EXPECT_NEAR(value_of(f, "library.call_overhead_us"), 10, 0.1);
   EXPECT_NEAR(value_of(f, "links.nvswitch.bandwidth_gbytes_per_s"), 80, 0.8);
   EXPECT_LT(f.rms_log, 1e-3);
+}
+
+EagerOpPoint eager(const std::string& op, const std::string& label, double flops, double device_us,
+                   double host_us) {
+  EagerOpPoint p;
+  p.where = "test";
+  p.op = op;
+  p.label = label;
+  p.flops = flops;
+  p.device_us = device_us;
+  p.host_us = host_us;
+  return p;
+}
+
+TEST(CalibrateFit, EagerOpsGiveDeviceTablesHostCostsAndOverlapFactors) {
+  std::vector<EagerOpPoint> ops = {
+      // Two points of one FLOP count (two machines): their geometric mean; a second count.
+      eager("linear", "q_proj", 1e9, 4, -1), eager("linear", "q_proj", 1e9, 16, -1),
+      eager("linear", "q_proj", 4e9, 20, -1),
+      // The per-head projection shares q_proj's table.
+      eager("linear_heads", "q_proj_heads", 2e9, 10, -1), eager("sdpa", "attention", 5e9, 30, -1),
+      // Host times: medians over machines (14, 15, 16 -> 15; 10 and 12 -> 11).
+      eager("linear", "q_proj", 1e6, -1, 14), eager("linear", "q_proj", 1e6, -1, 16),
+      eager("linear", "q_proj", 1e6, -1, 15), eager("rms_norm", "q_norm", 1e5, -1, 10),
+      eager("rms_norm", "q_norm", 1e5, -1, 12), eager("norm_modulate", "norm1", 1e5, -1, 30),
+      eager("rope", "q_rope", 1e5, -1, 80), eager("all_to_all", "all_to_all", 0, -1, 48),
+      eager("all_gather", "all_gather", 0, -1, 52)};
+  InterferencePoint small, big, attention;
+  small.kernel = big.kernel = "gemm_4096";
+  attention.kernel = "attention_sdpa";
+  small.bytes = 16 << 20;
+  big.bytes = attention.bytes = 256 << 20;
+  big.where = "big";
+  small.kernel_alone_us = big.kernel_alone_us = attention.kernel_alone_us = 100;
+  small.a2a_alone_us = big.a2a_alone_us = attention.a2a_alone_us = 200;
+  small.kernel_with_us = 110;
+  small.a2a_with_us = 220;
+  big.kernel_with_us = 125;
+  big.a2a_with_us = 300;
+  attention.kernel_with_us = 190;
+  attention.a2a_with_us = 500;
+  const EagerFit f = fit_eager(ops, {small, attention, big});
+
+  ASSERT_EQ(f.tables.count("q_proj"), 1u);
+  const KernelTableFit& q = f.tables.at("q_proj");
+  ASSERT_EQ(q.flops, (std::vector<double>{1e9, 2e9, 4e9}));
+  EXPECT_NEAR(q.time_us[0], 8, 1e-12);  // sqrt(4 x 16)
+  EXPECT_NEAR(q.time_us[1], 10, 1e-12);
+  EXPECT_NEAR(q.time_us[2], 20, 1e-12);
+  // K and V are projected as Q is; the attention has its own table; nothing measured, none.
+  EXPECT_EQ(f.tables.at("k_proj").time_us, q.time_us);
+  EXPECT_EQ(f.tables.at("v_proj").flops, q.flops);
+  ASSERT_EQ(f.tables.at("attention").time_us.size(), 1u);
+  EXPECT_NEAR(f.tables.at("attention").time_us[0], 30, 1e-12);
+  EXPECT_EQ(f.tables.count("mlp_fc1"), 0u);
+
+  EXPECT_DOUBLE_EQ(f.host_ops.at("q_proj"), 15);
+  EXPECT_DOUBLE_EQ(f.host_ops.at("mlp_fc2"), 15);  // every projection is one F.linear
+  EXPECT_DOUBLE_EQ(f.host_ops.at("k_norm"), 11);
+  EXPECT_DOUBLE_EQ(f.host_ops.at("norm2"), 11);
+  EXPECT_DOUBLE_EQ(f.host_ops.at("modulate"), 19);  // LayerNorm+modulate less the norm
+  EXPECT_DOUBLE_EQ(f.host_ops.at("k_rope"), 80);
+  EXPECT_DOUBLE_EQ(f.collective_issue_us, 50);
+  EXPECT_EQ(f.host_ops.count("attention"), 0u);  // sdpa's host time was not measured
+  EXPECT_NE(std::find(f.missing.begin(), f.missing.end(), "sdpa"), f.missing.end());
+  // 13 projections at 15, 8 norms at 11, 2 RoPEs at 80, the modulation at 19: median 15.
+  EXPECT_DOUBLE_EQ(f.op_issue_us, 15);
+
+  // The largest all-to-all beside a GEMM (the attention's point is not a GEMM).
+  EXPECT_DOUBLE_EQ(f.overlap_compute, 1.25);
+  EXPECT_DOUBLE_EQ(f.overlap_transfer, 1.5);
+  EXPECT_EQ(f.interference_from, "big");
+
+  // A LayerNorm+modulate measured below the norm alone cannot be split.
+  ops.push_back(eager("norm_modulate", "norm1", 1e5, -1, 1));
+  ops.push_back(eager("norm_modulate", "norm1", 1e5, -1, 1));
+  EXPECT_THROW(fit_eager(ops, {}), InputError);
 }
 
 }  // namespace

@@ -1,13 +1,15 @@
 // `cocodiff calibrate` end to end: it recovers known link, library and protocol figures from
 // synthetic measurements (netbench's own times under those figures, written as nccl-tests logs
 // or CSV), writes a complete cluster file that runs and netbench read back, reads real-format
-// nccl-tests logs, and refuses malformed or implausible files with exit code 2, naming the file
-// and line, writing nothing.
+// nccl-tests logs, turns eager PyTorch ops and interference into a device's tables and host
+// costs (as the shipped GPU presets hold them), and refuses malformed or implausible files with
+// exit code 2, naming the file and line, writing nothing.
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <toml++/toml.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -31,6 +33,7 @@ const std::vector<std::string> kTrueLibrary = {
     "cluster.library.call_overhead_us=25", "cluster.library.message_overhead_us=3",
     "cluster.library.eager_max_bytes=32768", "cluster.library.rendezvous_overhead_us=6",
     "cluster.library.eager_copy_gbytes_per_s=15"};
+constexpr const char* kEagerHeader = "op,label,tokens,heads,k,n,flops,device_us,host_us\n";
 const std::vector<std::string> kTrueIntra = {"cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
                                              "cluster.links.nvswitch.latency_ns=700"};
 // The inter-node tier scaled as a whole: bandwidths x 0.4, latencies x 1.6.
@@ -404,6 +407,19 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
       {"nb.json",
        "{\"op\": \"all_to_all\", \"ranks\": 4, \"nodes\": 1, \"rows\": [{\"bytes\": 8}]}",
        "nb.json: rows[0]: expected a key \"time_ns\""},
+      {"eager.csv", std::string(kEagerHeader) + "linear,q_proj,64,24,3072,3072,1e9,,\n",
+       "eager.csv:2: expected device_us or host_us"},
+      {"efields.csv", std::string(kEagerHeader) + "linear,q_proj,64,24,3072,1e9,,5\n",
+       "efields.csv:2: expected 9 fields"},
+      {"elabel.csv", std::string(kEagerHeader) + "linear,q proj,64,24,3072,3072,1e9,4,\n",
+       "elabel.csv:2: expected a label"},
+      {"inter.json", "{\"world\": 4, \"gemm_x_with_a2a_16MiB_us\": 5, \"gemm_x_alone_us\": 4}",
+       "inter.json: expected a key \"all_to_all_16MiB_alone_us\""},
+      {"inter2.json",
+       "{\"gemm_x_with_a2a_16MiB_us\": -5, \"gemm_x_alone_us\": 4, \"all_to_all_16MiB_alone_us\": "
+       "9, "
+       "\"all_to_all_16MiB_with_gemm_x_us\": 9}",
+       "inter2.json: gemm_x_with_a2a_16MiB_us: expected a time in us"},
   };
   for (const Case& c : cases) {
     const fs::path data = write(c.name, c.text);
@@ -513,6 +529,114 @@ TEST_F(Calibrate, RecoversAKnownRooflineFromSyntheticKernelTimes) {
       << toml;
   const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
+TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
+  // Two machines' host times (medians: 15 a projection, 11 a norm), device times of two shapes,
+  // and an interference file: what a device preset with a host is made from.
+  const fs::path a = write("kernels.csv", std::string(kEagerHeader) +
+                                              "linear,q_proj,64,24,3072,3072,1e9,,14\n"
+                                              "rms_norm,q_norm,64,24,128,24,1e5,,10\n"
+                                              "norm_modulate,norm1,64,24,3072,3072,1e5,,30\n"
+                                              "linear,q_proj,256,24,3072,3072,4e9,9,\n"
+                                              "linear,q_proj,1024,24,3072,3072,1.6e10,30,\n"
+                                              "all_to_all,all_to_all,8192,4,0,0,,,50\n");
+  const fs::path b = write("host_other.csv", std::string(kEagerHeader) +
+                                                 "linear,q_proj,64,24,3072,3072,1e9,,16\n"
+                                                 "rms_norm,q_norm,64,24,128,24,1e5,,12\n");
+  const fs::path inter = write("interference.json",
+                               "{\"world\": 4, \"gemm_g_alone_us\": 400, "
+                               "\"gemm_g_with_a2a_256MiB_us\": 500, "
+                               "\"all_to_all_256MiB_alone_us\": 600, "
+                               "\"all_to_all_256MiB_with_gemm_g_us\": 900}");
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff({"calibrate", a.string(), b.string(), inter.string(),
+                                      "--cluster", "hgx-h100", "--out", out.string()},
+                                     dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("host: op_issue_us = 15"), std::string::npos) << r.out;
+  const std::string toml = read_text(out);
+  const toml::table written = toml::parse(toml);
+  const toml::array* k_flops = written["device"]["kernels"]["k_proj"]["flops"].as_array();
+  const toml::array* k_us = written["device"]["kernels"]["k_proj"]["time_us"].as_array();
+  ASSERT_TRUE(k_flops != nullptr && k_us != nullptr) << toml;
+  ASSERT_EQ(k_flops->size(), 2u);
+  EXPECT_DOUBLE_EQ(k_flops->at(1).value<double>().value(), 1.6e10);
+  EXPECT_DOUBLE_EQ(k_us->at(0).value<double>().value(), 9);
+  EXPECT_DOUBLE_EQ(k_us->at(1).value<double>().value(), 30);
+  EXPECT_EQ(written["device"]["kernels"]["k_proj"]["source"].value<std::string>().value_or(""),
+            "linear q_proj, linear_heads q_proj_heads of " + a.string() + ", " + b.string() +
+                " (device time; cocodiff calibrate " +
+                toml.substr(toml.find("calibrate on ") + 13, 10) + ")");
+  EXPECT_DOUBLE_EQ(value(toml, "device.host.ops", "v_proj"), 15);
+  EXPECT_DOUBLE_EQ(value(toml, "device.host.ops", "norm_out"), 11);
+  EXPECT_DOUBLE_EQ(value(toml, "device.host.ops", "modulate"), 19);
+  EXPECT_DOUBLE_EQ(value(toml, "device.host", "collective_issue_us"), 50);
+  EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_compute_factor"), 1.25);
+  EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_transfer_factor"), 1.5);
+  // A label no file measured keeps the preset's cost.
+  EXPECT_NE(r.out.find("no issue time measured for"), std::string::npos) << r.out;
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
+// The shipped GPU presets' kernel tables, host issue costs and overlap factors are what
+// calibrate writes from the measurements they name, to the digits the presets keep (4
+// significant digits for device times, 3 for host costs, one decimal for the overlap factors).
+TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) {
+  const fs::path m = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "measurements";
+  const fs::path presets = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "clusters";
+  const std::vector<std::pair<std::string, std::vector<fs::path>>> cases = {
+      {"hgx-h100",
+       {m / "h100x4" / "kernels.csv", m / "h100x4-repeat" / "host_nvlink.csv",
+        m / "h100x4" / "interference_nvlink.json"}},
+      {"hgx-h200", {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json"}}};
+  for (const auto& [preset, files] : cases) {
+    SCOPED_TRACE(preset);
+    const fs::path out = dir_ / (preset + "-fit.toml");
+    std::vector<std::string> args = {"calibrate"};
+    for (const fs::path& f : files) args.push_back(f.string());
+    for (const std::string& a :
+         {std::string("--cluster"), preset, std::string("--out"), out.string()})
+      args.push_back(a);
+    const ChildResult r = run_cocodiff(args, dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const toml::table fit = toml::parse_file(out.string());
+    const toml::table shipped = toml::parse_file((presets / (preset + ".toml")).string());
+    const toml::table& fk = *fit["device"]["kernels"].as_table();
+    const toml::table& sk = *shipped["device"]["kernels"].as_table();
+    EXPECT_EQ(fk.size(), sk.size());
+    for (const auto& [label, node] : fk) {
+      SCOPED_TRACE(std::string(label.str()));
+      const toml::array* sf = sk[label.str()]["flops"].as_array();
+      const toml::array* st = sk[label.str()]["time_us"].as_array();
+      ASSERT_TRUE(sf != nullptr && st != nullptr);
+      const toml::array& ff = *node.as_table()->get("flops")->as_array();
+      const toml::array& ft = *node.as_table()->get("time_us")->as_array();
+      ASSERT_EQ(sf->size(), ff.size());
+      for (size_t i = 0; i < ff.size(); ++i) {
+        EXPECT_NEAR(sf->at(i).value<double>().value(), ff[i].value<double>().value(),
+                    5e-6 * ff[i].value<double>().value());
+        EXPECT_NEAR(st->at(i).value<double>().value(), ft[i].value<double>().value(),
+                    5e-4 * ft[i].value<double>().value());
+      }
+    }
+    const toml::table& fh = *fit["device"]["host"]["ops"].as_table();
+    const toml::table& sh = *shipped["device"]["host"]["ops"].as_table();
+    EXPECT_EQ(fh.size(), sh.size());
+    for (const auto& [label, node] : fh) {
+      const double v = node.value<double>().value();
+      EXPECT_NEAR(sh[label.str()].value<double>().value_or(-1), v, 5e-3 * v) << label.str();
+    }
+    for (const char* key : {"op_issue_us", "collective_issue_us"}) {
+      const double v = fit["device"]["host"][key].value<double>().value();
+      EXPECT_NEAR(shipped["device"]["host"][key].value<double>().value_or(-1), v, 5e-3 * v) << key;
+    }
+    for (const char* key : {"overlap_compute_factor", "overlap_transfer_factor"})
+      EXPECT_NEAR(shipped["device"][key].value<double>().value_or(-1),
+                  fit["device"][key].value<double>().value(), 0.05)
+          << key;
+  }
 }
 
 }  // namespace

@@ -1,16 +1,17 @@
 // Fuzz targets for `cocodiff calibrate`'s measurement readers (apps/calibrate/measurements.hpp):
-// fuzz_calibrate_csv reads the input as it is (CSV of collectives or kernels, netbench output
-// or its JSON: the reader tells them apart by their contents), fuzz_nccl_tests reads it as
-// nccl-tests output (after a "# nThread" line). Every point read is placed on a small cluster
-// as calibrate places it. One input in 16 also goes through a real file (the size and line
-// caps of read_measurements), which must read the same points: a file per input would make the
-// target ten times slower.
-// Bad input must end in a UserError; anything else (another exception, a crash, a sanitizer
-// report, a huge allocation), or a point outside the plausible ranges the reader promises, is
-// a finding.
+// fuzz_calibrate_csv reads the input as it is (CSV of collectives, kernels or eager ops,
+// netbench output or its JSON, interference JSON: the reader tells them apart by their
+// contents; eager ops and interference then go through the fit calibrate makes of them),
+// fuzz_nccl_tests reads it as nccl-tests output (after a "# nThread" line). Every point read is
+// placed on a small cluster as calibrate places it. One input in 16 also goes through a real file
+// (the size and line caps of read_measurements), which must read the same points: a file per input
+// would make the target ten times slower. Bad input must end in a UserError; anything else (another
+// exception, a crash, a sanitizer report, a huge allocation), or a point outside the plausible
+// ranges the reader promises, is a finding.
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/measurements.hpp"
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
@@ -87,10 +89,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(read == parsed);
     if (read)
       check(from_file.collectives.size() == m.collectives.size() &&
-            from_file.kernels.size() == m.kernels.size());
+            from_file.kernels.size() == m.kernels.size() &&
+            from_file.eager_ops.size() == m.eager_ops.size() &&
+            from_file.interference.size() == m.interference.size());
   }
   if (!parsed) return 0;
-  check(!m.collectives.empty() || !m.kernels.empty());
+  check(!m.collectives.empty() || !m.kernels.empty() || !m.eager_ops.empty() ||
+        !m.interference.empty());
   for (const cal::CollectivePoint& p : m.collectives) {
     check(!p.where.empty());
     check(p.ranks >= 1 && p.ranks <= cal::kMaxRanks);
@@ -111,6 +116,30 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             c == '_' || c == '-');
     check(p.flops >= 0 && p.bytes >= 0 && (p.flops > 0 || p.bytes > 0));
     check(p.time_us >= cal::kMinTimeUs && p.time_us <= cal::kMaxTimeUs);
+  }
+  const auto in_range_or_unmeasured = [](double t) {
+    return t == -1 || (t >= cal::kMinTimeUs && t <= cal::kMaxTimeUs);
+  };
+  for (const cal::EagerOpPoint& p : m.eager_ops) {
+    check(!p.op.empty() && !p.label.empty() && p.flops >= 0);
+    check(in_range_or_unmeasured(p.device_us) && in_range_or_unmeasured(p.host_us));
+    check(p.device_us > 0 || p.host_us > 0);
+  }
+  for (const cal::InterferencePoint& p : m.interference) {
+    check(p.bytes >= 1 && p.bytes <= cal::kMaxBytes);
+    for (double t : {p.kernel_alone_us, p.kernel_with_us, p.a2a_alone_us, p.a2a_with_us})
+      check(t >= cal::kMinTimeUs && t <= cal::kMaxTimeUs);
+  }
+  // The tables and factors calibrate writes from them: finite, or a UserError.
+  try {
+    const cal::EagerFit f = cal::fit_eager(m.eager_ops, m.interference);
+    for (const auto& [label, t] : f.tables) {
+      check(!t.flops.empty() && t.flops.size() == t.time_us.size());
+      for (double v : t.time_us) check(std::isfinite(v) && v > 0);
+    }
+    for (const auto& [label, c] : f.host_ops) check(std::isfinite(c) && c > 0);
+    check(std::isfinite(f.overlap_compute) && std::isfinite(f.overlap_transfer));
+  } catch (const cocodiff::UserError&) {
   }
   return 0;
 }

@@ -1,0 +1,181 @@
+#include "apps/calibrate/eager_fit.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "core/errors.hpp"
+
+namespace cocodiff::calibrate {
+
+namespace {
+
+// The PyTorch op (measure_multi.py's `op`, `label` columns) whose device time is each label's
+// work. Labels of the same shape share a table: K and V are projected as Q is, the text
+// stream's output projection as the image's, the single block's MLP input as the double
+// block's.
+struct DeviceSource {
+  const char* label;
+  std::vector<std::pair<const char*, const char*>> rows;  // (op, measured label)
+};
+const std::vector<DeviceSource>& device_sources() {
+  static const std::vector<DeviceSource> kSources = {
+      {"q_proj", {{"linear", "q_proj"}, {"linear_heads", "q_proj_heads"}}},
+      {"attn_out", {{"linear", "attn_out"}}},
+      {"mlp_fc1", {{"linear", "mlp_fc1"}}},
+      {"mlp_fc2", {{"linear", "mlp_fc2"}}},
+      {"proj_out", {{"linear", "proj_out"}}},
+      {"q_norm", {{"rms_norm", "q_norm"}}},
+      {"q_rope", {{"rope", "q_rope"}}},
+      {"attention", {{"sdpa", "attention"}}},
+  };
+  return kSources;
+}
+const std::vector<std::pair<const char*, const char*>>& device_aliases() {
+  static const std::vector<std::pair<const char*, const char*>> kAliases = {
+      {"k_proj", "q_proj"},    {"v_proj", "q_proj"}, {"attn_add_out", "attn_out"},
+      {"proj_mlp", "mlp_fc1"}, {"k_norm", "q_norm"}, {"k_rope", "q_rope"}};
+  return kAliases;
+}
+
+// The PyTorch op whose host issue time each label costs. Every projection is one F.linear;
+// LayerNorm + modulation is one PyTorch function (norm_modulate) that cocodiff charges as two
+// ops: the norm takes one normalisation kernel's cost (rms_norm's, as F.layer_norm is one
+// kernel), the modulation the rest (`modulate` below). Ulysses' layout changes are a permute
+// and a contiguous copy (unpack), concatenations torch.cat, the output split a view (pack).
+const std::vector<std::pair<const char*, const char*>>& host_sources() {
+  static const std::vector<std::pair<const char*, const char*>> kSources = {
+      {"q_proj", "linear"},
+      {"k_proj", "linear"},
+      {"v_proj", "linear"},
+      {"attn_out", "linear"},
+      {"attn_add_out", "linear"},
+      {"mlp_fc1", "linear"},
+      {"mlp_fc2", "linear"},
+      {"proj_mlp", "linear"},
+      {"proj_out", "linear"},
+      {"x_embedder", "linear"},
+      {"context_embedder", "linear"},
+      {"embed_fc1", "linear"},
+      {"embed_fc2", "linear"},
+      {"adaln", "adaln"},
+      {"q_norm", "rms_norm"},
+      {"k_norm", "rms_norm"},
+      {"q_rope", "rope"},
+      {"k_rope", "rope"},
+      {"attention", "sdpa"},
+      {"mlp_gelu", "gelu"},
+      {"residual", "gated_residual"},
+      {"norm", "rms_norm"},
+      {"norm1", "rms_norm"},
+      {"norm1_context", "rms_norm"},
+      {"norm2", "rms_norm"},
+      {"norm2_context", "rms_norm"},
+      {"norm_out", "rms_norm"},
+      {"a2a_pack", "unpack"},
+      {"a2a_unpack", "unpack"},
+      {"gather_unpack", "unpack"},
+      {"q_concat", "concat"},
+      {"k_concat", "concat"},
+      {"v_concat", "concat"},
+      {"attn_mlp_concat", "concat"},
+      {"o_split", "pack"}};
+  return kSources;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
+                   const std::vector<InterferencePoint>& interference) {
+  EagerFit f;
+  // Device tables: the rows of each label's sources, keyed by FLOPs, equal counts averaged in
+  // log time.
+  std::map<std::string, KernelTableFit> by_source;
+  std::map<std::string, std::string> from;
+  for (const DeviceSource& s : device_sources()) {
+    std::map<double, std::pair<double, int>> pts;  // flops -> (sum of log time, count)
+    std::string names;
+    for (const auto& [op, label] : s.rows) {
+      names += (names.empty() ? "" : ", ") + std::string(op) + " " + label;
+      for (const EagerOpPoint& p : ops) {
+        if (p.op != op || p.label != label || p.device_us <= 0 || p.flops <= 0) continue;
+        auto& [sum, n] = pts[p.flops];
+        sum += std::log(p.device_us);
+        ++n;
+      }
+    }
+    if (pts.empty()) continue;
+    KernelTableFit t;
+    for (const auto& [flops, acc] : pts) {
+      t.flops.push_back(flops);
+      t.time_us.push_back(std::exp(acc.first / acc.second));
+    }
+    by_source[s.label] = t;
+    from[s.label] = names;
+  }
+  for (const auto& [label, t] : by_source) {
+    f.tables[label] = t;
+    f.table_from[label] = from[label];
+  }
+  for (const auto& [label, source] : device_aliases()) {
+    auto it = by_source.find(source);
+    if (it == by_source.end()) continue;
+    f.tables[label] = it->second;
+    f.table_from[label] = from[source];
+  }
+
+  // Host issue costs: the median over every point of the op (every machine given).
+  std::map<std::string, std::vector<double>> host;
+  for (const EagerOpPoint& p : ops)
+    if (p.host_us > 0) host[p.op].push_back(p.host_us);
+  if (!host.empty()) {
+    auto cost = [&](const std::string& op) -> double {
+      auto it = host.find(op);
+      if (it == host.end()) {
+        if (std::find(f.missing.begin(), f.missing.end(), op) == f.missing.end())
+          f.missing.push_back(op);
+        return -1;
+      }
+      return median(it->second);
+    };
+    for (const auto& [label, op] : host_sources()) {
+      const double c = cost(op);
+      if (c > 0) f.host_ops[label] = c;
+    }
+    const double nm = cost("norm_modulate"), norm = cost("rms_norm");
+    if (nm > 0 && norm > 0) {
+      if (nm <= norm)
+        throw InputError("calibrate: the host time of norm_modulate (" + std::to_string(nm) +
+                         " us) is not above rms_norm's (" + std::to_string(norm) +
+                         " us), so the modulation's share of it cannot be told apart");
+      f.host_ops["modulate"] = nm - norm;
+    }
+    std::vector<double> all;
+    all.reserve(f.host_ops.size());
+    for (const auto& [label, c] : f.host_ops) all.push_back(c);
+    if (!all.empty()) f.op_issue_us = median(all);
+    std::vector<double> coll;
+    for (const char* op : {"all_to_all", "all_gather"})
+      if (host.count(op) > 0) coll.push_back(median(host[op]));
+    if (!coll.empty()) f.collective_issue_us = median(coll);
+  }
+
+  // Interference: the largest all-to-all measured beside a GEMM.
+  const InterferencePoint* best = nullptr;
+  for (const InterferencePoint& p : interference)
+    if (p.kernel.rfind("gemm", 0) == 0 && (best == nullptr || p.bytes > best->bytes)) best = &p;
+  if (best != nullptr) {
+    f.overlap_compute = best->kernel_with_us / best->kernel_alone_us;
+    f.overlap_transfer = best->a2a_with_us / best->a2a_alone_us;
+    f.interference_from = best->where;
+  }
+  return f;
+}
+
+}  // namespace cocodiff::calibrate

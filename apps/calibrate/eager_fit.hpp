@@ -1,0 +1,43 @@
+#pragma once
+// Turns ops measured as eager PyTorch runs them (EagerOpPoint: a CUDA-graph device time and the
+// host's issue time per op) and interference measurements into the device preset's tables:
+//  - [device.kernels.LABEL]: for each op label cocodiff charges, the device times of the
+//    PyTorch ops that do its work, keyed by the FLOPs cocodiff charges (equal FLOP counts
+//    averaged in log time);
+//  - [device.host]: op_issue_us, collective_issue_us and [device.host.ops] LABEL = the host's
+//    time to issue the label's PyTorch code (median over every point of that op, so over every
+//    machine given);
+//  - device.overlap_compute_factor / overlap_transfer_factor: a GEMM and the largest all-to-all
+//    measured beside it, each against its time alone.
+// Which PyTorch op does the work of which label is the table in eager_fit.cpp, written from
+// dit/ (what each label charges) and bench/fidelity/measure_multi.py (what each op runs).
+//
+//   EagerFit f = fit_eager(m.eager_ops, m.interference);
+//   f.tables["q_proj"];  f.host_ops["q_rope"];  f.collective_issue_us;  f.overlap_compute
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "apps/calibrate/kernel_fit.hpp"
+#include "apps/calibrate/measurements.hpp"
+
+namespace cocodiff::calibrate {
+
+struct EagerFit {
+  std::map<std::string, KernelTableFit> tables;   // per label, from device times
+  std::map<std::string, std::string> table_from;  // per label: "linear q_proj, ..." (its rows)
+  std::map<std::string, double> host_ops;         // per label, from host times
+  double op_issue_us = 0;          // any other op: the median of host_ops (0: no host times)
+  double collective_issue_us = 0;  // all_to_all / all_gather issue (0: not measured)
+  double overlap_compute = 0, overlap_transfer = 0;  // 0: no interference measured
+  std::string interference_from;                     // the point the factors came from
+  std::vector<std::string> missing;  // host ops a label needs that no point measured
+};
+
+/// InputError when a label's host time would be negative (norm_modulate measured below
+/// rms_norm), naming the ops.
+EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
+                   const std::vector<InterferencePoint>& interference);
+
+}  // namespace cocodiff::calibrate
