@@ -190,8 +190,10 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
     for (double v : t.time_us) us.push_back(round6(v));
     kt.insert("flops", std::move(fl));
     kt.insert("time_us", std::move(us));
-    kt.insert("source", f.table_from.at(label) + " of " + sources + " (device time; cocodiff " +
-                            "calibrate " + date + ")");
+    std::string source = f.table_from.at(label);
+    source.append(" of ").append(sources).append(" (device time; cocodiff calibrate ");
+    source.append(date).append(")");
+    kt.insert("source", source);
     calibrate::set_key(table, "device.kernels." + label, kt);
   }
   if (!f.tables.empty())

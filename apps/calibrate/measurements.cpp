@@ -508,16 +508,21 @@ void read_interference_json(const nlohmann::json& j, const std::string& name,
     InterferencePoint p;
     p.kernel = key.substr(0, k);
     p.size = key.substr(k + with.size(), key.size() - tail.size() - k - with.size());
-    p.where = name + ": " + p.kernel + " with " + p.size;
+    p.where = name;
+    p.where.append(": ").append(p.kernel).append(" with ").append(p.size);
     p.bytes = size_bytes(p.size);
-    if (p.bytes == 0) bad(name + ": " + key, "a size such as 256MiB", shown(p.size));
-    for (const std::string& need : {p.kernel + "_alone_us", "all_to_all_" + p.size + "_alone_us",
-                                    "all_to_all_" + p.size + "_with_" + p.kernel + "_us"})
-      if (!j.contains(need)) bad(name, "a key \"" + need + "\" beside \"" + key + "\"", "none");
-    p.kernel_alone_us = number(p.kernel + "_alone_us");
+    if (p.bytes == 0) bad(p.where, "a size such as 256MiB in " + key, shown(p.size));
+    // The partners: KERNEL_alone_us, all_to_all_SIZE_alone_us, all_to_all_SIZE_with_KERNEL_us.
+    std::string kernel_alone = p.kernel, a2a_alone = "all_to_all_", a2a_with = "all_to_all_";
+    kernel_alone.append("_alone_us");
+    a2a_alone.append(p.size).append("_alone_us");
+    a2a_with.append(p.size).append("_with_").append(p.kernel).append("_us");
+    for (const std::string* need : {&kernel_alone, &a2a_alone, &a2a_with})
+      if (!j.contains(*need)) bad(name, "a key \"" + *need + "\" beside \"" + key + "\"", "none");
+    p.kernel_alone_us = number(kernel_alone);
     p.kernel_with_us = number(key);
-    p.a2a_alone_us = number("all_to_all_" + p.size + "_alone_us");
-    p.a2a_with_us = number("all_to_all_" + p.size + "_with_" + p.kernel + "_us");
+    p.a2a_alone_us = number(a2a_alone);
+    p.a2a_with_us = number(a2a_with);
     out.push_back(std::move(p));
   }
   if (out.empty())
