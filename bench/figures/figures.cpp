@@ -124,8 +124,9 @@ std::string best_cell(const nlohmann::json& speedup, const char* field) {
   for (const nlohmann::json& r : speedup["rows"])
     if (best == nullptr || r[field].get<double>() > (*best)[field].get<double>()) best = &r;
   if (best == nullptr) return "no cells";
+  const int nodes = (*best)["nodes"].get<int>();
   return model_name((*best)["model"]) + " " + std::to_string((*best)["resolution"].get<int>()) +
-         "^2, " + std::to_string((*best)["nodes"].get<int>()) + " node(s)";
+         "^2, " + std::to_string(nodes) + (nodes == 1 ? " node" : " nodes");
 }
 
 // Blocks by name: each renders the lines between its markers.
