@@ -148,6 +148,19 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
   return warnings;
 }
 
+// [device.kernels.LABEL] of the written cluster: t's points, to the digits the file shows.
+void set_kernel_table(toml::table& table, const std::string& label,
+                      const calibrate::KernelTableFit& t, const std::string& source) {
+  toml::table kt;
+  toml::array fl, us;
+  for (double v : t.flops) fl.push_back(round6(v));
+  for (double v : t.time_us) us.push_back(round6(v));
+  kt.insert("flops", std::move(fl));
+  kt.insert("time_us", std::move(us));
+  kt.insert("source", source);
+  calibrate::set_key(table, "device.kernels." + label, kt);
+}
+
 // Eager PyTorch ops and interference: the device's kernel tables, its host's issue costs and
 // the overlap factors, printed and set in the cluster table.
 void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
@@ -184,17 +197,10 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
     std::printf("  %s\n", t != f.tables.end() ? f.table_from.at(label).c_str() : "");
   }
   for (const auto& [label, t] : f.tables) {
-    toml::table kt;
-    toml::array fl, us;
-    for (double v : t.flops) fl.push_back(round6(v));
-    for (double v : t.time_us) us.push_back(round6(v));
-    kt.insert("flops", std::move(fl));
-    kt.insert("time_us", std::move(us));
     std::string source = f.table_from.at(label);
     source.append(" of ").append(sources).append(" (device time; cocodiff calibrate ");
     source.append(date).append(")");
-    kt.insert("source", source);
-    calibrate::set_key(table, "device.kernels." + label, kt);
+    set_kernel_table(table, label, t, source);
   }
   if (!f.tables.empty())
     notes << "# Kernels: " << f.tables.size()
@@ -374,16 +380,8 @@ void run_calibrate(const CalibrateOptions& o) {
              "[device.kernels.OP] table.\n";
     std::string sources;
     for (const std::string& f : o.files) sources += (sources.empty() ? "" : ", ") + f;
-    for (const auto& [op, t] : kf.tables) {
-      toml::table kt;
-      toml::array fl, us;
-      for (double v : t.flops) fl.push_back(round6(v));
-      for (double v : t.time_us) us.push_back(round6(v));
-      kt.insert("flops", std::move(fl));
-      kt.insert("time_us", std::move(us));
-      kt.insert("source", sources + " (cocodiff calibrate " + date + ")");
-      calibrate::set_key(table, "device.kernels." + op, kt);
-    }
+    for (const auto& [op, t] : kf.tables)
+      set_kernel_table(table, op, t, sources + " (cocodiff calibrate " + date + ")");
   }
 
   if (!m.eager_ops.empty() || !m.interference.empty())

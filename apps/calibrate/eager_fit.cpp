@@ -96,12 +96,10 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
   EagerFit f;
   // Device tables: the rows of each label's sources, keyed by FLOPs, equal counts averaged in
   // log time.
-  std::map<std::string, KernelTableFit> by_source;
-  std::map<std::string, std::string> from;
-  for (const DeviceSource& s : device_sources()) {
+  for (const DeviceSource& src : device_sources()) {
     std::map<double, std::pair<double, int>> pts;  // flops -> (sum of log time, count)
     std::string names;
-    for (const auto& [op, label] : s.rows) {
+    for (const auto& [op, label] : src.rows) {
       names += (names.empty() ? "" : ", ") + std::string(op) + " " + label;
       for (const EagerOpPoint& p : ops) {
         if (p.op != op || p.label != label || p.device_us <= 0 || p.flops <= 0) continue;
@@ -111,23 +109,18 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
       }
     }
     if (pts.empty()) continue;
-    KernelTableFit t;
+    KernelTableFit& t = f.tables[src.label];
     for (const auto& [flops, acc] : pts) {
       t.flops.push_back(flops);
       t.time_us.push_back(std::exp(acc.first / acc.second));
     }
-    by_source[s.label] = t;
-    from[s.label] = names;
-  }
-  for (const auto& [label, t] : by_source) {
-    f.tables[label] = t;
-    f.table_from[label] = from[label];
+    f.table_from[src.label] = names;
   }
   for (const auto& [label, source] : device_aliases()) {
-    auto it = by_source.find(source);
-    if (it == by_source.end()) continue;
-    f.tables[label] = it->second;
-    f.table_from[label] = from[source];
+    const auto it = f.tables.find(source);
+    if (it == f.tables.end()) continue;
+    f.tables[label] = it->second;  // std::map: inserting keeps `it` valid
+    f.table_from[label] = f.table_from.at(source);
   }
 
   // Host issue costs: the median over every point of the op (every machine given).

@@ -509,6 +509,29 @@ class Step:
         return self.x
 
 
+def timed_steps(st, group, runs=True):
+    """2 warm-up and A.steps timed calls of st, each after a barrier of `group` (None: none):
+    the timed calls' seconds to finish on the device and to issue on the host. With runs
+    False this rank only joins the barriers."""
+    times, host = [], []
+    for i in range(2 + A.steps):
+        sync()
+        if group is not None:
+            dist.barrier(group=group)
+            sync()
+        if not runs:
+            continue
+        t0 = time.perf_counter()
+        st()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        if i >= 2:
+            times.append(t2 - t0)
+            host.append(t1 - t0)
+    return times, host
+
+
 def steps(rows):
     res = [int(r) for r in A.resolutions.split(",")]
     for w in worlds():
@@ -526,19 +549,7 @@ def steps(rows):
                 if member:
                     try:
                         st = Step(model, tokens, strat, group)
-                        for i in range(2 + A.steps):
-                            sync()
-                            if group is not None:
-                                dist.barrier(group=group)
-                                sync()
-                            t0 = time.perf_counter()
-                            st()
-                            t1 = time.perf_counter()
-                            sync()
-                            t2 = time.perf_counter()
-                            if i >= 2:
-                                times.append(t2 - t0)
-                                host.append(t1 - t0)
+                        times, host = timed_steps(st, group)
                         del st
                     except torch.cuda.OutOfMemoryError if not CPU else MemoryError as ex:  # noqa
                         ok = False
@@ -793,19 +804,7 @@ def concurrency(res):
         out = {}
         for mode in ("alone", "together"):
             runs = RANK == 0 or mode == "together"
-            times, host = [], []
-            for i in range(2 + A.steps):
-                sync()
-                dist.barrier(group=CPU_GROUP)
-                if runs:
-                    t0 = time.perf_counter()
-                    st()
-                    t1 = time.perf_counter()
-                    sync()
-                    t2 = time.perf_counter()
-                    if i >= 2:
-                        times.append(t2 - t0)
-                        host.append(t1 - t0)
+            times, host = timed_steps(st, CPU_GROUP, runs)
             med = statistics.median(times) * 1e3 if runs else 0.0
             hmed = statistics.median(host) * 1e3 if runs else 0.0
             out[f"step_{mode}_ms"] = rank_max(med)
