@@ -8,6 +8,8 @@
 //   comm.compute({OpKind::kGemm, flops, bytes, "qk_proj"});  // overlaps with v in flight
 //   v.wait();                                            // clock = max(clock, v's completion)
 //   auto sub = comm.split(comm.coords(comm.rank())[2], comm.rank());  // one group per node
+// A backend may offer more beside it: the emulator's exact replay of repeated regions and calls
+// (core/replay.hpp).
 
 #include <cstdint>
 #include <functional>
@@ -163,36 +165,6 @@ class Communicator {
   /// one of its math threads and run other tiles meanwhile (EngineOptions::workers); it gives
   /// the same result either way. Here and on MPI: run on the calling thread.
   virtual void run_math(const std::function<void()>& work) { work(); }
-
-  /// What begin_region() tells the caller.
-  struct RegionMark {
-    bool replayed = false;  // the region's recorded effect was applied: skip its body
-    std::uint64_t id = 0;   // names the (key, start state) of a replayable region; 0: none
-  };
-  /// Collective over the world (every rank, same key, same order): a region of the run starts
-  /// here and ends at the next call. With `may_skip`, an emulator that already simulated a
-  /// region of this key from the same start state (clock offsets, nothing in flight) applies
-  /// its recorded effect and returns replayed = true: the caller skips the body, which must
-  /// then depend on nothing but the key. Other backends and groups return {}.
-  virtual RegionMark begin_region(std::string_view /*key*/, bool /*may_skip*/) { return {}; }
-
-  /// A rank's calls, recorded to be issued again (backend-specific; see begin_tape).
-  class CallTape {
-   public:
-    virtual ~CallTape() = default;
-  };
-  /// Starts recording the calls this rank makes on every one of its communicators, its
-  /// compute charges included, in order (sizes only: phantom buffers). Returns false where the
-  /// backend keeps no tapes (then end_tape() returns null). Call on the world communicator.
-  virtual bool begin_tape() { return false; }
-  /// Ends the recording. Null when the calls cannot be issued again as they were: a buffer
-  /// with data, a test() (whose answer depends on timing), a wait for a request started before
-  /// the recording, a request left unwaited, or a call that makes groups or regions.
-  virtual std::unique_ptr<CallTape> end_tape() { return nullptr; }
-  /// Issues the recorded calls again, in order, from this rank's present state: the same
-  /// calls the recorded code would make, where that code's calls depend on nothing that
-  /// differs between the two runs of it (its timing included).
-  virtual void play_tape(const CallTape& /*tape*/) {}
 
  protected:
   virtual Request do_iall_to_all(std::span<const float> send, std::span<float> recv,

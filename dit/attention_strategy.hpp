@@ -147,24 +147,32 @@ class AttentionStrategy {
   virtual void begin_forward(int /*step*/, int /*pass*/) {}
   /// What the strategy measured so far on this rank.
   virtual StrategyStats stats() const { return {}; }
+  // What the strategy's work depends on, stated once for exact replay in phantom mode
+  // (BlockReplay, core/replay.hpp): steps with equal step keys, and blocks of one kind with
+  // equal block keys, do the same work and leave the strategy in the same state.
+
   /// What sets denoising step `step` apart from other steps beyond the configuration (V-Major:
-  /// a step that sends everything); in phantom mode, steps with equal keys do the same work.
+  /// a step that sends everything).
   virtual std::string step_key(int /*step*/) const { return {}; }
-  /// What the next transformer block's attention depends on beyond the configuration and the
-  /// block's kind (BlockReplay): in phantom mode, blocks with equal kinds and keys do the same
-  /// work and leave the strategy in the same state, so one may be replayed for another. nullopt:
-  /// the block must be simulated (the default, for strategies that say nothing of their state).
-  virtual std::optional<std::string> block_key() const { return std::nullopt; }
-  /// Whether the next block exchanges its layers for the first time (V-Major counts their cache
-  /// then). The block's work and timeline do not depend on it, so it is not part of
-  /// block_key(): only the cache bytes a replayed block adds do (BlockReplay).
-  virtual bool block_counts_cache() const { return false; }
-  /// Whether, in phantom mode, the calls a block makes on its communicators are a function of
-  /// its kind and block_key() alone, whatever its timing (it never polls a request, and what
-  /// it reads of the clock changes nothing it calls), and it measures nothing: BlockReplay may
-  /// then record one block's calls and issue them again for the next blocks of that kind and
-  /// key (Communicator::begin_tape), instead of running their code.
-  virtual bool block_calls_fixed() const { return false; }
+  /// What the next transformer block's attention depends on.
+  struct BlockDeps {
+    /// Beyond the configuration and the block's kind: blocks with equal kinds and keys may be
+    /// replayed one for another.
+    std::string key;
+    /// The block exchanges its layers for the first time (V-Major counts their cache then). Its
+    /// work and timeline do not depend on it, so it is not part of `key`: only the cache bytes
+    /// a replayed block adds do.
+    bool first_exchange = false;
+    /// The calls the block makes on its communicators are a function of its kind and `key`
+    /// alone, whatever its timing (it never polls a request, and what it reads of the clock
+    /// changes nothing it calls), and it measures nothing: one block's calls may be recorded
+    /// and issued again for the next blocks of that kind and key (Replay::begin_tape),
+    /// instead of running their code.
+    bool calls_fixed = false;
+  };
+  /// nullopt: the block must be simulated (the default, for strategies that say nothing of
+  /// their state).
+  virtual std::optional<BlockDeps> next_block() const { return std::nullopt; }
   /// A replayed block's attention layers were not run: advance as running them would have
   /// (`v_major_cache_bytes`: what the simulated block added to StrategyStats::v_major_cache_bytes).
   virtual void skip_layers(int /*layers*/, double /*v_major_cache_bytes*/) {}
@@ -178,7 +186,7 @@ class SerialAttention final : public AttentionStrategy {
   int index() const override { return 0; }
   std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                              const AttentionShape& shape) override;
-  std::optional<std::string> block_key() const override { return std::string(); }  // stateless
+  std::optional<BlockDeps> next_block() const override { return BlockDeps{}; }  // stateless
 };
 
 }  // namespace cocodiff::dit

@@ -65,7 +65,8 @@ StrategyStats scaled(StrategyStats s, std::int64_t n) {
 
 }  // namespace
 
-BlockReplay::BlockReplay(AttentionStrategy& attn, bool phantom) : attn_(attn), phantom_(phantom) {}
+BlockReplay::BlockReplay(AttentionStrategy& attn, Replay& replay, bool phantom)
+    : attn_(attn), replay_(replay), phantom_(phantom) {}
 
 StrategyStats BlockReplay::replayed() const {
   StrategyStats r;
@@ -81,17 +82,17 @@ StrategyStats BlockReplay::replayed() const {
   return r;
 }
 
-void BlockReplay::run(Communicator& world, std::string_view kind, int attention_layers,
+void BlockReplay::run(std::string_view kind, int attention_layers,
                       const std::function<void()>& body) {
-  const std::optional<std::string> state = attn_.block_key();
+  const std::optional<AttentionStrategy::BlockDeps> deps = attn_.next_block();
   std::string key = "block ";
   key += kind;
-  if (state) key += " | " + *state;
-  const bool counts = attn_.block_counts_cache();
+  if (deps) key += " | " + deps->key;
+  const bool counts = deps ? deps->first_exchange : false;
   const auto known = first_cache_.find(key);
   const bool cache_known = known != first_cache_.end();
   const std::string region = counts && !cache_known ? key + " | first exchange" : key;
-  const Communicator::RegionMark mark = world.begin_region(region, phantom_ && state.has_value());
+  const Replay::RegionMark mark = replay_.begin_region(region, phantom_ && deps.has_value());
   if (mark.replayed) {
     COCO_CHECK(mark.id < simulated_.size() && simulated_[mark.id],
                "a replayed block was never simulated on this rank");
@@ -105,18 +106,18 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const StrategyStats before = attn_.stats();
   // A block whose calls depend on its key alone: the first one of its key is run and its calls
   // recorded, the next ones issue those calls again without running the block's code.
-  const bool tape = phantom_ && state.has_value() && !counts && attn_.block_calls_fixed();
+  const bool tape = phantom_ && deps.has_value() && !counts && deps->calls_fixed;
   const auto taped = tape ? tapes_.find(region) : tapes_.end();
   if (taped != tapes_.end() && taped->second != nullptr) {
-    world.play_tape(*taped->second);
-  } else if (tape && taped == tapes_.end() && world.begin_tape()) {
+    replay_.play_tape(*taped->second);
+  } else if (tape && taped == tapes_.end() && replay_.begin_tape()) {
     try {
       body();
     } catch (...) {
-      world.end_tape();
+      replay_.end_tape();
       throw;
     }
-    std::unique_ptr<Communicator::CallTape> recorded = world.end_tape();
+    std::unique_ptr<Replay::CallTape> recorded = replay_.end_tape();
     // A block that measured something cannot be issued again as calls alone.
     if (has_sums(stats_added(attn_.stats(), before))) recorded.reset();
     tapes_.emplace(region, std::move(recorded));
@@ -126,7 +127,7 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   const StrategyStats after = attn_.stats();
   const double cache = after.v_major_cache_bytes - before.v_major_cache_bytes;
   COCO_CHECK(counts || cache == 0, "a block counted V-Major cache for layers it had seen");
-  if (counts && state && !cache_known) first_cache_.emplace(key, cache);
+  if (counts && deps && !cache_known) first_cache_.emplace(key, cache);
   if (phantom_ && mark.id != 0) {
     if (simulated_.size() <= mark.id) simulated_.resize(mark.id + 1, false);
     simulated_[mark.id] = true;
@@ -136,7 +137,7 @@ void BlockReplay::run(Communicator& world, std::string_view kind, int attention_
   }
 }
 
-void BlockReplay::end(Communicator& world) { world.begin_region("blocks end", false); }
+void BlockReplay::end() { replay_.begin_region("blocks end", false); }
 
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
                const std::function<void()>& body) {
@@ -144,11 +145,11 @@ void run_block(const Exec& ex, std::string_view kind, int attention_layers,
     body();
     return;
   }
-  ex.blocks->run(ex.comm, kind, attention_layers, body);
+  ex.blocks->run(kind, attention_layers, body);
 }
 
 void end_blocks(const Exec& ex) {
-  if (ex.blocks != nullptr) BlockReplay::end(ex.comm);
+  if (ex.blocks != nullptr) ex.blocks->end();
 }
 
 }  // namespace cocodiff::dit

@@ -1,7 +1,8 @@
 #pragma once
-// Transformer blocks as regions of the run (Communicator::begin_region). In phantom mode a
-// block's work is a function of its kind (the model's name for blocks that do the same work)
-// and of the strategy's state (AttentionStrategy::block_key), so the emulator may replay a
+// Transformer blocks as regions of the run (Replay::begin_region), where the backend offers
+// replay (the emulator). In phantom mode a block's work is a function of its kind (the model's
+// name for blocks that do the same work) and of the strategy's state
+// (AttentionStrategy::next_block), so the emulator may replay a
 // block it has already simulated from the same start state (the tiles' clock offsets, nothing
 // in flight) instead of simulating it again: the 57 blocks of a FLUX step are two kinds, and
 // after a few blocks their start states repeat. A rank's BlockReplay keeps what a simulated
@@ -12,7 +13,7 @@
 // Until such a figure is known, a first exchange keys a region of its own (so it is simulated).
 // Real math marks the same regions and never replays.
 //
-//   BlockReplay blocks(attn, phantom);
+//   BlockReplay blocks(attn, *replay_of(world), phantom);
 //   ex.blocks = &blocks;
 //   for (int i = 0; i < n; ++i) run_block(ex, "flux single", 1, [&] { single_block(ex, i); });
 //   end_blocks(ex);                            // after the last block of a pass
@@ -26,6 +27,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/replay.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/exec.hpp"
 
@@ -37,20 +39,21 @@ StrategyStats stats_added(const StrategyStats& after, const StrategyStats& befor
 
 class BlockReplay {
  public:
-  /// `attn` is the rank's strategy (borrowed, must outlive this object).
-  BlockReplay(AttentionStrategy& attn, bool phantom);
+  /// `attn` is the rank's strategy and `replay` its world communicator's (both borrowed, must
+  /// outlive this object).
+  BlockReplay(AttentionStrategy& attn, Replay& replay, bool phantom);
   /// Marks a region for one block of `kind` with `attention_layers` attention layers, and runs
-  /// `body` unless the emulator replays it.
-  void run(Communicator& world, std::string_view kind, int attention_layers,
-           const std::function<void()>& body);
+  /// `body` unless the backend replays it.
+  void run(std::string_view kind, int attention_layers, const std::function<void()>& body);
   /// Marks the end of a pass's blocks (what follows them is not a block).
-  static void end(Communicator& world);
+  void end();
   /// Statistics of the replayed blocks (sums only: ranks and cache size are 0), summed once
   /// per kind of block (its simulated effect times its replays).
   StrategyStats replayed() const;
 
  private:
   AttentionStrategy& attn_;
+  Replay& replay_;
   bool phantom_;
   struct Effect {
     StrategyStats stats;       // what the simulated block added (sums)
@@ -61,12 +64,13 @@ class BlockReplay {
   // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
   // its layers for the first time (a function of the shapes: the same for every such block).
   std::unordered_map<std::string, double> first_cache_;
-  // Region key -> the calls of the first block of that key (AttentionStrategy::
-  // block_calls_fixed), or null where they cannot be issued again.
-  std::unordered_map<std::string, std::unique_ptr<Communicator::CallTape>> tapes_;
+  // Region key -> the calls of the first block of that key (BlockDeps::calls_fixed), or null
+  // where they cannot be issued again.
+  std::unordered_map<std::string, std::unique_ptr<Replay::CallTape>> tapes_;
 };
 
-/// One transformer block: through ex.blocks when the run marks blocks, else `body` directly.
+/// One transformer block: through ex.blocks when the run marks blocks (its backend replays),
+/// else `body` directly.
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
                const std::function<void()>& body);
 /// After the last block of a pass, when the run marks blocks.

@@ -1,6 +1,7 @@
 #include "dit/pipeline.hpp"
 
 #include "core/errors.hpp"
+#include "core/replay.hpp"
 #include "dit/block_replay.hpp"
 #include "dit/layers.hpp"
 #include "dit/parallel/strategies.hpp"
@@ -196,16 +197,18 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     if (use_cfg) uncond.text = text_rows(uncond.text, *text_shard);
   }
 
-  // Every step and every transformer block is a region of the run (Communicator::begin_region):
-  // in phantom mode a block is a function of its kind, of the strategy's state and of its start
-  // state, so the emulator may replay one it has already simulated from the same state instead
-  // of running it again (BlockReplay). What lies between blocks is simulated.
-  BlockReplay blocks(*attn, phantom);
-  ex.blocks = &blocks;
+  // Where the backend replays (the emulator), every step and every transformer block is a
+  // region of the run (Replay::begin_region): in phantom mode a block is a function of its
+  // kind, of the strategy's state and of its start state, so the emulator may replay one it has
+  // already simulated from the same state instead of running it again (BlockReplay). What lies
+  // between blocks is simulated.
+  Replay* const replay = replay_of(comm);
+  std::optional<BlockReplay> blocks;
+  if (replay != nullptr) ex.blocks = &blocks.emplace(*attn, *replay, phantom);
   for (int i = 0; i < out.steps; ++i) {
     if (st.on_step) st.on_step(comm.rank(), i);
     if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
-    comm.begin_region("step " + attn->step_key(i), false);
+    if (replay != nullptr) replay->begin_region("step " + attn->step_key(i), false);
     const double sigma = out.sigmas[static_cast<size_t>(i)];
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
     int pass = 0;
@@ -281,7 +284,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                          "after the sampler's update (an initial latent or a velocity that "
                          "overflows float32, whose largest finite value is 3.4e38)");
   }
-  comm.begin_region("latent gather", false);
+  if (replay != nullptr) replay->begin_region("latent gather", false);
 
   // Gather every rank's tokens (padded to the largest shard) and unpack the latent.
   const std::int64_t max_rows = shard_tokens(total, ranks, 0).count;
@@ -301,7 +304,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
   out.latent = unpatchify(tokens, c, lh, lw, p);
   out.strategy_stats = attn->stats();
-  out.strategy_stats.merge(blocks.replayed());  // sums only: its ranks and cache size are 0
+  if (blocks)
+    out.strategy_stats.merge(blocks->replayed());  // sums only: its ranks and cache size are 0
   return out;
 }
 

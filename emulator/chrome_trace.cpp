@@ -83,6 +83,77 @@ std::vector<TraceSlice> trace_slices(const RunResult& result, int ranks) {
   return slices;
 }
 
+namespace {
+
+// Events of a JSON array, one per line, with the commas between them.
+struct EventList {
+  std::ostream& out;
+  bool first = true;
+  std::ostream& next() {
+    if (!first) out << ",\n";
+    first = false;
+    return out;
+  }
+};
+
+// Names the processes (nodes) and threads (lanes) and returns each tile's first thread id per
+// group: per node, its tiles in order, each tile's compute lanes, then its send lanes, then its
+// receive lanes.
+std::vector<std::array<int, 3>> name_threads(EventList& ev, const Topology& topo,
+                                             const std::vector<TraceSlice>& slices) {
+  const int ranks = topo.num_ranks();
+  std::vector<std::array<int, 3>> lanes(static_cast<size_t>(ranks), {1, 1, 1});
+  for (const TraceSlice& s : slices) {
+    int& n = lanes[static_cast<size_t>(s.rank)][static_cast<size_t>(s.group)];
+    n = std::max(n, s.lane + 1);
+  }
+  for (int n = 0; n < topo.num_nodes(); ++n)
+    ev.next() << R"({"name":"process_name","ph":"M","pid":)" << n << R"(,"args":{"name":"node )"
+              << n << "\"}}";
+  static constexpr std::array<const char*, 3> kGroupName = {"compute", "send", "recv"};
+  std::vector<std::array<int, 3>> first_tid(static_cast<size_t>(ranks));
+  std::vector<int> next_tid(static_cast<size_t>(topo.num_nodes()), 0);
+  for (int r = 0; r < ranks; ++r) {
+    const int pid = topo.node(r);
+    for (size_t g = 0; g < 3; ++g) {
+      first_tid[static_cast<size_t>(r)][g] = next_tid[static_cast<size_t>(pid)];
+      for (int l = 0; l < lanes[static_cast<size_t>(r)][g]; ++l) {
+        const int tid = next_tid[static_cast<size_t>(pid)]++;
+        ev.next() << R"({"name":"thread_name","ph":"M","pid":)" << pid << ",\"tid\":" << tid
+                  << R"(,"args":{"name":")" << topo.describe_rank(r) << " " << kGroupName[g]
+                  << (l > 0 ? " " + std::to_string(l + 1) : std::string()) << "\"}}";
+        ev.next() << R"({"name":"thread_sort_index","ph":"M","pid":)" << pid << ",\"tid\":" << tid
+                  << R"(,"args":{"sort_index":)" << tid << "}}";
+      }
+    }
+  }
+  return first_tid;
+}
+
+// One slice as a complete event; a transfer's slices also as the ends of its arrow, both bound
+// at the middle of the transfer (inside either slice, never at a boundary another shares).
+void write_slice(EventList& ev, const TraceSlice& s, const TraceEvent& e, const std::string& name,
+                 int pid, int tid, const Topology& topo) {
+  ev.next() << "{\"name\":" << name << ",\"cat\":\""
+            << (s.group == TraceGroup::kRecv ? "recv" : kind_category(e.kind))
+            << "\",\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid
+            << ",\"ts\":" << fmt_us(e.start) << ",\"dur\":" << fmt_us(e.end - e.start);
+  if (e.kind == TraceEvent::Kind::kFlow)
+    ev.out << ",\"args\":{\"from\":" << e.rank << ",\"to\":" << e.peer << ",\"bytes\":" << e.bytes
+           << ",\"tier\":\"" << topo.tier_name(e.tier) << "\"}";
+  ev.out << "}";
+  if (e.kind == TraceEvent::Kind::kFlow && e.peer >= 0 && e.peer < topo.num_ranks() &&
+      s.group != TraceGroup::kCompute) {
+    const SimTime mid = e.start + SimTime::from_ns((e.end - e.start).ns() / 2);
+    ev.next() << "{\"name\":" << name << ",\"cat\":\"transfer\",\"ph\":\""
+              << (s.group == TraceGroup::kSend ? "s" : "f")
+              << (s.group == TraceGroup::kRecv ? "\",\"bp\":\"e" : "") << "\",\"id\":" << s.event
+              << ",\"pid\":" << pid << ",\"tid\":" << tid << ",\"ts\":" << fmt_us(mid) << "}";
+  }
+}
+
+}  // namespace
+
 void write_chrome_trace(const RunResult& result, const Topology& topo,
                         const std::filesystem::path& path) {
   AtomicFile file(path);
@@ -91,72 +162,16 @@ void write_chrome_trace(const RunResult& result, const Topology& topo,
       << result.timeline_sha256
       << "\",\"truncated\":" << (result.trace_truncated ? "true" : "false")
       << "},\"traceEvents\":[\n";
-  bool first = true;
-  auto sep = [&] {
-    if (!first) out << ",\n";
-    first = false;
-  };
-  const int ranks = topo.num_ranks();
-  const std::vector<TraceSlice> slices = trace_slices(result, ranks);
-  // Lanes per tile and group, then thread ids: per node, its tiles in order, each tile's compute
-  // lanes, then its send lanes, then its receive lanes.
-  std::vector<std::array<int, 3>> lanes(static_cast<size_t>(ranks), {1, 1, 1});
-  for (const TraceSlice& s : slices) {
-    int& n = lanes[static_cast<size_t>(s.rank)][static_cast<size_t>(s.group)];
-    n = std::max(n, s.lane + 1);
-  }
-  std::vector<std::array<int, 3>> first_tid(static_cast<size_t>(ranks));
-  std::vector<int> next_tid(static_cast<size_t>(topo.num_nodes()), 0);
-  for (int n = 0; n < topo.num_nodes(); ++n) {
-    sep();
-    out << R"({"name":"process_name","ph":"M","pid":)" << n << R"(,"args":{"name":"node )" << n
-        << "\"}}";
-  }
-  static constexpr std::array<const char*, 3> kGroupName = {"compute", "send", "recv"};
-  for (int r = 0; r < ranks; ++r) {
-    const int pid = topo.node(r);
-    for (size_t g = 0; g < 3; ++g) {
-      first_tid[static_cast<size_t>(r)][g] = next_tid[static_cast<size_t>(pid)];
-      for (int l = 0; l < lanes[static_cast<size_t>(r)][g]; ++l) {
-        const int tid = next_tid[static_cast<size_t>(pid)]++;
-        sep();
-        out << R"({"name":"thread_name","ph":"M","pid":)" << pid << ",\"tid\":" << tid
-            << R"(,"args":{"name":")" << topo.describe_rank(r) << " " << kGroupName[g]
-            << (l > 0 ? " " + std::to_string(l + 1) : std::string()) << "\"}}";
-        sep();
-        out << R"({"name":"thread_sort_index","ph":"M","pid":)" << pid << ",\"tid\":" << tid
-            << R"(,"args":{"sort_index":)" << tid << "}}";
-      }
-    }
-  }
+  EventList ev{out};
+  const std::vector<TraceSlice> slices = trace_slices(result, topo.num_ranks());
+  const std::vector<std::array<int, 3>> first_tid = name_threads(ev, topo, slices);
   std::vector<std::string> names;
   names.reserve(result.labels.size());
   for (const std::string& l : result.labels) names.push_back(nlohmann::json(l).dump());
   for (const TraceSlice& s : slices) {
     const TraceEvent& e = result.trace[s.event];
-    const int pid = topo.node(s.rank);
     const int tid = first_tid[static_cast<size_t>(s.rank)][static_cast<size_t>(s.group)] + s.lane;
-    const std::string& name = names.at(e.label);
-    sep();
-    out << "{\"name\":" << name << ",\"cat\":\""
-        << (s.group == TraceGroup::kRecv ? "recv" : kind_category(e.kind))
-        << "\",\"ph\":\"X\",\"pid\":" << pid << ",\"tid\":" << tid << ",\"ts\":" << fmt_us(e.start)
-        << ",\"dur\":" << fmt_us(e.end - e.start);
-    if (e.kind == TraceEvent::Kind::kFlow)
-      out << ",\"args\":{\"from\":" << e.rank << ",\"to\":" << e.peer << ",\"bytes\":" << e.bytes
-          << ",\"tier\":\"" << topo.tier_name(e.tier) << "\"}";
-    out << "}";
-    // A transfer's arrow: from its send slice to its receive slice, both bound at the middle of
-    // the transfer (inside either slice, never at a boundary another slice shares).
-    if (e.kind == TraceEvent::Kind::kFlow && e.peer >= 0 && e.peer < ranks &&
-        s.group != TraceGroup::kCompute) {
-      const SimTime mid = e.start + SimTime::from_ns((e.end - e.start).ns() / 2);
-      sep();
-      out << "{\"name\":" << name << ",\"cat\":\"transfer\",\"ph\":\""
-          << (s.group == TraceGroup::kSend ? "s" : "f")
-          << (s.group == TraceGroup::kRecv ? "\",\"bp\":\"e" : "") << "\",\"id\":" << s.event
-          << ",\"pid\":" << pid << ",\"tid\":" << tid << ",\"ts\":" << fmt_us(mid) << "}";
-    }
+    write_slice(ev, s, e, names.at(e.label), topo.node(s.rank), tid, topo);
   }
   out << "\n]}\n";
   file.commit();

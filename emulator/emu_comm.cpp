@@ -40,7 +40,7 @@ EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group
       group_(std::make_shared<const detail::Group>(std::move(group))),
       group_rank_(group_rank) {}
 
-Communicator::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
+Replay::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
   spoil_tape();
   if (size() != kernel_.topology().num_ranks()) return {};
   return kernel_.begin_region(self_, key, may_skip);
@@ -89,7 +89,7 @@ bool EmuComm::begin_tape() {
   return true;
 }
 
-std::unique_ptr<Communicator::CallTape> EmuComm::end_tape() {
+std::unique_ptr<Replay::CallTape> EmuComm::end_tape() {
   if (recording_ == nullptr) return nullptr;  // nothing records (tapes off)
   COCO_CHECK(self_.tape == recording_.get(), "end_tape on a tape another call began");
   self_.tape = nullptr;
@@ -147,13 +147,14 @@ bool EmuComm::issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail:
         kernel_.charge_compute(self_, c.dt, c.label);
         break;
       case TapeCall::Kind::kAllToAll:
-        *r = g->issue_all_to_all({}, {}, c.count, c.label, c.call);
+        *r = g->issue_uniform(g->all_to_all_algorithm(kernel_.wire_bytes(c.count)), {}, {}, c.count,
+                              c.label, c.call);
         break;
       case TapeCall::Kind::kAllToAllv:
         *r = g->issue_all_to_allv({}, {}, *c.layout, c.label);
         break;
       case TapeCall::Kind::kAllGather:
-        *r = g->issue_all_gather({}, {}, c.count, c.label, c.call);
+        *r = g->issue_uniform(Algorithm::kAllGather, {}, {}, c.count, c.label, c.call);
         break;
       case TapeCall::Kind::kAllReduce:
         *r = g->issue_all_reduce({}, c.count, c.op, c.label, c.call);
@@ -336,14 +337,15 @@ Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> re
                                 std::int64_t count, std::string_view label) {
   const std::string_view call = call_text("all_to_all(", count);
   if (TapeCall* c = record(TapeCall::Kind::kAllToAll, count, label, send, recv)) c->call = call;
-  return request(issue_all_to_all(send, recv, count, label, call));
+  return request(issue_uniform(all_to_all_algorithm(kernel_.wire_bytes(count)), send, recv, count,
+                               label, call));
 }
 
-detail::ReqPtr EmuComm::issue_all_to_all(std::span<const float> send, std::span<float> recv,
-                                         std::int64_t count, std::string_view label,
-                                         std::string_view call) {
+detail::ReqPtr EmuComm::issue_uniform(Algorithm a, std::span<const float> send,
+                                      std::span<float> recv, std::int64_t count,
+                                      std::string_view label, std::string_view call) {
   detail::CollectiveSpec spec;
-  spec.schedule = schedule(all_to_all_algorithm(kernel_.wire_bytes(count)));
+  spec.schedule = schedule(a);
   spec.sizes = collectives::Sizes::uniform(count);
   spec.send = send;
   spec.recv = recv;
@@ -380,18 +382,7 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
                                 std::int64_t count, std::string_view label) {
   const std::string_view call = call_text("all_gather(", count);
   if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) c->call = call;
-  return request(issue_all_gather(send, recv, count, label, call));
-}
-
-detail::ReqPtr EmuComm::issue_all_gather(std::span<const float> send, std::span<float> recv,
-                                         std::int64_t count, std::string_view label,
-                                         std::string_view call) {
-  detail::CollectiveSpec spec;
-  spec.schedule = schedule(Algorithm::kAllGather);
-  spec.sizes = collectives::Sizes::uniform(count);
-  spec.send = send;
-  spec.recv = recv;
-  return start_collective(call, label, spec);
+  return request(issue_uniform(Algorithm::kAllGather, send, recv, count, label, call));
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,

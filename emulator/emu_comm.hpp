@@ -11,13 +11,14 @@
 #include <optional>
 
 #include "core/communicator.hpp"
+#include "core/replay.hpp"
 #include "emulator/detail/kernel.hpp"
 
 namespace cocodiff::emu {
 
 class EmuComm;
 
-/// One call of a tile's tape (Communicator::begin_tape): what it was called on and with.
+/// One call of a tile's tape (Replay::begin_tape): what it was called on and with.
 struct TapeCall {
   enum class Kind : std::uint8_t {
     kCompute,
@@ -45,7 +46,7 @@ struct TapeCall {
 };
 
 /// A tile's recorded calls, issued again by EmuComm::play_tape.
-class EmuTape final : public Communicator::CallTape {
+class EmuTape final : public Replay::CallTape {
  public:
   std::vector<TapeCall> calls;
   int requests = 0;          // requests the calls start
@@ -53,10 +54,10 @@ class EmuTape final : public Communicator::CallTape {
   /// Every call is one the engine can issue for the tile (Kernel::run_tape): no all-reduce (a
   /// collective fiber runs it), no ring pass of one member (it runs message by message).
   bool engine_runs = true;
-  bool usable = true;  // false: see Communicator::end_tape
+  bool usable = true;  // false: see Replay::end_tape
 };
 
-class EmuComm final : public Communicator {
+class EmuComm final : public Communicator, public Replay {
  public:
   EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group group, int group_rank);
 
@@ -69,7 +70,7 @@ class EmuComm final : public Communicator {
   void compute(const OpCost& cost) override;
   SimTime now() const override { return self_.clock; }
   void run_math(const std::function<void()>& work) override;
-  /// World communicator only (sub-groups return {}): see Communicator::begin_region.
+  /// World communicator only (sub-groups return {}): see Replay::begin_region.
   RegionMark begin_region(std::string_view key, bool may_skip) override;
   /// The tile's calls on all of its communicators (the main fiber's): see begin_tape.
   bool begin_tape() override;
@@ -132,14 +133,11 @@ class EmuComm final : public Communicator {
   /// The library's all-to-all for this group and size (choose_all_to_all).
   Algorithm all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const;
   // The collectives as do_* and play_tape issue them; `call` is kept for the run.
-  detail::ReqPtr issue_all_to_all(std::span<const float> send, std::span<float> recv,
-                                  std::int64_t count, std::string_view label,
-                                  std::string_view call);
+  /// An all-to-all or all-gather of `count` elements per member, by schedule `a`.
+  detail::ReqPtr issue_uniform(Algorithm a, std::span<const float> send, std::span<float> recv,
+                               std::int64_t count, std::string_view label, std::string_view call);
   detail::ReqPtr issue_all_to_allv(std::span<const float> send, std::span<float> recv,
                                    const AllToAllvLayout& layout, std::string_view label);
-  detail::ReqPtr issue_all_gather(std::span<const float> send, std::span<float> recv,
-                                  std::int64_t count, std::string_view label,
-                                  std::string_view call);
   detail::ReqPtr issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                   std::string_view label, std::string_view call);
   /// `opening` ("all_to_all(") then "count=N)", kept for the run.

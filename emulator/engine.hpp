@@ -58,7 +58,7 @@ struct EngineOptions {
   /// Software costs of the collective library (per call, per message, protocol, schedule); the
   /// default is free, which keeps the network model's exact times.
   LibraryModel library;
-  /// Replay regions (Communicator::begin_region) that start from a state already simulated
+  /// Replay regions (Replay::begin_region) that start from a state already simulated
   /// instead of simulating them again; the timeline, bytes and hash are the same either way.
   bool replay = true;
   /// Run all-to-all and all-gather at the collective level: the controller runs each call's
@@ -67,7 +67,7 @@ struct EngineOptions {
   /// for point-to-point, all-reduce and barrier.
   bool collective_ops = true;
   /// Let a tile record the calls of a block whose calls are a function of its kind and key
-  /// (Communicator::begin_tape, dit::BlockReplay) and issue them again for the next such
+  /// (Replay::begin_tape, dit::BlockReplay) and issue them again for the next such
   /// blocks without running their code; the timeline, bytes and hash are the same either way.
   bool call_tapes = true;
 };
@@ -100,7 +100,7 @@ struct RunResult {
   std::uint64_t passes_whole = 0;
   std::uint64_t events = 0;               // simulation events processed (flows + computes + waits)
   std::uint64_t regions_replayed = 0;     // regions whose recorded effect was applied
-  std::uint64_t tapes_played = 0;         // recorded calls issued again (Communicator::play_tape)
+  std::uint64_t tapes_played = 0;         // recorded calls issued again (Replay::play_tape)
   std::uint64_t tapes_run_by_engine = 0;  // of those, issued by the engine for a waiting fiber
   std::string timeline_sha256;            // digest of every event of the timeline
   std::vector<TraceEvent> trace;          // empty unless EngineOptions::trace

@@ -366,21 +366,22 @@ std::filesystem::path find_gnuplot() {
   return {};
 }
 
-std::string run_gnuplot(const std::string& script) {
+namespace {
+
+// Runs gnuplot on `script`, written into `dir` beside the data it reads. Empty on success.
+std::string run_gnuplot_in(const std::filesystem::path& dir, const std::string& script) {
   const std::filesystem::path gnuplot = find_gnuplot();
   if (gnuplot.empty())
     return "gnuplot not found (install the Debian package gnuplot-nox, or set "
            "COCODIFF_GNUPLOT)";
-  TempDir tmp;
-  if (tmp.path().empty()) return "cannot create a temporary directory";
-  const std::filesystem::path file = tmp.path() / "plot.gp";
+  const std::filesystem::path file = dir / "plot.gp";
   {
     std::ofstream out(file);
     out << script;
-    if (!out) return "cannot write the gnuplot script in " + tmp.path().string();
+    if (!out) return "cannot write the gnuplot script in " + dir.string();
   }
   std::string error;
-  const std::filesystem::path log = tmp.path() / "gnuplot.log";
+  const std::filesystem::path log = dir / "gnuplot.log";
   const int rc = run_process({gnuplot.string(), file.string()}, log, error);
   if (rc == 0) return {};
   if (error.empty())
@@ -389,31 +390,21 @@ std::string run_gnuplot(const std::string& script) {
   return error;
 }
 
-std::string write_timeline_png(const RunResult& result, const Topology& topo,
-                               const std::filesystem::path& png, const TimelineOptions& options) {
-  if (result.trace.empty()) return "the run recorded no trace events (emulator.trace = false?)";
-  const std::filesystem::path gnuplot = find_gnuplot();
-  if (gnuplot.empty())
-    return "gnuplot not found (install the Debian package gnuplot-nox, or set "
-           "COCODIFF_GNUPLOT)";
-  TempDir tmp;
-  if (tmp.path().empty()) return "cannot create a temporary directory";
+// One panel of the timeline image: its data file, title and window.
+struct Panel {
+  std::string file, title;
+  SimTime begin, end;
+};
 
-  const TimelineLayout layout = timeline_layout(topo, options);
-  const int tiers = topo.num_tiers();
-  SimTime end = result.makespan;
-  for (const TraceEvent& e : result.trace) end = std::max(end, e.end);
-  if (end.ns() <= 0) return "the run's timeline is empty (virtual time 0)";
+// The whole run, and the zoom window when there is one; each panel's pixels written to its
+// file in `dir`. Empty on success.
+std::string write_panels(const RunResult& result, const Topology& topo,
+                         const TimelineLayout& layout, const TimelineOptions& options,
+                         const std::filesystem::path& dir, SimTime end, int bins,
+                         std::vector<Panel>& panels) {
+  panels = {{"full.rgb", "whole run", SimTime(), end}};
   SimTime z0, z1;
-  const bool zoom = zoom_window(result, options.zoom_events, z0, z1);
-  const int bins = std::max(16, options.bins);
-
-  struct Panel {
-    std::string file, title;
-    SimTime begin, end;
-  };
-  std::vector<Panel> panels = {{"full.rgb", "whole run", SimTime(), end}};
-  if (zoom)
+  if (zoom_window(result, options.zoom_events, z0, z1))
     panels.push_back({"zoom.rgb",
                       "zoom: " + fmt(z0.seconds() * 1e3) + " to " + fmt(z1.seconds() * 1e3) +
                           " ms (about " + std::to_string(options.zoom_events) +
@@ -421,23 +412,24 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
                       z0, z1});
   for (const Panel& p : panels) {
     const TimelineBins b = bin_timeline(result, topo, layout, p.begin, p.end, bins);
-    std::ofstream out(tmp.path() / p.file, std::ios::binary);
-    const std::string img = panel_image(b, tiers);
+    std::ofstream out(dir / p.file, std::ios::binary);
+    const std::string img = panel_image(b, topo.num_tiers());
     out.write(img.data(), static_cast<std::streamsize>(img.size()));
-    if (!out) return "cannot write the plot's data in " + tmp.path().string();
+    if (!out) return "cannot write the plot's data in " + dir.string();
   }
+  return {};
+}
 
-  // Screen geometry in pixels, turned into screen fractions for gnuplot's margins.
-  const double W = layout.width_px, H = layout.height_px;
-  const int panel_px = layout.lanes * lane_px(layout.lanes) + kPanelExtraPx;
-  const std::filesystem::path tmp_png =
-      png.parent_path() / ("." + png.filename().string() + ".tmp." + std::to_string(::getpid()));
-  std::ostringstream s;
+// The script's page: terminal, title, run statistics, key, lanes and margins.
+void page_header(std::ostream& s, const RunResult& result, const Topology& topo,
+                 const TimelineLayout& layout, const TimelineOptions& options, SimTime end,
+                 const std::filesystem::path& tmp_png) {
+  const double H = layout.height_px, W = layout.width_px;
   s << "set terminal pngcairo size " << layout.width_px << "," << layout.height_px
     << " noenhanced font 'sans,9'\n"
     << "set output " << quote(tmp_png.string()) << "\n"
     << "set multiplot\n";
-  std::string head = options.title.empty() ? std::string("cocodiff run") : options.title;
+  const std::string head = options.title.empty() ? std::string("cocodiff run") : options.title;
   char stats[256];
   std::snprintf(stats, sizeof stats, "virtual time %.3f ms, %d tiles%s, %llu trace events%s",
                 end.seconds() * 1e3, topo.num_ranks(),
@@ -461,79 +453,118 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     << "set xtics nomirror out\nset mxtics\nset border 3\nset grid xtics lc rgb '#DDDDDD'\n"
     << "set lmargin at screen " << fmt(kLeftPx / W) << "\nset rmargin at screen "
     << fmt(1 - kRightPx / W) << "\n";
+}
+
+// The key's entries: one per colour.
+std::string key_entries(const Topology& topo) {
   std::string keys;
   keys += ", keyentry with boxes lc rgb '" + hex(kCompute) + "' title 'compute'";
   keys += ", keyentry with boxes lc rgb '" + hex(kWait) + "' title 'exposed comm (wait)'";
-  for (int t = 0; t < tiers; ++t)
+  for (int t = 0; t < topo.num_tiers(); ++t)
     keys += ", keyentry with boxes lc rgb '" + hex(kTier[static_cast<size_t>(t) % kTier.size()]) +
             "' title " + quote("send: " + topo.tier_name(t));
   keys += ", keyentry with boxes lc rgb '" + hex(kIdle) + "' title 'idle'";
-  std::vector<std::string> zoom_names;
-  const std::vector<TimelineLabel> zoom_labels =
-      zoom ? timeline_labels(result, z0, z1, static_cast<int>(layout.width_px - kLeftPx - kRightPx),
-                             &zoom_names)
-           : std::vector<TimelineLabel>();
-  if (zoom) {
+  return keys;
+}
+
+// Panel i of the script. The first carries the key and frames the zoom window; the zoom panel
+// names the first tile's operations where they are wide enough.
+void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
+                const TimelineLayout& layout, int bins, const std::filesystem::path& dir,
+                const std::string& keys, const std::vector<TimelineLabel>& labels) {
+  const Panel& p = panels[i];
+  const int panel_px = layout.lanes * lane_px(layout.lanes) + kPanelExtraPx;
+  const double H = layout.height_px;
+  const double top = kHeaderPx + static_cast<double>(i) * panel_px + 22;
+  const double bottom = kHeaderPx + static_cast<double>(i + 1) * panel_px - 40;
+  const double x0 = p.begin.seconds() * 1e3, x1 = p.end.seconds() * 1e3;
+  const double dx = (x1 - x0) / bins;
+  s << "set tmargin at screen " << fmt(1 - top / H) << "\nset bmargin at screen "
+    << fmt(1 - bottom / H) << "\n"
+    << "set title " << quote(p.title + " (each lane: compute stream above, its sends below)")
+    << " offset 0,-0.5\n"
+    << "set xrange [" << fmt(x0) << ":" << fmt(x1) << "]\n";
+  if (i == 0 && panels.size() > 1)
+    s << "set object 1 rect from " << fmt(panels[1].begin.seconds() * 1e3) << ", graph 0 to "
+      << fmt(panels[1].end.seconds() * 1e3)
+      << ", graph 1 front fillstyle empty border lc rgb '#000000' lw 1.5\n";
+  else
+    s << "unset object 1\n";
+  if (i > 0) {
+    s << "unset key\nunset label 1\nunset label 2\n";
+    for (size_t k = 0; k < labels.size(); ++k)
+      s << "set label " << 10 + k << " " << quote(labels[k].text) << " at "
+        << fmt(labels[k].at.seconds() * 1e3) << ", "
+        << fmt(labels[k].lane + (labels[k].send ? 0.6 : 0.2))
+        << " center front font 'sans,7' tc rgb '#FFFFFF'\n";
+  }
+  s << "plot " << quote((dir / p.file).string()) << " binary array=(" << bins << ","
+    << layout.lanes * kRowsPerLane << ") format='%uchar%uchar%uchar' dx=" << fmt(dx)
+    << " dy=" << fmt(1.0 / kRowsPerLane) << " origin=(" << fmt(x0 + dx / 2) << ","
+    << fmt(0.5 / kRowsPerLane) << ") with rgbimage notitle" << (i == 0 ? keys : "") << "\n";
+}
+
+// Moves the finished temporary into place, or removes it. Empty on success.
+std::string commit_png(const std::filesystem::path& tmp_png, const std::filesystem::path& png,
+                       std::string error) {
+  std::error_code ec;
+  if (error.empty() &&
+      (!std::filesystem::exists(tmp_png, ec) || std::filesystem::file_size(tmp_png, ec) == 0))
+    error = "gnuplot wrote no image to " + tmp_png.string();
+  if (error.empty()) {
+    std::filesystem::rename(tmp_png, png, ec);
+    if (ec) error = png.string() + ": cannot rename the temporary into place: " + ec.message();
+  }
+  if (!error.empty()) std::filesystem::remove(tmp_png, ec);
+  return error;
+}
+
+}  // namespace
+
+std::string run_gnuplot(const std::string& script) {
+  TempDir tmp;
+  if (tmp.path().empty()) return "cannot create a temporary directory";
+  return run_gnuplot_in(tmp.path(), script);
+}
+
+std::string write_timeline_png(const RunResult& result, const Topology& topo,
+                               const std::filesystem::path& png, const TimelineOptions& options) {
+  if (result.trace.empty()) return "the run recorded no trace events (emulator.trace = false?)";
+  if (find_gnuplot().empty())
+    return "gnuplot not found (install the Debian package gnuplot-nox, or set "
+           "COCODIFF_GNUPLOT)";
+  TempDir tmp;
+  if (tmp.path().empty()) return "cannot create a temporary directory";
+  const TimelineLayout layout = timeline_layout(topo, options);
+  SimTime end = result.makespan;
+  for (const TraceEvent& e : result.trace) end = std::max(end, e.end);
+  if (end.ns() <= 0) return "the run's timeline is empty (virtual time 0)";
+  const int bins = std::max(16, options.bins);
+  std::vector<Panel> panels;
+  if (std::string why = write_panels(result, topo, layout, options, tmp.path(), end, bins, panels);
+      !why.empty())
+    return why;
+
+  const std::filesystem::path tmp_png =
+      png.parent_path() / ("." + png.filename().string() + ".tmp." + std::to_string(::getpid()));
+  std::ostringstream s;
+  page_header(s, result, topo, layout, options, end, tmp_png);
+  std::vector<TimelineLabel> labels;
+  if (panels.size() > 1) {  // the zoom panel names the first tile's operations
+    std::vector<std::string> names;
+    labels = timeline_labels(result, panels[1].begin, panels[1].end,
+                             static_cast<int>(layout.width_px - kLeftPx - kRightPx), &names);
     std::string list;
-    for (size_t k = 0; k < zoom_names.size() && list.size() < 160; ++k)
-      list += (k ? ", " : "") + zoom_names[k];
+    for (size_t k = 0; k < names.size() && list.size() < 160; ++k)
+      list += (k ? ", " : "") + names[k];
     if (list.size() >= 160) list += ", ...";
     panels[1].title += "; " + layout.lane_names.front() + "'s operations: " + list;
   }
-  for (size_t i = 0; i < panels.size(); ++i) {
-    const Panel& p = panels[i];
-    const double top = kHeaderPx + static_cast<double>(i) * panel_px + 22;
-    const double bottom = kHeaderPx + static_cast<double>(i + 1) * panel_px - 40;
-    const double x0 = p.begin.seconds() * 1e3, x1 = p.end.seconds() * 1e3;
-    const double dx = (x1 - x0) / bins;
-    s << "set tmargin at screen " << fmt(1 - top / H) << "\nset bmargin at screen "
-      << fmt(1 - bottom / H) << "\n"
-      << "set title " << quote(p.title + " (each lane: compute stream above, its sends below)")
-      << " offset 0,-0.5\n"
-      << "set xrange [" << fmt(x0) << ":" << fmt(x1) << "]\n";
-    if (i == 0 && zoom)
-      s << "set object 1 rect from " << fmt(z0.seconds() * 1e3) << ", graph 0 to "
-        << fmt(z1.seconds() * 1e3)
-        << ", graph 1 front fillstyle empty border lc rgb '#000000' lw 1.5\n";
-    else
-      s << "unset object 1\n";
-    if (i > 0) s << "unset key\nunset label 1\nunset label 2\n";
-    if (i > 0)  // the first tile's operations, named where they are wide enough
-      for (size_t k = 0; k < zoom_labels.size(); ++k)
-        s << "set label " << 10 + k << " " << quote(zoom_labels[k].text) << " at "
-          << fmt(zoom_labels[k].at.seconds() * 1e3) << ", "
-          << fmt(zoom_labels[k].lane + (zoom_labels[k].send ? 0.6 : 0.2))
-          << " center front font 'sans,7' tc rgb '#FFFFFF'\n";
-    s << "plot " << quote((tmp.path() / p.file).string()) << " binary array=(" << bins << ","
-      << layout.lanes * kRowsPerLane << ") format='%uchar%uchar%uchar' dx=" << fmt(dx)
-      << " dy=" << fmt(1.0 / kRowsPerLane) << " origin=(" << fmt(x0 + dx / 2) << ","
-      << fmt(0.5 / kRowsPerLane) << ") with rgbimage notitle" << (i == 0 ? keys : "") << "\n";
-  }
+  const std::string keys = key_entries(topo);
+  for (size_t i = 0; i < panels.size(); ++i)
+    panel_plot(s, panels, i, layout, bins, tmp.path(), keys, labels);
   s << "unset multiplot\nset output\n";
-  const std::filesystem::path script = tmp.path() / "timeline.gp";
-  {
-    std::ofstream out(script);
-    out << s.str();
-    if (!out) return "cannot write the gnuplot script in " + tmp.path().string();
-  }
-  std::string error;
-  const std::filesystem::path log = tmp.path() / "gnuplot.log";
-  const int rc = run_process({gnuplot.string(), script.string()}, log, error);
-  std::error_code ec;
-  if (rc != 0 || !std::filesystem::exists(tmp_png, ec) ||
-      std::filesystem::file_size(tmp_png, ec) == 0) {
-    std::filesystem::remove(tmp_png, ec);
-    if (error.empty())
-      error = gnuplot.string() + " failed (exit code " + std::to_string(rc) +
-              "): " + read_tail(log, 600);
-    return error;
-  }
-  std::filesystem::rename(tmp_png, png, ec);
-  if (ec) {
-    std::filesystem::remove(tmp_png, ec);
-    return png.string() + ": cannot rename the temporary into place: " + ec.message();
-  }
-  return {};
+  return commit_png(tmp_png, png, run_gnuplot_in(tmp.path(), s.str()));
 }
 
 void write_timeline_png_or_warn(const RunResult& result, const Topology& topo,

@@ -162,11 +162,12 @@ std::string SpAttention::step_key(int step) const {
   return VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective";
 }
 
-std::optional<std::string> SpAttention::block_key() const { return step_key(step_); }
-
-bool SpAttention::block_counts_cache() const {
+std::optional<AttentionStrategy::BlockDeps> SpAttention::next_block() const {
+  BlockDeps d;
+  d.key = step_key(step_);
   // V-Major counts a layer's cache the first time it exchanges that layer's V.
-  return f_.v_major && (v_major_ == nullptr || !v_major_->next_layer_seen());
+  d.first_exchange = f_.v_major && (v_major_ == nullptr || !v_major_->next_layer_seen());
+  return d;
 }
 
 void SpAttention::skip_layers(int layers, double v_major_cache_bytes) {

@@ -62,8 +62,7 @@ class SpAttention final : public AttentionStrategy {
   void begin_forward(int step, int pass) override;
   StrategyStats stats() const override;
   std::string step_key(int step) const override;
-  std::optional<std::string> block_key() const override;
-  bool block_counts_cache() const override;
+  std::optional<BlockDeps> next_block() const override;
   void skip_layers(int layers, double v_major_cache_bytes) override;
   std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
 

@@ -34,9 +34,11 @@ class UlyssesRing final : public AttentionStrategy {
   int index() const override { return world_.rank(); }
   std::vector<Tensor> attend(const Exec& ex, const QkvSource& src,
                              const AttentionShape& shape) override;
-  std::optional<std::string> block_key() const override { return std::string(); }  // stateless
-  /// Its exchanges are waited for in a fixed order (no polling), and it measures nothing.
-  bool block_calls_fixed() const override { return true; }
+  /// Stateless; its exchanges are waited for in a fixed order (no polling), and it measures
+  /// nothing: its calls are fixed.
+  std::optional<BlockDeps> next_block() const override {
+    return BlockDeps{.key = {}, .first_exchange = false, .calls_fixed = true};
+  }
   std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
   int ulysses_degree() const { return ulysses_comm_->size(); }
   int ring_degree() const { return ring_comm_->size(); }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "core/replay.hpp"
 #include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/fiber_state.hpp"
 #include "emulator/detail/math_pool.hpp"
@@ -162,8 +163,8 @@ class Kernel {
   void charge_compute(FiberState& f, SimTime dt, std::string_view label);
   /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
   void run_math(FiberState& f, const std::function<void()>& work);
-  /// A region mark of the world (see Communicator::begin_region); main fibers only.
-  Communicator::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
+  /// A region mark of the world (see Replay::begin_region); main fibers only.
+  Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
   /// A collective call issued by tile f's host (DeviceModel::collective_issue): its kernel

@@ -1,5 +1,5 @@
 // Region marks: exact replay of a region of the run that starts from a state already simulated
-// (Communicator::begin_region).
+// (Replay::begin_region).
 
 #include "emulator/detail/kernel.hpp"
 
@@ -11,7 +11,7 @@
 
 namespace cocodiff::emu::detail {
 
-Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
+Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
   if (aborting_) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
   TileStats& t = tiles_[static_cast<size_t>(f.rank)];
@@ -39,7 +39,7 @@ Communicator::RegionMark Kernel::begin_region(FiberState& f, std::string_view ke
     ms.min_clock = std::min(ms.min_clock, f.clock);
     block(f, lk, nullptr, false);
   }
-  const Communicator::RegionMark res{f.replayed, f.region_id};
+  const Replay::RegionMark res{f.replayed, f.region_id};
   if (const auto it = marks_.find(m); ++it->second.passed == n) {
     spare_waiters_ = std::move(it->second.waiters);
     spare_waiters_.clear();

@@ -1,5 +1,5 @@
 // Tape runs: a played tape's calls issued by the engine for a fiber that waits once
-// (Communicator::play_tape).
+// (Replay::play_tape).
 
 #include "emulator/detail/kernel.hpp"
 

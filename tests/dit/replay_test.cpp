@@ -1,4 +1,4 @@
-// Exact replay of repeated regions (Communicator::begin_region) and collectives run at the
+// Exact replay of repeated regions (Replay::begin_region) and collectives run at the
 // collective level (EngineOptions::collective_ops): every strategy gives the same virtual
 // times, bytes per tier, flows, events and timeline hash with replay on and off, with
 // collective-level and per-message collectives, on 1, 2 and 4 workers, under alpha-beta and
@@ -9,9 +9,12 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <utility>
 
 #include "core/errors.hpp"
+#include "core/replay.hpp"
+#include "dit/local_comm.hpp"
 #include "dit/pipeline.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
@@ -253,6 +256,21 @@ TEST(Replay, RealMathNeverReplaysAndHashesLikePhantom) {
   const Outcome phantom = run(phantom_engine, cfg, st);
   EXPECT_GT(phantom.result.regions_replayed, 0u);
   expect_same_timeline(phantom.result, real);
+}
+
+// Replay is the emulator's offer beside its communicators (core/replay.hpp): a one-rank run
+// has none and generates the same image through the same pipeline without it.
+TEST(Replay, OnlyTheEmulatorOffersIt) {
+  LocalComm local;
+  EXPECT_EQ(replay_of(local), nullptr);
+  emu::Engine e = aurora(1, "maxmin", 1, true);
+  std::atomic<int> offered{0};
+  e.run([&](Communicator& world) {
+    if (replay_of(world) != nullptr) ++offered;
+    std::unique_ptr<Communicator> node = world.split(0, world.rank());
+    EXPECT_NE(replay_of(*node), nullptr);  // a sub-group marks no region, but is the emulator's
+  });
+  EXPECT_EQ(offered.load(), 12);
 }
 
 // A rank failing at the start of a step ends the run with the same error, replay on or off.

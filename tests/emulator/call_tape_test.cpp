@@ -1,4 +1,4 @@
-// Call tapes (Communicator::begin_tape, end_tape, play_tape): a tile's recorded calls, issued
+// Call tapes (Replay::begin_tape, end_tape, play_tape): a tile's recorded calls, issued
 // again, give the timeline (virtual times, bytes per tier, flows, events, timeline hash) of
 // making the same calls from code, on every kind of call a phantom block makes (compute,
 // all-to-all and all-to-allv, all-gather, all-reduce, point-to-point, ring passes), at the
@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "core/errors.hpp"
+#include "core/replay.hpp"
 #include "net_models/cluster.hpp"
 #include "tests/emulator/test_util.hpp"
 
@@ -97,16 +98,16 @@ TEST(CallTape, PlayedCallsGiveTheTimelineOfTheCode) {
         emu::Engine taped = aurora(workers, collective_ops);
         const emu::RunResult got = taped.run([reduce](Communicator& world) {
           Groups g = make_groups(world);
-          std::unique_ptr<Communicator::CallTape> tapes[2];
+          std::unique_ptr<Replay::CallTape> tapes[2];
           for (int round = 0; round < 4; ++round) {
-            std::unique_ptr<Communicator::CallTape>& t = tapes[round % 2];
+            std::unique_ptr<Replay::CallTape>& t = tapes[round % 2];
             if (t != nullptr) {
-              world.play_tape(*t);
+              replay_of(world)->play_tape(*t);
               continue;
             }
-            ASSERT_TRUE(world.begin_tape());
+            ASSERT_TRUE(replay_of(world)->begin_tape());
             block(world, g, round, reduce);
-            t = world.end_tape();
+            t = replay_of(world)->end_tape();
             ASSERT_NE(t, nullptr);
           }
         });
@@ -161,7 +162,7 @@ TEST(CallTape, WhatCannotBeIssuedAgainLeavesNoTape) {
        }},
       {"a region mark",
        [](Communicator& world, Groups&, const Request&) {
-         (void)world.begin_region("r", false);
+         (void)replay_of(world)->begin_region("r", false);
          return Request();
        }},
   };
@@ -173,9 +174,9 @@ TEST(CallTape, WhatCannotBeIssuedAgainLeavesNoTape) {
     e.run([&, &body = body](Communicator& world) {
       Groups g = make_groups(world);
       Request before = g.ring->iall_to_all({}, {}, 64, "before");
-      ASSERT_TRUE(world.begin_tape());
+      ASSERT_TRUE(replay_of(world)->begin_tape());
       Request kept = body(world, g, before);
-      const bool none = world.end_tape() == nullptr;
+      const bool none = replay_of(world)->end_tape() == nullptr;
       kept.wait();
       before.wait();
       const std::lock_guard<std::mutex> lk(mu);
@@ -186,8 +187,8 @@ TEST(CallTape, WhatCannotBeIssuedAgainLeavesNoTape) {
   // Off (EngineOptions::call_tapes = false), nothing records.
   emu::Engine off = aurora(1, true, false);
   off.run([](Communicator& world) {
-    EXPECT_FALSE(world.begin_tape());
-    EXPECT_EQ(world.end_tape(), nullptr);
+    EXPECT_FALSE(replay_of(world)->begin_tape());
+    EXPECT_EQ(replay_of(world)->end_tape(), nullptr);
   });
 }
 

@@ -1,0 +1,59 @@
+#pragma once
+// Exact replay of repeated parts of a run: what a backend may offer beside its Communicator. The
+// emulator does (its tiles repeat the same blocks many times with sizes only, and simulating
+// each again would give the same timeline); MPI and the one-rank backend do not. Code that
+// wants it asks the communicator, and runs its body as usual where the answer is null.
+//
+//   if (Replay* r = replay_of(world)) {
+//     if (r->begin_region("block x", /*may_skip=*/true).replayed) return;  // effect applied
+//   }
+//   body();
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "core/communicator.hpp"
+
+namespace cocodiff {
+
+class Replay {
+ public:
+  /// What begin_region() tells the caller.
+  struct RegionMark {
+    bool replayed = false;  // the region's recorded effect was applied: skip its body
+    std::uint64_t id = 0;   // names the (key, start state) of a replayable region; 0: none
+  };
+  /// Collective over the world (every rank, same key, same order): a region of the run starts
+  /// here and ends at the next call. With `may_skip`, a backend that already simulated a region
+  /// of this key from the same start state (clock offsets, nothing in flight) applies its
+  /// recorded effect and returns replayed = true: the caller skips the body, which must then
+  /// depend on nothing but the key. On a sub-group: {}.
+  virtual RegionMark begin_region(std::string_view key, bool may_skip) = 0;
+
+  /// A rank's calls, recorded to be issued again (backend-specific).
+  class CallTape {
+   public:
+    virtual ~CallTape() = default;
+  };
+  /// Starts recording the calls this rank makes on every one of its communicators, its compute
+  /// charges included, in order (sizes only: phantom buffers). Returns false where tapes are
+  /// turned off (then end_tape() returns null). Call on the world communicator's Replay.
+  virtual bool begin_tape() = 0;
+  /// Ends the recording. Null when the calls cannot be issued again as they were: a buffer with
+  /// data, a test() (whose answer depends on timing), a wait for a request started before the
+  /// recording, a request left unwaited, or a call that makes groups or regions.
+  virtual std::unique_ptr<CallTape> end_tape() = 0;
+  /// Issues the recorded calls again, in order, from this rank's present state: the same calls
+  /// the recorded code would make, where that code's calls depend on nothing that differs
+  /// between the two runs of it (its timing included).
+  virtual void play_tape(const CallTape& tape) = 0;
+
+ protected:
+  ~Replay() = default;
+};
+
+/// The replay `comm`'s backend offers, or null where it has none.
+inline Replay* replay_of(Communicator& comm) { return dynamic_cast<Replay*>(&comm); }
+
+}  // namespace cocodiff
