@@ -14,11 +14,14 @@ class PairwiseShift final : public Schedule {
  public:
   using Schedule::Schedule;
   int rounds() const override { return size() - 1; }
+  // me and round + 1 both lie in [0, p): their sum or difference wraps at most once.
   Message recv(const Sizes& s, int me, int round, int /*k*/) const override {
-    return block_from(s, wrap(me - round - 1, size()), 0);
+    const int from = me - round - 1;
+    return block_from(s, from < 0 ? from + size() : from, 0);
   }
   Message send(const Sizes& s, int me, int round, int /*k*/) const override {
-    return block_to(s, (me + round + 1) % size(), 0);
+    const int to = me + round + 1;
+    return block_to(s, to >= size() ? to - size() : to, 0);
   }
   std::optional<Copy> own(const Sizes& s, int me) const override { return own_block(s, me); }
 };

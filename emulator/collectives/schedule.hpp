@@ -140,6 +140,9 @@ inline Message gathered(int peer, int step, std::int64_t count) {
   return m;
 }
 /// a mod p in [0, p).
-inline int wrap(int a, int p) { return ((a % p) + p) % p; }
+inline int wrap(int a, int p) {
+  a %= p;
+  return a < 0 ? a + p : a;
+}
 
 }  // namespace cocodiff::emu::collectives

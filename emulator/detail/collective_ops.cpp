@@ -57,7 +57,14 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   m.req = req;
   m.spec = spec;
   m.clock = f.clock + options_.library.call_overhead;
-  if (moves(spec)) m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
+  if (moves(spec)) {
+    m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
+  } else {
+    // Sizes only: where the elements would be is never read, so an all-to-allv's displacement
+    // arrays (the caller's, rarely in cache) are not either.
+    m.spec.sizes.send_displs = nullptr;
+    m.spec.sizes.recv_displs = nullptr;
+  }
   if (sched.rounds() == 0) {
     op_finish(op, group_rank);
     return req;
@@ -74,15 +81,18 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
   const int recvs = sched.recvs(r, round), sends = sched.sends(r, round);
   m.pending = recvs + sends;
   m.recv_post = m.clock;
+  m.recvs.resize(u(recvs));
+  for (int k = 0; k < recvs; ++k) m.recvs[u(k)] = sched.recv(m.spec.sizes, r, round, k);
+  m.sends.resize(u(sends));
+  m.send_posts.resize(u(sends));
   for (int k = 0; k < recvs; ++k) {
-    const int from = sched.recv(m.spec.sizes, r, round, k).peer;
+    const int from = m.recvs[u(k)].peer;
     const CollectiveMember& s = op.members[u(from)];
     if (s.started && s.round == round)
       op_match(op, from, r, k, std::max(s.send_posts[u(k)], m.recv_post));
   }
-  m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
-    const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
+    const collectives::Message& out = m.sends[u(k)] = sched.send(m.spec.sizes, r, round, k);
     m.clock += software_time(wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
@@ -91,11 +101,10 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
 }
 
 void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
-  const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& s = op.members[u(src)];
   CollectiveMember& d = op.members[u(dst)];
-  const collectives::Message out = sched.send(s.spec.sizes, src, s.round, k);
-  const collectives::Message in = sched.recv(d.spec.sizes, dst, d.round, k);
+  const collectives::Message& out = s.sends[u(k)];
+  const collectives::Message& in = d.recvs[u(k)];
   COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
@@ -115,8 +124,8 @@ void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
   using collectives::Segment;
   const collectives::Schedule& sched = *op.schedule;
   const int round = s.round;
-  const collectives::Message out = sched.send(s.spec.sizes, src, round, k);
-  const collectives::Message in = sched.recv(d.spec.sizes, dst, round, k);
+  const collectives::Message& out = s.sends[u(k)];
+  const collectives::Message& in = d.recvs[u(k)];
   std::vector<Segment> from, to;  // a gathered message's segments, in travel order
   if (out.gathered)
     sched.segments(s.spec.sizes, src, round, k, true, from);

@@ -68,7 +68,7 @@ void Kernel::time_collective_message(CollectiveOp& op, int src, int dst, int ste
         ++flows_exclusive_;
         closed_messages_.push_back({&op, src, dst, *end});
       } else {
-        undecided_.push_back({&op, src, dst, step, start, bytes});
+        undecided_.push_back({&op, src, dst, step, start, *end, bytes});
       }
       return;
     }
@@ -84,11 +84,9 @@ bool Kernel::settle_undecided() {
     const int wsrc = op.group->members[u(m.src)];
     const int wdst = op.group->members[u(m.dst)];
     if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
-      const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, m.bytes, 1, m.start);
-      COCO_CHECK(end.has_value(), "an exclusive collective message's route is not exclusive");
-      account_flow(m.start, *end, wsrc, wdst, m.bytes, {&op.label, 1});
+      account_flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1});
       ++flows_exclusive_;
-      closed_messages_.push_back({&op, m.src, m.dst, *end});
+      closed_messages_.push_back({&op, m.src, m.dst, m.end});
       timed = true;
     } else {
       op_transfer(op, m.src, m.dst, m.step, m.start, m.bytes);
