@@ -23,6 +23,8 @@ OUT (rank 0 only):
                                 it in eager mode (CPU time per call, GPU kept ahead)
   interference_<transport>.json a GEMM, an attention and Q/K norm+RoPE with an NCCL all-to-all in
                                 flight on another stream, each alone and together
+  breakdown_<transport>.json    flat steps on 2 and more GPUs split into their blocking exchanges
+                                (CUDA events around each, per rank) and the rest
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
@@ -405,6 +407,19 @@ class Step:
         self.x = torch.randn(self.n_loc, 64, device=dev, dtype=DT)
         self.text = torch.randn(TXT, 4096 if not CPU else 32, device=dev, dtype=DT)
         self.tfreq = torch.randn(1, 256, device=dev, dtype=DT)
+        self.spans = None  # a list: every blocking exchange's device time (flat), by kind
+
+    def span_start(self):
+        if self.spans is None:
+            return None
+        sp = Span(torch.cuda.current_stream() if not CPU else None)
+        sp.start()
+        return sp
+
+    def span_stop(self, sp, kind):
+        if sp is not None:
+            sp.stop()
+            self.spans.append((kind, sp))
 
     # Ulysses exchanges: to heads (this rank's tokens, every head -> every token, its heads)
     def a2a_async(self, send):
@@ -433,13 +448,17 @@ class Step:
             if part == "v" or self.chunks == 1:
                 if part != "v":
                     x = rope(rms(x, b["n" + part]), self.rope_img.cos.unsqueeze(1), self.rope_img.sin.unsqueeze(1))
-                recv, work = self.a2a_async(x.transpose(0, 1).contiguous())
+                send = x.transpose(0, 1).contiguous()
+                blocking = not self.v_first and (part == "v" or self.chunks == 1)
+                sp = self.span_start() if blocking else None
+                recv, work = self.a2a_async(send)
                 pending.append(work)
                 parts_img[part] = [recv]
-                if not self.v_first and (part == "v" or self.chunks == 1):
+                if blocking:
                     for wk in pending:
                         wk.wait()
                     pending = []
+                    self.span_stop(sp, "to_heads")
                 continue
             chunks = []
             for c in range(self.chunks):
@@ -464,10 +483,15 @@ class Step:
             return o_img.reshape(n_loc, HID), o_txt
         send = o_img.reshape(w, n_loc, hl * HD).contiguous()
         recv = torch.empty_like(send)
+        sp = self.span_start()
         dist.all_to_all_single(recv, send, group=self.group)  # back to tokens
+        self.span_stop(sp, "to_tokens")
         out_img = recv.permute(1, 0, 2).reshape(n_loc, HID)
         gathered = torch.empty(w, TXT, hl * HD, device=dev, dtype=DT)
-        all_gather(gathered.view(-1), o_txt.contiguous().view(-1), self.group)
+        o_txt = o_txt.contiguous().view(-1)
+        sp = self.span_start()
+        all_gather(gathered.view(-1), o_txt, self.group)
+        self.span_stop(sp, "text_gather")
         out_txt = gathered.permute(1, 0, 2).reshape(TXT, HID)
         return out_img, out_txt
 
@@ -836,6 +860,71 @@ def concurrency(res):
             f"{res[name + '_together_us']:.2f} us")
 
 
+def breakdown(res):
+    """Flat steps on 2 and more GPUs split into their blocking exchanges (CUDA events on the
+    compute stream around each all-to-all and the text all-gather, from launch to the end of the
+    wait: the time the step spends in them) and the rest (compute, launches). Per timed step:
+    the slowest rank's step; per rank the sum of its exchanges; medians over the timed steps.
+    What a step's time is made of, to set against the emulator's own breakdown."""
+    res["world"] = WORLD
+    res["cases"] = {}
+    for w in worlds():
+        if w == 1:
+            continue
+        group = group_of(w)
+        member = RANK < w
+        model = Model(w, RANK) if member else None
+        for r in [int(x) for x in A.resolutions.split(",")]:
+            if rank_any(left() < 60):
+                log("breakdown: deadline at", w, r)
+                return
+            tokens = (r // 16) ** 2 if not CPU else r
+            st = Step(model, tokens, "flat", group) if member else None
+            step_s, comm_s, kinds = [], [], {}
+            for i in range(2 + A.steps):
+                if not member:
+                    continue
+                sync()
+                dist.barrier(group=group)
+                sync()
+                st.spans = []
+                t0 = time.perf_counter()
+                st()
+                sync()
+                t1 = time.perf_counter()
+                if i < 2:
+                    continue
+                step_s.append(t1 - t0)
+                by = {}
+                for kind, sp in st.spans:
+                    by[kind] = by.get(kind, 0.0) + sp.us() * 1e-6
+                comm_s.append(sum(by.values()))
+                for kind, v in by.items():
+                    kinds.setdefault(kind, []).append(v)
+                kinds.setdefault("calls", []).append(len(st.spans))
+            out = {"gpus": w, "resolution": r, "image_tokens": tokens, "timed_steps": A.steps}
+            med = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
+            out["step_ms"] = statistics.median(
+                [rank_max(step_s[i] if member else 0.0) for i in range(A.steps)]) * 1e3
+            c = med(comm_s) * 1e3
+            out["exchanges_ms_max"] = rank_max(c if member else 0.0)
+            out["exchanges_ms_min"] = -rank_max(-c if member else -1e30)
+            rest = (med(step_s) - med(comm_s)) * 1e3
+            out["rest_ms_max"] = rank_max(rest if member else 0.0)
+            out["rest_ms_min"] = -rank_max(-rest if member else -1e30)
+            for kind in ("to_heads", "to_tokens", "text_gather"):
+                out[kind + "_ms_max"] = rank_max(med(kinds.get(kind, [])) * 1e3 if member else 0.0)
+            out["calls_per_step"] = int(rank_max(med(kinds.get("calls", [])) if member else 0.0))
+            res["cases"][f"{w}x{r}"] = out
+            log(f"breakdown w={w} res={r}: step {out['step_ms']:.2f} ms, exchanges "
+                f"{out['exchanges_ms_min']:.2f}-{out['exchanges_ms_max']:.2f} ms, rest "
+                f"{out['rest_ms_min']:.2f}-{out['rest_ms_max']:.2f} ms ({out['calls_per_step']} calls)")
+            del st
+        del model
+        if not CPU:
+            torch.cuda.empty_cache()
+
+
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         wr = csv.writer(f)
@@ -922,6 +1011,11 @@ def main():
         interference(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"interference_{tr}.json"), "w"), indent=1)
+    if "breakdown" in parts:
+        res = {}
+        breakdown(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"breakdown_{tr}.json"), "w"), indent=1)
     if "concurrency" in parts:
         res = {}
         concurrency(res)

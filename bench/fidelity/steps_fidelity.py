@@ -10,7 +10,7 @@ Shared memory: the h100-shm preset, which `cocodiff calibrate` fitted to the sha
 sweeps (configs/clusters/h100-shm.toml says how); --shm-preset "" sets the NVLink link's bandwidth
 to the all-to-all bus bandwidth measured over shared memory at 1 GiB on 4 GPUs instead.
 The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat); the machines measured
-later on other hosts (h100x2: 2 GPUs; h100x4-third: 4 GPUs) are held out: their steps are
+later on other hosts (h100x2: 2 GPUs; h100x4-third and h100x4-breakdown: 4 GPUs) are held out: their steps are
 summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
 (h200x2) is predicted by hgx-h200 (--h200-preset), its shared-memory steps with the NVLink link
 at the shared-memory bandwidth; summarised apart too.
@@ -98,11 +98,11 @@ def main():
     os.makedirs(A.out, exist_ok=True)
     lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x*/steps_*.csv) against cocodiff "
              f"(preset {A.preset}{', ' + ', '.join(A.set) if A.set else ''})",
-             f"{'machine':<15}{'transport':<8}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
+             f"{'machine':<18}{'transport':<10}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
     for r in rows:
         sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
-        lines.append(f"{r['machine']:<15}{r['transport']:<8}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
+        lines.append(f"{r['machine']:<18}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
     def stats(subset):
         out = {}
