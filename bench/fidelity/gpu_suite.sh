@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -19,6 +19,8 @@
 #   breakdown  flat steps on 2..all GPUs over NVLink split into their blocking exchanges and
 #           the rest (CUDA events per rank), then whole steps of every strategy in the same
 #           launch (about 4 minutes on 4 H100s)
+#   blocking  an all-to-all between compute kernels, waited for, against the same call back
+#           to back, 1-64 MiB per rank on 2..all GPUs over NVLink and shared memory
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -65,6 +67,9 @@ elif [ "$mode" = quad ]; then
   launch nvlink 80 --parts graphcoll --worlds "$gpus"
 elif [ "$mode" = concurrency ]; then
   launch nvlink 200 --parts concurrency
+elif [ "$mode" = blocking ]; then
+  launch nvlink 120 --parts blocking
+  launch shm 120 --parts blocking
 elif [ "$mode" = breakdown ]; then
   launch nvlink 400 --parts breakdown,steps --worlds 1,2,"$gpus"
 else

@@ -25,6 +25,8 @@ OUT (rank 0 only):
                                 flight on another stream, each alone and together
   breakdown_<transport>.json    flat steps on 2 and more GPUs split into their blocking exchanges
                                 (CUDA events around each, per rank) and the rest
+  blocking_<transport>.json     an all-to-all between two compute kernels, waited for (as a step
+                                issues it), against the same call back to back, by size
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
@@ -925,6 +927,65 @@ def breakdown(res):
             torch.cuda.empty_cache()
 
 
+def blocking(res):
+    """An all-to-all as a step issues it, between two compute kernels and waited for before the
+    next one (CUDA events on the compute stream around each call), against the same call back
+    to back (the sweeps' timing): what a blocking call's start-up costs that the sweeps hide,
+    by size, on 2 and more GPUs."""
+    res["world"] = WORLD
+    res["cases"] = []
+    n = 4096 if not CPU else 64
+    x = torch.randn(n, HID, device=dev, dtype=DT)
+    wgt = W(HID, HID)
+    iters = 20 if not CPU else 3
+    sizes = [1 << 20, 4 << 20, 16 << 20, 64 << 20] if not CPU else [1 << 12, 1 << 14]
+    for w in worlds():
+        if w == 1:
+            continue
+        g = group_of(w)
+        member = RANK < w
+        for nb in sizes:
+            if rank_any(left() < 30):
+                log("blocking: deadline at", w, nb)
+                return
+            out = {"gpus": w, "bytes": nb, "calls": iters}
+            if member:
+                send = torch.randn(nb // 2, device=dev, dtype=DT)
+                recv = torch.empty_like(send)
+                a2a = lambda: dist.all_to_all_single(recv, send, group=g)  # noqa: E731
+                for _ in range(3):
+                    a2a()
+                sync()
+                dist.barrier(group=g)
+                sync()
+                sp = Span(torch.cuda.current_stream() if not CPU else None)
+                sp.start()
+                for _ in range(iters):
+                    a2a()
+                sp.stop()
+                b2b = sp.us() / iters
+                sync()
+                dist.barrier(group=g)
+                sync()
+                spans = []
+                for _ in range(iters):
+                    F.linear(x, wgt)
+                    s2 = Span(torch.cuda.current_stream() if not CPU else None)
+                    s2.start()
+                    a2a()
+                    s2.stop()
+                    spans.append(s2)
+                F.linear(x, wgt)
+                sync()
+                between = statistics.median(sp2.us() for sp2 in spans)
+            out["back_to_back_us"] = rank_max(b2b if member else 0.0)
+            out["between_kernels_us"] = rank_max(between if member else 0.0)
+            out["between_kernels_min_rank_us"] = -rank_max(-between if member else -1e30)
+            res["cases"].append(out)
+            log(f"blocking w={w} {nb} B: back to back {out['back_to_back_us']:.1f} us, between "
+                f"kernels {out['between_kernels_min_rank_us']:.1f}-{out['between_kernels_us']:.1f} us")
+
+
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         wr = csv.writer(f)
@@ -1011,6 +1072,11 @@ def main():
         interference(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"interference_{tr}.json"), "w"), indent=1)
+    if "blocking" in parts:
+        res = {}
+        blocking(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"blocking_{tr}.json"), "w"), indent=1)
     if "breakdown" in parts:
         res = {}
         breakdown(res)
