@@ -81,18 +81,15 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
   const int recvs = sched.recvs(r, round), sends = sched.sends(r, round);
   m.pending = recvs + sends;
   m.recv_post = m.clock;
-  m.recvs.resize(u(recvs));
-  for (int k = 0; k < recvs; ++k) m.recvs[u(k)] = sched.recv(m.spec.sizes, r, round, k);
-  m.sends.resize(u(sends));
-  m.send_posts.resize(u(sends));
   for (int k = 0; k < recvs; ++k) {
-    const int from = m.recvs[u(k)].peer;
+    const int from = sched.recv(m.spec.sizes, r, round, k).peer;
     const CollectiveMember& s = op.members[u(from)];
     if (s.started && s.round == round)
       op_match(op, from, r, k, std::max(s.send_posts[u(k)], m.recv_post));
   }
+  m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
-    const collectives::Message& out = m.sends[u(k)] = sched.send(m.spec.sizes, r, round, k);
+    const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
     m.clock += software_time(wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
@@ -101,10 +98,11 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
 }
 
 void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
+  const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& s = op.members[u(src)];
   CollectiveMember& d = op.members[u(dst)];
-  const collectives::Message& out = s.sends[u(k)];
-  const collectives::Message& in = d.recvs[u(k)];
+  const collectives::Message out = sched.send(s.spec.sizes, src, s.round, k);
+  const collectives::Message in = sched.recv(d.spec.sizes, dst, d.round, k);
   COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
@@ -124,8 +122,8 @@ void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
   using collectives::Segment;
   const collectives::Schedule& sched = *op.schedule;
   const int round = s.round;
-  const collectives::Message& out = s.sends[u(k)];
-  const collectives::Message& in = d.recvs[u(k)];
+  const collectives::Message out = sched.send(s.spec.sizes, src, round, k);
+  const collectives::Message in = sched.recv(d.spec.sizes, dst, round, k);
   std::vector<Segment> from, to;  // a gathered message's segments, in travel order
   if (out.gathered)
     sched.segments(s.spec.sizes, src, round, k, true, from);

@@ -13,7 +13,6 @@
 
 #include <atomic>
 #include <boost/circular_buffer.hpp>
-#include <boost/container/small_vector.hpp>
 #include <boost/fiber/condition_variable.hpp>
 #include <cmath>
 #include <cstdint>
@@ -254,16 +253,13 @@ class Kernel {
   /// A collective run at the collective level: every member's progress through its rounds.
   struct CollectiveMember {
     bool started = false;
-    int round = 0;      // current round
-    int pending = 0;    // messages of the current round not yet complete
-    SimTime clock;      // the time the fiber running the schedule would be at
-    SimTime recv_post;  // when the current round's receives were posted
-    // When each of its sends was posted, and the current round's messages as the schedule
-    // names them (asked once per round). Most rounds have one each way: kept in place.
-    boost::container::small_vector<SimTime, 1> send_posts;
-    boost::container::small_vector<collectives::Message, 1> recvs, sends;
-    SimTime latest;              // the latest end of its messages so far
-    std::vector<float> scratch;  // Schedule::scratch, when data moves
+    int round = 0;                    // current round
+    int pending = 0;                  // messages of the current round not yet complete
+    SimTime clock;                    // the time the fiber running the schedule would be at
+    SimTime recv_post;                // when the current round's receives were posted
+    std::vector<SimTime> send_posts;  // when each of its sends was
+    SimTime latest;                   // the latest end of its messages so far
+    std::vector<float> scratch;       // Schedule::scratch, when data moves
     ReqPtr req;
     CollectiveSpec spec;
   };
@@ -282,8 +278,8 @@ class Kernel {
   /// Matches the k-th message of the current round from group rank src to dst, both posted:
   /// copies its data and times it from `start`.
   void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start);
-  /// Copies (or reduces) the matched k-th message of the round from its sender's buffers into
-  /// its receiver's.
+  /// Copies (or reduces) a matched message's elements from its sender's buffers into its
+  /// receiver's.
   void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
                int dst, int k);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
