@@ -418,6 +418,10 @@ class Step:
         sp.start()
         return sp
 
+    def span_issued(self, sp):
+        if sp is not None:
+            sp.host = time.perf_counter()  # the host has enqueued the exchange's kernel
+
     def span_stop(self, sp, kind):
         if sp is not None:
             sp.stop()
@@ -454,6 +458,7 @@ class Step:
                 blocking = not self.v_first and (part == "v" or self.chunks == 1)
                 sp = self.span_start() if blocking else None
                 recv, work = self.a2a_async(send)
+                self.span_issued(sp)
                 pending.append(work)
                 parts_img[part] = [recv]
                 if blocking:
@@ -487,12 +492,14 @@ class Step:
         recv = torch.empty_like(send)
         sp = self.span_start()
         dist.all_to_all_single(recv, send, group=self.group)  # back to tokens
+        self.span_issued(sp)
         self.span_stop(sp, "to_tokens")
         out_img = recv.permute(1, 0, 2).reshape(n_loc, HID)
         gathered = torch.empty(w, TXT, hl * HD, device=dev, dtype=DT)
         o_txt = o_txt.contiguous().view(-1)
         sp = self.span_start()
         all_gather(gathered.view(-1), o_txt, self.group)
+        self.span_issued(sp)
         self.span_stop(sp, "text_gather")
         out_txt = gathered.permute(1, 0, 2).reshape(TXT, HID)
         return out_img, out_txt
@@ -890,6 +897,10 @@ def breakdown(res):
                 dist.barrier(group=group)
                 sync()
                 st.spans = []
+                ref = None
+                if not CPU:  # the GPU is idle: a marker it passes at once, on the host's clock
+                    ref = torch.cuda.Event(enable_timing=True)
+                    ref.record()
                 t0 = time.perf_counter()
                 st()
                 sync()
@@ -898,9 +909,15 @@ def breakdown(res):
                     continue
                 step_s.append(t1 - t0)
                 by = {}
+                late = 0.0  # how long the GPU reached an exchange before its host had issued it
                 for kind, sp in st.spans:
-                    by[kind] = by.get(kind, 0.0) + sp.us() * 1e-6
+                    dur = sp.us() * 1e-6
+                    by[kind] = by.get(kind, 0.0) + dur
+                    if ref is not None:
+                        reached = ref.elapsed_time(sp.a) * 1e-3
+                        late += min(max(0.0, (sp.host - t0) - reached), dur)
                 comm_s.append(sum(by.values()))
+                kinds.setdefault("host_late", []).append(late)
                 for kind, v in by.items():
                     kinds.setdefault(kind, []).append(v)
                 kinds.setdefault("calls", []).append(len(st.spans))
@@ -917,10 +934,16 @@ def breakdown(res):
             for kind in ("to_heads", "to_tokens", "text_gather"):
                 out[kind + "_ms_max"] = rank_max(med(kinds.get(kind, [])) * 1e3 if member else 0.0)
             out["calls_per_step"] = int(rank_max(med(kinds.get("calls", [])) if member else 0.0))
+            # Of the exchanges' time, how much the GPU spent waiting for its own host to issue
+            # them (host clock against the device's, both from the step's start)
+            hl = med(kinds.get("host_late", [])) * 1e3
+            out["host_late_ms_max"] = rank_max(hl if member else 0.0)
+            out["host_late_ms_min"] = -rank_max(-hl if member else -1e30)
             res["cases"][f"{w}x{r}"] = out
             log(f"breakdown w={w} res={r}: step {out['step_ms']:.2f} ms, exchanges "
                 f"{out['exchanges_ms_min']:.2f}-{out['exchanges_ms_max']:.2f} ms, rest "
-                f"{out['rest_ms_min']:.2f}-{out['rest_ms_max']:.2f} ms ({out['calls_per_step']} calls)")
+                f"{out['rest_ms_min']:.2f}-{out['rest_ms_max']:.2f} ms ({out['calls_per_step']} calls); "
+                f"GPU waiting for its host at them {out['host_late_ms_min']:.2f}-{out['host_late_ms_max']:.2f} ms")
             del st
         del model
         if not CPU:
