@@ -368,12 +368,13 @@ std::filesystem::path find_gnuplot() {
 
 namespace {
 
-// Runs gnuplot on `script`, written into `dir` beside the data it reads. Empty on success.
-std::string run_gnuplot_in(const std::filesystem::path& dir, const std::string& script) {
-  const std::filesystem::path gnuplot = find_gnuplot();
-  if (gnuplot.empty())
-    return "gnuplot not found (install the Debian package gnuplot-nox, or set "
-           "COCODIFF_GNUPLOT)";
+constexpr const char* kNoGnuplot =
+    "gnuplot not found (install the Debian package gnuplot-nox, or set COCODIFF_GNUPLOT)";
+
+// Runs `gnuplot` (find_gnuplot's, not empty) on `script`, written into `dir` beside the data it
+// reads. Empty on success.
+std::string run_gnuplot_in(const std::filesystem::path& gnuplot, const std::filesystem::path& dir,
+                           const std::string& script) {
   const std::filesystem::path file = dir / "plot.gp";
   {
     std::ofstream out(file);
@@ -522,17 +523,18 @@ std::string commit_png(const std::filesystem::path& tmp_png, const std::filesyst
 }  // namespace
 
 std::string run_gnuplot(const std::string& script) {
+  const std::filesystem::path gnuplot = find_gnuplot();
+  if (gnuplot.empty()) return kNoGnuplot;
   TempDir tmp;
   if (tmp.path().empty()) return "cannot create a temporary directory";
-  return run_gnuplot_in(tmp.path(), script);
+  return run_gnuplot_in(gnuplot, tmp.path(), script);
 }
 
 std::string write_timeline_png(const RunResult& result, const Topology& topo,
                                const std::filesystem::path& png, const TimelineOptions& options) {
   if (result.trace.empty()) return "the run recorded no trace events (emulator.trace = false?)";
-  if (find_gnuplot().empty())
-    return "gnuplot not found (install the Debian package gnuplot-nox, or set "
-           "COCODIFF_GNUPLOT)";
+  const std::filesystem::path gnuplot = find_gnuplot();
+  if (gnuplot.empty()) return kNoGnuplot;
   TempDir tmp;
   if (tmp.path().empty()) return "cannot create a temporary directory";
   const TimelineLayout layout = timeline_layout(topo, options);
@@ -564,7 +566,7 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
   for (size_t i = 0; i < panels.size(); ++i)
     panel_plot(s, panels, i, layout, bins, tmp.path(), keys, labels);
   s << "unset multiplot\nset output\n";
-  return commit_png(tmp_png, png, run_gnuplot_in(tmp.path(), s.str()));
+  return commit_png(tmp_png, png, run_gnuplot_in(gnuplot, tmp.path(), s.str()));
 }
 
 void write_timeline_png_or_warn(const RunResult& result, const Topology& topo,
