@@ -10,7 +10,8 @@
 // device's roofline and become measured tables (apps/calibrate/kernel_fit.hpp). Ops as eager
 // PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
 // give the device's kernel tables, its host's issue costs and the overlap factors
-// (apps/calibrate/eager_fit.hpp). The file
+// (apps/calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
+// speeds (apps/calibrate/spread_fit.hpp). The file
 // written is the cluster (its preset with every --set) with the fitted values in place
 // (apps/calibrate/cluster_file.hpp); every point is then predicted again from that file, and
 // measured / predicted / error is printed per point, with a summary per op and transport and a
@@ -35,6 +36,7 @@
 #include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
 #include "apps/calibrate/measurements.hpp"
+#include "apps/calibrate/spread_fit.hpp"
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
@@ -244,6 +246,53 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
   }
 }
 
+// Breakdowns of flat steps: the spread of the ranks' device speeds, printed per case and set in
+// the cluster table.
+void write_spread(const calibrate::SpreadFit& f, toml::table& table, std::ostringstream& notes) {
+  std::printf(
+      "# breakdowns: %zu cases; the mean rank's wait for the slowest a step, measured and "
+      "from the fitted spread\n",
+      f.cases.size());
+  std::printf("%-44s %5s %11s %11s %12s %8s %8s\n", "case", "gpus", "work_ms", "wait_ms",
+              "predicted_ms", "error", "spread");
+  for (const calibrate::SpreadCase& c : f.cases) {
+    const calibrate::BreakdownPoint& p = *c.point;
+    const double work = 0.5 * (p.rest_ms_min + p.rest_ms_max);
+    if (!c.used) {
+      std::printf(
+          "%-44s %5d %11.2f %11.3f %12s %8s %8s  host-bound (GPU waits %.2f ms for its "
+          "host): not used\n",
+          p.where.c_str(), p.gpus, work, p.segment_wait_ms, "-", "-", "-", p.host_late_ms_max);
+      continue;
+    }
+    const double err = p.segment_wait_ms > 0
+                           ? 100.0 * (c.predicted_wait_ms - p.segment_wait_ms) / p.segment_wait_ms
+                           : 0.0;
+    std::printf("%-44s %5d %11.2f %11.3f %12.3f %7.1f%% %8.4f\n", p.where.c_str(), p.gpus, work,
+                p.segment_wait_ms, c.predicted_wait_ms, err, c.spread);
+  }
+  if (f.used == 0) {
+    std::printf("# breakdowns: every case is host-bound; device.rank_spread is the cluster's\n");
+    return;
+  }
+  double worst = 0;
+  for (const calibrate::SpreadCase& c : f.cases)
+    if (c.used && c.point->segment_wait_ms > 0)
+      worst = std::max(worst, std::abs(c.predicted_wait_ms / c.point->segment_wait_ms - 1));
+  if (worst > 0.25)
+    std::printf(
+        "# warning: one spread misses a case's wait by %.0f%%: the ranks' devices differ "
+        "more in some groups of GPUs than in others\n",
+        100 * worst);
+  std::printf(
+      "# device.rank_spread = %s (least squares in ms of wait over %d device-bound "
+      "cases)\n",
+      fmt(f.rank_spread).c_str(), f.used);
+  calibrate::set_key(table, "device.rank_spread", toml::value<double>(round6(f.rank_spread)));
+  notes << "# Spread: device.rank_spread, least squares over " << f.used
+        << " device-bound breakdown cases of their wait for the slowest rank.\n";
+}
+
 void run_calibrate(const CalibrateOptions& o) {
   const auto wall0 = std::chrono::steady_clock::now();
   calibrate::Measurements m;
@@ -266,7 +315,8 @@ void run_calibrate(const CalibrateOptions& o) {
     throw InputError("calibrate: the measurements are of several transports (" + list +
                      "), which one cluster file cannot hold; choose one with --transport");
   }
-  if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty())
+  if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
+      m.breakdowns.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
@@ -386,6 +436,7 @@ void run_calibrate(const CalibrateOptions& o) {
 
   if (!m.eager_ops.empty() || !m.interference.empty())
     write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes);
+  if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
 
   const std::string stem = std::filesystem::path(o.out).stem().string();
   calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
@@ -423,7 +474,8 @@ void add_calibrate_command(CLI::App& app) {
                   "collectives: nccl-tests output, netbench output or --json, or CSV "
                   "(op,ranks,nodes,bytes,time_us,transport); kernels: CSV "
                   "(op,kind,flops,bytes,time_us); eager ops: CSV "
-                  "(op,label,tokens,heads,k,n,flops,device_us,host_us); interference: JSON")
+                  "(op,label,tokens,heads,k,n,flops,device_us,host_us); interference or breakdown: "
+                  "JSON")
       ->required();
   cmd->add_option("--cluster", o->cluster, "cluster preset name or file the points ran on")
       ->required();

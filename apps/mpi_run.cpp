@@ -302,12 +302,14 @@ int run_mpi_main(const RunCommandOptions& opt) {
       r["bytes_by_tier"] = per_tier;
       r["wire_bytes_per_element"] = 4;
       size_t crit = 0;
-      double compute_sum = 0, wait_sum = 0;
+      double compute_sum = 0, wait_sum = 0, wait_min = all[1], wait_max = all[1];
       const auto busy = [&](size_t i) { return all[i * w] - all[i * w + 1]; };
       for (size_t i = 0; i < static_cast<size_t>(world->size()); ++i) {
         if (busy(i) > busy(crit)) crit = i;
         compute_sum += busy(i);
         wait_sum += all[i * w + 1];
+        wait_min = std::min(wait_min, all[i * w + 1]);
+        wait_max = std::max(wait_max, all[i * w + 1]);
       }
       const double ranks = world->size();
       r["breakdown"] = {
@@ -317,6 +319,8 @@ int run_mpi_main(const RunCommandOptions& opt) {
           {"exposed_comm_fraction", all[crit * w] > 0 ? all[crit * w + 1] / all[crit * w] : 0.0},
           {"mean_compute_s", compute_sum / ranks},
           {"mean_exposed_comm_s", wait_sum / ranks},
+          {"min_exposed_comm_s", wait_min},
+          {"max_exposed_comm_s", wait_max},
           {"note",
            "wall time of the sampling loop: exposed_comm is time blocked in MPI waits and "
            "barriers, compute the rest; critical_rank: the rank that waited least"}};

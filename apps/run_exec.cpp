@@ -255,10 +255,13 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   // The critical tile ends last; its time is exactly compute + exposed communication.
   size_t crit = 0;
   double compute_sum = 0, exposed_sum = 0;
+  SimTime exposed_min = res.rank_exposed.at(0), exposed_max = exposed_min;
   for (size_t i = 0; i < res.rank_end.size(); ++i) {
     if (res.rank_end[i] > res.rank_end[crit]) crit = i;
     compute_sum += res.rank_compute[i].seconds();
     exposed_sum += res.rank_exposed[i].seconds();
+    exposed_min = std::min(exposed_min, res.rank_exposed[i]);
+    exposed_max = std::max(exposed_max, res.rank_exposed[i]);
   }
   const double n = static_cast<double>(res.rank_end.size());
   r["breakdown"] = {
@@ -269,6 +272,8 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
        res.makespan.ns() > 0 ? res.rank_exposed[crit].seconds() / res.makespan.seconds() : 0.0},
       {"mean_compute_s", compute_sum / n},
       {"mean_exposed_comm_s", exposed_sum / n},
+      {"min_exposed_comm_s", exposed_min.seconds()},
+      {"max_exposed_comm_s", exposed_max.seconds()},
   };
   r["flows"] = res.flows;
   r["flows_exclusive"] = res.flows_exclusive;
@@ -329,7 +334,8 @@ RunRecord run_emulated(const RunPlan& plan) {
       r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
     for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
       *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();
-    for (const char* key : {"compute_s", "exposed_comm_s", "mean_compute_s", "mean_exposed_comm_s"})
+    for (const char* key : {"compute_s", "exposed_comm_s", "mean_compute_s", "mean_exposed_comm_s",
+                            "min_exposed_comm_s", "max_exposed_comm_s"})
       r["breakdown"][key] = r["breakdown"][key].get<double>() + o["breakdown"][key].get<double>();
     rec.images.push_back(std::move(one.latent));
   }

@@ -305,6 +305,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   }
   d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
   d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
+  d.rank_spread = in.get_double("device.rank_spread", 0.0, 0.0, 0.2);
   for (const std::string& name : in.subkeys("device.kernels")) {
     const std::string k = "device.kernels." + name;
     KernelTable t;

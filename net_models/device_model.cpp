@@ -1,7 +1,9 @@
 #include "net_models/device_model.hpp"
 
 #include <algorithm>
+#include <boost/math/distributions/normal.hpp>
 #include <cmath>
+#include <numeric>
 
 #include "core/errors.hpp"
 
@@ -16,12 +18,48 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
   COCO_CHECK(p_.peak_flops_per_s > 0 && p_.hbm_bytes_per_s > 0, "device peaks must be positive");
   COCO_CHECK(p_.overlap_compute_factor >= 1, "overlap compute factor must be >= 1");
   COCO_CHECK(p_.overlap_transfer_factor >= 1, "overlap transfer factor must be >= 1");
+  COCO_CHECK(p_.rank_spread >= 0 && p_.rank_spread <= 0.2, "rank spread must be in [0, 0.2]");
   for (const auto& [name, t] : p_.kernels) {
     COCO_CHECK(!t.flops.empty() && t.flops.size() == t.time_s.size(), "kernel table " + name);
     for (size_t i = 0; i < t.flops.size(); ++i)
       COCO_CHECK(t.flops[i] > 0 && t.time_s[i] > 0 && (i == 0 || t.flops[i] > t.flops[i - 1]),
                  "kernel table " + name + ": FLOPs ascending and times positive");
   }
+}
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double blom_score(int i, int n) {  // the i-th smallest of n (0-based)
+  const boost::math::normal_distribution<double> normal;
+  return boost::math::quantile(normal, (i + 1 - 0.375) / (n + 0.25));
+}
+
+}  // namespace
+
+double rank_spread_top(int ranks) { return ranks > 1 ? blom_score(ranks - 1, ranks) : 0.0; }
+
+std::vector<double> rank_speed_factors(int ranks, double spread) {
+  if (spread == 0.0 || ranks < 1) return {};
+  std::vector<std::uint64_t> key(static_cast<size_t>(ranks));
+  std::vector<int> order(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    key[static_cast<size_t>(r)] = splitmix64(static_cast<std::uint64_t>(r));
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return key[static_cast<size_t>(a)] < key[static_cast<size_t>(b)];
+  });
+  std::vector<double> f(static_cast<size_t>(ranks));
+  for (int i = 0; i < ranks; ++i)
+    f[static_cast<size_t>(order[static_cast<size_t>(i)])] =
+        std::max(0.1, 1.0 + spread * (ranks > 1 ? blom_score(i, ranks) : 0.0));
+  return f;
 }
 
 bool KernelTable::interpolate(double f, double& time_s_out) const {

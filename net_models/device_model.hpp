@@ -39,7 +39,22 @@ class DeviceModel {
   /// node's CPUs and memory). collective_issue() is not scaled: a collective is measured with
   /// every rank of the node issuing it.
   virtual double host_per_rank_slowdown() const { return 0.0; }
+  /// How far the ranks' devices differ in speed: the standard deviation of their relative
+  /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
+  /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
+  virtual double rank_spread() const { return 0.0; }
 };
+
+/// Each rank's factor on its device time for a spread s of n ranks: 1 + s x z, where z are the
+/// expected normal order statistics of n draws (Blom's scores, the normal quantiles at
+/// (i - 3/8) / (n + 1/4)), dealt to the ranks in an order fixed by a hash of the rank, so the
+/// slowest device is no particular rank. The scores sum to zero: the mean rank keeps its time,
+/// and the slowest is rank_spread_top(n) x s slower. Empty when s is 0; at least 0.1 each.
+std::vector<double> rank_speed_factors(int ranks, double spread);
+/// The largest of rank_speed_factors' scores for n ranks (0 for one rank): how much longer, per
+/// unit of spread, the slowest rank takes than the mean, and so how long the mean rank waits at
+/// an exchange for the slowest, relative to its work since the last one.
+double rank_spread_top(int ranks);
 
 /// Host issue costs ([device.host] of a cluster file).
 struct HostParams {
@@ -73,6 +88,8 @@ struct RooflineParams {
   double overlap_compute_factor = 1.0;
   /// See DeviceModel::overlap_transfer_factor (>= 1).
   double overlap_transfer_factor = 1.0;
+  /// See DeviceModel::rank_spread (0 to 0.2).
+  double rank_spread = 0.0;
   /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind
   /// ("attention"). Inside a table's FLOP range its interpolation replaces the roofline (launch
   /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
@@ -92,6 +109,7 @@ class RooflineDevice final : public DeviceModel {
   SimTime host_issue(std::string_view label) const override;
   SimTime collective_issue() const override { return p_.host.collective_issue; }
   double host_per_rank_slowdown() const override { return p_.host.per_rank_slowdown; }
+  double rank_spread() const override { return p_.rank_spread; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.
   SimTime roofline(const OpCost& cost) const;

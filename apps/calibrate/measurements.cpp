@@ -529,6 +529,46 @@ void read_interference_json(const nlohmann::json& j, const std::string& name,
     bad(name, "interference times (KERNEL_with_a2a_SIZE_us and their partners)", "none");
 }
 
+// measure_multi.py's breakdown JSON: every case of two or more GPUs.
+void read_breakdown_json(const nlohmann::json& j, const std::string& name,
+                         std::vector<BreakdownPoint>& out) {
+  const nlohmann::json& cases = j.at("cases");
+  if (!cases.is_object() || cases.empty())
+    bad(name + ": cases", "an object of cases", shown(cases.dump()));
+  for (const auto& item : cases.items()) {
+    const nlohmann::json& c = item.value();
+    BreakdownPoint p;
+    p.where = name;
+    p.where.append(": case ").append(item.key());
+    if (!c.is_object()) bad(p.where, "an object", shown(c.dump()));
+    auto number = [&](const char* k, double lo, double hi) {
+      if (!c.contains(k)) {
+        const bool old = std::string_view(k).rfind("segment", 0) == 0;
+        bad(p.where, std::string("a key \"") + k + "\"",
+            old ? "none (a breakdown file from before segment times were measured)" : "none");
+      }
+      const nlohmann::json& v = c.at(k);
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+          v.get<double>() > hi)
+        bad(p.where + ": " + k,
+            "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+            shown(v.dump()));
+      return v.get<double>();
+    };
+    p.gpus = static_cast<int>(number("gpus", 1, static_cast<double>(kMaxRanks)));
+    if (static_cast<double>(p.gpus) != c.at("gpus").get<double>())
+      bad(p.where + ": gpus", "a whole number", shown(c.at("gpus").dump()));
+    const double max_ms = kMaxTimeUs * 1e-3;
+    p.step_ms = number("step_ms", kMinTimeUs * 1e-3, max_ms);
+    p.rest_ms_min = number("rest_ms_min", 0, max_ms);
+    p.rest_ms_max = number("rest_ms_max", p.rest_ms_min, max_ms);
+    p.segment_wait_ms = number("segment_wait_ms", 0, max_ms);
+    p.host_late_ms_max = number("host_late_ms_max", 0, max_ms);
+    if (p.gpus >= 2) out.push_back(std::move(p));
+  }
+  if (out.empty()) bad(name, "a case of two or more GPUs", "none");
+}
+
 }  // namespace
 
 void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
@@ -538,7 +578,9 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
     if (text.size() > static_cast<size_t>(kMaxFileBytes))
       bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
+    if (!j.is_discarded() && j.is_object() && j.contains("cases"))
+      read_breakdown_json(j, name, m.breakdowns);
+    else if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
       read_interference_json(j, name, m.interference);
     else
       read_netbench_json(text, name, m.collectives);
@@ -572,7 +614,8 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
         read_collective_csv(lines, header, name, m, m.collectives);
     }
   }
-  if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty())
+  if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
+      m.breakdowns.empty())
     throw InputError(name +
                      ": no measurements in the file (expected nccl-tests output, "
                      "netbench output, or a CSV with a header)");
@@ -585,6 +628,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   for (KernelPoint& p : m.kernels) out.kernels.push_back(std::move(p));
   for (EagerOpPoint& p : m.eager_ops) out.eager_ops.push_back(std::move(p));
   for (InterferencePoint& p : m.interference) out.interference.push_back(std::move(p));
+  for (BreakdownPoint& p : m.breakdowns) out.breakdowns.push_back(std::move(p));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
 }

@@ -27,6 +27,9 @@
 //    empty where not measured (apps/calibrate/eager_fit.hpp turns them into tables).
 //  - measure_multi.py's interference_*.json: a JSON object of KERNEL_alone_us,
 //    KERNEL_with_a2a_SIZE_us, all_to_all_SIZE_alone_us and all_to_all_SIZE_with_KERNEL_us.
+//  - measure_multi.py's breakdown_*.json: {"world": N, "cases": {"WxRES": {...}}}, each case a
+//    flat step on W GPUs split into its exchanges and the rest, with segment_wait_ms (how long
+//    the ranks wait a step for the slowest rank's work between two exchanges).
 // Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
 
 #include <cstdint>
@@ -90,11 +93,22 @@ struct InterferencePoint {
   double kernel_alone_us = 0, kernel_with_us = 0, a2a_alone_us = 0, a2a_with_us = 0;
 };
 
+/// One case of a breakdown file: a flat step on `gpus` GPUs, medians over its timed steps.
+struct BreakdownPoint {
+  std::string where;  // "file: case 4x2048"
+  int gpus = 0;
+  double step_ms = 0;
+  double rest_ms_min = 0, rest_ms_max = 0;  // the ranks' work outside exchanges
+  double segment_wait_ms = 0;   // the mean rank's wait for the slowest, summed over a step
+  double host_late_ms_max = 0;  // the GPU's wait for its own host at the exchanges, slowest rank
+};
+
 struct Measurements {
   std::vector<CollectivePoint> collectives;
   std::vector<KernelPoint> kernels;
   std::vector<EagerOpPoint> eager_ops;
   std::vector<InterferencePoint> interference;
+  std::vector<BreakdownPoint> breakdowns;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
   std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };

@@ -18,7 +18,7 @@
 #           every GPU at once without communication (about 2 minutes)
 #   breakdown  flat steps on 2..all GPUs over NVLink split into their blocking exchanges and
 #           the rest (CUDA events per rank), then whole steps of every strategy in the same
-#           launch (about 4 minutes on 4 H100s)
+#           launch, then the breakdown again over shared memory (about 6 minutes on 4 H100s)
 #   blocking  an all-to-all between compute kernels, waited for, against the same call back
 #           to back, 1-64 MiB per rank on 2..all GPUs over NVLink and shared memory
 set -euo pipefail
@@ -71,7 +71,8 @@ elif [ "$mode" = blocking ]; then
   launch nvlink 120 --parts blocking
   launch shm 120 --parts blocking
 elif [ "$mode" = breakdown ]; then
-  launch nvlink 400 --parts breakdown,steps --worlds 1,2,"$gpus"
+  launch nvlink 380 --parts breakdown,steps --worlds "$(printf '1\n2\n%s\n' "$gpus" | sort -nu | paste -sd,)"
+  launch shm 150 --parts breakdown --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"
 else
   launch nvlink 200 --parts host,steps
   launch shm 120 --parts steps --worlds 2,4

@@ -24,7 +24,8 @@ OUT (rank 0 only):
   interference_<transport>.json a GEMM, an attention and Q/K norm+RoPE with an NCCL all-to-all in
                                 flight on another stream, each alone and together
   breakdown_<transport>.json    flat steps on 2 and more GPUs split into their blocking exchanges
-                                (CUDA events around each, per rank) and the rest
+                                (CUDA events around each, per rank) and the rest; how far the
+                                ranks' work between two exchanges differs (segment_*)
   blocking_<transport>.json     an all-to-all between two compute kernels, waited for (as a step
                                 issues it), against the same call back to back, by size
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
@@ -114,15 +115,23 @@ class Span:
 
     def start(self):
         if CPU:
-            self.t = time.perf_counter()
+            self.t = self.t0 = time.perf_counter()
         else:
             self.a.record(self.stream)
 
     def stop(self):
         if CPU:
-            self.t = time.perf_counter() - self.t
+            self.t1 = time.perf_counter()
+            self.t = self.t1 - self.t
         else:
             self.b.record(self.stream)
+
+    def gap_us(self, later):
+        """Time from this span's end to the start of a later span of the same stream."""
+        if CPU:
+            return (later.t0 - self.t1) * 1e6
+        later.a.synchronize()
+        return self.b.elapsed_time(later.a) * 1e3
 
     def us(self):
         if CPU:
@@ -889,7 +898,7 @@ def breakdown(res):
                 return
             tokens = (r // 16) ** 2 if not CPU else r
             st = Step(model, tokens, "flat", group) if member else None
-            step_s, comm_s, kinds = [], [], {}
+            step_s, comm_s, kinds, segs = [], [], {}, []
             for i in range(2 + A.steps):
                 if not member:
                     continue
@@ -921,6 +930,8 @@ def breakdown(res):
                 for kind, v in by.items():
                     kinds.setdefault(kind, []).append(v)
                 kinds.setdefault("calls", []).append(len(st.spans))
+                # the work between consecutive exchanges, in program order
+                segs.append([a.gap_us(b) * 1e-3 for (_, a), (_, b) in zip(st.spans, st.spans[1:])])
             out = {"gpus": w, "resolution": r, "image_tokens": tokens, "timed_steps": A.steps}
             med = lambda xs: statistics.median(xs) if xs else 0.0  # noqa: E731
             out["step_ms"] = statistics.median(
@@ -939,7 +950,12 @@ def breakdown(res):
             hl = med(kinds.get("host_late", [])) * 1e3
             out["host_late_ms_max"] = rank_max(hl if member else 0.0)
             out["host_late_ms_min"] = -rank_max(-hl if member else -1e30)
+            out.update(segment_spread(segs if member else None, w))
             res["cases"][f"{w}x{r}"] = out
+            log(f"breakdown w={w} res={r}: segments between exchanges: ranks wait "
+                f"{out['segment_wait_ms']:.2f} ms a step for the slowest "
+                f"({out['segment_wait_persistent_ms']:.2f} ms of it the same every step), "
+                f"median spread {out['segment_cv_median']:.4f}")
             log(f"breakdown w={w} res={r}: step {out['step_ms']:.2f} ms, exchanges "
                 f"{out['exchanges_ms_min']:.2f}-{out['exchanges_ms_max']:.2f} ms, rest "
                 f"{out['rest_ms_min']:.2f}-{out['rest_ms_max']:.2f} ms ({out['calls_per_step']} calls); "
@@ -948,6 +964,39 @@ def breakdown(res):
         del model
         if not CPU:
             torch.cuda.empty_cache()
+
+
+def segment_spread(segs, w):
+    """How far the ranks' work between two exchanges differs. segs: this rank's timed steps, each
+    the list of its segments' times (ms, from the end of one exchange to the start of the next)
+    or None for a rank outside the group. Per step and segment, every rank waits at the next
+    exchange for the slowest rank's segment: segment_wait_ms is that wait, summed over a step's
+    segments and averaged over the ranks (median over the timed steps);
+    segment_wait_persistent_ms the same from each segment's median over the steps (the part of
+    the spread that repeats from step to step); segment_cv_median the median over segments and
+    steps of the ranks' standard deviation over their mean."""
+    every = [None] * WORLD
+    dist.all_gather_object(every, segs, group=CPU_GROUP)
+    ranks = [x for x in every if x is not None][:w]
+    steps_ = min(len(x) for x in ranks)
+    n = min(len(x[i]) for x in ranks for i in range(steps_))
+
+    def wait(m):  # m[rank][segment]
+        per_seg = [max(col) - sum(col) / len(col) for col in zip(*[row[:n] for row in m])]
+        return sum(per_seg)
+
+    waits, cvs = [], []
+    for i in range(steps_):
+        m = [x[i] for x in ranks]
+        waits.append(wait(m))
+        for col in zip(*[row[:n] for row in m]):
+            mean = sum(col) / len(col)
+            if mean > 0:
+                cvs.append(statistics.pstdev(col) / mean)
+    med_m = [[statistics.median(x[i][j] for i in range(steps_)) for j in range(n)] for x in ranks]
+    return {"segments_per_step": n, "segment_wait_ms": statistics.median(waits),
+            "segment_wait_persistent_ms": wait(med_m),
+            "segment_cv_median": statistics.median(cvs) if cvs else 0.0}
 
 
 def blocking(res):

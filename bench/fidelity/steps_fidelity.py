@@ -9,7 +9,8 @@ V-First, with pipelining (2 head groups) and with both (cocodiff without V-Major
 Shared memory: the h100-shm preset, which `cocodiff calibrate` fitted to the shared-memory
 sweeps (configs/clusters/h100-shm.toml says how); --shm-preset "" sets the NVLink link's bandwidth
 to the all-to-all bus bandwidth measured over shared memory at 1 GiB on 4 GPUs instead.
-The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat); the machines measured
+The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat) and its rank_spread to the
+breakdowns of h100x4-spread and h100x2-spread; the machines measured
 later on other hosts (h100x2: 2 GPUs; h100x4-third and h100x4-breakdown: 4 GPUs) are held out: their steps are
 summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
 (h200x2) is predicted by hgx-h200 (--h200-preset), its shared-memory steps with the NVLink link
@@ -34,7 +35,7 @@ A = P.parse_args()
 STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
             "cocodiff": "flat+v_first+pipeline"}
 STEPS = 2
-FITTED = {"h100x4", "h100x4-repeat"}  # the machines hgx-h100's host costs were fitted to
+FITTED = {"h100x4", "h100x4-repeat", "h100x4-spread", "h100x2-spread"}  # the machines hgx-h100 was fitted to (host costs; rank_spread)
 
 
 def shm_bandwidth():
@@ -73,14 +74,15 @@ def predict(w, res, strategy, transport, machine, cache={}):
 
 
 def main():
-    measured = {}  # (machine, transport, w, res, strategy) -> ms
+    measured = {}  # (machine, transport, w, res, strategy) -> ms, each run of it
     for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/steps_*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
         for r in csv.DictReader(open(path)):
-            measured[(machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"])] = \
-                float(r["median_ms"])
+            measured.setdefault((machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"]),
+                                []).append(float(r["median_ms"]))
     rows = []
-    for (machine, tr, w, res, st), ms in sorted(measured.items()):
+    for (machine, tr, w, res, st), runs in sorted(measured.items()):
+        ms = statistics.median(runs)  # a step measured twice in one launch: the median of both
         if w == 1 and tr == "shm":
             continue
         pred = predict(w, res, st, tr, machine)

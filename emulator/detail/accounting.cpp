@@ -68,6 +68,9 @@ SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view lab
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   const double slowdown = device_.overlap_compute_factor();
   TileStats& t = tiles_[static_cast<size_t>(rank)];
+  if (!rank_speed_.empty())  // this rank's device is faster or slower than the mean
+    dt = SimTime::from_ns(
+        std::llround(static_cast<double>(dt.ns()) * rank_speed_[static_cast<size_t>(rank)]));
   if (device_.has_host()) {
     // The host issues ops in program order; the device runs one once it is issued and the
     // compute stream is free.

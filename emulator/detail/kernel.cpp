@@ -25,6 +25,7 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes) {
   host_scale_ = 1.0 + device_.host_per_rank_slowdown() * (topo_.ranks_per_node() - 1);
+  rank_speed_ = rank_speed_factors(topo_.num_ranks(), device_.rank_spread());
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's

@@ -514,6 +514,8 @@ class Kernel {
   /// Op issue costs scale with the ranks sharing a node's host
   /// (DeviceModel::host_per_rank_slowdown).
   double host_scale_ = 1.0;
+  /// Each rank's factor on its device time (DeviceModel::rank_spread); empty: all alike.
+  std::vector<double> rank_speed_;
   SimTime host_cost(SimTime c) const {
     return host_scale_ == 1.0
                ? c

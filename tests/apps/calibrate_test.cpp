@@ -420,6 +420,21 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
        "9, "
        "\"all_to_all_16MiB_with_gemm_x_us\": 9}",
        "inter2.json: gemm_x_with_a2a_16MiB_us: expected a time in us"},
+      {"old.json",
+       "{\"world\": 2, \"cases\": {\"2x2048\": {\"gpus\": 2, \"step_ms\": 500, "
+       "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"host_late_ms_max\": 0}}}",
+       "old.json: case 2x2048: expected a key \"segment_wait_ms\", found none (a breakdown file "
+       "from before"},
+      {"half.json",
+       "{\"world\": 2, \"cases\": {\"2x2048\": {\"gpus\": 2.5, \"step_ms\": 500, "
+       "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"segment_wait_ms\": 3, "
+       "\"host_late_ms_max\": 0}}}",
+       "half.json: case 2x2048: gpus: expected a whole number"},
+      {"one.json",
+       "{\"world\": 1, \"cases\": {\"1x2048\": {\"gpus\": 1, \"step_ms\": 500, "
+       "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"segment_wait_ms\": 0, "
+       "\"host_late_ms_max\": 0}}}",
+       "one.json: expected a case of two or more GPUs"},
   };
   for (const Case& c : cases) {
     const fs::path data = write(c.name, c.text);
@@ -580,6 +595,37 @@ TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
+TEST_F(Calibrate, RecoversAKnownRankSpreadFromBreakdowns) {
+  // Waits made with a spread of 0.015: the mean rank waits 0.015 x z_max(W) x its work a step
+  // (z_max: Blom's largest score, 0.5894558 for 2 ranks, 1.0491314 for 4). A host-bound case
+  // (its GPU waits 20 ms of a 200 ms step for its host) is printed and not used.
+  const auto json_case = [](const char* key, int gpus, double step, double work, double wait,
+                            double late) {
+    return "\"" + std::string(key) + "\": {\"gpus\": " + std::to_string(gpus) +
+           ", \"step_ms\": " + std::to_string(step) +
+           ", \"rest_ms_min\": " + std::to_string(work - 1) +
+           ", \"rest_ms_max\": " + std::to_string(work + 1) +
+           ", \"segment_wait_ms\": " + std::to_string(wait) +
+           ", \"host_late_ms_max\": " + std::to_string(late) + "}";
+  };
+  const double s = 0.015;
+  const fs::path a = write("breakdown_nvlink.json",
+                           "{\"world\": 4, \"cases\": {" +
+                               json_case("2x2048", 2, 500, 460, s * 0.5894558 * 460, 0) + ", " +
+                               json_case("4x2048", 4, 270, 240, s * 1.0491314 * 240, 0.01) + ", " +
+                               json_case("4x1024", 4, 200, 100, 50, 20) + "}}");
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r =
+      run_cocodiff({"calibrate", a.string(), "--cluster", "hgx-h100", "--out", out.string()}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NEAR(value(read_text(out), "device", "rank_spread"), s, 0.01 * s);
+  EXPECT_NE(r.out.find("host-bound (GPU waits 20.00 ms for its host): not used"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("warning: one spread misses"), std::string::npos) << r.out;
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
 // The shipped GPU presets' kernel tables, host issue costs and overlap factors are what
 // calibrate writes from the measurements they name, to the digits the presets keep (4
 // significant digits for device times, 3 for host costs, one decimal for the overlap factors).
@@ -589,7 +635,8 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
   const std::vector<std::pair<std::string, std::vector<fs::path>>> cases = {
       {"hgx-h100",
        {m / "h100x4" / "kernels.csv", m / "h100x4-repeat" / "host_nvlink.csv",
-        m / "h100x4" / "interference_nvlink.json"}},
+        m / "h100x4" / "interference_nvlink.json", m / "h100x4-spread" / "breakdown_nvlink.json",
+        m / "h100x2-spread" / "breakdown_nvlink.json"}},
       {"hgx-h200", {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
@@ -636,6 +683,9 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
       EXPECT_NEAR(shipped["device"][key].value<double>().value_or(-1),
                   fit["device"][key].value<double>().value(), 0.05)
           << key;
+    // The ranks' spread where a breakdown was measured (3 significant digits), else none.
+    EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
+                fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
   }
 }
 

@@ -147,6 +147,53 @@ TEST(EngineHost, ACollectiveStartsWhenIssuedAndSlowsAndIsSlowedByComputeBesideIt
   }
 }
 
+TEST(EngineSpread, EveryExchangeWaitsForTheSlowestRanksDevice) {
+  // Two ranks compute 1e6 ns of work each, then exchange 4 bytes each way, three times: rank r's
+  // device takes 1e6 x f_r, both leave an exchange alpha + 4 ns after the slower one arrives, so
+  // each rank waits (f_max - f_r) x 1e6 + alpha + 4 ns an exchange.
+  Topology topo = test::make_topo(1, 2, 1);
+  const double spread = 0.05;
+  const std::vector<double> f = rank_speed_factors(2, spread);
+  ASSERT_EQ(f.size(), 2u);
+  RooflineParams p;
+  p.peak_flops_per_s = 1e9;
+  p.hbm_bytes_per_s = 1e9;
+  p.rank_spread = spread;
+  const auto run = [&](bool trace, int workers) {
+    emu::EngineOptions o;
+    o.workers = workers;
+    o.trace = trace;
+    o.wire_bytes_per_element = 4;
+    emu::Engine engine(
+        topo, std::make_unique<AlphaBetaModel>(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS)),
+        std::make_shared<RooflineDevice>(p), o);
+    return engine.run([](Communicator& c) {
+      std::vector<float> s(2), d(2);
+      for (int i = 0; i < 3; ++i) {
+        c.compute({OpKind::kGemm, 1e6, 0, "work"});
+        c.all_to_all(s, d, 1);
+      }
+    });
+  };
+  const emu::RunResult r = run(false, 1);
+  std::int64_t work[2], slowest = 0;
+  for (int rank = 0; rank < 2; ++rank) {
+    work[rank] = std::llround(1e6 * f[static_cast<size_t>(rank)]);
+    slowest = std::max(slowest, work[rank]);
+  }
+  EXPECT_NE(work[0], work[1]);
+  EXPECT_EQ(r.makespan.ns(), 3 * (slowest + kAlphaNs + 4));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_EQ(r.rank_compute[static_cast<size_t>(rank)].ns(), 3 * work[rank]) << rank;
+    EXPECT_EQ(r.rank_exposed[static_cast<size_t>(rank)].ns(),
+              3 * (slowest - work[rank] + kAlphaNs + 4))
+        << rank;
+  }
+  // The trace observes and never changes the timeline; nor does the worker count.
+  EXPECT_EQ(run(true, 1).timeline_sha256, r.timeline_sha256);
+  EXPECT_EQ(run(false, 2).timeline_sha256, r.timeline_sha256);
+}
+
 TEST(EngineTime, TestDoesNotSeeTheFuture) {
   Topology topo = test::make_topo(1, 2, 1);
   emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 2);

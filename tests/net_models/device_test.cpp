@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "core/errors.hpp"
 #include "net_models/cluster.hpp"
 #include "net_models/device_model.hpp"
 
@@ -68,6 +71,50 @@ TEST(Roofline, PresetsCarryTheirDevices) {
                                      bytes / (p.hbm_bytes_per_s * p.memory_efficiency[0])) +
                             w.launch_us * 1e-6;
     EXPECT_NEAR(c.device->time({OpKind::kGemm, flops, bytes}).seconds(), expect_s, 1e-9);
+  }
+}
+
+TEST(RankSpread, RanksTakeTheExpectedNormalOrderStatistics) {
+  // Blom's scores: the normal quantiles at (i - 3/8) / (n + 1/4); for two ranks +-0.58946.
+  std::vector<double> two = rank_speed_factors(2, 0.1);
+  ASSERT_EQ(two.size(), 2u);
+  std::sort(two.begin(), two.end());
+  EXPECT_NEAR(two[0], 1 - 0.1 * 0.5894558, 1e-6);
+  EXPECT_NEAR(two[1], 1 + 0.1 * 0.5894558, 1e-6);
+  EXPECT_NEAR(rank_spread_top(2), 0.5894558, 1e-6);
+  EXPECT_NEAR(rank_spread_top(4), 1.0491314, 1e-6);
+  EXPECT_NEAR(rank_spread_top(8), 1.4342002, 1e-6);
+  EXPECT_EQ(rank_spread_top(1), 0.0);
+  for (const int n : {3, 4, 7, 96}) {
+    const std::vector<double> f = rank_speed_factors(n, 0.02);
+    ASSERT_EQ(f.size(), static_cast<size_t>(n));
+    double sum = 0;
+    for (const double x : f) sum += x;
+    EXPECT_NEAR(sum / n, 1.0, 1e-12) << n;  // the mean rank keeps its time
+    EXPECT_NEAR(*std::max_element(f.begin(), f.end()), 1 + 0.02 * rank_spread_top(n), 1e-12);
+  }
+  // The slowest device is not simply the last rank, and one rank alone or no spread: no factors.
+  const std::vector<double> eight = rank_speed_factors(8, 0.02);
+  EXPECT_NE(std::max_element(eight.begin(), eight.end()) - eight.begin(), 7);
+  EXPECT_TRUE(rank_speed_factors(8, 0.0).empty());
+  EXPECT_EQ(rank_speed_factors(1, 0.1), std::vector<double>{1.0});
+}
+
+TEST(RankSpread, ClusterKeyIsReadAndBounded) {
+  const Config ok = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device]\n"
+      "rank_spread = 0.015\n",
+      "run.toml");
+  EXPECT_DOUBLE_EQ(load_cluster(ok, kPresets).device->rank_spread(), 0.015);
+  const Config bad = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device]\n"
+      "rank_spread = 0.5\n",
+      "run.toml");
+  try {
+    load_cluster(bad, kPresets);
+    FAIL() << "a spread of 0.5 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank_spread"), std::string::npos) << e.what();
   }
 }
 
