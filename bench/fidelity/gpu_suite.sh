@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -21,6 +21,8 @@
 #           launch, then the breakdown again over shared memory (about 6 minutes on 4 H100s)
 #   blocking  an all-to-all between compute kernels, waited for, against the same call back
 #           to back, 1-64 MiB per rank on 2..all GPUs over NVLink and shared memory
+#   callforms  a flat 2048^2 step's image all-to-all between GEMMs, blocking or async+wait, on
+#           fixed buffers or a fresh copy each call (NVLink, with `blocking`; shared memory)
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -67,6 +69,9 @@ elif [ "$mode" = quad ]; then
   launch nvlink 80 --parts graphcoll --worlds "$gpus"
 elif [ "$mode" = concurrency ]; then
   launch nvlink 200 --parts concurrency
+elif [ "$mode" = callforms ]; then
+  launch nvlink 120 --parts callforms,blocking
+  launch shm 100 --parts callforms
 elif [ "$mode" = blocking ]; then
   launch nvlink 120 --parts blocking
   launch shm 120 --parts blocking

@@ -28,6 +28,8 @@ OUT (rank 0 only):
                                 ranks' work between two exchanges differs (segment_*)
   blocking_<transport>.json     an all-to-all between two compute kernels, waited for (as a step
                                 issues it), against the same call back to back, by size
+  callforms_<transport>.json    a step's image all-to-all between two GEMMs in four forms
+                                (blocking or async+wait; fixed buffers or a fresh copy each call)
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
@@ -1058,6 +1060,92 @@ def blocking(res):
                 f"kernels {out['between_kernels_min_rank_us']:.1f}-{out['between_kernels_us']:.1f} us")
 
 
+def callforms(res):
+    """The image all-to-all of a flat 2048^2 FLUX.1-dev step (its size on w GPUs), issued between
+    two GEMMs and waited for, in four forms: blocking on fixed buffers (as `blocking` times it),
+    async_op=True then wait() on fixed buffers, and both again with the send buffer made by the
+    transpose-and-copy a step makes just before and a new receive buffer each call (as `Step`
+    issues it); the last form again after six large GEMMs each time (async_fresh_hot: the GPU
+    kept busy and hot, as in a step). CUDA events on the compute stream around each call; median
+    call, least and most waiting rank; and the same call back to back."""
+    res["world"] = WORLD
+    res["cases"] = []
+    n = 4096 if not CPU else 64
+    x = torch.randn(n, HID, device=dev, dtype=DT)
+    wgt = W(HID, HID)
+    big_x = torch.randn(4 * n, HID, device=dev, dtype=DT)  # the MLP's up projection at 16k tokens
+    big_w = W(MLP, HID)
+    iters = 20 if not CPU else 3
+    for w in worlds():
+        if w == 1:
+            continue
+        g = group_of(w)
+        member = RANK < w
+        tokens = (2048 // 16) ** 2 if not CPU else 256
+        n_loc, hl = tokens // w, HEADS // w
+        out = {"gpus": w, "bytes": n_loc * HID * 2, "calls": iters}
+        for form in ("sync_fixed", "async_fixed", "sync_fresh", "async_fresh", "async_fresh_hot"):
+            if rank_any(left() < 20):
+                log("callforms: deadline at", w, form)
+                return
+            if member:
+                src = torch.randn(n_loc, w, hl, HD, device=dev, dtype=DT)
+                fixed_send = src.transpose(0, 1).contiguous()
+                fixed_recv = torch.empty_like(fixed_send)
+
+                fresh = "fresh" in form
+
+                def call():
+                    send = src.transpose(0, 1).contiguous() if fresh else fixed_send
+                    recv = torch.empty_like(send) if fresh else fixed_recv
+                    return send, recv
+
+                def issue(send, recv):
+                    if form.startswith("async"):
+                        dist.all_to_all_single(recv, send, group=g, async_op=True).wait()
+                    else:
+                        dist.all_to_all_single(recv, send, group=g)
+
+                for _ in range(3):
+                    issue(*call())
+                sync()
+                dist.barrier(group=g)
+                sync()
+                spans = []
+                for _ in range(iters):
+                    F.linear(x, wgt)
+                    if form.endswith("hot"):  # the GPU kept busy (and hot) as in a step
+                        for _ in range(6):
+                            F.linear(big_x, big_w)
+                    send, recv = call()  # the copy is queued before the span, as in a step
+                    sp = Span(torch.cuda.current_stream() if not CPU else None)
+                    sp.start()
+                    issue(send, recv)
+                    sp.stop()
+                    spans.append(sp)
+                F.linear(x, wgt)
+                sync()
+                med = statistics.median(sp.us() for sp in spans)
+            out[form + "_us"] = rank_max(med if member else 0.0)
+            out[form + "_min_rank_us"] = -rank_max(-med if member else -1e30)
+        if member:
+            sync()
+            dist.barrier(group=g)
+            sync()
+            sp = Span(torch.cuda.current_stream() if not CPU else None)
+            sp.start()
+            for _ in range(iters):
+                dist.all_to_all_single(fixed_recv, fixed_send, group=g)
+            sp.stop()
+            b2b = sp.us() / iters
+        out["back_to_back_us"] = rank_max(b2b if member else 0.0)
+        res["cases"].append(out)
+        log(f"callforms w={w} {out['bytes']} B: back to back {out['back_to_back_us']:.1f} us; between GEMMs " +
+            ", ".join(f"{f} {out[f + '_min_rank_us']:.1f}-{out[f + '_us']:.1f}"
+                      for f in ("sync_fixed", "async_fixed", "sync_fresh", "async_fresh",
+                                "async_fresh_hot")) + " us")
+
+
 def write_csv(path, header, rows):
     with open(path, "w", newline="") as f:
         wr = csv.writer(f)
@@ -1149,6 +1237,11 @@ def main():
         blocking(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"blocking_{tr}.json"), "w"), indent=1)
+    if "callforms" in parts:
+        res = {}
+        callforms(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"callforms_{tr}.json"), "w"), indent=1)
     if "breakdown" in parts:
         res = {}
         breakdown(res)
