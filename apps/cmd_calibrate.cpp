@@ -257,7 +257,7 @@ void write_spread(const calibrate::SpreadFit& f, toml::table& table, std::ostrin
               "predicted_ms", "error", "spread");
   for (const calibrate::SpreadCase& c : f.cases) {
     const calibrate::BreakdownPoint& p = *c.point;
-    const double work = 0.5 * (p.rest_ms_min + p.rest_ms_max);
+    const double work = c.work_ms;
     if (!c.used) {
       std::printf(
           "%-44s %5d %11.2f %11.3f %12s %8s %8s  host-bound (GPU waits %.2f ms for its "

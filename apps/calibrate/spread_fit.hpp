@@ -19,6 +19,7 @@ namespace cocodiff::calibrate {
 struct SpreadCase {
   const BreakdownPoint* point = nullptr;
   bool used = false;             // device-bound
+  double work_ms = 0;            // the mean rank's work outside exchanges, a step
   double spread = 0;             // the spread this case alone would give (0 for one not used)
   double predicted_wait_ms = 0;  // the fitted spread's wait for this case
 };
