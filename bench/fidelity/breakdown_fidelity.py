@@ -22,7 +22,9 @@ counted in the device-bound summary).
 Usage: breakdown_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/breakdown_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, glob, json, os, statistics, subprocess, sys, tempfile
+import argparse, glob, json, os, statistics
+
+from phantom_step import run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -34,25 +36,13 @@ STEPS = 2
 
 
 def preset_for(machine, transport):
-    if machine.startswith("h200"):
-        return ["cluster.preset=hgx-h200"] + ([] if transport == "nvlink" else ["cluster.library.preset=nccl"])
+    if machine.startswith("h200"):  # no H200 cluster was fitted to shared memory
+        return ["cluster.preset=hgx-h200"]
     return ["cluster.preset=" + ("hgx-h100" if transport == "nvlink" else "h100-shm")]
 
 
 def predict(w, res, machine, transport):
-    nics = ",".join(str(i) for i in range(w))
-    sets = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={STEPS}",
-            "cluster.nodes=1", f"cluster.topology.sizes=[{w}]", f"cluster.nic.count={w}",
-            f"cluster.nic.rank_nic=[{nics}]", "run.strategy=flat", "emulator.trace=false"]
-    sets += preset_for(machine, transport) + A.set
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [A.cocodiff, "run", os.path.join(ROOT, "configs/quickstart.toml"), "--out", d, "-q"]
-        for s in sets:
-            cmd += ["--set", s]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
-        r = json.load(open(os.path.join(d, "report.json")))
+    r = run_phantom_step(A.cocodiff, ROOT, w, res, "flat", STEPS, preset_for(machine, transport) + A.set)
     b = r["breakdown"]
     ms = lambda s: s / STEPS * 1e3  # noqa: E731
     return {"step_ms": ms(r["virtual_time_s"]), "exchanges_ms_min": ms(b["min_exposed_comm_s"]),

@@ -102,6 +102,23 @@ def rank_max(x):
     return float(t.item())
 
 
+def line_up(group):
+    """Every member of `group` starts from an idle device at the same time."""
+    sync()
+    dist.barrier(group=group)
+    sync()
+
+
+def back_to_back_us(call, iters):
+    """Device time per call of `call` issued `iters` times back to back (the sweeps' timing)."""
+    sp = Span(torch.cuda.current_stream() if not CPU else None)
+    sp.start()
+    for _ in range(iters):
+        call()
+    sp.stop()
+    return sp.us() / iters
+
+
 def rank_any(flag):
     return rank_max(1.0 if flag else 0.0) > 0
 
@@ -904,9 +921,7 @@ def breakdown(res):
             for i in range(2 + A.steps):
                 if not member:
                     continue
-                sync()
-                dist.barrier(group=group)
-                sync()
+                line_up(group)
                 st.spans = []
                 ref = None
                 if not CPU:  # the GPU is idle: a marker it passes at once, on the host's clock
@@ -1029,18 +1044,9 @@ def blocking(res):
                 a2a = lambda: dist.all_to_all_single(recv, send, group=g)  # noqa: E731
                 for _ in range(3):
                     a2a()
-                sync()
-                dist.barrier(group=g)
-                sync()
-                sp = Span(torch.cuda.current_stream() if not CPU else None)
-                sp.start()
-                for _ in range(iters):
-                    a2a()
-                sp.stop()
-                b2b = sp.us() / iters
-                sync()
-                dist.barrier(group=g)
-                sync()
+                line_up(g)
+                b2b = back_to_back_us(a2a, iters)
+                line_up(g)
                 spans = []
                 for _ in range(iters):
                     F.linear(x, wgt)
@@ -1108,9 +1114,7 @@ def callforms(res):
 
                 for _ in range(3):
                     issue(*call())
-                sync()
-                dist.barrier(group=g)
-                sync()
+                line_up(g)
                 spans = []
                 for _ in range(iters):
                     F.linear(x, wgt)
@@ -1129,15 +1133,8 @@ def callforms(res):
             out[form + "_us"] = rank_max(med if member else 0.0)
             out[form + "_min_rank_us"] = -rank_max(-med if member else -1e30)
         if member:
-            sync()
-            dist.barrier(group=g)
-            sync()
-            sp = Span(torch.cuda.current_stream() if not CPU else None)
-            sp.start()
-            for _ in range(iters):
-                dist.all_to_all_single(fixed_recv, fixed_send, group=g)
-            sp.stop()
-            b2b = sp.us() / iters
+            line_up(g)
+            b2b = back_to_back_us(lambda: dist.all_to_all_single(fixed_recv, fixed_send, group=g), iters)
         out["back_to_back_us"] = rank_max(b2b if member else 0.0)
         res["cases"].append(out)
         log(f"callforms w={w} {out['bytes']} B: back to back {out['back_to_back_us']:.1f} us; between GEMMs " +

@@ -21,7 +21,9 @@ Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [-
                           [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, os, statistics, subprocess, sys, tempfile
+import argparse, csv, glob, json, os, statistics
+
+from phantom_step import run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -52,24 +54,13 @@ def predict(w, res, strategy, transport, machine, cache={}):
     key = (w, res, strategy, transport, h200)
     if key in cache:
         return cache[key]
-    nics = ",".join(str(i) for i in range(w))
     preset = A.h200_preset if h200 else A.preset
-    sets = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={STEPS}",
-            f"cluster.preset={preset}", "cluster.nodes=1", f"cluster.topology.sizes=[{w}]",
-            f"cluster.nic.count={w}", f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={STRATEGY[strategy]}",
-            "emulator.trace=false"] + A.set
+    sets = [f"cluster.preset={preset}"] + A.set
     if transport == "shm" and A.shm_preset and not h200:
-        sets[sets.index(f"cluster.preset={A.preset}")] = f"cluster.preset={A.shm_preset}"
+        sets[0] = f"cluster.preset={A.shm_preset}"
     elif transport == "shm":
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
-    with tempfile.TemporaryDirectory() as d:
-        cmd = [A.cocodiff, "run", os.path.join(ROOT, "configs/quickstart.toml"), "--out", d, "-q"]
-        for s in sets:
-            cmd += ["--set", s]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
-        r = json.load(open(os.path.join(d, "report.json")))
+    r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
     cache[key] = r["virtual_time_s"] / STEPS * 1e3
     return cache[key]
 

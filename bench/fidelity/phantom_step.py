@@ -1,0 +1,22 @@
+"""One phantom FLUX.1-dev run of cocodiff on one node of W GPUs, as the fidelity scripts predict
+a measured step with it: steps_fidelity.py (whole steps) and breakdown_fidelity.py (their
+breakdowns) call it with the cluster keys each needs."""
+import json, os, subprocess, sys, tempfile
+
+
+def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
+    """report.json of `steps` FLUX.1-dev steps at res^2 under run.strategy=`strategy` on one node
+    of w GPUs (a NIC each), with the extra `sets` (KEY=VALUE); exits naming the command if
+    cocodiff fails."""
+    nics = ",".join(str(i) for i in range(w))
+    base = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={steps}",
+            "cluster.nodes=1", f"cluster.topology.sizes=[{w}]", f"cluster.nic.count={w}",
+            f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={strategy}", "emulator.trace=false"]
+    with tempfile.TemporaryDirectory() as d:
+        cmd = [cocodiff, "run", os.path.join(root, "configs/quickstart.toml"), "--out", d, "-q"]
+        for s in base + list(sets):
+            cmd += ["--set", s]
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        if p.returncode != 0:
+            sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
+        return json.load(open(os.path.join(d, "report.json")))
