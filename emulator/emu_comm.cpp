@@ -280,9 +280,16 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
   return req;
 }
 
-std::shared_ptr<const collectives::Schedule> EmuComm::schedule(Algorithm a) {
-  std::shared_ptr<const collectives::Schedule>& s = schedules_[static_cast<size_t>(a)];
-  if (s != nullptr) return s;
+const collectives::Schedule* EmuComm::schedule(Algorithm a) {
+  const collectives::Schedule*& s = schedules_[static_cast<size_t>(a)];
+  if (s == nullptr)
+    s = &kernel_.group_schedule(group_->ctx, static_cast<int>(a), [&] { return make_schedule(a); });
+  COCO_CHECK(s->size() == size(), "two groups of one context differ in size");
+  return s;
+}
+
+std::unique_ptr<const collectives::Schedule> EmuComm::make_schedule(Algorithm a) const {
+  std::unique_ptr<const collectives::Schedule> s;
   const int p = size();
   switch (a) {
     case Algorithm::kAllToAllShift:

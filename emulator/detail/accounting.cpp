@@ -1,26 +1,69 @@
-// Accounting: compute charges, flows and trace events, each folded into the timeline hash, and
-// the labels they are named by.
+// Accounting: compute charges, flows and trace events, each folded into the timeline hash, the
+// labels they are named by, and a region's effect on them taken and applied again.
 
-#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/accounting.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 
 namespace cocodiff::emu::detail {
 
-int Kernel::tier(int a, int b) const {
-  const size_t p = static_cast<size_t>(topo_.num_ranks());
-  for (int k = topo_.num_levels() - 1; k >= 0; --k) {
+namespace {
+std::size_t u(int i) { return static_cast<std::size_t>(i); }
+
+/// Trace events from `from` on, shifted by `by`, appended to `to` up to `cap` events.
+void shifted(std::span<const TraceEvent> from, SimTime by, bool back, std::vector<TraceEvent>& to,
+             std::size_t cap) {
+  for (TraceEvent e : from) {
+    if (to.size() >= cap) break;
+    e.start = back ? e.start - by : e.start + by;
+    e.end = back ? e.end - by : e.end + by;
+    to.push_back(e);
+  }
+}
+}  // namespace
+
+Accounting::Accounting(const Topology& topo, const DeviceModel& device,
+                       const EngineOptions& options)
+    : options_(options),
+      device_(device),
+      ranks_(topo.num_ranks()),
+      tiers_(topo.num_tiers()),
+      has_host_(device.has_host()),
+      overlap_compute_factor_(device.overlap_compute_factor()),
+      host_scale_(1.0 + device.host_per_rank_slowdown() * (topo.ranks_per_node() - 1)),
+      rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
+  // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
+  // stride), so tier() compares table entries instead of dividing once per level per flow.
+  const int levels = topo.num_levels();
+  rank_group_.resize(u(levels) * u(ranks_));
+  int stride = 1;
+  for (int k = 0; k < levels; ++k) {
+    for (int r = 0; r < ranks_; ++r) rank_group_[u(k) * u(ranks_) + u(r)] = r / stride;
+    stride *= topo.level(k).size;
+  }
+}
+
+void Accounting::start() {
+  tiles_.assign(u(ranks_), TileStats{});
+  tile_trace_cap_ = options_.trace_limit / 2 / u(ranks_);
+  bytes_by_tier_.assign(u(tiers_), 0);
+}
+
+int Accounting::tier(int a, int b) const {
+  const size_t p = u(ranks_);
+  for (int k = static_cast<int>(rank_group_.size() / p) - 1; k >= 0; --k) {
     const int* g = rank_group_.data() + static_cast<size_t>(k) * p;
     if (g[a] != g[b]) return k;
   }
   return -1;
 }
 
-std::uint32_t Kernel::intern(std::string_view label) {
+std::uint32_t Accounting::intern(std::string_view label) {
   std::lock_guard<std::mutex> lk(label_mutex_);
   auto it = label_ids_.find(std::string(label));
   if (it != label_ids_.end()) return it->second;
@@ -30,13 +73,13 @@ std::uint32_t Kernel::intern(std::string_view label) {
   return id;
 }
 
-std::string_view Kernel::keep_label(std::string_view label) {
+std::string_view Accounting::keep_label(std::string_view label) {
   std::lock_guard<std::mutex> lk(label_mutex_);
   return *kept_labels_.emplace(label).first;
 }
 
-void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
-                               std::string_view label) {
+void Accounting::tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
+                            std::string_view label) {
   TileStats& t = tiles_[static_cast<size_t>(rank)];
   hash_value(t.inner, kind);
   hash_value(t.inner, (start - t.region_start).ns());
@@ -54,57 +97,51 @@ void Kernel::record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, S
   }
 }
 
-void Kernel::compute(FiberState& f, const OpCost& cost) {
-  charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
-}
-
-void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label) {
-  if (aborting_) throw Cancelled{};
-  f.clock = charge(f.rank, f.clock, dt, label);
-}
-
-SimTime Kernel::charge(int rank, SimTime start, SimTime dt, std::string_view label) {
+SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
-  const double slowdown = device_.overlap_compute_factor();
   TileStats& t = tiles_[static_cast<size_t>(rank)];
   if (!rank_speed_.empty())  // this rank's device is faster or slower than the mean
     dt = SimTime::from_ns(
         std::llround(static_cast<double>(dt.ns()) * rank_speed_[static_cast<size_t>(rank)]));
-  if (device_.has_host()) {
+  if (has_host_) {
     // The host issues ops in program order; the device runs one once it is issued and the
     // compute stream is free.
-    t.host += host_cost(device_.host_issue(label));
+    SimTime issue = device_.host_issue(label);
+    if (host_scale_ != 1.0)
+      issue = SimTime::from_ns(std::llround(static_cast<double>(issue.ns()) * host_scale_));
+    t.host += issue;
     start = std::max(start, t.host);
   }
   if (t.open_collectives > 0) {
-    if (slowdown != 1.0)
-      dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * slowdown));
+    if (overlap_compute_factor_ != 1.0)
+      dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * overlap_compute_factor_));
     t.overlapped_compute += dt;
   }
   const SimTime end = start + dt;
   t.compute += dt;
-  record_tile_event(rank, TraceEvent::Kind::kCompute, start, end, label);
+  tile_event(rank, TraceEvent::Kind::kCompute, start, end, label);
   return end;
 }
 
-void Kernel::issue_call(FiberState& f) {
-  if (!f.is_main || !device_.has_host()) return;
-  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+SimTime Accounting::issue_collective(int rank, SimTime clock) {
+  if (!has_host_) return clock;
+  TileStats& t = tiles_[u(rank)];
   t.host += device_.collective_issue();  // measured with every rank issuing: not scaled
-  f.clock = std::max(f.clock, t.host);
+  return std::max(clock, t.host);
 }
 
-void Kernel::fold_flow_hash(SimTime next_base) {
+void Accounting::fold_flow_hash(SimTime next_base) {
   hash_value(flow_hash_, flow_base_.ns());
   hash_value(flow_hash_, flow_inner_);
   flow_inner_ = kHashBasis;
   flow_base_ = next_base;
 }
 
-void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
-                          std::span<const std::uint32_t> labels) {
+void Accounting::flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
+                      std::span<const std::uint32_t> labels, bool exclusive) {
   const int copies = static_cast<int>(labels.size());
+  if (exclusive) flows_exclusive_ += static_cast<std::uint64_t>(copies);
   const int tier = this->tier(src, dst);
   bytes_by_tier_[static_cast<size_t>(tier)] += bytes * copies;
   if (options_.trace) {
@@ -138,7 +175,7 @@ void Kernel::account_flow(SimTime start, SimTime end, int src, int dst, std::int
   flow_inner_ += h * static_cast<std::uint64_t>(copies);  // the sum of `copies` equal digests
 }
 
-void Kernel::finish_timeline(RunResult& res) {
+void Accounting::finish(RunResult& res) {
   fold_flow_hash(SimTime{});
   Sha256 digest;
   for (TileStats& t : tiles_) {
@@ -157,6 +194,75 @@ void Kernel::finish_timeline(RunResult& res) {
   }
   digest.update(std::as_bytes(std::span<const std::uint64_t>(&flow_hash_, 1)));
   res.timeline_sha256 = digest.hex();
+  res.events += flows_;
+  res.flows = flows_;
+  res.flows_exclusive = flows_exclusive_;
+  if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
+  // Flows in the order they start: the same list whether a flow was timed by the network model
+  // or in closed form.
+  std::stable_sort(
+      flow_trace_.begin(), flow_trace_.end(), [](const TraceEvent& a, const TraceEvent& b) {
+        return std::tie(a.start, a.rank, a.peer, a.end) < std::tie(b.start, b.rank, b.peer, b.end);
+      });
+  res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
+  res.bytes_by_tier = bytes_by_tier_;
+  res.labels = labels_;
+}
+
+Accounting::Mark Accounting::mark(SimTime t0) const {
+  Mark m;
+  m.t0 = t0;
+  for (const TileStats& t : tiles_) {
+    m.compute.push_back(t.compute);
+    m.exposed.push_back(t.exposed);
+    m.events.push_back(t.events);
+    m.trace_size.push_back(t.trace.size());
+  }
+  m.flows = flows_;
+  m.bytes_by_tier = bytes_by_tier_;
+  m.flow_trace_size = flow_trace_.size();
+  return m;
+}
+
+Accounting::Effect Accounting::effect_since(const Mark& m) const {
+  Effect e;
+  // Kept for every simulated region (most never recur): sized exactly, no trace when off.
+  const auto un = u(ranks_);
+  e.compute.reserve(un);
+  e.exposed.reserve(un);
+  e.events.reserve(un);
+  e.inner.reserve(un);
+  if (options_.trace) e.tile_trace.resize(un);
+  for (size_t r = 0; r < un; ++r) {
+    const TileStats& t = tiles_[r];
+    e.compute.push_back(t.compute - m.compute[r]);
+    e.exposed.push_back(t.exposed - m.exposed[r]);
+    e.events.push_back(t.events - m.events[r]);
+    e.inner.push_back(t.last_inner);
+    if (options_.trace)
+      shifted(std::span(t.trace).subspan(m.trace_size[r]), m.t0, true, e.tile_trace[r], SIZE_MAX);
+  }
+  e.flow_inner = flow_inner_;
+  e.flows = flows_ - m.flows;
+  e.bytes_by_tier = bytes_by_tier_;
+  for (size_t k = 0; k < e.bytes_by_tier.size(); ++k) e.bytes_by_tier[k] -= m.bytes_by_tier[k];
+  shifted(std::span(flow_trace_).subspan(m.flow_trace_size), m.t0, true, e.flow_trace, SIZE_MAX);
+  return e;
+}
+
+void Accounting::apply(const Effect& e, SimTime t0) {
+  for (size_t r = 0; r < u(ranks_); ++r) {
+    TileStats& t = tiles_[r];
+    t.compute += e.compute[r];
+    t.exposed += e.exposed[r];
+    t.events += e.events[r];
+    t.inner = e.inner[r];
+    if (options_.trace) shifted(e.tile_trace[r], t0, false, t.trace, tile_trace_cap_);
+  }
+  flow_inner_ = e.flow_inner;
+  flows_ += e.flows;
+  for (size_t k = 0; k < bytes_by_tier_.size(); ++k) bytes_by_tier_[k] += e.bytes_by_tier[k];
+  if (options_.trace) shifted(e.flow_trace, t0, false, flow_trace_, options_.trace_limit / 2);
 }
 
 }  // namespace cocodiff::emu::detail

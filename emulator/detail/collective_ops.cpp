@@ -39,7 +39,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
     std::memcpy(spec.recv.data() + c->to.offset, spec.send.data() + c->from.offset,
                 static_cast<std::size_t>(c->from.count) * sizeof(float));
   open_collective(f, *req);
-  const std::uint32_t label = options_.trace ? intern(req->label) : 0;
+  const std::uint32_t label = options_.trace ? acct_.intern(req->label) : 0;
   std::unique_lock<NullLock> lk(state_lock_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
@@ -196,7 +196,7 @@ void Kernel::op_finish(CollectiveOp& op, int r) {
   if (++op.finished < static_cast<int>(op.members.size())) return;
   const auto it = ops_.find({op.group->ctx, op.seq});
   it->second->group.reset();
-  it->second->schedule.reset();
+  it->second->schedule = nullptr;
   op_pool_.give(std::move(it->second));
   ops_.erase(it);
 }

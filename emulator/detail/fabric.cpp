@@ -28,7 +28,7 @@ ReqPtr Kernel::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_
   req->count = count;
   req->label = label;
   req->owner = f.rank;
-  ++tiles_[static_cast<size_t>(f.rank)].open_p2p;
+  ++acct_.tile(f.rank).open_p2p;
   return req;
 }
 
@@ -92,7 +92,7 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
   t.sink = &point_to_point_;
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
-  t.label = options_.trace ? intern(s.label) : 0;
+  t.label = options_.trace ? acct_.intern(s.label) : 0;
   new_transfers_.push_back(std::move(t));
 }
 
@@ -145,7 +145,7 @@ void Kernel::network_step(SimTime t_net) {
     std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
     COCO_CHECK(slot.has_value(), "flow completed twice");
     Transfer& t = *slot;
-    account_flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
+    acct_.flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
     try {
       t.sink->message_done(*this, t, t_net);
     } catch (const CommError& e) {  // a mismatched message of a later round

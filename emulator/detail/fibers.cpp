@@ -83,7 +83,7 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
   } catch (...) {
     record_error(f.rank, std::current_exception());
   }
-  tiles_[static_cast<size_t>(f.rank)].end = f.clock;
+  acct_.tile(f.rank).end = f.clock;
   std::lock_guard<NullLock> lk(state_lock_);
   --live_;
   if (--runnable_ == 0) controller_cv_.notify_one();

@@ -22,26 +22,22 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       net_(net),
       device_(device),
       options_(options),
+      acct_(topo, device, options),
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes) {
-  host_scale_ = 1.0 + device_.host_per_rank_slowdown() * (topo_.ranks_per_node() - 1);
-  rank_speed_ = rank_speed_factors(topo_.num_ranks(), device_.rank_spread());
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
-  // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
-  // stride), so tier() compares table entries instead of dividing once per level per flow.
-  const int p = topo_.num_ranks(), levels = topo_.num_levels();
-  rank_group_.resize(static_cast<size_t>(levels) * static_cast<size_t>(p));
-  int stride = 1;
-  for (int k = 0; k < levels; ++k) {
-    for (int r = 0; r < p; ++r)
-      rank_group_[static_cast<size_t>(k) * static_cast<size_t>(p) + static_cast<size_t>(r)] =
-          r / stride;
-    stride *= topo_.level(k).size;
-  }
 }
 
 Kernel::~Kernel() = default;
+
+const collectives::Schedule& Kernel::group_schedule(
+    std::uint64_t ctx, int algorithm,
+    const std::function<std::unique_ptr<const collectives::Schedule>()>& make) {
+  std::unique_ptr<const collectives::Schedule>& s = group_schedules_[{ctx, algorithm}];
+  if (s == nullptr) s = make();
+  return *s;
+}
 
 void Kernel::register_collective(const Group& g, int group_rank, std::uint64_t seq,
                                  std::string_view call) {
@@ -206,9 +202,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   const int workers = options_.workers > 0
                           ? options_.workers
                           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  tiles_.assign(static_cast<size_t>(n), TileStats{});
-  tile_trace_cap_ = options_.trace_limit / 2 / static_cast<size_t>(n);
-  bytes_by_tier_.assign(static_cast<size_t>(topo_.num_tiers()), 0);
+  acct_.start();
   for (int r = 0; r < n; ++r) {
     mains_.push_back(std::make_unique<FiberState>());
     mains_.back()->rank = r;
@@ -241,25 +235,25 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   RunResult res;
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
-  finish_timeline(res);
-  res.events += flows_;
-  res.flows = flows_;
-  res.flows_exclusive = flows_exclusive_;
+  acct_.finish(res);
   res.passes_whole = passes_whole_;
   res.regions_replayed = regions_replayed_;
   res.tapes_played = tapes_played_;
   res.tapes_run_by_engine = tapes_run_;
-  if (options_.trace && flow_trace_.size() >= options_.trace_limit / 2) res.trace_truncated = true;
-  // Flows in the order they start: the same list whether a flow was timed by the network model
-  // or in closed form.
-  std::stable_sort(
-      flow_trace_.begin(), flow_trace_.end(), [](const TraceEvent& a, const TraceEvent& b) {
-        return std::tie(a.start, a.rank, a.peer, a.end) < std::tie(b.start, b.rank, b.peer, b.end);
-      });
-  res.trace.insert(res.trace.end(), flow_trace_.begin(), flow_trace_.end());
-  res.bytes_by_tier = bytes_by_tier_;
-  res.labels = labels_;
   return res;
+}
+
+void Kernel::compute(FiberState& f, const OpCost& cost) {
+  charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+}
+
+void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label) {
+  if (aborting_) throw Cancelled{};
+  f.clock = acct_.charge(f.rank, f.clock, dt, label);
+}
+
+void Kernel::issue_call(FiberState& f) {
+  if (f.is_main) f.clock = acct_.issue_collective(f.rank, f.clock);
 }
 
 void Kernel::rethrow_first_failure() const {

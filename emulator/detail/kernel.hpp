@@ -1,9 +1,10 @@
 #pragma once
-// The emulator's private kernel (emulator/README.md describes its design). One class whose
-// mechanisms live in files named after them: kernel.cpp (the event loop), fibers.cpp,
-// requests.cpp, fabric.cpp, collective_ops.cpp (schedules at the collective level),
-// ring_pass.cpp and ring_pass_whole.cpp, message_timing.cpp, accounting.cpp, regions.cpp,
-// tapes.cpp.
+// The emulator's private kernel (emulator/README.md describes its design): fibers, the fabric,
+// collectives and ring passes at the collective level, region replay and tapes, in files named
+// after them: kernel.cpp (the event loop), fibers.cpp, requests.cpp, fabric.cpp,
+// collective_ops.cpp (schedules at the collective level), ring_pass.cpp and
+// ring_pass_whole.cpp, message_timing.cpp, regions.cpp, tapes.cpp. What the run counts and hashes
+// is Accounting's (accounting.hpp).
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -32,6 +33,7 @@
 #include "core/communicator.hpp"
 #include "core/replay.hpp"
 #include "emulator/collectives/schedule.hpp"
+#include "emulator/detail/accounting.hpp"
 #include "emulator/detail/fiber_state.hpp"
 #include "emulator/detail/math_pool.hpp"
 #include "emulator/detail/recycler.hpp"
@@ -47,41 +49,11 @@ namespace cocodiff::emu::detail {
 /// the schedule every member runs, this member's sizes and buffers. The buffers and an
 /// all-to-allv's count arrays stay alive until the request completes (as MPI_Ialltoallv's).
 struct CollectiveSpec {
-  std::shared_ptr<const collectives::Schedule> schedule;
+  const collectives::Schedule* schedule = nullptr;  // the group's (Kernel::group_schedule)
   collectives::Sizes sizes;
   std::span<const float> send;
   std::span<float> recv;
   ReduceOp op = ReduceOp::kSum;  // rounds that reduce (Schedule::reduces)
-};
-
-/// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
-/// the controller while every tile waits at a region mark.
-struct TileStats {
-  SimTime end, compute, exposed;
-  /// The tile's events are hashed region by region: `inner` (hash_word in kernel.cpp) over the
-  /// current region's events with times relative to `region_start`, folded into `hash` with
-  /// region_start when the next region begins. A replayed region thus hashes exactly like a
-  /// simulated one.
-  std::uint64_t hash = kHashBasis;
-  std::uint64_t inner = kHashBasis;
-  std::uint64_t last_inner = kHashBasis;  // the region that ended at the latest mark
-  SimTime region_start;
-  int marks = 0;  // begin_region calls so far
-  std::uint64_t events = 0;
-  std::vector<TraceEvent> trace;
-  /// Collectives this tile started and has not yet waited for (its compute overlaps them).
-  int open_collectives = 0;
-  /// Point-to-point requests this tile posted that have not completed: with no open
-  /// collective either, the tile has no flow in the network and none can start before it
-  /// posts again.
-  int open_p2p = 0;
-  bool nothing_open() const { return open_p2p == 0 && open_collectives == 0; }
-  /// Compute time this tile issued while at least one of its collectives was open; a
-  /// collective's share is the growth of this sum while it was open.
-  SimTime overlapped_compute;
-  /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
-  /// an op starts on the device no earlier than this, after its own issue cost.
-  SimTime host;
 };
 
 /// Calls the engine issues for a tile whose fiber waits (Kernel::run_tape). advance() issues
@@ -182,6 +154,12 @@ class Kernel {
   /// the timeline of the per-message pass. Returns when this rank's part is done.
   void ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                  std::uint64_t seq, const RingPass& pass, PassRows kept = {});
+  /// Schedule number `algorithm` of the group with context `ctx`, made by `make` the first time
+  /// a member asks and kept for the run: every member of a group, and every collective it runs,
+  /// reads the same one.
+  const collectives::Schedule& group_schedule(
+      std::uint64_t ctx, int algorithm,
+      const std::function<std::unique_ptr<const collectives::Schedule>()>& make);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
                            std::string_view call);
@@ -189,7 +167,7 @@ class Kernel {
   const EngineOptions& options() const { return options_; }
   /// One copy of `label` kept for the run: equal labels share it (a tape's labels point there,
   /// so that hashing them reads memory every call of that label reads).
-  std::string_view keep_label(std::string_view label);
+  std::string_view keep_label(std::string_view label) { return acct_.keep_label(label); }
   /// A tile issued recorded calls again (EmuComm::play_tape): counted for the report.
   void tape_played() {
     const std::lock_guard<NullLock> lk(state_lock_);
@@ -268,7 +246,7 @@ class Kernel {
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
     std::uint32_t label = 0;
-    std::shared_ptr<const collectives::Schedule> schedule;
+    const collectives::Schedule* schedule = nullptr;
     int finished = 0;
     std::vector<CollectiveMember> members;
   };
@@ -442,14 +420,6 @@ class Kernel {
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();
-  /// A completed flow's share of the statistics, the timeline hash and the trace, once per
-  /// label (the parts of one ring pass message travel as one flow each).
-  void account_flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
-                    std::span<const std::uint32_t> labels);
-  /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
-  /// from `start`: the tile's accounting and event, as a main fiber's compute() makes them.
-  /// Returns the clock after it.
-  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label);
   /// message_software_time of the library for a message of `wire_bytes`, kept for the last
   /// size asked (a collective's messages mostly have one size).
   SimTime software_time(std::int64_t wire_bytes) {
@@ -486,16 +456,11 @@ class Kernel {
   SimTime transfer_penalty(const TileStats& t, const ReqState& req) const;
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);
-  std::uint32_t intern(std::string_view label);
   void controller();
   void region_event(int mark);
-  void fold_flow_hash(SimTime next_base);
   bool controller_step(std::unique_lock<NullLock>& lk);
   /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
   void rethrow_first_failure() const;
-  /// The run's per-tile results, trace and timeline hash (the digest of every tile's events and
-  /// end, and of the flows).
-  void finish_timeline(RunResult& res);
   /// The transfers matched since the last step enter the network model, in a fixed order.
   void enter_network();
   /// Advances the network model to t_net and delivers the flows that end there.
@@ -503,26 +468,12 @@ class Kernel {
   /// Completes the requests of members that finished before virtual time reached t (EarlyFinish).
   void finish_early(SimTime t);
   std::string deadlock_report() const;
-  void record_tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
-                         std::string_view label);
-  /// Topology::tier(a, b) from rank_group_: the tier of every completed flow.
-  int tier(int a, int b) const;
 
   const Topology& topo_;
   NetworkModel& net_;
   const DeviceModel& device_;
-  /// Op issue costs scale with the ranks sharing a node's host
-  /// (DeviceModel::host_per_rank_slowdown).
-  double host_scale_ = 1.0;
-  /// Each rank's factor on its device time (DeviceModel::rank_spread); empty: all alike.
-  std::vector<double> rank_speed_;
-  SimTime host_cost(SimTime c) const {
-    return host_scale_ == 1.0
-               ? c
-               : SimTime::from_ns(std::llround(static_cast<double>(c.ns()) * host_scale_));
-  }
   const EngineOptions& options_;
-  std::vector<int> rank_group_;  // see the constructor
+  Accounting acct_;  // every tile's and flow's counts, and the timeline hash
   std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64
   StackPool main_stacks_;
   StackPool comm_stacks_;
@@ -536,6 +487,8 @@ class Kernel {
   std::atomic<bool> aborting_{false};
   std::vector<std::unique_ptr<FiberState>> mains_;
   std::vector<FiberState*> blocked_list_;  // fibers currently blocked (unordered)
+  std::map<std::pair<std::uint64_t, int>, std::unique_ptr<const collectives::Schedule>>
+      group_schedules_;  // group_schedule: by group context and algorithm
   struct ChannelKeyHash {
     std::size_t operator()(const ChannelKey& k) const noexcept;
   };
@@ -550,7 +503,6 @@ class Kernel {
   std::uint64_t early_finish_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
-  std::uint64_t flows_exclusive_ = 0;  // flows timed by exclusive_end or exclusive_pair_ends
   std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
   std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWhole)
   // Ring pass messages that may share their links with one other message only
@@ -602,26 +554,14 @@ class Kernel {
   };
   /// What a region did, relative to its start T0 (the earliest clock at its mark).
   struct RegionRecord {
-    std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0
-    std::vector<SimTime> compute, exposed;
-    std::vector<std::uint64_t> events, inner;
-    std::uint64_t flow_inner = kHashBasis;
-    std::uint64_t flows = 0;
-    std::vector<std::int64_t> bytes_by_tier;
-    std::vector<std::vector<TraceEvent>> tile_trace;  // times relative to T0
-    std::vector<TraceEvent> flow_trace;
+    std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0 (then hosts')
+    Accounting::Effect effect;
   };
   struct Recording {
     bool active = false;
     int mark = 0;
     std::uint64_t id = 0;
-    SimTime t0;
-    std::vector<SimTime> compute, exposed;
-    std::vector<std::uint64_t> events;
-    std::vector<std::size_t> trace_size;
-    std::uint64_t flows = 0;
-    std::vector<std::int64_t> bytes_by_tier;
-    std::size_t flow_trace_size = 0;
+    Accounting::Mark from;  // the counts at the region's start, T0 with them
   };
   /// Wakes the tiles waiting at a mark.
   void release_mark(MarkState& ms);
@@ -641,26 +581,10 @@ class Kernel {
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;
-  // The flows since the last quiescent mark, times relative to its T0 (see TileStats::inner):
-  // the sum of one digest per flow, so the hash does not depend on the order flows complete
-  // in (exclusive flows are accounted when they are matched).
-  std::uint64_t flow_inner_ = kHashBasis;
-  SimTime flow_base_;
   std::uint64_t regions_replayed_ = 0;
   std::uint64_t tapes_played_ = 0;
   std::uint64_t tapes_run_ = 0;  // run_tape calls
 
-  std::vector<TileStats> tiles_;
-  std::size_t tile_trace_cap_ = 0;
-  std::vector<TraceEvent> flow_trace_;
-  std::uint64_t flow_hash_ = kHashBasis;
-  std::vector<std::int64_t> bytes_by_tier_;
-  std::uint64_t flows_ = 0;
-
-  std::mutex label_mutex_;
-  std::vector<std::string> labels_;
-  std::unordered_map<std::string, std::uint32_t> label_ids_;
-  std::unordered_set<std::string> kept_labels_;  // keep_label's copies (nodes do not move)
   // pass_costs' rows, by a digest of their charges (rows with one digest compared in full).
   std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<PassCosts>>> pass_costs_;
   // pass_counts' rows, likewise.

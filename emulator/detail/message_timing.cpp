@@ -64,8 +64,7 @@ void Kernel::time_collective_message(CollectiveOp& op, int src, int dst, int ste
   if (op.schedule->one_each_way()) {
     if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
-        account_flow(start, *end, wsrc, wdst, bytes, {&op.label, 1});
-        ++flows_exclusive_;
+        acct_.flow(start, *end, wsrc, wdst, bytes, {&op.label, 1}, /*exclusive=*/true);
         closed_messages_.push_back({&op, src, dst, *end});
       } else {
         undecided_.push_back({&op, src, dst, step, start, *end, bytes});
@@ -84,8 +83,7 @@ bool Kernel::settle_undecided() {
     const int wsrc = op.group->members[u(m.src)];
     const int wdst = op.group->members[u(m.dst)];
     if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
-      account_flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1});
-      ++flows_exclusive_;
+      acct_.flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1}, /*exclusive=*/true);
       closed_messages_.push_back({&op, m.src, m.dst, m.end});
       timed = true;
     } else {
@@ -118,7 +116,7 @@ bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
   const CollectiveMember& m = op.members[u(r)];
   const int rank = op.group->members[u(r)];
   const FiberState& f = *mains_[u(rank)];
-  const TileStats& t = tiles_[u(rank)];
+  const TileStats& t = acct_.tile(rank);
   // Blocked in wait() on this op (not in test(), which a timer may end), and it is the tile's
   // only open operation.
   return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
@@ -131,7 +129,7 @@ void Kernel::time_pass_hop(const PassHop& hop) {
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
   // before these messages end), a route on which no other rank's flow can travel carries them
   // alone: their end is known now, and they never enter the network model.
-  if (!tiles_[u(hop.src_rank)].nothing_open() || !tiles_[u(hop.dst_rank)].nothing_open()) {
+  if (!acct_.tile(hop.src_rank).nothing_open() || !acct_.tile(hop.dst_rank).nothing_open()) {
     pass_transfers(hop);
     return;
   }
@@ -180,9 +178,8 @@ void Kernel::time_pass_hop(const PassHop& hop) {
 void Kernel::pass_closed(const PassHop& h, SimTime end) {
   COCO_CHECK(h.op->late || h.start >= net_.now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
-  account_flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
-               {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)});
-  flows_exclusive_ += static_cast<std::uint64_t>(parts);
+  acct_.flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
+             {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)}, /*exclusive=*/true);
   closed_pass_messages_.push_back(
       {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
   closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives

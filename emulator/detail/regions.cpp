@@ -14,7 +14,7 @@ namespace cocodiff::emu::detail {
 Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
   if (aborting_) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
-  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  TileStats& t = acct_.tile(f.rank);
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
   t.last_inner = t.inner;
@@ -60,7 +60,7 @@ void Kernel::region_event(int mark) {
   // The region that ends here was recorded from the previous mark: keep its effect.
   if (rec_.active && rec_.mark + 1 == mark) keep_recorded_region(t0);
   rec_.active = false;
-  fold_flow_hash(t0);
+  acct_.fold_flow_hash(t0);
   std::uint64_t id = 0;
   if (ms.replayable && options_.replay) {
     id = region_ids_.try_emplace({ms.key, offsets_}, region_ids_.size() + 1).first->second;
@@ -87,7 +87,7 @@ bool Kernel::region_quiescent(const MarkState& ms) const {
          closed_pass_messages_.empty() && closed_messages_.empty() && early_finishes_.empty() &&
          held_.empty() && failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
          timers_.empty() && net_.active_flows() == 0 &&
-         std::all_of(tiles_.begin(), tiles_.end(), [](const TileStats& t) {
+         std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.open_collectives == 0;  // no compute slowed by overlap
          });
 }
@@ -101,76 +101,32 @@ SimTime Kernel::region_offsets() {
   for (int r = 0; r < n; ++r)
     offsets[static_cast<size_t>(r)] = (mains_[static_cast<size_t>(r)]->clock - t0).ns();
   // With a host model the tiles' hosts are part of the state: their offsets follow the clocks'.
-  if (device_.has_host())
-    for (int r = 0; r < n; ++r) offsets.push_back((tiles_[static_cast<size_t>(r)].host - t0).ns());
+  if (acct_.has_host())
+    for (int r = 0; r < n; ++r) offsets.push_back((acct_.tile(r).host - t0).ns());
   return t0;
 }
 
-namespace {
-/// Trace events from `from` on, shifted by `by`, appended to `to` up to `cap` events.
-void shifted(std::span<const TraceEvent> from, SimTime by, bool back, std::vector<TraceEvent>& to,
-             std::size_t cap) {
-  for (TraceEvent e : from) {
-    if (to.size() >= cap) break;
-    e.start = back ? e.start - by : e.start + by;
-    e.end = back ? e.end - by : e.end + by;
-    to.push_back(e);
-  }
-}
-}  // namespace
-
 void Kernel::keep_recorded_region(SimTime t0) {
-  const int n = topo_.num_ranks();
   RegionRecord r;
   r.end_ns = offsets_;
-  for (std::int64_t& e : r.end_ns) e += (t0 - rec_.t0).ns();
-  // Kept for every simulated region (most never recur): sized exactly, no trace when off.
-  const auto un = static_cast<size_t>(n);
-  r.compute.reserve(un);
-  r.exposed.reserve(un);
-  r.events.reserve(un);
-  r.inner.reserve(un);
-  if (options_.trace) r.tile_trace.resize(un);
-  for (size_t u = 0; u < un; ++u) {
-    const TileStats& t = tiles_[u];
-    r.compute.push_back(t.compute - rec_.compute[u]);
-    r.exposed.push_back(t.exposed - rec_.exposed[u]);
-    r.events.push_back(t.events - rec_.events[u]);
-    r.inner.push_back(t.last_inner);
-    if (options_.trace)
-      shifted(std::span(t.trace).subspan(rec_.trace_size[u]), rec_.t0, true, r.tile_trace[u],
-              SIZE_MAX);
-  }
-  r.flow_inner = flow_inner_;
-  r.flows = flows_ - rec_.flows;
-  r.bytes_by_tier = bytes_by_tier_;
-  for (size_t k = 0; k < r.bytes_by_tier.size(); ++k) r.bytes_by_tier[k] -= rec_.bytes_by_tier[k];
-  shifted(std::span(flow_trace_).subspan(rec_.flow_trace_size), rec_.t0, true, r.flow_trace,
-          SIZE_MAX);
+  for (std::int64_t& e : r.end_ns) e += (t0 - rec_.from.t0).ns();
+  r.effect = acct_.effect_since(rec_.from);
   records_.emplace(rec_.id, std::move(r));
 }
 
 void Kernel::replay_region(const RegionRecord& r, SimTime t0) {
   // Every tile jumps to where simulating the region would have taken it.
-  const auto n = static_cast<size_t>(topo_.num_ranks());
-  for (size_t u = 0; u < n; ++u) {
+  const int n = topo_.num_ranks();
+  for (int rank = 0; rank < n; ++rank) {
+    const auto u = static_cast<size_t>(rank);
     FiberState& f = *mains_[u];
-    TileStats& t = tiles_[u];
     f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
-    if (device_.has_host()) t.host = t0 + SimTime::from_ns(r.end_ns[u + n]);
+    if (acct_.has_host()) acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
     f.replayed = true;
-    t.compute += r.compute[u];
-    t.exposed += r.exposed[u];
-    t.events += r.events[u];
-    t.inner = r.inner[u];
-    if (options_.trace) shifted(r.tile_trace[u], t0, false, t.trace, tile_trace_cap_);
   }
-  flow_inner_ = r.flow_inner;
-  flows_ += r.flows;
-  for (size_t k = 0; k < bytes_by_tier_.size(); ++k) bytes_by_tier_[k] += r.bytes_by_tier[k];
-  next_flow_id_ += r.flows;
+  acct_.apply(r.effect, t0);
+  next_flow_id_ += r.effect.flows;
   in_flight_base_ = next_flow_id_;
-  if (options_.trace) shifted(r.flow_trace, t0, false, flow_trace_, options_.trace_limit / 2);
   ++regions_replayed_;
 }
 
@@ -178,20 +134,7 @@ void Kernel::start_recording(int mark, std::uint64_t id, SimTime t0) {
   rec_.active = true;
   rec_.mark = mark;
   rec_.id = id;
-  rec_.t0 = t0;
-  rec_.compute.clear();
-  rec_.exposed.clear();
-  rec_.events.clear();
-  rec_.trace_size.clear();
-  for (const TileStats& t : tiles_) {
-    rec_.compute.push_back(t.compute);
-    rec_.exposed.push_back(t.exposed);
-    rec_.events.push_back(t.events);
-    rec_.trace_size.push_back(t.trace.size());
-  }
-  rec_.flows = flows_;
-  rec_.bytes_by_tier = bytes_by_tier_;
-  rec_.flow_trace_size = flow_trace_.size();
+  rec_.from = acct_.mark(t0);
 }
 
 }  // namespace cocodiff::emu::detail

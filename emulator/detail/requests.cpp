@@ -67,7 +67,7 @@ std::string_view ReqState::trace_label() const {
 
 void Kernel::complete(ReqState& r, SimTime t) {
   COCO_CHECK(!r.done, "request completed twice");
-  if (r.owner >= 0) --tiles_[static_cast<size_t>(r.owner)].open_p2p;
+  if (r.owner >= 0) --acct_.tile(r.owner).open_p2p;
   r.done = true;
   r.done_time = t;
   if (r.waiter != nullptr) {
@@ -95,14 +95,14 @@ void Kernel::wait(FiberState& f, ReqState& req) {
 
 void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
   if (f.is_main && req.open)
-    req.penalty = transfer_penalty(tiles_[static_cast<size_t>(f.rank)], req);
+    req.penalty = transfer_penalty(acct_.tile(f.rank), req);
   f.clock = std::max(f.clock, req.done_time + req.penalty);
   if (f.is_main) {
-    TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+    TileStats& t = acct_.tile(f.rank);
     close_collective(t, req);
     if (f.clock > before) {
       t.exposed += f.clock - before;
-      record_tile_event(f.rank, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
+      acct_.tile_event(f.rank, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
     }
   }
 }
@@ -115,7 +115,7 @@ bool Kernel::test(FiberState& f, ReqState& req) {
     block(f, lk, &req, true);
   }
   if (!req.done) return false;
-  TileStats& t = tiles_[static_cast<size_t>(f.rank)];
+  TileStats& t = acct_.tile(f.rank);
   const SimTime penalty = f.is_main && req.open ? transfer_penalty(t, req) : req.penalty;
   const bool done = req.done_time + penalty <= f.clock;
   if (done && f.is_main) {
@@ -149,7 +149,7 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 
 void Kernel::open_collective(FiberState& parent, ReqState& req) {
   if (!parent.is_main || req.op != ReqState::Op::kCollective) return;
-  TileStats& t = tiles_[static_cast<std::size_t>(parent.rank)];
+  TileStats& t = acct_.tile(parent.rank);
   req.open = true;
   req.started = parent.clock;
   req.overlap_mark = t.overlapped_compute;

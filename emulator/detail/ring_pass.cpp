@@ -80,7 +80,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   req->group = g;
   std::vector<std::uint32_t> interned(u(parts), 0);
   if (options_.trace)
-    for (int q = 0; q < parts; ++q) interned[u(q)] = intern(pass.labels[u(q)]);
+    for (int q = 0; q < parts; ++q) interned[u(q)] = acct_.intern(pass.labels[u(q)]);
   std::unique_lock<NullLock> lk(state_lock_);
   if (aborting_) throw Cancelled{};
   groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
@@ -155,7 +155,7 @@ void Kernel::pass_join_whole(PassOp& op, int group_rank) {
   PassMember& m = op.members[u(group_rank)];
   const bool same_counts =
       op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
-  if (tiles_[u(m.rank)].nothing_open() && same_counts) {
+  if (acct_.tile(m.rank).nothing_open() && same_counts) {
     op.joined.push_back(group_rank);
     if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
   } else {
@@ -262,7 +262,7 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   }
   const PassCosts& c = *op.costs[u(r)];
   const size_t at = u(mod(r - round, p));  // by block
-  m.clock = charge(m.rank, m.clock, c.dt[at], c.work[at]);
+  m.clock = acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   complete(*m.req, m.clock);
@@ -307,11 +307,11 @@ void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count
   m.pending -= count;
   if (m.pending > 0) return;
   // The waits, in posting order: receives, then sends.
-  TileStats& ts = tiles_[u(m.rank)];
+  TileStats& ts = acct_.tile(m.rank);
   for (int k = 0; k < 2 * parts; ++k) {
     if (done[k] <= m.clock) continue;
     ts.exposed += done[k] - m.clock;
-    record_tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
+    acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
                       op.labels[u(r) * u(parts) + u(k % parts)]);
     m.clock = done[k];
   }

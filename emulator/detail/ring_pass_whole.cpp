@@ -67,7 +67,7 @@ void Kernel::pass_whole(PassOp& op) {
       rows.post[u(r)] = m.clock;
       const PassCosts& c = *op.costs[u(r)];
       const size_t at = u(mod(r - i, p));  // by block
-      m.clock = charge(m.rank, m.clock, c.dt[at], c.work[at]);
+      m.clock = acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
     }
     if (i + 1 == p) break;  // the last round only charges
     pass_whole_hops(op, i, rows);
@@ -106,24 +106,23 @@ void Kernel::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
       rows.span_ns[u(r)] = span->ns();
     }
     const SimTime end = start + SimTime::from_ns(rows.span_ns[u(r)]);
-    account_flow(start, end, s.rank, dm.rank, bytes,
-                 {op.trace_labels.data() + u(r) * u(parts), u(parts)});
+    acct_.flow(start, end, s.rank, dm.rank, bytes,
+               {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
     rows.send[u(r)] = end;
     rows.recv[u(d)] = end;
   }
-  flows_exclusive_ += static_cast<std::uint64_t>(p) * static_cast<std::uint64_t>(parts);
 }
 
 void Kernel::pass_whole_waits(PassOp& op, const WholeRows& rows) {
   const int p = static_cast<int>(op.members.size());
   for (int r = 0; r < p; ++r) {
     PassMember& m = op.members[u(r)];
-    TileStats& ts = tiles_[u(m.rank)];
+    TileStats& ts = acct_.tile(m.rank);
     // The waits, in posting order: the receives (every part ends at once), then the sends.
     for (const SimTime done : {rows.recv[u(r)], rows.send[u(r)]}) {
       if (done <= m.clock) continue;
       ts.exposed += done - m.clock;
-      record_tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
+      acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
                         op.labels[u(r) * u(op.parts)]);
       m.clock = done;
     }
