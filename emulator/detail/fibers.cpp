@@ -2,6 +2,7 @@
 // collective message by message, and arithmetic handed to the math threads.
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/ring_passes.hpp"
 
 #include <boost/fiber/all.hpp>
 
@@ -92,6 +93,32 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
 void Kernel::run_math(FiberState& f, const std::function<void()>& work) {
   if (aborting_) throw Cancelled{};
   math_->run(work, f.stack);
+}
+
+void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                       std::uint64_t seq, const RingPass& pass, PassRows kept) {
+  const ReqPtr req = passes_->start(f, g, group_rank, seq, pass, kept);
+  std::unique_lock<NullLock> lk(state_lock_);
+  if (!req->done) {
+    req->waiter = &f;
+    block(f, lk, req.get(), false);
+  }
+  COCO_CHECK(req->done, "woken before completion");
+  // Every charge and wait is already on the tile's accounting: the clock only catches up.
+  f.clock = req->done_time;
+}
+
+ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                               std::uint64_t seq, const RingPass& pass, PassRows kept) {
+  return passes_->start(f, g, group_rank, seq, pass, kept);
+}
+
+const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank) {
+  return passes_->pass_costs(work, group_rank);
+}
+
+const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
+  return passes_->pass_counts(counts);
 }
 
 }  // namespace cocodiff::emu::detail

@@ -2,6 +2,7 @@
 // fixed order of events, and reports what a stuck run waits for.
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/ring_passes.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +25,8 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       options_(options),
       acct_(topo, device, options),
       main_stacks_(options.stack_bytes),
-      comm_stacks_(options.comm_stack_bytes) {
+      comm_stacks_(options.comm_stack_bytes),
+      passes_(std::make_unique<RingPasses>(*this)) {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
 }
@@ -135,10 +137,10 @@ std::string Kernel::deadlock_report() const {
 bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   (void)lk;
   // Fibers these completions wake may post before anything the network has next.
-  if (run_whole_passes()) return true;
+  if (passes_->run_whole_passes()) return true;
   if (deliver_closed_form()) return true;
   if (settle_undecided()) return true;  // their completions are delivered first
-  flush_held();  // unpaired ring pass messages: through the network, from here in order
+  passes_->flush_held();  // unpaired ring pass messages: through the network, from here in order
   enter_network();
   // Collective messages timed in closed form end in virtual time order among the network's
   // flows, as they would in the network model: the controller's steps, and so the tiles'
@@ -236,7 +238,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   acct_.finish(res);
-  res.passes_whole = passes_whole_;
+  res.passes_whole = passes_->passes_whole();
   res.regions_replayed = regions_replayed_;
   res.tapes_played = tapes_played_;
   res.tapes_run_by_engine = tapes_run_;

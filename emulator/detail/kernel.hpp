@@ -1,10 +1,10 @@
 #pragma once
 // The emulator's private kernel (emulator/README.md describes its design): fibers, the fabric,
-// collectives and ring passes at the collective level, region replay and tapes, in files named
-// after them: kernel.cpp (the event loop), fibers.cpp, requests.cpp, fabric.cpp,
-// collective_ops.cpp (schedules at the collective level), ring_pass.cpp and
-// ring_pass_whole.cpp, message_timing.cpp, regions.cpp, tapes.cpp. What the run counts and hashes
-// is Accounting's (accounting.hpp).
+// collectives at the collective level, region replay and tapes, in files named after them:
+// kernel.cpp (the event loop), fibers.cpp, requests.cpp, fabric.cpp, collective_ops.cpp
+// (schedules at the collective level), message_timing.cpp, regions.cpp, tapes.cpp. What the run
+// counts and hashes is Accounting's (accounting.hpp); ring passes are RingPasses'
+// (ring_passes.hpp).
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -87,6 +87,8 @@ struct PassRows {
   const PassCosts* costs = nullptr;
   const std::int64_t* counts = nullptr;
 };
+
+class RingPasses;
 
 class Kernel {
  public:
@@ -183,6 +185,7 @@ class Kernel {
   }
 
  private:
+  friend class RingPasses;
   struct PostedSend {
     ReqPtr req;
     std::span<const float> data;
@@ -307,116 +310,6 @@ class Kernel {
     };
   };
   void op_finish(CollectiveOp& op, int r);
-  /// What can reach a ring hop's links: no other rank's flow (exclusive: timed in closed form),
-  /// one other pair's only (paired: pair_key names the pair, NetworkModel::pair_key), or any.
-  struct HopRoute {
-    enum class Kind : std::uint8_t { kExclusive, kPaired, kNetwork } kind = Kind::kNetwork;
-    int pair_key = -1;
-  };
-  /// A ring pass run at the collective level: every member's progress through its rounds.
-  struct PassMember {
-    bool started = false;
-    bool data = false;  // the caller passes buffers (RingPass::data)
-    int round = 0;
-    int pending = 0;  // messages of the current round not yet complete
-    int rank = 0;     // world rank
-    SimTime post;     // when the current round's messages were posted
-    SimTime clock;    // the rank's clock: after the round's charge, then after each wait
-    const RingPass* pass = nullptr;  // the caller's, alive until its part is done
-    ReqPtr req;
-  };
-  /// Member state the rounds read is copied in at the start, flat and beside the other
-  /// members' (member r's entries start at r times the per-member count), so a round touches
-  /// no memory of the caller's.
-  struct PassOp final : MessageSink {
-    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
-    std::shared_ptr<const Group> group;
-    std::uint64_t seq = 0;
-    int parts = 1;
-    int finished = 0;
-    /// Whether the pass is timed whole (pass_whole): decided by its first member (kUndecided
-    /// until then); kWhole while every member so far joined with nothing else open and the
-    /// same block sizes, and posts nothing; kRounds when it runs round by round.
-    enum class Mode : std::uint8_t { kUndecided, kWhole, kRounds } mode = Mode::kUndecided;
-    /// A member whose rounds were posted only when the pass left kWhole: its first messages
-    /// may start before the network's present (they are exclusive: timed in closed form).
-    bool late = false;
-    std::vector<int> joined;  // kWhole: the members that joined, in order
-    std::vector<PassMember> members;
-    /// Per member r, the route of its hop (to r + 1). Set with the mode, a property of the
-    /// routes.
-    std::vector<HopRoute> hops;
-    std::vector<const std::int64_t*> counts;  // per member: its block sizes (pass_counts)
-    std::vector<const PassCosts*> costs;      // per member: its charges, by block
-    std::vector<std::string_view> labels;     // parts per member: its messages' labels
-    std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
-    std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends
-  };
-  /// The `seq`-th pass of group g, made when its first member joins; a member passing another
-  /// number of parts than those before it is an error.
-  PassOp& pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
-                  int group_rank);
-  /// Member group_rank joins a pass that may be timed whole: it posts nothing while every member
-  /// so far has nothing else open and the same block sizes; otherwise the members so far post
-  /// their first round in the order they joined, then it posts its own, and the pass runs round
-  /// by round.
-  void pass_join_whole(PassOp& op, int group_rank);
-  /// Posts member r's current round (its messages, matched with neighbours that posted the
-  /// same round), charges the round's work and finishes r after its last round.
-  void pass_post_round(PassOp& op, int r);
-  void pass_match(PassOp& op, int src, int dst);
-  /// Whether pass `op` of p members can be timed whole: every hop (member r to
-  /// r + 1) exclusive (NetworkModel::exclusive_end). Its members then post nothing as they join;
-  /// the controller times the whole pass when the last one has (pass_whole), unless a member
-  /// joins with something else open or other block sizes: then the members so far post their
-  /// first round, in the order they joined, and the pass runs round by round.
-  bool pass_can_be_whole(PassOp& op);
-  /// Every round of every member of `op`, all of whose members have joined, in closed form: the
-  /// same charges, waits, flows and ends as the rounds, with no completion list or matching.
-  void pass_whole(PassOp& op);
-  struct WholeRows;
-  /// Round `round` of a pass timed whole: every member's hop, in closed form.
-  void pass_whole_hops(PassOp& op, int round, WholeRows& rows);
-  /// Then every member's waits for its hops' ends, in posting order.
-  void pass_whole_waits(PassOp& op, const WholeRows& rows);
-  /// Runs the passes whose last member has joined (pass_whole). Returns false when none was.
-  bool run_whole_passes();
-  /// Copies block `block` (count elements of each part) from sender s's buffers into receiver
-  /// d's, when both pass data.
-  static void pass_copy_block(const PassMember& s, const PassMember& d, int block,
-                              std::int64_t count, int parts);
-  /// Gives a finished pass's storage back to the pool.
-  void pass_free(const PassOp& op);
-  /// A matched ring pass message: sender and receiver (members, and their world ranks), the
-  /// sender's round, when it starts and the bytes of each part.
-  struct PassHop {
-    PassOp* op;
-    int src, dst, src_rank, dst_rank, round;
-    SimTime start;
-    std::int64_t bytes;
-  };
-  /// Times a matched hop (message_timing.cpp): in closed form when neither end has anything else
-  /// open and no other flow can reach its route, held for its pair when one other pair's flows
-  /// can, else through the network model.
-  void time_pass_hop(const PassHop& hop);
-  /// Its flows go through the network model: one transfer per part.
-  void pass_transfers(const PassHop& h);
-  /// Its flows end at `end`, known now (exclusive, or one of an exclusive pair): accounted at
-  /// once, its completions delivered by the controller (deliver_closed_form).
-  void pass_closed(const PassHop& h, SimTime end);
-  /// Sends the held messages (pass_match) to the network model, before it moves on.
-  void flush_held();
-  /// `count` of member r's messages of this round completed, from `slot` on (receives, then
-  /// sends).
-  void pass_message_done(PassOp& op, int r, int slot, SimTime t, int count = 1);
-  /// Completions of `count` of a member's messages from `slot` on, known in advance (their
-  /// flows were timed in closed form, pass_closed); the controller delivers them
-  /// (deliver_closed_form).
-  struct ClosedPassMessage {
-    PassOp* op;
-    int member, slot, count;
-    SimTime t;
-  };
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();
@@ -494,7 +387,6 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::vector<ClosedPassMessage> closed_pass_messages_;
   std::vector<ClosedMessage>
       closed_messages_;  // closed-form collective messages, delivered at once
   std::vector<UndecidedMessage>
@@ -503,17 +395,6 @@ class Kernel {
   std::uint64_t early_finish_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
-  std::uint64_t passes_whole_ = 0;     // passes timed by pass_whole
-  std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWhole)
-  // Ring pass messages that may share their links with one other message only
-  // (NetworkModel::pair_key): held until that message is matched too, or until the controller
-  // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.
-  struct HeldHop {
-    PassHop hop;
-    int key;
-  };
-  std::vector<HeldHop> held_;
-  std::vector<std::uint32_t> held_at_;
   struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
     std::int64_t start;
     std::uint64_t ends;
@@ -529,10 +410,7 @@ class Kernel {
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
   Recycler<CollectiveOp> op_pool_;  // finished ops, kept for their members
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
-  // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
-  // otherwise allocate and free about 400 KB per pass.
-  Recycler<PassOp> pass_pool_;
+  std::unique_ptr<RingPasses> passes_;  // ring passes at the collective level
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {
@@ -585,10 +463,6 @@ class Kernel {
   std::uint64_t tapes_played_ = 0;
   std::uint64_t tapes_run_ = 0;  // run_tape calls
 
-  // pass_costs' rows, by a digest of their charges (rows with one digest compared in full).
-  std::unordered_map<std::uint64_t, std::vector<std::unique_ptr<PassCosts>>> pass_costs_;
-  // pass_counts' rows, likewise.
-  std::unordered_map<std::uint64_t, std::vector<std::vector<std::int64_t>>> pass_counts_;
 };
 
 }  // namespace cocodiff::emu::detail

@@ -2,6 +2,7 @@
 // (Replay::begin_region).
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/ring_passes.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -83,9 +84,8 @@ bool Kernel::region_quiescent(const MarkState& ms) const {
   // Every tile waits here and nothing else is under way, so what follows depends only on the
   // tiles' clock offsets and on what they run next (named by the key).
   const int n = topo_.num_ranks();
-  return ms.arrived == n && live_ == n && ops_.empty() && passes_.empty() &&
-         closed_pass_messages_.empty() && closed_messages_.empty() && early_finishes_.empty() &&
-         held_.empty() && failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
+  return ms.arrived == n && live_ == n && ops_.empty() && passes_->idle() &&
+         closed_messages_.empty() && early_finishes_.empty() && failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
          timers_.empty() && net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.open_collectives == 0;  // no compute slowed by overlap

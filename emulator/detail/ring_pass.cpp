@@ -36,7 +36,7 @@
 #include <span>
 
 #include "core/errors.hpp"
-#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/ring_passes.hpp"
 
 namespace cocodiff::emu::detail {
 
@@ -51,23 +51,10 @@ bool same_cost(const OpCost& a, const OpCost& b) {
 }
 }  // namespace
 
-void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                       std::uint64_t seq, const RingPass& pass, PassRows kept) {
-  const ReqPtr req = ring_pass_start(f, g, group_rank, seq, pass, kept);
-  std::unique_lock<NullLock> lk(state_lock_);
-  if (!req->done) {
-    req->waiter = &f;
-    block(f, lk, req.get(), false);
-  }
-  COCO_CHECK(req->done, "woken before completion");
-  // Every charge and wait is already on the tile's accounting: the clock only catches up.
-  f.clock = req->done_time;
-}
-
-ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
-                               std::uint64_t seq, const RingPass& pass, PassRows kept) {
+ReqPtr RingPasses::start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
+                         std::uint64_t seq, const RingPass& pass, PassRows kept) {
   COCO_CHECK(f.is_main, "a ring pass runs on a tile's main fiber");
-  issue_call(f);
+  k_.issue_call(f);
   const int p = static_cast<int>(g->members.size());
   const int parts = pass.parts;
   auto req = std::make_shared<ReqState>();
@@ -75,15 +62,15 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   req->label = pass.labels.empty() ? std::string() : std::string(pass.labels.front());
   req->set_call(parts == 2   ? std::string_view("ring_pass(parts=2)")
                 : parts == 1 ? std::string_view("ring_pass(parts=1)")
-                             : keep_label("ring_pass(parts=" + std::to_string(parts) + ")"),
+                             : k_.keep_label("ring_pass(parts=" + std::to_string(parts) + ")"),
                 seq);
   req->group = g;
   std::vector<std::uint32_t> interned(u(parts), 0);
-  if (options_.trace)
-    for (int q = 0; q < parts; ++q) interned[u(q)] = acct_.intern(pass.labels[u(q)]);
-  std::unique_lock<NullLock> lk(state_lock_);
-  if (aborting_) throw Cancelled{};
-  groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
+  if (k_.options_.trace)
+    for (int q = 0; q < parts; ++q) interned[u(q)] = k_.acct_.intern(pass.labels[u(q)]);
+  std::unique_lock<NullLock> lk(k_.state_lock_);
+  if (k_.aborting_) throw Cancelled{};
+  k_.groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
   PassOp& op = pass_op(g, seq, parts, group_rank);
   // The block sizes and the rounds' charges by block, kept once for the run (a tape keeps them).
   op.counts[u(group_rank)] =
@@ -118,7 +105,7 @@ ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>
   return req;
 }
 
-Kernel::PassOp& Kernel::pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
+RingPasses::PassOp& RingPasses::pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
                                 int group_rank) {
   const int p = static_cast<int>(g->members.size());
   auto& slot = passes_[{g->ctx, seq}];
@@ -126,6 +113,7 @@ Kernel::PassOp& Kernel::pass_op(const std::shared_ptr<const Group>& g, std::uint
     // A finished pass's arrays are reused: every entry a round reads is written first (each
     // member's own when it starts, the completion times before its waits read them).
     slot = pass_pool_.take();
+    slot->owner = this;
     slot->group = g;
     slot->seq = seq;
     slot->parts = parts;
@@ -150,12 +138,12 @@ Kernel::PassOp& Kernel::pass_op(const std::shared_ptr<const Group>& g, std::uint
   return op;
 }
 
-void Kernel::pass_join_whole(PassOp& op, int group_rank) {
+void RingPasses::pass_join_whole(PassOp& op, int group_rank) {
   const int p = static_cast<int>(op.members.size());
   PassMember& m = op.members[u(group_rank)];
   const bool same_counts =
       op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
-  if (acct_.tile(m.rank).nothing_open() && same_counts) {
+  if (k_.acct_.tile(m.rank).nothing_open() && same_counts) {
     op.joined.push_back(group_rank);
     if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
   } else {
@@ -175,7 +163,7 @@ void Kernel::pass_join_whole(PassOp& op, int group_rank) {
   }
 }
 
-const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
+const std::int64_t* RingPasses::pass_counts(std::span<const std::int64_t> counts) {
   std::uint64_t h = counts.size();
   for (const std::int64_t c : counts) hash_word(h, static_cast<std::uint64_t>(c));
   std::vector<std::vector<std::int64_t>>& rows = pass_counts_[h];
@@ -185,7 +173,7 @@ const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
   return rows.back().data();
 }
 
-const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank) {
+const PassCosts& RingPasses::pass_costs(std::span<const OpCost> work, int group_rank) {
   const int p = static_cast<int>(work.size());
   // Round i of member r works on block r - i: the row by block is `work` turned by r.
   const auto by_block = [&](int b) -> const OpCost& { return work[u(mod(group_rank - b, p))]; };
@@ -219,8 +207,8 @@ const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank
     const OpCost& w = by_block(b);
     const bool again = b > 0 && same_cost(w, by_block(b - 1));
     OpCost kept = w;
-    kept.label = again ? row->costs[u(b - 1)].label : keep_label(w.label);
-    row->dt[u(b)] = again ? row->dt[u(b - 1)] : device_.time(w);
+    kept.label = again ? row->costs[u(b - 1)].label : k_.keep_label(w.label);
+    row->dt[u(b)] = again ? row->dt[u(b - 1)] : k_.device_.time(w);
     row->work[u(b)] = kept.label.empty() ? op_kind_name(kept.kind) : kept.label;
     row->costs[u(b)] = kept;
   }
@@ -228,7 +216,7 @@ const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank
   return *rows.back();
 }
 
-void Kernel::pass_copy_block(const PassMember& s, const PassMember& d, int block,
+void RingPasses::pass_copy_block(const PassMember& s, const PassMember& d, int block,
                              std::int64_t count, int parts) {
   if (!s.data || !d.data || count <= 0) return;
   for (int q = 0; q < parts; ++q) {
@@ -238,14 +226,14 @@ void Kernel::pass_copy_block(const PassMember& s, const PassMember& d, int block
   }
 }
 
-void Kernel::pass_free(const PassOp& op) {
+void RingPasses::pass_free(const PassOp& op) {
   const auto it = passes_.find({op.group->ctx, op.seq});
   it->second->group.reset();
   pass_pool_.give(std::move(it->second));
   passes_.erase(it);
 }
 
-void Kernel::pass_post_round(PassOp& op, int r) {
+void RingPasses::pass_post_round(PassOp& op, int r) {
   const int p = static_cast<int>(op.members.size());
   PassMember& m = op.members[u(r)];
   const int round = m.round;
@@ -262,17 +250,17 @@ void Kernel::pass_post_round(PassOp& op, int r) {
   }
   const PassCosts& c = *op.costs[u(r)];
   const size_t at = u(mod(r - round, p));  // by block
-  m.clock = acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
+  m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
-  complete(*m.req, m.clock);
+  k_.complete(*m.req, m.clock);
   m.req.reset();
   m.pass = nullptr;
   if (++op.finished < p) return;
   pass_free(op);
 }
 
-void Kernel::pass_match(PassOp& op, int src, int dst) {
+void RingPasses::pass_match(PassOp& op, int src, int dst) {
   const int p = static_cast<int>(op.members.size());
   const PassMember& s = op.members[u(src)];
   const PassMember& d = op.members[u(dst)];
@@ -288,17 +276,17 @@ void Kernel::pass_match(PassOp& op, int src, int dst) {
                     std::string(op.labels[u(src) * u(parts)]) + "')");
   }
   const SimTime start = std::max(s.post, d.post);
-  const std::int64_t bytes = wire_bytes(count);
+  const std::int64_t bytes = k_.wire_bytes(count);
   pass_copy_block(s, d, block, count, parts);
   time_pass_hop({&op, src, dst, s.rank, d.rank, round, start, bytes});
 }
 
-void Kernel::PassOp::message_done(Kernel& k, const Transfer& t, SimTime end) {
-  k.pass_message_done(*this, t.src_member, parts + t.part, end);  // dst's part is pending
-  k.pass_message_done(*this, t.dst_member, t.part, end);
+void RingPasses::PassOp::message_done(Kernel& /*k*/, const Kernel::Transfer& t, SimTime end) {
+  owner->pass_message_done(*this, t.src_member, parts + t.part, end);  // dst's part is pending
+  owner->pass_message_done(*this, t.dst_member, t.part, end);
 }
 
-void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count) {
+void RingPasses::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count) {
   PassMember& m = op.members[u(r)];
   if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
   const int parts = op.parts;
@@ -307,11 +295,11 @@ void Kernel::pass_message_done(PassOp& op, int r, int slot, SimTime t, int count
   m.pending -= count;
   if (m.pending > 0) return;
   // The waits, in posting order: receives, then sends.
-  TileStats& ts = acct_.tile(m.rank);
+  TileStats& ts = k_.acct_.tile(m.rank);
   for (int k = 0; k < 2 * parts; ++k) {
     if (done[k] <= m.clock) continue;
     ts.exposed += done[k] - m.clock;
-    acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
+    k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
                       op.labels[u(r) * u(parts) + u(k % parts)]);
     m.clock = done[k];
   }

@@ -7,7 +7,7 @@
 #include <optional>
 
 #include "core/errors.hpp"
-#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/ring_passes.hpp"
 
 namespace cocodiff::emu::detail {
 
@@ -18,13 +18,13 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 
 /// Per member of a pass timed whole: when it posted the round, when its receives and sends
 /// end, and its hop's duration (exclusive_end from a start of zero) for its last block size.
-struct Kernel::WholeRows {
+struct RingPasses::WholeRows {
   explicit WholeRows(int p) : post(u(p)), recv(u(p)), send(u(p)), bytes(u(p), -1), span_ns(u(p)) {}
   std::vector<SimTime> post, recv, send;
   std::vector<std::int64_t> bytes, span_ns;
 };
 
-bool Kernel::pass_can_be_whole(PassOp& op) {
+bool RingPasses::pass_can_be_whole(PassOp& op) {
   const int p = static_cast<int>(op.members.size());
   if (p < 2) return false;
   // Each hop's kind, asked once per pass: its rounds' messages go by it.
@@ -34,18 +34,18 @@ bool Kernel::pass_can_be_whole(PassOp& op) {
   for (int r = 0; r < p; ++r) {
     const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
     HopRoute& hop = op.hops[u(r)];
-    if (net_.exclusive_end(s, d, 0, op.parts, net_.now())) {
+    if (k_.net_.exclusive_end(s, d, 0, op.parts, k_.net_.now())) {
       hop = {HopRoute::Kind::kExclusive, -1};
       continue;
     }
     whole = false;
-    const std::optional<int> key = net_.pair_key(s, d);
+    const std::optional<int> key = k_.net_.pair_key(s, d);
     hop = key.has_value() ? HopRoute{HopRoute::Kind::kPaired, *key} : HopRoute{};
   }
   return whole;
 }
 
-bool Kernel::run_whole_passes() {
+bool RingPasses::run_whole_passes() {
   if (whole_ready_.empty()) return false;
   // Each pass's members are its own: the order passes are timed in does not matter. (The
   // members they wake run only after this controller step: none joins a pass meanwhile.)
@@ -54,7 +54,7 @@ bool Kernel::run_whole_passes() {
   return true;
 }
 
-void Kernel::pass_whole(PassOp& op) {
+void RingPasses::pass_whole(PassOp& op) {
   // Member by member within each round: every member joined with nothing else open and waits in
   // the pass, so no flow of anyone else can join its hops' links, and each hop's end is
   // exclusive_end's. A tile's events keep their order (round i's charge, then its waits); flows
@@ -67,7 +67,7 @@ void Kernel::pass_whole(PassOp& op) {
       rows.post[u(r)] = m.clock;
       const PassCosts& c = *op.costs[u(r)];
       const size_t at = u(mod(r - i, p));  // by block
-      m.clock = acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
+      m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at]);
     }
     if (i + 1 == p) break;  // the last round only charges
     pass_whole_hops(op, i, rows);
@@ -76,14 +76,14 @@ void Kernel::pass_whole(PassOp& op) {
   ++passes_whole_;
   for (PassMember& m : op.members) {
     m.round = p;
-    complete(*m.req, m.clock);
+    k_.complete(*m.req, m.clock);
     m.req.reset();
     m.pass = nullptr;
   }
   pass_free(op);
 }
 
-void Kernel::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
+void RingPasses::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
   const int p = static_cast<int>(op.members.size());
   const int parts = op.parts;
   const std::int64_t* const counts = op.counts[0];  // every member's (kWhole)
@@ -93,36 +93,36 @@ void Kernel::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
     const PassMember& dm = op.members[u(d)];
     const int block = mod(r - round, p);  // the sender's holder, the receiver's next block
     const std::int64_t count = counts[u(block)];
-    const std::int64_t bytes = wire_bytes(count);
+    const std::int64_t bytes = k_.wire_bytes(count);
     const SimTime start = std::max(rows.post[u(r)], rows.post[u(d)]);
     pass_copy_block(s, dm, block, count, parts);
     // An exclusive hop's end moves with its start (its join is start + latency): each member's
     // is worked out once per block size.
     if (rows.bytes[u(r)] != bytes) {
       const std::optional<SimTime> span =
-          net_.exclusive_end(s.rank, dm.rank, bytes, parts, SimTime{});
+          k_.net_.exclusive_end(s.rank, dm.rank, bytes, parts, SimTime{});
       COCO_CHECK(span.has_value(), "a hop of a whole ring pass is not exclusive");
       rows.bytes[u(r)] = bytes;
       rows.span_ns[u(r)] = span->ns();
     }
     const SimTime end = start + SimTime::from_ns(rows.span_ns[u(r)]);
-    acct_.flow(start, end, s.rank, dm.rank, bytes,
+    k_.acct_.flow(start, end, s.rank, dm.rank, bytes,
                {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
     rows.send[u(r)] = end;
     rows.recv[u(d)] = end;
   }
 }
 
-void Kernel::pass_whole_waits(PassOp& op, const WholeRows& rows) {
+void RingPasses::pass_whole_waits(PassOp& op, const WholeRows& rows) {
   const int p = static_cast<int>(op.members.size());
   for (int r = 0; r < p; ++r) {
     PassMember& m = op.members[u(r)];
-    TileStats& ts = acct_.tile(m.rank);
+    TileStats& ts = k_.acct_.tile(m.rank);
     // The waits, in posting order: the receives (every part ends at once), then the sends.
     for (const SimTime done : {rows.recv[u(r)], rows.send[u(r)]}) {
       if (done <= m.clock) continue;
       ts.exposed += done - m.clock;
-      acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
+      k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
                         op.labels[u(r) * u(op.parts)]);
       m.clock = done;
     }
