@@ -1,6 +1,7 @@
 // The per-message fabric: point-to-point posts matched FIFO per (context, source, destination,
 // tag), each match a transfer for the network model.
 
+#include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/kernel.hpp"
 
 #include <algorithm>
@@ -158,7 +159,7 @@ void Kernel::network_step(SimTime t_net) {
       ++in_flight_base_;
     }
   }
-  finish_early(t_net);
+  runner_->finish_early(t_net);
 }
 
 }  // namespace cocodiff::emu::detail

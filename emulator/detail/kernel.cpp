@@ -2,6 +2,7 @@
 // fixed order of events, and reports what a stuck run waits for.
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/ring_passes.hpp"
 
 #include <algorithm>
@@ -26,6 +27,7 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       acct_(topo, device, options),
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes),
+      runner_(std::make_unique<CollectiveRunner>(*this)),
       passes_(std::make_unique<RingPasses>(*this)) {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
@@ -139,14 +141,13 @@ bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   // Fibers these completions wake may post before anything the network has next.
   if (passes_->run_whole_passes()) return true;
   if (deliver_closed_form()) return true;
-  if (settle_undecided()) return true;  // their completions are delivered first
+  if (runner_->settle_undecided()) return true;  // their completions are delivered first
   passes_->flush_held();  // unpaired ring pass messages: through the network, from here in order
   enter_network();
   // Collective messages timed in closed form end in virtual time order among the network's
   // flows, as they would in the network model: the controller's steps, and so the tiles'
   // progress between them, are the same either way.
-  const SimTime t_net = std::min(
-      net_.next_event_time(), early_finishes_.empty() ? SimTime::max() : early_finishes_.front().t);
+  const SimTime t_net = std::min(net_.next_event_time(), runner_->next_early_finish());
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
   // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
   SimTime t_region = SimTime::max();
@@ -243,6 +244,22 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.tapes_played = tapes_played_;
   res.tapes_run_by_engine = tapes_run_;
   return res;
+}
+
+bool Kernel::deliver_closed_form() {
+  if (passes_->nothing_closed() && runner_->nothing_closed()) return false;
+  runner_->deliver_closed();
+  passes_->deliver_closed();
+  return true;
+}
+
+ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
+                                   int group_rank, std::uint64_t seq, ReqPtr req,
+                                   const CollectiveSpec& spec) {
+  issue_call(f);
+  open_collective(f, *req);
+  runner_->start(g, group_rank, seq, req, spec, f.clock);
+  return req;
 }
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {

@@ -1,10 +1,9 @@
 #pragma once
 // The emulator's private kernel (emulator/README.md describes its design): fibers, the fabric,
-// collectives at the collective level, region replay and tapes, in files named after them:
-// kernel.cpp (the event loop), fibers.cpp, requests.cpp, fabric.cpp, collective_ops.cpp
-// (schedules at the collective level), message_timing.cpp, regions.cpp, tapes.cpp. What the run
-// counts and hashes is Accounting's (accounting.hpp); ring passes are RingPasses'
-// (ring_passes.hpp).
+// region replay and tapes, in files named after them: kernel.cpp (the event loop), fibers.cpp,
+// requests.cpp, fabric.cpp, regions.cpp, tapes.cpp. What the run counts and hashes is
+// Accounting's (accounting.hpp); collectives at the collective level are CollectiveRunner's
+// (collective_runner.hpp), ring passes RingPasses' (ring_passes.hpp).
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -88,6 +87,7 @@ struct PassRows {
   const std::int64_t* counts = nullptr;
 };
 
+class CollectiveRunner;
 class RingPasses;
 
 class Kernel {
@@ -185,6 +185,7 @@ class Kernel {
   }
 
  private:
+  friend class CollectiveRunner;
   friend class RingPasses;
   struct PostedSend {
     ReqPtr req;
@@ -231,97 +232,9 @@ class Kernel {
     ReqPtr sreq, rreq;                             // point to point: its requests
     int src_member = 0, dst_member = 0, part = 0;  // a collective's: its ends' group ranks
   };
-  /// A collective run at the collective level: every member's progress through its rounds.
-  struct CollectiveMember {
-    bool started = false;
-    int round = 0;                    // current round
-    int pending = 0;                  // messages of the current round not yet complete
-    SimTime clock;                    // the time the fiber running the schedule would be at
-    SimTime recv_post;                // when the current round's receives were posted
-    std::vector<SimTime> send_posts;  // when each of its sends was
-    SimTime latest;                   // the latest end of its messages so far
-    std::vector<float> scratch;       // Schedule::scratch, when data moves
-    ReqPtr req;
-    CollectiveSpec spec;
-  };
-  struct CollectiveOp final : MessageSink {
-    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
-    std::shared_ptr<const Group> group;
-    std::uint64_t seq = 0;
-    std::uint32_t label = 0;
-    const collectives::Schedule* schedule = nullptr;
-    int finished = 0;
-    std::vector<CollectiveMember> members;
-  };
-  /// Posts member r's current round: its receives, then its sends (each after its software
-  /// time), each matched with the other end if it has posted the same round.
-  void op_post_round(CollectiveOp& op, int r);
-  /// Matches the k-th message of the current round from group rank src to dst, both posted:
-  /// copies its data and times it from `start`.
-  void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start);
-  /// Copies (or reduces) a matched message's elements from its sender's buffers into its
-  /// receiver's.
-  void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
-               int dst, int k);
-  void op_message_done(CollectiveOp& op, int r, SimTime t);
-  /// Times the matched message from group rank src to dst of `op` (message_timing.cpp): in
-  /// closed form now when both ends wait for the op alone and no other flow can reach its route,
-  /// decided at the next step when an end could still post, else through the network model.
-  void time_collective_message(CollectiveOp& op, int src, int dst, int step, SimTime start,
-                               std::int64_t bytes);
-  /// Whether member r of `op` can post nothing before its current messages end: its tile's
-  /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
-  bool op_waits_alone(const CollectiveOp& op, int r) const;
-  /// A message of a collective op timed in closed form (op_match): its sender and receiver
-  /// (group ranks) and its end. The controller delivers it at once (deliver_closed_form): only the
-  /// op's members see it, and they wait for the op. A member whose messages end later than the
-  /// present when it finishes is woken when virtual time reaches the last end (early_finishes_), as
-  /// the network's completion of that message would wake it.
-  struct ClosedMessage {
-    CollectiveOp* op;
-    int src, dst;
-    SimTime t;
-  };
-  /// A message of a collective op on a route of its own, matched while one of its ends could
-  /// still post (a member that has just started the op, before it waits): decided when the
-  /// controller next steps (settle_undecided), by when both ends may wait for the op alone.
-  struct UndecidedMessage {
-    CollectiveOp* op;
-    int src, dst, step;
-    SimTime start, end;  // its end if timed in closed form (its route is exclusive)
-    std::int64_t bytes;
-  };
-  /// Times the messages of undecided_ whose ends now both wait for their op alone in closed
-  /// form, and hands the others to the network; true when it timed any.
-  bool settle_undecided();
-  /// A collective message through the network model.
-  void op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start, std::int64_t bytes);
-  /// A member's request finished before virtual time reached its last message's end (a
-  /// closed-form message, op_finish): completed at `done`, at controller time t.
-  struct EarlyFinish {
-    SimTime t;
-    std::uint64_t seq;  // in the order finished: equal times are woken in that order
-    ReqPtr req;
-    SimTime done;
-    struct Later {
-      bool operator()(const EarlyFinish& a, const EarlyFinish& b) const {
-        return std::tie(a.t, a.seq) > std::tie(b.t, b.seq);
-      }
-    };
-  };
-  void op_finish(CollectiveOp& op, int r);
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();
-  /// message_software_time of the library for a message of `wire_bytes`, kept for the last
-  /// size asked (a collective's messages mostly have one size).
-  SimTime software_time(std::int64_t wire_bytes) {
-    if (wire_bytes != software_bytes_) {
-      software_bytes_ = wire_bytes;
-      software_time_ = message_software_time(options_.library, wire_bytes);
-    }
-    return software_time_;
-  }
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
@@ -358,15 +271,13 @@ class Kernel {
   void enter_network();
   /// Advances the network model to t_net and delivers the flows that end there.
   void network_step(SimTime t_net);
-  /// Completes the requests of members that finished before virtual time reached t (EarlyFinish).
-  void finish_early(SimTime t);
   std::string deadlock_report() const;
 
   const Topology& topo_;
   NetworkModel& net_;
   const DeviceModel& device_;
   const EngineOptions& options_;
-  Accounting acct_;  // every tile's and flow's counts, and the timeline hash
+  Accounting acct_;              // every tile's and flow's counts, and the timeline hash
   std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64
   StackPool main_stacks_;
   StackPool comm_stacks_;
@@ -387,14 +298,6 @@ class Kernel {
   };
   std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
   std::vector<Transfer> new_transfers_;
-  std::vector<ClosedMessage>
-      closed_messages_;  // closed-form collective messages, delivered at once
-  std::vector<UndecidedMessage>
-      undecided_;  // exclusive collective messages decided at the next step
-  std::vector<EarlyFinish> early_finishes_;  // a heap, soonest first (EarlyFinish::Later)
-  std::uint64_t early_finish_seq_ = 0;
-  std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
-  SimTime software_time_;
   struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
     std::int64_t start;
     std::uint64_t ends;
@@ -408,9 +311,8 @@ class Kernel {
   std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
-  Recycler<CollectiveOp> op_pool_;  // finished ops, kept for their members
-  std::unique_ptr<RingPasses> passes_;  // ring passes at the collective level
+  std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level
+  std::unique_ptr<RingPasses> passes_;          // ring passes at the collective level
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {
@@ -462,7 +364,6 @@ class Kernel {
   std::uint64_t regions_replayed_ = 0;
   std::uint64_t tapes_played_ = 0;
   std::uint64_t tapes_run_ = 0;  // run_tape calls
-
 };
 
 }  // namespace cocodiff::emu::detail

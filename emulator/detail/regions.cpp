@@ -1,6 +1,7 @@
 // Region marks: exact replay of a region of the run that starts from a state already simulated
 // (Replay::begin_region).
 
+#include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/ring_passes.hpp"
 
@@ -84,9 +85,9 @@ bool Kernel::region_quiescent(const MarkState& ms) const {
   // Every tile waits here and nothing else is under way, so what follows depends only on the
   // tiles' clock offsets and on what they run next (named by the key).
   const int n = topo_.num_ranks();
-  return ms.arrived == n && live_ == n && ops_.empty() && passes_->idle() &&
-         closed_messages_.empty() && early_finishes_.empty() && failures_.empty() && new_transfers_.empty() && in_flight_.empty() &&
-         timers_.empty() && net_.active_flows() == 0 &&
+  return ms.arrived == n && live_ == n && runner_->idle() && passes_->idle() && failures_.empty() &&
+         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
+         net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.open_collectives == 0;  // no compute slowed by overlap
          });
@@ -121,7 +122,8 @@ void Kernel::replay_region(const RegionRecord& r, SimTime t0) {
     const auto u = static_cast<size_t>(rank);
     FiberState& f = *mains_[u];
     f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
-    if (acct_.has_host()) acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
+    if (acct_.has_host())
+      acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
     f.replayed = true;
   }
   acct_.apply(r.effect, t0);

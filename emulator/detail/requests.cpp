@@ -94,8 +94,7 @@ void Kernel::wait(FiberState& f, ReqState& req) {
 }
 
 void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
-  if (f.is_main && req.open)
-    req.penalty = transfer_penalty(acct_.tile(f.rank), req);
+  if (f.is_main && req.open) req.penalty = transfer_penalty(acct_.tile(f.rank), req);
   f.clock = std::max(f.clock, req.done_time + req.penalty);
   if (f.is_main) {
     TileStats& t = acct_.tile(f.rank);

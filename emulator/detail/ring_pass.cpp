@@ -105,8 +105,8 @@ ReqPtr RingPasses::start(FiberState& f, const std::shared_ptr<const Group>& g, i
   return req;
 }
 
-RingPasses::PassOp& RingPasses::pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq, int parts,
-                                int group_rank) {
+RingPasses::PassOp& RingPasses::pass_op(const std::shared_ptr<const Group>& g, std::uint64_t seq,
+                                        int parts, int group_rank) {
   const int p = static_cast<int>(g->members.size());
   auto& slot = passes_[{g->ctx, seq}];
   if (slot == nullptr) {
@@ -217,7 +217,7 @@ const PassCosts& RingPasses::pass_costs(std::span<const OpCost> work, int group_
 }
 
 void RingPasses::pass_copy_block(const PassMember& s, const PassMember& d, int block,
-                             std::int64_t count, int parts) {
+                                 std::int64_t count, int parts) {
   if (!s.data || !d.data || count <= 0) return;
   for (int q = 0; q < parts; ++q) {
     const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
@@ -300,7 +300,7 @@ void RingPasses::pass_message_done(PassOp& op, int r, int slot, SimTime t, int c
     if (done[k] <= m.clock) continue;
     ts.exposed += done[k] - m.clock;
     k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
-                      op.labels[u(r) * u(parts) + u(k % parts)]);
+                        op.labels[u(r) * u(parts) + u(k % parts)]);
     m.clock = done[k];
   }
   ++m.round;

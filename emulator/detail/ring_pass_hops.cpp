@@ -25,7 +25,8 @@ void RingPasses::deliver_closed() {
     try {
       pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
     } catch (const CommError& e) {  // a mismatched message of a later round
-      k_.failures_.push_back({d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
+      k_.failures_.push_back(
+          {d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
       k_.aborting_ = true;
       closed_pass_messages_.clear();
     }
@@ -88,7 +89,7 @@ void RingPasses::pass_closed(const PassHop& h, SimTime end) {
   COCO_CHECK(h.op->late || h.start >= k_.net_.now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
   k_.acct_.flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
-             {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)}, /*exclusive=*/true);
+                {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)}, /*exclusive=*/true);
   closed_pass_messages_.push_back(
       {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
   closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives
@@ -102,7 +103,7 @@ void RingPasses::pass_transfers(const PassHop& h) {
     t.src = h.src_rank;
     t.dst = h.dst_rank;
     t.key = Kernel::ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
-                       static_cast<std::uint64_t>(parts * h.round + q)};
+                               static_cast<std::uint64_t>(parts * h.round + q)};
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
     t.bytes = h.bytes;
     t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];

@@ -107,7 +107,7 @@ void RingPasses::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
     }
     const SimTime end = start + SimTime::from_ns(rows.span_ns[u(r)]);
     k_.acct_.flow(start, end, s.rank, dm.rank, bytes,
-               {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
+                  {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
     rows.send[u(r)] = end;
     rows.recv[u(d)] = end;
   }
@@ -123,7 +123,7 @@ void RingPasses::pass_whole_waits(PassOp& op, const WholeRows& rows) {
       if (done <= m.clock) continue;
       ts.exposed += done - m.clock;
       k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
-                        op.labels[u(r) * u(op.parts)]);
+                          op.labels[u(r) * u(op.parts)]);
       m.clock = done;
     }
   }

@@ -42,9 +42,7 @@ class RingPasses {
   /// none is left (a mismatch found on the way is the run's failure).
   void deliver_closed();
   /// No pass is under way and no hop is held or waits for its completion to be delivered.
-  bool idle() const {
-    return passes_.empty() && closed_pass_messages_.empty() && held_.empty();
-  }
+  bool idle() const { return passes_.empty() && closed_pass_messages_.empty() && held_.empty(); }
   /// Passes timed whole so far (RunResult::passes_whole).
   std::uint64_t passes_whole() const { return passes_whole_; }
 
@@ -160,7 +158,7 @@ class RingPasses {
 
   Kernel& k_;
   std::vector<ClosedPassMessage> closed_pass_messages_;
-  std::vector<PassOp*> whole_ready_;   // passes whose members have all joined (kWhole)
+  std::vector<PassOp*> whole_ready_;  // passes whose members have all joined (kWhole)
   // Ring pass messages that may share their links with one other message only
   // (NetworkModel::pair_key): held until that message is matched too, or until the controller
   // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.

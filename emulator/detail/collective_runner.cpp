@@ -1,4 +1,4 @@
-// Collectives at the collective level: any schedule (emulator/collectives/schedule.hpp) run by
+// CollectiveRunner: any schedule (emulator/collectives/schedule.hpp) run by
 // the controller, each member's part a small state machine advanced as its messages complete,
 // with no fiber, request or channel per message. It posts what the fiber runner
 // (collectives::run_on_fiber) posts, at the same times, with the same software costs and tags,
@@ -16,7 +16,7 @@
 #include <optional>
 
 #include "core/errors.hpp"
-#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/collective_runner.hpp"
 
 namespace cocodiff::emu::detail {
 
@@ -27,10 +27,9 @@ std::size_t u(int i) { return static_cast<std::size_t>(i); }
 bool moves(const CollectiveSpec& s) { return !s.send.empty() || !s.recv.empty(); }
 }  // namespace
 
-ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,
-                                   int group_rank, std::uint64_t seq, ReqPtr req,
-                                   const CollectiveSpec& spec) {
-  issue_call(f);
+void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_rank,
+                             std::uint64_t seq, const ReqPtr& req, const CollectiveSpec& spec,
+                             SimTime clock) {
   const int p = static_cast<int>(g->members.size());
   const collectives::Schedule& sched = *spec.schedule;
   // The caller's own block first, as the fiber runner does.
@@ -38,12 +37,12 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
       c && !spec.send.empty() && !spec.recv.empty() && c->from.count > 0)
     std::memcpy(spec.recv.data() + c->to.offset, spec.send.data() + c->from.offset,
                 static_cast<std::size_t>(c->from.count) * sizeof(float));
-  open_collective(f, *req);
-  const std::uint32_t label = options_.trace ? acct_.intern(req->label) : 0;
-  std::unique_lock<NullLock> lk(state_lock_);
+  const std::uint32_t label = k_.options_.trace ? k_.acct_.intern(req->label) : 0;
+  std::unique_lock<NullLock> lk(k_.state_lock_);
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = op_pool_.take();  // a finished op's storage, if one is kept
+    slot->owner = this;
     slot->group = g;
     slot->seq = seq;
     slot->label = label;
@@ -56,7 +55,7 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   m.started = true;
   m.req = req;
   m.spec = spec;
-  m.clock = f.clock + options_.library.call_overhead;
+  m.clock = clock + k_.options_.library.call_overhead;
   if (moves(spec)) {
     m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
   } else {
@@ -67,14 +66,13 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
   }
   if (sched.rounds() == 0) {
     op_finish(op, group_rank);
-    return req;
+    return;
   }
   m.round = 0;
   op_post_round(op, group_rank);
-  return req;
 }
 
-void Kernel::op_post_round(CollectiveOp& op, int r) {
+void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
   const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& m = op.members[u(r)];
   const int round = m.round;
@@ -90,14 +88,14 @@ void Kernel::op_post_round(CollectiveOp& op, int r) {
   m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
     const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
-    m.clock += software_time(wire_bytes(out.count));
+    m.clock += software_time(k_.wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
     if (d.started && d.round == round) op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post));
   }
 }
 
-void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
+void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
   const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& s = op.members[u(src)];
   CollectiveMember& d = op.members[u(dst)];
@@ -113,11 +111,11 @@ void Kernel::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) 
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
   if (moves(s.spec) && moves(d.spec) && out.count > 0) op_copy(op, s, src, d, dst, k);
-  time_collective_message(op, src, dst, out.step, start, wire_bytes(out.count));
+  time_collective_message(op, src, dst, out.step, start, k_.wire_bytes(out.count));
 }
 
-void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
-                     CollectiveMember& d, int dst, int k) {
+void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
+                               CollectiveMember& d, int dst, int k) {
   using collectives::Buffer;
   using collectives::Segment;
   const collectives::Schedule& sched = *op.schedule;
@@ -162,13 +160,14 @@ void Kernel::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
   }
 }
 
-void Kernel::CollectiveOp::message_done(Kernel& k, const Transfer& t, SimTime end) {
-  k.op_message_done(*this, t.src_member,
-                    end);  // may finish and free this op: dst's part is pending
-  k.op_message_done(*this, t.dst_member, end);
+void CollectiveRunner::CollectiveOp::message_done(Kernel& /*k*/, const Kernel::Transfer& t,
+                                                  SimTime end) {
+  owner->op_message_done(*this, t.src_member,
+                         end);  // may finish and free this op: dst's part is pending
+  owner->op_message_done(*this, t.dst_member, end);
 }
 
-void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
+void CollectiveRunner::op_message_done(CollectiveOp& op, int r, SimTime t) {
   CollectiveMember& m = op.members[u(r)];
   m.clock = std::max(m.clock, t);
   m.latest = std::max(m.latest, t);
@@ -181,16 +180,16 @@ void Kernel::op_message_done(CollectiveOp& op, int r, SimTime t) {
   op_finish(op, r);
 }
 
-void Kernel::op_finish(CollectiveOp& op, int r) {
+void CollectiveRunner::op_finish(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
   m.round = op.schedule->rounds();  // past every round: matches nothing more
   // Through the network, the member finishes when its last message ends; a closed-form one
   // may have been delivered ahead of virtual time: the member is woken when it gets there.
-  if (m.latest > net_.now()) {
+  if (m.latest > k_.net_.now()) {
     early_finishes_.push_back({m.latest, early_finish_seq_++, std::move(m.req), m.clock});
     std::push_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
   } else {
-    complete(*m.req, m.clock);
+    k_.complete(*m.req, m.clock);
   }
   m.req.reset();
   if (++op.finished < static_cast<int>(op.members.size())) return;

@@ -1,14 +1,12 @@
-// How a matched message is timed: through the network model, or in closed form when no other
-// flow can reach its route before it ends (delivered at once, or decided at the next step).
-
-#include "emulator/detail/kernel.hpp"
-#include "emulator/detail/ring_passes.hpp"
+// How a matched collective message is timed: through the network model, or in closed form when
+// no other flow can reach its route before it ends (delivered at once, or decided at the next
+// step); and the members that finish ahead of virtual time.
 
 #include <algorithm>
-#include <array>
 #include <optional>
 
 #include "core/errors.hpp"
+#include "emulator/detail/collective_runner.hpp"
 
 namespace cocodiff::emu::detail {
 
@@ -16,8 +14,7 @@ namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 }  // namespace
 
-bool Kernel::deliver_closed_form() {
-  if (passes_->nothing_closed() && closed_messages_.empty()) return false;
+void CollectiveRunner::deliver_closed() {
   // Collective messages timed in closed form, and those they lead to (the next rounds'): as the
   // network's completions, the sender's part, then the receiver's; the members they finish are
   // woken at their ends (op_finish).
@@ -28,17 +25,16 @@ bool Kernel::deliver_closed_form() {
       op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
       op_message_done(*d.op, d.dst, d.t);
     } catch (const CommError& e) {  // a mismatched message of a later round
-      failures_.push_back({d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
-      aborting_ = true;
+      k_.failures_.push_back(
+          {d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
+      k_.aborting_ = true;
       closed_messages_.clear();
     }
   }
-  passes_->deliver_closed();
-  return true;
 }
 
-void Kernel::time_collective_message(CollectiveOp& op, int src, int dst, int step, SimTime start,
-                                     std::int64_t bytes) {
+void CollectiveRunner::time_collective_message(CollectiveOp& op, int src, int dst, int step,
+                                               SimTime start, std::int64_t bytes) {
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
   // Both ends wait for this op and nothing else, one message each way at a time: neither can
@@ -49,9 +45,9 @@ void Kernel::time_collective_message(CollectiveOp& op, int src, int dst, int ste
   // when the controller next steps, before any new flow enters the network: the members
   // usually wait for the op by then.
   if (op.schedule->one_each_way()) {
-    if (const std::optional<SimTime> end = net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
+    if (const std::optional<SimTime> end = k_.net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
-        acct_.flow(start, *end, wsrc, wdst, bytes, {&op.label, 1}, /*exclusive=*/true);
+        k_.acct_.flow(start, *end, wsrc, wdst, bytes, {&op.label, 1}, /*exclusive=*/true);
         closed_messages_.push_back({&op, src, dst, *end});
       } else {
         undecided_.push_back({&op, src, dst, step, start, *end, bytes});
@@ -62,15 +58,15 @@ void Kernel::time_collective_message(CollectiveOp& op, int src, int dst, int ste
   op_transfer(op, src, dst, step, start, bytes);
 }
 
-bool Kernel::settle_undecided() {
+bool CollectiveRunner::settle_undecided() {
   bool timed = false;
   for (const UndecidedMessage& m : undecided_) {
-    if (aborting_) break;
+    if (k_.aborting_) break;
     CollectiveOp& op = *m.op;
     const int wsrc = op.group->members[u(m.src)];
     const int wdst = op.group->members[u(m.dst)];
     if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
-      acct_.flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1}, /*exclusive=*/true);
+      k_.acct_.flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1}, /*exclusive=*/true);
       closed_messages_.push_back({&op, m.src, m.dst, m.end});
       timed = true;
     } else {
@@ -81,41 +77,41 @@ bool Kernel::settle_undecided() {
   return timed;
 }
 
-void Kernel::op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start,
-                         std::int64_t bytes) {
+void CollectiveRunner::op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start,
+                                   std::int64_t bytes) {
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
-  Transfer t;
+  Kernel::Transfer t;
   t.start = start;
   t.src = wsrc;
   t.dst = wdst;
-  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
+  t.key = Kernel::ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
   t.seq = 0;  // one message per (src, dst, tag): its channel's first match
   t.bytes = bytes;
   t.label = op.label;
   t.sink = &op;
   t.src_member = src;
   t.dst_member = dst;
-  new_transfers_.push_back(std::move(t));
+  k_.new_transfers_.push_back(std::move(t));
 }
 
-bool Kernel::op_waits_alone(const CollectiveOp& op, int r) const {
+bool CollectiveRunner::op_waits_alone(const CollectiveOp& op, int r) const {
   const CollectiveMember& m = op.members[u(r)];
   const int rank = op.group->members[u(r)];
-  const FiberState& f = *mains_[u(rank)];
-  const TileStats& t = acct_.tile(rank);
+  const FiberState& f = *k_.mains_[u(rank)];
+  const TileStats& t = k_.acct_.tile(rank);
   // Blocked in wait() on this op (not in test(), which a timer may end), and it is the tile's
   // only open operation.
   return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
          m.req->open && t.open_collectives == 1 && t.open_p2p == 0;
 }
 
-void Kernel::finish_early(SimTime t) {
+void CollectiveRunner::finish_early(SimTime t) {
   while (!early_finishes_.empty() && early_finishes_.front().t == t) {
     std::pop_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
     EarlyFinish w = std::move(early_finishes_.back());
     early_finishes_.pop_back();
-    complete(*w.req, w.done);
+    k_.complete(*w.req, w.done);
   }
 }
 

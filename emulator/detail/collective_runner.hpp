@@ -1,0 +1,148 @@
+#pragma once
+// Collectives at the collective level: any schedule (emulator/collectives/schedule.hpp) run by
+// the controller, each member's part a small state machine advanced as its messages complete,
+// with no fiber, request or channel per message (collective_runner.cpp); how a matched message
+// is timed, in closed form or through the network model, and the members that finish ahead of
+// virtual time (collective_timing.cpp). The kernel's fibers, fabric, network and accounting are
+// reached through the kernel it belongs to.
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/recycler.hpp"
+
+namespace cocodiff::emu::detail {
+
+class CollectiveRunner {
+ public:
+  explicit CollectiveRunner(Kernel& k) : k_(k) {}
+
+  /// Starts member group_rank's part of the `seq`-th collective of group g (Kernel::issue_call
+  /// and the tile's open collective done by the caller): `req` completes with its part, at the
+  /// time collectives::run_on_fiber would give.
+  void start(const std::shared_ptr<const Group>& g, int group_rank, std::uint64_t seq,
+             const ReqPtr& req, const CollectiveSpec& spec, SimTime clock);
+  /// No completion timed in closed form waits to be delivered.
+  bool nothing_closed() const { return closed_messages_.empty(); }
+  /// Delivers the completions of messages timed in closed form, and of those they lead to (a
+  /// mismatch found on the way is the run's failure).
+  void deliver_closed();
+  /// Times the messages matched while an end could still post, now that the controller steps:
+  /// in closed form when both ends wait for their op alone, else through the network model.
+  /// True when it timed any in closed form.
+  bool settle_undecided();
+  /// Completes the requests of members that finished before virtual time reached t.
+  void finish_early(SimTime t);
+  /// When the next member that finished early is due (SimTime::max() when none is).
+  SimTime next_early_finish() const {
+    return early_finishes_.empty() ? SimTime::max() : early_finishes_.front().t;
+  }
+  /// No collective is under way and no completion waits.
+  bool idle() const { return ops_.empty() && closed_messages_.empty() && early_finishes_.empty(); }
+
+ private:
+  /// A collective run at the collective level: every member's progress through its rounds.
+  struct CollectiveMember {
+    bool started = false;
+    int round = 0;                    // current round
+    int pending = 0;                  // messages of the current round not yet complete
+    SimTime clock;                    // the time the fiber running the schedule would be at
+    SimTime recv_post;                // when the current round's receives were posted
+    std::vector<SimTime> send_posts;  // when each of its sends was
+    SimTime latest;                   // the latest end of its messages so far
+    std::vector<float> scratch;       // Schedule::scratch, when data moves
+    ReqPtr req;
+    CollectiveSpec spec;
+  };
+  struct CollectiveOp final : Kernel::MessageSink {
+    void message_done(Kernel& k, const Kernel::Transfer& t, SimTime end) override;
+    CollectiveRunner* owner = nullptr;
+    std::shared_ptr<const Group> group;
+    std::uint64_t seq = 0;
+    std::uint32_t label = 0;
+    const collectives::Schedule* schedule = nullptr;
+    int finished = 0;
+    std::vector<CollectiveMember> members;
+  };
+  /// Posts member r's current round: its receives, then its sends (each after its software
+  /// time), each matched with the other end if it has posted the same round.
+  void op_post_round(CollectiveOp& op, int r);
+  /// Matches the k-th message of the current round from group rank src to dst, both posted:
+  /// copies its data and times it from `start`.
+  void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start);
+  /// Copies (or reduces) a matched message's elements from its sender's buffers into its
+  /// receiver's.
+  void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
+               int dst, int k);
+  void op_message_done(CollectiveOp& op, int r, SimTime t);
+  /// Times the matched message from group rank src to dst of `op` (collective_timing.cpp): in
+  /// closed form now when both ends wait for the op alone and no other flow can reach its route,
+  /// decided at the next step when an end could still post, else through the network model.
+  void time_collective_message(CollectiveOp& op, int src, int dst, int step, SimTime start,
+                               std::int64_t bytes);
+  /// Whether member r of `op` can post nothing before its current messages end: its tile's
+  /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
+  bool op_waits_alone(const CollectiveOp& op, int r) const;
+  /// A message of a collective op timed in closed form (op_match): its sender and receiver
+  /// (group ranks) and its end. The controller delivers it at once (deliver_closed_form): only the
+  /// op's members see it, and they wait for the op. A member whose messages end later than the
+  /// present when it finishes is woken when virtual time reaches the last end (early_finishes_), as
+  /// the network's completion of that message would wake it.
+  struct ClosedMessage {
+    CollectiveOp* op;
+    int src, dst;
+    SimTime t;
+  };
+  /// A message of a collective op on a route of its own, matched while one of its ends could
+  /// still post (a member that has just started the op, before it waits): decided when the
+  /// controller next steps (settle_undecided), by when both ends may wait for the op alone.
+  struct UndecidedMessage {
+    CollectiveOp* op;
+    int src, dst, step;
+    SimTime start, end;  // its end if timed in closed form (its route is exclusive)
+    std::int64_t bytes;
+  };
+  /// A collective message through the network model.
+  void op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start, std::int64_t bytes);
+  /// A member's request finished before virtual time reached its last message's end (a
+  /// closed-form message, op_finish): completed at `done`, at controller time t.
+  struct EarlyFinish {
+    SimTime t;
+    std::uint64_t seq;  // in the order finished: equal times are woken in that order
+    ReqPtr req;
+    SimTime done;
+    struct Later {
+      bool operator()(const EarlyFinish& a, const EarlyFinish& b) const {
+        return std::tie(a.t, a.seq) > std::tie(b.t, b.seq);
+      }
+    };
+  };
+  void op_finish(CollectiveOp& op, int r);
+  /// message_software_time of the library for a message of `wire_bytes`, kept for the last
+  /// size asked (a collective's messages mostly have one size).
+  SimTime software_time(std::int64_t wire_bytes) {
+    if (wire_bytes != software_bytes_) {
+      software_bytes_ = wire_bytes;
+      software_time_ = message_software_time(k_.options_.library, wire_bytes);
+    }
+    return software_time_;
+  }
+
+  Kernel& k_;
+  std::vector<ClosedMessage>
+      closed_messages_;  // closed-form collective messages, delivered at once
+  std::vector<UndecidedMessage>
+      undecided_;  // exclusive collective messages decided at the next step
+  std::vector<EarlyFinish> early_finishes_;  // a heap, soonest first (EarlyFinish::Later)
+  std::uint64_t early_finish_seq_ = 0;
+  std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
+  SimTime software_time_;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
+  Recycler<CollectiveOp> op_pool_;  // finished ops, kept for their members
+};
+
+}  // namespace cocodiff::emu::detail
