@@ -2,6 +2,7 @@
 // fixed order of events, and reports what a stuck run waits for.
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/region_replay.hpp"
 #include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/ring_passes.hpp"
 
@@ -28,7 +29,8 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes),
       runner_(std::make_unique<CollectiveRunner>(*this)),
-      passes_(std::make_unique<RingPasses>(*this)) {
+      passes_(std::make_unique<RingPasses>(*this)),
+      regions_(std::make_unique<RegionReplay>(*this)) {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
 }
@@ -150,17 +152,11 @@ bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   const SimTime t_net = std::min(net_.next_event_time(), runner_->next_early_finish());
   const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
   // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
-  SimTime t_region = SimTime::max();
-  int region_mark = -1;
-  for (const auto& [m, ms] : marks_)
-    if (!ms.waiters.empty() && ms.min_clock < t_region) {
-      t_region = ms.min_clock;
-      region_mark = m;
-    }
+  const auto [region_mark, t_region] = regions_->next();
   if (t_net == SimTime::max() && t_timer == SimTime::max() && region_mark < 0)
     return false;  // stuck
   if (region_mark >= 0 && t_region < t_net && t_region < t_timer) {
-    region_event(region_mark);
+    regions_->event(region_mark);
   } else if (t_net <= t_timer) {
     network_step(t_net);
   } else {
@@ -240,10 +236,24 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   acct_.finish(res);
   res.passes_whole = passes_->passes_whole();
-  res.regions_replayed = regions_replayed_;
+  res.regions_replayed = regions_->replayed();
   res.tapes_played = tapes_played_;
   res.tapes_run_by_engine = tapes_run_;
   return res;
+}
+
+bool Kernel::nothing_under_way() const {
+  const int n = topo_.num_ranks();
+  return live_ == n && runner_->idle() && passes_->idle() && failures_.empty() &&
+         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
+         net_.active_flows() == 0 &&
+         std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
+           return t.open_collectives == 0;  // no compute slowed by overlap
+         });
+}
+
+Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
+  return regions_->begin(f, key, may_skip);
 }
 
 bool Kernel::deliver_closed_form() {

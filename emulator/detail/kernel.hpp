@@ -88,6 +88,7 @@ struct PassRows {
 };
 
 class CollectiveRunner;
+class RegionReplay;
 class RingPasses;
 
 class Kernel {
@@ -186,6 +187,7 @@ class Kernel {
 
  private:
   friend class CollectiveRunner;
+  friend class RegionReplay;
   friend class RingPasses;
   struct PostedSend {
     ReqPtr req;
@@ -263,7 +265,9 @@ class Kernel {
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);
   void controller();
-  void region_event(int mark);
+  /// Nothing is under way but the tiles themselves: every tile is alive, no collective, pass,
+  /// transfer, flow, timer or failure is pending and no tile has a collective open.
+  bool nothing_under_way() const;
   bool controller_step(std::unique_lock<NullLock>& lk);
   /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
   void rethrow_first_failure() const;
@@ -313,6 +317,7 @@ class Kernel {
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level
   std::unique_ptr<RingPasses> passes_;          // ring passes at the collective level
+  std::unique_ptr<RegionReplay> regions_;       // region marks and their replay
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {
@@ -323,45 +328,6 @@ class Kernel {
   };
   std::vector<Failure> failures_;
 
-  // Region marks (exact replay of repeated regions, see begin_region).
-  struct MarkState {
-    std::string key;
-    bool replayable = true;  // every rank passed the same key and may_skip
-    bool broken = false;     // released before all ranks arrived or with work in flight
-    int arrived = 0, passed = 0;
-    SimTime min_clock = SimTime::max();
-    std::vector<FiberState*> waiters;
-  };
-  /// What a region did, relative to its start T0 (the earliest clock at its mark).
-  struct RegionRecord {
-    std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0 (then hosts')
-    Accounting::Effect effect;
-  };
-  struct Recording {
-    bool active = false;
-    int mark = 0;
-    std::uint64_t id = 0;
-    Accounting::Mark from;  // the counts at the region's start, T0 with them
-  };
-  /// Wakes the tiles waiting at a mark.
-  void release_mark(MarkState& ms);
-  /// Every tile waits at the mark and nothing else is under way.
-  bool region_quiescent(const MarkState& ms) const;
-  /// The earliest clock T0 of the tiles at a quiescent mark; offsets_ their offsets from it.
-  SimTime region_offsets();
-  /// Keeps the effect of the region recorded since the previous mark, whose end starts at t0.
-  void keep_recorded_region(SimTime t0);
-  /// Applies a recorded region's effect from t0.
-  void replay_region(const RegionRecord& r, SimTime t0);
-  /// Starts recording the region that starts at t0 under `id`.
-  void start_recording(int mark, std::uint64_t id, SimTime t0);
-  std::map<int, MarkState> marks_;
-  std::vector<std::int64_t> offsets_;       // region_event's clock offsets of the tiles
-  std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next
-  std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
-  std::unordered_map<std::uint64_t, RegionRecord> records_;
-  Recording rec_;
-  std::uint64_t regions_replayed_ = 0;
   std::uint64_t tapes_played_ = 0;
   std::uint64_t tapes_run_ = 0;  // run_tape calls
 };

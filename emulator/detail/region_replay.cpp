@@ -1,9 +1,7 @@
-// Region marks: exact replay of a region of the run that starts from a state already simulated
+// RegionReplay: exact replay of a region of the run that starts from a state already simulated
 // (Replay::begin_region).
 
-#include "emulator/detail/collective_runner.hpp"
-#include "emulator/detail/kernel.hpp"
-#include "emulator/detail/ring_passes.hpp"
+#include "emulator/detail/region_replay.hpp"
 
 #include <algorithm>
 #include <cstdint>
@@ -13,18 +11,18 @@
 
 namespace cocodiff::emu::detail {
 
-Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
-  if (aborting_) throw Cancelled{};
+Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool may_skip) {
+  if (k_.aborting_) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
-  TileStats& t = acct_.tile(f.rank);
+  TileStats& t = k_.acct_.tile(f.rank);
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
   t.last_inner = t.inner;
   t.inner = kHashBasis;
   t.region_start = f.clock;
   const int m = t.marks++;
-  const int n = topo_.num_ranks();
-  std::unique_lock<NullLock> lk(state_lock_);
+  const int n = k_.topo_.num_ranks();
+  std::unique_lock<NullLock> lk(k_.state_lock_);
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
@@ -39,7 +37,7 @@ Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, boo
   if (!ms.broken) {
     ms.waiters.push_back(&f);
     ms.min_clock = std::min(ms.min_clock, f.clock);
-    block(f, lk, nullptr, false);
+    k_.block(f, lk, nullptr, false);
   }
   const Replay::RegionMark res{f.replayed, f.region_id};
   if (const auto it = marks_.find(m); ++it->second.passed == n) {
@@ -50,93 +48,96 @@ Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, boo
   return res;
 }
 
-void Kernel::region_event(int mark) {
+std::pair<int, SimTime> RegionReplay::next() const {
+  // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
+  std::pair<int, SimTime> first{-1, SimTime::max()};
+  for (const auto& [m, ms] : marks_)
+    if (!ms.waiters.empty() && ms.min_clock < first.second) first = {m, ms.min_clock};
+  return first;
+}
+
+void RegionReplay::event(int mark) {
   MarkState& ms = marks_.at(mark);
-  if (!region_quiescent(ms)) {
+  if (!quiescent(ms)) {
     ms.broken = true;
     rec_.active = false;
-    release_mark(ms);
+    release(ms);
     return;
   }
-  const SimTime t0 = region_offsets();
+  const SimTime t0 = clock_offsets();
   // The region that ends here was recorded from the previous mark: keep its effect.
-  if (rec_.active && rec_.mark + 1 == mark) keep_recorded_region(t0);
+  if (rec_.active && rec_.mark + 1 == mark) keep_recorded(t0);
   rec_.active = false;
-  acct_.fold_flow_hash(t0);
+  k_.acct_.fold_flow_hash(t0);
   std::uint64_t id = 0;
-  if (ms.replayable && options_.replay) {
+  if (ms.replayable && k_.options_.replay) {
     id = region_ids_.try_emplace({ms.key, offsets_}, region_ids_.size() + 1).first->second;
     const auto rec = records_.find(id);
     if (rec != records_.end())
-      replay_region(rec->second, t0);
+      replay(rec->second, t0);
     else
       start_recording(mark, id, t0);  // simulated once more, recording what it does
   }
   for (FiberState* w : ms.waiters) w->region_id = id;
-  release_mark(ms);
+  release(ms);
 }
 
-void Kernel::release_mark(MarkState& ms) {
-  for (FiberState* w : ms.waiters) wake(*w);
+void RegionReplay::release(MarkState& ms) {
+  for (FiberState* w : ms.waiters) k_.wake(*w);
   ms.waiters.clear();
 }
 
-bool Kernel::region_quiescent(const MarkState& ms) const {
+bool RegionReplay::quiescent(const MarkState& ms) const {
   // Every tile waits here and nothing else is under way, so what follows depends only on the
   // tiles' clock offsets and on what they run next (named by the key).
-  const int n = topo_.num_ranks();
-  return ms.arrived == n && live_ == n && runner_->idle() && passes_->idle() && failures_.empty() &&
-         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
-         net_.active_flows() == 0 &&
-         std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
-           return t.open_collectives == 0;  // no compute slowed by overlap
-         });
+  return ms.arrived == k_.topo_.num_ranks() && k_.nothing_under_way();
 }
 
-SimTime Kernel::region_offsets() {
-  const int n = topo_.num_ranks();
+SimTime RegionReplay::clock_offsets() {
+  const int n = k_.topo_.num_ranks();
   SimTime t0 = SimTime::max();
-  for (const auto& m : mains_) t0 = std::min(t0, m->clock);
+  for (const auto& m : k_.mains_) t0 = std::min(t0, m->clock);
   std::vector<std::int64_t>& offsets = offsets_;  // kept between marks: sized once
   offsets.resize(static_cast<size_t>(n));
   for (int r = 0; r < n; ++r)
-    offsets[static_cast<size_t>(r)] = (mains_[static_cast<size_t>(r)]->clock - t0).ns();
+    offsets[static_cast<size_t>(r)] = (k_.mains_[static_cast<size_t>(r)]->clock - t0).ns();
   // With a host model the tiles' hosts are part of the state: their offsets follow the clocks'.
-  if (acct_.has_host())
-    for (int r = 0; r < n; ++r) offsets.push_back((acct_.tile(r).host - t0).ns());
+  if (k_.acct_.has_host())
+    for (int r = 0; r < n; ++r) offsets.push_back((k_.acct_.tile(r).host - t0).ns());
   return t0;
 }
 
-void Kernel::keep_recorded_region(SimTime t0) {
+void RegionReplay::keep_recorded(SimTime t0) {
   RegionRecord r;
   r.end_ns = offsets_;
   for (std::int64_t& e : r.end_ns) e += (t0 - rec_.from.t0).ns();
-  r.effect = acct_.effect_since(rec_.from);
+  r.effect = k_.acct_.effect_since(rec_.from);
   records_.emplace(rec_.id, std::move(r));
 }
 
-void Kernel::replay_region(const RegionRecord& r, SimTime t0) {
+void RegionReplay::replay(const RegionRecord& r, SimTime t0) {
   // Every tile jumps to where simulating the region would have taken it.
-  const int n = topo_.num_ranks();
+  const int n = k_.topo_.num_ranks();
   for (int rank = 0; rank < n; ++rank) {
     const auto u = static_cast<size_t>(rank);
-    FiberState& f = *mains_[u];
+    FiberState& f = *k_.mains_[u];
     f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
-    if (acct_.has_host())
-      acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
+    if (k_.acct_.has_host())
+      k_.acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
     f.replayed = true;
   }
-  acct_.apply(r.effect, t0);
-  next_flow_id_ += r.effect.flows;
-  in_flight_base_ = next_flow_id_;
-  ++regions_replayed_;
+  k_.acct_.apply(r.effect, t0);
+  k_.next_flow_id_ += r.effect.flows;
+  k_.in_flight_base_ = k_.next_flow_id_;
+  ++replayed_;
 }
 
-void Kernel::start_recording(int mark, std::uint64_t id, SimTime t0) {
+void RegionReplay::start_recording(int mark, std::uint64_t id, SimTime t0) {
   rec_.active = true;
   rec_.mark = mark;
   rec_.id = id;
-  rec_.from = acct_.mark(t0);
+  rec_.from = k_.acct_.mark(t0);
 }
 
 }  // namespace cocodiff::emu::detail
+
