@@ -2,9 +2,10 @@
 // fixed order of events, and reports what a stuck run waits for.
 
 #include "emulator/detail/kernel.hpp"
-#include "emulator/detail/region_replay.hpp"
 #include "emulator/detail/collective_runner.hpp"
+#include "emulator/detail/region_replay.hpp"
 #include "emulator/detail/ring_passes.hpp"
+#include "emulator/detail/tape_runs.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -30,7 +31,8 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       comm_stacks_(options.comm_stack_bytes),
       runner_(std::make_unique<CollectiveRunner>(*this)),
       passes_(std::make_unique<RingPasses>(*this)),
-      regions_(std::make_unique<RegionReplay>(*this)) {
+      regions_(std::make_unique<RegionReplay>(*this)),
+      tapes_(std::make_unique<TapeRuns>(*this)) {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
 }
@@ -178,14 +180,14 @@ void Kernel::controller() {
     if (live_ == 0) break;
     if (aborting_) {
       // Tear-down: wake everything still blocked; each throws Cancelled and ends.
-      ready_runs_.clear();
+      tapes_->drop_ready();
       while (!blocked_list_.empty()) wake(*blocked_list_.back());
       timers_.clear();
       continue;
     }
     // Tape runs whose request completed issue their next calls, as their fibers would have on
     // waking; the fibers those calls wake run before the controller steps again.
-    if (run_ready_tapes()) continue;
+    if (tapes_->run_ready()) continue;
     if (!controller_step(lk)) {
       if (failures_.empty()) {
         std::string report = deadlock_report();
@@ -237,8 +239,8 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   acct_.finish(res);
   res.passes_whole = passes_->passes_whole();
   res.regions_replayed = regions_->replayed();
-  res.tapes_played = tapes_played_;
-  res.tapes_run_by_engine = tapes_run_;
+  res.tapes_played = tapes_->played_count();
+  res.tapes_run_by_engine = tapes_->run_count();
   return res;
 }
 
@@ -254,6 +256,17 @@ bool Kernel::nothing_under_way() const {
 
 Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
   return regions_->begin(f, key, may_skip);
+}
+
+void Kernel::run_tape(FiberState& f, TapeRun& run) { tapes_->start(f, run); }
+
+bool Kernel::tape_wait(TapeRun& run, const ReqPtr& req, bool pass) {
+  return tapes_->wait(run, req, pass);
+}
+
+void Kernel::tape_played() {
+  const std::lock_guard<NullLock> lk(state_lock_);
+  tapes_->played();
 }
 
 bool Kernel::deliver_closed_form() {

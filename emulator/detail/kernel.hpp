@@ -1,9 +1,9 @@
 #pragma once
-// The emulator's private kernel (emulator/README.md describes its design): fibers, the fabric,
-// region replay and tapes, in files named after them: kernel.cpp (the event loop), fibers.cpp,
-// requests.cpp, fabric.cpp, regions.cpp, tapes.cpp. What the run counts and hashes is
-// Accounting's (accounting.hpp); collectives at the collective level are CollectiveRunner's
-// (collective_runner.hpp), ring passes RingPasses' (ring_passes.hpp).
+// The emulator's private kernel (emulator/README.md describes its design): the event loop
+// (kernel.cpp), fibers (fibers.cpp), requests (requests.cpp) and the fabric (fabric.cpp). Its
+// other mechanisms are classes of their own, each reaching the kernel it belongs to: Accounting
+// (what the run counts and hashes), CollectiveRunner (collectives at the collective level),
+// RingPasses, RegionReplay and TapeRuns.
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -55,8 +55,8 @@ struct CollectiveSpec {
   ReduceOp op = ReduceOp::kSum;  // rounds that reduce (Schedule::reduces)
 };
 
-/// Calls the engine issues for a tile whose fiber waits (Kernel::run_tape). advance() issues
-/// them in order until one waits for a request that is not over (Kernel::tape_wait returned
+/// Calls the engine issues for a tile whose fiber waits (TapeRuns::start). advance() issues
+/// them in order until one waits for a request that is not over (TapeRuns::wait returned
 /// false) or none is left (returns true). Only compute charges, collectives at the collective
 /// level, point-to-point messages and waits: nothing that would block the caller.
 struct TapeRun {
@@ -90,6 +90,7 @@ struct PassRows {
 class CollectiveRunner;
 class RegionReplay;
 class RingPasses;
+class TapeRuns;
 
 class Kernel {
  public:
@@ -116,13 +117,9 @@ class Kernel {
   /// req's completion time, once it is complete (nullopt before).
   std::optional<SimTime> done_time(const ReqState& req);
   void compute(FiberState& f, const OpCost& cost);
-  /// Issues `run`'s calls for f's tile: from f until the first wait that is not over, then from
-  /// the controller as the requests it waits for complete, as f would after each wakes it (the
-  /// same calls at the same virtual times); f is woken once, when none is left. Saves a fiber
-  /// switch per wait.
+  /// Issues `run`'s calls for f's tile (TapeRuns::start).
   void run_tape(FiberState& f, TapeRun& run);
-  /// In TapeRun::advance: a wait for `req`. True when it is over (the tile's accounting done, as
-  /// wait() does); false when the run must wait for it.
+  /// In TapeRun::advance: a wait for `req` (TapeRuns::wait).
   bool tape_wait(TapeRun& run, const ReqPtr& req, bool pass);
   /// ring_pass() without waiting for its end: the pass's request.
   /// `kept`: the pass's rows, where the caller kept them (a tape).
@@ -172,10 +169,7 @@ class Kernel {
   /// so that hashing them reads memory every call of that label reads).
   std::string_view keep_label(std::string_view label) { return acct_.keep_label(label); }
   /// A tile issued recorded calls again (EmuComm::play_tape): counted for the report.
-  void tape_played() {
-    const std::lock_guard<NullLock> lk(state_lock_);
-    ++tapes_played_;
-  }
+  void tape_played();
   /// Wire bytes of `count` fp32 elements (EngineOptions::wire_bytes_per_element).
   std::int64_t wire_bytes(std::int64_t count) const {
     // A whole number of bytes per element (2 or 4) multiplies exactly what llround would round:
@@ -189,6 +183,7 @@ class Kernel {
   friend class CollectiveRunner;
   friend class RegionReplay;
   friend class RingPasses;
+  friend class TapeRuns;
   struct PostedSend {
     ReqPtr req;
     std::span<const float> data;
@@ -250,12 +245,6 @@ class Kernel {
   void block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req, bool in_test);
   /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
   void finish_wait(FiberState& f, ReqState& req, SimTime before);
-  /// A tape run's wait once req is over: finish_wait, or for a ring pass (`pass`) the clock
-  /// catching up with its end.
-  void finish_tape_wait(FiberState& f, ReqState& req, bool pass, SimTime before);
-  /// Advances the tape runs whose request completed (run_tape). Returns false when none was.
-  bool run_ready_tapes();
-  std::vector<TapeRun*> ready_runs_;
   void wake(FiberState& f);
   /// Drops req from t's open collectives once its owner has seen it complete.
   static void close_collective(TileStats& t, ReqState& req);
@@ -318,6 +307,7 @@ class Kernel {
   std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level
   std::unique_ptr<RingPasses> passes_;          // ring passes at the collective level
   std::unique_ptr<RegionReplay> regions_;       // region marks and their replay
+  std::unique_ptr<TapeRuns> tapes_;             // tapes the engine issues for waiting fibers
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
 
   struct Failure {
@@ -327,9 +317,6 @@ class Kernel {
     bool user_error;
   };
   std::vector<Failure> failures_;
-
-  std::uint64_t tapes_played_ = 0;
-  std::uint64_t tapes_run_ = 0;  // run_tape calls
 };
 
 }  // namespace cocodiff::emu::detail

@@ -140,4 +140,3 @@ void RegionReplay::start_recording(int mark, std::uint64_t id, SimTime t0) {
 }
 
 }  // namespace cocodiff::emu::detail
-

@@ -2,6 +2,7 @@
 // test for one does to its clock and accounting.
 
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/tape_runs.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -74,7 +75,7 @@ void Kernel::complete(ReqState& r, SimTime t) {
     FiberState* w = r.waiter;
     r.waiter = nullptr;
     if (w->tape_run != nullptr && w->tape_run->waiting.get() == &r)
-      ready_runs_.push_back(w->tape_run);  // the engine issues its next calls (run_tape)
+      tapes_->ready(w->tape_run);  // the engine issues its next calls (TapeRuns)
     else
       wake(*w);
   }

@@ -1,7 +1,7 @@
-// Tape runs: a played tape's calls issued by the engine for a fiber that waits once
+// TapeRuns: a played tape's calls issued by the engine for a fiber that waits once
 // (Replay::play_tape).
 
-#include "emulator/detail/kernel.hpp"
+#include "emulator/detail/tape_runs.hpp"
 
 #include <exception>
 
@@ -9,27 +9,27 @@
 
 namespace cocodiff::emu::detail {
 
-void Kernel::run_tape(FiberState& f, TapeRun& run) {
-  COCO_CHECK(f.is_main && f.tape_run == nullptr, "run_tape on a tile already running one");
+void TapeRuns::start(FiberState& f, TapeRun& run) {
+  COCO_CHECK(f.is_main && f.tape_run == nullptr, "a tape run on a tile already running one");
   run.f = &f;
-  ++tapes_run_;
+  ++runs_;
   if (run.advance()) return;
-  std::unique_lock<NullLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock_);
   f.tape_run = &run;
   // The run lives on this fiber's stack: it is detached however the wait ends (a tear-down
-  // throws out of block()).
+  // throws out of Kernel::block()).
   struct Detach {
     FiberState& f;
     ~Detach() { f.tape_run = nullptr; }
   } const detach{f};
-  block(f, lk, run.waiting.get(), false);  // woken when no call is left (run_ready_tapes)
+  k_.block(f, lk, run.waiting.get(), false);  // woken when no call is left (run_ready)
   if (run.error) std::rethrow_exception(run.error);
 }
 
-bool Kernel::tape_wait(TapeRun& run, const ReqPtr& req, bool pass) {
+bool TapeRuns::wait(TapeRun& run, const ReqPtr& req, bool pass) {
   FiberState& f = *run.f;
   if (req->done) {
-    finish_tape_wait(f, *req, pass, f.clock);
+    finish_wait(f, *req, pass, f.clock);
     return true;
   }
   run.waiting = req;
@@ -42,15 +42,15 @@ bool Kernel::tape_wait(TapeRun& run, const ReqPtr& req, bool pass) {
   return false;
 }
 
-bool Kernel::run_ready_tapes() {
-  if (ready_runs_.empty()) return false;
+bool TapeRuns::run_ready() {
+  if (ready_.empty()) return false;
   // Completions these calls cause may make more runs ready: the list grows while it is read.
-  for (size_t i = 0; i < ready_runs_.size(); ++i) {
-    TapeRun& run = *ready_runs_[i];
+  for (size_t i = 0; i < ready_.size(); ++i) {
+    TapeRun& run = *ready_[i];
     FiberState& f = *run.f;
     const ReqPtr req = std::move(run.waiting);
     f.waiting_on = nullptr;  // issuing calls, as the fiber would be
-    finish_tape_wait(f, *req, run.pass, run.before);
+    finish_wait(f, *req, run.pass, run.before);
     run.pass = false;
     bool done = true;
     try {
@@ -58,17 +58,17 @@ bool Kernel::run_ready_tapes() {
     } catch (...) {
       run.error = std::current_exception();  // rethrown on the tile's fiber
     }
-    if (done) wake(f);
+    if (done) k_.wake(f);
   }
-  ready_runs_.clear();
+  ready_.clear();
   return true;
 }
 
-void Kernel::finish_tape_wait(FiberState& f, ReqState& req, bool pass, SimTime before) {
+void TapeRuns::finish_wait(FiberState& f, ReqState& req, bool pass, SimTime before) {
   if (pass)
     f.clock = req.done_time;  // a ring pass's charges and waits are on the tile's accounting
   else
-    finish_wait(f, req, before);
+    k_.finish_wait(f, req, before);
 }
 
 }  // namespace cocodiff::emu::detail
