@@ -160,8 +160,7 @@ void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s
   }
 }
 
-void CollectiveRunner::CollectiveOp::message_done(Kernel& /*k*/, const Kernel::Transfer& t,
-                                                  SimTime end) {
+void CollectiveRunner::CollectiveOp::message_done(const Transfer& t, SimTime end) {
   owner->op_message_done(*this, t.src_member,
                          end);  // may finish and free this op: dst's part is pending
   owner->op_message_done(*this, t.dst_member, end);

@@ -58,8 +58,8 @@ class CollectiveRunner {
     ReqPtr req;
     CollectiveSpec spec;
   };
-  struct CollectiveOp final : Kernel::MessageSink {
-    void message_done(Kernel& k, const Kernel::Transfer& t, SimTime end) override;
+  struct CollectiveOp final : MessageSink {
+    void message_done(const Transfer& t, SimTime end) override;
     CollectiveRunner* owner = nullptr;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;

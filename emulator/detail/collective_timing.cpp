@@ -81,18 +81,18 @@ void CollectiveRunner::op_transfer(CollectiveOp& op, int src, int dst, int step,
                                    std::int64_t bytes) {
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
-  Kernel::Transfer t;
+  Transfer t;
   t.start = start;
   t.src = wsrc;
   t.dst = wdst;
-  t.key = Kernel::ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
+  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
   t.seq = 0;  // one message per (src, dst, tag): its channel's first match
   t.bytes = bytes;
   t.label = op.label;
   t.sink = &op;
   t.src_member = src;
   t.dst_member = dst;
-  k_.new_transfers_.push_back(std::move(t));
+  k_.fabric_.add(std::move(t));
 }
 
 bool CollectiveRunner::op_waits_alone(const CollectiveOp& op, int r) const {

@@ -1,18 +1,20 @@
 // The per-message fabric: point-to-point posts matched FIFO per (context, source, destination,
 // tag), each match a transfer for the network model.
 
-#include "emulator/detail/collective_runner.hpp"
+#include "emulator/detail/fabric.hpp"
+
 #include "emulator/detail/kernel.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string>
 
 #include "core/errors.hpp"
 
 namespace cocodiff::emu::detail {
 
-std::size_t Kernel::ChannelKeyHash::operator()(const ChannelKey& k) const noexcept {
+std::size_t Fabric::ChannelKeyHash::operator()(const ChannelKey& k) const noexcept {
   std::uint64_t h = std::get<0>(k) * 0x9e3779b97f4a7c15ull;
   h ^= (static_cast<std::uint64_t>(static_cast<std::uint32_t>(std::get<1>(k))) << 32 |
         static_cast<std::uint32_t>(std::get<2>(k))) +
@@ -21,7 +23,7 @@ std::size_t Kernel::ChannelKeyHash::operator()(const ChannelKey& k) const noexce
   return static_cast<std::size_t>(h);
 }
 
-ReqPtr Kernel::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_t count,
+ReqPtr Fabric::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_t count,
                            std::string_view label) {
   auto req = std::make_shared<ReqState>();
   req->op = op;
@@ -29,13 +31,13 @@ ReqPtr Kernel::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_
   req->count = count;
   req->label = label;
   req->owner = f.rank;
-  ++acct_.tile(f.rank).open_p2p;
+  ++k_.acct_.tile(f.rank).open_p2p;
   return req;
 }
 
-ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+ReqPtr Fabric::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<const float> data, std::int64_t count, std::string_view label) {
-  std::unique_lock<NullLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock_);
   ReqPtr req = p2p_request(f, ReqState::Op::kSend, dst, count, label);
   const ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -44,9 +46,9 @@ ReqPtr Kernel::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
   return req;
 }
 
-ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
+ReqPtr Fabric::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<float> data, std::int64_t count, std::string_view label) {
-  std::unique_lock<NullLock> lk(state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock_);
   ReqPtr req = p2p_request(f, ReqState::Op::kRecv, src, count, label);
   const ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -55,7 +57,7 @@ ReqPtr Kernel::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std
   return req;
 }
 
-void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk) {
+void Fabric::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk) {
   if (ch.sends.empty() || ch.recvs.empty()) return;
   PostedSend s = std::move(ch.sends.front());
   PostedRecv r = std::move(ch.recvs.front());
@@ -79,8 +81,8 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
     std::memcpy(r.data.data(), s.data.data(), static_cast<size_t>(s.count) * sizeof(float));
   lk.lock();
   if (src == dst) {
-    complete(*s.req, start);
-    complete(*r.req, start);
+    k_.complete(*s.req, start);
+    k_.complete(*r.req, start);
     return;
   }
   Transfer t;
@@ -89,20 +91,20 @@ void Kernel::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
   t.dst = dst;
   t.key = key;
   t.seq = seq;
-  t.bytes = wire_bytes(s.count);
+  t.bytes = k_.wire_bytes(s.count);
   t.sink = &point_to_point_;
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
-  t.label = options_.trace ? acct_.intern(s.label) : 0;
+  t.label = k_.options_.trace ? k_.acct_.intern(s.label) : 0;
   new_transfers_.push_back(std::move(t));
 }
 
-void Kernel::PointToPoint::message_done(Kernel& k, const Transfer& t, SimTime end) {
-  k.complete(*t.sreq, end);
-  k.complete(*t.rreq, end);
+void Fabric::PointToPoint::message_done(const Transfer& t, SimTime end) {
+  fabric.k_.complete(*t.sreq, end);
+  fabric.k_.complete(*t.rreq, end);
 }
 
-void Kernel::enter_network() {
+void Fabric::enter_network() {
   // New transfers enter the network in a fixed order, whatever order the fibers matched them.
   if (new_transfers_.empty()) return;
   // Sorted through compact keys: a transfer record is 136 bytes, and each is moved once, in
@@ -129,29 +131,29 @@ void Kernel::enter_network() {
   for (const TransferOrder& o : order) {
     Transfer& t = new_transfers_[o.index];
     const std::uint64_t id = next_flow_id_++;
-    net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
+    k_.net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
     COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
     in_flight_.push_back(std::move(t));
   }
   new_transfers_.clear();
 }
 
-void Kernel::network_step(SimTime t_net) {
+void Fabric::network_step(SimTime t_net) {
   std::vector<std::uint64_t>& done = done_;  // kept between steps: no allocation per event
   done.clear();
-  net_.advance_to(t_net, done);
+  k_.net_.advance_to(t_net, done);
   for (std::uint64_t id : done) {
     COCO_CHECK(id >= in_flight_base_ && id - in_flight_base_ < in_flight_.size(),
                "unknown flow completed");
     std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
     COCO_CHECK(slot.has_value(), "flow completed twice");
     Transfer& t = *slot;
-    acct_.flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
+    k_.acct_.flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
     try {
-      t.sink->message_done(*this, t, t_net);
+      t.sink->message_done(t, t_net);
     } catch (const CommError& e) {  // a mismatched message of a later round
-      failures_.push_back({t.src, t_net, e.what(), true});
-      aborting_ = true;
+      k_.failures_.push_back({t.src, t_net, e.what(), true});
+      k_.aborting_ = true;
     }
     slot.reset();
     while (!in_flight_.empty() && !in_flight_.front().has_value()) {
@@ -159,7 +161,27 @@ void Kernel::network_step(SimTime t_net) {
       ++in_flight_base_;
     }
   }
-  runner_->finish_early(t_net);
+}
+
+void Fabric::describe_unmatched(std::string& s) const {
+  size_t unmatched = 0;
+  std::vector<std::pair<ChannelKey, const Channel*>> open;
+  for (const auto& [key, ch] : channels_) open.emplace_back(key, &ch);
+  std::sort(open.begin(), open.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (const auto& [key, chp] : open) {
+    const Channel& ch = *chp;
+    const auto& [ctx, src, dst, tag] = key;
+    auto g = k_.groups_seen_.find(ctx);
+    std::string where =
+        g != k_.groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
+    for (size_t i = 0; i < ch.recvs.size() && unmatched < 8; ++i, ++unmatched)
+      s += "\n  rank " + std::to_string(dst) + " posted a recv from rank " + std::to_string(src) +
+           " on " + where + " that no send matches";
+    for (size_t i = 0; i < ch.sends.size() && unmatched < 8; ++i, ++unmatched)
+      s += "\n  rank " + std::to_string(src) + " posted a send to rank " + std::to_string(dst) +
+           " on " + where + " that no recv matches";
+  }
 }
 
 }  // namespace cocodiff::emu::detail

@@ -27,6 +27,7 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       device_(device),
       options_(options),
       acct_(topo, device, options),
+      fabric_(*this),
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes),
       runner_(std::make_unique<CollectiveRunner>(*this)),
@@ -111,25 +112,7 @@ std::string Kernel::deadlock_report() const {
          " waits in " + (f->waiting_in_test ? "test() of " : "") +
          (f->waiting_on ? f->waiting_on->describe() : std::string("?"));
   }
-  // Posted operations that nothing matches name the missing partner.
-  size_t unmatched = 0;
-  std::vector<std::pair<ChannelKey, const Channel*>> open;
-  for (const auto& [key, ch] : channels_) open.emplace_back(key, &ch);
-  std::sort(open.begin(), open.end(),
-            [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (const auto& [key, chp] : open) {
-    const Channel& ch = *chp;
-    const auto& [ctx, src, dst, tag] = key;
-    auto g = groups_seen_.find(ctx);
-    std::string where =
-        g != groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
-    for (size_t i = 0; i < ch.recvs.size() && unmatched < 8; ++i, ++unmatched)
-      s += "\n  rank " + std::to_string(dst) + " posted a recv from rank " + std::to_string(src) +
-           " on " + where + " that no send matches";
-    for (size_t i = 0; i < ch.sends.size() && unmatched < 8; ++i, ++unmatched)
-      s += "\n  rank " + std::to_string(src) + " posted a send to rank " + std::to_string(dst) +
-           " on " + where + " that no recv matches";
-  }
+  fabric_.describe_unmatched(s);
   for (const auto& [key, e] : collectives_) {
     auto g = groups_seen_.find(key.first);
     if (g == groups_seen_.end()) continue;
@@ -147,7 +130,7 @@ bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   if (deliver_closed_form()) return true;
   if (runner_->settle_undecided()) return true;  // their completions are delivered first
   passes_->flush_held();  // unpaired ring pass messages: through the network, from here in order
-  enter_network();
+  fabric_.enter_network();
   // Collective messages timed in closed form end in virtual time order among the network's
   // flows, as they would in the network model: the controller's steps, and so the tiles'
   // progress between them, are the same either way.
@@ -160,7 +143,8 @@ bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   if (region_mark >= 0 && t_region < t_net && t_region < t_timer) {
     regions_->event(region_mark);
   } else if (t_net <= t_timer) {
-    network_step(t_net);
+    fabric_.network_step(t_net);
+    runner_->finish_early(t_net);
   } else {
     while (!timers_.empty() && timers_.begin()->first == t_timer) {
       FiberState* f = timers_.begin()->second;
@@ -246,9 +230,8 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
 
 bool Kernel::nothing_under_way() const {
   const int n = topo_.num_ranks();
-  return live_ == n && runner_->idle() && passes_->idle() && failures_.empty() &&
-         new_transfers_.empty() && in_flight_.empty() && timers_.empty() &&
-         net_.active_flows() == 0 &&
+  return live_ == n && runner_->idle() && passes_->idle() && failures_.empty() && fabric_.idle() &&
+         timers_.empty() && net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.open_collectives == 0;  // no compute slowed by overlap
          });

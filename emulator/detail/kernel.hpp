@@ -1,9 +1,9 @@
 #pragma once
 // The emulator's private kernel (emulator/README.md describes its design): the event loop
-// (kernel.cpp), fibers (fibers.cpp), requests (requests.cpp) and the fabric (fabric.cpp). Its
-// other mechanisms are classes of their own, each reaching the kernel it belongs to: Accounting
-// (what the run counts and hashes), CollectiveRunner (collectives at the collective level),
-// RingPasses, RegionReplay and TapeRuns.
+// (kernel.cpp), how tiles block and wait (fibers.cpp, requests.cpp). Its other mechanisms are
+// classes of their own, each reaching the kernel it belongs to: Accounting (what the run counts
+// and hashes), Fabric (point-to-point matching and the network's transfers), CollectiveRunner
+// (collectives at the collective level), RingPasses, RegionReplay and TapeRuns.
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -33,6 +33,7 @@
 #include "core/replay.hpp"
 #include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/accounting.hpp"
+#include "emulator/detail/fabric.hpp"
 #include "emulator/detail/fiber_state.hpp"
 #include "emulator/detail/math_pool.hpp"
 #include "emulator/detail/recycler.hpp"
@@ -103,12 +104,13 @@ class Kernel {
   // ---- called from fibers ----
   /// Posts a send (data may be empty: sizes only). Matching is FIFO per (ctx, src, dst, tag).
   ReqPtr post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
-                   std::span<const float> data, std::int64_t count, std::string_view label);
+                   std::span<const float> data, std::int64_t count, std::string_view label) {
+    return fabric_.post_send(f, ctx, src, dst, tag, data, count, label);
+  }
   ReqPtr post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
-                   std::span<float> data, std::int64_t count, std::string_view label);
-  /// A point-to-point request of tile f, counted open until it completes.
-  ReqPtr p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_t count,
-                     std::string_view label);
+                   std::span<float> data, std::int64_t count, std::string_view label) {
+    return fabric_.post_recv(f, ctx, src, dst, tag, data, count, label);
+  }
   /// Blocks f until req completes; f.clock = max(f.clock, completion). Main fibers account
   /// the jump as exposed communication.
   void wait(FiberState& f, ReqState& req);
@@ -181,54 +183,10 @@ class Kernel {
 
  private:
   friend class CollectiveRunner;
+  friend class Fabric;
   friend class RegionReplay;
   friend class RingPasses;
   friend class TapeRuns;
-  struct PostedSend {
-    ReqPtr req;
-    std::span<const float> data;
-    std::int64_t count;
-    SimTime post;
-    std::string_view label;
-  };
-  struct PostedRecv {
-    ReqPtr req;
-    std::span<float> data;
-    std::int64_t count;
-    SimTime post;
-  };
-  using ChannelKey = std::tuple<std::uint64_t, int, int, std::uint64_t>;  // ctx, src, dst, tag
-  struct Channel {
-    // Usually one of each: a collective's step has its own tag.
-    std::vector<PostedSend> sends;
-    std::vector<PostedRecv> recvs;
-    std::uint64_t matched = 0;
-  };
-  struct Transfer;
-  /// What a message's end is delivered to: its two requests (point to point), or the member
-  /// state of the collective run or ring pass it belongs to. The controller delivers every
-  /// completion through it, whichever way the message was timed.
-  struct MessageSink {
-    virtual ~MessageSink() = default;
-    /// Transfer t ended at `end`: the sender's part, then the receiver's.
-    virtual void message_done(Kernel& k, const Transfer& t, SimTime end) = 0;
-  };
-  struct PointToPoint final : MessageSink {
-    void message_done(Kernel& k, const Transfer& t, SimTime end) override;
-  };
-  PointToPoint point_to_point_;
-  /// A matched message in the network model.
-  struct Transfer {
-    SimTime start;
-    int src, dst;  // world ranks
-    ChannelKey key;
-    std::uint64_t seq;
-    std::int64_t bytes;
-    std::uint32_t label;
-    MessageSink* sink = nullptr;
-    ReqPtr sreq, rreq;                             // point to point: its requests
-    int src_member = 0, dst_member = 0, part = 0;  // a collective's: its ends' group ranks
-  };
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();
@@ -241,7 +199,6 @@ class Kernel {
   };
 
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
-  void match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock>& lk);
   void block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req, bool in_test);
   /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
   void finish_wait(FiberState& f, ReqState& req, SimTime before);
@@ -260,10 +217,6 @@ class Kernel {
   bool controller_step(std::unique_lock<NullLock>& lk);
   /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
   void rethrow_first_failure() const;
-  /// The transfers matched since the last step enter the network model, in a fixed order.
-  void enter_network();
-  /// Advances the network model to t_net and delivers the flows that end there.
-  void network_step(SimTime t_net);
   std::string deadlock_report() const;
 
   const Topology& topo_;
@@ -271,6 +224,7 @@ class Kernel {
   const DeviceModel& device_;
   const EngineOptions& options_;
   Accounting acct_;              // every tile's and flow's counts, and the timeline hash
+  Fabric fabric_;                // point-to-point matching and the transfers in the network model
   std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64
   StackPool main_stacks_;
   StackPool comm_stacks_;
@@ -286,22 +240,6 @@ class Kernel {
   std::vector<FiberState*> blocked_list_;  // fibers currently blocked (unordered)
   std::map<std::pair<std::uint64_t, int>, std::unique_ptr<const collectives::Schedule>>
       group_schedules_;  // group_schedule: by group context and algorithm
-  struct ChannelKeyHash {
-    std::size_t operator()(const ChannelKey& k) const noexcept;
-  };
-  std::unordered_map<ChannelKey, Channel, ChannelKeyHash> channels_;
-  std::vector<Transfer> new_transfers_;
-  struct TransferOrder {  // a new transfer's sort key: start, then (src, dst) in one word
-    std::int64_t start;
-    std::uint64_t ends;
-    std::uint32_t index;
-  };
-  std::vector<TransferOrder> transfer_order_;  // controller_step's sort, kept between steps
-  // flow id - in_flight_base_ -> transfer; grown by doubling, so a flow costs no allocation
-  boost::circular_buffer<std::optional<Transfer>> in_flight_;
-  std::vector<std::uint64_t> done_;  // flows a network advance completed
-  std::uint64_t in_flight_base_ = 0;
-  std::uint64_t next_flow_id_ = 0;
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level

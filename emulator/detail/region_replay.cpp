@@ -127,8 +127,7 @@ void RegionReplay::replay(const RegionRecord& r, SimTime t0) {
     f.replayed = true;
   }
   k_.acct_.apply(r.effect, t0);
-  k_.next_flow_id_ += r.effect.flows;
-  k_.in_flight_base_ = k_.next_flow_id_;
+  k_.fabric_.skip_flows(r.effect.flows);
   ++replayed_;
 }
 

@@ -281,7 +281,7 @@ void RingPasses::pass_match(PassOp& op, int src, int dst) {
   time_pass_hop({&op, src, dst, s.rank, d.rank, round, start, bytes});
 }
 
-void RingPasses::PassOp::message_done(Kernel& /*k*/, const Kernel::Transfer& t, SimTime end) {
+void RingPasses::PassOp::message_done(const Transfer& t, SimTime end) {
   owner->pass_message_done(*this, t.src_member, parts + t.part, end);  // dst's part is pending
   owner->pass_message_done(*this, t.dst_member, t.part, end);
 }

@@ -98,12 +98,12 @@ void RingPasses::pass_closed(const PassHop& h, SimTime end) {
 void RingPasses::pass_transfers(const PassHop& h) {
   const int parts = h.op->parts;
   for (int q = 0; q < parts; ++q) {
-    Kernel::Transfer t;
+    Transfer t;
     t.start = h.start;
     t.src = h.src_rank;
     t.dst = h.dst_rank;
-    t.key = Kernel::ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
-                               static_cast<std::uint64_t>(parts * h.round + q)};
+    t.key = ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
+                       static_cast<std::uint64_t>(parts * h.round + q)};
     t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
     t.bytes = h.bytes;
     t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];
@@ -111,7 +111,7 @@ void RingPasses::pass_transfers(const PassHop& h) {
     t.src_member = h.src;
     t.dst_member = h.dst;
     t.part = q;
-    k_.new_transfers_.push_back(std::move(t));
+    k_.fabric_.add(std::move(t));
   }
 }
 

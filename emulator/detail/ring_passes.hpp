@@ -69,8 +69,8 @@ class RingPasses {
   /// Member state the rounds read is copied in at the start, flat and beside the other
   /// members' (member r's entries start at r times the per-member count), so a round touches
   /// no memory of the caller's.
-  struct PassOp final : Kernel::MessageSink {
-    void message_done(Kernel& k, const Kernel::Transfer& t, SimTime end) override;
+  struct PassOp final : MessageSink {
+    void message_done(const Transfer& t, SimTime end) override;
     RingPasses* owner = nullptr;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
