@@ -33,16 +33,16 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       device_(device),
       ranks_(topo.num_ranks()),
       tiers_(topo.num_tiers()),
+      levels_(topo.num_levels()),
       has_host_(device.has_host()),
       overlap_compute_factor_(device.overlap_compute_factor()),
       host_scale_(1.0 + device.host_per_rank_slowdown() * (topo.ranks_per_node() - 1)),
       rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
   // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
   // stride), so tier() compares table entries instead of dividing once per level per flow.
-  const int levels = topo.num_levels();
-  rank_group_.resize(u(levels) * u(ranks_));
+  rank_group_.resize(u(levels_) * u(ranks_));
   int stride = 1;
-  for (int k = 0; k < levels; ++k) {
+  for (int k = 0; k < levels_; ++k) {
     for (int r = 0; r < ranks_; ++r) rank_group_[u(k) * u(ranks_) + u(r)] = r / stride;
     stride *= topo.level(k).size;
   }
@@ -56,7 +56,7 @@ void Accounting::start() {
 
 int Accounting::tier(int a, int b) const {
   const size_t p = u(ranks_);
-  for (int k = static_cast<int>(rank_group_.size() / p) - 1; k >= 0; --k) {
+  for (int k = levels_ - 1; k >= 0; --k) {
     const int* g = rank_group_.data() + static_cast<size_t>(k) * p;
     if (g[a] != g[b]) return k;
   }

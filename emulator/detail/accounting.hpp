@@ -129,6 +129,7 @@ class Accounting {
   const DeviceModel& device_;
   const int ranks_;
   const int tiers_;
+  const int levels_;
   // The device's constant answers, asked once (charge runs for every op of every tile).
   bool has_host_ = false;
   double overlap_compute_factor_ = 1.0;
