@@ -18,19 +18,13 @@ void CollectiveRunner::deliver_closed() {
   // Collective messages timed in closed form, and those they lead to (the next rounds'): as the
   // network's completions, the sender's part, then the receiver's; the members they finish are
   // woken at their ends (op_finish).
-  while (!closed_messages_.empty()) {
-    const ClosedMessage d = closed_messages_.back();
-    closed_messages_.pop_back();
-    try {
-      op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
-      op_message_done(*d.op, d.dst, d.t);
-    } catch (const CommError& e) {  // a mismatched message of a later round
-      k_.failures_.push_back(
-          {d.op->group->members[static_cast<size_t>(d.src)], d.t, e.what(), true});
-      k_.aborting_ = true;
-      closed_messages_.clear();
-    }
-  }
+  k_.deliver_all(
+      closed_messages_,
+      [this](const ClosedMessage& d) {
+        op_message_done(*d.op, d.src, d.t);  // may finish and free op: dst's part is pending
+        op_message_done(*d.op, d.dst, d.t);
+      },
+      [](const ClosedMessage& d) { return d.op->group->members[u(d.src)]; });
 }
 
 void CollectiveRunner::time_collective_message(CollectiveOp& op, int src, int dst, int step,

@@ -152,8 +152,7 @@ void Fabric::network_step(SimTime t_net) {
     try {
       t.sink->message_done(t, t_net);
     } catch (const CommError& e) {  // a mismatched message of a later round
-      k_.failures_.push_back({t.src, t_net, e.what(), true});
-      k_.aborting_ = true;
+      k_.message_failed(t.src, t_net, e);
     }
     slot.reset();
     while (!in_flight_.empty() && !in_flight_.front().has_value()) {

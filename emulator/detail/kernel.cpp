@@ -252,6 +252,11 @@ void Kernel::tape_played() {
   tapes_->played();
 }
 
+void Kernel::message_failed(int rank, SimTime t, const CommError& e) {
+  failures_.push_back({rank, t, e.what(), true});
+  aborting_ = true;
+}
+
 bool Kernel::deliver_closed_form() {
   if (passes_->nothing_closed() && runner_->nothing_closed()) return false;
   runner_->deliver_closed();

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "core/errors.hpp"
 #include "core/replay.hpp"
 #include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/accounting.hpp"
@@ -187,6 +188,25 @@ class Kernel {
   friend class RegionReplay;
   friend class RingPasses;
   friend class TapeRuns;
+  /// Delivers completions known in advance (messages timed in closed form) with `deliver`, last
+  /// first, until `list` is empty (delivering one may add more). A mismatch a delivery finds (a
+  /// later round's message) is the run's failure at that completion's rank (`rank_of`) and time;
+  /// the rest are dropped.
+  template <typename T, typename Deliver, typename RankOf>
+  void deliver_all(std::vector<T>& list, Deliver deliver, RankOf rank_of) {
+    while (!list.empty()) {
+      const T d = list.back();
+      list.pop_back();
+      try {
+        deliver(d);
+      } catch (const CommError& e) {
+        message_failed(rank_of(d), d.t, e);
+        list.clear();
+      }
+    }
+  }
+  /// A message a completion led to does not match: the run fails at `rank` and `t`.
+  void message_failed(int rank, SimTime t, const CommError& e);
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();

@@ -19,18 +19,12 @@ void RingPasses::deliver_closed() {
   // Each completion may finish a member's round, post its next round and match exclusive
   // messages whose completions join the list: the whole of an exclusive ring runs here. The
   // order does not matter: a member acts once all of its round's completions are in.
-  while (!closed_pass_messages_.empty()) {
-    const ClosedPassMessage d = closed_pass_messages_.back();
-    closed_pass_messages_.pop_back();
-    try {
-      pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
-    } catch (const CommError& e) {  // a mismatched message of a later round
-      k_.failures_.push_back(
-          {d.op->members[static_cast<size_t>(d.member)].rank, d.t, e.what(), true});
-      k_.aborting_ = true;
-      closed_pass_messages_.clear();
-    }
-  }
+  k_.deliver_all(
+      closed_pass_messages_,
+      [this](const ClosedPassMessage& d) {
+        pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
+      },
+      [](const ClosedPassMessage& d) { return d.op->members[u(d.member)].rank; });
 }
 
 void RingPasses::time_pass_hop(const PassHop& hop) {
