@@ -73,7 +73,7 @@ def main():
             row["rest_error_pct"] = round(100 * (pred["rest_ms_mean"] / row["rest_ms_mean"] - 1), 1)
             rows.append(row)
     os.makedirs(A.out, exist_ok=True)
-    head = (f"{'machine':<20}{'transport':<10}{'gpus':>4}{'res':>6}{'step m/p':>16}{'error':>8}"
+    head = (f"{'machine':<22}{'transport':<10}{'gpus':>4}{'res':>6}{'step m/p':>16}{'error':>8}"
             f"{'exchanges m (ranks)':>22}{'p (tiles)':>14}{'m/p':>7}{'rest m/p':>16}{'error':>8}"
             f"{'wait m/p':>14}")
     lines = ["# Flat FLUX.1-dev steps split into exchanges and the rest (configs/measurements/*/breakdown_*.json) "
@@ -82,7 +82,7 @@ def main():
         p = r["predicted"]
         wait = f"{r['wait_ms']:.1f}/{p['wait_ms']:.1f}" if r["wait_ms"] is not None else f"-/{p['wait_ms']:.1f}"
         lines.append(
-            f"{r['machine']:<20}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6}"
+            f"{r['machine']:<22}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6}"
             f"{r['step_ms']:>8.1f}/{p['step_ms']:<7.1f}{r['step_error_pct']:>7.1f}%"
             f"{r['exchanges_ms_min']:>14.1f}-{r['exchanges_ms_max']:<7.1f}"
             f"{p['exchanges_ms_min']:>7.1f}-{p['exchanges_ms_max']:<6.1f}{r['exchanges_ratio']:>7.2f}"

@@ -92,11 +92,11 @@ def main():
     os.makedirs(A.out, exist_ok=True)
     lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x*/steps_*.csv) against cocodiff "
              f"(preset {A.preset}{', ' + ', '.join(A.set) if A.set else ''})",
-             f"{'machine':<20}{'transport':<10}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
+             f"{'machine':<22}{'transport':<10}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
     for r in rows:
         sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
-        lines.append(f"{r['machine']:<20}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
+        lines.append(f"{r['machine']:<22}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
     def stats(subset):
         out = {}
