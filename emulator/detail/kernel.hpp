@@ -12,7 +12,6 @@
 // then advance virtual time (conservative discrete-event simulation).
 
 #include <atomic>
-#include <boost/circular_buffer.hpp>
 #include <boost/fiber/condition_variable.hpp>
 #include <cmath>
 #include <cstdint>
@@ -24,9 +23,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <tuple>
-#include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "core/communicator.hpp"
