@@ -147,14 +147,13 @@ bool EmuComm::issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail:
         kernel_.charge_compute(self_, c.dt, c.label);
         break;
       case TapeCall::Kind::kAllToAll:
-        *r = g->issue_uniform(g->all_to_all_algorithm(kernel_.wire_bytes(c.count)), {}, {}, c.count,
-                              c.label, c.call);
+        *r = g->issue_uniform(c.schedule, {}, {}, c.count, c.label, c.call);
         break;
       case TapeCall::Kind::kAllToAllv:
         *r = g->issue_all_to_allv({}, {}, *c.layout, c.label);
         break;
       case TapeCall::Kind::kAllGather:
-        *r = g->issue_uniform(Algorithm::kAllGather, {}, {}, c.count, c.label, c.call);
+        *r = g->issue_uniform(c.schedule, {}, {}, c.count, c.label, c.call);
         break;
       case TapeCall::Kind::kAllReduce:
         *r = g->issue_all_reduce({}, c.count, c.op, c.label, c.call);
@@ -282,9 +281,10 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
 
 const collectives::Schedule* EmuComm::schedule(Algorithm a) {
   const collectives::Schedule*& s = schedules_[static_cast<size_t>(a)];
-  if (s == nullptr)
+  if (s == nullptr) {
     s = &kernel_.group_schedule(group_->ctx, static_cast<int>(a), [&] { return make_schedule(a); });
-  COCO_CHECK(s->size() == size(), "two groups of one context differ in size");
+    COCO_CHECK(s->size() == size(), "two groups of one context differ in size");
+  }
   return s;
 }
 
@@ -343,16 +343,20 @@ EmuComm::Algorithm EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_per_pee
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
   const std::string_view call = call_text("all_to_all(", count);
-  if (TapeCall* c = record(TapeCall::Kind::kAllToAll, count, label, send, recv)) c->call = call;
-  return request(issue_uniform(all_to_all_algorithm(kernel_.wire_bytes(count)), send, recv, count,
-                               label, call));
+  const collectives::Schedule* s = schedule(all_to_all_algorithm(kernel_.wire_bytes(count)));
+  if (TapeCall* c = record(TapeCall::Kind::kAllToAll, count, label, send, recv)) {
+    c->call = call;
+    c->schedule = s;
+  }
+  return request(issue_uniform(s, send, recv, count, label, call));
 }
 
-detail::ReqPtr EmuComm::issue_uniform(Algorithm a, std::span<const float> send,
-                                      std::span<float> recv, std::int64_t count,
-                                      std::string_view label, std::string_view call) {
+detail::ReqPtr EmuComm::issue_uniform(const collectives::Schedule* schedule,
+                                      std::span<const float> send, std::span<float> recv,
+                                      std::int64_t count, std::string_view label,
+                                      std::string_view call) {
   detail::CollectiveSpec spec;
-  spec.schedule = schedule(a);
+  spec.schedule = schedule;
   spec.sizes = collectives::Sizes::uniform(count);
   spec.send = send;
   spec.recv = recv;
@@ -388,8 +392,12 @@ detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
   const std::string_view call = call_text("all_gather(", count);
-  if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) c->call = call;
-  return request(issue_uniform(Algorithm::kAllGather, send, recv, count, label, call));
+  const collectives::Schedule* s = schedule(Algorithm::kAllGather);
+  if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) {
+    c->call = call;
+    c->schedule = s;
+  }
+  return request(issue_uniform(s, send, recv, count, label, call));
 }
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,

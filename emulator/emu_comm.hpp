@@ -40,8 +40,9 @@ struct TapeCall {
   SimTime dt;              // kCompute: the device's time for the cost, whose event `label` names
   std::string_view label;  // Kernel::keep_label's copy
   std::string_view call;   // collectives: the call as mismatch checks and reports name it (kept)
-  std::unique_ptr<AllToAllvLayout> layout;  // kAllToAllv (the request reads it until done)
-  std::unique_ptr<RingPass> pass;           // kRingPass, its labels Kernel::keep_label's
+  const collectives::Schedule* schedule = nullptr;  // all-to-all, all-gather: the one chosen
+  std::unique_ptr<AllToAllvLayout> layout;          // kAllToAllv (the request reads it until done)
+  std::unique_ptr<RingPass> pass;                   // kRingPass, its labels Kernel::keep_label's
   detail::PassRows pass_rows;  // kRingPass: its rows kept for the run (Kernel::pass_costs)
 };
 
@@ -134,9 +135,10 @@ class EmuComm final : public Communicator, public Replay {
   /// The library's all-to-all for this group and size (choose_all_to_all).
   Algorithm all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const;
   // The collectives as do_* and play_tape issue them; `call` is kept for the run.
-  /// An all-to-all or all-gather of `count` elements per member, by schedule `a`.
-  detail::ReqPtr issue_uniform(Algorithm a, std::span<const float> send, std::span<float> recv,
-                               std::int64_t count, std::string_view label, std::string_view call);
+  /// An all-to-all or all-gather of `count` elements per member, by `schedule`.
+  detail::ReqPtr issue_uniform(const collectives::Schedule* schedule, std::span<const float> send,
+                               std::span<float> recv, std::int64_t count, std::string_view label,
+                               std::string_view call);
   detail::ReqPtr issue_all_to_allv(std::span<const float> send, std::span<float> recv,
                                    const AllToAllvLayout& layout, std::string_view label);
   detail::ReqPtr issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,

@@ -1,6 +1,6 @@
 #pragma once
 // The emulator's private kernel (emulator/README.md describes its design): the event loop
-// (kernel.cpp), how tiles block and wait (fibers.cpp, requests.cpp). Its other mechanisms are
+// (kernel.cpp), how tiles block, wait and are woken (fibers.cpp). Its other mechanisms are
 // classes of their own, each reaching the kernel it belongs to: Accounting (what the run counts
 // and hashes), Fabric (point-to-point matching and the network's transfers), CollectiveRunner
 // (collectives at the collective level), RingPasses, RegionReplay and TapeRuns.

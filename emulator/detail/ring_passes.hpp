@@ -1,8 +1,8 @@
 #pragma once
 // Ring passes (Communicator::ring_pass) at the collective level: every member's rounds as a
-// small state machine the controller advances as its messages complete (ring_pass.cpp), passes
-// timed whole when every hop is exclusive (ring_pass_whole.cpp), and how a matched hop is timed:
-// in closed form, as one of a pair, or through the network model (ring_pass_hops.cpp). The
+// small state machine the controller advances as its messages complete (ring_pass.cpp); how
+// they are timed (ring_pass_timing.cpp): whole when every hop is exclusive, and a matched hop in
+// closed form, as one of a pair, or through the network model. The
 // kernel's fibers, fabric, network and accounting are reached through the kernel it belongs to.
 
 #include <cstdint>
@@ -135,7 +135,7 @@ class RingPasses {
     SimTime start;
     std::int64_t bytes;
   };
-  /// Times a matched hop (ring_pass_hops.cpp): in closed form when neither end has anything else
+  /// Times a matched hop (ring_pass_timing.cpp): in closed form when neither end has anything else
   /// open and no other flow can reach its route, held for its pair when one other pair's flows
   /// can, else through the network model.
   void time_pass_hop(const PassHop& hop);
