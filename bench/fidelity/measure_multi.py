@@ -30,6 +30,9 @@ OUT (rank 0 only):
                                 issues it), against the same call back to back, by size
   callforms_<transport>.json    a step's image all-to-all between two GEMMs in four forms
                                 (blocking or async+wait; fixed buffers or a fresh copy each call)
+  profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
+                                (torch.profiler): device time of compute and of NCCL's kernels
+                                a step, slowest and fastest rank
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
@@ -983,6 +986,84 @@ def breakdown(res):
             torch.cuda.empty_cache()
 
 
+def kernel_kind(name):
+    """A profiled device activity's kind by its name: NCCL's kernels, copies, or compute."""
+    n = name.lower()
+    if "nccl" in n:
+        return "nccl"
+    if "memcpy" in n or "memset" in n:
+        return "copy"
+    if any(k in n for k in ("gemm", "nvjet", "cutlass", "xmma", "cublas")):
+        return "gemm"
+    if any(k in n for k in ("flash", "fmha", "attention", "sdpa")):
+        return "attention"
+    return "other"
+
+
+def profile(res):
+    """Whole steps of every strategy with the GPU's kernels recorded (torch.profiler, CUPTI):
+    per step, the device time of the compute kernels (GEMMs, attention, the rest) and of NCCL's
+    kernels. Set against the same step under flat, the compute kernels' growth is what running
+    beside an exchange costs them inside a real step (the model's overlap_compute_factor), and
+    NCCL's kernel time how long the exchanges occupy the GPU, waits for peers included. Per rank
+    the sum over the profiled steps divided by their number; the slowest and fastest rank."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as recorded
+    res["world"] = WORLD
+    res["cases"] = {}
+    kinds = ("gemm", "attention", "other", "nccl", "copy")
+    for w in worlds():
+        if w == 1:
+            continue
+        group = group_of(w)
+        member = RANK < w
+        model = Model(w, RANK) if member else None
+        for r in [int(x) for x in A.resolutions.split(",")]:
+            tokens = (r // 16) ** 2 if not CPU else r
+            for strat in A.strategies.split(","):
+                if rank_any(left() < 50):
+                    log("profile: deadline at", w, r, strat)
+                    return
+                by = {k: 0.0 for k in kinds}
+                step_s, count = [], 0
+                if member:
+                    st = Step(model, tokens, strat, group)
+                    for _ in range(2):
+                        line_up(group)
+                        st()
+                    line_up(group)
+                    acts = [ProfilerActivity.CPU] if CPU else [ProfilerActivity.CUDA]
+                    with recorded(activities=acts) as prof:
+                        for _ in range(A.steps):
+                            t0 = time.perf_counter()
+                            st()
+                            sync()
+                            step_s.append(time.perf_counter() - t0)
+                    for e in prof.events():
+                        on_device = str(e.device_type).endswith("CUDA")
+                        if (not CPU and not on_device) or (CPU and e.cpu_parent is not None):
+                            continue
+                        by[kernel_kind(e.name)] += e.time_range.elapsed_us() * 1e-3 / A.steps
+                        count += 1
+                    del st
+                out = {"gpus": w, "resolution": r, "image_tokens": tokens, "strategy": strat,
+                       "profiled_steps": A.steps,
+                       "step_ms": rank_max(statistics.median(step_s) * 1e3 if member else 0.0),
+                       "kernels_per_step": int(rank_max(count / A.steps if member else 0.0))}
+                by["compute"] = by["gemm"] + by["attention"] + by["other"]
+                for k, v in by.items():
+                    out[k + "_ms_max"] = rank_max(v if member else 0.0)
+                    out[k + "_ms_min"] = -rank_max(-v if member else -1e30)
+                res["cases"][f"{w}x{r}x{strat}"] = out
+                log(f"profile w={w} res={r} {strat}: step {out['step_ms']:.2f} ms, compute kernels "
+                    f"{out['compute_ms_min']:.2f}-{out['compute_ms_max']:.2f} ms (gemm "
+                    f"{out['gemm_ms_max']:.2f}, attention {out['attention_ms_max']:.2f}, other "
+                    f"{out['other_ms_max']:.2f}), nccl {out['nccl_ms_min']:.2f}-{out['nccl_ms_max']:.2f} ms")
+        del model
+        if not CPU:
+            torch.cuda.empty_cache()
+
+
 def segment_spread(segs, w):
     """How far the ranks' work between two exchanges differs. segs: this rank's timed steps, each
     the list of its segments' times (ms, from the end of one exchange to the start of the next)
@@ -1244,6 +1325,11 @@ def main():
         breakdown(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"breakdown_{tr}.json"), "w"), indent=1)
+    if "profile" in parts:
+        res = {}
+        profile(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"profile_{tr}.json"), "w"), indent=1)
     if "concurrency" in parts:
         res = {}
         concurrency(res)
