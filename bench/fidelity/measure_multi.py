@@ -105,6 +105,11 @@ def rank_max(x):
     return float(t.item())
 
 
+def rank_min(x):
+    """The smallest x over the ranks (a rank with nothing to give passes infinity)."""
+    return -rank_max(-x)
+
+
 def line_up(group):
     """Every member of `group` starts from an idle device at the same time."""
     sync()
@@ -900,6 +905,21 @@ def concurrency(res):
             f"{res[name + '_together_us']:.2f} us")
 
 
+def member_worlds():
+    """Each world of 2 or more GPUs: (w, its group, whether this rank is in it, this rank's
+    model or None). The caller drops its model at the end of each world (`del model`), so that
+    it is freed and the cache emptied before the next world's model is made."""
+    for w in worlds():
+        if w == 1:
+            continue
+        member = RANK < w
+        model = Model(w, RANK) if member else None
+        yield w, group_of(w), member, model
+        del model
+        if not CPU:
+            torch.cuda.empty_cache()
+
+
 def breakdown(res):
     """Flat steps on 2 and more GPUs split into their blocking exchanges (CUDA events on the
     compute stream around each all-to-all and the text all-gather, from launch to the end of the
@@ -908,12 +928,7 @@ def breakdown(res):
     What a step's time is made of, to set against the emulator's own breakdown."""
     res["world"] = WORLD
     res["cases"] = {}
-    for w in worlds():
-        if w == 1:
-            continue
-        group = group_of(w)
-        member = RANK < w
-        model = Model(w, RANK) if member else None
+    for w, group, member, model in member_worlds():
         for r in [int(x) for x in A.resolutions.split(",")]:
             if rank_any(left() < 60):
                 log("breakdown: deadline at", w, r)
@@ -958,10 +973,10 @@ def breakdown(res):
                 [rank_max(step_s[i] if member else 0.0) for i in range(A.steps)]) * 1e3
             c = med(comm_s) * 1e3
             out["exchanges_ms_max"] = rank_max(c if member else 0.0)
-            out["exchanges_ms_min"] = -rank_max(-c if member else -1e30)
+            out["exchanges_ms_min"] = rank_min(c if member else 1e30)
             rest = (med(step_s) - med(comm_s)) * 1e3
             out["rest_ms_max"] = rank_max(rest if member else 0.0)
-            out["rest_ms_min"] = -rank_max(-rest if member else -1e30)
+            out["rest_ms_min"] = rank_min(rest if member else 1e30)
             for kind in ("to_heads", "to_tokens", "text_gather"):
                 out[kind + "_ms_max"] = rank_max(med(kinds.get(kind, [])) * 1e3 if member else 0.0)
             out["calls_per_step"] = int(rank_max(med(kinds.get("calls", [])) if member else 0.0))
@@ -969,7 +984,7 @@ def breakdown(res):
             # them (host clock against the device's, both from the step's start)
             hl = med(kinds.get("host_late", [])) * 1e3
             out["host_late_ms_max"] = rank_max(hl if member else 0.0)
-            out["host_late_ms_min"] = -rank_max(-hl if member else -1e30)
+            out["host_late_ms_min"] = rank_min(hl if member else 1e30)
             out.update(segment_spread(segs if member else None, w))
             res["cases"][f"{w}x{r}"] = out
             log(f"breakdown w={w} res={r}: segments between exchanges: ranks wait "
@@ -982,8 +997,6 @@ def breakdown(res):
                 f"GPU waiting for its host at them {out['host_late_ms_min']:.2f}-{out['host_late_ms_max']:.2f} ms")
             del st
         del model
-        if not CPU:
-            torch.cuda.empty_cache()
 
 
 def kernel_kind(name):
@@ -1012,12 +1025,7 @@ def profile(res):
     res["world"] = WORLD
     res["cases"] = {}
     kinds = ("gemm", "attention", "other", "nccl", "copy")
-    for w in worlds():
-        if w == 1:
-            continue
-        group = group_of(w)
-        member = RANK < w
-        model = Model(w, RANK) if member else None
+    for w, group, member, model in member_worlds():
         for r in [int(x) for x in A.resolutions.split(",")]:
             tokens = (r // 16) ** 2 if not CPU else r
             for strat in A.strategies.split(","):
@@ -1053,15 +1061,13 @@ def profile(res):
                 by["compute"] = by["gemm"] + by["attention"] + by["other"]
                 for k, v in by.items():
                     out[k + "_ms_max"] = rank_max(v if member else 0.0)
-                    out[k + "_ms_min"] = -rank_max(-v if member else -1e30)
+                    out[k + "_ms_min"] = rank_min(v if member else 1e30)
                 res["cases"][f"{w}x{r}x{strat}"] = out
                 log(f"profile w={w} res={r} {strat}: step {out['step_ms']:.2f} ms, compute kernels "
                     f"{out['compute_ms_min']:.2f}-{out['compute_ms_max']:.2f} ms (gemm "
                     f"{out['gemm_ms_max']:.2f}, attention {out['attention_ms_max']:.2f}, other "
                     f"{out['other_ms_max']:.2f}), nccl {out['nccl_ms_min']:.2f}-{out['nccl_ms_max']:.2f} ms")
         del model
-        if not CPU:
-            torch.cuda.empty_cache()
 
 
 def segment_spread(segs, w):
@@ -1141,7 +1147,7 @@ def blocking(res):
                 between = statistics.median(sp2.us() for sp2 in spans)
             out["back_to_back_us"] = rank_max(b2b if member else 0.0)
             out["between_kernels_us"] = rank_max(between if member else 0.0)
-            out["between_kernels_min_rank_us"] = -rank_max(-between if member else -1e30)
+            out["between_kernels_min_rank_us"] = rank_min(between if member else 1e30)
             res["cases"].append(out)
             log(f"blocking w={w} {nb} B: back to back {out['back_to_back_us']:.1f} us, between "
                 f"kernels {out['between_kernels_min_rank_us']:.1f}-{out['between_kernels_us']:.1f} us")
@@ -1212,7 +1218,7 @@ def callforms(res):
                 sync()
                 med = statistics.median(sp.us() for sp in spans)
             out[form + "_us"] = rank_max(med if member else 0.0)
-            out[form + "_min_rank_us"] = -rank_max(-med if member else -1e30)
+            out[form + "_min_rank_us"] = rank_min(med if member else 1e30)
         if member:
             line_up(g)
             b2b = back_to_back_us(lambda: dist.all_to_all_single(fixed_recv, fixed_send, group=g), iters)
