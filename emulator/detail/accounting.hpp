@@ -47,6 +47,12 @@ struct TileStats {
   /// Compute time this tile issued while at least one of its collectives was open; a
   /// collective's share is the growth of this sum while it was open.
   SimTime overlapped_compute;
+  /// The tile's collectives run in the order it started them, on one communication stream (as
+  /// NCCL runs a communicator's): `stream_started` counts them; the latest one closed is
+  /// number `stream_closed`, which the network finished at `stream_net_end` and the stream at
+  /// `stream_end` (later by its transfer slowdown and what it carried from before).
+  std::uint64_t stream_started = 0, stream_closed = 0;
+  SimTime stream_net_end, stream_end;
   /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
   /// an op starts on the device no earlier than this, after its own issue cost.
   SimTime host;

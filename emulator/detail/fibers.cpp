@@ -244,17 +244,32 @@ bool Kernel::test(FiberState& f, ReqState& req) {
 SimTime Kernel::transfer_penalty(const TileStats& t, const ReqState& req) const {
   const double factor = device_.overlap_transfer_factor();
   if (factor == 1.0) return SimTime{};
-  // The part of the collective that ran beside this tile's compute runs `factor` times slower:
-  // at most the compute issued while it was open, at most the collective's own span.
-  const SimTime overlapped = std::min(t.overlapped_compute - req.overlap_mark,
-                                      req.done_time - std::min(req.done_time, req.started));
-  return SimTime::from_ns(std::llround(static_cast<double>(overlapped.ns()) * (factor - 1.0)));
+  // In order on the stream: an earlier collective that ended after the network finished it
+  // holds this one back (its own transfer starts when that one's network part ended, at the
+  // earliest), less the slack this one had.
+  const bool held = req.stream_seq > t.stream_closed && t.stream_end > req.started;
+  const SimTime from = held ? std::min(std::max(req.started, t.stream_net_end), req.done_time)
+                            : std::min(req.started, req.done_time);
+  // The part of its own transfer that ran beside this tile's compute runs `factor` times
+  // slower: at most the compute issued while it was open, at most the transfer's span.
+  const SimTime overlapped =
+      std::min(t.overlapped_compute - req.overlap_mark, req.done_time - from);
+  const SimTime own =
+      SimTime::from_ns(std::llround(static_cast<double>(overlapped.ns()) * (factor - 1.0)));
+  if (!held) return own;
+  const SimTime carried = t.stream_end + (req.done_time - from);
+  return std::max(carried, req.done_time) - req.done_time + own;
 }
 
 void Kernel::close_collective(TileStats& t, ReqState& req) {
   if (!req.open) return;
   req.open = false;
   --t.open_collectives;
+  if (req.stream_seq > t.stream_closed) {
+    t.stream_closed = req.stream_seq;
+    t.stream_net_end = req.done_time;
+    t.stream_end = req.done_time + req.penalty;
+  }
 }
 
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
@@ -269,6 +284,7 @@ void Kernel::open_collective(FiberState& parent, ReqState& req) {
   req.open = true;
   req.started = parent.clock;
   req.overlap_mark = t.overlapped_compute;
+  req.stream_seq = ++t.stream_started;
   ++t.open_collectives;
 }
 

@@ -222,7 +222,10 @@ class Kernel {
   /// Drops req from t's open collectives once its owner has seen it complete.
   static void close_collective(TileStats& t, ReqState& req);
   /// The extra time an open collective of tile t takes because t computed beside it
-  /// (DeviceModel::overlap_transfer_factor).
+  /// (DeviceModel::overlap_transfer_factor), and because it runs after the tile's earlier
+  /// collectives on one stream: when the latest one closed ended later than the network
+  /// finished it, req's own transfer (from its start, or that collective's network end if
+  /// later) starts only then.
   SimTime transfer_penalty(const TileStats& t, const ReqState& req) const;
   void complete(ReqState& r, SimTime t);
   void record_error(int rank, const std::exception_ptr& e);

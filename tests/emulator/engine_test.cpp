@@ -147,6 +147,30 @@ TEST(EngineHost, ACollectiveStartsWhenIssuedAndSlowsAndIsSlowedByComputeBesideIt
   }
 }
 
+TEST(EngineHost, ATilesCollectivesRunInOrderOnOneStream) {
+  // Two all-to-alls of one round (t = alpha + 1000 ns each): A at 0, then C ns of compute beside
+  // it, then B, then both waited. A's part beside the compute runs tf slower, so it ends on the
+  // stream at t x tf (C >= t); B, which the network finished at C + t, starts on the stream
+  // only when A has ended there: the run takes max(C, t x tf) + t.
+  Topology topo = test::make_topo(1, 2, 1);
+  const double tf = 1.5;
+  emu::Engine engine = host_engine(topo, host_device(0, 0, 1.0, tf));
+  const std::int64_t t = kAlphaNs + 1000;
+  const std::int64_t a_end = std::llround(static_cast<double>(t) * tf);
+  for (const std::int64_t c_ns : {t, t + 300, a_end - 1, a_end, a_end + 700}) {
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      std::vector<float> s(500), d(500), s2(500), d2(500);
+      Request a = c.iall_to_all(s, d, 250);
+      c.compute({OpKind::kGemm, static_cast<double>(c_ns), 0, "work"});
+      Request b = c.iall_to_all(s2, d2, 250);
+      a.wait();
+      b.wait();
+    });
+    EXPECT_EQ(r.makespan.ns(), std::max(c_ns, a_end) + t) << c_ns;
+    EXPECT_EQ(r.rank_exposed[0].ns(), std::max(c_ns, a_end) + t - c_ns) << c_ns;
+  }
+}
+
 TEST(EngineSpread, EveryExchangeWaitsForTheSlowestRanksDevice) {
   // Two ranks compute 1e6 ns of work each, then exchange 4 bytes each way, three times: rank r's
   // device takes 1e6 x f_r, both leave an exchange alpha + 4 ns after the slower one arrives, so
