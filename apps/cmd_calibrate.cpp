@@ -239,6 +239,16 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
                        toml::value<double>(round6(std::max(1.0, f.overlap_transfer))));
     notes << "# Interference: device.overlap_compute_factor and overlap_transfer_factor from "
           << f.interference_from << " (each against its time alone; at least 1).\n";
+    for (const auto& [ranks, g] : f.overlap_by_group) {
+      const std::string key = "device.overlap_by_group." + std::to_string(ranks);
+      std::printf("# interference on %d GPUs (%s): compute_factor = %s, transfer_factor = %s\n",
+                  ranks, g.from.c_str(), fmt(g.compute).c_str(), fmt(g.transfer).c_str());
+      calibrate::set_key(table, key + ".compute_factor",
+                         toml::value<double>(round6(std::max(1.0, g.compute))));
+      calibrate::set_key(table, key + ".transfer_factor",
+                         toml::value<double>(round6(std::max(1.0, g.transfer))));
+      notes << "# Interference on " << ranks << " GPUs: " << key << " from " << g.from << ".\n";
+    }
   } else if (!m.interference.empty()) {
     std::printf(
         "# interference: no GEMM measured beside an all-to-all; the factors are the "

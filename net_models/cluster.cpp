@@ -305,6 +305,17 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   }
   d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
   d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
+  for (const std::string& group : in.subkeys("device.overlap_by_group")) {
+    const std::string k = "device.overlap_by_group." + group;
+    int ranks = 0;
+    const auto [end, ec] = std::from_chars(group.data(), group.data() + group.size(), ranks);
+    if (ec != std::errc{} || end != group.data() + group.size() || ranks < 2 || ranks > (1 << 20))
+      in.fail(k, "a number of ranks (2 or more) as the key", "\"" + group + "\"");
+    RooflineParams::OverlapFactors f;
+    f.compute = in.get_double(k + ".compute_factor", d.overlap_compute_factor, 1.0, 100.0);
+    f.transfer = in.get_double(k + ".transfer_factor", d.overlap_transfer_factor, 1.0, 100.0);
+    d.overlap_by_group[ranks] = f;
+  }
   d.rank_spread = in.get_double("device.rank_spread", 0.0, 0.0, 0.2);
   for (const std::string& name : in.subkeys("device.kernels")) {
     const std::string k = "device.kernels." + name;

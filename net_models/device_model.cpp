@@ -18,6 +18,9 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
   COCO_CHECK(p_.peak_flops_per_s > 0 && p_.hbm_bytes_per_s > 0, "device peaks must be positive");
   COCO_CHECK(p_.overlap_compute_factor >= 1, "overlap compute factor must be >= 1");
   COCO_CHECK(p_.overlap_transfer_factor >= 1, "overlap transfer factor must be >= 1");
+  for (const auto& [ranks, f] : p_.overlap_by_group)
+    COCO_CHECK(ranks >= 2 && f.compute >= 1 && f.transfer >= 1,
+               "overlap factors of a group: 2 ranks or more, factors >= 1");
   COCO_CHECK(p_.rank_spread >= 0 && p_.rank_spread <= 0.2, "rank spread must be in [0, 0.2]");
   for (const auto& [name, t] : p_.kernels) {
     COCO_CHECK(!t.flops.empty() && t.flops.size() == t.time_s.size(), "kernel table " + name);
@@ -25,6 +28,22 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
       COCO_CHECK(t.flops[i] > 0 && t.time_s[i] > 0 && (i == 0 || t.flops[i] > t.flops[i - 1]),
                  "kernel table " + name + ": FLOPs ascending and times positive");
   }
+}
+
+double RooflineDevice::overlap_compute_factor_for(int ranks) const {
+  const auto it = p_.overlap_by_group.find(ranks);
+  return it == p_.overlap_by_group.end() ? p_.overlap_compute_factor : it->second.compute;
+}
+
+double RooflineDevice::overlap_transfer_factor_for(int ranks) const {
+  const auto it = p_.overlap_by_group.find(ranks);
+  return it == p_.overlap_by_group.end() ? p_.overlap_transfer_factor : it->second.transfer;
+}
+
+std::vector<int> RooflineDevice::overlap_groups() const {
+  std::vector<int> g;
+  for (const auto& entry : p_.overlap_by_group) g.push_back(entry.first);
+  return g;
 }
 
 namespace {

@@ -159,14 +159,23 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
     if (!coll.empty()) f.collective_issue_us = median(coll);
   }
 
-  // Interference: the largest all-to-all measured beside a GEMM.
-  const InterferencePoint* best = nullptr;
-  for (const InterferencePoint& p : interference)
-    if (p.kernel.rfind("gemm", 0) == 0 && (best == nullptr || p.bytes > best->bytes)) best = &p;
-  if (best != nullptr) {
-    f.overlap_compute = best->kernel_with_us / best->kernel_alone_us;
-    f.overlap_transfer = best->a2a_with_us / best->a2a_alone_us;
-    f.interference_from = best->where;
+  // Interference: per group size, the largest all-to-all measured beside a GEMM; the largest
+  // group's factors are the device's, the others' their group's own.
+  std::map<int, const InterferencePoint*> best;
+  for (const InterferencePoint& p : interference) {
+    const InterferencePoint*& b = best[p.world];
+    if (p.kernel.rfind("gemm", 0) == 0 && (b == nullptr || p.bytes > b->bytes)) b = &p;
+  }
+  std::erase_if(best, [](const auto& entry) { return entry.second == nullptr; });
+  if (!best.empty()) {
+    const InterferencePoint& top = *best.rbegin()->second;
+    f.overlap_compute = top.kernel_with_us / top.kernel_alone_us;
+    f.overlap_transfer = top.a2a_with_us / top.a2a_alone_us;
+    f.interference_from = top.where;
+    for (const auto& [world, p] : best)
+      if (world >= 2 && p != &top)
+        f.overlap_by_group[world] = {p->kernel_with_us / p->kernel_alone_us,
+                                     p->a2a_with_us / p->a2a_alone_us, p->where};
   }
   return f;
 }

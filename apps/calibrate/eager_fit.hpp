@@ -32,6 +32,13 @@ struct EagerFit {
   double collective_issue_us = 0;  // all_to_all / all_gather issue (0: not measured)
   double overlap_compute = 0, overlap_transfer = 0;  // 0: no interference measured
   std::string interference_from;                     // the point the factors came from
+  /// Where interference was measured over several group sizes: the base factors above are the
+  /// largest group's, and every other group's are its own (device.overlap_by_group).
+  struct GroupFactors {
+    double compute = 0, transfer = 0;
+    std::string from;
+  };
+  std::map<int, GroupFactors> overlap_by_group;
   std::vector<std::string> missing;  // host ops a label needs that no point measured
 };
 

@@ -499,6 +499,13 @@ void read_interference_json(const nlohmann::json& j, const std::string& name,
       bad(name + ": " + key, "a time in us", shown(v.dump()));
     return v.get<double>();
   };
+  int world = 0;
+  if (j.contains("world")) {
+    const nlohmann::json& w = j.at("world");
+    if (!w.is_number_integer() || w.get<std::int64_t>() < 2 || w.get<std::int64_t>() > (1 << 20))
+      bad(name + ": world", "a number of GPUs (2 or more)", shown(w.dump()));
+    world = static_cast<int>(w.get<std::int64_t>());
+  }
   const std::string with = "_with_a2a_", tail = "_us";
   for (const auto& [key, v] : j.items()) {
     const size_t k = key.find(with);
@@ -508,6 +515,7 @@ void read_interference_json(const nlohmann::json& j, const std::string& name,
     InterferencePoint p;
     p.kernel = key.substr(0, k);
     p.size = key.substr(k + with.size(), key.size() - tail.size() - k - with.size());
+    p.world = world;
     p.where = name;
     p.where.append(": ").append(p.kernel).append(" with ").append(p.size);
     p.bytes = size_bytes(p.size);

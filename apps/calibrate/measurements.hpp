@@ -89,6 +89,7 @@ struct InterferencePoint {
   std::string where;   // "file: KERNEL with SIZE"
   std::string kernel;  // e.g. gemm_4096x3072x12288
   std::string size;    // e.g. 256MiB
+  int world = 0;       // the GPUs the all-to-all ran over (the file's "world"; 0: not given)
   std::int64_t bytes = 0;
   double kernel_alone_us = 0, kernel_with_us = 0, a2a_alone_us = 0, a2a_with_us = 0;
 };

@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|interference]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -26,6 +26,8 @@
 #   profile  whole 2048^2 steps of every strategy on 2..all GPUs with the GPU's kernels recorded
 #           (compute and NCCL kernel time a step), over shared memory and NVLink, then the same
 #           steps unprofiled
+#   interference  a GEMM, an attention and a Q/K norm+RoPE beside an all-to-all on every GPU of
+#           the host, over shared memory and NVLink (about 1 minute a transport)
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -79,6 +81,9 @@ elif [ "$mode" = profile ]; then
   worlds=$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)
   launch shm 170 --parts profile,steps --worlds "$worlds" --resolutions 2048 --steps 3
   launch nvlink 170 --parts profile,steps --worlds "$worlds" --resolutions 2048 --steps 3
+elif [ "$mode" = interference ]; then
+  launch shm 120 --parts interference
+  launch nvlink 120 --parts interference
 elif [ "$mode" = blocking ]; then
   launch nvlink 120 --parts blocking
   launch shm 120 --parts blocking

@@ -38,6 +38,12 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       overlap_compute_factor_(device.overlap_compute_factor()),
       host_scale_(1.0 + device.host_per_rank_slowdown() * (topo.ranks_per_node() - 1)),
       rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
+  overlap_groups_ = device.overlap_groups();
+  if (!overlap_groups_.empty()) {
+    for (const int g : overlap_groups_)
+      slot_compute_.push_back(device.overlap_compute_factor_for(g));
+    slot_compute_.push_back(overlap_compute_factor_);
+  }
   // rank_group_[k * ranks + r]: the index of rank r's group at level k (r over the level's
   // stride), so tier() compares table entries instead of dividing once per level per flow.
   rank_group_.resize(u(levels_) * u(ranks_));
@@ -114,14 +120,32 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
     start = std::max(start, t.host);
   }
   if (t.open_collectives > 0) {
-    if (overlap_compute_factor_ != 1.0)
-      dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * overlap_compute_factor_));
+    double factor = overlap_compute_factor_;
+    if (!t.open_by_slot.empty()) {  // the largest factor of the groups open
+      factor = 1.0;
+      for (size_t s = 0; s < t.open_by_slot.size(); ++s)
+        if (t.open_by_slot[s] > 0) factor = std::max(factor, slot_compute_[s]);
+    }
+    if (factor != 1.0) dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * factor));
     t.overlapped_compute += dt;
   }
   const SimTime end = start + dt;
   t.compute += dt;
   tile_event(rank, TraceEvent::Kind::kCompute, start, end, label);
   return end;
+}
+
+int Accounting::open_overlap(TileStats& t, int ranks) const {
+  if (overlap_groups_.empty()) return -1;
+  const auto it = std::find(overlap_groups_.begin(), overlap_groups_.end(), ranks);
+  const int slot = static_cast<int>(it - overlap_groups_.begin());
+  if (t.open_by_slot.empty()) t.open_by_slot.assign(slot_compute_.size(), 0);
+  ++t.open_by_slot[u(slot)];
+  return slot;
+}
+
+void Accounting::close_overlap(TileStats& t, int slot) {
+  if (slot >= 0) --t.open_by_slot[u(slot)];
 }
 
 SimTime Accounting::issue_collective(int rank, SimTime clock) {

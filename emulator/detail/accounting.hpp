@@ -53,6 +53,9 @@ struct TileStats {
   /// `stream_end` (later by its transfer slowdown and what it carried from before).
   std::uint64_t stream_started = 0, stream_closed = 0;
   SimTime stream_net_end, stream_end;
+  /// Open collectives by overlap slot (Accounting::overlap_slot), where the device has overlap
+  /// factors by group size; empty otherwise.
+  std::vector<int> open_by_slot;
   /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
   /// an op starts on the device no earlier than this, after its own issue cost.
   SimTime host;
@@ -75,6 +78,12 @@ class Accounting {
   /// the tile has a collective open, started no earlier than its host has issued it. The tile's
   /// accounting and event; returns the clock after it.
   SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label);
+  /// Where the device has overlap factors by group size (DeviceModel::overlap_groups), the slot
+  /// of a collective of `ranks` ranks (one per group size, then one for every other size), and
+  /// notes it open on tile t; compute the tile issues while collectives are open runs the
+  /// largest of their compute factors slower. -1 (and nothing noted) without such factors.
+  int open_overlap(TileStats& t, int ranks) const;
+  static void close_overlap(TileStats& t, int slot);
   /// A collective call issued by rank's host (DeviceModel::collective_issue) at `clock`:
   /// returns when its kernel may start.
   SimTime issue_collective(int rank, SimTime clock);
@@ -139,6 +148,8 @@ class Accounting {
   // The device's constant answers, asked once (charge runs for every op of every tile).
   bool has_host_ = false;
   double overlap_compute_factor_ = 1.0;
+  std::vector<int> overlap_groups_;   // DeviceModel::overlap_groups
+  std::vector<double> slot_compute_;  // each slot's compute factor (the last: other sizes)
   /// Op issue costs scale with the ranks sharing a node's host
   /// (DeviceModel::host_per_rank_slowdown).
   double host_scale_ = 1.0;

@@ -242,8 +242,9 @@ bool Kernel::test(FiberState& f, ReqState& req) {
 }
 
 SimTime Kernel::transfer_penalty(const TileStats& t, const ReqState& req) const {
-  const double factor = device_.overlap_transfer_factor();
-  if (factor == 1.0) return SimTime{};
+  const int ranks = req.group ? static_cast<int>(req.group->members.size()) : 0;
+  const double factor = device_.overlap_transfer_factor_for(ranks);
+  if (factor == 1.0 && t.stream_end == t.stream_net_end) return SimTime{};
   // In order on the stream: an earlier collective that ended after the network finished it
   // holds this one back (its own transfer starts when that one's network part ended, at the
   // earliest), less the slack this one had.
@@ -265,6 +266,7 @@ void Kernel::close_collective(TileStats& t, ReqState& req) {
   if (!req.open) return;
   req.open = false;
   --t.open_collectives;
+  Accounting::close_overlap(t, req.overlap_slot);
   if (req.stream_seq > t.stream_closed) {
     t.stream_closed = req.stream_seq;
     t.stream_net_end = req.done_time;
@@ -285,6 +287,8 @@ void Kernel::open_collective(FiberState& parent, ReqState& req) {
   req.started = parent.clock;
   req.overlap_mark = t.overlapped_compute;
   req.stream_seq = ++t.stream_started;
+  req.overlap_slot =
+      acct_.open_overlap(t, req.group ? static_cast<int>(req.group->members.size()) : 0);
   ++t.open_collectives;
 }
 

@@ -45,6 +45,7 @@ struct ReqState {
   SimTime overlap_mark;                // its tile's overlapped_compute when it was opened
   SimTime penalty;                     // transfer slowdown charged when it closed
   std::uint64_t stream_seq = 0;        // its place on its tile's communication stream (from 1)
+  int overlap_slot = -1;               // Accounting::open_overlap
   /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
   std::string describe() const;
   /// Short name for trace spans.

@@ -595,6 +595,45 @@ TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
+TEST_F(Calibrate, InterferenceOnSeveralGroupSizesGivesEachGroupItsFactors) {
+  // 4 GPUs: GEMM 1.25x, all-to-all 1.5x (the device's); 2 GPUs: 1.1x and 1.75x (2-GPU groups').
+  const auto file = [&](const char* name, int world, double gemm_with, double a2a_with) {
+    return write(name, "{\"world\": " + std::to_string(world) +
+                           ", \"gemm_g_alone_us\": 400, \"gemm_g_with_a2a_256MiB_us\": " +
+                           std::to_string(gemm_with) +
+                           ", \"all_to_all_256MiB_alone_us\": 600, "
+                           "\"all_to_all_256MiB_with_gemm_g_us\": " +
+                           std::to_string(a2a_with) + "}");
+  };
+  const fs::path four = file("interference_4.json", 4, 500, 900);
+  const fs::path two = file("interference_2.json", 2, 440, 1050);
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", two.string(), four.string(), "--cluster", "uniform", "--out", out.string()},
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string toml = read_text(out);
+  EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_compute_factor"), 1.25);
+  EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_transfer_factor"), 1.5);
+  EXPECT_DOUBLE_EQ(value(toml, "device.overlap_by_group.2", "compute_factor"), 1.1);
+  EXPECT_DOUBLE_EQ(value(toml, "device.overlap_by_group.2", "transfer_factor"), 1.75);
+  EXPECT_NE(r.out.find("interference on 2 GPUs"), std::string::npos) << r.out;
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+  // A world that is not a number of GPUs: exit 2 naming the file and the key, nothing written.
+  const fs::path bad = write("interference_bad.json",
+                             "{\"world\": \"four\", \"gemm_g_alone_us\": 400, "
+                             "\"gemm_g_with_a2a_256MiB_us\": 500, "
+                             "\"all_to_all_256MiB_alone_us\": 600, "
+                             "\"all_to_all_256MiB_with_gemm_g_us\": 900}");
+  const fs::path none = dir_ / "none.toml";
+  const ChildResult e = run_cocodiff(
+      {"calibrate", bad.string(), "--cluster", "uniform", "--out", none.string()}, dir_);
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_NE(e.err.find("interference_bad.json: world"), std::string::npos) << e.err;
+  EXPECT_FALSE(fs::exists(none));
+}
+
 TEST_F(Calibrate, RecoversAKnownRankSpreadFromBreakdowns) {
   // Waits made with a spread of 0.015: the mean rank waits 0.015 x z_max(W) x its work a step
   // (z_max: Blom's largest score, 0.5894558 for 2 ranks, 1.0491314 for 4). A host-bound case
@@ -635,7 +674,8 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
   const std::vector<std::pair<std::string, std::vector<fs::path>>> cases = {
       {"hgx-h100",
        {m / "h100x4" / "kernels.csv", m / "h100x4-repeat" / "host_nvlink.csv",
-        m / "h100x4" / "interference_nvlink.json", m / "h100x4-spread" / "breakdown_nvlink.json",
+        m / "h100x4" / "interference_nvlink.json", m / "h100x2" / "interference_nvlink.json",
+        m / "h100x4-spread" / "breakdown_nvlink.json",
         m / "h100x2-spread" / "breakdown_nvlink.json"}},
       {"hgx-h200", {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json"}}};
   for (const auto& [preset, files] : cases) {
@@ -683,6 +723,18 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
       EXPECT_NEAR(shipped["device"][key].value<double>().value_or(-1),
                   fit["device"][key].value<double>().value(), 0.05)
           << key;
+    // Groups with interference of their own (2 GPUs for hgx-h100), the same.
+    const toml::table* fg = fit["device"]["overlap_by_group"].as_table();
+    const toml::table* sg = shipped["device"]["overlap_by_group"].as_table();
+    ASSERT_EQ(fg == nullptr, sg == nullptr);
+    if (fg != nullptr) {
+      EXPECT_EQ(fg->size(), sg->size());
+      for (const auto& [ranks, node] : *fg)
+        for (const char* key : {"compute_factor", "transfer_factor"})
+          EXPECT_NEAR((*sg)[ranks.str()][key].value<double>().value_or(-1),
+                      (*node.as_table())[key].value<double>().value(), 0.05)
+              << ranks.str() << " " << key;
+    }
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);

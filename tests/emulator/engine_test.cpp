@@ -171,6 +171,46 @@ TEST(EngineHost, ATilesCollectivesRunInOrderOnOneStream) {
   }
 }
 
+TEST(EngineHost, ACollectiveTakesTheOverlapFactorsOfItsGroupSize) {
+  // Factors for 2-rank groups only (compute 1.2, transfer 1.5; every other size overlaps for
+  // free): beside a 2-rank all-to-all the compute and the transfer slow down as in the closed
+  // form above; a 4-rank run is the run of a device without overlap factors, event for event.
+  RooflineParams p;
+  p.name = "unit, factors by group";
+  p.peak_flops_per_s = 1e9;
+  p.hbm_bytes_per_s = 1e9;
+  const auto free_device = std::make_shared<RooflineDevice>(p);
+  p.overlap_by_group[2] = {1.2, 1.5};
+  const auto device = std::make_shared<RooflineDevice>(p);
+  const std::int64_t t = kAlphaNs + 1000;
+  for (const std::int64_t c_ns : {500, 5000}) {
+    for (const int ranks : {2, 4}) {
+      Topology topo = test::make_topo(1, ranks, 1);
+      const auto run = [&](std::shared_ptr<DeviceModel> dev) {
+        emu::Engine engine = host_engine(topo, std::move(dev));
+        return engine.run([&](Communicator& c) {
+          std::vector<float> s(250 * static_cast<size_t>(ranks)), d(s.size());
+          Request req = c.iall_to_all(s, d, 250);
+          c.compute({OpKind::kGemm, static_cast<double>(c_ns), 0, "work"});
+          req.wait();
+        });
+      };
+      const emu::RunResult r = run(device);
+      if (ranks == 2) {
+        const std::int64_t compute = std::llround(static_cast<double>(c_ns) * 1.2);
+        const std::int64_t penalty = std::llround(static_cast<double>(std::min(compute, t)) * 0.5);
+        EXPECT_EQ(r.rank_compute[0].ns(), compute) << c_ns;
+        EXPECT_EQ(r.makespan.ns(), std::max(compute, t + penalty)) << c_ns;
+      } else {
+        const emu::RunResult free = run(free_device);
+        EXPECT_EQ(r.rank_compute[0].ns(), c_ns) << c_ns;
+        EXPECT_EQ(r.makespan, free.makespan) << c_ns;
+        EXPECT_EQ(r.timeline_sha256, free.timeline_sha256) << c_ns;
+      }
+    }
+  }
+}
+
 TEST(EngineSpread, EveryExchangeWaitsForTheSlowestRanksDevice) {
   // Two ranks compute 1e6 ns of work each, then exchange 4 bytes each way, three times: rank r's
   // device takes 1e6 x f_r, both leave an exchange alpha + 4 ns after the slower one arrives, so

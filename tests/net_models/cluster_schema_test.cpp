@@ -49,8 +49,11 @@ std::set<std::string> parsed_keys(const Config& run) {
     if (k.rfind("cluster.", 0) != 0) continue;
     const std::string key = std::regex_replace(k.substr(8), link_name, "links.NAME.");
     const std::regex host_op("^device\\.host\\.ops\\.[^.]+$");
-    keys.insert(std::regex_replace(std::regex_replace(key, kernel_name, "device.kernels.NAME."),
-                                   host_op, "device.host.ops.LABEL"));
+    const std::regex group("^device\\.overlap_by_group\\.[0-9]+\\.");
+    keys.insert(std::regex_replace(
+        std::regex_replace(std::regex_replace(key, kernel_name, "device.kernels.NAME."), host_op,
+                           "device.host.ops.LABEL"),
+        group, "device.overlap_by_group.N."));
   }
   return keys;
 }

@@ -431,5 +431,29 @@ TEST(KernelTable, PresetTablesParseAndBadOnesAreRefused) {
             std::string::npos);
 }
 
+TEST(OverlapByGroup, PresetGroupsParseAndBadOnesAreRefused) {
+  // hgx-h100: its own factors for 2-GPU collectives, the base ones for any other group.
+  const Cluster h100 = load("hgx-h100");
+  EXPECT_EQ(h100.device->overlap_groups(), std::vector<int>{2});
+  EXPECT_DOUBLE_EQ(h100.device->overlap_compute_factor_for(2), 1.2);
+  EXPECT_DOUBLE_EQ(h100.device->overlap_transfer_factor_for(2), 1.6);
+  EXPECT_DOUBLE_EQ(h100.device->overlap_transfer_factor_for(4), 1.5);
+  EXPECT_DOUBLE_EQ(h100.device->overlap_transfer_factor_for(8), 1.5);
+  // A group's missing factor is the base one.
+  const Cluster one = load("uniform", {"cluster.device.overlap_transfer_factor=1.4",
+                                       "cluster.device.overlap_by_group.4.compute_factor=1.1"});
+  EXPECT_DOUBLE_EQ(one.device->overlap_compute_factor_for(4), 1.1);
+  EXPECT_DOUBLE_EQ(one.device->overlap_transfer_factor_for(4), 1.4);
+  EXPECT_NE(load_error("uniform", {"cluster.device.overlap_by_group.two.compute_factor=1.1"})
+                .find("device.overlap_by_group.two"),
+            std::string::npos);
+  EXPECT_NE(load_error("uniform", {"cluster.device.overlap_by_group.1.compute_factor=1.1"})
+                .find("2 or more"),
+            std::string::npos);
+  EXPECT_NE(load_error("uniform", {"cluster.device.overlap_by_group.2.transfer_factor=0.9"})
+                .find("overlap_by_group.2.transfer_factor"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace cocodiff
