@@ -53,7 +53,7 @@ struct TileStats {
   /// `stream_end` (later by its transfer slowdown and what it carried from before).
   std::uint64_t stream_started = 0, stream_closed = 0;
   SimTime stream_net_end, stream_end;
-  /// Open collectives by overlap slot (Accounting::overlap_slot), where the device has overlap
+  /// Open collectives by overlap slot (Accounting::open_overlap), where the device has overlap
   /// factors by group size; empty otherwise.
   std::vector<int> open_by_slot;
   /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
