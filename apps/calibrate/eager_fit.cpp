@@ -163,10 +163,10 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
   // group's factors are the device's, the others' their group's own.
   std::map<int, const InterferencePoint*> best;
   for (const InterferencePoint& p : interference) {
+    if (p.kernel.rfind("gemm", 0) != 0) continue;
     const InterferencePoint*& b = best[p.world];
-    if (p.kernel.rfind("gemm", 0) == 0 && (b == nullptr || p.bytes > b->bytes)) b = &p;
+    if (b == nullptr || p.bytes > b->bytes) b = &p;
   }
-  std::erase_if(best, [](const auto& entry) { return entry.second == nullptr; });
   if (!best.empty()) {
     const InterferencePoint& top = *best.rbegin()->second;
     f.overlap_compute = top.kernel_with_us / top.kernel_alone_us;

@@ -24,7 +24,7 @@ Writes DIR/breakdown_fidelity.{txt,json} (default bench/fidelity/results).
 """
 import argparse, glob, json, os, statistics
 
-from phantom_step import run_phantom_step
+from phantom_step import preset_for, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -35,20 +35,15 @@ A = P.parse_args()
 STEPS = 2
 
 
-def preset_for(machine, transport):
-    if machine.startswith("h200"):  # no H200 cluster was fitted to shared memory
-        return ["cluster.preset=hgx-h200"]
-    return ["cluster.preset=" + ("hgx-h100" if transport == "nvlink" else "h100-shm")]
-
-
 def predict(w, res, machine, transport):
-    r = run_phantom_step(A.cocodiff, ROOT, w, res, "flat", STEPS, preset_for(machine, transport) + A.set)
+    r = run_phantom_step(A.cocodiff, ROOT, w, res, "flat", STEPS,
+                         [f"cluster.preset={preset_for(machine, transport)}"] + A.set)
     b = r["breakdown"]
     ms = lambda s: s / STEPS * 1e3  # noqa: E731
     return {"step_ms": ms(r["virtual_time_s"]), "exchanges_ms_min": ms(b["min_exposed_comm_s"]),
             "exchanges_ms_max": ms(b["max_exposed_comm_s"]), "rest_ms_mean": ms(b["mean_compute_s"]),
             "wait_ms": ms(b["mean_exposed_comm_s"] - b["min_exposed_comm_s"]),
-            "preset": ",".join(s.split("=")[1] for s in preset_for(machine, transport))}
+            "preset": preset_for(machine, transport)}
 
 
 def main():

@@ -1,6 +1,6 @@
 """One phantom FLUX.1-dev run of cocodiff on one node of W GPUs, as the fidelity scripts predict
-a measured step with it: steps_fidelity.py (whole steps) and breakdown_fidelity.py (their
-breakdowns) call it with the cluster keys each needs."""
+a measured step with it: steps_fidelity.py (whole steps), breakdown_fidelity.py (their
+breakdowns) and profile_fidelity.py (profiled steps) call it with the cluster keys each needs."""
 import json, os, subprocess, sys, tempfile
 
 
@@ -20,3 +20,12 @@ def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
         if p.returncode != 0:
             sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
         return json.load(open(os.path.join(d, "report.json")))
+
+
+def preset_for(machine, transport):
+    """The cluster preset that predicts a measurement directory's steps over `transport`: H200s
+    hgx-h200 (no H200 cluster was fitted to shared memory), H100s hgx-h100 over NVLink and
+    h100-shm over shared memory."""
+    if machine.startswith("h200"):
+        return "hgx-h200"
+    return "hgx-h100" if transport == "nvlink" else "h100-shm"

@@ -19,7 +19,7 @@ Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
 import argparse, csv, glob, json, os
 
-from phantom_step import run_phantom_step
+from phantom_step import preset_for, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -30,12 +30,6 @@ A = P.parse_args()
 STEPS = 2
 STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
             "cocodiff": "flat+v_first+pipeline"}
-
-
-def preset_for(machine, transport):
-    if machine.startswith("h200"):
-        return "hgx-h200"
-    return "hgx-h100" if transport == "nvlink" else "h100-shm"
 
 
 def predict(w, res, strategy, preset, cache={}):

@@ -242,8 +242,7 @@ bool Kernel::test(FiberState& f, ReqState& req) {
 }
 
 SimTime Kernel::transfer_penalty(const TileStats& t, const ReqState& req) const {
-  const int ranks = req.group ? static_cast<int>(req.group->members.size()) : 0;
-  const double factor = device_.overlap_transfer_factor_for(ranks);
+  const double factor = device_.overlap_transfer_factor_for(req.group_ranks());
   if (factor == 1.0 && t.stream_end == t.stream_net_end) return SimTime{};
   // In order on the stream: an earlier collective that ended after the network finished it
   // holds this one back (its own transfer starts when that one's network part ended, at the
@@ -287,8 +286,7 @@ void Kernel::open_collective(FiberState& parent, ReqState& req) {
   req.started = parent.clock;
   req.overlap_mark = t.overlapped_compute;
   req.stream_seq = ++t.stream_started;
-  req.overlap_slot =
-      acct_.open_overlap(t, req.group ? static_cast<int>(req.group->members.size()) : 0);
+  req.overlap_slot = acct_.open_overlap(t, req.group_ranks());
   ++t.open_collectives;
 }
 

@@ -40,12 +40,14 @@ struct ReqState {
     if (label.empty()) call_text = std::string(c) + " #" + std::to_string(seq);
   }
   std::shared_ptr<const Group> group;  // collectives
-  bool open = false;                   // collectives: counted in its tile's open_collectives
-  SimTime started;                     // collectives: the starting tile's clock at the start
-  SimTime overlap_mark;                // its tile's overlapped_compute when it was opened
-  SimTime penalty;                     // transfer slowdown charged when it closed
-  std::uint64_t stream_seq = 0;        // its place on its tile's communication stream (from 1)
-  int overlap_slot = -1;               // Accounting::open_overlap
+  /// The collective's number of ranks (0 without a group).
+  int group_ranks() const { return group ? static_cast<int>(group->members.size()) : 0; }
+  bool open = false;             // collectives: counted in its tile's open_collectives
+  SimTime started;               // collectives: the starting tile's clock at the start
+  SimTime overlap_mark;          // its tile's overlapped_compute when it was opened
+  SimTime penalty;               // transfer slowdown charged when it closed
+  std::uint64_t stream_seq = 0;  // its place on its tile's communication stream (from 1)
+  int overlap_slot = -1;         // Accounting::open_overlap
   /// "recv of 4 elements from rank 1 ('v')", "all_to_all(count=4) #3 'v' on group ...".
   std::string describe() const;
   /// Short name for trace spans.
