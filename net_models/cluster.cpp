@@ -216,6 +216,9 @@ void add_link_classes(const Layers& in, ClusterGraph& g) {
     const double bw =
         in.bandwidth_bytes_per_s(p + "bandwidth_gbytes_per_s") * static_cast<double>(count);
     const SimTime lat = in.latency(p + "latency_ns");
+    if (kind != "switch" && in.has(p + "pair_bandwidth_gbytes_per_s"))
+      in.fail(p + "pair_bandwidth_gbytes_per_s", "no per-pair bandwidth (it is a switch's)",
+              "one on a link of kind \"" + kind + "\"");
     if (kind == "direct") {
       std::vector<std::pair<int, int>> pairs;
       for (const std::string& s : in.get_string_list(p + "pairs", {}))
@@ -237,11 +240,32 @@ void add_link_classes(const Layers& in, ClusterGraph& g) {
           g.add_duplex(a, a + (v - topo.coord(a, k)) * stride, lat, bw, cls);
     } else {  // switch: one per group of ranks that share every coordinate above level k
       const int group = stride * size;
+      // With a per-pair bandwidth, the switch is a crossbar: each rank's link ends at its own
+      // port, and each ordered pair of ports has a link of that bandwidth (no latency), so one
+      // pair's flows share it and a lone flow moves at the lesser of the two rates.
+      const std::string pair_key = p + "pair_bandwidth_gbytes_per_s";
+      const bool crossbar = in.has(pair_key);
+      const double pair_bw = crossbar ? in.bandwidth_bytes_per_s(pair_key) : 0;
+      const int pair_cls =
+          crossbar ? g.add_link_class(name + ".pair", in.get_string(p + "tier", topo.tier_name(k)))
+                   : -1;
       for (int first = 0; first < topo.num_ranks(); first += group) {
         const int n = topo.node(first);
-        const int sw =
-            g.add_vertex(in_node(n, name, (first % rpn) / group), VertexKind::kSwitch, n);
-        for (int r = first; r < first + group; ++r) g.add_duplex(r, sw, lat, bw, cls);
+        const std::string sw_name = in_node(n, name, (first % rpn) / group);
+        if (!crossbar) {
+          const int sw = g.add_vertex(sw_name, VertexKind::kSwitch, n);
+          for (int r = first; r < first + group; ++r) g.add_duplex(r, sw, lat, bw, cls);
+          continue;
+        }
+        std::vector<int> port;
+        for (int r = first; r < first + group; ++r) {
+          port.push_back(
+              g.add_vertex(sw_name + ".port" + std::to_string(r - first), VertexKind::kSwitch, n));
+          g.add_duplex(r, port.back(), lat, bw, cls);
+        }
+        for (int a : port)
+          for (int b : port)
+            if (a != b) g.add_link(a, b, SimTime{}, pair_bw, pair_cls);
       }
     }
   }

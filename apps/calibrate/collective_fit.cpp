@@ -269,6 +269,18 @@ std::vector<LinkKnob> link_knobs(const Cluster& c, const toml::table& cluster) {
     kn.link_class = k;
     kn.name = lc.name;
     kn.tier = lc.tier;
+    // A switch's per-pair links ("nvlink.pair"): their bandwidth key is the switch's, and they
+    // have no latency of their own.
+    const std::string pair_of = lc.name.size() > 5 && lc.name.ends_with(".pair")
+                                    ? lc.name.substr(0, lc.name.size() - 5)
+                                    : std::string();
+    if (!pair_of.empty() && links != nullptr && links->contains(pair_of)) {
+      kn.pair = true;
+      kn.bandwidth_key = "links." + pair_of + ".pair_bandwidth_gbytes_per_s";
+      kn.bandwidth_gbytes_per_s = number_at(cluster, kn.bandwidth_key);
+      out.push_back(std::move(kn));
+      continue;
+    }
     const bool user = links != nullptr && links->contains(lc.name);
     if (user && (lc.name == "nic" || lc.name == "nic-attach" || lc.name == "fabric") &&
         cluster.contains("nic"))
@@ -428,18 +440,21 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
       if (knobs[i].tier == tier && classes.count(knobs[i].link_class) != 0) v.push_back(i);
     return v;
   };
-  for (const auto& [rank, tier] : tiers) {
-    std::vector<size_t> limited;
-    double lo = -1e300, hi = 1e300;
-    for (size_t i : tier_knobs(tier)) {
-      if (knobs[i].bandwidth_key.empty()) continue;
-      limited.push_back(i);
-      lo = std::max({lo, std::log(kMinGbps / knobs[i].bandwidth_gbytes_per_s), -kMaxLogScale});
-      hi = std::min({hi, std::log(kMaxGbps / knobs[i].bandwidth_gbytes_per_s), kMaxLogScale});
+  // Per tier, one factor for its links' bandwidth and one for its switches' per-pair bandwidth.
+  for (const auto& [rank, tier] : tiers)
+    for (const bool pair : {false, true}) {
+      std::vector<size_t> limited;
+      double lo = -1e300, hi = 1e300;
+      for (size_t i : tier_knobs(tier)) {
+        if (knobs[i].bandwidth_key.empty() || knobs[i].pair != pair) continue;
+        limited.push_back(i);
+        lo = std::max({lo, std::log(kMinGbps / knobs[i].bandwidth_gbytes_per_s), -kMaxLogScale});
+        hi = std::min({hi, std::log(kMaxGbps / knobs[i].bandwidth_gbytes_per_s), kMaxLogScale});
+      }
+      if (limited.empty() || !(lo < 0 && hi > 0)) continue;
+      add({Knob::Kind::kBandwidth, tier, limited, {}},
+          {tier + (pair ? " per-pair bandwidth" : " bandwidth"), 0, lo, hi, 2e-3});
     }
-    if (limited.empty() || !(lo < 0 && hi > 0)) continue;
-    add({Knob::Kind::kBandwidth, tier, limited, {}}, {tier + " bandwidth", 0, lo, hi, 2e-3});
-  }
   const LibraryModel& lib0 = c.library;
   auto us_param = [](const std::string& name, double start_us) {
     return LsqParam{name, start_us, 0, kMaxCostUs, std::max(0.01 * start_us, 0.1)};
@@ -451,7 +466,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     add({Knob::Kind::kHostIssue, "", {}, {}},
         us_param("host collective_issue_us", c.device_params.host.collective_issue.us()));
   for (const auto& [rank, tier] : tiers) {
-    const std::vector<size_t> v = tier_knobs(tier);
+    std::vector<size_t> v = tier_knobs(tier);
+    std::erase_if(v, [&](size_t i) { return knobs[i].latency_key.empty(); });
     if (v.empty()) continue;
     Knob k{Knob::Kind::kLatency, tier, v, {}};
     bool any = false;
@@ -652,7 +668,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     switch (k.kind) {
       case Knob::Kind::kBandwidth:
         for (size_t i : k.knobs)
-          value(knobs[i].bandwidth_key, k.tier + " bandwidth (GB/s)",
+          value(knobs[i].bandwidth_key,
+                k.tier + (knobs[i].pair ? " per-pair bandwidth (GB/s)" : " bandwidth (GB/s)"),
                 knobs[i].bandwidth_gbytes_per_s,
                 knobs[i].bandwidth_gbytes_per_s * std::exp(best.x[j]), false);
         break;

@@ -20,12 +20,14 @@
 //
 // A tier's latency and bandwidth scale every link class of that tier by one factor each, so a
 // route's latency and bottleneck move together and the preset's ratios between its link classes
-// stay. Which figures the points determine is found from the Jacobian (least_squares.hpp): a
-// figure whose effect the points cannot tell from that of figures before it (bandwidths, the
-// call cost, latencies, the message cost, the protocol's costs, in that order) keeps the
-// cluster's value and is reported as kept. The protocol threshold is chosen among the measured
-// message sizes by the same criterion (the lowest sum of squares; a split must lower it by a
-// fifth to be taken, so that noise does not buy one).
+// stay; a switch's per-pair bandwidth (links.NAME.pair_bandwidth_gbytes_per_s, where the
+// cluster gives one) has a factor of its own, since it is what tells a lone flow from several
+// sharing a rank's link. Which figures the points determine is found from the Jacobian
+// (least_squares.hpp): a figure whose effect the points cannot tell from that of figures before it
+// (bandwidths, the call cost, latencies, the message cost, the protocol's costs, in that order)
+// keeps the cluster's value and is reported as kept. The protocol threshold is chosen among the
+// measured message sizes by the same criterion (the lowest sum of squares; a split must lower it by
+// a fifth to be taken, so that noise does not buy one).
 
 #include <cstdint>
 #include <filesystem>
@@ -42,10 +44,11 @@ struct LinkKnob {
   int link_class = 0;
   std::string name;           // "nvlink", "nic", "nic-attach", "fabric"
   std::string tier;           // its tier
-  std::string latency_key;    // "links.nvlink.latency_ns"
+  std::string latency_key;    // "links.nvlink.latency_ns"; empty: none (a switch's pair links)
   std::string bandwidth_key;  // "links.nvlink.bandwidth_gbytes_per_s"; empty: unlimited
   std::int64_t latency_ns = 0;
   double bandwidth_gbytes_per_s = 0;  // as the key holds it (before any link count)
+  bool pair = false;  // a switch's per-pair links (links.NAME.pair_bandwidth_gbytes_per_s)
 };
 
 /// The link classes of `c` with the values of their keys in `cluster` (the cluster's complete

@@ -188,6 +188,36 @@ TEST_F(Calibrate, RecoversIntraNodeFiguresAndProtocolFromNcclTestsLogs) {
   EXPECT_EQ(value(toml, "nic", "bandwidth_gbytes_per_s"), 50) << toml;
 }
 
+// A switch with a per-pair bandwidth: on 2 ranks an all-to-all's transfer alone moves at the
+// pair's rate; on 4, three transfers from each rank share its link. The fit tells the two apart.
+TEST_F(Calibrate, RecoversASwitchsPerPairBandwidthApartFromItsLinks) {
+  const std::vector<std::string> truth = {
+      "cluster.library.call_overhead_us=25", "cluster.library.message_overhead_us=3",
+      "cluster.links.nvswitch.bandwidth_gbytes_per_s=80", "cluster.links.nvswitch.latency_ns=700",
+      "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=50"};
+  // The ring all-gather's steps tell the latency from the call's cost.
+  std::string csv = "op,ranks,nodes,bytes,time_us\n";
+  for (const char* op : {"all_to_all", "all_gather"})
+    for (int ranks : {2, 4})
+      for (const auto& [bytes, us] : netbench(op, ranks, 1, truth))
+        csv += std::string(op) + "," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
+               std::to_string(us) + "\n";
+  const fs::path f = write("sweep.csv", csv);
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", f.string(), "--cluster", kTwoNodes, "--set",
+       "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=150", "--out", out.string()},
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("intra-node per-pair bandwidth"), std::string::npos) << r.out;
+  const std::string toml = read_text(out);
+  EXPECT_NEAR(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 80, 0.8) << r.out;
+  EXPECT_NEAR(value(toml, "links.nvswitch", "pair_bandwidth_gbytes_per_s"), 50, 0.5) << r.out;
+  EXPECT_NEAR(value(toml, "links.nvswitch", "latency_ns"), 700, 7) << r.out;
+  EXPECT_NEAR(value(toml, "library", "call_overhead_us"), 25, 0.25) << r.out;
+  EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
+}
+
 TEST_F(Calibrate, RecoversInterNodeFiguresFromCsvOfEveryOp) {
   // Two nodes of 1 and of 2 ranks: sendrecv, reduce_scatter, all_to_all and all_reduce cross
   // the inter-node tier (NICs, fabric), in the GPU measurement CSV's format.
@@ -738,6 +768,47 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
+  }
+}
+
+// configs/clusters/h100-shm.toml is what the command in its header writes: the shared-memory
+// sweeps on 2 and 4 GPUs give the link's and the per-pair bandwidth, latency and costs; the
+// interference and breakdown files the device's factors and spread.
+TEST_F(Calibrate, ShippedSharedMemoryPresetIsWhatCalibrateWritesFromItsMeasurements) {
+  const fs::path root(COCODIFF_SOURCE_DIR);
+  const fs::path m = fs::path("configs") / "measurements";
+  const fs::path out = dir_ / "h100-shm-fit.toml";
+  std::vector<std::string> args = {"calibrate"};
+  for (const fs::path& f :
+       {m / "h100x4" / "collectives_shm.csv", m / "h100x2" / "collectives_shm.csv",
+        m / "h100x4-spread" / "breakdown_shm.json", m / "h100x2-spread" / "breakdown_shm.json",
+        m / "h100x4" / "interference_shm.json",
+        m / "h100x2-interference" / "interference_shm.json"})
+    args.push_back((root / f).string());
+  for (const char* a : {"--cluster", "hgx-h100", "--set", "cluster.nodes=1", "--set",
+                        "cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300", "--loss", "soft_l1",
+                        "--ops", "all_to_all,all_gather"})
+    args.emplace_back(a);
+  args.push_back("--out");
+  args.push_back(out.string());
+  const ChildResult r = run_cocodiff(args, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string header = read_text(root / "configs" / "clusters" / "h100-shm.toml");
+  EXPECT_NE(header.find("--set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300"),
+            std::string::npos);
+  const toml::table fit = toml::parse_file(out.string());
+  const toml::table shipped =
+      toml::parse_file((root / "configs" / "clusters" / "h100-shm.toml").string());
+  for (const char* key :
+       {"links.nvlink.bandwidth_gbytes_per_s", "links.nvlink.pair_bandwidth_gbytes_per_s",
+        "links.nvlink.latency_ns", "library.call_overhead_us", "library.message_overhead_us",
+        "device.host.collective_issue_us", "device.overlap_compute_factor",
+        "device.overlap_transfer_factor", "device.overlap_by_group.2.compute_factor",
+        "device.overlap_by_group.2.transfer_factor", "device.rank_spread"}) {
+    const std::optional<double> f = fit.at_path(key).value<double>();
+    const std::optional<double> s = shipped.at_path(key).value<double>();
+    ASSERT_TRUE(f.has_value() && s.has_value()) << key;
+    EXPECT_NEAR(*s, *f, 1e-2 * *f) << key;
   }
 }
 

@@ -67,7 +67,8 @@ TEST(ClusterSchema, EveryParsedKeyIsDocumented) {
     load_cluster(cfg, kConfigs / "clusters");
     for (const std::string& k : parsed_keys(cfg)) parsed.insert(k);
   };
-  for (const char* preset : {"aurora", "hgx-h100", "hgx-h200", "uniform"})
+  // h100-shm: a switch with a per-pair bandwidth.
+  for (const char* preset : {"aurora", "hgx-h100", "hgx-h200", "h100-shm", "uniform"})
     load(std::string("[cluster]\npreset = \"") + preset + "\"\nnodes = 2\n");
   // A whole description inline, with a `direct` link class (no preset uses one).
   load(R"([cluster]

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
+#include "net_models/maxmin_model.hpp"
 
 namespace cocodiff {
 namespace {
@@ -174,6 +175,54 @@ tier = "intra-node"
   const std::span<const int> r = routes.route(0, 1);
   ASSERT_EQ(r.size(), 2u);
   EXPECT_EQ(c.graph->link_class(c.graph->link(r[0]).link_class).name, "sw");
+}
+
+// A switch with a per-pair bandwidth is a crossbar: rank -> its port -> the peer's port -> peer.
+// One transfer alone moves at the lesser of the link and the pair bandwidth; transfers from one
+// rank to three peers at once share its link (closed forms of max-min sharing).
+TEST(Presets, SwitchWithAPerPairBandwidthCapsEachPairAndSharesEachRanksLink) {
+  std::string text = kSmall;
+  text.replace(text.find("sizes = [2]"), 11, "sizes = [4]");
+  text.replace(text.find("count = 2"), 9, "count = 4");
+  const auto p = write("crossbar.toml", text);
+  Config cfg = Config::parse("[cluster]\npreset = \"" + p.string() +
+                                 "\"\n[cluster.links.sw]\npair_bandwidth_gbytes_per_s = 40\n",
+                             "run.toml");
+  Cluster c = load_cluster(cfg, kPresets);
+  RouteTable routes(c.graph);
+  const std::span<const int> r = routes.route(0, 3);
+  ASSERT_EQ(r.size(), 3u);
+  EXPECT_EQ(c.graph->link_class(c.graph->link(r[1]).link_class).name, "sw.pair");
+  EXPECT_DOUBLE_EQ(routes.summary(0, 3).bottleneck_bytes_per_s, 40e9);
+  EXPECT_EQ(routes.summary(0, 3).latency.ns(), 200);  // the pair link adds none
+  EXPECT_FALSE(c.graph->link_outside_tier(0, 3, r).has_value());
+
+  const std::int64_t mib = 1 << 20;
+  {  // alone: 200 ns + 1 MiB / 40 GB/s
+    MaxMinModel net(c.graph);
+    net.add_flow(0, 0, 3, mib, SimTime{});
+    std::vector<std::uint64_t> done;
+    while (net.active_flows() > 0) net.advance_to(net.next_event_time(), done);
+    EXPECT_NEAR(net.now().ns(), 200 + mib / 40.0, 1.0);
+  }
+  {  // to three peers at once: each at 100 / 3 GB/s (below 40), all end together
+    MaxMinModel net(c.graph);
+    for (int d = 1; d <= 3; ++d) net.add_flow(static_cast<std::uint64_t>(d), 0, d, mib, SimTime{});
+    std::vector<std::uint64_t> done;
+    while (net.active_flows() > 0) net.advance_to(net.next_event_time(), done);
+    EXPECT_EQ(done.size(), 3u);
+    EXPECT_NEAR(net.now().ns(), 200 + 3.0 * mib / 100.0, 1.0);
+  }
+  // A per-pair bandwidth belongs to a switch.
+  const auto q = write("pair_on_direct.toml", kSmall +
+                                                  "[links.bridge]\nkind = \"direct\"\n"
+                                                  "pairs = [\"0-1\"]\n"
+                                                  "bandwidth_gbytes_per_s = 5\nlatency_ns = 1\n"
+                                                  "pair_bandwidth_gbytes_per_s = 2\n");
+  const std::string e = error_of([&] { load(q.string()); });
+  EXPECT_NE(e.find(q.string() + ":27"), std::string::npos) << e;
+  EXPECT_NE(e.find("links.bridge.pair_bandwidth_gbytes_per_s"), std::string::npos) << e;
+  EXPECT_NE(e.find("it is a switch's"), std::string::npos) << e;
 }
 
 TEST(Presets, RunConfigAndSetOverrideThePreset) {
