@@ -2,9 +2,11 @@
 // One collective timed on the emulator as `cocodiff netbench` times it, so that `cocodiff
 // calibrate` predicts a measured point by the very same path netbench prints. Phantom buffers
 // (sizes only). As nccl-tests: after a barrier, `warmup` calls and another barrier, every member
-// records its clock, makes `iters` calls back to back and records its clock again; the time is
-// (last end - first start) / iters. Back to back, a call's host issue (a cluster's [device.host])
-// overlaps the call before it, as on a GPU.
+// records its clock, makes `iters` calls back to back and records its clock again. One call: its
+// time; several: (last end - first call's end) / (iters - 1), the rate a long run of calls
+// settles at (nccl-tests times many). The barriers block each member's host too, so a point's
+// time does not depend on the points before it. Back to back, a call's host issue (a cluster's
+// [device.host]) overlaps the call before it, as on a GPU.
 //
 //   emu::Engine engine(c.topology, std::move(c.network), c.device, options);
 //   BenchCall call{.op = BenchOp::kAllGather, .count = 4096, .members = {0, 1, 2, 3}};

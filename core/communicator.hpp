@@ -152,7 +152,9 @@ class Communicator {
   /// round only computes. On return every block of every part holds its owner's data.
   void ring_pass(const RingPass& pass);
 
-  /// Blocks until every member has arrived.
+  /// Blocks until every member has arrived. It blocks the caller's host too (as MPI_Barrier
+  /// and torch.distributed.barrier do): in the emulator, where the device has a host
+  /// ([device.host]), nothing is issued after it before the tile's clock.
   virtual void barrier() = 0;
 
   /// Charges the caller's device for one operation (emulator); a no-op on real hardware.

@@ -428,6 +428,9 @@ void EmuComm::barrier() {
   detail::CollectiveSpec spec;
   spec.schedule = schedule(Algorithm::kBarrier);
   request(start_collective("barrier", "barrier", spec, /*fiber_only=*/true)).wait();
+  // The caller's host waited for the barrier (and, with it, for its device): the next call is
+  // issued from here, not from where the host was before.
+  kernel_.block_host(self_);
 }
 
 namespace {

@@ -155,6 +155,12 @@ SimTime Accounting::issue_collective(int rank, SimTime clock) {
   return std::max(clock, t.host);
 }
 
+void Accounting::block_host(int rank, SimTime clock) {
+  if (!has_host_) return;
+  TileStats& t = tiles_[u(rank)];
+  t.host = std::max(t.host, clock);
+}
+
 void Accounting::fold_flow_hash(SimTime next_base) {
   hash_value(flow_hash_, flow_base_.ns());
   hash_value(flow_hash_, flow_inner_);

@@ -87,6 +87,8 @@ class Accounting {
   /// A collective call issued by rank's host (DeviceModel::collective_issue) at `clock`:
   /// returns when its kernel may start.
   SimTime issue_collective(int rank, SimTime clock);
+  /// Rank's host waits for its device: it issues nothing more before `clock`.
+  void block_host(int rank, SimTime clock);
   /// An event of rank's tile, hashed and, with the trace on, kept.
   void tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimTime end,
                   std::string_view label);

@@ -286,6 +286,10 @@ void Kernel::issue_call(FiberState& f) {
   if (f.is_main) f.clock = acct_.issue_collective(f.rank, f.clock);
 }
 
+void Kernel::block_host(FiberState& f) {
+  if (f.is_main) acct_.block_host(f.rank, f.clock);
+}
+
 void Kernel::rethrow_first_failure() const {
   if (failures_.empty()) return;
   // Report the failure that happened first in virtual time (ties: lowest rank).

@@ -141,6 +141,9 @@ class Kernel {
   /// A collective call issued by tile f's host (DeviceModel::collective_issue): its kernel
   /// starts no earlier than the host has issued it. Every way a collective starts calls this.
   void issue_call(FiberState& f);
+  /// Tile f's host blocks until its device has caught up (a barrier, as MPI_Barrier and
+  /// torch.distributed.barrier block the caller): it issues nothing before f's clock.
+  void block_host(FiberState& f);
   /// Starts this rank's part of the `seq`-th collective of group g at the collective level: the
   /// controller runs its schedule directly, without a fiber, request or channel per message, and
   /// the timeline is the one collectives::run_on_fiber gives. Returns the request that completes

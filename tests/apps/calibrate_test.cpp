@@ -218,6 +218,36 @@ TEST_F(Calibrate, RecoversASwitchsPerPairBandwidthApartFromItsLinks) {
   EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
 }
 
+// Points timed in one run are apart as nccl-tests' are: a small call after a long one still
+// pays its host's issue cost (the host waited for the device at the barrier between them).
+TEST_F(Calibrate, APointsPredictionDoesNotDependOnThePointsBeforeIt) {
+  const std::string header = "op,ranks,nodes,bytes,time_us\n";
+  const std::string small = "all_gather,2,1,1024,40\n";
+  const fs::path alone = write("alone.csv", header + small);
+  const fs::path after = write("after.csv", header + "all_to_all,2,1,1073741824,20000\n" + small);
+  std::vector<std::string> predicted;
+  for (const fs::path& f : {alone, after}) {
+    std::vector<std::string> args = {"calibrate", f.string(), "--cluster", "hgx-h100", "--set",
+                                     "cluster.nodes=1", "--no-protocol", "--out",
+                                     (dir_ / "fit.toml").string()};
+    for (const char* k : {"links.nvlink.bandwidth_gbytes_per_s", "links.nvlink.latency_ns",
+                          "library.call_overhead_us", "library.message_overhead_us",
+                          "device.host.collective_issue_us"}) {
+      args.emplace_back("--keep");
+      args.emplace_back(k);
+    }
+    const ChildResult r = run_cocodiff(args, dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(
+        r.out, m, std::regex("\nall_gather +2 +1 +1024 +\\S+ +40\\.00 +([0-9.]+)")))
+        << r.out;
+    predicted.push_back(m[1].str());
+  }
+  EXPECT_EQ(predicted[0], predicted[1]);
+  EXPECT_GE(std::stod(predicted[0]), 50.2);  // hgx-h100's host issue cost per call
+}
+
 TEST_F(Calibrate, RecoversInterNodeFiguresFromCsvOfEveryOp) {
   // Two nodes of 1 and of 2 ranks: sendrecv, reduce_scatter, all_to_all and all_reduce cross
   // the inter-node tier (NICs, fabric), in the GPU measurement CSV's format.

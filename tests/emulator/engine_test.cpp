@@ -126,6 +126,22 @@ TEST(EngineHost, DeviceBoundOpsQueueBehindEachOther) {
   EXPECT_EQ(r.makespan.ns(), 100 + 5 * 2000);
 }
 
+TEST(EngineHost, ABarrierBlocksTheHostUntilItsDeviceHasCaughtUp) {
+  // Five 2000 ns ops issued 100 ns apart leave the host 9600 ns ahead of its device. After a
+  // barrier the host issues from the device's clock: the next op (1000 ns to issue) starts 1000
+  // ns after it, where without the barrier it would start at once.
+  Topology topo = test::make_topo(1, 1, 1);
+  emu::Engine engine = host_engine(topo, host_device(1000, 0));
+  for (const bool barrier : {false, true}) {
+    emu::RunResult r = engine.run([&](Communicator& c) {
+      for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 2000, 0, "cheap"});
+      if (barrier) c.barrier();
+      c.compute({OpKind::kGemm, 200, 0, "small"});
+    });
+    EXPECT_EQ(r.makespan.ns(), 100 + 5 * 2000 + (barrier ? 1000 : 0) + 200) << barrier;
+  }
+}
+
 TEST(EngineHost, ACollectiveStartsWhenIssuedAndSlowsAndIsSlowedByComputeBesideIt) {
   // The all-to-all (one round of 1000 bytes: t = alpha + 1000 ns) is issued at 3000 ns; the op
   // beside it is issued 100 ns later and runs compute_factor slower; the transfer's part beside
