@@ -227,9 +227,9 @@ TEST_F(Calibrate, APointsPredictionDoesNotDependOnThePointsBeforeIt) {
   const fs::path after = write("after.csv", header + "all_to_all,2,1,1073741824,20000\n" + small);
   std::vector<std::string> predicted;
   for (const fs::path& f : {alone, after}) {
-    std::vector<std::string> args = {"calibrate", f.string(), "--cluster", "hgx-h100", "--set",
-                                     "cluster.nodes=1", "--no-protocol", "--out",
-                                     (dir_ / "fit.toml").string()};
+    std::vector<std::string> args = {"calibrate",     f.string(), "--cluster",
+                                     "hgx-h100",      "--set",    "cluster.nodes=1",
+                                     "--no-protocol", "--out",    (dir_ / "fit.toml").string()};
     for (const char* k : {"links.nvlink.bandwidth_gbytes_per_s", "links.nvlink.latency_ns",
                           "library.call_overhead_us", "library.message_overhead_us",
                           "device.host.collective_issue_us"}) {
@@ -239,8 +239,8 @@ TEST_F(Calibrate, APointsPredictionDoesNotDependOnThePointsBeforeIt) {
     const ChildResult r = run_cocodiff(args, dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(
-        r.out, m, std::regex("\nall_gather +2 +1 +1024 +\\S+ +40\\.00 +([0-9.]+)")))
+    ASSERT_TRUE(std::regex_search(r.out, m,
+                                  std::regex("\nall_gather +2 +1 +1024 +\\S+ +40\\.00 +([0-9.]+)")))
         << r.out;
     predicted.push_back(m[1].str());
   }
