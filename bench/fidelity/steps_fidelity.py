@@ -13,7 +13,8 @@ The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat) and its rank
 breakdowns of h100x4-spread and h100x2-spread; the machines measured
 later on other hosts (h100x2, h100x2-spread-check, h100x2-profile, h100x2-breakdown: 2 GPUs;
 h100x4-third, h100x4-breakdown,
-h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2 and h100x4-fourth:
+h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth
+and h100x4-breakdown2:
 4 GPUs) are held
 out: their steps are
 summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
