@@ -247,7 +247,7 @@ void add_link_classes(const Layers& in, ClusterGraph& g) {
       const bool crossbar = in.has(pair_key);
       const double pair_bw = crossbar ? in.bandwidth_bytes_per_s(pair_key) : 0;
       const int pair_cls =
-          crossbar ? g.add_link_class(name + ".pair", in.get_string(p + "tier", topo.tier_name(k)))
+          crossbar ? g.add_link_class(name + std::string(kPairLinkSuffix), g.link_class(cls).tier)
                    : -1;
       for (int first = 0; first < topo.num_ranks(); first += group) {
         const int n = topo.node(first);

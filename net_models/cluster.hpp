@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/config.hpp"
 #include "core/topology.hpp"
@@ -23,6 +24,10 @@
 #include "net_models/network_model.hpp"
 
 namespace cocodiff {
+
+/// The link class of a switch's per-pair links (links.NAME.pair_bandwidth_gbytes_per_s) is the
+/// switch's name with this suffix ("nvlink.pair").
+inline constexpr std::string_view kPairLinkSuffix = ".pair";
 
 struct Cluster {
   std::string name;          // "aurora"

@@ -271,8 +271,9 @@ std::vector<LinkKnob> link_knobs(const Cluster& c, const toml::table& cluster) {
     kn.tier = lc.tier;
     // A switch's per-pair links ("nvlink.pair"): their bandwidth key is the switch's, and they
     // have no latency of their own.
-    const std::string pair_of = lc.name.size() > 5 && lc.name.ends_with(".pair")
-                                    ? lc.name.substr(0, lc.name.size() - 5)
+    const size_t suffix = kPairLinkSuffix.size();
+    const std::string pair_of = lc.name.size() > suffix && lc.name.ends_with(kPairLinkSuffix)
+                                    ? lc.name.substr(0, lc.name.size() - suffix)
                                     : std::string();
     if (!pair_of.empty() && links != nullptr && links->contains(pair_of)) {
       kn.pair = true;
