@@ -178,8 +178,11 @@ struct Port {
   const LibraryModel& library() const { return kernel.options().library; }
   /// Wire bytes of `count` fp32 elements.
   std::int64_t wire_bytes(std::int64_t count) const { return kernel.wire_bytes(count); }
-  /// The library's per-call software time, spent by this fiber before its first message.
-  void charge_call() { fiber.clock += library().call_overhead; }
+  /// The library's per-call software time, and its time on `local` elements of this member's
+  /// own block (Schedule::local_elements), spent by this fiber before its first message.
+  void charge_call(std::int64_t local) {
+    fiber.clock += library().call_overhead + local_copy_time(library(), wire_bytes(local));
+  }
   /// The software time the sender spends on a message of `count` elements before posting it.
   void charge_message(std::int64_t count) {
     fiber.clock += message_software_time(library(), wire_bytes(count));

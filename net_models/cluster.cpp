@@ -416,6 +416,7 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
   lib.eager_max_bytes = bytes("eager_max_bytes");
   lib.eager_overhead = us("eager_overhead_us");
   lib.eager_copy_bytes_per_s = num("eager_copy_gbytes_per_s", 0, 0, 1e6) * 1e9;
+  lib.local_copy_bytes_per_s = num("local_copy_gbytes_per_s", 0, 0, 1e6) * 1e9;
   lib.rendezvous_overhead = us("rendezvous_overhead_us");
   lib.chunk_bytes = std::max<std::int64_t>(0, bytes("chunk_bytes"));
   lib.chunk_overhead = us("chunk_overhead_us");
@@ -437,7 +438,7 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
        {"description", "source", "name", "call_overhead_us", "message_overhead_us",
         "eager_max_bytes", "eager_overhead_us", "eager_copy_gbytes_per_s", "rendezvous_overhead_us",
         "chunk_bytes", "chunk_overhead_us", "all_to_all", "all_to_all_small",
-        "all_to_all_small_max_bytes", "all_gather"})
+        "all_to_all_small_max_bytes", "all_gather", "local_copy_gbytes_per_s"})
     if (file && file->has(k)) file->mark_used(k);
   if (file) {
     file->check_no_unknown_keys();

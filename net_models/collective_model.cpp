@@ -48,7 +48,13 @@ bool parse_all_gather_algorithm(std::string_view name, AllGatherAlgorithm& out) 
 bool LibraryModel::is_free() const {
   const SimTime zero;
   return call_overhead == zero && message_overhead == zero && eager_overhead == zero &&
-         rendezvous_overhead == zero && chunk_overhead == zero && eager_copy_bytes_per_s == 0;
+         rendezvous_overhead == zero && chunk_overhead == zero && eager_copy_bytes_per_s == 0 &&
+         local_copy_bytes_per_s == 0;
+}
+
+SimTime local_copy_time(const LibraryModel& lib, std::int64_t wire_bytes) {
+  if (lib.local_copy_bytes_per_s <= 0 || wire_bytes <= 0) return SimTime{};
+  return SimTime::from_seconds(static_cast<double>(wire_bytes) / lib.local_copy_bytes_per_s);
 }
 
 SimTime message_software_time(const LibraryModel& lib, std::int64_t wire_bytes) {

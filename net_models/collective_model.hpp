@@ -70,6 +70,12 @@ struct LibraryModel {
   std::int64_t all_to_all_small_max_bytes = -1;
   /// All-gather schedule.
   AllGatherAlgorithm all_gather = AllGatherAlgorithm::kRing;
+  /// A ring kernel's work on the caller's own block (all-gather: copying it into place;
+  /// reduce-scatter and all-reduce: its own chunk), done in line with its messages: its wire
+  /// bytes at this rate, charged once per call before the first message (0: free). NCCL's ring
+  /// kernels copy the own block in the pipeline that sends; an all-to-all's own block is a
+  /// concurrent copy beside its sends and costs nothing here.
+  double local_copy_bytes_per_s = 0;
 
   /// True when the library adds nothing to the network's time (today's exact model).
   bool is_free() const;
@@ -77,6 +83,10 @@ struct LibraryModel {
 
 /// Software time a sender spends on one message of `wire_bytes` before it enters the network.
 SimTime message_software_time(const LibraryModel& lib, std::int64_t wire_bytes);
+
+/// Time a ring kernel spends on `wire_bytes` of the caller's own block (local_copy_bytes_per_s;
+/// zero when it is 0).
+SimTime local_copy_time(const LibraryModel& lib, std::int64_t wire_bytes);
 
 /// The all-to-all schedule the library runs for `ranks` ranks and at most `wire_bytes_per_peer`
 /// bytes to any one peer. XOR pairing needs a power-of-two rank count; otherwise shift.

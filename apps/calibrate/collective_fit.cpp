@@ -251,7 +251,8 @@ struct Knob {
     kHostIssue,
     kMessage,
     kRendezvous,
-    kEagerCopy
+    kEagerCopy,
+    kLocalCopy
   } kind;
   std::string tier;                 // bandwidth and latency
   std::vector<size_t> knobs;        // indices into the LinkKnob list (bandwidth and latency)
@@ -412,6 +413,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         return std::vector<std::string>{"device.host.collective_issue_us"};
       case Knob::Kind::kMessage:
         return std::vector<std::string>{"library.message_overhead_us"};
+      case Knob::Kind::kLocalCopy:
+        return std::vector<std::string>{"library.local_copy_gbytes_per_s"};
       case Knob::Kind::kRendezvous:
       case Knob::Kind::kEagerCopy:
         break;
@@ -428,6 +431,7 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         double v = p.x;  // the us figures start at the cluster's value
         if (k.kind == Knob::Kind::kBandwidth) v = knobs[k.knobs[n]].bandwidth_gbytes_per_s;
         if (k.kind == Knob::Kind::kLatency) v = static_cast<double>(knobs[k.knobs[n]].latency_ns);
+        if (k.kind == Knob::Kind::kLocalCopy) v = c.library.local_copy_bytes_per_s / 1e9;
         held.push_back({keys[n], p.name, v, v, k.kind == Knob::Kind::kLatency, false, true});
       }
       return;
@@ -486,6 +490,17 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
   }
   add({Knob::Kind::kMessage, "", {}, {}},
       us_param("message_overhead_us", lib0.message_overhead.us()));
+  // A ring kernel's time on the caller's own block, where the library gives it a rate and the
+  // points time a ring (all-gather, reduce-scatter, all-reduce): in ns per KiB, 0 free.
+  const bool rings = std::any_of(points.begin(), points.end(), [](const CollectivePoint& p) {
+    return p.ranks > 1 && (p.op == BenchOp::kAllGather || p.op == BenchOp::kReduceScatter ||
+                           p.op == BenchOp::kAllReduce);
+  });
+  if (rings && lib0.local_copy_bytes_per_s > 0) {
+    const double start = 1024.0 / (lib0.local_copy_bytes_per_s * 1e-9);
+    add({Knob::Kind::kLocalCopy, "", {}, {}},
+        {"local_copy_ns_per_kib", start, 0, 1e6, std::max(0.01 * start, 1e-3)});
+  }
   for (const std::string& key : keep)
     if (fittable.count(key) == 0) {
       std::string msg = "--keep " + key + ": not a figure these points fit (they fit: ";
@@ -532,6 +547,9 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
           break;
         case Knob::Kind::kEagerCopy:  // x: ns per KiB; 0: no staging copy
           t.library.eager_copy_bytes_per_s = x[j] > 0 ? 1024 / (x[j] * 1e-9) : 0;
+          break;
+        case Knob::Kind::kLocalCopy:  // x: ns per KiB; 0: free
+          t.library.local_copy_bytes_per_s = x[j] > 0 ? 1024 / (x[j] * 1e-9) : 0;
           break;
       }
     }
@@ -701,6 +719,12 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         const double rate = best.x[j] > 1.1e-3 ? 1024 / best.x[j] : 0;
         value("library.eager_copy_gbytes_per_s", "eager copy rate (GB/s; 0: none)",
               lib0.eager_copy_bytes_per_s / 1e9, rate, false);
+        break;
+      }
+      case Knob::Kind::kLocalCopy: {
+        const double rate = best.x[j] > 1.1e-3 ? 1024 / best.x[j] : 0;
+        value("library.local_copy_gbytes_per_s", "ring kernel's own-block rate (GB/s; 0: free)",
+              lib0.local_copy_bytes_per_s / 1e9, rate, false);
         break;
       }
     }

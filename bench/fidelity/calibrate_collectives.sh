@@ -26,10 +26,10 @@ fit() {  # name files... -- args...
   grep -E "^#   [a-z_]+ [0-9]+ ranks" "$out/$name.txt"
 }
 fit graph_nvlink $m/h100x2/collectives_graph_nvlink.csv -- \
-  --set cluster.device.host.collective_issue_us=0 -w 0 -n 1
+  --set cluster.device.host.collective_issue_us=0 --set cluster.library.local_copy_gbytes_per_s=1000 -w 0 -n 1
 # the same on 2 and 4 GPUs (the 4-GPU graph sweep came from a later machine, h100x4-third)
 fit graph_nvlink_2_4 $m/h100x2/collectives_graph_nvlink.csv $m/h100x4-third/collectives_graph_nvlink.csv -- \
-  --set cluster.device.host.collective_issue_us=0 -w 0 -n 1
+  --set cluster.device.host.collective_issue_us=0 --set cluster.library.local_copy_gbytes_per_s=1000 -w 0 -n 1
 for tr in nvlink shm socket; do
   files=()
   for d in h100x4 h100x4-repeat h100x4-third h100x2; do
@@ -37,8 +37,14 @@ for tr in nvlink shm socket; do
   done
   for op in all_to_all all_gather reduce_scatter sendrecv; do
     # the switch's per-pair bandwidth fitted apart from its links' (a lone transfer against
-    # several sharing a GPU's link); it starts below the link's so that either can bind
+    # several sharing a GPU's link); it starts below the link's so that either can bind. Over
+    # NVLink, a ring kernel's time on its own block (all-gather, reduce-scatter) is fitted from
+    # 1 TB/s: the 2- and 4-GPU rings differ by it (configs/clusters/README.md); over shared
+    # memory and sockets the sweeps show none
+    local_copy=0
+    [ $tr = nvlink ] && local_copy=1000
     fit "${tr}_$op" "${files[@]}" -- --ops $op --loss soft_l1 \
-      --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300
+      --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300 \
+      --set cluster.library.local_copy_gbytes_per_s=$local_copy
   done
 done

@@ -23,13 +23,14 @@ void SpecBuilder::embedding(const std::string& name, std::int64_t rows, std::int
   specs_.push_back({name + ".weight", {rows, cols}, InitKind::kEmbedding});
 }
 
-void check_finite(const Exec& ex, const std::string& layer,
-                  std::initializer_list<const Tensor*> outputs) {
+void check_finite(const Exec& ex, std::string_view layer,
+                  std::initializer_list<const Tensor*> outputs, int index) {
   if (ex.phantom) return;
   for (const Tensor* t : outputs)
     if (t != nullptr && !t->phantom() && t->numel() > 0 && !t->mat().allFinite())
       throw NumericError("non-finite values (NaN or infinity) first appear in the output of " +
-                         layer +
+                         std::string(layer) +
+                         (index >= 0 ? "." + std::to_string(index) : std::string()) +
                          " (weights or inputs that overflow float32, whose largest finite value "
                          "is 3.4e38)");
 }

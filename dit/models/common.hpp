@@ -5,6 +5,7 @@
 
 #include <initializer_list>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dit/attention_strategy.hpp"
@@ -31,11 +32,12 @@ class SpecBuilder {
 };
 
 /// Real math: throws NumericError when one of `outputs` holds a NaN or an infinity, naming
-/// `layer` (an upstream weight prefix such as "transformer_blocks.3") as the first layer whose
-/// output is not finite. Called after each layer group, so the first call that throws names it.
-/// Phantom: nothing. Costs one pass over the tensors.
-void check_finite(const Exec& ex, const std::string& layer,
-                  std::initializer_list<const Tensor*> outputs);
+/// `layer` (an upstream weight prefix such as "norm_out", or "transformer_blocks.3" for layer
+/// "transformer_blocks" and index 3) as the first layer whose output is not finite. Called
+/// after each layer group, so the first call that throws names it. Phantom: nothing. Costs one
+/// pass over the tensors.
+void check_finite(const Exec& ex, std::string_view layer,
+                  std::initializer_list<const Tensor*> outputs, int index = -1);
 
 /// y = x W^T + b with W = w[prefix.weight], b = w[prefix.bias] when the model has one.
 Tensor dense(const Exec& ex, const Weights& w, const std::string& prefix, const Tensor& x,

@@ -88,7 +88,7 @@ class DitXl final : public Model {
         gated_residual(ex, h, models::mlp_gelu(ex, w, b + "mlp.fc1", b + "mlp.fc2", hm), &m[5],
                        batch, "residual");
       });
-      models::check_finite(ex, "blocks." + std::to_string(i), {&h});
+      models::check_finite(ex, "blocks", {&h}, i);
     }
     end_blocks(ex);
     const std::vector<Tensor> m =

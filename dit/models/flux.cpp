@@ -196,11 +196,11 @@ class Flux final : public Model {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, rope, in.shard.total, batch, h, c);
       });
-      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
     }
     for (int i = 0; i < cfg_.single_blocks; ++i) {
       run_block(ex, "flux single", 1, [&] { single_block(ex, w, attn, i, temb, rope, in, c, h); });
-      models::check_finite(ex, "single_transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i);
     }
     end_blocks(ex);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);

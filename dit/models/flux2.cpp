@@ -116,12 +116,12 @@ class Flux2 final : public Model {
     for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "flux2 double", 1,
                 [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
-      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
     }
     for (int i = 0; i < cfg_.single_blocks; ++i) {
       run_block(ex, "flux2 single", 1,
                 [&] { single_block(ex, w, attn, i, m_single, rope, in, c, h); });
-      models::check_finite(ex, "single_transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i);
     }
     end_blocks(ex);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);

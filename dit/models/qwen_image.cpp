@@ -76,7 +76,7 @@ class QwenImage final : public Model {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
       });
-      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
     }
     end_blocks(ex);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);

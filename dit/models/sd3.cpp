@@ -96,7 +96,7 @@ class Sd3 final : public Model {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, o,
                             temb, {}, in.shard.total, batch, h, c);
       });
-      models::check_finite(ex, "transformer_blocks." + std::to_string(i), {&h, &c});
+      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
     }
     end_blocks(ex);
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);

@@ -60,6 +60,7 @@ class HierarchicalAllGather final : public Schedule {
   std::optional<Copy> own(const Sizes& s, int me) const override {
     return Copy{{Buffer::kSend, 0, s.count}, {Buffer::kRecv, me * s.count, s.count}};
   }
+  std::int64_t local_elements(const Sizes& s, int /*me*/) const override { return s.count; }
 
  private:
   std::pair<int, int> phase(int round) const {

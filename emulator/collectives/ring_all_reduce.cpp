@@ -26,6 +26,9 @@ class RingAllReduce final : public Schedule {
     return chunk_to_right(s.count, size(), me, wrap(me + 1 - g, size()), size() + g);
   }
   bool reduces(int round) const override { return round < reduce_scatter_->rounds(); }
+  std::int64_t local_elements(const Sizes& s, int me) const override {
+    return reduce_scatter_->local_elements(s, me);
+  }
 
  private:
   std::unique_ptr<Schedule> reduce_scatter_;

@@ -21,6 +21,9 @@ class RingReduceScatter final : public Schedule {
     return chunk_to_right(s.count, size(), me, wrap(me - round, size()), round);
   }
   bool reduces(int /*round*/) const override { return true; }
+  std::int64_t local_elements(const Sizes& s, int me) const override {
+    return chunk_size(s.count, size(), me);
+  }
 };
 
 }  // namespace

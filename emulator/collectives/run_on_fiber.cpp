@@ -122,7 +122,7 @@ void run_on_fiber(Port& port, const Schedule& s, const Sizes& sizes, std::span<c
     const std::span<const float> from = b.in(c->from);
     if (!from.empty()) std::copy(from.begin(), from.end(), b.out(c->to).begin());
   }
-  port.charge_call();
+  port.charge_call(s.local_elements(sizes, port.rank()));
   for (int i = 0; i < s.rounds(); ++i) Round(port, s, sizes, b, i, op).run();
 }
 

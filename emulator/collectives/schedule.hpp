@@ -97,6 +97,9 @@ class Schedule {
   virtual bool reduces(int round) const;
   /// Scratch elements a member needs when data moves.
   virtual std::int64_t scratch(const Sizes& s) const;
+  /// Elements of member `me`'s own block that the kernel copies or reduces in line with its
+  /// messages (LibraryModel::local_copy_bytes_per_s): a ring's, not an all-to-all's.
+  virtual std::int64_t local_elements(const Sizes& /*s*/, int /*me*/) const { return 0; }
 
  private:
   int p_;

@@ -55,7 +55,10 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
   m.started = true;
   m.req = req;
   m.spec = spec;
-  m.clock = clock + k_.options_.library.call_overhead;
+  const LibraryModel& lib = k_.options_.library;
+  m.clock = clock + lib.call_overhead;
+  if (lib.local_copy_bytes_per_s > 0)
+    m.clock += local_copy_time(lib, k_.wire_bytes(sched.local_elements(spec.sizes, group_rank)));
   if (moves(spec)) {
     m.scratch.resize(static_cast<std::size_t>(sched.scratch(spec.sizes)));
   } else {
@@ -80,10 +83,11 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
   m.pending = recvs + sends;
   m.recv_post = m.clock;
   for (int k = 0; k < recvs; ++k) {
-    const int from = sched.recv(m.spec.sizes, r, round, k).peer;
-    const CollectiveMember& s = op.members[u(from)];
+    const collectives::Message in = sched.recv(m.spec.sizes, r, round, k);
+    const CollectiveMember& s = op.members[u(in.peer)];
     if (s.started && s.round == round)
-      op_match(op, from, r, k, std::max(s.send_posts[u(k)], m.recv_post));
+      op_match(op, in.peer, r, k, std::max(s.send_posts[u(k)], m.recv_post),
+               sched.send(s.spec.sizes, in.peer, round, k), in);
   }
   m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
@@ -91,16 +95,16 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
     m.clock += software_time(k_.wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
-    if (d.started && d.round == round) op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post));
+    if (d.started && d.round == round)
+      op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post), out,
+               sched.recv(d.spec.sizes, out.peer, round, k));
   }
 }
 
-void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start) {
-  const collectives::Schedule& sched = *op.schedule;
+void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start,
+                                const collectives::Message& out, const collectives::Message& in) {
   CollectiveMember& s = op.members[u(src)];
   CollectiveMember& d = op.members[u(dst)];
-  const collectives::Message out = sched.send(s.spec.sizes, src, s.round, k);
-  const collectives::Message in = sched.recv(d.spec.sizes, dst, d.round, k);
   COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
@@ -110,18 +114,17 @@ void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTi
                     ", which expects " + std::to_string(in.count) +
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
-  if (moves(s.spec) && moves(d.spec) && out.count > 0) op_copy(op, s, src, d, dst, k);
+  if (moves(s.spec) && moves(d.spec) && out.count > 0) op_copy(op, s, src, d, dst, k, out, in);
   time_collective_message(op, src, dst, out.step, start, k_.wire_bytes(out.count));
 }
 
 void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
-                               CollectiveMember& d, int dst, int k) {
+                               CollectiveMember& d, int dst, int k, const collectives::Message& out,
+                               const collectives::Message& in) {
   using collectives::Buffer;
   using collectives::Segment;
   const collectives::Schedule& sched = *op.schedule;
   const int round = s.round;
-  const collectives::Message out = sched.send(s.spec.sizes, src, round, k);
-  const collectives::Message in = sched.recv(d.spec.sizes, dst, round, k);
   std::vector<Segment> from, to;  // a gathered message's segments, in travel order
   if (out.gathered)
     sched.segments(s.spec.sizes, src, round, k, true, from);

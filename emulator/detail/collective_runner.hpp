@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/recycler.hpp"
 
@@ -48,13 +50,13 @@ class CollectiveRunner {
   /// A collective run at the collective level: every member's progress through its rounds.
   struct CollectiveMember {
     bool started = false;
-    int round = 0;                    // current round
-    int pending = 0;                  // messages of the current round not yet complete
-    SimTime clock;                    // the time the fiber running the schedule would be at
-    SimTime recv_post;                // when the current round's receives were posted
-    std::vector<SimTime> send_posts;  // when each of its sends was
-    SimTime latest;                   // the latest end of its messages so far
-    std::vector<float> scratch;       // Schedule::scratch, when data moves
+    int round = 0;      // current round
+    int pending = 0;    // messages of the current round not yet complete
+    SimTime clock;      // the time the fiber running the schedule would be at
+    SimTime recv_post;  // when the current round's receives were posted
+    boost::container::small_vector<SimTime, 1> send_posts;  // when each of its sends was
+    SimTime latest;                                         // the latest end of its messages so far
+    std::vector<float> scratch;                             // Schedule::scratch, when data moves
     ReqPtr req;
     CollectiveSpec spec;
   };
@@ -71,13 +73,15 @@ class CollectiveRunner {
   /// Posts member r's current round: its receives, then its sends (each after its software
   /// time), each matched with the other end if it has posted the same round.
   void op_post_round(CollectiveOp& op, int r);
-  /// Matches the k-th message of the current round from group rank src to dst, both posted:
-  /// copies its data and times it from `start`.
-  void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start);
+  /// Matches the k-th message of the current round from group rank src to dst, both posted,
+  /// as the sender names it (`out`) and the receiver (`in`): copies its data and times it from
+  /// `start`.
+  void op_match(CollectiveOp& op, int src, int dst, int k, SimTime start,
+                const collectives::Message& out, const collectives::Message& in);
   /// Copies (or reduces) a matched message's elements from its sender's buffers into its
   /// receiver's.
   void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
-               int dst, int k);
+               int dst, int k, const collectives::Message& out, const collectives::Message& in);
   void op_message_done(CollectiveOp& op, int r, SimTime t);
   /// Times the matched message from group rank src to dst of `op` (collective_timing.cpp): in
   /// closed form now when both ends wait for the op alone and no other flow can reach its route,

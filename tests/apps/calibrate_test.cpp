@@ -218,6 +218,40 @@ TEST_F(Calibrate, RecoversASwitchsPerPairBandwidthApartFromItsLinks) {
   EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
 }
 
+// A ring kernel's time on its own block (library.local_copy_gbytes_per_s): an all-gather on 2
+// ranks sends one block and copies one; on 4 it sends three and still copies one. With the
+// all-to-all (whose own block is free) the fit tells it from the per-pair and link bandwidths.
+TEST_F(Calibrate, RecoversARingKernelsOwnBlockRateApartFromItsBandwidths) {
+  const std::vector<std::string> truth = {"cluster.library.call_overhead_us=25",
+                                          "cluster.library.message_overhead_us=3",
+                                          "cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
+                                          "cluster.links.nvswitch.latency_ns=700",
+                                          "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=50",
+                                          "cluster.library.local_copy_gbytes_per_s=40"};
+  std::string csv = "op,ranks,nodes,bytes,time_us\n";
+  for (const char* op : {"all_to_all", "all_gather"})
+    for (int ranks : {2, 4})
+      for (const auto& [bytes, us] : netbench(op, ranks, 1, truth))
+        csv += std::string(op) + "," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
+               std::to_string(us) + "\n";
+  const fs::path f = write("sweep.csv", csv);
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r =
+      run_cocodiff({"calibrate", f.string(), "--cluster", kTwoNodes, "--set",
+                    "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=150", "--set",
+                    "cluster.library.local_copy_gbytes_per_s=100", "--out", out.string()},
+                   dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("ring kernel's own-block rate"), std::string::npos) << r.out;
+  const std::string toml = read_text(out);
+  EXPECT_NEAR(value(toml, "library", "local_copy_gbytes_per_s"), 40, 0.4) << r.out;
+  EXPECT_NEAR(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 80, 0.8) << r.out;
+  EXPECT_NEAR(value(toml, "links.nvswitch", "pair_bandwidth_gbytes_per_s"), 50, 0.5) << r.out;
+  EXPECT_NEAR(value(toml, "links.nvswitch", "latency_ns"), 700, 7) << r.out;
+  EXPECT_NEAR(value(toml, "library", "call_overhead_us"), 25, 0.25) << r.out;
+  EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
+}
+
 // Points timed in one run are apart as nccl-tests' are: a small call after a long one still
 // pays its host's issue cost (the host waited for the device at the barrier between them).
 TEST_F(Calibrate, APointsPredictionDoesNotDependOnThePointsBeforeIt) {

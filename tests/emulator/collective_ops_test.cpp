@@ -28,8 +28,8 @@ float tag_value(int from, int to, std::int64_t i) {
 // count(i -> j) of an uneven all-to-allv, some of them zero; both ends compute it.
 std::int64_t uneven(int i, int j) { return (i * 7 + j * 3) % 5 == 0 ? 0 : 1 + (i * 5 + j) % 9; }
 
-// Aurora nodes (two: 24 tiles) under max-min, a library that charges every message, a device
-// whose compute and transfers slow down beside each other.
+// Aurora nodes (two: 24 tiles) under max-min, a library that charges every message and a ring's
+// own block, a device whose compute and transfers slow down beside each other.
 emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, bool trace = true,
                    int nodes = 2, const std::string& preset = "aurora",
                    AllGatherAlgorithm all_gather = AllGatherAlgorithm::kRing) {
@@ -53,6 +53,7 @@ emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, boo
   o.library.eager_max_bytes = 64;
   o.library.eager_overhead = SimTime::from_ns(500);
   o.library.rendezvous_overhead = SimTime::from_ns(4'000);
+  o.library.local_copy_bytes_per_s = 5e10;  // a ring's own block: 20 ps per byte
   o.library.all_gather = all_gather;
   return emu::Engine(c.topology, std::move(c.network), std::make_shared<RooflineDevice>(d), o);
 }

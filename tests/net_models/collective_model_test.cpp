@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <set>
 
 #include "core/errors.hpp"
@@ -212,6 +213,54 @@ TEST(LibraryEngine, HierarchicalAllGatherRunsARingPerLevel) {
     EXPECT_EQ(r.makespan.ns(), 3 * (300 + 1000 + 1000) + 2 * (300 + 5000 + 40000)) << ops;
     // Node ring: 12 ranks send 2 messages of 400 kB; GPU ring: 12 ranks send 3 of 100 kB.
     EXPECT_EQ(r.bytes_by_tier, (std::vector<std::int64_t>{12 * 3 * 100000, 12 * 2 * 400000}));
+  }
+}
+
+TEST(LibraryEngine, RingKernelsSpendTheirOwnBlocksTimeBeforeTheirFirstMessage) {
+  // 4 GPUs, alpha 1 us at 100 GB/s; blocks of 100 kB (25000 floats of 4 wire bytes): a ring
+  // round takes 300 ns of software time + 1 us + 1 us. The own block at 50 GB/s: 2 us.
+  Topology topo({{"gpu", 4, "intra-node"}});
+  const std::vector<LinkCost> tier{{ns(1000), 1e11}};
+  LibraryModel lib;
+  lib.call_overhead = ns(5000);
+  lib.message_overhead = ns(300);
+  lib.local_copy_bytes_per_s = 50e9;
+  EXPECT_FALSE(lib.is_free());
+  EXPECT_EQ(local_copy_time(lib, 100000).ns(), 2000);
+  EXPECT_EQ(local_copy_time(LibraryModel{}, 100000).ns(), 0);
+  for (bool ops : {true, false}) {
+    emu::EngineOptions o;
+    o.wire_bytes_per_element = 4;
+    o.library = lib;
+    o.collective_ops = ops;
+    auto run = [&](const std::function<void(Communicator&)>& f) {
+      emu::Engine e(topo, std::make_unique<AlphaBetaModel>(topo, tier), unit_device(), o);
+      return e.run(f).makespan.ns();
+    };
+    // All-gather: call, own block, 3 rounds.
+    EXPECT_EQ(run([](Communicator& c) {
+                std::vector<float> mine(25000, static_cast<float>(c.rank()));
+                std::vector<float> all(mine.size() * 4);
+                c.all_gather(mine, all, 25000);
+                for (int j = 0; j < 4; ++j) ASSERT_EQ(all[25000 * static_cast<size_t>(j)], j);
+              }),
+              5000 + 2000 + 3 * (300 + 1000 + 1000))
+        << ops;
+    // All-reduce of 4 chunks of 25000: call, own chunk, 3 rounds reducing, 3 gathering.
+    EXPECT_EQ(run([](Communicator& c) {
+                std::vector<float> v(100000, 1.0f);
+                c.all_reduce(v, 100000, ReduceOp::kSum);
+                ASSERT_EQ(v[0], 4.0f);
+              }),
+              5000 + 2000 + 6 * (300 + 1000 + 1000))
+        << ops;
+    // An all-to-all's own block costs nothing: call and 3 pairwise rounds.
+    EXPECT_EQ(run([](Communicator& c) {
+                std::vector<float> send(100000), recv(100000);
+                c.all_to_all(send, recv, 25000);
+              }),
+              5000 + 3 * (300 + 1000 + 1000))
+        << ops;
   }
 }
 
