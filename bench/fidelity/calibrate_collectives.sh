@@ -48,3 +48,20 @@ for tr in nvlink shm socket; do
       --set cluster.library.local_copy_gbytes_per_s=$local_copy
   done
 done
+# Held out: a further 4-GPU host's sweeps on 3 GPUs (a rank count no fit has seen), 4 and 2,
+# predicted with each NVLink fit's figures as they are (every figure kept, nothing refitted)
+for op in all_to_all all_gather reduce_scatter sendrecv; do
+  keep=(links.nvlink.bandwidth_gbytes_per_s links.nvlink.pair_bandwidth_gbytes_per_s
+        links.nvlink.latency_ns library.call_overhead_us library.message_overhead_us
+        device.host.collective_issue_us)
+  case $op in all_gather | reduce_scatter) keep+=(library.local_copy_gbytes_per_s) ;; esac
+  args=()
+  for k in "${keep[@]}"; do args+=(--keep "$k"); done
+  name=held_out_threes_nvlink_$op
+  "$bin" calibrate $m/h100x4-threes/collectives_nvlink.csv --cluster "$tmp/nvlink_$op.toml" \
+    --ops $op --no-protocol "${args[@]}" --out "$tmp/$name.toml" > "$out/$name.txt" 2>&1 ||
+    { cat "$out/$name.txt"; exit 1; }
+  sed -i -e "s#$PWD/##g" -e "s#$tmp/#FIT_DIR/#g" "$out/$name.txt"
+  echo "== $name"
+  grep -E "^#   [a-z_]+ [0-9]+ ranks" "$out/$name.txt"
+done

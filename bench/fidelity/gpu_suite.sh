@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|interference]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|interference]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -26,6 +26,9 @@
 #   profile  whole 2048^2 steps of every strategy on 2..all GPUs with the GPU's kernels recorded
 #           (compute and NCCL kernel time a step), over shared memory and NVLink, then the same
 #           steps unprofiled
+#   threes  the collectives on 3 GPUs of the host (a rank count no fit has seen), then on 4 and 2
+#           over NVLink; on 3 over shared memory; then the 3-GPU all-to-all and all-gather with
+#           blocks that are not 16-byte aligned, into OUT/unaligned (about 2 minutes on 4 H100s)
 #   interference  a GEMM, an attention and a Q/K norm+RoPE beside an all-to-all on every GPU of
 #           the host, over shared memory and NVLink (about 1 minute a transport)
 set -euo pipefail
@@ -81,6 +84,18 @@ elif [ "$mode" = profile ]; then
   worlds=$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)
   launch shm 170 --parts profile,steps --worlds "$worlds" --resolutions 2048 --steps 3
   launch nvlink 170 --parts profile,steps --worlds "$worlds" --resolutions 2048 --steps 3
+elif [ "$mode" = threes ]; then
+  launch nvlink 270 --parts collectives --worlds 3,4,2
+  launch shm 150 --parts collectives --worlds 3 --ops all_to_all,all_gather,reduce_scatter
+  # the 3-GPU sweeps again with blocks on no particular boundary (nccl-tests' sizes / 3)
+  mkdir -p "$out/unaligned"
+  for tr in nvlink shm; do
+    envs=()
+    [ $tr = shm ] && envs=(NCCL_P2P_DISABLE=1)
+    env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" \
+      "$out/unaligned" --transport $tr --deadline-s 120 --parts collectives --worlds 3 \
+      --ops all_to_all,all_gather --unaligned > "$out/unaligned/log_$tr.txt" 2>&1 || echo "unaligned $tr failed"
+  done
 elif [ "$mode" = interference ]; then
   launch shm 120 --parts interference
   launch nvlink 120 --parts interference

@@ -59,6 +59,7 @@ P.add_argument("--ops", default="all_to_all,all_gather,reduce_scatter,sendrecv")
 P.add_argument("--steps", type=int, default=4)  # timed steps after 2 warm-ups
 P.add_argument("--deadline-s", type=float, default=540)
 P.add_argument("--cpu", action="store_true")
+P.add_argument("--unaligned", action="store_true")  # collectives: blocks of any whole element count
 A = P.parse_args()
 T0 = time.time()
 
@@ -251,8 +252,12 @@ def coll_buffers(op, w, nbytes):
     """nccl-tests' size: all_to_all and reduce_scatter the send buffer, all_gather the receive
     buffer, sendrecv the bytes sent."""
     el = 2  # bf16 (float on CPU is timed with the same element count)
-    count = max(nbytes // el, w)
-    count -= count % w
+    # Every rank's block a whole number of 128-byte lines, as a DiT's blocks are (tokens x heads x
+    # head_dim): NCCL copies a block that does not start on a 16-byte boundary several times
+    # slower (configs/measurements/h100x4-threes/). Powers of two keep nccl-tests' sizes.
+    align = w if A.unaligned else w * 64
+    count = max(nbytes // el, align)
+    count -= count % align
     if op == "all_gather":
         send = torch.empty(count // w, device=dev, dtype=DT)
         recv = torch.empty(count, device=dev, dtype=DT)
