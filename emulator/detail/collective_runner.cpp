@@ -173,7 +173,11 @@ void CollectiveRunner::op_message_done(CollectiveOp& op, int r, SimTime t) {
   CollectiveMember& m = op.members[u(r)];
   m.clock = std::max(m.clock, t);
   m.latest = std::max(m.latest, t);
-  if (--m.pending > 0) return;
+  if (--m.pending == 0) op_round_done(op, r);
+}
+
+void CollectiveRunner::op_round_done(CollectiveOp& op, int r) {
+  CollectiveMember& m = op.members[u(r)];
   if (m.round + 1 < op.schedule->rounds()) {
     ++m.round;
     op_post_round(op, r);

@@ -82,7 +82,11 @@ class CollectiveRunner {
   /// receiver's.
   void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
                int dst, int k, const collectives::Message& out, const collectives::Message& in);
+  /// Member r's message of the current round ended at t.
   void op_message_done(CollectiveOp& op, int r, SimTime t);
+  /// Every message of member r's round has ended: its next round, or its finish. Kept out of
+  /// line: most completions leave a message of the round pending.
+  [[gnu::noinline]] void op_round_done(CollectiveOp& op, int r);
   /// Times the matched message from group rank src to dst of `op` (collective_timing.cpp): in
   /// closed form now when both ends wait for the op alone and no other flow can reach its route,
   /// decided at the next step when an end could still post, else through the network model.

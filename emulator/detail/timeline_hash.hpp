@@ -56,6 +56,8 @@ inline void hash_bytes(std::uint64_t& h, std::string_view s) {
     // The last 8 bytes, shifted down to the ones not hashed yet.
     std::memcpy(&w, s.data() + n - 8, 8);
     w >>= 8 * (8 - (n - i));
+  } else if (kLittle) {
+    if (i < n) std::memcpy(&w, s.data() + i, n - i);  // the low bytes; the rest stay zero
   } else {
     w = bytewise(i, n - i);
   }
