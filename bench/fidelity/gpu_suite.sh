@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|interference]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -29,6 +29,9 @@
 #   threes  the collectives on 3 GPUs of the host (a rank count no fit has seen), then on 4 and 2
 #           over NVLink; on 3 over shared memory; then the 3-GPU all-to-all and all-gather with
 #           blocks that are not 16-byte aligned, into OUT/unaligned (about 2 minutes on 4 H100s)
+#   threesteps  whole 1024^2 and 2048^2 steps of every strategy on 3 GPUs (each rank n / 3
+#           image tokens, rounded down), over NVLink and shared memory; threesteps1024 the
+#           1024^2 ones again on another host, with its 4- and 2-GPU steps over NVLink
 #   interference  a GEMM, an attention and a Q/K norm+RoPE beside an all-to-all on every GPU of
 #           the host, over shared memory and NVLink (about 1 minute a transport)
 set -euo pipefail
@@ -96,6 +99,12 @@ elif [ "$mode" = threes ]; then
       "$out/unaligned" --transport $tr --deadline-s 120 --parts collectives --worlds 3 \
       --ops all_to_all,all_gather --unaligned > "$out/unaligned/log_$tr.txt" 2>&1 || echo "unaligned $tr failed"
   done
+elif [ "$mode" = threesteps ]; then
+  launch nvlink 250 --parts steps --worlds 3
+  launch shm 250 --parts steps --worlds 3
+elif [ "$mode" = threesteps1024 ]; then
+  launch nvlink 200 --parts steps --worlds 3,4,2 --resolutions 1024
+  launch shm 150 --parts steps --worlds 3 --resolutions 1024
 elif [ "$mode" = interference ]; then
   launch shm 120 --parts interference
   launch nvlink 120 --parts interference

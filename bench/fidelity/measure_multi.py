@@ -523,7 +523,7 @@ class Step:
         for part in "qkv":
             img = parts_img[part]
             img = img[0] if len(img) == 1 else torch.cat(img, dim=-2)  # [w, n_loc, hl, dh]
-            img = img.reshape(self.n if w > 1 else n_loc, hl, HD)
+            img = img.reshape(w * n_loc, hl, HD)  # every rank's tokens (n, less n mod w)
             qkv.append(torch.cat([parts_txt[part], img], 0).transpose(0, 1).unsqueeze(0))
         o = sdpa(*qkv)[0].transpose(0, 1)  # [TXT + n, hl, dh]
         o_txt, o_img = o[:TXT].reshape(TXT, hl * HD), o[TXT:]
