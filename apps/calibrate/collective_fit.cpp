@@ -242,6 +242,13 @@ std::vector<std::vector<double>> run_plan(const SimPlan& plan, const Trial& t,
   return out;
 }
 
+// Copy rates are fitted as ns per KiB (linear in the time they add), 0 meaning free.
+double rate_of_ns_per_kib(double x) { return x > 0 ? 1024 / (x * 1e-9) : 0; }
+double ns_per_kib_of_rate(double bytes_per_s) { return 1024 / (bytes_per_s * 1e-9); }
+// The GB/s a cluster file holds: below 0.001 ns per KiB (1e6 GB/s, the most a file may say)
+// the copy is free.
+double gbytes_per_s_written(double x) { return x > 1.1e-3 ? 1024 / x : 0; }
+
 // A fit parameter and how it maps onto the trial.
 struct Knob {
   enum class Kind {
@@ -497,7 +504,7 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
                            p.op == BenchOp::kAllReduce);
   });
   if (rings && lib0.local_copy_bytes_per_s > 0) {
-    const double start = 1024.0 / (lib0.local_copy_bytes_per_s * 1e-9);
+    const double start = ns_per_kib_of_rate(lib0.local_copy_bytes_per_s);
     add({Knob::Kind::kLocalCopy, "", {}, {}},
         {"local_copy_ns_per_kib", start, 0, 1e6, std::max(0.01 * start, 1e-3)});
   }
@@ -546,10 +553,10 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
           t.library.rendezvous_overhead = SimTime::from_seconds(x[j] * 1e-6);
           break;
         case Knob::Kind::kEagerCopy:  // x: ns per KiB; 0: no staging copy
-          t.library.eager_copy_bytes_per_s = x[j] > 0 ? 1024 / (x[j] * 1e-9) : 0;
+          t.library.eager_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
           break;
         case Knob::Kind::kLocalCopy:  // x: ns per KiB; 0: free
-          t.library.local_copy_bytes_per_s = x[j] > 0 ? 1024 / (x[j] * 1e-9) : 0;
+          t.library.local_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
           break;
       }
     }
@@ -714,19 +721,14 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         value("library.rendezvous_overhead_us", "rendezvous handshake per message (us)",
               lib0.rendezvous_overhead.us(), best.x[j], false);
         break;
-      case Knob::Kind::kEagerCopy: {
-        // Below 0.001 ns per KiB (1e6 GB/s, the most a file may say) the copy is free.
-        const double rate = best.x[j] > 1.1e-3 ? 1024 / best.x[j] : 0;
+      case Knob::Kind::kEagerCopy:
         value("library.eager_copy_gbytes_per_s", "eager copy rate (GB/s; 0: none)",
-              lib0.eager_copy_bytes_per_s / 1e9, rate, false);
+              lib0.eager_copy_bytes_per_s / 1e9, gbytes_per_s_written(best.x[j]), false);
         break;
-      }
-      case Knob::Kind::kLocalCopy: {
-        const double rate = best.x[j] > 1.1e-3 ? 1024 / best.x[j] : 0;
+      case Knob::Kind::kLocalCopy:
         value("library.local_copy_gbytes_per_s", "ring kernel's own-block rate (GB/s; 0: free)",
-              lib0.local_copy_bytes_per_s / 1e9, rate, false);
+              lib0.local_copy_bytes_per_s / 1e9, gbytes_per_s_written(best.x[j]), false);
         break;
-      }
     }
   }
   fit.values.insert(fit.values.end(), held.begin(), held.end());

@@ -146,6 +146,27 @@ class Calibrate : public ::testing::Test {
     }
     return s + "# Out of bounds values : 0 OK\n# Avg bus bandwidth    : 1.0\n#\n";
   }
+
+  // CSV of netbench's all-to-all and all-gather on 2 and 4 ranks of one node under `truth`.
+  std::string one_node_sweeps(const std::vector<std::string>& truth) {
+    std::string csv = "op,ranks,nodes,bytes,time_us\n";
+    for (const char* op : {"all_to_all", "all_gather"})
+      for (int ranks : {2, 4})
+        for (const auto& [bytes, us] : netbench(op, ranks, 1, truth))
+          csv += std::string(op) + "," + std::to_string(ranks) + ",1," + std::to_string(bytes) +
+                 "," + std::to_string(us) + "\n";
+    return csv;
+  }
+
+  // Within 1% of the switch and library figures the per-pair tests' sweeps are made with: link 80
+  // GB/s, pair 50 GB/s, latency 700 ns, 25 us a call, 3 us a message.
+  static void expect_switch_figures(const std::string& toml, const std::string& out) {
+    EXPECT_NEAR(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 80, 0.8) << out;
+    EXPECT_NEAR(value(toml, "links.nvswitch", "pair_bandwidth_gbytes_per_s"), 50, 0.5) << out;
+    EXPECT_NEAR(value(toml, "links.nvswitch", "latency_ns"), 700, 7) << out;
+    EXPECT_NEAR(value(toml, "library", "call_overhead_us"), 25, 0.25) << out;
+    EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << out;
+  }
   fs::path dir_;
 };
 
@@ -196,13 +217,7 @@ TEST_F(Calibrate, RecoversASwitchsPerPairBandwidthApartFromItsLinks) {
       "cluster.links.nvswitch.bandwidth_gbytes_per_s=80", "cluster.links.nvswitch.latency_ns=700",
       "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=50"};
   // The ring all-gather's steps tell the latency from the call's cost.
-  std::string csv = "op,ranks,nodes,bytes,time_us\n";
-  for (const char* op : {"all_to_all", "all_gather"})
-    for (int ranks : {2, 4})
-      for (const auto& [bytes, us] : netbench(op, ranks, 1, truth))
-        csv += std::string(op) + "," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
-               std::to_string(us) + "\n";
-  const fs::path f = write("sweep.csv", csv);
+  const fs::path f = write("sweep.csv", one_node_sweeps(truth));
   const fs::path out = dir_ / "fit.toml";
   const ChildResult r = run_cocodiff(
       {"calibrate", f.string(), "--cluster", kTwoNodes, "--set",
@@ -211,11 +226,7 @@ TEST_F(Calibrate, RecoversASwitchsPerPairBandwidthApartFromItsLinks) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("intra-node per-pair bandwidth"), std::string::npos) << r.out;
   const std::string toml = read_text(out);
-  EXPECT_NEAR(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 80, 0.8) << r.out;
-  EXPECT_NEAR(value(toml, "links.nvswitch", "pair_bandwidth_gbytes_per_s"), 50, 0.5) << r.out;
-  EXPECT_NEAR(value(toml, "links.nvswitch", "latency_ns"), 700, 7) << r.out;
-  EXPECT_NEAR(value(toml, "library", "call_overhead_us"), 25, 0.25) << r.out;
-  EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
+  expect_switch_figures(toml, r.out);
 }
 
 // A ring kernel's time on its own block (library.local_copy_gbytes_per_s): an all-gather on 2
@@ -228,13 +239,7 @@ TEST_F(Calibrate, RecoversARingKernelsOwnBlockRateApartFromItsBandwidths) {
                                           "cluster.links.nvswitch.latency_ns=700",
                                           "cluster.links.nvswitch.pair_bandwidth_gbytes_per_s=50",
                                           "cluster.library.local_copy_gbytes_per_s=40"};
-  std::string csv = "op,ranks,nodes,bytes,time_us\n";
-  for (const char* op : {"all_to_all", "all_gather"})
-    for (int ranks : {2, 4})
-      for (const auto& [bytes, us] : netbench(op, ranks, 1, truth))
-        csv += std::string(op) + "," + std::to_string(ranks) + ",1," + std::to_string(bytes) + "," +
-               std::to_string(us) + "\n";
-  const fs::path f = write("sweep.csv", csv);
+  const fs::path f = write("sweep.csv", one_node_sweeps(truth));
   const fs::path out = dir_ / "fit.toml";
   const ChildResult r =
       run_cocodiff({"calibrate", f.string(), "--cluster", kTwoNodes, "--set",
@@ -245,11 +250,7 @@ TEST_F(Calibrate, RecoversARingKernelsOwnBlockRateApartFromItsBandwidths) {
   EXPECT_NE(r.out.find("ring kernel's own-block rate"), std::string::npos) << r.out;
   const std::string toml = read_text(out);
   EXPECT_NEAR(value(toml, "library", "local_copy_gbytes_per_s"), 40, 0.4) << r.out;
-  EXPECT_NEAR(value(toml, "links.nvswitch", "bandwidth_gbytes_per_s"), 80, 0.8) << r.out;
-  EXPECT_NEAR(value(toml, "links.nvswitch", "pair_bandwidth_gbytes_per_s"), 50, 0.5) << r.out;
-  EXPECT_NEAR(value(toml, "links.nvswitch", "latency_ns"), 700, 7) << r.out;
-  EXPECT_NEAR(value(toml, "library", "call_overhead_us"), 25, 0.25) << r.out;
-  EXPECT_NEAR(value(toml, "library", "message_overhead_us"), 3, 0.03) << r.out;
+  expect_switch_figures(toml, r.out);
 }
 
 // Points timed in one run are apart as nccl-tests' are: a small call after a long one still
