@@ -11,7 +11,8 @@ sweeps (configs/clusters/h100-shm.toml says how); --shm-preset "" sets the NVLin
 to the all-to-all bus bandwidth measured over shared memory at 1 GiB on 4 GPUs instead.
 The preset was fitted to the 4-GPU machines (h100x4, h100x4-repeat) and its rank_spread to the
 breakdowns of h100x4-spread and h100x2-spread; the machines measured
-later on other hosts (h100x2, h100x2-spread-check, h100x2-profile, h100x2-breakdown: 2 GPUs;
+later on other hosts (h100x2, h100x2-spread-check, h100x2-profile, h100x2-breakdown,
+h100x2-repeat: 2 GPUs;
 h100x4-third, h100x4-breakdown,
 h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth
 and h100x4-breakdown2:
