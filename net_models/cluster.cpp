@@ -365,6 +365,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   d.host.op_issue = us("device.host.op_issue_us");
   d.host.collective_issue = us("device.host.collective_issue_us");
   d.host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);
+  d.host.sync_slowdown = in.get_double("device.host.sync_slowdown", 0.0, 0.0, 10.0);
   for (const std::string& label : in.subkeys("device.host.ops"))
     d.host.ops.emplace(label, us("device.host.ops." + label));
   return d;

@@ -52,6 +52,13 @@ class DeviceModel {
   /// node's CPUs and memory). collective_issue() is not scaled: a collective is measured with
   /// every rank of the node issuing it.
   virtual double host_per_rank_slowdown() const { return 0.0; }
+  /// How much a host's issue time grows with the ranks that wait for one another: every
+  /// exchange waits for the slowest of the run's n hosts, and a host's excess over its issue
+  /// cost between two exchanges varies from one segment to the next. Taken as exponentially
+  /// distributed with mean (this x the cost), the expected slowest of n is H(n) = 1 + 1/2 + ...
+  /// + 1/n times it, so op issue costs are taken (1 + this x (H(n) - 1)) times over one rank
+  /// alone (host_issue_scale). 0: the hosts keep their pace.
+  virtual double host_sync_slowdown() const { return 0.0; }
   /// How far the ranks' devices differ in speed: the standard deviation of their relative
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
   /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
@@ -69,12 +76,18 @@ std::vector<double> rank_speed_factors(int ranks, double spread);
 /// an exchange for the slowest, relative to its work since the last one.
 double rank_spread_top(int ranks);
 
+/// The factor on a rank's op issue costs in a run of `ranks` ranks, `ranks_per_node` on each
+/// node: 1 + per_rank x (ranks_per_node - 1) + sync x (H(ranks) - 1), where H is the harmonic
+/// number (DeviceModel::host_per_rank_slowdown, DeviceModel::host_sync_slowdown).
+double host_issue_scale(double per_rank, double sync, int ranks_per_node, int ranks);
+
 /// Host issue costs ([device.host] of a cluster file).
 struct HostParams {
   SimTime op_issue;                                 // any op whose label has no cost of its own
   SimTime collective_issue;                         // one collective call
   std::map<std::string, SimTime, std::less<>> ops;  // by op label
   double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
+  double sync_slowdown = 0.0;                       // DeviceModel::host_sync_slowdown
   bool any() const;
 };
 
@@ -131,6 +144,7 @@ class RooflineDevice final : public DeviceModel {
   SimTime host_issue(std::string_view label) const override;
   SimTime collective_issue() const override { return p_.host.collective_issue; }
   double host_per_rank_slowdown() const override { return p_.host.per_rank_slowdown; }
+  double host_sync_slowdown() const override { return p_.host.sync_slowdown; }
   double rank_spread() const override { return p_.rank_spread; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.

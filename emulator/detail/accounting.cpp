@@ -36,7 +36,8 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       levels_(topo.num_levels()),
       has_host_(device.has_host()),
       overlap_compute_factor_(device.overlap_compute_factor()),
-      host_scale_(1.0 + device.host_per_rank_slowdown() * (topo.ranks_per_node() - 1)),
+      host_scale_(host_issue_scale(device.host_per_rank_slowdown(), device.host_sync_slowdown(),
+                                   topo.ranks_per_node(), topo.num_ranks())),
       rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
   overlap_groups_ = device.overlap_groups();
   if (!overlap_groups_.empty()) {

@@ -152,8 +152,8 @@ class Accounting {
   double overlap_compute_factor_ = 1.0;
   std::vector<int> overlap_groups_;   // DeviceModel::overlap_groups
   std::vector<double> slot_compute_;  // each slot's compute factor (the last: other sizes)
-  /// Op issue costs scale with the ranks sharing a node's host
-  /// (DeviceModel::host_per_rank_slowdown).
+  /// Op issue costs scale with the ranks sharing a node's host and with the hosts each
+  /// exchange waits for (host_issue_scale).
   double host_scale_ = 1.0;
   /// Each rank's factor on its device time (DeviceModel::rank_spread); empty: all alike.
   std::vector<double> rank_speed_;

@@ -116,6 +116,33 @@ TEST(EngineHost, HostBoundOpsStartWhenTheHostHasIssuedThem) {
   EXPECT_EQ(r.rank_compute[0].ns(), 5 * 200);
 }
 
+TEST(EngineHost, IssueCostsGrowWithTheNodesRanksAndTheHarmonicNumberOfTheRun) {
+  // Five host-bound ops of 1000 ns to issue, on every rank, with per_rank_slowdown 0.1 and
+  // sync_slowdown 0.6: each costs 1000 x (1 + 0.1 (ranks per node - 1) + 0.6 (H(ranks) - 1)).
+  struct Case {
+    int gpus, nodes;
+    double scale;
+  };
+  for (const Case k : {Case{1, 1, 1.0}, Case{2, 1, 1.0 + 0.1 + 0.6 * 0.5},
+                       Case{4, 1, 1.0 + 0.3 + 0.6 * (1.0 / 2 + 1.0 / 3 + 1.0 / 4)},
+                       Case{2, 2, 1.0 + 0.1 + 0.6 * (1.0 / 2 + 1.0 / 3 + 1.0 / 4)}}) {
+    RooflineParams p;
+    p.name = "unit with a slowing host";
+    p.peak_flops_per_s = 1e9;
+    p.hbm_bytes_per_s = 1e9;
+    p.host.op_issue = SimTime::from_ns(1000);
+    p.host.per_rank_slowdown = 0.1;
+    p.host.sync_slowdown = 0.6;
+    Topology topo = test::make_topo(1, k.gpus, k.nodes);
+    emu::Engine engine = host_engine(topo, std::make_shared<RooflineDevice>(p));
+    emu::RunResult r = engine.run([](Communicator& c) {
+      for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 200, 0, "small"});
+    });
+    EXPECT_EQ(r.makespan.ns(), 5 * std::llround(1000 * k.scale) + 200) << k.gpus << "x" << k.nodes;
+    EXPECT_DOUBLE_EQ(host_issue_scale(0.1, 0.6, k.gpus, k.gpus * k.nodes), k.scale);
+  }
+}
+
 TEST(EngineHost, DeviceBoundOpsQueueBehindEachOther) {
   // Five 2000 ns ops, 100 ns each to issue: the host runs ahead, the device never idles.
   Topology topo = test::make_topo(1, 1, 1);
