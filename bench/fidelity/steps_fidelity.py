@@ -14,8 +14,8 @@ breakdowns of h100x4-spread and h100x2-spread; the machines measured
 later on other hosts (h100x2, h100x2-spread-check, h100x2-profile, h100x2-breakdown,
 h100x2-repeat: 2 GPUs;
 h100x4-third, h100x4-breakdown,
-h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth
-and h100x4-breakdown2:
+h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth,
+h100x4-breakdown2 and h100x4-fifth:
 4 GPUs) are held
 out: their steps are
 summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
