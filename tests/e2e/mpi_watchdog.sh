@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Under mpirun with the progress watchdog on (mpi.progress_timeout_s = 3), a rank that stops
 # (--inject-fault kind=hang on rank 2) ends the job with exit code 2 within the timeout plus 5 s
-# of the stop, with a message naming rank 2; the stopped rank, ended by mpirun, says so; no
-# outputs are written.
+# of the stop, with a message naming rank 2; the stopped rank, ended by mpirun, says nothing
+# else than that it was (when mpirun lets its line through); no outputs are written.
 # With MODE "auto" the watchdog is the default one, its bound derived from the run (the floor
 # and the multiple of the longest step lowered to 2 s and 3, mpi.progress_floor_s and
 # mpi.progress_multiple, to keep the test short): the job must still end, within 35 s of the
@@ -45,8 +45,14 @@ grep -q -F "$note" "$work/log" || { echo "FAIL: the message does not say '$note'
 # Every rank that reports blames the stopped rank: none calls it mismatched communication.
 ! grep -q "mismatched communication" "$work/log" ||
   { echo "FAIL: a rank blamed mismatched communication"; fail=1; }
-grep -q "cocodiff: rank 2: ended by the launcher (SIGTERM" "$work/log" ||
-  { echo "FAIL: the stopped rank did not say the launcher ended it"; fail=1; }
+# The stopped rank's own notice ("ended by the launcher (SIGTERM ...") is not required: mpirun
+# sends SIGKILL 1 s after SIGTERM and, as its MPI_ABORT note says, may drop the output of ranks it
+# is killing, so on a loaded machine the line can be lost (tests/apps/signal_test.cpp checks the
+# notice itself). Whatever rank 2 says after its hang must be that notice.
+if grep "cocodiff: rank 2: " "$work/log" | grep -v "injected hang at step 1" |
+  grep -qv "cocodiff: rank 2: ended by the launcher (SIGTERM"; then
+  echo "FAIL: the stopped rank said something other than the launcher's notice"; fail=1
+fi
 [ "$(echo "$after_hang <= $timeout + 5" | bc)" -eq 1 ] ||
   { echo "FAIL: the job ended ${after_hang} s after the hang (limit $timeout + 5 s)"; fail=1; }
 [ "$(echo "$total <= 60" | bc)" -eq 1 ] || { echo "FAIL: the job took ${total} s"; fail=1; }
