@@ -12,9 +12,9 @@ and 4 GPUs against every machine's median (held-out machines and 3 GPUs included
 Usage: fit_host_sync.py COCODIFF [--preset hgx-h100] [--machines h100x4,h100x4-repeat,...]
        fit_host_sync.py COCODIFF --preset hgx-h200 --machines h200x2
 """
-import argparse, csv, glob, math, os, statistics
+import argparse, math, os, statistics
 
-from phantom_step import run_phantom_step
+from phantom_step import read_steps, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -27,14 +27,10 @@ A = P.parse_args()
 def measured():
     """{(machine, gpus): median ms} of the flat NVLink 1024^2 steps of every machine of the
     fitted machines' GPU (h100x* or h200x*, by the first machine named)."""
-    runs = {}
     gpu = A.machines.split(",")[0][:5]
-    for path in sorted(glob.glob(os.path.join(ROOT, f"configs/measurements/{gpu}*/steps_nvlink.csv"))):
-        machine = os.path.basename(os.path.dirname(path))
-        for r in csv.DictReader(open(path)):
-            if r["strategy"] == "flat" and r["resolution"] == "1024" and int(r["gpus"]) > 1:
-                runs.setdefault((machine, int(r["gpus"])), []).append(float(r["median_ms"]))
-    return {k: statistics.median(v) for k, v in runs.items()}
+    return {(machine, w): statistics.median(ms)
+            for (machine, tr, w, res, st), ms in read_steps(ROOT, gpu + "*").items()
+            if tr == "nvlink" and res == 1024 and st == "flat" and w > 1}
 
 
 def predict(w, sync, cache={}):

@@ -1,7 +1,7 @@
 """One phantom FLUX.1-dev run of cocodiff on one node of W GPUs, as the fidelity scripts predict
 a measured step with it: steps_fidelity.py (whole steps), breakdown_fidelity.py (their
 breakdowns) and profile_fidelity.py (profiled steps) call it with the cluster keys each needs."""
-import json, os, subprocess, sys, tempfile
+import csv, glob, json, os, subprocess, sys, tempfile
 
 
 def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
@@ -29,3 +29,16 @@ def preset_for(machine, transport):
     if machine.startswith("h200"):
         return "hgx-h200"
     return "hgx-h100" if transport == "nvlink" else "h100-shm"
+
+
+def read_steps(root, machines="h[12]00x*"):
+    """Every measured step of configs/measurements/MACHINES/steps_*.csv: {(machine, transport,
+    gpus, resolution, strategy): [median_ms of each row]} (a step measured in several launches
+    has a row from each)."""
+    measured = {}
+    for path in sorted(glob.glob(os.path.join(root, "configs/measurements", machines, "steps_*.csv"))):
+        machine = os.path.basename(os.path.dirname(path))
+        for r in csv.DictReader(open(path)):
+            measured.setdefault((machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"]),
+                                []).append(float(r["median_ms"]))
+    return measured

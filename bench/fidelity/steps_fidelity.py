@@ -16,9 +16,7 @@ h100x2-repeat: 2 GPUs;
 h100x4-third, h100x4-breakdown,
 h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth,
 h100x4-breakdown2 and h100x4-fifth:
-4 GPUs) are held
-out: their steps are
-summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
+4 GPUs) are held out: their steps are summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
 (h200x2) is predicted by hgx-h200 (--h200-preset), its shared-memory steps with the NVLink link
 at the shared-memory bandwidth; summarised apart too.
 
@@ -26,9 +24,9 @@ Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [-
                           [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, os, statistics
+import argparse, csv, json, os, statistics
 
-from phantom_step import run_phantom_step
+from phantom_step import read_steps, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -71,12 +69,7 @@ def predict(w, res, strategy, transport, machine, cache={}):
 
 
 def main():
-    measured = {}  # (machine, transport, w, res, strategy) -> ms, each run of it
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/steps_*.csv"))):
-        machine = os.path.basename(os.path.dirname(path))
-        for r in csv.DictReader(open(path)):
-            measured.setdefault((machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"]),
-                                []).append(float(r["median_ms"]))
+    measured = read_steps(ROOT)  # (machine, transport, w, res, strategy) -> ms, each run of it
     rows = []
     for (machine, tr, w, res, st), runs in sorted(measured.items()):
         ms = statistics.median(runs)  # a step measured twice in one launch: the median of both
