@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -32,6 +32,9 @@
 #   threesteps  whole 1024^2 and 2048^2 steps of every strategy on 3 GPUs (each rank n / 3
 #           image tokens, rounded down), over NVLink and shared memory; threesteps1024 the
 #           1024^2 ones again on another host, with its 4- and 2-GPU steps over NVLink
+#   hostbeside  the host's time to issue small ops while an all-to-all of 1 KiB-256 MiB (or a GEMM
+#           chain) runs on another stream, against idle, then whole 1024^2 steps of every
+#           strategy, on 2..all GPUs over NVLink and then shared memory (about 2 minutes each)
 #   interference  a GEMM, an attention and a Q/K norm+RoPE beside an all-to-all on every GPU of
 #           the host, over shared memory and NVLink (about 1 minute a transport)
 set -euo pipefail
@@ -55,7 +58,7 @@ launch() {  # transport deadline_s args...
     socket) envs=(NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1) ;;
   esac
   echo "=== $tr (deadline ${dl}s): $*"
-  env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" "$out" \
+  timeout -k 10 $((dl + 60)) env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" "$out" \
     --transport "$tr" --deadline-s "$dl" "$@" > "$out/log_$tr.txt" 2>&1 || echo "launch $tr failed: $?"
   # which transport NCCL really took, and the script's own lines
   grep -E " via |NCCL version" "$out/log_$tr.txt" | sed -E 's/^[^ ]+ //' | sort | uniq -c | head -40 \
@@ -95,7 +98,7 @@ elif [ "$mode" = threes ]; then
   for tr in nvlink shm; do
     envs=()
     [ $tr = shm ] && envs=(NCCL_P2P_DISABLE=1)
-    env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" \
+    timeout -k 10 $((dl + 60)) env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" \
       "$out/unaligned" --transport $tr --deadline-s 120 --parts collectives --worlds 3 \
       --ops all_to_all,all_gather --unaligned > "$out/unaligned/log_$tr.txt" 2>&1 || echo "unaligned $tr failed"
   done
@@ -105,6 +108,9 @@ elif [ "$mode" = threesteps ]; then
 elif [ "$mode" = threesteps1024 ]; then
   launch nvlink 200 --parts steps --worlds 3,4,2 --resolutions 1024
   launch shm 150 --parts steps --worlds 3 --resolutions 1024
+elif [ "$mode" = hostbeside ]; then
+  launch nvlink 200 --parts hostbeside,steps --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)" --resolutions 1024
+  launch shm 200 --parts hostbeside,steps --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)" --resolutions 1024
 elif [ "$mode" = interference ]; then
   launch shm 120 --parts interference
   launch nvlink 120 --parts interference

@@ -28,6 +28,8 @@ OUT (rank 0 only):
                                 ranks' work between two exchanges differs (segment_*)
   blocking_<transport>.json     an all-to-all between two compute kernels, waited for (as a step
                                 issues it), against the same call back to back, by size
+  hostbeside_<transport>.json   the host's time to issue small ops while an all-to-all (or, as
+                                the control, a GEMM chain) runs on another stream, and idle
   callforms_<transport>.json    a step's image all-to-all between two GEMMs in four forms
                                 (blocking or async+wait; fixed buffers or a fresh copy each call)
   profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
@@ -1158,6 +1160,99 @@ def blocking(res):
                 f"kernels {out['between_kernels_min_rank_us']:.1f}-{out['between_kernels_us']:.1f} us")
 
 
+
+def hostbeside(res):
+    """The host's cost to issue small eager ops (a 64-token 3072x3072 linear, about 14 us) while
+    the device is busy on another stream, as in a pipelined step: every busy call (an
+    all-to-all of 1 KiB, 4, 16 or 256 MiB per rank, whose shared-memory transport moves it
+    through host memory; as the control, a 4096x3072x12288 GEMM) is followed by as many small
+    ops as take the host about half the call's time alone, so that the busy stream never
+    drains, against the same ops on an idle GPU. Per op: CPU time of the issuing thread and
+    wall time (median of 5 repeats; slowest and least slowed rank); `busy_fraction` the busy
+    stream's device time over the wall time of the loop (near 1: busy throughout)."""
+    res["world"] = WORLD
+    res["cases"] = []
+    xs = torch.randn(64 if not CPU else 8, HID, device=dev, dtype=DT)
+    ws = W(HID, HID)
+    small = lambda: F.linear(xs, ws)  # noqa: E731
+    n_ops = 200 if not CPU else 20
+    big_x = torch.randn(4096 if not CPU else 64, HID, device=dev, dtype=DT)
+    big_w = W(MLP, HID)
+    side = torch.cuda.Stream() if not CPU else None
+    sizes = [1024, 4 << 20, 16 << 20, 256 << 20] if not CPU else [1024]
+    for w in worlds():
+        if w == 1:
+            continue
+        g = group_of(w)
+        member = RANK < w
+        for kind, nb in [("idle", 0)] + [("all_to_all", b) for b in sizes] + [("gemm", 0)]:
+            if rank_any(left() < 30):
+                log("hostbeside: deadline at", w, kind, nb)
+                return
+            out = {"gpus": w, "busy": kind, "bytes_per_rank": nb}
+            cpu, wall, frac = [], [], []
+            if member:
+                if kind == "all_to_all":
+                    send = torch.empty(nb // 2, device=dev, dtype=DT)
+                    recv = torch.empty_like(send)
+                    work = lambda: dist.all_to_all_single(recv, send, group=g)  # noqa: E731
+                elif kind == "gemm":
+                    work = lambda: F.linear(big_x, big_w)  # noqa: E731
+                else:
+                    work = None
+                for _ in range(3):
+                    small()
+                    if work is not None:
+                        work()
+                line_up(g)
+                alone = back_to_back_us(work, 5) if work is not None else 0.0
+            # every member issues as many busy calls (the slowest rank's count)
+            alone = rank_max(alone if member else 0.0)
+            if member:
+                per = max(1, int(alone / 2 / 15)) if work is not None else n_ops
+                n_busy = max(4, math.ceil(n_ops / per)) if work is not None else 1
+                out["busy_call_us"] = alone
+                out["busy_calls"] = n_busy
+                out["ops"] = per * n_busy
+                for rep in range(5):
+                    line_up(g)
+                    sp = Span(side) if work is not None else None
+                    ct = wt = 0.0
+                    w0 = time.perf_counter()
+                    if sp is not None and not CPU:
+                        sp.start()
+                    for i in range(n_busy):
+                        if work is not None:
+                            if CPU:
+                                work()
+                            else:
+                                with torch.cuda.stream(side):
+                                    work()
+                        c0, t0 = time.thread_time(), time.perf_counter()
+                        for _ in range(per):
+                            small()
+                        ct += time.thread_time() - c0
+                        wt += time.perf_counter() - t0
+                    if sp is not None and not CPU:
+                        sp.stop()
+                    w1 = time.perf_counter()
+                    sync()
+                    cpu.append(ct * 1e6 / (per * n_busy))
+                    wall.append(wt * 1e6 / (per * n_busy))
+                    if sp is not None and not CPU:
+                        frac.append(sp.us() / ((w1 - w0) * 1e6))
+            out["host_cpu_us"] = rank_max(statistics.median(cpu) if member else 0.0)
+            out["host_cpu_min_rank_us"] = rank_min(statistics.median(cpu) if member else 1e30)
+            out["host_wall_us"] = rank_max(statistics.median(wall) if member else 0.0)
+            out["busy_fraction"] = rank_min(statistics.median(frac) if member and frac else 1e30)
+            if out["busy_fraction"] > 1e29:
+                out["busy_fraction"] = None
+            res["cases"].append(out)
+            log(f"hostbeside w={w} {kind} {nb} B: host {out['host_cpu_min_rank_us']:.1f}-"
+                f"{out['host_cpu_us']:.1f} us CPU, {out['host_wall_us']:.1f} us wall per op; busy "
+                f"fraction {out['busy_fraction']}")
+
+
 def callforms(res):
     """The image all-to-all of a flat 2048^2 FLUX.1-dev step (its size on w GPUs), issued between
     two GEMMs and waited for, in four forms: blocking on fixed buffers (as `blocking` times it),
@@ -1326,6 +1421,11 @@ def main():
         blocking(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"blocking_{tr}.json"), "w"), indent=1)
+    if "hostbeside" in parts:
+        res = {}
+        hostbeside(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"hostbeside_{tr}.json"), "w"), indent=1)
     if "callforms" in parts:
         res = {}
         callforms(res)
