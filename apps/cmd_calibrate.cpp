@@ -11,12 +11,15 @@
 // PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
 // give the device's kernel tables, its host's issue costs and the overlap factors
 // (apps/calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
-// speeds (apps/calibrate/spread_fit.hpp). The file
+// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the host's sync slowdown, fitted
+// by timing flat FLUX.1-dev steps of the fitted cluster (apps/calibrate/host_sync_fit.hpp). The
+// file
 // written is the cluster (its preset with every --set) with the fitted values in place
 // (apps/calibrate/cluster_file.hpp); every point is then predicted again from that file, and
 // measured / predicted / error is printed per point, with a summary per op and transport and a
 // warning when the fit misses.
 
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
@@ -24,6 +27,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -34,10 +39,12 @@
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
+#include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
 #include "apps/calibrate/measurements.hpp"
 #include "apps/calibrate/spread_fit.hpp"
 #include "apps/commands.hpp"
+#include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -303,6 +310,87 @@ void write_spread(const calibrate::SpreadFit& f, toml::table& table, std::ostrin
         << " device-bound breakdown cases of their wait for the slowest rank.\n";
 }
 
+// A flat FLUX.1-dev step in phantom mode on one node of W GPUs (a NIC each) of the cluster a
+// table holds, with the host's sync slowdown set and its per-rank slowdown 0: milliseconds a
+// step, the mean of two (as bench/fidelity/steps_fidelity.py times a measured step). The table
+// and a run config are written into a directory of their own, removed with the runner.
+class StepRunner {
+ public:
+  explicit StepRunner(const toml::table& table) : table_(table) {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("cocodiff-calibrate-steps-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    write_file_atomic((dir_ / "run.toml").string(),
+                      "[model]\npreset = \"flux1-dev\"\n\n[run]\nmath = \"skip\"\nsteps = "
+                      "2\nseed = 42\nstrategy = \"flat\"\n\n[emulator]\ntrace = false\n");
+  }
+  StepRunner(const StepRunner&) = delete;
+  StepRunner& operator=(const StepRunner&) = delete;
+  ~StepRunner() {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  double operator()(int gpus, int resolution, double sync_slowdown) {
+    toml::table t = table_;
+    calibrate::set_key(t, "device.host.sync_slowdown", toml::value<double>(sync_slowdown));
+    calibrate::set_key(t, "device.host.per_rank_slowdown", toml::value<double>(0.0));
+    const std::filesystem::path cluster = dir_ / "cluster.toml";
+    write_file_atomic(cluster.string(), calibrate::cluster_file_text(t, ""));
+    std::string nics;
+    for (int r = 0; r < gpus; ++r) nics += (r ? "," : "") + std::to_string(r);
+    const std::vector<std::string> sets = {"cluster.preset=" + cluster.string(),
+                                           "cluster.nodes=1",
+                                           "run.resolution=" + std::to_string(resolution),
+                                           "cluster.topology.sizes=[" + std::to_string(gpus) + "]",
+                                           "cluster.nic.count=" + std::to_string(gpus),
+                                           "cluster.nic.rank_nic=[" + nics + "]"};
+    const RunRecord rec = run_emulated(resolve_run_plan(dir_ / "run.toml", sets));
+    return rec.report["virtual_time_s"].get<double>() / 2 * 1e3;
+  }
+
+ private:
+  toml::table table_;
+  std::filesystem::path dir_;
+};
+
+// Host-bound steps: the host's sync slowdown, fitted by timing the flat step on each measured
+// GPU count in the emulator; printed per case and set in the cluster table.
+void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table& table,
+                     std::ostringstream& notes) {
+  StepRunner runner(table);
+  const calibrate::HostSyncFit f = calibrate::fit_host_sync(steps, std::ref(runner));
+  std::printf(
+      "# steps: %zu flat steps of 2 or more GPUs at %d^2 (host-bound), each file's median "
+      "against a FLUX.1-dev step of the fitted cluster (%d emulated)\n",
+      f.cases.size(), f.resolution, f.predictions);
+  std::printf("%-56s %5s %5s %12s %13s %8s\n", "file", "gpus", "rows", "measured_ms",
+              "predicted_ms", "error");
+  double worst = 0;
+  for (const calibrate::HostSyncCase& c : f.cases) {
+    const double err = c.predicted_ms / c.measured_ms - 1;
+    worst = std::max(worst, std::abs(err));
+    std::printf("%-56s %5d %5d %12.1f %13.1f %7.1f%%\n", c.source.c_str(), c.gpus, c.rows,
+                c.measured_ms, c.predicted_ms, 100 * err);
+  }
+  if (worst > 0.25)
+    std::printf(
+        "# warning: the fitted host misses a step by %.0f%%: host-bound steps vary between "
+        "machines and launches more than one sync slowdown can follow\n",
+        100 * worst);
+  std::printf(
+      "# device.host.sync_slowdown = %s (rms error of log time %.3f over %zu steps; "
+      "per_rank_slowdown 0)\n",
+      fmt(f.sync_slowdown).c_str(), f.rms_log, f.cases.size());
+  calibrate::set_key(table, "device.host.sync_slowdown", toml::value<double>(f.sync_slowdown));
+  calibrate::set_key(table, "device.host.per_rank_slowdown", toml::value<double>(0.0));
+  notes << "# Host: device.host.sync_slowdown = " << fmt(f.sync_slowdown)
+        << " (per_rank_slowdown 0), golden-section search on the log error of " << f.cases.size()
+        << " flat steps of 2 or more GPUs at " << f.resolution << "^2 (rms "
+        << fmt(std::round(f.rms_log * 1000) / 1000)
+        << "), each timed as a FLUX.1-dev step of this file.\n";
+}
+
 void run_calibrate(const CalibrateOptions& o) {
   const auto wall0 = std::chrono::steady_clock::now();
   calibrate::Measurements m;
@@ -318,6 +406,12 @@ void run_calibrate(const CalibrateOptions& o) {
     transports.insert(p.transport);
     pts.push_back(p);
   }
+  std::vector<calibrate::StepPoint> steps;
+  for (const calibrate::StepPoint& p : m.steps) {
+    if (!o.transport.empty() && p.transport != o.transport) continue;
+    transports.insert(p.transport);
+    steps.push_back(p);
+  }
   transports.erase("");
   if (transports.size() > 1) {
     std::string list;
@@ -326,7 +420,7 @@ void run_calibrate(const CalibrateOptions& o) {
                      "), which one cluster file cannot hold; choose one with --transport");
   }
   if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty())
+      m.breakdowns.empty() && steps.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
@@ -447,6 +541,8 @@ void run_calibrate(const CalibrateOptions& o) {
   if (!m.eager_ops.empty() || !m.interference.empty())
     write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
+  // Last: the steps are timed on the cluster every other fit has made.
+  if (!steps.empty()) write_host_sync(steps, table, notes);
 
   const std::string stem = std::filesystem::path(o.out).stem().string();
   calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
@@ -484,8 +580,9 @@ void add_calibrate_command(CLI::App& app) {
                   "collectives: nccl-tests output, netbench output or --json, or CSV "
                   "(op,ranks,nodes,bytes,time_us,transport); kernels: CSV "
                   "(op,kind,flops,bytes,time_us); eager ops: CSV "
-                  "(op,label,tokens,heads,k,n,flops,device_us,host_us); interference or breakdown: "
-                  "JSON")
+                  "(op,label,tokens,heads,k,n,flops,device_us,host_us); whole steps: CSV "
+                  "(strategy,gpus,resolution,image_tokens,median_ms,...); interference or "
+                  "breakdown: JSON")
       ->required();
   cmd->add_option("--cluster", o->cluster, "cluster preset name or file the points ran on")
       ->required();

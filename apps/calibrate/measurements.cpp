@@ -255,6 +255,44 @@ void read_eager_csv(const std::vector<Line>& lines, size_t header, const std::st
   }
 }
 
+// measure_multi.py's steps_*.csv.
+void read_steps_csv(const std::vector<Line>& lines, size_t header, const std::string& name,
+                    std::vector<StepPoint>& out) {
+  for (size_t i = header + 1; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty() || t[0] == '#') continue;
+    const std::string where = at(name, lines[i].number);
+    const std::vector<std::string_view> f = split(lines[i].text, ',');
+    if (f.size() != 10)
+      bad(where,
+          "10 fields (strategy,gpus,resolution,image_tokens,median_ms,min_ms,max_ms,"
+          "host_issue_ms,transport,timed_steps)",
+          std::to_string(f.size()));
+    StepPoint p;
+    p.where = where;
+    p.source = name;
+    if (!is_label(f[0])) bad(where, "a strategy of letters, digits, '_' and '-'", shown(f[0]));
+    p.strategy = std::string(f[0]);
+    p.gpus = static_cast<int>(int_in(f[1], where, "gpus", 1, kMaxRanks));
+    p.resolution = static_cast<int>(int_in(f[2], where, "resolution", 16, 1 << 16));
+    if (p.resolution % 16 != 0)
+      bad(where, "a resolution divisible by 16 (FLUX.1-dev's pixels per token side)", shown(f[2]));
+    int_in(f[3], where, "image_tokens", 1, std::int64_t{1} << 32);
+    p.median_ms = double_in(f[4], where, "median_ms", kMinTimeUs / 1e3, kMaxTimeUs / 1e3);
+    const double lo = double_in(f[5], where, "min_ms", kMinTimeUs / 1e3, kMaxTimeUs / 1e3);
+    const double hi = double_in(f[6], where, "max_ms", kMinTimeUs / 1e3, kMaxTimeUs / 1e3);
+    if (lo > p.median_ms || p.median_ms > hi)
+      bad(where, "min_ms <= median_ms <= max_ms",
+          std::string(f[5]) + ", " + std::string(f[4]) + ", " + std::string(f[6]));
+    double_in(f[7], where, "host_issue_ms", 0, kMaxTimeUs / 1e3);
+    if (!f[8].empty() && !is_label(f[8]))
+      bad(where, "a transport of letters, digits, '_' and '-'", shown(f[8]));
+    p.transport = std::string(f[8]);
+    int_in(f[9], where, "timed_steps", 1, 1 << 20);
+    out.push_back(std::move(p));
+  }
+}
+
 // ---- nccl-tests ----
 
 struct Section {
@@ -618,17 +656,21 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
       else if (cols == std::vector<std::string_view>{"op", "label", "tokens", "heads", "k", "n",
                                                      "flops", "device_us", "host_us"})
         read_eager_csv(lines, header, name, m.eager_ops);
+      else if (cols == std::vector<std::string_view>{
+                           "strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms",
+                           "max_ms", "host_issue_ms", "transport", "timed_steps"})
+        read_steps_csv(lines, header, name, m.steps);
       else
         read_collective_csv(lines, header, name, m, m.collectives);
     }
   }
   if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty())
+      m.breakdowns.empty() && m.steps.empty())
     throw InputError(name +
                      ": no measurements in the file (expected nccl-tests output, "
                      "netbench output, or a CSV with a header)");
   if (out.collectives.size() + out.kernels.size() + out.eager_ops.size() + m.collectives.size() +
-          m.kernels.size() + m.eager_ops.size() >
+          m.kernels.size() + m.eager_ops.size() + out.steps.size() + m.steps.size() >
       kMaxPoints)
     throw InputError(name + ": more than " + std::to_string(kMaxPoints) +
                      " measurements in all; fit fewer at a time");
@@ -637,6 +679,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   for (EagerOpPoint& p : m.eager_ops) out.eager_ops.push_back(std::move(p));
   for (InterferencePoint& p : m.interference) out.interference.push_back(std::move(p));
   for (BreakdownPoint& p : m.breakdowns) out.breakdowns.push_back(std::move(p));
+  for (StepPoint& p : m.steps) out.steps.push_back(std::move(p));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
 }

@@ -27,6 +27,10 @@
 //    empty where not measured (apps/calibrate/eager_fit.hpp turns them into tables).
 //  - measure_multi.py's interference_*.json: a JSON object of KERNEL_alone_us,
 //    KERNEL_with_a2a_SIZE_us, all_to_all_SIZE_alone_us and all_to_all_SIZE_with_KERNEL_us.
+//  - measure_multi.py's steps_*.csv: the header strategy,gpus,resolution,image_tokens,median_ms,
+//    min_ms,max_ms,host_issue_ms,transport,timed_steps, one whole FLUX.1-dev step a row (the
+//    median of its timed steps, slowest rank); a step measured in several launches has a row
+//    from each (apps/calibrate/host_sync_fit.hpp fits the host's sync slowdown to them).
 //  - measure_multi.py's breakdown_*.json: {"world": N, "cases": {"WxRES": {...}}}, each case a
 //    flat step on W GPUs split into its exchanges and the rest, with segment_wait_ms (how long
 //    the ranks wait a step for the slowest rank's work between two exchanges).
@@ -104,12 +108,25 @@ struct BreakdownPoint {
   double host_late_ms_max = 0;  // the GPU's wait for its own host at the exchanges, slowest rank
 };
 
+/// One row of a steps file: a whole FLUX.1-dev step of `strategy` on `gpus` GPUs at
+/// resolution^2, the median of its timed steps.
+struct StepPoint {
+  std::string where;   // "file:line"
+  std::string source;  // the file (the steps of one file are one machine's)
+  std::string strategy;
+  int gpus = 0;
+  int resolution = 0;
+  double median_ms = 0;
+  std::string transport;
+};
+
 struct Measurements {
   std::vector<CollectivePoint> collectives;
   std::vector<KernelPoint> kernels;
   std::vector<EagerOpPoint> eager_ops;
   std::vector<InterferencePoint> interference;
   std::vector<BreakdownPoint> breakdowns;
+  std::vector<StepPoint> steps;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
   std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };

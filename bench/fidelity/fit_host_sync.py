@@ -8,6 +8,9 @@ more GPUs of the machines the preset was fitted to (steps_fidelity.py's FITTED),
 figure of the preset as it is; `per_rank_slowdown` is set to 0 (the two forms are not fitted
 together). Prints the fitted value and the steps it was fitted to, then the same step on 2, 3
 and 4 GPUs against every machine's median (held-out machines and 3 GPUs included).
+`cocodiff calibrate` fits the same figure from the steps files while it fits the rest of a
+cluster (the command in configs/clusters/hgx-h100.toml); this script fits it against a shipped
+file as it is and compares every machine.
 
 Usage: fit_host_sync.py COCODIFF [--preset hgx-h100] [--machines h100x4,h100x4-repeat,...]
        fit_host_sync.py COCODIFF --preset hgx-h200 --machines h200x2

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
+#include "apps/calibrate/host_sync_fit.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {
@@ -154,6 +156,60 @@ TEST(CalibrateFit, EagerOpsGiveDeviceTablesHostCostsAndOverlapFactors) {
   ops.push_back(eager("norm_modulate", "norm1", 1e5, -1, 1));
   ops.push_back(eager("norm_modulate", "norm1", 1e5, -1, 1));
   EXPECT_THROW(fit_eager(ops, {}), InputError);
+}
+
+// A closed-form host: a flat step on n GPUs takes base(n) x (1 + s (H(n) - 1)), H the harmonic
+// number. The fit takes the flat steps of 2 or more GPUs at the smallest resolution, each file's
+// median, and recovers s to the search's resolution; the predictor is asked once per (gpus, s).
+TEST(CalibrateFit, HostSyncSlowdownFromClosedFormSteps) {
+  const double truth = 3.3;
+  const auto harmonic = [](int n) {
+    double h = 0;
+    for (int k = 1; k <= n; ++k) h += 1.0 / k;
+    return h;
+  };
+  int calls = 0;
+  const calibrate::StepPredictor predict = [&](int gpus, int res, double s) {
+    ++calls;
+    EXPECT_EQ(res, 512);
+    return (100.0 + 10 * gpus) * (1 + s * (harmonic(gpus) - 1));
+  };
+  std::vector<calibrate::StepPoint> steps;
+  const auto add = [&](const std::string& file, const std::string& strategy, int gpus, int res,
+                       double ms) {
+    calibrate::StepPoint p;
+    p.where = file + ":2";
+    p.source = file;
+    p.strategy = strategy;
+    p.gpus = gpus;
+    p.resolution = res;
+    p.median_ms = ms;
+    p.transport = "nvlink";
+    steps.push_back(p);
+  };
+  const auto truth_ms = [&](int gpus) {
+    return (100.0 + 10 * gpus) * (1 + truth * (harmonic(gpus) - 1));
+  };
+  add("a.csv", "flat", 2, 512, truth_ms(2) * 1.3);  // three launches: the median is the truth
+  add("a.csv", "flat", 2, 512, truth_ms(2));
+  add("a.csv", "flat", 2, 512, truth_ms(2) / 1.3);
+  add("a.csv", "flat", 4, 512, truth_ms(4));
+  add("a.csv", "flat", 1, 512, 1.0);      // one GPU: not used
+  add("a.csv", "pipeline", 4, 512, 1e3);  // not flat: not used
+  add("b.csv", "flat", 3, 512, truth_ms(3));
+  add("b.csv", "flat", 3, 1024, 5 * truth_ms(3));  // a larger resolution: not used
+  const calibrate::HostSyncFit f = calibrate::fit_host_sync(steps, predict);
+  EXPECT_EQ(f.resolution, 512);
+  ASSERT_EQ(f.cases.size(), 3u);
+  EXPECT_EQ(f.cases[0].rows, 3);
+  EXPECT_NEAR(f.sync_slowdown, truth, 0.01);
+  EXPECT_LT(f.rms_log, 1e-3);
+  for (const calibrate::HostSyncCase& c : f.cases)
+    EXPECT_NEAR(c.predicted_ms, c.measured_ms, 2e-3 * c.measured_ms) << c.source << " " << c.gpus;
+  EXPECT_EQ(calls, f.predictions);
+
+  std::vector<calibrate::StepPoint> none(steps.begin() + 4, steps.begin() + 6);
+  EXPECT_THROW(calibrate::fit_host_sync(none, predict), InputError);
 }
 
 }  // namespace

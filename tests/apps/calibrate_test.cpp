@@ -34,6 +34,9 @@ const std::vector<std::string> kTrueLibrary = {
     "cluster.library.eager_max_bytes=32768", "cluster.library.rendezvous_overhead_us=6",
     "cluster.library.eager_copy_gbytes_per_s=15"};
 constexpr const char* kEagerHeader = "op,label,tokens,heads,k,n,flops,device_us,host_us\n";
+constexpr const char* kStepsHeader =
+    "strategy,gpus,resolution,image_tokens,median_ms,min_ms,max_ms,host_issue_ms,transport,"
+    "timed_steps\n";
 const std::vector<std::string> kTrueIntra = {"cluster.links.nvswitch.bandwidth_gbytes_per_s=80",
                                              "cluster.links.nvswitch.latency_ns=700"};
 // The inter-node tier scaled as a whole: bandwidths x 0.4, latencies x 1.6.
@@ -525,6 +528,16 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
        "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"segment_wait_ms\": 3, "
        "\"host_late_ms_max\": 0}}}",
        "half.json: case 2x2048: gpus: expected a whole number"},
+      {"steps.csv", std::string(kStepsHeader) + "flat,2,1024,4096,130,120,140,100,nvlink\n",
+       "steps.csv:2: expected 10 fields"},
+      {"sorder.csv", std::string(kStepsHeader) + "flat,2,1024,4096,120,130,140,100,nvlink,4\n",
+       "sorder.csv:2: expected min_ms <= median_ms <= max_ms"},
+      {"sres.csv", std::string(kStepsHeader) + "flat,2,1000,3906,130,120,140,100,nvlink,4\n",
+       "sres.csv:2: expected a resolution divisible by 16"},
+      {"sgpus.csv", std::string(kStepsHeader) + "flat,0,1024,4096,130,120,140,100,nvlink,4\n",
+       "sgpus.csv:2: expected gpus"},
+      {"sflat.csv", std::string(kStepsHeader) + "v_first,2,1024,4096,130,120,140,100,nvlink,4\n",
+       "calibrate: the steps files hold no flat step of two or more GPUs"},
       {"one.json",
        "{\"world\": 1, \"cases\": {\"1x2048\": {\"gpus\": 1, \"step_ms\": 500, "
        "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"segment_wait_ms\": 0, "
@@ -760,6 +773,80 @@ TEST_F(Calibrate, RecoversAKnownRankSpreadFromBreakdowns) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
+// Steps made by the emulator with a known sync slowdown (1.7) on two "machines" (files), flat
+// and V-First on 2 and 4 GPUs at 1024^2 and 2048^2, one step measured in two launches: calibrate
+// fits the flat steps at the smallest resolution (1024^2) and recovers 1.7 within 1%.
+TEST_F(Calibrate, RecoversAKnownHostSyncSlowdownFromSyntheticSteps) {
+  const double truth = 1.7;
+  const auto step_ms = [&](int gpus, int res, const std::string& strategy) {
+    std::string nics;
+    for (int r = 0; r < gpus; ++r) nics += (r ? "," : "") + std::to_string(r);
+    const fs::path out = dir_ / ("run-" + std::to_string(gpus) + "-" + std::to_string(res));
+    const ChildResult r =
+        run_cocodiff({"run",
+                      (fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml").string(),
+                      "--out",
+                      out.string(),
+                      "-q",
+                      "--set",
+                      "run.math=skip",
+                      "--set",
+                      "model.preset=flux1-dev",
+                      "--set",
+                      "run.resolution=" + std::to_string(res),
+                      "--set",
+                      "run.steps=2",
+                      "--set",
+                      "cluster.preset=hgx-h100",
+                      "--set",
+                      "cluster.nodes=1",
+                      "--set",
+                      "cluster.topology.sizes=[" + std::to_string(gpus) + "]",
+                      "--set",
+                      "cluster.nic.count=" + std::to_string(gpus),
+                      "--set",
+                      "cluster.nic.rank_nic=[" + nics + "]",
+                      "--set",
+                      "run.strategy=" + strategy,
+                      "--set",
+                      "emulator.trace=false",
+                      "--set",
+                      "cluster.device.host.sync_slowdown=" + std::to_string(truth)},
+                     dir_);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(out / "report.json");
+    return nlohmann::json::parse(in)["virtual_time_s"].get<double>() / 2 * 1e3;
+  };
+  const auto row = [&](const std::string& strategy, int gpus, int res, double ms) {
+    return strategy + "," + std::to_string(gpus) + "," + std::to_string(res) + "," +
+           std::to_string((res / 16) * (res / 16)) + "," + std::to_string(ms) + "," +
+           std::to_string(ms * 0.9) + "," + std::to_string(ms * 1.1) + "," +
+           std::to_string(ms * 0.95) + ",nvlink,4\n";
+  };
+  const double f2 = step_ms(2, 1024, "flat"), f4 = step_ms(4, 1024, "flat");
+  // The second launch of a step 10% slower, the third 10% faster: their median is the step.
+  const fs::path a = write("a_steps_nvlink.csv",
+                           std::string(kStepsHeader) + row("flat", 2, 1024, f2) +
+                               row("flat", 2, 1024, f2 * 1.1) + row("flat", 2, 1024, f2 / 1.1) +
+                               row("v_first", 2, 1024, 3 * f2) + row("flat", 2, 2048, 5 * f2));
+  const fs::path b =
+      write("b_steps_nvlink.csv", std::string(kStepsHeader) + row("flat", 4, 1024, f4) +
+                                      row("flat", 1, 1024, f4 / 3) + row("flat", 4, 2048, 9 * f4));
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", a.string(), b.string(), "--cluster", "hgx-h100", "--out", out.string()}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string fit = read_text(out);
+  EXPECT_NEAR(value(fit, "device.host", "sync_slowdown"), truth, 0.01 * truth) << r.out;
+  EXPECT_EQ(value(fit, "device.host", "per_rank_slowdown"), 0.0);
+  EXPECT_NE(r.out.find("# steps: 2 flat steps of 2 or more GPUs at 1024^2"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("warning: the fitted host misses"), std::string::npos) << r.out;
+  // A complete cluster file.
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
 // The shipped GPU presets' kernel tables, host issue costs and overlap factors are what
 // calibrate writes from the measurements they name, to the digits the presets keep (4
 // significant digits for device times, 3 for host costs, one decimal for the overlap factors).
@@ -771,8 +858,12 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
        {m / "h100x4" / "kernels.csv", m / "h100x4-repeat" / "host_nvlink.csv",
         m / "h100x4" / "interference_nvlink.json", m / "h100x2" / "interference_nvlink.json",
         m / "h100x4-spread" / "breakdown_nvlink.json",
-        m / "h100x2-spread" / "breakdown_nvlink.json"}},
-      {"hgx-h200", {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json"}}};
+        m / "h100x2-spread" / "breakdown_nvlink.json", m / "h100x4" / "steps_nvlink.csv",
+        m / "h100x4-repeat" / "steps_nvlink.csv", m / "h100x4-spread" / "steps_nvlink.csv",
+        m / "h100x2-spread" / "steps_nvlink.csv"}},
+      {"hgx-h200",
+       {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
+        m / "h200x2" / "steps_nvlink.csv"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
     const fs::path out = dir_ / (preset + "-fit.toml");
@@ -833,6 +924,10 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
+    // The host's sync slowdown, fitted to the flat 1024^2 steps to the search's resolution
+    // (0.01; the presets' tables are rounded, which may move the fit by a step of it).
+    EXPECT_NEAR(shipped["device"]["host"]["sync_slowdown"].value<double>().value_or(-1),
+                fit["device"]["host"]["sync_slowdown"].value<double>().value_or(0), 0.015);
   }
 }
 
