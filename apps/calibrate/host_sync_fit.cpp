@@ -5,6 +5,7 @@
 #include <map>
 #include <utility>
 
+#include "apps/calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {
@@ -48,27 +49,8 @@ HostSyncFit fit_host_sync(const std::vector<StepPoint>& steps, const StepPredict
     }
     return sum;
   };
-  // Golden-section search: the loss is unimodal in s (each step grows with it).
-  const double g = (std::sqrt(5.0) - 1) / 2;
-  double lo = 0, hi = kMaxSyncSlowdown;
-  double a = hi - g * (hi - lo), b = lo + g * (hi - lo);
-  double fa = loss(a), fb = loss(b);
-  while (hi - lo > 0.01) {
-    if (fa < fb) {
-      hi = b;
-      b = a;
-      fb = fa;
-      a = hi - g * (hi - lo);
-      fa = loss(a);
-    } else {
-      lo = a;
-      a = b;
-      fa = fb;
-      b = lo + g * (hi - lo);
-      fb = loss(b);
-    }
-  }
-  f.sync_slowdown = std::round((lo + hi) / 2 * 100) / 100;
+  // The loss is unimodal in s (each step grows with it).
+  f.sync_slowdown = std::round(golden_section_min(loss, 0, kMaxSyncSlowdown, 0.01) * 100) / 100;
   f.rms_log = std::sqrt(loss(f.sync_slowdown) / static_cast<double>(f.cases.size()));
   for (HostSyncCase& c : f.cases) c.predicted_ms = step_ms(c.gpus, f.sync_slowdown);
   f.predictions = static_cast<int>(cache.size());

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <functional>
 
+#include "apps/calibrate/least_squares.hpp"
+
 namespace cocodiff::calibrate {
 
 namespace {
@@ -13,29 +15,6 @@ double kernel_time_s(const RooflineParams& d, const KernelFit& f, const KernelPo
   return std::max(p.flops / (d.peak_flops_per_s * f.eff_c[k]),
                   p.bytes / (d.hbm_bytes_per_s * f.eff_m[k])) +
          f.launch_s;
-}
-
-// Golden-section minimum of g on [lo, hi].
-double golden(const std::function<double(double)>& g, double lo, double hi) {
-  const double r = (std::sqrt(5.0) - 1) / 2;
-  double a = lo, b = hi, c = b - r * (b - a), d = a + r * (b - a);
-  double gc = g(c), gd = g(d);
-  for (int i = 0; i < 80 && b - a > 1e-12 * std::max(1.0, std::abs(b)); ++i) {
-    if (gc < gd) {
-      b = d;
-      d = c;
-      gd = gc;
-      c = b - r * (b - a);
-      gc = g(c);
-    } else {
-      a = c;
-      c = d;
-      gc = gd;
-      d = a + r * (b - a);
-      gd = g(d);
-    }
-  }
-  return (a + b) / 2;
 }
 
 }  // namespace
@@ -82,7 +61,7 @@ KernelFit fit_kernels(const RooflineParams& d, const std::vector<KernelPoint>& p
       (cls[i] ? f.fitted_c : f.fitted_m)[static_cast<size_t>(pts[i].kind)] = true;
     for (int sweep = 0; sweep < 60; ++sweep) {
       const double before = error(f);
-      f.launch_s = golden(
+      f.launch_s = golden_section_min(
           [&](double x) {
             KernelFit t = f;
             t.launch_s = x;
@@ -92,7 +71,7 @@ KernelFit fit_kernels(const RooflineParams& d, const std::vector<KernelPoint>& p
       for (size_t k = 0; k < f.eff_c.size(); ++k) {
         for (const bool compute : {true, false}) {
           if (!(compute ? f.fitted_c : f.fitted_m)[k]) continue;
-          const double x = golden(
+          const double x = golden_section_min(
               [&](double log_eff) {
                 KernelFit t = f;
                 (compute ? t.eff_c : t.eff_m)[k] = std::exp(log_eff);

@@ -18,6 +18,30 @@ double sum_sq(const std::vector<double>& r) {
 
 }  // namespace
 
+double golden_section_min(const std::function<double(double)>& g, double lo, double hi,
+                          double abs_tolerance) {
+  const double r = (std::sqrt(5.0) - 1) / 2;
+  double a = lo, b = hi, c = b - r * (b - a), d = a + r * (b - a);
+  double gc = g(c), gd = g(d);
+  for (int i = 0; i < 80 && b - a > std::max(abs_tolerance, 1e-12 * std::max(1.0, std::abs(b)));
+       ++i) {
+    if (gc < gd) {
+      b = d;
+      d = c;
+      gd = gc;
+      c = b - r * (b - a);
+      gc = g(c);
+    } else {
+      a = c;
+      c = d;
+      gc = gd;
+      d = a + r * (b - a);
+      gd = g(d);
+    }
+  }
+  return (a + b) / 2;
+}
+
 bool solve_linear(std::vector<std::vector<double>> a, std::vector<double> b,
                   std::vector<double>& x) {
   const size_t n = b.size();

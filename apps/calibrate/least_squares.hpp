@@ -67,6 +67,12 @@ std::vector<bool> determined_columns(const std::vector<std::vector<double>>& jac
 LsqResult least_squares(const ResidualFn& f, const std::vector<LsqParam>& ps,
                         const LsqOptions& options = {});
 
+/// The minimum of a unimodal g on [lo, hi] by golden-section search, stopped when the bracket
+/// is at most `abs_tolerance` wide (or 1e-12 of its end, or after 80 steps): the bracket's
+/// middle.
+double golden_section_min(const std::function<double(double)>& g, double lo, double hi,
+                          double abs_tolerance = 0);
+
 /// Solves a x = b for a small dense symmetric positive-definite-ish a (Gaussian elimination,
 /// partial pivoting); false when singular.
 bool solve_linear(std::vector<std::vector<double>> a, std::vector<double> b,
