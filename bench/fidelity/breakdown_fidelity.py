@@ -2,9 +2,9 @@
 """Flat FLUX.1-dev steps split into their exchanges and the rest, measured on H100s, against the
 emulator's own breakdown of the same step.
 
-For every case of configs/measurements/h1[0-9]0x*/breakdown_<transport>.json, runs the same flat
+For every case of configs/measurements/h[12]00x*/breakdown_<transport>.json, runs the same flat
 step in the emulator (phantom mode, FLUX.1-dev, the cluster preset on one node of W GPUs: NVLink
-hgx-h100, shared memory h100-shm, H200 hgx-h200) and prints, in ms a step:
+hgx-h100, shared memory h100-shm, H200 hgx-h200 and h200-shm) and prints, in ms a step:
   step        the slowest rank's step, measured / predicted;
   exchanges   each rank's time in its blocking exchanges (least to most), against each tile's
               exposed communication;

@@ -19,7 +19,7 @@ fit() {  # name files... -- args...
   local files=()
   while [ "$1" != "--" ]; do files+=("$1"); shift; done
   shift
-  "$bin" calibrate "${files[@]}" --cluster hgx-h100 --set cluster.nodes=1 "$@" \
+  "$bin" calibrate "${files[@]}" --cluster "${cluster:-hgx-h100}" --set cluster.nodes=1 "$@" \
     --out "$tmp/$name.toml" > "$out/$name.txt" 2>&1 || { cat "$out/$name.txt"; exit 1; }
   sed -i -e "s#$PWD/##g" -e "s#$tmp/#FIT_DIR/#g" "$out/$name.txt"
   echo "== $name"
@@ -48,20 +48,36 @@ for tr in nvlink shm socket; do
       --set cluster.library.local_copy_gbytes_per_s=$local_copy
   done
 done
-# Held out: a further 4-GPU host's sweeps on 3 GPUs (a rank count no fit has seen), 4 and 2,
-# predicted with each NVLink fit's figures as they are (every figure kept, nothing refitted)
-for op in all_to_all all_gather reduce_scatter sendrecv; do
-  keep=(links.nvlink.bandwidth_gbytes_per_s links.nvlink.pair_bandwidth_gbytes_per_s
-        links.nvlink.latency_ns library.call_overhead_us library.message_overhead_us
-        device.host.collective_issue_us)
-  case $op in all_gather | reduce_scatter) keep+=(library.local_copy_gbytes_per_s) ;; esac
-  args=()
+# Held out: a fit's figures as they are (every figure kept, nothing refitted) on other sweeps
+held_out() {  # name fit_name op file
+  local name=$1 fit_name=$2 op=$3 file=$4
+  local keep=(links.nvlink.bandwidth_gbytes_per_s links.nvlink.pair_bandwidth_gbytes_per_s
+              links.nvlink.latency_ns library.call_overhead_us library.message_overhead_us
+              device.host.collective_issue_us)
+  # the ring's own-block rate, where the fit had one (NVLink)
+  case $op/$fit_name in all_gather/*nvlink* | reduce_scatter/*nvlink*) keep+=(library.local_copy_gbytes_per_s) ;; esac
+  local args=()
   for k in "${keep[@]}"; do args+=(--keep "$k"); done
-  name=held_out_threes_nvlink_$op
-  "$bin" calibrate $m/h100x4-threes/collectives_nvlink.csv --cluster "$tmp/nvlink_$op.toml" \
-    --ops $op --no-protocol "${args[@]}" --out "$tmp/$name.toml" > "$out/$name.txt" 2>&1 ||
-    { cat "$out/$name.txt"; exit 1; }
+  "$bin" calibrate "$file" --cluster "$tmp/$fit_name.toml" --ops $op --no-protocol "${args[@]}" \
+    --out "$tmp/$name.toml" > "$out/$name.txt" 2>&1 || { cat "$out/$name.txt"; exit 1; }
   sed -i -e "s#$PWD/##g" -e "s#$tmp/#FIT_DIR/#g" "$out/$name.txt"
   echo "== $name"
   grep -E "^#   [a-z_]+ [0-9]+ ranks" "$out/$name.txt"
+}
+# H200: each op fitted on the first 2-GPU host's sweeps (hgx-h200 as the base), then held against
+# a second host's (h200x2-second) with the fit's figures as they are
+for tr in nvlink shm; do
+  for op in all_to_all all_gather reduce_scatter sendrecv; do
+    local_copy=0
+    [ $tr = nvlink ] && local_copy=1000
+    cluster=hgx-h200 fit "h200_${tr}_$op" $m/h200x2/collectives_$tr.csv -- --ops $op --loss soft_l1 \
+      --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300 \
+      --set cluster.library.local_copy_gbytes_per_s=$local_copy
+    held_out "held_out_h200_${tr}_$op" "h200_${tr}_$op" $op $m/h200x2-second/collectives_$tr.csv
+  done
+done
+# Held out: a further 4-GPU host's sweeps on 3 GPUs (a rank count no fit has seen), 4 and 2,
+# predicted with each NVLink fit's figures as they are (every figure kept, nothing refitted)
+for op in all_to_all all_gather reduce_scatter sendrecv; do
+  held_out held_out_threes_nvlink_$op nvlink_$op $op $m/h100x4-threes/collectives_nvlink.csv
 done

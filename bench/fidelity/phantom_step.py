@@ -24,10 +24,9 @@ def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
 
 def preset_for(machine, transport):
     """The cluster preset that predicts a measurement directory's steps over `transport`: H200s
-    hgx-h200 (no H200 cluster was fitted to shared memory), H100s hgx-h100 over NVLink and
-    h100-shm over shared memory."""
+    hgx-h200 over NVLink and h200-shm over shared memory, H100s hgx-h100 and h100-shm."""
     if machine.startswith("h200"):
-        return "hgx-h200"
+        return "hgx-h200" if transport == "nvlink" else "h200-shm"
     return "hgx-h100" if transport == "nvlink" else "h100-shm"
 
 

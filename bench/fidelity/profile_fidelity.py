@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Profiled FLUX.1-dev steps (every kernel's device time) against the emulator's steps.
 
-For every case of configs/measurements/h1[0-9]0x*/profile_<transport>.json (measure_multi.py
+For every case of configs/measurements/h[12]00x*/profile_<transport>.json (measure_multi.py
 --parts profile) runs the same step in the emulator (phantom mode, FLUX.1-dev on one node of W
-GPUs: NVLink hgx-h100, shared memory h100-shm, H200 hgx-h200; strategies as steps_fidelity.py runs
+GPUs: NVLink hgx-h100, shared memory h100-shm, H200 hgx-h200 and h200-shm; strategies as steps_fidelity.py runs
 them) and prints, in ms a step:
   step        measured without the profiler (steps_<transport>.csv of the same directory, else
               the profiled step) / predicted;
@@ -81,7 +81,7 @@ def main():
         r["compute_added_pct_predicted"] = round(
             100 * (r["compute_ms_predicted"] / f["compute_ms_predicted"] - 1), 1)
         r["nccl_added_pct"] = round(100 * (r["nccl_ms_fastest_rank"] / f["nccl_ms_fastest_rank"] - 1), 1)
-    lines = ["# Profiled FLUX.1-dev steps (configs/measurements/h1x0*/profile_*.json) against cocodiff"
+    lines = ["# Profiled FLUX.1-dev steps (configs/measurements/h[12]00x*/profile_*.json) against cocodiff"
              + (f" ({', '.join(A.set)})" if A.set else ""),
              f"{'machine':<18}{'tr':<7}{'gpus':>4}{'res':>6} {'strategy':<9}{'step m/p':>16}{'error':>8}"
              f"{'gain m/p':>16}{'compute (range)':>20}{'added m/p':>15}{'nccl':>8}{'added':>8}"]

@@ -16,9 +16,11 @@ h100x2-repeat: 2 GPUs;
 h100x4-third, h100x4-breakdown,
 h100x4-spread-check, h100x4-spread-check2, h100x4-profile, h100x4-profile2, h100x4-fourth,
 h100x4-breakdown2, h100x4-fifth and h100x4-hostbeside: 4 GPUs; h100x4-threesteps and
-h100x4-threesteps2: 3 GPUs) are held out: their steps are summarised apart. At 1024^2 every prediction is held against the range the H100 machines measured. The H200 machine
-(h200x2) is predicted by hgx-h200 (--h200-preset), its shared-memory steps with the NVLink link
-at the shared-memory bandwidth; summarised apart too.
+h100x4-threesteps2: 3 GPUs) are held out: their steps are summarised apart. At 1024^2 every prediction is held against the range the machines of its GPU measured. The H200
+machines are predicted by hgx-h200 (--h200-preset) and, over shared memory, by h200-shm
+(--h200-shm-preset), both fitted to h200x2 and (the shared-memory spread) h200x2-breakdown;
+h200x2-second, h200x2-profile and h200x2-hostbeside, measured on another lease after both
+presets were fitted, are held out. H200 steps are summarised apart.
 
 Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [--out DIR]
                           [--set KEY=VALUE ...]
@@ -35,13 +37,17 @@ P.add_argument("--preset", default="hgx-h100")
 P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
 P.add_argument("--set", action="append", default=[])
 P.add_argument("--shm-preset", default="h100-shm")  # "": the NVLink link at the shm bandwidth
-P.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machine (h200x*)
+P.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machines (h200x*)
+P.add_argument("--h200-shm-preset", default="h200-shm")  # "": hgx-h200's link at the shm bandwidth
 A = P.parse_args()
 
 STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
             "cocodiff": "flat+v_first+pipeline"}
 STEPS = 2
 FITTED = {"h100x4", "h100x4-repeat", "h100x4-spread", "h100x2-spread"}  # the machines hgx-h100 was fitted to (host costs; rank_spread)
+# the H200 machines hgx-h200 and h200-shm were fitted to (kernel tables, host costs, interference,
+# the shared-memory sweeps; the shared-memory interference and breakdown of a second host)
+FITTED_H200 = {"h200x2", "h200x2-breakdown"}
 
 
 def shm_bandwidth():
@@ -59,8 +65,9 @@ def predict(w, res, strategy, transport, machine, cache={}):
         return cache[key]
     preset = A.h200_preset if h200 else A.preset
     sets = [f"cluster.preset={preset}"] + A.set
-    if transport == "shm" and A.shm_preset and not h200:
-        sets[0] = f"cluster.preset={A.shm_preset}"
+    shm_preset = A.h200_shm_preset if h200 else A.shm_preset
+    if transport == "shm" and shm_preset:
+        sets[0] = f"cluster.preset={shm_preset}"
     elif transport == "shm":
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
     r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
@@ -120,29 +127,33 @@ def main():
     held = [r for r in rows if r["machine"].startswith("h100x") and r["machine"] not in FITTED]
     if held:
         summary["held_out_" + "_".join(sorted({r["machine"] for r in held}))] = stats(held)
-    h200 = [r for r in rows if r["machine"].startswith("h200")]
-    if h200:
-        summary["h200_" + "_".join(sorted({r["machine"] for r in h200}))] = stats(h200)
-    # 1024^2: is each prediction inside the range measured across the H100 machines that ran the
-    # step, widened by 15%?
-    inside = total = 0
-    h100 = [r for r in rows if r["machine"].startswith("h100x")]
-    lines.append("")
-    lines.append("# 1024^2 (host-bound): each configuration's prediction against the range of the H100 machines "
-                 "that measured it, widened by 15% (low / 1.15 to high x 1.15)")
-    lines.append(f"{'transport':9s} {'gpus':>4s} {'strategy':9s} {'machines':>8s} {'low':>7s} {'median':>7s} "
-                 f"{'high':>7s} {'predicted':>9s}  inside")
-    for key in sorted({(r["transport"], r["gpus"], r["strategy"]) for r in h100 if r["resolution"] == 1024}):
-        ms = [r for r in h100 if r["resolution"] == 1024 and (r["transport"], r["gpus"], r["strategy"]) == key]
-        vals = [r["measured_ms"] for r in ms]
-        lo, hi = min(vals) / 1.15, max(vals) * 1.15
-        total += 1
-        ok = lo <= ms[0]["predicted_ms"] <= hi
-        inside += ok
-        lines.append(f"{key[0]:9s} {key[1]:4d} {key[2]:9s} {len(vals):8d} {min(vals):7.1f} "
-                     f"{statistics.median(vals):7.1f} {max(vals):7.1f} {ms[0]['predicted_ms']:9.1f}  "
-                     f"{'yes' if ok else 'NO'}")
-    summary["1024_inside_machine_range_widened_15pct"] = f"{inside}/{total}"
+    for name, h200 in (("h200_fitted_", [r for r in rows if r["machine"] in FITTED_H200]),
+                       ("h200_held_out_", [r for r in rows if r["machine"].startswith("h200")
+                                           and r["machine"] not in FITTED_H200])):
+        if h200:
+            summary[name + "_".join(sorted({r["machine"] for r in h200}))] = stats(h200)
+    # 1024^2: is each prediction inside the range measured across the machines of its GPU that ran
+    # the step, widened by 15%?
+    for gpu in ("h100", "h200"):
+        inside = total = 0
+        same = [r for r in rows if r["machine"].startswith(gpu + "x")]
+        lines.append("")
+        lines.append(f"# 1024^2 (host-bound): each configuration's prediction against the range of the "
+                     f"{gpu.upper()} machines that measured it, widened by 15% (low / 1.15 to high x 1.15)")
+        lines.append(f"{'transport':9s} {'gpus':>4s} {'strategy':9s} {'machines':>8s} {'low':>7s} {'median':>7s} "
+                     f"{'high':>7s} {'predicted':>9s}  inside")
+        for key in sorted({(r["transport"], r["gpus"], r["strategy"]) for r in same if r["resolution"] == 1024}):
+            ms = [r for r in same if r["resolution"] == 1024 and (r["transport"], r["gpus"], r["strategy"]) == key]
+            vals = [r["measured_ms"] for r in ms]
+            lo, hi = min(vals) / 1.15, max(vals) * 1.15
+            total += 1
+            ok = lo <= ms[0]["predicted_ms"] <= hi
+            inside += ok
+            lines.append(f"{key[0]:9s} {key[1]:4d} {key[2]:9s} {len(vals):8d} {min(vals):7.1f} "
+                         f"{statistics.median(vals):7.1f} {max(vals):7.1f} {ms[0]['predicted_ms']:9.1f}  "
+                         f"{'yes' if ok else 'NO'}")
+        summary[("" if gpu == "h100" else gpu + "_") + "1024_inside_machine_range_widened_15pct"] = \
+            f"{inside}/{total}"
     lines.append("")
     lines.append(json.dumps(summary, indent=1))
     txt = "\n".join(lines)

@@ -863,7 +863,7 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
         m / "h100x2-spread" / "steps_nvlink.csv"}},
       {"hgx-h200",
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
-        m / "h200x2" / "steps_nvlink.csv"}}};
+        m / "h200x2" / "steps_nvlink.csv", m / "h200x2-breakdown" / "breakdown_nvlink.json"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
     const fs::path out = dir_ / (preset + "-fit.toml");
@@ -931,44 +931,76 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
   }
 }
 
-// configs/clusters/h100-shm.toml is what the command in its header writes: the shared-memory
-// sweeps on 2 and 4 GPUs give the link's and the per-pair bandwidth, latency and costs; the
-// interference and breakdown files the device's factors and spread.
-TEST_F(Calibrate, ShippedSharedMemoryPresetIsWhatCalibrateWritesFromItsMeasurements) {
+// configs/clusters/h100-shm.toml and h200-shm.toml are what the commands in their headers write:
+// the shared-memory sweeps give the link's (and on 4 GPUs the per-pair) bandwidth and the
+// library's costs; the interference and breakdown files the device's factors and spread.
+TEST_F(Calibrate, ShippedSharedMemoryPresetsAreWhatCalibrateWritesFromTheirMeasurements) {
   const fs::path root(COCODIFF_SOURCE_DIR);
   const fs::path m = fs::path("configs") / "measurements";
-  const fs::path out = dir_ / "h100-shm-fit.toml";
-  std::vector<std::string> args = {"calibrate"};
-  for (const fs::path& f :
+  struct Case {
+    std::string preset, base;
+    std::vector<fs::path> files;
+    std::vector<std::string> sets;  // --set values beyond cluster.nodes=1
+    std::vector<const char*> keys;
+  };
+  const std::vector<const char*> common = {"links.nvlink.bandwidth_gbytes_per_s",
+                                           "links.nvlink.latency_ns",
+                                           "library.call_overhead_us",
+                                           "library.message_overhead_us",
+                                           "device.host.collective_issue_us",
+                                           "device.overlap_compute_factor",
+                                           "device.overlap_transfer_factor",
+                                           "device.rank_spread"};
+  std::vector<const char*> h100_keys = common;
+  for (const char* k :
+       {"links.nvlink.pair_bandwidth_gbytes_per_s", "device.overlap_by_group.2.compute_factor",
+        "device.overlap_by_group.2.transfer_factor"})
+    h100_keys.push_back(k);
+  const std::vector<Case> cases = {
+      {"h100-shm",
+       "hgx-h100",
        {m / "h100x4" / "collectives_shm.csv", m / "h100x2" / "collectives_shm.csv",
         m / "h100x4-spread" / "breakdown_shm.json", m / "h100x2-spread" / "breakdown_shm.json",
         m / "h100x4" / "interference_shm.json",
-        m / "h100x2-interference" / "interference_shm.json"})
-    args.push_back((root / f).string());
-  for (const char* a : {"--cluster", "hgx-h100", "--set", "cluster.nodes=1", "--set",
-                        "cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300", "--loss", "soft_l1",
-                        "--ops", "all_to_all,all_gather"})
-    args.emplace_back(a);
-  args.push_back("--out");
-  args.push_back(out.string());
-  const ChildResult r = run_cocodiff(args, dir_);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  const std::string header = read_text(root / "configs" / "clusters" / "h100-shm.toml");
-  EXPECT_NE(header.find("--set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300"),
-            std::string::npos);
-  const toml::table fit = toml::parse_file(out.string());
-  const toml::table shipped =
-      toml::parse_file((root / "configs" / "clusters" / "h100-shm.toml").string());
-  for (const char* key :
-       {"links.nvlink.bandwidth_gbytes_per_s", "links.nvlink.pair_bandwidth_gbytes_per_s",
-        "links.nvlink.latency_ns", "library.call_overhead_us", "library.message_overhead_us",
-        "device.host.collective_issue_us", "device.overlap_compute_factor",
-        "device.overlap_transfer_factor", "device.overlap_by_group.2.compute_factor",
-        "device.overlap_by_group.2.transfer_factor", "device.rank_spread"}) {
-    const std::optional<double> f = fit.at_path(key).value<double>();
-    const std::optional<double> s = shipped.at_path(key).value<double>();
-    ASSERT_TRUE(f.has_value() && s.has_value()) << key;
-    EXPECT_NEAR(*s, *f, 1e-2 * *f) << key;
+        m / "h100x2-interference" / "interference_shm.json"},
+       {"cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300"},
+       h100_keys},
+      {"h200-shm",
+       "hgx-h200",
+       {m / "h200x2" / "collectives_shm.csv", m / "h200x2-breakdown" / "breakdown_shm.json",
+        m / "h200x2-interference" / "interference_shm.json"},
+       {},
+       common}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.preset);
+    const fs::path out = dir_ / (c.preset + "-fit.toml");
+    std::vector<std::string> args = {"calibrate"};
+    for (const fs::path& f : c.files) args.push_back((root / f).string());
+    for (const char* a : {"--cluster", c.base.c_str(), "--set", "cluster.nodes=1", "--loss",
+                          "soft_l1", "--ops", "all_to_all,all_gather"})
+      args.emplace_back(a);
+    for (const std::string& set : c.sets) {
+      args.emplace_back("--set");
+      args.push_back(set);
+    }
+    args.push_back("--out");
+    args.push_back(out.string());
+    const ChildResult r = run_cocodiff(args, dir_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const fs::path shipped_path = root / "configs" / "clusters" / (c.preset + ".toml");
+    const std::string header = read_text(shipped_path);
+    for (const fs::path& f : c.files) EXPECT_NE(header.find(f.string()), std::string::npos) << f;
+    for (const std::string& set : c.sets)
+      EXPECT_NE(header.find("--set " + set), std::string::npos) << set;
+    const toml::table fit = toml::parse_file(out.string());
+    const toml::table shipped = toml::parse_file(shipped_path.string());
+    EXPECT_EQ(shipped["name"].value<std::string>().value_or(""), c.preset);
+    for (const char* key : c.keys) {
+      const std::optional<double> f = fit.at_path(key).value<double>();
+      const std::optional<double> s = shipped.at_path(key).value<double>();
+      ASSERT_TRUE(f.has_value() && s.has_value()) << key;
+      EXPECT_NEAR(*s, *f, 1e-2 * *f) << key;
+    }
   }
 }
 

@@ -68,7 +68,7 @@ TEST(ClusterSchema, EveryParsedKeyIsDocumented) {
     for (const std::string& k : parsed_keys(cfg)) parsed.insert(k);
   };
   // h100-shm: a switch with a per-pair bandwidth.
-  for (const char* preset : {"aurora", "hgx-h100", "hgx-h200", "h100-shm", "uniform"})
+  for (const char* preset : {"aurora", "hgx-h100", "hgx-h200", "h100-shm", "h200-shm", "uniform"})
     load(std::string("[cluster]\npreset = \"") + preset + "\"\nnodes = 2\n");
   // A whole description inline, with a `direct` link class (no preset uses one).
   load(R"([cluster]
