@@ -174,7 +174,7 @@ void set_kernel_table(toml::table& table, const std::string& label,
 // the overlap factors, printed and set in the cluster table.
 void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
                  const std::vector<std::string>& files, const std::string& date, toml::table& table,
-                 std::ostringstream& notes) {
+                 std::ostringstream& notes, const std::set<std::string>& kept) {
   // The files the eager ops came from, in the order given.
   std::set<std::string> eager_files;
   for (const calibrate::EagerOpPoint& p : m.eager_ops)
@@ -255,6 +255,20 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
       calibrate::set_key(table, key + ".transfer_factor",
                          toml::value<double>(round6(std::max(1.0, g.transfer))));
       notes << "# Interference on " << ranks << " GPUs: " << key << " from " << g.from << ".\n";
+    }
+    for (const auto& [kind, w] : f.kind_weights) {
+      const std::string key = "device.overlap_kind_weight." + kind;
+      if (kept.count(key) != 0) {
+        std::printf("# interference (%s): %s = %s measured, held at the cluster's (--keep)\n",
+                    f.kind_weight_from.at(kind).c_str(), key.c_str(), fmt(w).c_str());
+        notes << "# Interference by kind: " << key << " held at the cluster's (--keep).\n";
+        continue;
+      }
+      std::printf("# interference (%s): %s = %s\n", f.kind_weight_from.at(kind).c_str(),
+                  key.c_str(), fmt(w).c_str());
+      calibrate::set_key(table, key, toml::value<double>(round6(w)));
+      notes << "# Interference by kind: " << key << " from " << f.kind_weight_from.at(kind)
+            << " (its slowdown as a share of the GEMM's).\n";
     }
   } else if (!m.interference.empty()) {
     std::printf(
@@ -437,7 +451,26 @@ void run_calibrate(const CalibrateOptions& o) {
   fo.rounds = o.rounds;
   fo.fit_protocol = !o.no_protocol;
   fo.soft_l1 = o.loss == "soft_l1";
-  fo.keep = o.keep;
+  // Kinds' shares of the compute factor come from the interference files, every other figure
+  // from the collectives.
+  const std::string kind_weight = "device.overlap_kind_weight.";
+  std::set<std::string> kept_kinds;
+  for (const std::string& key : o.keep)
+    if (key.rfind(kind_weight, 0) == 0)
+      kept_kinds.insert(key);
+    else
+      fo.keep.push_back(key);
+  if (!kept_kinds.empty()) {  // a kind's weight held: the interference files must give it
+    const calibrate::EagerFit ef = calibrate::fit_eager(m.eager_ops, m.interference);
+    for (const std::string& key : kept_kinds)
+      if (ef.kind_weights.count(key.substr(kind_weight.size())) == 0) {
+        std::string given;
+        for (const auto& [kind, w] : ef.kind_weights)
+          given += (given.empty() ? "" : ", ") + kind_weight + kind;
+        throw InputError("--keep " + key + ": not a figure these points fit (the interference " +
+                         "files give: " + (given.empty() ? "no kind's weight" : given) + ")");
+      }
+  }
   fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
   fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
   std::printf(
@@ -539,7 +572,8 @@ void run_calibrate(const CalibrateOptions& o) {
   }
 
   if (!m.eager_ops.empty() || !m.interference.empty())
-    write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes);
+    write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes,
+                kept_kinds);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
   // Last: the steps are timed on the cluster every other fit has made.
   if (!steps.empty()) write_host_sync(steps, table, notes);
@@ -616,7 +650,8 @@ void add_calibrate_command(CLI::App& app) {
       ->check(CLI::IsMember({"linear", "soft_l1"}));
   cmd->add_option("--keep", o->keep,
                   "hold a figure at the cluster's value instead of fitting it, by its key "
-                  "(e.g. library.call_overhead_us from CUDA-graph device times); repeatable");
+                  "(e.g. library.call_overhead_us from CUDA-graph device times, or "
+                  "device.overlap_kind_weight.norm); repeatable");
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

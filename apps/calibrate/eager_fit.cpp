@@ -176,6 +176,23 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
       if (world >= 2 && p != &top)
         f.overlap_by_group[world] = {p->kernel_with_us / p->kernel_alone_us,
                                      p->a2a_with_us / p->a2a_alone_us, p->where};
+    // Other kernels beside the same all-to-all of the same file: their share of the GEMM's
+    // slowdown, by the kinds cocodiff charges them as.
+    const std::string file = top.where.substr(0, top.where.rfind(": "));
+    const double gemm = f.overlap_compute - 1.0;
+    for (const InterferencePoint& p : interference) {
+      if (gemm <= 1e-9 || p.world != top.world || p.bytes != top.bytes ||
+          p.where.substr(0, p.where.rfind(": ")) != file || !(p.kernel_alone_us > 0))
+        continue;
+      std::vector<std::string> kinds;
+      if (p.kernel.rfind("attention", 0) == 0) kinds = {"attention"};
+      if (p.kernel.rfind("qk_norm", 0) == 0) kinds = {"norm", "elementwise"};
+      const double w = std::clamp((p.kernel_with_us / p.kernel_alone_us - 1.0) / gemm, 0.0, 100.0);
+      for (const std::string& k : kinds) {
+        f.kind_weights[k] = w;
+        f.kind_weight_from[k] = p.where;
+      }
+    }
   }
   return f;
 }

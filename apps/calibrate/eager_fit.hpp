@@ -8,7 +8,9 @@
 //    time to issue the label's PyTorch code (median over every point of that op, so over every
 //    machine given);
 //  - device.overlap_compute_factor / overlap_transfer_factor: a GEMM and the largest all-to-all
-//    measured beside it, each against its time alone.
+//    measured beside it, each against its time alone;
+//  - device.overlap_kind_weight.KIND: the attention's (attention) and Q/K norm+RoPE's (norm,
+//    elementwise) slowdown beside that all-to-all, in the same file, as a share of the GEMM's.
 // Which PyTorch op does the work of which label is the table in eager_fit.cpp, written from
 // dit/ (what each label charges) and bench/fidelity/measure_multi.py (what each op runs).
 //
@@ -39,6 +41,11 @@ struct EagerFit {
     std::string from;
   };
   std::map<int, GroupFactors> overlap_by_group;
+  /// device.overlap_kind_weight by kind name ("attention", "norm", "elementwise"): (s - 1) /
+  /// (g - 1), s the kind's kernel's slowdown and g the GEMM's beside the same all-to-all; empty
+  /// where the file has no such kernel or the GEMM was not slowed.
+  std::map<std::string, double> kind_weights;
+  std::map<std::string, std::string> kind_weight_from;  // per kind: the point it came from
   std::vector<std::string> missing;  // host ops a label needs that no point measured
 };
 

@@ -39,6 +39,8 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       host_scale_(host_issue_scale(device.host_per_rank_slowdown(), device.host_sync_slowdown(),
                                    topo.ranks_per_node(), topo.num_ranks())),
       rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
+  for (int k = 0; k < kNumOpKinds; ++k)
+    kind_weight_[u(k)] = device.overlap_kind_weight(static_cast<OpKind>(k));
   overlap_groups_ = device.overlap_groups();
   if (!overlap_groups_.empty()) {
     for (const int g : overlap_groups_)
@@ -104,7 +106,8 @@ void Accounting::tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimT
   }
 }
 
-SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label) {
+SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label,
+                           OpKind kind) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   TileStats& t = tiles_[static_cast<size_t>(rank)];
@@ -127,6 +130,8 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
       for (size_t s = 0; s < t.open_by_slot.size(); ++s)
         if (t.open_by_slot[s] > 0) factor = std::max(factor, slot_compute_[s]);
     }
+    const double w = kind_weight_[static_cast<size_t>(kind)];
+    if (w != 1.0) factor = 1.0 + w * (factor - 1.0);
     if (factor != 1.0) dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * factor));
     t.overlapped_compute += dt;
   }

@@ -5,6 +5,7 @@
 // applies it again (apply), so a replayed region counts and hashes exactly as a simulated one.
 // Lives on the controller's thread (labels may be interned from math threads: a mutex).
 
+#include <array>
 #include <cstdint>
 #include <mutex>
 #include <span>
@@ -14,6 +15,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "core/op_cost.hpp"
 #include "core/sim_time.hpp"
 #include "core/topology.hpp"
 #include "emulator/detail/timeline_hash.hpp"
@@ -73,11 +75,12 @@ class Accounting {
   /// Whether the device has a host that issues its ops (DeviceModel::has_host).
   bool has_host() const { return has_host_; }
 
-  /// A compute charge of `dt` (the device's time for an op labelled `label`) on rank's tile
-  /// from `start`: scaled by the rank's speed (DeviceModel::rank_spread) and by overlap while
-  /// the tile has a collective open, started no earlier than its host has issued it. The tile's
-  /// accounting and event; returns the clock after it.
-  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label);
+  /// A compute charge of `dt` (the device's time for an op of `kind` labelled `label`) on
+  /// rank's tile from `start`: scaled by the rank's speed (DeviceModel::rank_spread) and by
+  /// overlap while the tile has a collective open (as much as the kind takes of it:
+  /// DeviceModel::overlap_kind_weight), started no earlier than its host has issued it. The
+  /// tile's accounting and event; returns the clock after it.
+  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label, OpKind kind);
   /// Where the device has overlap factors by group size (DeviceModel::overlap_groups), the slot
   /// of a collective of `ranks` ranks (one per group size, then one for every other size), and
   /// notes it open on tile t; compute the tile issues while collectives are open runs the
@@ -152,6 +155,7 @@ class Accounting {
   double overlap_compute_factor_ = 1.0;
   std::vector<int> overlap_groups_;   // DeviceModel::overlap_groups
   std::vector<double> slot_compute_;  // each slot's compute factor (the last: other sizes)
+  std::array<double, kNumOpKinds> kind_weight_{};  // DeviceModel::overlap_kind_weight
   /// Op issue costs scale with the ranks sharing a node's host and with the hosts each
   /// exchange waits for (host_issue_scale).
   double host_scale_ = 1.0;

@@ -274,12 +274,13 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
 }
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
-  charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label);
+  charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label,
+                 cost.kind);
 }
 
-void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label) {
+void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind) {
   if (aborting_) throw Cancelled{};
-  f.clock = acct_.charge(f.rank, f.clock, dt, label);
+  f.clock = acct_.charge(f.rank, f.clock, dt, label, kind);
 }
 
 void Kernel::issue_call(FiberState& f) {

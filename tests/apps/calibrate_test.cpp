@@ -667,11 +667,22 @@ TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
   const fs::path b = write("host_other.csv", std::string(kEagerHeader) +
                                                  "linear,q_proj,64,24,3072,3072,1e9,,16\n"
                                                  "rms_norm,q_norm,64,24,128,24,1e5,,12\n");
+  // Beside the all-to-all a GEMM runs 1.25x, an attention 1.05x (a fifth of the GEMM's
+  // slowdown) and Q/K norm+RoPE 1.15x (three fifths); beside a smaller one, 1.5x (not used).
   const fs::path inter = write("interference.json",
                                "{\"world\": 4, \"gemm_g_alone_us\": 400, "
                                "\"gemm_g_with_a2a_256MiB_us\": 500, "
                                "\"all_to_all_256MiB_alone_us\": 600, "
-                               "\"all_to_all_256MiB_with_gemm_g_us\": 900}");
+                               "\"all_to_all_256MiB_with_gemm_g_us\": 900, "
+                               "\"attention_sdpa_alone_us\": 1000, "
+                               "\"attention_sdpa_with_a2a_256MiB_us\": 1050, "
+                               "\"all_to_all_256MiB_with_attention_sdpa_us\": 700, "
+                               "\"qk_norm_rope_alone_us\": 200, "
+                               "\"qk_norm_rope_with_a2a_256MiB_us\": 230, "
+                               "\"all_to_all_256MiB_with_qk_norm_rope_us\": 650, "
+                               "\"all_to_all_16MiB_alone_us\": 60, "
+                               "\"qk_norm_rope_with_a2a_16MiB_us\": 300, "
+                               "\"all_to_all_16MiB_with_qk_norm_rope_us\": 70}");
   const fs::path out = dir_ / "fit.toml";
   const ChildResult r = run_cocodiff({"calibrate", a.string(), b.string(), inter.string(),
                                       "--cluster", "hgx-h100", "--out", out.string()},
@@ -697,10 +708,47 @@ TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
   EXPECT_DOUBLE_EQ(value(toml, "device.host", "collective_issue_us"), 50);
   EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_compute_factor"), 1.25);
   EXPECT_DOUBLE_EQ(value(toml, "device", "overlap_transfer_factor"), 1.5);
+  EXPECT_NEAR(value(toml, "device.overlap_kind_weight", "attention"), 0.2, 1e-9);
+  EXPECT_NEAR(value(toml, "device.overlap_kind_weight", "norm"), 0.6, 1e-9);
+  EXPECT_NEAR(value(toml, "device.overlap_kind_weight", "elementwise"), 0.6, 1e-9);
   // A label no file measured keeps the preset's cost.
   EXPECT_NE(r.out.find("no issue time measured for"), std::string::npos) << r.out;
   const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
+TEST_F(Calibrate, AKindsWeightHeldWithKeepStaysTheClusters) {
+  const fs::path inter = write("interference.json",
+                               "{\"world\": 2, \"gemm_g_alone_us\": 400, "
+                               "\"gemm_g_with_a2a_256MiB_us\": 500, "
+                               "\"all_to_all_256MiB_alone_us\": 600, "
+                               "\"all_to_all_256MiB_with_gemm_g_us\": 900, "
+                               "\"qk_norm_rope_alone_us\": 200, "
+                               "\"qk_norm_rope_with_a2a_256MiB_us\": 240, "
+                               "\"all_to_all_256MiB_with_qk_norm_rope_us\": 650}");
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff({"calibrate", inter.string(), "--cluster", "uniform", "--keep",
+                                      "device.overlap_kind_weight.norm", "--out", out.string()},
+                                     dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("device.overlap_kind_weight.norm = 0.8 measured, held at the cluster's"),
+            std::string::npos)
+      << r.out;
+  const toml::table fit = toml::parse_file(out.string());
+  EXPECT_FALSE(fit["device"]["overlap_kind_weight"]["norm"]);
+  EXPECT_DOUBLE_EQ(fit["device"]["overlap_kind_weight"]["elementwise"].value<double>().value_or(0),
+                   0.8);
+  // A weight no interference file gives: exit 2 naming the key, nothing written.
+  const fs::path none = dir_ / "none.toml";
+  const ChildResult e =
+      run_cocodiff({"calibrate", inter.string(), "--cluster", "uniform", "--keep",
+                    "device.overlap_kind_weight.attention", "--out", none.string()},
+                   dir_);
+  EXPECT_EQ(e.exit_code, 2);
+  EXPECT_NE(e.err.find("--keep device.overlap_kind_weight.attention: not a figure"),
+            std::string::npos)
+      << e.err;
+  EXPECT_FALSE(fs::exists(none));
 }
 
 TEST_F(Calibrate, InterferenceOnSeveralGroupSizesGivesEachGroupItsFactors) {
@@ -872,6 +920,11 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     for (const std::string& a :
          {std::string("--cluster"), preset, std::string("--out"), out.string()})
       args.push_back(a);
+    // Over NVLink the kinds' weights are measured and held at 1 (the presets say why).
+    for (const char* kind : {"attention", "norm", "elementwise"}) {
+      args.emplace_back("--keep");
+      args.push_back(std::string("device.overlap_kind_weight.") + kind);
+    }
     const ChildResult r = run_cocodiff(args, dir_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const toml::table fit = toml::parse_file(out.string());
@@ -921,6 +974,11 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
                       (*node.as_table())[key].value<double>().value(), 0.05)
               << ranks.str() << " " << key;
     }
+    // The kinds' shares of the compute factor: held at 1 (--keep) in both.
+    for (const char* kind : {"attention", "norm", "elementwise"})
+      EXPECT_NEAR(shipped["device"]["overlap_kind_weight"][kind].value<double>().value_or(1),
+                  fit["device"]["overlap_kind_weight"][kind].value<double>().value_or(1), 0.005)
+          << kind;
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
@@ -950,7 +1008,10 @@ TEST_F(Calibrate, ShippedSharedMemoryPresetsAreWhatCalibrateWritesFromTheirMeasu
                                            "device.host.collective_issue_us",
                                            "device.overlap_compute_factor",
                                            "device.overlap_transfer_factor",
-                                           "device.rank_spread"};
+                                           "device.rank_spread",
+                                           "device.overlap_kind_weight.attention",
+                                           "device.overlap_kind_weight.norm",
+                                           "device.overlap_kind_weight.elementwise"};
   std::vector<const char*> h100_keys = common;
   for (const char* k :
        {"links.nvlink.pair_bandwidth_gbytes_per_s", "device.overlap_by_group.2.compute_factor",
