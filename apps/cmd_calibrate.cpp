@@ -466,7 +466,7 @@ void run_calibrate(const CalibrateOptions& o) {
       if (ef.kind_weights.count(key.substr(kind_weight.size())) == 0) {
         std::string given;
         for (const auto& [kind, w] : ef.kind_weights)
-          given += (given.empty() ? "" : ", ") + kind_weight + kind;
+          given.append(given.empty() ? "" : ", ").append(kind_weight).append(kind);
         throw InputError("--keep " + key + ": not a figure these points fit (the interference " +
                          "files give: " + (given.empty() ? "no kind's weight" : given) + ")");
       }
