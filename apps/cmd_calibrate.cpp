@@ -324,6 +324,39 @@ void write_spread(const calibrate::SpreadFit& f, toml::table& table, std::ostrin
         << " device-bound breakdown cases of their wait for the slowest rank.\n";
 }
 
+// chunks.json: a norm on a head group's strided slice against the same norm on a contiguous
+// copy. device.strided_factor.norm is the median ratio over the cases of two or more groups (a
+// whole tensor's "slice" is contiguous).
+void write_strided(const std::vector<calibrate::ChunkPoint>& chunks, toml::table& table,
+                   std::ostringstream& notes) {
+  std::printf("# %-46s %5s %6s %6s %12s %12s %7s\n", "chunks", "ranks", "res", "groups",
+              "strided_us", "contig_us", "ratio");
+  std::vector<double> ratios;
+  for (const calibrate::ChunkPoint& p : chunks) {
+    const double r = p.norm_us / p.norm_contig_us;
+    std::printf("%-48s %5d %6d %6d %12.3f %12.3f %7.3f%s\n", p.where.c_str(), p.ranks, p.resolution,
+                p.chunks, p.norm_us, p.norm_contig_us, r,
+                p.chunks >= 2 ? "" : " (whole: not used)");
+    if (p.chunks >= 2) ratios.push_back(r);
+  }
+  if (ratios.empty()) {
+    std::printf(
+        "# chunks: no case of two or more groups; device.strided_factor is the cluster's\n");
+    return;
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  const double f = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+  const double factor = std::max(0.1, std::round(f * 1000) / 1000);
+  if (ratios.back() / ratios.front() > 1.25)
+    std::printf("# warning: the cases' ratios range %.3f-%.3f: one factor fits them loosely\n",
+                ratios.front(), ratios.back());
+  std::printf("# device.strided_factor.norm = %s (median of %zu cases)\n", fmt(factor).c_str(), n);
+  calibrate::set_key(table, "device.strided_factor.norm", toml::value<double>(factor));
+  notes << "# Strided views: device.strided_factor.norm, the median over " << n
+        << " cases of a norm on head groups' strided slices against contiguous copies.\n";
+}
+
 // A flat FLUX.1-dev step in phantom mode on one node of W GPUs (a NIC each) of the cluster a
 // table holds, with the host's sync slowdown set and its per-rank slowdown 0: milliseconds a
 // step, the mean of two (as bench/fidelity/steps_fidelity.py times a measured step). The table
@@ -434,7 +467,7 @@ void run_calibrate(const CalibrateOptions& o) {
                      "), which one cluster file cannot hold; choose one with --transport");
   }
   if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty() && steps.empty())
+      m.breakdowns.empty() && steps.empty() && m.chunks.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
@@ -575,6 +608,7 @@ void run_calibrate(const CalibrateOptions& o) {
     write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes,
                 kept_kinds);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
+  if (!m.chunks.empty()) write_strided(m.chunks, table, notes);
   // Last: the steps are timed on the cluster every other fit has made.
   if (!steps.empty()) write_host_sync(steps, table, notes);
 
@@ -615,8 +649,8 @@ void add_calibrate_command(CLI::App& app) {
                   "(op,ranks,nodes,bytes,time_us,transport); kernels: CSV "
                   "(op,kind,flops,bytes,time_us); eager ops: CSV "
                   "(op,label,tokens,heads,k,n,flops,device_us,host_us); whole steps: CSV "
-                  "(strategy,gpus,resolution,image_tokens,median_ms,...); interference or "
-                  "breakdown: JSON")
+                  "(strategy,gpus,resolution,image_tokens,median_ms,...); interference, "
+                  "breakdown or chunks: JSON")
       ->required();
   cmd->add_option("--cluster", o->cluster, "cluster preset name or file the points ran on")
       ->required();

@@ -42,6 +42,10 @@ struct Exec {
   BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
   bool hand_over = true;          // math() may hand work to a math thread
   bool deferred = false;          // charges are only recorded (inside a handed-over section)
+  /// The tensor handed to the next ops is a strided view (a head group sliced from a
+  /// projection): the first op to read it charges its `_strided` label
+  /// (RooflineParams::strided_factor).
+  bool strided_input = false;
 
   /// Runs `work`, arithmetic of about `flops` operations on buffers this tile owns: on one of
   /// the emulator's math threads when it is large enough to pay for the hand-over

@@ -328,6 +328,8 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     d.memory_efficiency[static_cast<size_t>(k)] = in.efficiency("device.memory_efficiency." + kind);
     d.overlap_kind_weight[static_cast<size_t>(k)] =
         in.get_double("device.overlap_kind_weight." + kind, 1.0, 0.0, 100.0);
+    d.strided_factor[static_cast<size_t>(k)] =
+        in.get_double("device.strided_factor." + kind, 1.0, 0.1, 100.0);
   }
   d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
   d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);

@@ -24,6 +24,8 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
   COCO_CHECK(p_.rank_spread >= 0 && p_.rank_spread <= 0.2, "rank spread must be in [0, 0.2]");
   for (const double w : p_.overlap_kind_weight)
     COCO_CHECK(w >= 0 && w <= 100, "overlap kind weights must be in [0, 100]");
+  for (const double s : p_.strided_factor)
+    COCO_CHECK(s >= 0.1 && s <= 100, "strided factors must be in [0.1, 100]");
   for (const auto& [name, t] : p_.kernels) {
     COCO_CHECK(!t.flops.empty() && t.flops.size() == t.time_s.size(), "kernel table " + name);
     for (size_t i = 0; i < t.flops.size(); ++i)
@@ -103,7 +105,24 @@ bool KernelTable::interpolate(double f, double& time_s_out) const {
   return true;
 }
 
+namespace {
+/// The op a `X_strided` label names (X), or an empty view.
+std::string_view strided_base(std::string_view label) {
+  if (label.size() <= kStridedSuffix.size() || !label.ends_with(kStridedSuffix)) return {};
+  return label.substr(0, label.size() - kStridedSuffix.size());
+}
+}  // namespace
+
 SimTime RooflineDevice::time(const OpCost& cost) const {
+  if (const std::string_view base = strided_base(cost.label);
+      !base.empty() && p_.kernels.find(cost.label) == p_.kernels.end()) {
+    // A strided view's op: the contiguous op's time, times its kind's factor.
+    OpCost contiguous = cost;
+    contiguous.label = base;
+    const double f = p_.strided_factor[static_cast<size_t>(cost.kind)];
+    const SimTime t = time(contiguous);
+    return f == 1.0 ? t : SimTime::from_ns(std::llround(static_cast<double>(t.ns()) * f));
+  }
   if (!p_.kernels.empty()) {
     auto it = p_.kernels.find(cost.label);
     if (it == p_.kernels.end()) it = p_.kernels.find(op_kind_name(cost.kind));
@@ -131,7 +150,12 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
 }
 
 SimTime RooflineDevice::host_issue(std::string_view label) const {
-  const auto it = p_.host.ops.find(label);
+  auto it = p_.host.ops.find(label);
+  if (it == p_.host.ops.end()) {
+    // A strided view's op is issued as the contiguous one is.
+    const std::string_view base = strided_base(label);
+    if (!base.empty()) it = p_.host.ops.find(base);
+  }
   return it == p_.host.ops.end() ? p_.host.op_issue : it->second;
 }
 

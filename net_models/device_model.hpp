@@ -98,6 +98,9 @@ struct HostParams {
 };
 
 /// Measured times of one kernel at several sizes, by FLOPs (ascending, distinct).
+/// The suffix of an op that reads a strided view (RooflineParams::strided_factor).
+inline constexpr std::string_view kStridedSuffix = "_strided";
+
 struct KernelTable {
   std::vector<double> flops;
   std::vector<double> time_s;
@@ -128,6 +131,9 @@ struct RooflineParams {
   std::map<int, OverlapFactors> overlap_by_group;
   /// See DeviceModel::overlap_kind_weight (>= 0), per OpKind.
   std::array<double, kNumOpKinds> overlap_kind_weight{1, 1, 1, 1, 1};
+  /// An op labelled `X_strided` reads a strided view (a head group sliced from a projection):
+  /// without a table of its own it takes X's time times its kind's factor here (>= 0.1).
+  std::array<double, kNumOpKinds> strided_factor{1, 1, 1, 1, 1};
   /// See DeviceModel::rank_spread (0 to 0.2).
   double rank_spread = 0.0;
   /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind

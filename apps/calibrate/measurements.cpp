@@ -615,6 +615,40 @@ void read_breakdown_json(const nlohmann::json& j, const std::string& name,
   if (out.empty()) bad(name, "a case of two or more GPUs", "none");
 }
 
+// measure_multi.py's chunks.json: every case.
+void read_chunks_json(const nlohmann::json& j, const std::string& name,
+                      std::vector<ChunkPoint>& out) {
+  const nlohmann::json& cases = j.at("cases");
+  if (cases.empty()) bad(name + ": cases", "a case", "none");
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const nlohmann::json& c = cases[i];
+    ChunkPoint p;
+    p.where = name + ": case " + std::to_string(i + 1);
+    if (!c.is_object()) bad(p.where, "an object", shown(c.dump()));
+    auto number = [&](const char* k, double lo, double hi) {
+      if (!c.contains(k)) bad(p.where, std::string("a key \"") + k + "\"", "none");
+      const nlohmann::json& v = c.at(k);
+      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+          v.get<double>() > hi)
+        bad(p.where + ": " + k,
+            "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+            shown(v.dump()));
+      return v.get<double>();
+    };
+    auto whole = [&](const char* k, double lo, double hi) {
+      const double v = number(k, lo, hi);
+      if (std::floor(v) != v) bad(p.where + ": " + k, "a whole number", shown(c.at(k).dump()));
+      return static_cast<int>(v);
+    };
+    p.ranks = whole("ranks", 1, static_cast<double>(kMaxRanks));
+    p.resolution = whole("resolution", 1, 1 << 20);
+    p.chunks = whole("chunks", 1, 1 << 20);
+    p.norm_us = number("norm_us", kMinTimeUs, kMaxTimeUs);
+    p.norm_contig_us = number("norm_contig_us", kMinTimeUs, kMaxTimeUs);
+    out.push_back(std::move(p));
+  }
+}
+
 }  // namespace
 
 void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
@@ -624,7 +658,9 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
     if (text.size() > static_cast<size_t>(kMaxFileBytes))
       bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
     const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded() && j.is_object() && j.contains("cases"))
+    if (!j.is_discarded() && j.is_object() && j.contains("cases") && j.at("cases").is_array())
+      read_chunks_json(j, name, m.chunks);
+    else if (!j.is_discarded() && j.is_object() && j.contains("cases"))
       read_breakdown_json(j, name, m.breakdowns);
     else if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
       read_interference_json(j, name, m.interference);
@@ -665,7 +701,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
     }
   }
   if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty() && m.steps.empty())
+      m.breakdowns.empty() && m.steps.empty() && m.chunks.empty())
     throw InputError(name +
                      ": no measurements in the file (expected nccl-tests output, "
                      "netbench output, or a CSV with a header)");
@@ -680,6 +716,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   for (InterferencePoint& p : m.interference) out.interference.push_back(std::move(p));
   for (BreakdownPoint& p : m.breakdowns) out.breakdowns.push_back(std::move(p));
   for (StepPoint& p : m.steps) out.steps.push_back(std::move(p));
+  for (ChunkPoint& p : m.chunks) out.chunks.push_back(std::move(p));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
 }

@@ -34,6 +34,9 @@
 //  - measure_multi.py's breakdown_*.json: {"world": N, "cases": {"WxRES": {...}}}, each case a
 //    flat step on W GPUs split into its exchanges and the rest, with segment_wait_ms (how long
 //    the ranks wait a step for the slowest rank's work between two exchanges).
+//  - measure_multi.py's chunks.json: {"cases": [{...}, ...]}, each case a rank's Q preparation
+//    whole and in head groups, with the norms on strided slices (norm_us) and on contiguous
+//    copies of them (norm_contig_us).
 // Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
 
 #include <cstdint>
@@ -120,6 +123,15 @@ struct StepPoint {
   std::string transport;
 };
 
+/// One case of a chunks file: the Q preparation of a rank of `ranks` at resolution^2 in
+/// `chunks` head groups (device times summed over the groups).
+struct ChunkPoint {
+  std::string where;  // "file: case N"
+  int ranks = 0, resolution = 0, chunks = 0;
+  double norm_us = 0;         // RMSNorm on the groups' strided slices of the projection
+  double norm_contig_us = 0;  // the same on contiguous copies of them
+};
+
 struct Measurements {
   std::vector<CollectivePoint> collectives;
   std::vector<KernelPoint> kernels;
@@ -127,6 +139,7 @@ struct Measurements {
   std::vector<InterferencePoint> interference;
   std::vector<BreakdownPoint> breakdowns;
   std::vector<StepPoint> steps;
+  std::vector<ChunkPoint> chunks;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
   std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };

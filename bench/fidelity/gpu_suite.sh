@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -37,6 +37,9 @@
 #           strategy, on 2..all GPUs over NVLink and then shared memory (about 2 minutes each)
 #   interference  a GEMM, an attention and a Q/K norm+RoPE beside an all-to-all on every GPU of
 #           the host, over shared memory and NVLink (about 1 minute a transport)
+#   chunks  on GPU 0 alone: a rank's Q preparation (RMSNorm, RoPE, all-to-all layout) whole and
+#           in 2 and 4 head groups, and the received groups' concatenation, at the shapes of 2, 3
+#           and 4 ranks at 1024^2 and 2048^2 (device time; about 1 minute)
 set -euo pipefail
 out=$1
 mode=${2:-full}
@@ -114,6 +117,8 @@ elif [ "$mode" = hostbeside ]; then
 elif [ "$mode" = interference ]; then
   launch shm 120 --parts interference
   launch nvlink 120 --parts interference
+elif [ "$mode" = chunks ]; then
+  launch nvlink 150 --parts chunks
 elif [ "$mode" = blocking ]; then
   launch nvlink 120 --parts blocking
   launch shm 120 --parts blocking

@@ -32,6 +32,7 @@ OUT (rank 0 only):
                                 the control, a GEMM chain) runs on another stream, and idle
   callforms_<transport>.json    a step's image all-to-all between two GEMMs in four forms
                                 (blocking or async+wait; fixed buffers or a fresh copy each call)
+  chunks.json                   a rank's Q preparation whole and in head groups (chunk_prep)
   profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
                                 (torch.profiler): device time of compute and of NCCL's kernels
                                 a step, slowest and fastest rank
@@ -1020,6 +1021,79 @@ def kernel_kind(name):
     return "other"
 
 
+def chunk_prep(res):
+    """A Ulysses rank's Q preparation whole against split into head groups, as Step.attend runs
+    it (device time, CUDA graph): per chunk RMSNorm and RoPE on a strided slice of the
+    projection and its all-to-all layout (transpose + contiguous); on the receiving side the
+    groups concatenated and the text prepended. Apart: the norms alone on the strided slices
+    (norm) and on contiguous copies of them (norm_contig), the RoPEs, the layouts. Rank 0 only;
+    the shapes of W ranks at each resolution (n / W image tokens a rank, 24 / W heads)."""
+    if RANK != 0:
+        return
+    nw = torch.ones(HD, device=dev, dtype=DT)
+    cases = []
+    for w in (2, 3, 4):
+        for res_px in [int(r) for r in A.resolutions.split(",")]:
+            tokens = (res_px // 16) ** 2 if not CPU else 64
+            n_loc, hl = tokens // w, HEADS // w
+            for c in (1, 2, 4):
+                if hl < c:
+                    continue
+                if left() < 20:
+                    log("chunks: deadline")
+                    res["cases"] = cases
+                    return
+                x = torch.randn(n_loc, w, hl, HD, device=dev, dtype=DT)
+                rp = Rope(n_loc)
+                cos, sin = rp.cos.unsqueeze(1), rp.sin.unsqueeze(1)
+                bounds = [(hl * i // c, hl * (i + 1) // c) for i in range(c)]
+                sl = [x[:, :, a:b] for a, b in bounds]
+                normed = [rms(v, nw) for v in sl]
+                roped = [rope(v, cos, sin) for v in normed]
+                recv = [v.transpose(0, 1).contiguous() for v in roped]
+                txt = torch.randn(TXT, hl, HD, device=dev, dtype=DT)
+
+                def send():
+                    for v in sl:
+                        rope(rms(v, nw), cos, sin).transpose(0, 1).contiguous()
+
+                def assemble():
+                    img = recv[0] if c == 1 else torch.cat(recv, dim=-2)
+                    torch.cat([txt, img.reshape(w * n_loc, hl, HD)], 0)
+
+                def norm_only():
+                    for v in sl:
+                        rms(v, nw)
+
+                contig = [v.contiguous() for v in sl]
+
+                def norm_contig():
+                    for v in contig:
+                        rms(v, nw)
+
+                def rope_only():
+                    for v in normed:
+                        rope(v, cos, sin)
+
+                def layout_only():
+                    for v in roped:
+                        v.transpose(0, 1).contiguous()
+
+                row = {"ranks": w, "resolution": res_px, "rank_tokens": n_loc, "heads": hl,
+                       "chunks": c}
+                for name, fn in (("send", send), ("assemble", assemble), ("norm", norm_only),
+                                 ("norm_contig", norm_contig), ("rope", rope_only), ("layout", layout_only)):
+                    one, _ = time_calls(fn, 1, warm=2)
+                    reps = int(min(100, max(5, 20000.0 / max(one, 1.0))))
+                    row[name + "_us"] = round(graph_time(fn, reps), 3)
+                cases.append(row)
+                log("chunks", json.dumps(row))
+                del x, sl, normed, roped, recv, contig
+                if not CPU:
+                    torch.cuda.empty_cache()
+    res["cases"] = cases
+
+
 def profile(res):
     """Whole steps of every strategy with the GPU's kernels recorded (torch.profiler, CUPTI):
     per step, the device time of the compute kernels (GEMMs, attention, the rest) and of NCCL's
@@ -1441,6 +1515,11 @@ def main():
         profile(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"profile_{tr}.json"), "w"), indent=1)
+    if "chunks" in parts:
+        res = {}
+        chunk_prep(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, "chunks.json"), "w"), indent=1)
     if "concurrency" in parts:
         res = {}
         concurrency(res)

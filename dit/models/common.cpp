@@ -93,10 +93,19 @@ void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, i
   if (part == QkvPart::kV) return;
   const StreamQkv& st = at(s);
   const int p = static_cast<int>(part);
+  // On a strided view (ex.strided_input) the first op reads it; the norm writes a contiguous
+  // tensor for the RoPE.
+  const bool strided = ex.strided_input;
   if (st.norm[p] != nullptr)
-    rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, p == 0 ? "q_norm" : "k_norm");
+    rms_norm_heads(
+        ex, x, *st.norm[p], head_dim_, eps_,
+        p == 0 ? (strided ? "q_norm_strided" : "q_norm") : (strided ? "k_norm_strided" : "k_norm"));
+  const bool rope_strided = strided && st.norm[p] == nullptr;
   if (st.rope != nullptr)
-    apply_rope(ex, x, *st.rope, h1 - h0, batch_, p == 0 ? "q_rope" : "k_rope", token0);
+    apply_rope(ex, x, *st.rope, h1 - h0, batch_,
+               p == 0 ? (rope_strided ? "q_rope_strided" : "q_rope")
+                      : (rope_strided ? "k_rope_strided" : "k_rope"),
+               token0);
 }
 
 void bind_diffusers_qkv(StreamQkv& s, const Weights& w, const std::string& attn_prefix,

@@ -249,6 +249,8 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   };
   std::vector<Tensor> parts[3];
   for (auto& v : parts) v.resize(u(streams));
+  std::vector<bool> head_chunked[3];  // exchanged in head groups: assembled after their unpacks
+  for (auto& v : head_chunked) v.assign(u(streams), false);
 
   static constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
   const int order_vf[3] = {2, 0, 1}, order_std[3] = {0, 1, 2};
@@ -323,14 +325,17 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
             width += chunk_cols[u(d)].count;
           }
           const SimTime t1 = clock.now();
-          // The chunk's heads, gathered (a strided view for the device kernels: not charged).
+          // The chunk's heads, gathered: for the device kernels a strided view of the
+          // projection, which the first op to read it (the norm) reads more slowly.
           Tensor xc = Tensor::zeros(x.rows(), width, ex.phantom);
           if (!ex.phantom)
             for (int d = 0; d < p; ++d)
               if (chunk_cols[u(d)].count > 0)
                 xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
                     x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
-          src.prepare(ex, s, qp, xc, 0, static_cast<int>(width / dh), 0);
+          Exec strided = ex;
+          strided.strided_input = true;
+          src.prepare(strided, s, qp, xc, 0, static_cast<int>(width / dh), 0);
           qk_prep_s += (clock.now() - t1).seconds();
           qk_prepared();
           const int cnt = hs.count[u(me)];
@@ -340,6 +345,7 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
           pending.push_back(std::move(pd));
           progress();
         }
+        head_chunked[part][u(s)] = true;
         continue;
       }
       // Pipeline by tokens: chunk c holds the c-th of `chunks` groups of every rank's tokens,
@@ -392,6 +398,12 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     unpack_to_heads(ex, group_, *pd.x, src.total_tokens(pd.stream), batch, pd.col0, pd.width,
                     parts[pd.part][u(pd.stream)], pd.tokens);
   pending.clear();
+  // The head groups received are concatenated into the layer's heads (one copy of them; the
+  // unpacks above are the groups' layout copies).
+  for (int part = 0; part < 3; ++part)
+    for (int s = 0; s < streams; ++s)
+      if (head_chunked[part][u(s)])
+        ex.charge(OpKind::kCopy, 0, 2.0 * n(parts[part][u(s)].numel()), "chunk_concat");
 
   std::vector<const Tensor*> q, k, v;
   std::vector<std::int64_t> tokens;

@@ -543,6 +543,18 @@ TEST_F(Calibrate, MalformedFilesExitTwoAndWriteNothing) {
        "\"rest_ms_min\": 460, \"rest_ms_max\": 470, \"segment_wait_ms\": 0, "
        "\"host_late_ms_max\": 0}}}",
        "one.json: expected a case of two or more GPUs"},
+      {"chunk1.json",
+       "{\"cases\": [{\"ranks\": 2, \"resolution\": 2048, \"chunks\": 2, \"norm_us\": 5}]}",
+       "chunk1.json: case 1: expected a key \"norm_contig_us\", found none"},
+      {"chunk2.json", "{\"cases\": []}", "chunk2.json: cases: expected a case, found none"},
+      {"chunk3.json",
+       "{\"cases\": [{\"ranks\": 2, \"resolution\": 2048, \"chunks\": 2.5, \"norm_us\": 5, "
+       "\"norm_contig_us\": 4}]}",
+       "chunk3.json: case 1: chunks: expected a whole number"},
+      {"chunk4.json",
+       "{\"cases\": [{\"ranks\": 2, \"resolution\": 2048, \"chunks\": 2, \"norm_us\": 5, "
+       "\"norm_contig_us\": -4}]}",
+       "chunk4.json: case 1: norm_contig_us: expected a number in"},
   };
   for (const Case& c : cases) {
     const fs::path data = write(c.name, c.text);
@@ -821,6 +833,33 @@ TEST_F(Calibrate, RecoversAKnownRankSpreadFromBreakdowns) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
+// A chunks file: device.strided_factor.norm is the median ratio of the norm on strided slices
+// to the norm on contiguous copies over the cases of two or more groups (the whole tensor's case
+// is printed, not used).
+TEST_F(Calibrate, FitsTheStridedFactorFromAChunksFile) {
+  const auto json_case = [](int chunks, double strided, double contig) {
+    return "{\"ranks\": 2, \"resolution\": 2048, \"rank_tokens\": 8192, \"heads\": 12, "
+           "\"chunks\": " +
+           std::to_string(chunks) + ", \"norm_us\": " + std::to_string(strided) +
+           ", \"norm_contig_us\": " + std::to_string(contig) + "}";
+  };
+  const fs::path a = write("chunks.json", "{\"cases\": [" + json_case(1, 100, 100) + ", " +
+                                              json_case(2, 120, 100) + ", " + json_case(2, 65, 50) +
+                                              ", " + json_case(4, 160, 100) + "]}");
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r =
+      run_cocodiff({"calibrate", a.string(), "--cluster", "hgx-h100", "--out", out.string()}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const toml::table fit = toml::parse_file(out.string());
+  EXPECT_DOUBLE_EQ(fit.at_path("device.strided_factor.norm").value<double>().value_or(0), 1.3);
+  EXPECT_NE(r.out.find("(whole: not used)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device.strided_factor.norm = 1.3 (median of 3 cases)"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("warning: the cases' ratios range 1.200-1.600"), std::string::npos) << r.out;
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
 // Steps made by the emulator with a known sync slowdown (1.7) on two "machines" (files), flat
 // and V-First on 2 and 4 GPUs at 1024^2 and 2048^2, one step measured in two launches: calibrate
 // fits the flat steps at the smallest resolution (1024^2) and recovers 1.7 within 1%.
@@ -908,10 +947,11 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
         m / "h100x4-spread" / "breakdown_nvlink.json",
         m / "h100x2-spread" / "breakdown_nvlink.json", m / "h100x4" / "steps_nvlink.csv",
         m / "h100x4-repeat" / "steps_nvlink.csv", m / "h100x4-spread" / "steps_nvlink.csv",
-        m / "h100x2-spread" / "steps_nvlink.csv"}},
+        m / "h100x2-spread" / "steps_nvlink.csv", m / "h200-chunks" / "chunks.json"}},
       {"hgx-h200",
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
-        m / "h200x2" / "steps_nvlink.csv", m / "h200x2-breakdown" / "breakdown_nvlink.json"}}};
+        m / "h200x2" / "steps_nvlink.csv", m / "h200x2-breakdown" / "breakdown_nvlink.json",
+        m / "h200-chunks" / "chunks.json"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
     const fs::path out = dir_ / (preset + "-fit.toml");
@@ -979,6 +1019,9 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
       EXPECT_NEAR(shipped["device"]["overlap_kind_weight"][kind].value<double>().value_or(1),
                   fit["device"]["overlap_kind_weight"][kind].value<double>().value_or(1), 0.005)
           << kind;
+    // A head group's norm on its strided slice (chunks.json, measured on H200).
+    EXPECT_DOUBLE_EQ(shipped["device"]["strided_factor"]["norm"].value<double>().value_or(0),
+                     fit["device"]["strided_factor"]["norm"].value<double>().value_or(-1));
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
@@ -1011,7 +1054,8 @@ TEST_F(Calibrate, ShippedSharedMemoryPresetsAreWhatCalibrateWritesFromTheirMeasu
                                            "device.rank_spread",
                                            "device.overlap_kind_weight.attention",
                                            "device.overlap_kind_weight.norm",
-                                           "device.overlap_kind_weight.elementwise"};
+                                           "device.overlap_kind_weight.elementwise",
+                                           "device.strided_factor.norm"};
   std::vector<const char*> h100_keys = common;
   for (const char* k :
        {"links.nvlink.pair_bandwidth_gbytes_per_s", "device.overlap_by_group.2.compute_factor",

@@ -417,6 +417,49 @@ TEST(Strategies, PhantomVMajorSendsItsActiveFraction) {
   EXPECT_EQ(vm.result.bytes_by_tier[1], exact.result.bytes_by_tier[1]);
 }
 
+// Pipelining by heads launches what a GPU framework launches: each head group's Q/K norm reads
+// a strided slice of the projection (its `_strided` label), and the groups received are
+// concatenated once per Q and K (chunk_concat). The unpipelined strategies launch neither.
+TEST(Strategies, HeadGroupsChargeTheirStridedNormsAndTheirConcatenation) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, true);
+  RunSettings st = small_run(1);
+  st.phantom = true;
+  Topology topo({{"gpu", 2, "intra-node"}});
+  RooflineParams p;
+  p.peak_flops_per_s = 1e12;
+  p.hbm_bytes_per_s = 1e11;
+  p.strided_factor[static_cast<size_t>(OpKind::kNorm)] = 1.5;
+  emu::EngineOptions o;
+  o.workers = 1;
+  o.trace = true;
+  emu::Engine engine(topo,
+                     std::make_unique<AlphaBetaModel>(
+                         topo, std::vector<LinkCost>{{SimTime::from_ns(2000), 100e9}}),
+                     std::make_shared<RooflineDevice>(p), o);
+  auto count = [](const emu::RunResult& r, std::string_view label) {
+    int n = 0;
+    for (const emu::TraceEvent& e : r.trace)
+      if (e.kind == emu::TraceEvent::Kind::kCompute && e.rank == 0 && r.labels[e.label] == label)
+        ++n;
+    return n;
+  };
+  st.strategy = "tapa+v_first";
+  const emu::RunResult plain = run(engine, cfg, *w, st).result;
+  st.strategy = "tapa+v_first+pipeline";
+  const emu::RunResult piped = run(engine, cfg, *w, st).result;
+  ASSERT_FALSE(plain.trace_truncated || piped.trace_truncated);
+  for (const char* l : {"q_norm_strided", "k_norm_strided", "chunk_concat"})
+    EXPECT_EQ(count(plain, l), 0) << l;
+  const int layers = count(plain, "q_norm") / 2;  // image and text streams, one norm each
+  ASSERT_GT(layers, 0);
+  // Two head groups of the image's Q and of its K a layer, one concatenation each.
+  EXPECT_EQ(count(piped, "q_norm_strided"), 2 * layers);
+  EXPECT_EQ(count(piped, "k_norm_strided"), 2 * layers);
+  EXPECT_EQ(count(piped, "chunk_concat"), 2 * layers);
+  EXPECT_EQ(count(piped, "q_norm"), layers);  // the text's, replicated and whole
+}
+
 TEST(Strategies, VMajorThresholdZeroIsBitwiseExactAndAboveZeroSavesBytes) {
   const ModelConfig cfg = load_model_preset("flux1-tiny");
   const auto w = make_weights(cfg, 5, false);

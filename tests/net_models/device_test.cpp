@@ -118,5 +118,53 @@ TEST(RankSpread, ClusterKeyIsReadAndBounded) {
   }
 }
 
+// An op labelled X_strided reads a strided view: X's time (its table's, else the roofline's)
+// times its kind's strided factor, unless it has a table of its own; it is issued as X is.
+TEST(StridedViews, TakeTheContiguousOpsTimeTimesTheKindsFactor) {
+  RooflineParams p = unit();
+  p.strided_factor[static_cast<size_t>(OpKind::kNorm)] = 1.5;
+  p.kernels["q_norm"] = KernelTable{{1e6, 1e8}, {10e-6, 100e-6}, "test"};
+  p.kernels["k_norm_strided"] = KernelTable{{1e6, 1e8}, {40e-6, 400e-6}, "test"};
+  p.host.op_issue = SimTime::from_ns(5000);
+  p.host.ops["q_norm"] = SimTime::from_ns(7000);
+  const RooflineDevice d(p);
+  // q_norm's table at 1e7 FLOPs: 31.623 us (log-log interpolation); strided 1.5x.
+  const SimTime contiguous = d.time({OpKind::kNorm, 1e7, 1e6, "q_norm"});
+  EXPECT_EQ(contiguous.ns(), 31'623);
+  EXPECT_EQ(d.time({OpKind::kNorm, 1e7, 1e6, "q_norm_strided"}).ns(),
+            47'435);  // 1.5 x 31,623, rounded
+  // A table of its own wins: 4x.
+  EXPECT_NEAR(d.time({OpKind::kNorm, 1e7, 1e6, "k_norm_strided"}).ns(), 126'491, 1);
+  // Without a table, the roofline (memory bound: 1e6 bytes at 80% of 1e11 B/s = 12.5 us, plus
+  // the 3 us launch) times the factor; an elementwise op keeps factor 1.
+  EXPECT_EQ(d.time({OpKind::kNorm, 1e3, 1e6, "x_strided"}).ns(), 23'250);
+  EXPECT_EQ(d.time({OpKind::kElementwise, 1e3, 1e6, "x_strided"}).ns(),
+            d.time({OpKind::kElementwise, 1e3, 1e6, "x"}).ns());
+  // Issued as the contiguous op: q_norm's own cost, else the default.
+  EXPECT_EQ(d.host_issue("q_norm_strided").ns(), 7000);
+  EXPECT_EQ(d.host_issue("k_norm_strided").ns(), 5000);
+  EXPECT_EQ(d.host_issue("_strided").ns(), 5000);
+}
+
+TEST(StridedViews, ClusterKeyIsReadAndBounded) {
+  const Config ok = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device.strided_factor]\nnorm = 1.25\n",
+      "run.toml");
+  const auto dev = load_cluster(ok, kPresets).device;
+  const auto* roof = dynamic_cast<const RooflineDevice*>(dev.get());
+  ASSERT_NE(roof, nullptr);
+  EXPECT_DOUBLE_EQ(roof->params().strided_factor[static_cast<size_t>(OpKind::kNorm)], 1.25);
+  EXPECT_DOUBLE_EQ(roof->params().strided_factor[static_cast<size_t>(OpKind::kGemm)], 1.0);
+  const Config bad = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device.strided_factor]\nnorm = 0.01\n",
+      "run.toml");
+  try {
+    load_cluster(bad, kPresets);
+    FAIL() << "a strided factor of 0.01 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("strided_factor.norm"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cocodiff
