@@ -31,6 +31,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -493,13 +494,17 @@ void run_calibrate(const CalibrateOptions& o) {
       kept_kinds.insert(key);
     else
       fo.keep.push_back(key);
+  // The eager ops' fit, made once: checked here, before the collectives' fit, and written below.
+  std::optional<calibrate::EagerFit> eager;
+  if (!m.eager_ops.empty() || !m.interference.empty())
+    eager = calibrate::fit_eager(m.eager_ops, m.interference);
   if (!kept_kinds.empty()) {  // a kind's weight held: the interference files must give it
-    const calibrate::EagerFit ef = calibrate::fit_eager(m.eager_ops, m.interference);
     for (const std::string& key : kept_kinds)
-      if (ef.kind_weights.count(key.substr(kind_weight.size())) == 0) {
+      if (!eager || eager->kind_weights.count(key.substr(kind_weight.size())) == 0) {
         std::string given;
-        for (const auto& [kind, w] : ef.kind_weights)
-          given.append(given.empty() ? "" : ", ").append(kind_weight).append(kind);
+        if (eager)
+          for (const auto& [kind, w] : eager->kind_weights)
+            given.append(given.empty() ? "" : ", ").append(kind_weight).append(kind);
         throw InputError("--keep " + key + ": not a figure these points fit (the interference " +
                          "files give: " + (given.empty() ? "no kind's weight" : given) + ")");
       }
@@ -604,9 +609,7 @@ void run_calibrate(const CalibrateOptions& o) {
       set_kernel_table(table, op, t, sources + " (cocodiff calibrate " + date + ")");
   }
 
-  if (!m.eager_ops.empty() || !m.interference.empty())
-    write_eager(calibrate::fit_eager(m.eager_ops, m.interference), m, o.files, date, table, notes,
-                kept_kinds);
+  if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
   if (!m.chunks.empty()) write_strided(m.chunks, table, notes);
   // Last: the steps are timed on the cluster every other fit has made.

@@ -28,7 +28,7 @@ Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
 import argparse, csv, json, os, statistics
 
-from phantom_step import read_steps, run_phantom_step
+from phantom_step import preset_for, read_steps, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -63,12 +63,14 @@ def predict(w, res, strategy, transport, machine, cache={}):
     key = (w, res, strategy, transport, h200)
     if key in cache:
         return cache[key]
-    preset = A.h200_preset if h200 else A.preset
-    sets = [f"cluster.preset={preset}"] + A.set
-    shm_preset = A.h200_shm_preset if h200 else A.shm_preset
-    if transport == "shm" and shm_preset:
-        sets[0] = f"cluster.preset={shm_preset}"
-    elif transport == "shm":
+    # phantom_step.preset_for chooses the preset (as profile_fidelity.py does); the options
+    # replace its choice, and an empty shared-memory one takes the NVLink preset with the link at
+    # the shared-memory bandwidth.
+    chosen = {"hgx-h100": A.preset, "h100-shm": A.shm_preset, "hgx-h200": A.h200_preset,
+              "h200-shm": A.h200_shm_preset}[preset_for(machine, transport)]
+    nvlink = A.h200_preset if h200 else A.preset
+    sets = [f"cluster.preset={chosen or nvlink}"] + A.set
+    if not chosen:
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
     r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
     cache[key] = r["virtual_time_s"] / STEPS * 1e3
