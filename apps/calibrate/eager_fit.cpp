@@ -42,7 +42,8 @@ const std::vector<std::pair<const char*, const char*>>& device_aliases() {
 // LayerNorm + modulation is one PyTorch function (norm_modulate) that cocodiff charges as two
 // ops: the norm takes one normalisation kernel's cost (rms_norm's, as F.layer_norm is one
 // kernel), the modulation the rest (`modulate` below). Ulysses' layout changes are a permute
-// and a contiguous copy (unpack), concatenations torch.cat, the output split a view (pack).
+// and a contiguous copy (unpack), concatenations torch.cat (the head groups' received in
+// pipelined Ulysses too: chunk_concat), the output split a view (pack).
 const std::vector<std::pair<const char*, const char*>>& host_sources() {
   static const std::vector<std::pair<const char*, const char*>> kSources = {
       {"q_proj", "linear"},
@@ -78,6 +79,7 @@ const std::vector<std::pair<const char*, const char*>>& host_sources() {
       {"q_concat", "concat"},
       {"k_concat", "concat"},
       {"v_concat", "concat"},
+      {"chunk_concat", "concat"},
       {"attn_mlp_concat", "concat"},
       {"o_split", "pack"}};
   return kSources;
