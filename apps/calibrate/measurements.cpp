@@ -575,6 +575,19 @@ void read_interference_json(const nlohmann::json& j, const std::string& name,
     bad(name, "interference times (KERNEL_with_a2a_SIZE_us and their partners)", "none");
 }
 
+// A JSON case's number `k` in [lo, hi], named `where: k` when it is not; a missing key is
+// reported as found `missing`.
+double case_number(const nlohmann::json& c, const std::string& where, const char* k, double lo,
+                   double hi, const std::string& missing = "none") {
+  if (!c.contains(k)) bad(where, std::string("a key \"") + k + "\"", missing);
+  const nlohmann::json& v = c.at(k);
+  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
+      v.get<double>() > hi)
+    bad(where + ": " + k, "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+        shown(v.dump()));
+  return v.get<double>();
+}
+
 // measure_multi.py's breakdown JSON: every case of two or more GPUs.
 void read_breakdown_json(const nlohmann::json& j, const std::string& name,
                          std::vector<BreakdownPoint>& out) {
@@ -588,18 +601,10 @@ void read_breakdown_json(const nlohmann::json& j, const std::string& name,
     p.where.append(": case ").append(item.key());
     if (!c.is_object()) bad(p.where, "an object", shown(c.dump()));
     auto number = [&](const char* k, double lo, double hi) {
-      if (!c.contains(k)) {
-        const bool old = std::string_view(k).rfind("segment", 0) == 0;
-        bad(p.where, std::string("a key \"") + k + "\"",
-            old ? "none (a breakdown file from before segment times were measured)" : "none");
-      }
-      const nlohmann::json& v = c.at(k);
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
-          v.get<double>() > hi)
-        bad(p.where + ": " + k,
-            "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-            shown(v.dump()));
-      return v.get<double>();
+      const bool old = std::string_view(k).rfind("segment", 0) == 0;
+      return case_number(
+          c, p.where, k, lo, hi,
+          old ? "none (a breakdown file from before segment times were measured)" : "none");
     };
     p.gpus = static_cast<int>(number("gpus", 1, static_cast<double>(kMaxRanks)));
     if (static_cast<double>(p.gpus) != c.at("gpus").get<double>())
@@ -626,14 +631,7 @@ void read_chunks_json(const nlohmann::json& j, const std::string& name,
     p.where = name + ": case " + std::to_string(i + 1);
     if (!c.is_object()) bad(p.where, "an object", shown(c.dump()));
     auto number = [&](const char* k, double lo, double hi) {
-      if (!c.contains(k)) bad(p.where, std::string("a key \"") + k + "\"", "none");
-      const nlohmann::json& v = c.at(k);
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
-          v.get<double>() > hi)
-        bad(p.where + ": " + k,
-            "a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
-            shown(v.dump()));
-      return v.get<double>();
+      return case_number(c, p.where, k, lo, hi);
     };
     auto whole = [&](const char* k, double lo, double hi) {
       const double v = number(k, lo, hi);

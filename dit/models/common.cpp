@@ -93,19 +93,16 @@ void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, i
   if (part == QkvPart::kV) return;
   const StreamQkv& st = at(s);
   const int p = static_cast<int>(part);
-  // On a strided view (ex.strided_input) the first op reads it; the norm writes a contiguous
-  // tensor for the RoPE.
-  const bool strided = ex.strided_input;
-  if (st.norm[p] != nullptr)
-    rms_norm_heads(
-        ex, x, *st.norm[p], head_dim_, eps_,
-        p == 0 ? (strided ? "q_norm_strided" : "q_norm") : (strided ? "k_norm_strided" : "k_norm"));
-  const bool rope_strided = strided && st.norm[p] == nullptr;
+  // Labels by part (Q, K) and by whether the op reads a strided view (ex.strided_input): the
+  // first op does; the norm writes a contiguous tensor for the RoPE.
+  static constexpr std::string_view kNorm[2][2] = {{"q_norm", "q_norm_strided"},
+                                                   {"k_norm", "k_norm_strided"}};
+  static constexpr std::string_view kRope[2][2] = {{"q_rope", "q_rope_strided"},
+                                                   {"k_rope", "k_rope_strided"}};
+  const bool has_norm = st.norm[p] != nullptr;
+  if (has_norm) rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, kNorm[p][ex.strided_input]);
   if (st.rope != nullptr)
-    apply_rope(ex, x, *st.rope, h1 - h0, batch_,
-               p == 0 ? (rope_strided ? "q_rope_strided" : "q_rope")
-                      : (rope_strided ? "k_rope_strided" : "k_rope"),
-               token0);
+    apply_rope(ex, x, *st.rope, h1 - h0, batch_, kRope[p][ex.strided_input && !has_norm], token0);
 }
 
 void bind_diffusers_qkv(StreamQkv& s, const Weights& w, const std::string& attn_prefix,
