@@ -11,13 +11,12 @@
 // PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
 // give the device's kernel tables, its host's issue costs and the overlap factors
 // (apps/calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
-// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the host's sync slowdown, fitted
-// by timing flat FLUX.1-dev steps of the fitted cluster (apps/calibrate/host_sync_fit.hpp). The
-// file
-// written is the cluster (its preset with every --set) with the fitted values in place
-// (apps/calibrate/cluster_file.hpp); every point is then predicted again from that file, and
-// measured / predicted / error is printed per point, with a summary per op and transport and a
-// warning when the fit misses.
+// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the host's step factor and sync
+// slowdown, fitted by timing flat FLUX.1-dev steps of the fitted cluster
+// (apps/calibrate/host_sync_fit.hpp). The file written is the cluster (its preset with every --set)
+// with the fitted values in place (apps/calibrate/cluster_file.hpp); every point is then predicted
+// again from that file, and measured / predicted / error is printed per point, with a summary per
+// op and transport and a warning when the fit misses.
 
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -379,8 +378,9 @@ class StepRunner {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  double operator()(int gpus, int resolution, double sync_slowdown) {
+  double operator()(int gpus, int resolution, double step_factor, double sync_slowdown) {
     toml::table t = table_;
+    calibrate::set_key(t, "device.host.step_factor", toml::value<double>(step_factor));
     calibrate::set_key(t, "device.host.sync_slowdown", toml::value<double>(sync_slowdown));
     calibrate::set_key(t, "device.host.per_rank_slowdown", toml::value<double>(0.0));
     const std::filesystem::path cluster = dir_ / "cluster.toml";
@@ -424,17 +424,24 @@ void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table
   if (worst > 0.25)
     std::printf(
         "# warning: the fitted host misses a step by %.0f%%: host-bound steps vary between "
-        "machines and launches more than one sync slowdown can follow\n",
+        "machines and launches more than the host's two figures can follow\n",
         100 * worst);
   std::printf(
-      "# device.host.sync_slowdown = %s (rms error of log time %.3f over %zu steps; "
-      "per_rank_slowdown 0)\n",
-      fmt(f.sync_slowdown).c_str(), f.rms_log, f.cases.size());
+      "# device.host.step_factor = %s, sync_slowdown = %s (rms error of log time %.3f over %zu "
+      "steps on %d GPU counts; per_rank_slowdown 0)%s\n",
+      fmt(f.step_factor).c_str(), fmt(f.sync_slowdown).c_str(), f.rms_log, f.cases.size(),
+      f.gpu_counts,
+      f.gpu_counts < 2 ? "; one GPU count cannot tell the step factor from the sync slowdown: "
+                         "the factor is kept at 1"
+                       : "");
+  calibrate::set_key(table, "device.host.step_factor", toml::value<double>(f.step_factor));
   calibrate::set_key(table, "device.host.sync_slowdown", toml::value<double>(f.sync_slowdown));
   calibrate::set_key(table, "device.host.per_rank_slowdown", toml::value<double>(0.0));
-  notes << "# Host: device.host.sync_slowdown = " << fmt(f.sync_slowdown)
-        << " (per_rank_slowdown 0), golden-section search on the log error of " << f.cases.size()
-        << " flat steps of 2 or more GPUs at " << f.resolution << "^2 (rms "
+  notes << "# Host: device.host.step_factor = " << fmt(f.step_factor)
+        << ", sync_slowdown = " << fmt(f.sync_slowdown)
+        << " (per_rank_slowdown 0): each GPU count's factor timed by golden-section search, then "
+           "a line in H(n) - 1 through them, on the log error of "
+        << f.cases.size() << " flat steps of 2 or more GPUs at " << f.resolution << "^2 (rms "
         << fmt(std::round(f.rms_log * 1000) / 1000)
         << "), each timed as a FLUX.1-dev step of this file.\n";
 }

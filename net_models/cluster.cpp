@@ -370,6 +370,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   d.host.collective_issue = us("device.host.collective_issue_us");
   d.host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);
   d.host.sync_slowdown = in.get_double("device.host.sync_slowdown", 0.0, 0.0, 10.0);
+  d.host.step_factor = in.get_double("device.host.step_factor", 1.0, 0.1, 10.0);
   for (const std::string& label : in.subkeys("device.host.ops"))
     d.host.ops.emplace(label, us("device.host.ops." + label));
   return d;

@@ -68,10 +68,10 @@ double blom_score(int i, int n) {  // the i-th smallest of n (0-based)
 
 double rank_spread_top(int ranks) { return ranks > 1 ? blom_score(ranks - 1, ranks) : 0.0; }
 
-double host_issue_scale(double per_rank, double sync, int ranks_per_node, int ranks) {
+double host_issue_scale(double step, double per_rank, double sync, int ranks_per_node, int ranks) {
   double harmonic = 0.0;  // H(ranks), summed from the smallest term
   for (int i = ranks; i >= 1; --i) harmonic += 1.0 / i;
-  return 1.0 + per_rank * (ranks_per_node - 1) + sync * (harmonic - 1.0);
+  return step * (1.0 + per_rank * (ranks_per_node - 1) + sync * (harmonic - 1.0));
 }
 
 std::vector<double> rank_speed_factors(int ranks, double spread) {

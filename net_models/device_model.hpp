@@ -65,6 +65,11 @@ class DeviceModel {
   /// + 1/n times it, so op issue costs are taken (1 + this x (H(n) - 1)) times over one rank
   /// alone (host_issue_scale). 0: the hosts keep their pace.
   virtual double host_sync_slowdown() const { return 0.0; }
+  /// How much slower a host issues an op inside a whole step than one op at a time: op issue
+  /// costs, measured alone, are taken this many times in every run, on any number of ranks
+  /// (the framework's own work between ops in a real model: module calls, views, the caching
+  /// allocator). It multiplies host_issue_scale's whole factor. 1: as measured.
+  virtual double host_step_factor() const { return 1.0; }
   /// How far the ranks' devices differ in speed: the standard deviation of their relative
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
   /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
@@ -83,9 +88,9 @@ std::vector<double> rank_speed_factors(int ranks, double spread);
 double rank_spread_top(int ranks);
 
 /// The factor on a rank's op issue costs in a run of `ranks` ranks, `ranks_per_node` on each
-/// node: 1 + per_rank x (ranks_per_node - 1) + sync x (H(ranks) - 1), where H is the harmonic
-/// number (DeviceModel::host_per_rank_slowdown, DeviceModel::host_sync_slowdown).
-double host_issue_scale(double per_rank, double sync, int ranks_per_node, int ranks);
+/// node: step x (1 + per_rank x (ranks_per_node - 1) + sync x (H(ranks) - 1)), where H is the
+/// harmonic number (DeviceModel::host_step_factor, host_per_rank_slowdown, host_sync_slowdown).
+double host_issue_scale(double step, double per_rank, double sync, int ranks_per_node, int ranks);
 
 /// Host issue costs ([device.host] of a cluster file).
 struct HostParams {
@@ -94,6 +99,7 @@ struct HostParams {
   std::map<std::string, SimTime, std::less<>> ops;  // by op label
   double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
   double sync_slowdown = 0.0;                       // DeviceModel::host_sync_slowdown
+  double step_factor = 1.0;                         // DeviceModel::host_step_factor
   bool any() const;
 };
 
@@ -162,6 +168,7 @@ class RooflineDevice final : public DeviceModel {
   SimTime collective_issue() const override { return p_.host.collective_issue; }
   double host_per_rank_slowdown() const override { return p_.host.per_rank_slowdown; }
   double host_sync_slowdown() const override { return p_.host.sync_slowdown; }
+  double host_step_factor() const override { return p_.host.step_factor; }
   double rank_spread() const override { return p_.rank_spread; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <utility>
 
 #include "apps/calibrate/least_squares.hpp"
@@ -35,24 +36,62 @@ HostSyncFit fit_host_sync(const std::vector<StepPoint>& steps, const StepPredict
     f.cases.push_back(c);
   }
 
-  std::map<std::pair<int, double>, double> cache;
-  const auto step_ms = [&](int gpus, double s) {
-    const auto [it, fresh] = cache.try_emplace({gpus, s}, 0.0);
-    if (fresh) it->second = predict(gpus, f.resolution, s);
+  std::map<std::tuple<int, double, double>, double> cache;
+  const auto step_ms = [&](int gpus, double a, double s) {
+    const auto [it, fresh] = cache.try_emplace({gpus, a, s}, 0.0);
+    if (fresh) it->second = predict(gpus, f.resolution, a, s);
     return it->second;
   };
-  const auto loss = [&](double s) {
-    double sum = 0;
-    for (const HostSyncCase& c : f.cases) {
-      const double e = std::log(step_ms(c.gpus, s)) - std::log(c.measured_ms);
-      sum += e * e;
-    }
-    return sum;
+  const auto harmonic_excess = [](int n) {  // H(n) - 1
+    double h = 0;
+    for (int k = n; k >= 2; --k) h += 1.0 / k;
+    return h;
   };
-  // The loss is unimodal in s (each step grows with it).
-  f.sync_slowdown = std::round(golden_section_min(loss, 0, kMaxSyncSlowdown, 0.01) * 100) / 100;
-  f.rms_log = std::sqrt(loss(f.sync_slowdown) / static_cast<double>(f.cases.size()));
-  for (HostSyncCase& c : f.cases) c.predicted_ms = step_ms(c.gpus, f.sync_slowdown);
+  // Stage 1: each GPU count's whole factor (the loss is unimodal in it: the step grows with it).
+  std::map<int, std::pair<double, int>> whole;  // gpus -> (c_n, files)
+  for (const HostSyncCase& c : f.cases) ++whole[c.gpus].second;
+  for (auto& [gpus, cw] : whole) {
+    const int n = gpus;
+    cw.first = golden_section_min(
+        [&](double c) {
+          double sum = 0;
+          for (const HostSyncCase& k : f.cases)
+            if (k.gpus == n) {
+              const double e = std::log(step_ms(n, c, 0.0)) - std::log(k.measured_ms);
+              sum += e * e;
+            }
+          return sum;
+        },
+        0.1, kMaxHostScale, 0.0005);
+  }
+  f.gpu_counts = static_cast<int>(whole.size());
+  // Stage 2: c_n = a + b (H(n) - 1), weighted least squares over the counts.
+  double a = 1, b = 0;
+  if (whole.size() == 1) {
+    const auto& [n, cw] = *whole.begin();
+    b = std::max(0.0, cw.first - 1);
+    a = cw.first - b;  // 1, or the whole factor when it is below 1
+    b /= harmonic_excess(n);
+  } else {
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (const auto& [n, cw] : whole) {
+      const double w = cw.second, x = harmonic_excess(n), y = cw.first;
+      sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
+    }
+    b = (sw * sxy - sx * sy) / (sw * sxx - sx * sx);
+    a = (sy - b * sx) / sw;
+    if (b < 0 || a <= 0) b = 0, a = sy / sw;  // no growth with n: one factor for all
+  }
+  const auto round2 = [](double v) { return std::round(v * 100) / 100; };
+  f.step_factor = std::clamp(round2(a), 0.1, 10.0);
+  f.sync_slowdown = std::clamp(round2(b / a), 0.0, 10.0);
+  double sum = 0;
+  for (HostSyncCase& c : f.cases) {
+    c.predicted_ms = step_ms(c.gpus, f.step_factor, f.sync_slowdown);
+    const double e = std::log(c.predicted_ms) - std::log(c.measured_ms);
+    sum += e * e;
+  }
+  f.rms_log = std::sqrt(sum / static_cast<double>(f.cases.size()));
   f.predictions = static_cast<int>(cache.size());
   return f;
 }

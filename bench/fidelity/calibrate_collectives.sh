@@ -74,7 +74,18 @@ for tr in nvlink shm; do
       --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300 \
       --set cluster.library.local_copy_gbytes_per_s=$local_copy
     held_out "held_out_h200_${tr}_$op" "h200_${tr}_$op" $op $m/h200x2-second/collectives_$tr.csv
+    # a 4-GPU H200 host's sweeps (2 and 4 ranks; 4 is a rank count the H200 fits have not seen),
+    # predicted with the 2-GPU fit's figures as they are, then fitted on their own
+    held_out "held_out_h200x4_${tr}_$op" "h200_${tr}_$op" $op $m/h200x4/collectives_$tr.csv
+    cluster=hgx-h200 fit "h200x4_${tr}_$op" $m/h200x4/collectives_$tr.csv -- --ops $op --loss soft_l1 \
+      --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300 \
+      --set cluster.library.local_copy_gbytes_per_s=$local_copy
   done
+done
+# H200 over sockets (2 and 4 ranks of the 4-GPU host's second lease)
+for op in all_to_all all_gather reduce_scatter sendrecv; do
+  cluster=hgx-h200 fit "h200x4_socket_$op" $m/h200x4-repeat/collectives_socket.csv -- --ops $op --loss soft_l1 \
+    --set cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300 --set cluster.library.local_copy_gbytes_per_s=0
 done
 # Held out: a further 4-GPU host's sweeps on 3 GPUs (a rank count no fit has seen), 4 and 2,
 # predicted with each NVLink fit's figures as they are (every figure kept, nothing refitted)

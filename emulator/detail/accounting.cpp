@@ -36,8 +36,9 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       levels_(topo.num_levels()),
       has_host_(device.has_host()),
       overlap_compute_factor_(device.overlap_compute_factor()),
-      host_scale_(host_issue_scale(device.host_per_rank_slowdown(), device.host_sync_slowdown(),
-                                   topo.ranks_per_node(), topo.num_ranks())),
+      host_scale_(host_issue_scale(device.host_step_factor(), device.host_per_rank_slowdown(),
+                                   device.host_sync_slowdown(), topo.ranks_per_node(),
+                                   topo.num_ranks())),
       rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
   for (int k = 0; k < kNumOpKinds; ++k)
     kind_weight_[u(k)] = device.overlap_kind_weight(static_cast<OpKind>(k));

@@ -158,21 +158,22 @@ TEST(CalibrateFit, EagerOpsGiveDeviceTablesHostCostsAndOverlapFactors) {
   EXPECT_THROW(fit_eager(ops, {}), InputError);
 }
 
-// A closed-form host: a flat step on n GPUs takes base(n) x (1 + s (H(n) - 1)), H the harmonic
+// A closed-form host: a flat step on n GPUs takes base(n) x a (1 + s (H(n) - 1)), H the harmonic
 // number. The fit takes the flat steps of 2 or more GPUs at the smallest resolution, each file's
-// median, and recovers s to the search's resolution; the predictor is asked once per (gpus, s).
-TEST(CalibrateFit, HostSyncSlowdownFromClosedFormSteps) {
-  const double truth = 3.3;
+// median, and recovers a and s to the fit's resolution from three GPU counts; from one count it
+// keeps a at 1 and puts the whole factor on s. The predictor is asked once per (gpus, a, s).
+TEST(CalibrateFit, HostStepFactorAndSyncSlowdownFromClosedFormSteps) {
+  const double truth_a = 1.6, truth_s = 0.45;
   const auto harmonic = [](int n) {
     double h = 0;
     for (int k = 1; k <= n; ++k) h += 1.0 / k;
     return h;
   };
   int calls = 0;
-  const calibrate::StepPredictor predict = [&](int gpus, int res, double s) {
+  const calibrate::StepPredictor predict = [&](int gpus, int res, double a, double s) {
     ++calls;
     EXPECT_EQ(res, 512);
-    return (100.0 + 10 * gpus) * (1 + s * (harmonic(gpus) - 1));
+    return (100.0 + 10 * gpus) * a * (1 + s * (harmonic(gpus) - 1));
   };
   std::vector<calibrate::StepPoint> steps;
   const auto add = [&](const std::string& file, const std::string& strategy, int gpus, int res,
@@ -188,7 +189,7 @@ TEST(CalibrateFit, HostSyncSlowdownFromClosedFormSteps) {
     steps.push_back(p);
   };
   const auto truth_ms = [&](int gpus) {
-    return (100.0 + 10 * gpus) * (1 + truth * (harmonic(gpus) - 1));
+    return (100.0 + 10 * gpus) * truth_a * (1 + truth_s * (harmonic(gpus) - 1));
   };
   add("a.csv", "flat", 2, 512, truth_ms(2) * 1.3);  // three launches: the median is the truth
   add("a.csv", "flat", 2, 512, truth_ms(2));
@@ -200,13 +201,22 @@ TEST(CalibrateFit, HostSyncSlowdownFromClosedFormSteps) {
   add("b.csv", "flat", 3, 1024, 5 * truth_ms(3));  // a larger resolution: not used
   const calibrate::HostSyncFit f = calibrate::fit_host_sync(steps, predict);
   EXPECT_EQ(f.resolution, 512);
+  EXPECT_EQ(f.gpu_counts, 3);
   ASSERT_EQ(f.cases.size(), 3u);
   EXPECT_EQ(f.cases[0].rows, 3);
-  EXPECT_NEAR(f.sync_slowdown, truth, 0.01);
-  EXPECT_LT(f.rms_log, 1e-3);
+  EXPECT_NEAR(f.step_factor, truth_a, 0.01);
+  EXPECT_NEAR(f.sync_slowdown, truth_s, 0.01);
+  EXPECT_LT(f.rms_log, 5e-3);
   for (const calibrate::HostSyncCase& c : f.cases)
-    EXPECT_NEAR(c.predicted_ms, c.measured_ms, 2e-3 * c.measured_ms) << c.source << " " << c.gpus;
+    EXPECT_NEAR(c.predicted_ms, c.measured_ms, 5e-3 * c.measured_ms) << c.source << " " << c.gpus;
   EXPECT_EQ(calls, f.predictions);
+
+  // One GPU count: the whole factor a (1 + s (H(2) - 1)) on s, a kept at 1.
+  const std::vector<calibrate::StepPoint> two(steps.begin(), steps.begin() + 3);
+  const calibrate::HostSyncFit g = calibrate::fit_host_sync(two, predict);
+  EXPECT_EQ(g.gpu_counts, 1);
+  EXPECT_EQ(g.step_factor, 1.0);
+  EXPECT_NEAR(g.sync_slowdown, (truth_a * (1 + truth_s * 0.5) - 1) / 0.5, 0.01);
 
   std::vector<calibrate::StepPoint> none(steps.begin() + 4, steps.begin() + 6);
   EXPECT_THROW(calibrate::fit_host_sync(none, predict), InputError);

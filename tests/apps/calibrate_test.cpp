@@ -860,11 +860,12 @@ TEST_F(Calibrate, FitsTheStridedFactorFromAChunksFile) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
-// Steps made by the emulator with a known sync slowdown (1.7) on two "machines" (files), flat
-// and V-First on 2 and 4 GPUs at 1024^2 and 2048^2, one step measured in two launches: calibrate
-// fits the flat steps at the smallest resolution (1024^2) and recovers 1.7 within 1%.
-TEST_F(Calibrate, RecoversAKnownHostSyncSlowdownFromSyntheticSteps) {
-  const double truth = 1.7;
+// Steps made by the emulator with a known step factor (1.3) and sync slowdown (1.7) on two
+// "machines" (files), flat and V-First on 2 and 4 GPUs at 1024^2 and 2048^2, one step measured
+// in three launches: calibrate fits the flat steps at the smallest resolution (1024^2) and
+// recovers both within 1%.
+TEST_F(Calibrate, RecoversAKnownHostStepFactorAndSyncSlowdownFromSyntheticSteps) {
+  const double truth = 1.7, truth_factor = 1.3;
   const auto step_ms = [&](int gpus, int res, const std::string& strategy) {
     std::string nics;
     for (int r = 0; r < gpus; ++r) nics += (r ? "," : "") + std::to_string(r);
@@ -898,7 +899,9 @@ TEST_F(Calibrate, RecoversAKnownHostSyncSlowdownFromSyntheticSteps) {
                       "--set",
                       "emulator.trace=false",
                       "--set",
-                      "cluster.device.host.sync_slowdown=" + std::to_string(truth)},
+                      "cluster.device.host.sync_slowdown=" + std::to_string(truth),
+                      "--set",
+                      "cluster.device.host.step_factor=" + std::to_string(truth_factor)},
                      dir_);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::ifstream in(out / "report.json");
@@ -925,6 +928,7 @@ TEST_F(Calibrate, RecoversAKnownHostSyncSlowdownFromSyntheticSteps) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string fit = read_text(out);
   EXPECT_NEAR(value(fit, "device.host", "sync_slowdown"), truth, 0.01 * truth) << r.out;
+  EXPECT_NEAR(value(fit, "device.host", "step_factor"), truth_factor, 0.01 * truth_factor) << r.out;
   EXPECT_EQ(value(fit, "device.host", "per_rank_slowdown"), 0.0);
   EXPECT_NE(r.out.find("# steps: 2 flat steps of 2 or more GPUs at 1024^2"), std::string::npos)
       << r.out;
@@ -950,7 +954,8 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
         m / "h100x2-spread" / "steps_nvlink.csv", m / "h200-chunks" / "chunks.json"}},
       {"hgx-h200",
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
-        m / "h200x2" / "steps_nvlink.csv", m / "h200x2-breakdown" / "breakdown_nvlink.json",
+        m / "h200x2" / "steps_nvlink.csv", m / "h200x4" / "steps_nvlink.csv",
+        m / "h200x2-breakdown" / "breakdown_nvlink.json",
         m / "h200-chunks" / "chunks.json"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
@@ -1025,10 +1030,12 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     // The ranks' spread where a breakdown was measured (3 significant digits), else none.
     EXPECT_NEAR(shipped["device"]["rank_spread"].value<double>().value_or(0),
                 fit["device"]["rank_spread"].value<double>().value_or(0), 5e-5);
-    // The host's sync slowdown, fitted to the flat 1024^2 steps to the search's resolution
-    // (0.01; the presets' tables are rounded, which may move the fit by a step of it).
-    EXPECT_NEAR(shipped["device"]["host"]["sync_slowdown"].value<double>().value_or(-1),
-                fit["device"]["host"]["sync_slowdown"].value<double>().value_or(0), 0.015);
+    // The host's step factor and sync slowdown, fitted to the flat 1024^2 steps to the fit's
+    // resolution (0.01; the presets' tables are rounded, which may move the fit by a step of it).
+    for (const char* key : {"step_factor", "sync_slowdown"})
+      EXPECT_NEAR(shipped["device"]["host"][key].value<double>().value_or(-1),
+                  fit["device"]["host"][key].value<double>().value_or(0), 0.015)
+          << key;
   }
 }
 
@@ -1061,6 +1068,8 @@ TEST_F(Calibrate, ShippedSharedMemoryPresetsAreWhatCalibrateWritesFromTheirMeasu
        {"links.nvlink.pair_bandwidth_gbytes_per_s", "device.overlap_by_group.2.compute_factor",
         "device.overlap_by_group.2.transfer_factor"})
     h100_keys.push_back(k);
+  std::vector<const char*> h200_keys = common;
+  h200_keys.push_back("links.nvlink.pair_bandwidth_gbytes_per_s");
   const std::vector<Case> cases = {
       {"h100-shm",
        "hgx-h100",
@@ -1072,10 +1081,11 @@ TEST_F(Calibrate, ShippedSharedMemoryPresetsAreWhatCalibrateWritesFromTheirMeasu
        h100_keys},
       {"h200-shm",
        "hgx-h200",
-       {m / "h200x2" / "collectives_shm.csv", m / "h200x2-breakdown" / "breakdown_shm.json",
+       {m / "h200x2" / "collectives_shm.csv", m / "h200x4" / "collectives_shm.csv",
+        m / "h200x2-breakdown" / "breakdown_shm.json",
         m / "h200x2-interference" / "interference_shm.json"},
-       {},
-       common}};
+       {"cluster.links.nvlink.pair_bandwidth_gbytes_per_s=300"},
+       h200_keys}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.preset);
     const fs::path out = dir_ / (c.preset + "-fit.toml");

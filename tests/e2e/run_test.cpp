@@ -360,9 +360,17 @@ TEST(Run, InjectedFaultWritesAFailedReportNamingItsRankAndExits3) {
 namespace {
 
 // The quickstart runs the shipped trained weights (configs/weights/flux1-fmnist) on 24 tiles:
-// the checkpoint loads by its upstream names and the run reproduces the pinned output bytes on
-// its own strategy (flat), on tapa and on cocodiff (both give flat's bytes on this run).
+// the checkpoint loads by its upstream names and the run reproduces pinned output bytes on its
+// own strategy (flat), on tapa and on cocodiff (both give flat's bytes on this run). The bytes
+// depend on the SIMD instructions Eigen's kernels are built with (COCODIFF_NATIVE: -march=native
+// sets the packet width and whether multiply-adds are fused), so one pin is kept per kind of
+// build machine measured: the one this test was written on and an AVX2+FMA AMD EPYC (znver3).
+// Whichever it is, the three strategies give the same bytes.
 TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
+  const std::vector<std::string> pinned = {
+      "8f5a9bc8aaf7d28f323202d2b8f3b2e2bfcf86c72ae833ecf4e323ef933aa8c0",   // the first
+      "e951f8f152c9a8dd50ac92431d51beac4640c3712f089701970a2d83c5fc4e73"};  // znver3
+  std::string first;
   for (const std::string strategy : {"", "tapa", "cocodiff"}) {
     SCOPED_TRACE(strategy.empty() ? "flat" : strategy);
     const fs::path out = temp_dir("shipped");
@@ -375,8 +383,10 @@ TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
     const nlohmann::json rep = nlohmann::json::parse(in);
     EXPECT_EQ(rep["ranks"], 24);
     EXPECT_EQ(rep["tokens"], 196);
-    EXPECT_EQ(rep["output_sha256"],
-              "8f5a9bc8aaf7d28f323202d2b8f3b2e2bfcf86c72ae833ecf4e323ef933aa8c0");
+    const std::string sha = rep["output_sha256"].get<std::string>();
+    EXPECT_NE(std::find(pinned.begin(), pinned.end(), sha), pinned.end()) << sha;
+    if (first.empty()) first = sha;
+    EXPECT_EQ(sha, first);
     EXPECT_TRUE(fs::exists(out / "image.png"));
     fs::remove_all(out);
   }

@@ -139,7 +139,29 @@ TEST(EngineHost, IssueCostsGrowWithTheNodesRanksAndTheHarmonicNumberOfTheRun) {
       for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 200, 0, "small"});
     });
     EXPECT_EQ(r.makespan.ns(), 5 * std::llround(1000 * k.scale) + 200) << k.gpus << "x" << k.nodes;
-    EXPECT_DOUBLE_EQ(host_issue_scale(0.1, 0.6, k.gpus, k.gpus * k.nodes), k.scale);
+    EXPECT_DOUBLE_EQ(host_issue_scale(1.0, 0.1, 0.6, k.gpus, k.gpus * k.nodes), k.scale);
+  }
+}
+
+TEST(EngineHost, TheStepFactorMultipliesEveryOpIssueCostOnAnyNumberOfRanks) {
+  // The same five host-bound ops with step_factor 1.5 and sync_slowdown 0.6: on 1 GPU each
+  // costs 1500 ns, on 4 GPUs 1.5 x 1000 x (1 + 0.6 (H(4) - 1)).
+  for (const int gpus : {1, 4}) {
+    RooflineParams p;
+    p.name = "unit with a step factor";
+    p.peak_flops_per_s = 1e9;
+    p.hbm_bytes_per_s = 1e9;
+    p.host.op_issue = SimTime::from_ns(1000);
+    p.host.sync_slowdown = 0.6;
+    p.host.step_factor = 1.5;
+    const double scale = 1.5 * (1.0 + 0.6 * (gpus == 1 ? 0.0 : 1.0 / 2 + 1.0 / 3 + 1.0 / 4));
+    Topology topo = test::make_topo(1, gpus, 1);
+    emu::Engine engine = host_engine(topo, std::make_shared<RooflineDevice>(p));
+    emu::RunResult r = engine.run([](Communicator& c) {
+      for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 200, 0, "small"});
+    });
+    EXPECT_EQ(r.makespan.ns(), 5 * std::llround(1000 * scale) + 200) << gpus;
+    EXPECT_DOUBLE_EQ(host_issue_scale(1.5, 0.0, 0.6, gpus, gpus), scale);
   }
 }
 

@@ -118,6 +118,22 @@ TEST(RankSpread, ClusterKeyIsReadAndBounded) {
   }
 }
 
+TEST(HostStepFactor, ClusterKeyIsReadAndBounded) {
+  const Config ok = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device.host]\nstep_factor = 1.4\n", "run.toml");
+  EXPECT_DOUBLE_EQ(load_cluster(ok, kPresets).device->host_step_factor(), 1.4);
+  const Config none = Config::parse("[cluster]\npreset = \"uniform\"\n", "run.toml");
+  EXPECT_DOUBLE_EQ(load_cluster(none, kPresets).device->host_step_factor(), 1.0);
+  const Config bad = Config::parse(
+      "[cluster]\npreset = \"hgx-h100\"\n[cluster.device.host]\nstep_factor = 0\n", "run.toml");
+  try {
+    load_cluster(bad, kPresets);
+    FAIL() << "a step factor of 0 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("step_factor"), std::string::npos) << e.what();
+  }
+}
+
 // An op labelled X_strided reads a strided view: X's time (its table's, else the roofline's)
 // times its kind's strided factor, unless it has a table of its own; it is issued as X is.
 TEST(StridedViews, TakeTheContiguousOpsTimeTimesTheKindsFactor) {
