@@ -47,7 +47,7 @@ STEPS = 2
 FITTED = {"h100x4", "h100x4-repeat", "h100x4-spread", "h100x2-spread"}  # the machines hgx-h100 was fitted to (host costs; rank_spread)
 # the H200 machines hgx-h200 and h200-shm were fitted to (kernel tables, host costs, interference,
 # the shared-memory sweeps; the shared-memory interference and breakdown of a second host)
-FITTED_H200 = {"h200x2", "h200x2-breakdown", "h200x4"}
+FITTED_H200 = {"h200x2", "h200x2-breakdown", "h200x4", "h200x4-breakdown"}
 
 
 def shm_bandwidth():
