@@ -41,6 +41,7 @@
 #include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
+#include "apps/calibrate/least_squares.hpp"
 #include "apps/calibrate/measurements.hpp"
 #include "apps/calibrate/spread_fit.hpp"
 #include "apps/commands.hpp"
@@ -122,11 +123,8 @@ std::string report_collectives(const std::vector<CollectivePoint>& pts,
   auto stats = [](std::vector<double> v) {
     char buf[96];
     if (v.empty()) return std::string("  0 points");
-    std::sort(v.begin(), v.end());
-    const double median =
-        v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
     std::snprintf(buf, sizeof buf, "%3zu points, median %5.1f%%, max %6.1f%%", v.size(),
-                  100 * median, 100 * v.back());
+                  100 * calibrate::median(v), 100 * *std::max_element(v.begin(), v.end()));
     return std::string(buf);
   };
   std::printf("# by op: |error| at >= 1 MiB per rank (target 10%%) and below (target 25%%)\n");
@@ -346,7 +344,7 @@ void write_strided(const std::vector<calibrate::ChunkPoint>& chunks, toml::table
   }
   std::sort(ratios.begin(), ratios.end());
   const size_t n = ratios.size();
-  const double f = n % 2 == 1 ? ratios[n / 2] : (ratios[n / 2 - 1] + ratios[n / 2]) / 2;
+  const double f = calibrate::median(ratios);
   const double factor = std::max(0.1, std::round(f * 1000) / 1000);
   if (ratios.back() / ratios.front() > 1.25)
     std::printf("# warning: the cases' ratios range %.3f-%.3f: one factor fits them loosely\n",

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "apps/calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {
@@ -83,12 +84,6 @@ const std::vector<std::pair<const char*, const char*>>& host_sources() {
       {"attn_mlp_concat", "concat"},
       {"o_split", "pack"}};
   return kSources;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace

@@ -26,13 +26,11 @@ HostSyncFit fit_host_sync(const std::vector<StepPoint>& steps, const StepPredict
     if (p.strategy == "flat" && p.gpus >= 2 && p.resolution == f.resolution)
       rows[{p.source, p.gpus}].push_back(p.median_ms);
   for (auto& [key, ms] : rows) {
-    std::sort(ms.begin(), ms.end());
-    const size_t n = ms.size();
     HostSyncCase c;
     c.source = key.first;
     c.gpus = key.second;
-    c.rows = static_cast<int>(n);
-    c.measured_ms = n % 2 == 1 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+    c.rows = static_cast<int>(ms.size());
+    c.measured_ms = median(ms);
     f.cases.push_back(c);
   }
 

@@ -18,6 +18,13 @@ double sum_sq(const std::vector<double>& r) {
 
 }  // namespace
 
+double median(std::vector<double> v) {
+  COCO_CHECK(!v.empty(), "the median of no values");
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 double golden_section_min(const std::function<double(double)>& g, double lo, double hi,
                           double abs_tolerance) {
   const double r = (std::sqrt(5.0) - 1) / 2;

@@ -73,6 +73,10 @@ LsqResult least_squares(const ResidualFn& f, const std::vector<LsqParam>& ps,
 double golden_section_min(const std::function<double(double)>& g, double lo, double hi,
                           double abs_tolerance = 0);
 
+/// The median of v: its middle value, or the mean of the middle two for an even count. v must
+/// not be empty.
+double median(std::vector<double> v);
+
 /// Solves a x = b for a small dense symmetric positive-definite-ish a (Gaussian elimination,
 /// partial pivoting); false when singular.
 bool solve_linear(std::vector<std::vector<double>> a, std::vector<double> b,

@@ -16,6 +16,7 @@
 #include "apps/calibrate/collective_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
+#include "apps/calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {
@@ -37,6 +38,13 @@ double value_of(const CollectiveFit& f, const std::string& key) {
     if (v.key == key) return v.value;
   ADD_FAILURE() << key << " not fitted";
   return -1;
+}
+
+// The one median every fit takes (host costs, the strided factor, repeated steps, error tables).
+TEST(CalibrateFit, MedianOfOddAndEvenCounts) {
+  EXPECT_EQ(calibrate::median({3.0}), 3.0);
+  EXPECT_EQ(calibrate::median({5.0, 1.0, 3.0}), 3.0);
+  EXPECT_EQ(calibrate::median({4.0, 1.0, 3.0, 10.0}), 3.5);
 }
 
 TEST(CalibrateFit, RecoversHostAndLibraryCostsFromBackToBackCalls) {
