@@ -11,9 +11,10 @@
 // PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
 // give the device's kernel tables, its host's issue costs and the overlap factors
 // (apps/calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
-// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the host's step factor and sync
-// slowdown, fitted by timing flat FLUX.1-dev steps of the fitted cluster
-// (apps/calibrate/host_sync_fit.hpp). The file written is the cluster (its preset with every --set)
+// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the kernels' step factor
+// (apps/calibrate/device_step_fit.hpp) and the host's step factor and sync slowdown
+// (apps/calibrate/host_sync_fit.hpp), fitted by timing flat FLUX.1-dev steps of the fitted
+// cluster. The file written is the cluster (its preset with every --set)
 // with the fitted values in place (apps/calibrate/cluster_file.hpp); every point is then predicted
 // again from that file, and measured / predicted / error is printed per point, with a summary per
 // op and transport and a warning when the fit misses.
@@ -38,6 +39,7 @@
 
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/device_step_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
@@ -355,13 +357,13 @@ void write_strided(const std::vector<calibrate::ChunkPoint>& chunks, toml::table
         << " cases of a norm on head groups' strided slices against contiguous copies.\n";
 }
 
-// A flat FLUX.1-dev step in phantom mode on one node of W GPUs (a NIC each) of the cluster a
-// table holds, with the host's sync slowdown set and its per-rank slowdown 0: milliseconds a
-// step, the mean of two (as bench/fidelity/steps_fidelity.py times a measured step). The table
-// and a run config are written into a directory of their own, removed with the runner.
+// A flat FLUX.1-dev step in phantom mode on one node of W GPUs (a NIC each) of a cluster table:
+// milliseconds a step, the mean of two (as bench/fidelity/steps_fidelity.py times a measured
+// step). The table and a run config are written into a directory of their own, removed with the
+// runner.
 class StepRunner {
  public:
-  explicit StepRunner(const toml::table& table) : table_(table) {
+  StepRunner() {
     dir_ = std::filesystem::temp_directory_path() /
            ("cocodiff-calibrate-steps-" + std::to_string(::getpid()));
     std::filesystem::remove_all(dir_);
@@ -376,11 +378,7 @@ class StepRunner {
     std::error_code ec;
     std::filesystem::remove_all(dir_, ec);
   }
-  double operator()(int gpus, int resolution, double step_factor, double sync_slowdown) {
-    toml::table t = table_;
-    calibrate::set_key(t, "device.host.step_factor", toml::value<double>(step_factor));
-    calibrate::set_key(t, "device.host.sync_slowdown", toml::value<double>(sync_slowdown));
-    calibrate::set_key(t, "device.host.per_rank_slowdown", toml::value<double>(0.0));
+  double operator()(const toml::table& t, int gpus, int resolution) {
     const std::filesystem::path cluster = dir_ / "cluster.toml";
     write_file_atomic(cluster.string(), calibrate::cluster_file_text(t, ""));
     std::string nics;
@@ -396,16 +394,76 @@ class StepRunner {
   }
 
  private:
-  toml::table table_;
   std::filesystem::path dir_;
 };
+
+// Device-bound steps: the kernels' step factor, fitted by timing the flat 1-GPU step in the
+// emulator; printed per case and set in the cluster table (left as it is when the files hold no
+// such step or the model's step is host-bound).
+void write_device_step(const std::vector<calibrate::StepPoint>& steps, toml::table& table,
+                       std::ostringstream& notes) {
+  const double current = table.at_path("device.step_factor").value_or(1.0);
+  StepRunner runner;
+  const calibrate::DeviceStepFit f = calibrate::fit_device_step(
+      steps,
+      [&](int resolution, double factor) {
+        toml::table t = table;
+        calibrate::set_key(t, "device.step_factor", toml::value<double>(factor));
+        return runner(t, 1, resolution);
+      },
+      current);
+  if (f.cases.empty()) {
+    std::printf(
+        "# steps: no flat 1-GPU step at %d^2, the files' largest resolution; "
+        "device.step_factor is the cluster's\n",
+        f.resolution);
+    return;
+  }
+  std::printf(
+      "# steps: %zu flat 1-GPU steps at %d^2 (device-bound), each file's median against a "
+      "FLUX.1-dev step of the fitted cluster (%d emulated)\n",
+      f.cases.size(), f.resolution, f.predictions);
+  std::printf("%-56s %5s %12s %13s %8s\n", "file", "rows", "measured_ms", "predicted_ms", "error");
+  for (const calibrate::DeviceStepCase& c : f.cases)
+    std::printf("%-56s %5d %12.1f %13.1f %7.1f%%\n", c.source.c_str(), c.rows, c.measured_ms,
+                c.predicted_ms, 100 * (c.predicted_ms / c.measured_ms - 1));
+  if (!f.fitted) {
+    std::printf(
+        "# warning: the model's 1-GPU step at %d^2 is host-bound (it grows %.2f times as fast as "
+        "its kernels): device.step_factor is the cluster's\n",
+        f.resolution, f.sensitivity);
+    return;
+  }
+  if (f.step_factor <= calibrate::kMinKernelStepFactor + 0.001 ||
+      f.step_factor >= calibrate::kMaxKernelStepFactor - 0.001)
+    std::printf(
+        "# warning: the kernels' step factor is at the end of its range: the kernel tables and "
+        "the steps measure different devices\n");
+  std::printf(
+      "# device.step_factor = %s (rms error of log time %.3f over %zu steps): kernels inside a "
+      "step over their times alone\n",
+      fmt(f.step_factor).c_str(), f.rms_log, f.cases.size());
+  calibrate::set_key(table, "device.step_factor", toml::value<double>(f.step_factor));
+  notes << "# Kernels in a step: device.step_factor = " << fmt(f.step_factor)
+        << ", by golden-section search on the log error of " << f.cases.size()
+        << " flat 1-GPU steps at " << f.resolution << "^2 (rms "
+        << fmt(std::round(f.rms_log * 1000) / 1000) << "), each timed as a FLUX.1-dev step of "
+        << "this file.\n";
+}
 
 // Host-bound steps: the host's sync slowdown, fitted by timing the flat step on each measured
 // GPU count in the emulator; printed per case and set in the cluster table.
 void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table& table,
                      std::ostringstream& notes) {
-  StepRunner runner(table);
-  const calibrate::HostSyncFit f = calibrate::fit_host_sync(steps, std::ref(runner));
+  StepRunner runner;
+  const calibrate::HostSyncFit f = calibrate::fit_host_sync(
+      steps, [&](int gpus, int resolution, double step_factor, double sync_slowdown) {
+        toml::table t = table;
+        calibrate::set_key(t, "device.host.step_factor", toml::value<double>(step_factor));
+        calibrate::set_key(t, "device.host.sync_slowdown", toml::value<double>(sync_slowdown));
+        calibrate::set_key(t, "device.host.per_rank_slowdown", toml::value<double>(0.0));
+        return runner(t, gpus, resolution);
+      });
   std::printf(
       "# steps: %zu flat steps of 2 or more GPUs at %d^2 (host-bound), each file's median "
       "against a FLUX.1-dev step of the fitted cluster (%d emulated)\n",
@@ -617,8 +675,12 @@ void run_calibrate(const CalibrateOptions& o) {
   if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
   if (!m.chunks.empty()) write_strided(m.chunks, table, notes);
-  // Last: the steps are timed on the cluster every other fit has made.
-  if (!steps.empty()) write_host_sync(steps, table, notes);
+  // Last: the steps are timed on the cluster every other fit has made; the kernels' pace in a
+  // step first (1-GPU steps at the largest resolution, device-bound), then the host's.
+  if (!steps.empty()) {
+    write_device_step(steps, table, notes);
+    write_host_sync(steps, table, notes);
+  }
 
   const std::string stem = std::filesystem::path(o.out).stem().string();
   calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));

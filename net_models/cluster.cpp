@@ -345,6 +345,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     d.overlap_by_group[ranks] = f;
   }
   d.rank_spread = in.get_double("device.rank_spread", 0.0, 0.0, 0.2);
+  d.step_factor = in.get_double("device.step_factor", 1.0, 0.1, 10.0);
   for (const std::string& name : in.subkeys("device.kernels")) {
     const std::string k = "device.kernels." + name;
     KernelTable t;

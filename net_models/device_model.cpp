@@ -22,6 +22,8 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
     COCO_CHECK(ranks >= 2 && f.compute >= 1 && f.transfer >= 1,
                "overlap factors of a group: 2 ranks or more, factors >= 1");
   COCO_CHECK(p_.rank_spread >= 0 && p_.rank_spread <= 0.2, "rank spread must be in [0, 0.2]");
+  COCO_CHECK(p_.step_factor >= 0.1 && p_.step_factor <= 10,
+             "kernel step factor must be in [0.1, 10]");
   for (const double w : p_.overlap_kind_weight)
     COCO_CHECK(w >= 0 && w <= 100, "overlap kind weights must be in [0, 100]");
   for (const double s : p_.strided_factor)

@@ -70,6 +70,11 @@ class DeviceModel {
   /// (the framework's own work between ops in a real model: module calls, views, the caching
   /// allocator). It multiplies host_issue_scale's whole factor. 1: as measured.
   virtual double host_step_factor() const { return 1.0; }
+  /// How much longer a kernel runs inside a whole step than timed alone, back to back (the
+  /// measured tables): a loop of one kernel finds its weights in L2 and its queue full, while a
+  /// step runs each kernel once, between others that evicted them. Every op's device time is
+  /// taken this many times, on any number of ranks. 1: as measured.
+  virtual double kernel_step_factor() const { return 1.0; }
   /// How far the ranks' devices differ in speed: the standard deviation of their relative
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
   /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
@@ -142,6 +147,8 @@ struct RooflineParams {
   std::array<double, kNumOpKinds> strided_factor{1, 1, 1, 1, 1};
   /// See DeviceModel::rank_spread (0 to 0.2).
   double rank_spread = 0.0;
+  /// See DeviceModel::kernel_step_factor (0.1 to 10).
+  double step_factor = 1.0;
   /// Measured kernels, by op label ("q_proj") or, for ops whose label has none, by op kind
   /// ("attention"). Inside a table's FLOP range its interpolation replaces the roofline (launch
   /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
@@ -170,6 +177,7 @@ class RooflineDevice final : public DeviceModel {
   double host_sync_slowdown() const override { return p_.host.sync_slowdown; }
   double host_step_factor() const override { return p_.host.step_factor; }
   double rank_spread() const override { return p_.rank_spread; }
+  double kernel_step_factor() const override { return p_.step_factor; }
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.
   SimTime roofline(const OpCost& cost) const;

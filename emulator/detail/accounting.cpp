@@ -15,6 +15,17 @@ namespace cocodiff::emu::detail {
 namespace {
 std::size_t u(int i) { return static_cast<std::size_t>(i); }
 
+/// Each rank's factor on its device time: its speed among the ranks (rank_speed_factors) times
+/// the device's kernel step factor. Empty when both leave every rank at 1.
+std::vector<double> device_speeds(int ranks, const DeviceModel& device) {
+  std::vector<double> f = rank_speed_factors(ranks, device.rank_spread());
+  const double step = device.kernel_step_factor();
+  if (step == 1.0) return f;
+  if (f.empty()) f.assign(u(ranks), 1.0);
+  for (double& x : f) x *= step;
+  return f;
+}
+
 /// Trace events from `from` on, shifted by `by`, appended to `to` up to `cap` events.
 void shifted(std::span<const TraceEvent> from, SimTime by, bool back, std::vector<TraceEvent>& to,
              std::size_t cap) {
@@ -39,7 +50,7 @@ Accounting::Accounting(const Topology& topo, const DeviceModel& device,
       host_scale_(host_issue_scale(device.host_step_factor(), device.host_per_rank_slowdown(),
                                    device.host_sync_slowdown(), topo.ranks_per_node(),
                                    topo.num_ranks())),
-      rank_speed_(rank_speed_factors(topo.num_ranks(), device.rank_spread())) {
+      rank_speed_(device_speeds(topo.num_ranks(), device)) {
   for (int k = 0; k < kNumOpKinds; ++k)
     kind_weight_[u(k)] = device.overlap_kind_weight(static_cast<OpKind>(k));
   overlap_groups_ = device.overlap_groups();
@@ -112,7 +123,8 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   TileStats& t = tiles_[static_cast<size_t>(rank)];
-  if (!rank_speed_.empty())  // this rank's device is faster or slower than the mean
+  // This rank's device is faster or slower than the mean, and kernels slower inside a step.
+  if (!rank_speed_.empty())
     dt = SimTime::from_ns(
         std::llround(static_cast<double>(dt.ns()) * rank_speed_[static_cast<size_t>(rank)]));
   if (has_host_) {

@@ -76,7 +76,8 @@ class Accounting {
   bool has_host() const { return has_host_; }
 
   /// A compute charge of `dt` (the device's time for an op of `kind` labelled `label`) on
-  /// rank's tile from `start`: scaled by the rank's speed (DeviceModel::rank_spread) and by
+  /// rank's tile from `start`: scaled by the rank's speed (DeviceModel::rank_spread), by the
+  /// kernels' pace inside a step (DeviceModel::kernel_step_factor) and by
   /// overlap while the tile has a collective open (as much as the kind takes of it:
   /// DeviceModel::overlap_kind_weight), started no earlier than its host has issued it. The
   /// tile's accounting and event; returns the clock after it.
@@ -159,7 +160,8 @@ class Accounting {
   /// Op issue costs scale with the ranks sharing a node's host and with the hosts each
   /// exchange waits for (host_issue_scale).
   double host_scale_ = 1.0;
-  /// Each rank's factor on its device time (DeviceModel::rank_spread); empty: all alike.
+  /// Each rank's factor on its device time (DeviceModel::rank_spread x kernel_step_factor);
+  /// empty: all alike at 1.
   std::vector<double> rank_speed_;
   std::vector<int> rank_group_;  // see the constructor
 

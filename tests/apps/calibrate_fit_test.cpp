@@ -3,10 +3,12 @@
 // known ones come back; on a cluster whose device has a host, calls timed back to back overlap
 // the host's issue with the call before, and both the host's cost and the library's come back.
 // The eager-op fit (apps/calibrate/eager_fit.hpp) turns known device and host times into the
-// preset's tables exactly.
+// preset's tables exactly. The step fits (host_sync_fit.hpp, device_step_fit.hpp) recover the
+// factors that made closed-form steps.
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "apps/calibrate/cluster_file.hpp"
 #include "apps/calibrate/collective_fit.hpp"
+#include "apps/calibrate/device_step_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/least_squares.hpp"
@@ -228,6 +231,64 @@ TEST(CalibrateFit, HostStepFactorAndSyncSlowdownFromClosedFormSteps) {
 
   std::vector<calibrate::StepPoint> none(steps.begin() + 4, steps.begin() + 6);
   EXPECT_THROW(calibrate::fit_host_sync(none, predict), InputError);
+}
+
+// A device-bound 1-GPU step of 150 ms of host time and 700 ms of kernels: the kernels' step
+// factor that made it comes back; only flat 1-GPU steps at the files' largest resolution count,
+// each file's once (the median of its launches). A host-bound step fits nothing.
+TEST(CalibrateFit, KernelStepFactorFromDeviceBoundOneGpuSteps) {
+  const double truth = 1.047;
+  int calls = 0;
+  const DeviceStepPredictor predict = [&](int res, double factor) {
+    ++calls;
+    EXPECT_EQ(res, 2048);
+    return std::max(150.0, 20.0 + 700.0 * factor);
+  };
+  std::vector<StepPoint> steps;
+  const auto add = [&](const std::string& file, const std::string& strategy, int gpus, int res,
+                       double ms) {
+    StepPoint p;
+    p.where = file + ":2";
+    p.source = file;
+    p.strategy = strategy;
+    p.gpus = gpus;
+    p.resolution = res;
+    p.median_ms = ms;
+    p.transport = "nvlink";
+    steps.push_back(p);
+  };
+  const double ms = 20.0 + 700.0 * truth;
+  add("a.csv", "flat", 1, 2048, ms * 1.2);  // three launches: the median is the truth
+  add("a.csv", "flat", 1, 2048, ms);
+  add("a.csv", "flat", 1, 2048, ms / 1.2);
+  add("b.csv", "flat", 1, 2048, ms);
+  add("b.csv", "flat", 1, 1024, 1.0);     // a smaller resolution: not used
+  add("b.csv", "flat", 2, 2048, 1.0);     // two GPUs: not used
+  add("b.csv", "v_first", 1, 2048, 1e4);  // not flat: not used
+  const DeviceStepFit f = fit_device_step(steps, predict, 1.0);
+  EXPECT_TRUE(f.fitted);
+  EXPECT_EQ(f.resolution, 2048);
+  ASSERT_EQ(f.cases.size(), 2u);
+  EXPECT_EQ(f.cases[0].rows, 3);
+  EXPECT_NEAR(f.step_factor, truth, 0.0011);
+  EXPECT_NEAR(f.sensitivity, std::log((20 + 770.0) / 720) / std::log(1.1), 1e-9);
+  for (const DeviceStepCase& c : f.cases)
+    EXPECT_NEAR(c.predicted_ms, c.measured_ms, 1e-3 * c.measured_ms) << c.source;
+  EXPECT_EQ(calls, f.predictions);
+
+  // The model's step is the host's 800 ms at any factor near 1: nothing is fitted.
+  const DeviceStepFit g = fit_device_step(
+      steps, [](int, double factor) { return std::max(800.0, 700.0 * factor); }, 1.0);
+  EXPECT_FALSE(g.fitted);
+  EXPECT_EQ(g.step_factor, 1.0);
+  EXPECT_EQ(g.cases.size(), 2u);
+
+  // No flat 1-GPU step at the largest resolution: no case, the cluster's factor.
+  const std::vector<StepPoint> none(steps.begin() + 4, steps.end());
+  const DeviceStepFit h = fit_device_step(none, predict, 1.3);
+  EXPECT_FALSE(h.fitted);
+  EXPECT_TRUE(h.cases.empty());
+  EXPECT_EQ(h.step_factor, 1.3);
 }
 
 }  // namespace

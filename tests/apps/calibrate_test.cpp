@@ -860,12 +860,13 @@ TEST_F(Calibrate, FitsTheStridedFactorFromAChunksFile) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
-// Steps made by the emulator with a known step factor (1.3) and sync slowdown (1.7) on two
-// "machines" (files), flat and V-First on 2 and 4 GPUs at 1024^2 and 2048^2, one step measured
-// in three launches: calibrate fits the flat steps at the smallest resolution (1024^2) and
-// recovers both within 1%.
-TEST_F(Calibrate, RecoversAKnownHostStepFactorAndSyncSlowdownFromSyntheticSteps) {
-  const double truth = 1.7, truth_factor = 1.3;
+// Steps made by the emulator with a known host step factor (1.3) and sync slowdown (1.7) and a
+// known kernels' step factor (1.06) on two "machines" (files), flat and V-First on 1, 2 and 4
+// GPUs at 1024^2 and 2048^2, one step measured in three launches: calibrate fits the kernels'
+// factor to the flat 1-GPU step at the largest resolution (2048^2), then the host's to the flat
+// steps of 2 or more GPUs at the smallest (1024^2), and recovers all three within 1%.
+TEST_F(Calibrate, RecoversKnownHostAndKernelStepFactorsAndSyncSlowdownFromSyntheticSteps) {
+  const double truth = 1.7, truth_factor = 1.3, truth_kernels = 1.06;
   const auto step_ms = [&](int gpus, int res, const std::string& strategy) {
     std::string nics;
     for (int r = 0; r < gpus; ++r) nics += (r ? "," : "") + std::to_string(r);
@@ -901,7 +902,9 @@ TEST_F(Calibrate, RecoversAKnownHostStepFactorAndSyncSlowdownFromSyntheticSteps)
                       "--set",
                       "cluster.device.host.sync_slowdown=" + std::to_string(truth),
                       "--set",
-                      "cluster.device.host.step_factor=" + std::to_string(truth_factor)},
+                      "cluster.device.host.step_factor=" + std::to_string(truth_factor),
+                      "--set",
+                      "cluster.device.step_factor=" + std::to_string(truth_kernels)},
                      dir_);
     EXPECT_EQ(r.exit_code, 0) << r.err;
     std::ifstream in(out / "report.json");
@@ -921,7 +924,8 @@ TEST_F(Calibrate, RecoversAKnownHostStepFactorAndSyncSlowdownFromSyntheticSteps)
                                row("v_first", 2, 1024, 3 * f2) + row("flat", 2, 2048, 5 * f2));
   const fs::path b =
       write("b_steps_nvlink.csv", std::string(kStepsHeader) + row("flat", 4, 1024, f4) +
-                                      row("flat", 1, 1024, f4 / 3) + row("flat", 4, 2048, 9 * f4));
+                                      row("flat", 1, 1024, f4 / 3) + row("flat", 4, 2048, 9 * f4) +
+                                      row("flat", 1, 2048, step_ms(1, 2048, "flat")));
   const fs::path out = dir_ / "fit.toml";
   const ChildResult r = run_cocodiff(
       {"calibrate", a.string(), b.string(), "--cluster", "hgx-h100", "--out", out.string()}, dir_);
@@ -930,6 +934,9 @@ TEST_F(Calibrate, RecoversAKnownHostStepFactorAndSyncSlowdownFromSyntheticSteps)
   EXPECT_NEAR(value(fit, "device.host", "sync_slowdown"), truth, 0.01 * truth) << r.out;
   EXPECT_NEAR(value(fit, "device.host", "step_factor"), truth_factor, 0.01 * truth_factor) << r.out;
   EXPECT_EQ(value(fit, "device.host", "per_rank_slowdown"), 0.0);
+  EXPECT_NEAR(value(fit, "device", "step_factor"), truth_kernels, 0.01 * truth_kernels) << r.out;
+  EXPECT_NE(r.out.find("# steps: 1 flat 1-GPU steps at 2048^2 (device-bound)"), std::string::npos)
+      << r.out;
   EXPECT_NE(r.out.find("# steps: 2 flat steps of 2 or more GPUs at 1024^2"), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("warning: the fitted host misses"), std::string::npos) << r.out;
@@ -1036,6 +1043,10 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
       EXPECT_NEAR(shipped["device"]["host"][key].value<double>().value_or(-1),
                   fit["device"]["host"][key].value<double>().value_or(0), 0.015)
           << key;
+    // The kernels' step factor, fitted to the flat 1-GPU 2048^2 steps (to 0.001; the rounded
+    // tables may move it by a step of that).
+    EXPECT_NEAR(shipped["device"]["step_factor"].value<double>().value_or(-1),
+                fit["device"]["step_factor"].value<double>().value_or(0), 0.0015);
   }
 }
 

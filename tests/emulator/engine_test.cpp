@@ -79,16 +79,22 @@ TEST(EngineTime, OverlapGivesMaxNotSum) {
   }
 }
 
-// A unit device (1 FLOP per ns) with a host: every op costs the host `op_ns` to issue, ops
-// labelled "cheap" 100 ns, a collective call `call_ns`.
-std::shared_ptr<DeviceModel> host_device(std::int64_t op_ns, std::int64_t call_ns,
-                                         double compute_factor = 1.0,
-                                         double transfer_factor = 1.0) {
+// A unit device (1 FLOP per ns) whose host spends `op_ns` to issue any op.
+RooflineParams unit_params(const std::string& name, std::int64_t op_ns) {
   RooflineParams p;
-  p.name = "unit with a host";
+  p.name = name;
   p.peak_flops_per_s = 1e9;
   p.hbm_bytes_per_s = 1e9;
   p.host.op_issue = SimTime::from_ns(op_ns);
+  return p;
+}
+
+// A unit device with a host: every op costs the host `op_ns` to issue, ops labelled "cheap" 100
+// ns, a collective call `call_ns`.
+std::shared_ptr<DeviceModel> host_device(std::int64_t op_ns, std::int64_t call_ns,
+                                         double compute_factor = 1.0,
+                                         double transfer_factor = 1.0) {
+  RooflineParams p = unit_params("unit with a host", op_ns);
   p.host.collective_issue = SimTime::from_ns(call_ns);
   p.host.ops.emplace("cheap", SimTime::from_ns(100));
   p.overlap_compute_factor = compute_factor;
@@ -126,11 +132,7 @@ TEST(EngineHost, IssueCostsGrowWithTheNodesRanksAndTheHarmonicNumberOfTheRun) {
   for (const Case k : {Case{1, 1, 1.0}, Case{2, 1, 1.0 + 0.1 + 0.6 * 0.5},
                        Case{4, 1, 1.0 + 0.3 + 0.6 * (1.0 / 2 + 1.0 / 3 + 1.0 / 4)},
                        Case{2, 2, 1.0 + 0.1 + 0.6 * (1.0 / 2 + 1.0 / 3 + 1.0 / 4)}}) {
-    RooflineParams p;
-    p.name = "unit with a slowing host";
-    p.peak_flops_per_s = 1e9;
-    p.hbm_bytes_per_s = 1e9;
-    p.host.op_issue = SimTime::from_ns(1000);
+    RooflineParams p = unit_params("unit with a slowing host", 1000);
     p.host.per_rank_slowdown = 0.1;
     p.host.sync_slowdown = 0.6;
     Topology topo = test::make_topo(1, k.gpus, k.nodes);
@@ -147,11 +149,7 @@ TEST(EngineHost, TheStepFactorMultipliesEveryOpIssueCostOnAnyNumberOfRanks) {
   // The same five host-bound ops with step_factor 1.5 and sync_slowdown 0.6: on 1 GPU each
   // costs 1500 ns, on 4 GPUs 1.5 x 1000 x (1 + 0.6 (H(4) - 1)).
   for (const int gpus : {1, 4}) {
-    RooflineParams p;
-    p.name = "unit with a step factor";
-    p.peak_flops_per_s = 1e9;
-    p.hbm_bytes_per_s = 1e9;
-    p.host.op_issue = SimTime::from_ns(1000);
+    RooflineParams p = unit_params("unit with a step factor", 1000);
     p.host.sync_slowdown = 0.6;
     p.host.step_factor = 1.5;
     const double scale = 1.5 * (1.0 + 0.6 * (gpus == 1 ? 0.0 : 1.0 / 2 + 1.0 / 3 + 1.0 / 4));
@@ -162,6 +160,35 @@ TEST(EngineHost, TheStepFactorMultipliesEveryOpIssueCostOnAnyNumberOfRanks) {
     });
     EXPECT_EQ(r.makespan.ns(), 5 * std::llround(1000 * scale) + 200) << gpus;
     EXPECT_DOUBLE_EQ(host_issue_scale(1.5, 0.0, 0.6, gpus, gpus), scale);
+  }
+}
+
+TEST(EngineHost, TheKernelStepFactorMultipliesEveryDeviceTimeBesideTheRanksSpread) {
+  // Five device-bound 2000 ns ops (100 ns to issue) with the kernels' step factor 1.25: 2500 ns
+  // each on 1 and 4 ranks alike; with a spread of 0.1 on 2 ranks each rank's time is also
+  // scaled by its speed (rank_speed_factors), and the run ends with the slower rank.
+  for (const int gpus : {1, 4, 2}) {
+    RooflineParams p = unit_params("unit with a kernel step factor", 1000);
+    p.host.ops.emplace("cheap", SimTime::from_ns(100));
+    p.step_factor = 1.25;
+    if (gpus == 2) p.rank_spread = 0.1;
+    Topology topo = test::make_topo(1, gpus, 1);
+    emu::Engine engine = host_engine(topo, std::make_shared<RooflineDevice>(p));
+    emu::RunResult r = engine.run([](Communicator& c) {
+      for (int i = 0; i < 5; ++i) c.compute({OpKind::kGemm, 2000, 0, "cheap"});
+    });
+    std::int64_t expected = 100 + 5 * 2500;
+    if (gpus == 2) {
+      expected = 0;
+      for (const double f : rank_speed_factors(2, 0.1))
+        expected = std::max<std::int64_t>(expected, 100 + 5 * std::llround(2000.0 * (f * 1.25)));
+      EXPECT_NE(expected, 100 + 5 * 2500);
+    }
+    EXPECT_EQ(r.makespan.ns(), expected) << gpus;
+    if (gpus != 2) {
+      for (int rank = 0; rank < gpus; ++rank)
+        EXPECT_EQ(r.rank_compute[static_cast<size_t>(rank)].ns(), 5 * 2500) << rank;
+    }
   }
 }
 

@@ -134,6 +134,28 @@ TEST(HostStepFactor, ClusterKeyIsReadAndBounded) {
   }
 }
 
+TEST(KernelStepFactor, ClusterKeyIsReadAndBoundedAndScalesNoTable) {
+  const Config ok = Config::parse(
+      "[cluster]\npreset = \"hgx-h200\"\n[cluster.device]\nstep_factor = 1.05\n", "run.toml");
+  const Cluster fitted = load_cluster(ok, kPresets);
+  EXPECT_DOUBLE_EQ(fitted.device->kernel_step_factor(), 1.05);
+  // The factor is the engine's, on every charge: the device's own times stay the tables'.
+  const Config plain = Config::parse(
+      "[cluster]\npreset = \"hgx-h200\"\n[cluster.device]\nstep_factor = 1\n", "run.toml");
+  const OpCost gemm{OpKind::kGemm, 1e11, 1e8, "q_proj"};
+  EXPECT_EQ(fitted.device->time(gemm), load_cluster(plain, kPresets).device->time(gemm));
+  const Config none = Config::parse("[cluster]\npreset = \"uniform\"\n", "run.toml");
+  EXPECT_DOUBLE_EQ(load_cluster(none, kPresets).device->kernel_step_factor(), 1.0);
+  const Config bad = Config::parse(
+      "[cluster]\npreset = \"hgx-h200\"\n[cluster.device]\nstep_factor = 20\n", "run.toml");
+  try {
+    load_cluster(bad, kPresets);
+    FAIL() << "a kernel step factor of 20 was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("device.step_factor"), std::string::npos) << e.what();
+  }
+}
+
 // An op labelled X_strided reads a strided view: X's time (its table's, else the roofline's)
 // times its kind's strided factor, unless it has a table of its own; it is issued as X is.
 TEST(StridedViews, TakeTheContiguousOpsTimeTimesTheKindsFactor) {
