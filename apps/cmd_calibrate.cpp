@@ -440,8 +440,8 @@ void write_device_step(const std::vector<calibrate::StepPoint>& steps, toml::tab
         "# warning: the kernels' step factor is at the end of its range: the kernel tables and "
         "the steps measure different devices\n");
   std::printf(
-      "# device.step_factor = %s (rms error of log time %.3f over %zu steps): kernels inside a "
-      "step over their times alone\n",
+      "# device.step_factor = %s (rms error of log time %.3f over %zu steps): a step's device "
+      "work over its kernels' times alone\n",
       fmt(f.step_factor).c_str(), f.rms_log, f.cases.size());
   calibrate::set_key(table, "device.step_factor", toml::value<double>(f.step_factor));
   notes << "# Kernels in a step: device.step_factor = " << fmt(f.step_factor)

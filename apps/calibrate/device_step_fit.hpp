@@ -23,7 +23,7 @@
 
 namespace cocodiff::calibrate {
 
-/// The search's ends: kernels inside a step from half to twice their time alone.
+/// The search's ends: a step's device work from half to twice its kernels' time alone.
 inline constexpr double kMinKernelStepFactor = 0.5;
 inline constexpr double kMaxKernelStepFactor = 2.0;
 

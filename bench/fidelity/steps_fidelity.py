@@ -107,7 +107,7 @@ def main():
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
     def stats(subset):
         out = {}
-        for res in (1024, 2048):
+        for res in sorted({r["resolution"] for r in subset}):
             errs = [abs(r["error_pct"]) for r in subset if r["resolution"] == res]
             if not errs:
                 continue
