@@ -70,11 +70,11 @@ class DeviceModel {
   /// (the framework's own work between ops in a real model: module calls, views, the caching
   /// allocator). It multiplies host_issue_scale's whole factor. 1: as measured.
   virtual double host_step_factor() const { return 1.0; }
-  /// How much longer a step's device work takes than the sum of its kernels timed alone, back to
-  /// back (the measured tables): every op's device time is taken this many times, on any number
-  /// of ranks. Device-bound eager steps miss the tables' sum in proportion to their work (on
-  /// H200s by 4-5% on 1, 2 and 4 GPUs alike); profiles put the kernels themselves within a few
-  /// percent of the tables and the rest in short idle gaps between them. 1: as measured.
+  /// How much longer a step's kernels take than the same kernels timed alone, back to back (the
+  /// measured tables): every op's device time is taken this many times, on any number of ranks.
+  /// Device-bound eager steps miss the tables' sum in proportion to their work (on H200s by 3-6%
+  /// on 1, 2 and 4 GPUs and at 1536^2-3072^2 alike), and a profile of the 1-GPU step finds it in
+  /// the kernels themselves, not between them. 1: as measured.
   virtual double kernel_step_factor() const { return 1.0; }
   /// How far the ranks' devices differ in speed: the standard deviation of their relative
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in

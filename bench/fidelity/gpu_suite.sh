@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -40,6 +40,8 @@
 #   chunks  on GPU 0 alone: a rank's Q preparation (RMSNorm, RoPE, all-to-all layout) whole and
 #           in 2 and 4 head groups, and the received groups' concatenation, at the shapes of 2, 3
 #           and 4 ranks at 1024^2 and 2048^2 (device time; about 1 minute)
+#   profile1  the flat 1024^2 and 2048^2 steps on GPU 0 alone with every kernel recorded (compute
+#           kernels' device time and the step's), then the same steps unprofiled (about 1 minute)
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
@@ -119,6 +121,9 @@ elif [ "$mode" = hostbeside ]; then
 elif [ "$mode" = interference ]; then
   launch shm 120 --parts interference
   launch nvlink 120 --parts interference
+elif [ "$mode" = profile1 ]; then
+  gpus=1
+  launch nvlink 200 --parts profile,steps --worlds 1 --resolutions 1024,2048 --steps 3
 elif [ "$mode" = sizes ]; then
   launch nvlink 280 --parts steps --resolutions 1536,3072
   launch shm 200 --parts steps --resolutions 1536,3072 --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"

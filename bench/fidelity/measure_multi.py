@@ -913,12 +913,12 @@ def concurrency(res):
             f"{res[name + '_together_us']:.2f} us")
 
 
-def member_worlds():
-    """Each world of 2 or more GPUs: (w, its group, whether this rank is in it, this rank's
-    model or None). The caller drops its model at the end of each world (`del model`), so that
-    it is freed and the cache emptied before the next world's model is made."""
+def member_worlds(one=False):
+    """Each world of 2 or more GPUs (and of one with `one`): (w, its group, whether this rank is
+    in it, this rank's model or None). The caller drops its model at the end of each world (`del
+    model`), so that it is freed and the cache emptied before the next world's model is made."""
     for w in worlds():
-        if w == 1:
+        if w == 1 and not one:
             continue
         member = RANK < w
         model = Model(w, RANK) if member else None
@@ -1106,10 +1106,10 @@ def profile(res):
     res["world"] = WORLD
     res["cases"] = {}
     kinds = ("gemm", "attention", "other", "nccl", "copy")
-    for w, group, member, model in member_worlds():
+    for w, group, member, model in member_worlds(one=True):
         for r in [int(x) for x in A.resolutions.split(",")]:
             tokens = (r // 16) ** 2 if not CPU else r
-            for strat in A.strategies.split(","):
+            for strat in (["flat"] if w == 1 else A.strategies.split(",")):
                 if rank_any(left() < 50):
                     log("profile: deadline at", w, r, strat)
                     return
