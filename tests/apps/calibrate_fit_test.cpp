@@ -44,6 +44,20 @@ double value_of(const CollectiveFit& f, const std::string& key) {
 }
 
 // The one median every fit takes (host costs, the strided factor, repeated steps, error tables).
+// A measured NVLink step of `file` (its second line).
+StepPoint step_point(const std::string& file, const std::string& strategy, int gpus, int res,
+                     double ms) {
+  StepPoint p;
+  p.where = file + ":2";
+  p.source = file;
+  p.strategy = strategy;
+  p.gpus = gpus;
+  p.resolution = res;
+  p.median_ms = ms;
+  p.transport = "nvlink";
+  return p;
+}
+
 TEST(CalibrateFit, MedianOfOddAndEvenCounts) {
   EXPECT_EQ(calibrate::median({3.0}), 3.0);
   EXPECT_EQ(calibrate::median({5.0, 1.0, 3.0}), 3.0);
@@ -188,17 +202,7 @@ TEST(CalibrateFit, HostStepFactorAndSyncSlowdownFromClosedFormSteps) {
   };
   std::vector<calibrate::StepPoint> steps;
   const auto add = [&](const std::string& file, const std::string& strategy, int gpus, int res,
-                       double ms) {
-    calibrate::StepPoint p;
-    p.where = file + ":2";
-    p.source = file;
-    p.strategy = strategy;
-    p.gpus = gpus;
-    p.resolution = res;
-    p.median_ms = ms;
-    p.transport = "nvlink";
-    steps.push_back(p);
-  };
+                       double ms) { steps.push_back(step_point(file, strategy, gpus, res, ms)); };
   const auto truth_ms = [&](int gpus) {
     return (100.0 + 10 * gpus) * truth_a * (1 + truth_s * (harmonic(gpus) - 1));
   };
@@ -246,17 +250,7 @@ TEST(CalibrateFit, KernelStepFactorFromDeviceBoundOneGpuSteps) {
   };
   std::vector<StepPoint> steps;
   const auto add = [&](const std::string& file, const std::string& strategy, int gpus, int res,
-                       double ms) {
-    StepPoint p;
-    p.where = file + ":2";
-    p.source = file;
-    p.strategy = strategy;
-    p.gpus = gpus;
-    p.resolution = res;
-    p.median_ms = ms;
-    p.transport = "nvlink";
-    steps.push_back(p);
-  };
+                       double ms) { steps.push_back(step_point(file, strategy, gpus, res, ms)); };
   const double ms = 20.0 + 700.0 * truth;
   add("a.csv", "flat", 1, 2048, ms * 1.2);  // three launches: the median is the truth
   add("a.csv", "flat", 1, 2048, ms);
