@@ -74,7 +74,9 @@ class DeviceModel {
   /// measured tables): every op's device time is taken this many times, on any number of ranks.
   /// Device-bound eager steps miss the tables' sum in proportion to their work (on H200s by 3-6%
   /// on 1, 2 and 4 GPUs and at 1536^2-3072^2 alike), and a profile of the 1-GPU step finds it in
-  /// the kernels themselves, not between them. 1: as measured.
+  /// the kernels themselves, not between them. It is the net of the power cap: a device-bound
+  /// step holds the GPU at its power limit and a lower clock than the tables' replays, by kernel
+  /// kind in opposite directions (bench/fidelity/pace_fidelity.py). 1: as measured.
   virtual double kernel_step_factor() const { return 1.0; }
   /// How far the ranks' devices differ in speed: the standard deviation of their relative
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in

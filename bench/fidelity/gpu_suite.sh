@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -42,6 +42,9 @@
 #           and 4 ranks at 1024^2 and 2048^2 (device time; about 1 minute)
 #   profile1  the flat 1024^2 and 2048^2 steps on GPU 0 alone with every kernel recorded (compute
 #           kernels' device time and the step's), then the same steps unprofiled (about 1 minute)
+#   pace    on GPU 0 alone: a 4,608-token block's kernels as the tables time them, with the L2 cache
+#           flushed before each call, and replayed for 1.5 s on end; then flat 1-GPU 1024^2 and 2048^2 steps;
+#           the GPU's clocks and power sampled every 50 ms throughout (about 2 minutes)
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
@@ -124,6 +127,23 @@ elif [ "$mode" = interference ]; then
 elif [ "$mode" = profile1 ]; then
   gpus=1
   launch nvlink 200 --parts profile,steps --worlds 1 --resolutions 1024,2048 --steps 3
+elif [ "$mode" = pace ]; then
+  gpus=1
+  # the GPU's clocks, power and throttle reasons every 50 ms while the kernels and steps run
+  sampler=
+  for reasons in clocks_event_reasons.active clocks_throttle_reasons.active ""; do
+    q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu${reasons:+,$reasons}
+    nvidia-smi -i 0 --query-gpu="$q" --format=csv,nounits -lms 50 > "$out/smi_samples.csv" 2>&1 &
+    sampler=$!
+    sleep 1
+    kill -0 "$sampler" 2> /dev/null && break
+    sampler=
+  done
+  echo "sampler ${sampler:-none}; clock at start $(date -u '+%Y-%m-%dT%H:%M:%S.%N') UTC, epoch $(date +%s.%N)" | tee "$out/smi_clock.txt"
+  launch nvlink 150 --parts pace --worlds 1
+  mv "$out/log_nvlink.txt" "$out/log_pace.txt"
+  launch nvlink 120 --parts steps --worlds 1 --resolutions 1024,2048 --steps 8
+  [ -n "$sampler" ] && kill "$sampler" 2> /dev/null || true
 elif [ "$mode" = sizes ]; then
   launch nvlink 280 --parts steps --resolutions 1536,3072
   launch shm 200 --parts steps --resolutions 1536,3072 --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"

@@ -33,6 +33,8 @@ OUT (rank 0 only):
   callforms_<transport>.json    a step's image all-to-all between two GEMMs in four forms
                                 (blocking or async+wait; fixed buffers or a fresh copy each call)
   chunks.json                   a rank's Q preparation whole and in head groups (chunk_prep)
+  pace.json                     a 4,608-token block's kernels warm (as the tables), with the L2
+                                cache flushed before each call, and replayed for seconds on end
   profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
                                 (torch.profiler): device time of compute and of NCCL's kernels
                                 a step, slowest and fastest rank
@@ -1094,6 +1096,87 @@ def chunk_prep(res):
     res["cases"] = cases
 
 
+def kernel_pace(res):
+    """Why a step's kernels take longer than the tables time them (rank 0, one GPU): the kernels
+    of a 4,608-token single block (a 1-GPU 1024^2 step's, and the projections of a 4-GPU 2048^2
+    rank's; 24 heads) timed three ways. `warm_us` as the
+    tables do (replayed back to back in a CUDA graph: the kernel finds its inputs and weights in
+    the L2 cache); `cold_us` with the L2 cache flushed before each call (a graph of flush + kernel
+    less a graph of the flush alone: a read of a buffer of 4x the L2); `sustained_us` the warm
+    graph replayed back to back for `sustain_s` seconds, the median call of the last third (the
+    GPU at the clocks and power a long step holds it to). Each phase's wall-clock span is kept
+    (`t0`, `t1`, Unix seconds) to line up with the GPU's sampled clocks and power."""
+    if RANK != 0:
+        return
+    n = 4608 if not CPU else 64
+    sustain_s = 1.5 if not CPU else 0.05
+    l2 = getattr(torch.cuda.get_device_properties(dev), "L2_cache_size", 50 << 20) if not CPU else 1 << 20
+    flush_buf = torch.empty(4 * l2 // 4, device=dev, dtype=torch.float32).fill_(1.0)
+
+    def flush():
+        flush_buf.sum()
+
+    cases = [c for c in kernel_cases(n, HEADS) if c[0] not in ("linear_heads", "pack", "unpack", "adaln")]
+    q = torch.randn(1, HEADS, n, HD, device=dev, dtype=DT)
+    cases.append(("sdpa", "attention", HD, n, 4.0 * HEADS * n * n * HD, lambda: sdpa(q, q, q)))
+    res.update({"tokens": n, "heads": HEADS, "l2_bytes": l2, "flush_bytes": flush_buf.numel() * 4,
+                "sustain_s": sustain_s, "kernels": []})
+    try:
+        res["sm_clock_mhz_idle"] = torch.cuda.clock_rate(dev) if not CPU else None
+    except Exception as ex:  # noqa: BLE001 (pynvml may be missing)
+        res["sm_clock_mhz_idle"] = f"unavailable ({ex})"
+    for op, label, k, no, fl, fn in cases:
+        if left() < 30:
+            log("pace: deadline")
+            break
+        row = {"op": op, "label": label, "flops": fl, "t0": time.time()}
+        one, _ = time_calls(fn, 1, warm=2)
+        reps = int(min(200, max(10, 20000.0 / max(one, 1.0))))
+        row["warm_us"] = round(graph_time(fn, reps), 3)
+
+        def flushed():
+            flush()
+            fn()
+
+        row["flush_us"] = round(graph_time(flush, reps), 3)
+        row["cold_us"] = round(graph_time(flushed, reps) - row["flush_us"], 3)
+        if CPU:
+            t, _ = time_calls(fn, reps)
+            row["sustained_us"] = row["first_replay_us"] = round(t, 3)
+        else:
+            s = torch.cuda.Stream()
+            s.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(s):
+                fn()
+            torch.cuda.current_stream().wait_stream(s)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                for _ in range(reps):
+                    fn()
+            sync()
+            spans, t_end = [], time.time() + sustain_s
+            while time.time() < t_end or len(spans) < 6:
+                sp = Span()
+                sp.start()
+                g.replay()
+                sp.stop()
+                spans.append(sp)
+                if len(spans) % 8 == 0:
+                    spans[-1].b.synchronize()
+            sync()
+            per = [sp.us() / reps for sp in spans]
+            row["first_replay_us"] = round(per[0], 3)
+            row["sustained_us"] = round(statistics.median(per[-max(2, len(per) // 3):]), 3)
+            row["replays"] = len(per)
+            del g
+        row["t1"] = time.time()
+        res["kernels"].append(row)
+        log("pace", json.dumps({k: v for k, v in row.items() if k not in ("t0", "t1")}))
+    del flush_buf, q
+    if not CPU:
+        torch.cuda.empty_cache()
+
+
 def profile(res):
     """Whole steps of every strategy with the GPU's kernels recorded (torch.profiler, CUPTI):
     per step, the device time of the compute kernels (GEMMs, attention, the rest) and of NCCL's
@@ -1515,6 +1598,11 @@ def main():
         profile(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, f"profile_{tr}.json"), "w"), indent=1)
+    if "pace" in parts:
+        res = {}
+        kernel_pace(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, "pace.json"), "w"), indent=1)
     if "chunks" in parts:
         res = {}
         chunk_prep(res)

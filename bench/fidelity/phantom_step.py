@@ -4,14 +4,14 @@ breakdowns) and profile_fidelity.py (profiled steps) call it with the cluster ke
 import csv, glob, json, os, subprocess, sys, tempfile
 
 
-def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
+def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets, trace=False):
     """report.json of `steps` FLUX.1-dev steps at res^2 under run.strategy=`strategy` on one node
-    of w GPUs (a NIC each), with the extra `sets` (KEY=VALUE); exits naming the command if
-    cocodiff fails."""
+    of w GPUs (a NIC each), with the extra `sets` (KEY=VALUE); with `trace`, also its trace's
+    events (trace.json) under "trace_events". Exits naming the command if cocodiff fails."""
     nics = ",".join(str(i) for i in range(w))
     base = ["run.math=skip", "model.preset=flux1-dev", f"run.resolution={res}", f"run.steps={steps}",
             "cluster.nodes=1", f"cluster.topology.sizes=[{w}]", f"cluster.nic.count={w}",
-            f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={strategy}", "emulator.trace=false"]
+            f"cluster.nic.rank_nic=[{nics}]", f"run.strategy={strategy}", f"emulator.trace={str(trace).lower()}"]
     with tempfile.TemporaryDirectory() as d:
         cmd = [cocodiff, "run", os.path.join(root, "configs/quickstart.toml"), "--out", d, "-q"]
         for s in base + list(sets):
@@ -19,7 +19,10 @@ def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets):
         p = subprocess.run(cmd, capture_output=True, text=True)
         if p.returncode != 0:
             sys.exit(f"cocodiff failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
-        return json.load(open(os.path.join(d, "report.json")))
+        report = json.load(open(os.path.join(d, "report.json")))
+        if trace:
+            report["trace_events"] = json.load(open(os.path.join(d, "trace.json")))["traceEvents"]
+        return report
 
 
 def preset_for(machine, transport):
