@@ -720,7 +720,10 @@ def kernel_cases(n, h, tokens_txt=None):
         ("norm_modulate", "norm1", HID, HID, 7.0 * n * HID, lambda: norm_mod(x, mod, mod)),
         ("gelu", "mlp_gelu", MLP, MLP, 8.0 * n * MLP, lambda: gelu(xm)),
         ("gated_residual", "residual", HID, HID, 2.0 * n * HID, lambda: x + mod * x),
-        ("pack", "a2a_pack", HID, h, 0.0, lambda: q.view(n, 1, h, HD).transpose(0, 1).contiguous()),
+        # the all-to-all's send layout for 2 peers: each peer's half of the heads made contiguous
+        # (a view of one peer would be contiguous already, and .contiguous() would copy nothing)
+        ("pack", "a2a_pack", HID, h, 0.0,
+         lambda: q.view(n, 2, h // 2, HD).transpose(0, 1).contiguous() if h % 2 == 0 else q.clone()),
         ("unpack", "a2a_unpack", HID, h, 0.0, lambda: q.permute(1, 0, 2).contiguous()),
         ("concat", "attn_mlp_concat", HID, MLP, 0.0, lambda: torch.cat([x, xm], -1)),
         ("adaln", "adaln", HID, 6 * HID, 2.0 * 6 * HID * HID, lambda: F.linear(temb, w["mod"])),
