@@ -652,21 +652,27 @@ def steps(rows):
 # Kernels: device time (CUDA graph replay: the queue never drains) and host issue time
 
 
-def graph_time(fn, reps):
-    """Device time per call of fn, replayed `reps` times inside one CUDA graph."""
-    if CPU:
-        t, _ = time_calls(fn, reps)
-        return t
+def capture_graph(fn, reps, warm=2):
+    """A CUDA graph of `reps` calls of fn, after `warm` calls on a side stream (as capture needs)."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        for _ in range(2):
+        for _ in range(warm):
             fn()
     torch.cuda.current_stream().wait_stream(s)
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for _ in range(reps):
             fn()
+    return g
+
+
+def graph_time(fn, reps):
+    """Device time per call of fn, replayed `reps` times inside one CUDA graph."""
+    if CPU:
+        t, _ = time_calls(fn, reps)
+        return t
+    g = capture_graph(fn, reps)
     g.replay()
     sync()
     best = []
@@ -1147,15 +1153,7 @@ def kernel_pace(res):
             t, _ = time_calls(fn, reps)
             row["sustained_us"] = row["first_replay_us"] = round(t, 3)
         else:
-            s = torch.cuda.Stream()
-            s.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(s):
-                fn()
-            torch.cuda.current_stream().wait_stream(s)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                for _ in range(reps):
-                    fn()
+            g = capture_graph(fn, reps, warm=1)
             sync()
             spans, t_end = [], time.time() + sustain_s
             while time.time() < t_end or len(spans) < 6:

@@ -18,7 +18,7 @@ steps_nvlink.csv) and h200x1-profile/profile_nvlink.json, and prints:
 Usage: pace_fidelity.py COCODIFF [--out DIR]
 Writes DIR/pace_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, datetime, glob, json, os, statistics
+import argparse, csv, datetime, glob, json, os, statistics, tomllib
 
 from phantom_step import run_phantom_step
 
@@ -70,10 +70,8 @@ def model_by_kind(res):
 
 
 def preset_step_factor():
-    for line in open(os.path.join(ROOT, "configs/clusters/hgx-h200.toml")):
-        if line.strip().startswith("step_factor") and "[device.host]" not in line:
-            return float(line.split("=")[1].split("#")[0])
-    return 1.0
+    with open(os.path.join(ROOT, "configs/clusters/hgx-h200.toml"), "rb") as f:
+        return tomllib.load(f).get("device", {}).get("step_factor", 1.0)
 
 
 def main():
