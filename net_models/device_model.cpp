@@ -73,7 +73,9 @@ double rank_spread_top(int ranks) { return ranks > 1 ? blom_score(ranks - 1, ran
 double host_issue_scale(double step, double per_rank, double sync, int ranks_per_node, int ranks) {
   double harmonic = 0.0;  // H(ranks), summed from the smallest term
   for (int i = ranks; i >= 1; --i) harmonic += 1.0 / i;
-  return step * (1.0 + per_rank * (ranks_per_node - 1) + sync * (harmonic - 1.0));
+  // One rank alone issues at its ops' measured costs: the step factor is a multi-rank host's.
+  return (ranks > 1 ? step : 1.0) *
+         (1.0 + per_rank * (ranks_per_node - 1) + sync * (harmonic - 1.0));
 }
 
 std::vector<double> rank_speed_factors(int ranks, double spread) {

@@ -65,10 +65,12 @@ class DeviceModel {
   /// + 1/n times it, so op issue costs are taken (1 + this x (H(n) - 1)) times over one rank
   /// alone (host_issue_scale). 0: the hosts keep their pace.
   virtual double host_sync_slowdown() const { return 0.0; }
-  /// How much slower a host issues an op inside a whole step than one op at a time: op issue
-  /// costs, measured alone, are taken this many times in every run, on any number of ranks
-  /// (the framework's own work between ops in a real model: module calls, views, the caching
-  /// allocator). It multiplies host_issue_scale's whole factor. 1: as measured.
+  /// How much slower a host issues an op inside a step of two or more ranks than one op at a
+  /// time: op issue costs, measured alone, are taken this many times in every run of 2 or more
+  /// ranks (the ranks' hosts and communication threads beside one another; not the framework's
+  /// own work: one H200 issues its host-bound 256^2 and 512^2 steps in 0.84-0.98x its ops'
+  /// measured costs, configs/measurements/h200x1-host*/). It multiplies host_issue_scale's
+  /// whole factor. A run of one rank takes 1. 1: as measured.
   virtual double host_step_factor() const { return 1.0; }
   /// How much longer a step's kernels take than the same kernels timed alone, back to back (the
   /// measured tables): every op's device time is taken this many times, on any number of ranks.
@@ -97,7 +99,8 @@ double rank_spread_top(int ranks);
 
 /// The factor on a rank's op issue costs in a run of `ranks` ranks, `ranks_per_node` on each
 /// node: step x (1 + per_rank x (ranks_per_node - 1) + sync x (H(ranks) - 1)), where H is the
-/// harmonic number (DeviceModel::host_step_factor, host_per_rank_slowdown, host_sync_slowdown).
+/// harmonic number (DeviceModel::host_step_factor, host_per_rank_slowdown, host_sync_slowdown);
+/// 1 on one rank (the step factor is a multi-rank host's).
 double host_issue_scale(double step, double per_rank, double sync, int ranks_per_node, int ranks);
 
 /// Host issue costs ([device.host] of a cluster file).

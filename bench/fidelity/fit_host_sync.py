@@ -3,7 +3,7 @@
 host-bound steps with `cocodiff calibrate`, and holds the fit against every machine.
 
 The two figures of the host model a step decides: how much slower a host issues an op inside a
-whole step than alone (any rank count), and how much a rank's host time grows with the ranks
+step of two or more ranks than alone, and how much a rank's host time grows with the ranks
 whose hosts every exchange waits for (configs/clusters/README.md, "The host"). `cocodiff
 calibrate` fits them (apps/calibrate/host_sync_fit.hpp), after the kernels' step factor
 (apps/calibrate/device_step_fit.hpp), from the NVLink steps files of the machines named here,

@@ -65,6 +65,9 @@ P.add_argument("--steps", type=int, default=4)  # timed steps after 2 warm-ups
 P.add_argument("--deadline-s", type=float, default=540)
 P.add_argument("--cpu", action="store_true")
 P.add_argument("--unaligned", action="store_true")  # collectives: blocks of any whole element count
+# steps: a 1-GPU step exchanges as a multi-GPU one does, over a group of one rank (the exchanges'
+# host cost on one rank, no peer to wait for); its rows go to steps1x_<transport>.csv
+P.add_argument("--one-rank-exchange", action="store_true")
 A = P.parse_args()
 T0 = time.time()
 
@@ -444,10 +447,12 @@ class Rope:
 class Step:
     """One denoising step of one rank: w ranks, strategy flags, `tokens` image tokens in all."""
 
-    def __init__(self, model, tokens, strategy, group):
+    def __init__(self, model, tokens, strategy, group, exchange=None):
         self.m, self.n, self.group = model, tokens, group
         self.w, self.rank, self.hl = model.w, model.rank, model.hl
         self.n_loc = tokens // self.w
+        # exchange: every multi-GPU step; one GPU's too with --one-rank-exchange (over `group`)
+        self.exchange = self.w > 1 if exchange is None else exchange
         self.v_first = strategy in ("v_first", "cocodiff")
         self.chunks = 2 if strategy in ("pipeline", "cocodiff") and self.hl >= 2 else 1
         self.rope_img = Rope(self.n_loc)
@@ -492,7 +497,7 @@ class Step:
                 t = rope(rms(t, b["n" + part + "_c"]), self.rope_txt.cos, self.rope_txt.sin)
             parts_txt[part] = t
             x = F.linear(hi, b[part]).view(n_loc, w, hl, HD)
-            if w == 1:
+            if not self.exchange:
                 if part != "v":
                     x = rope(rms(x, b["n" + part]), self.rope_img.cos.unsqueeze(1), self.rope_img.sin.unsqueeze(1))
                 parts_img[part] = [x.view(n_loc, hl, HD)]
@@ -532,7 +537,7 @@ class Step:
             qkv.append(torch.cat([parts_txt[part], img], 0).transpose(0, 1).unsqueeze(0))
         o = sdpa(*qkv)[0].transpose(0, 1)  # [TXT + n, hl, dh]
         o_txt, o_img = o[:TXT].reshape(TXT, hl * HD), o[TXT:]
-        if w == 1:
+        if not self.exchange:
             return o_img.reshape(n_loc, HID), o_txt
         send = o_img.reshape(w, n_loc, hl * HD).contiguous()
         recv = torch.empty_like(send)
@@ -614,12 +619,12 @@ def timed_steps(st, group, runs=True):
 def steps(rows):
     res = [int(r) for r in A.resolutions.split(",")]
     for w in worlds():
-        group = group_of(w) if w > 1 else None
+        group = group_of(w) if w > 1 or A.one_rank_exchange else None
         member = RANK < w
         model = Model(w, RANK) if member else None
         for r in res:
             tokens = (r // 16) ** 2 if not CPU else r
-            for strat in (["flat"] if w == 1 else A.strategies.split(",")):
+            for strat in (["flat"] if w == 1 and group is None else A.strategies.split(",")):
                 if rank_any(left() < 40):
                     log("steps: deadline at", w, r, strat)
                     return
@@ -627,7 +632,7 @@ def steps(rows):
                 ok = True
                 if member:
                     try:
-                        st = Step(model, tokens, strat, group)
+                        st = Step(model, tokens, strat, group, exchange=group is not None)
                         times, host = timed_steps(st, group)
                         del st
                     except torch.cuda.OutOfMemoryError if not CPU else MemoryError as ex:  # noqa
@@ -1628,7 +1633,7 @@ def main():
         rows = []
         steps(rows)
         if RANK == 0:
-            write_csv(os.path.join(A.out, f"steps_{tr}.csv"),
+            write_csv(os.path.join(A.out, f"steps{'1x' if A.one_rank_exchange else ''}_{tr}.csv"),
                       ["strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms", "max_ms",
                        "host_issue_ms", "transport", "timed_steps"], rows)
     dist.barrier(group=CPU_GROUP)
