@@ -67,10 +67,10 @@ class DeviceModel {
   virtual double host_sync_slowdown() const { return 0.0; }
   /// How much slower a host issues an op inside a step of two or more ranks than one op at a
   /// time: op issue costs, measured alone, are taken this many times in every run of 2 or more
-  /// ranks (the ranks' hosts and communication threads beside one another; not the framework's
-  /// own work: one H200 issues its host-bound 256^2 and 512^2 steps in 0.84-0.98x its ops'
-  /// measured costs, configs/measurements/h200x1-host*/). It multiplies host_issue_scale's
-  /// whole factor. A run of one rank takes 1. 1: as measured.
+  /// ranks (the exchanges' host path beyond collective_issue() and the peers a host waits for;
+  /// not the framework's own work: one H200 issues its host-bound 256^2 and 512^2 steps in
+  /// 0.78-1.04x its ops' measured costs, configs/measurements/h200x1-host*/). It multiplies
+  /// host_issue_scale's whole factor. A run of one rank takes 1. 1: as measured.
   virtual double host_step_factor() const { return 1.0; }
   /// How much longer a step's kernels take than the same kernels timed alone, back to back (the
   /// measured tables): every op's device time is taken this many times, on any number of ranks.
