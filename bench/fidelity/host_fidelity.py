@@ -39,7 +39,7 @@ BLOCKS = 19 + 38  # FLUX.1-dev's double and single blocks
 # the exchanges of one block, as measure_multi.py's Step makes them: Q, K and V to heads, the
 # output back to tokens and the text gathered; pipelined, Q and K go in 2 head groups each
 EXCHANGES = {"flat": 5, "v_first": 5, "pipeline": 7, "cocodiff": 7}
-LOW, HIGH = 0.5, 4.0  # the host factors searched (the shipped presets: 1.71 on H200, 1.65 on H100)
+LOW, HIGH = 0.5, 4.0  # the host factors searched (the shipped presets: 1.71 on H200, 1.85 on H100)
 
 
 def predict(machine, transport, w, strategy, factor, res=RES, cache={}):
@@ -175,9 +175,9 @@ def main():
                 row["speedup_diff_points"] = round(100 * (row["speedup_predicted"] - row["speedup_measured"]), 1)
             rows.append(row)
 
-    lines = [f"# 1024^2 steps, each machine's host step factor fitted to its flat step on the most GPUs it ran "
-             f"(the preset's other figures as shipped), its other steps predicted with it",
-             "", "## the fitted host step factors (the machines' host speeds; shipped: H200 1.71, H100 1.65)",
+    lines = ["# 1024^2 steps, each machine's host step factor fitted to its flat step on the most GPUs it ran "
+             "(the preset's other figures as shipped), its other steps predicted with it",
+             "", "## the fitted host step factors (the machines' host speeds; shipped: H200 1.71, H100 1.85)",
              f"{'machine':<22}{'transport':<10}{'gpus':>4}{'flat ms':>9}{'factor':>8}"]
     for f in factors:
         lines.append(f"{f['machine']:<22}{f['transport']:<10}{f['gpus']:>4}{f['reference_ms']:>9.1f}"
