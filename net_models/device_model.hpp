@@ -69,7 +69,7 @@ class DeviceModel {
   /// time: op issue costs, measured alone, are taken this many times in every run of 2 or more
   /// ranks (the exchanges' host path beyond collective_issue() and the peers a host waits for;
   /// not the framework's own work: one H200 issues its host-bound 256^2 and 512^2 steps in
-  /// 0.78-1.04x its ops' measured costs, configs/measurements/h200x1-host*/). It multiplies
+  /// 0.74-1.04x its ops' measured costs, configs/measurements/h200x1-host*/). It multiplies
   /// host_issue_scale's whole factor. A run of one rank takes 1. 1: as measured.
   virtual double host_step_factor() const { return 1.0; }
   /// How much longer a step's kernels take than the same kernels timed alone, back to back (the
