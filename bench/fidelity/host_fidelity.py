@@ -23,7 +23,7 @@ Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
 """
 import argparse, csv, glob, json, os, statistics
 
-from phantom_step import preset_for, read_steps, run_phantom_step
+from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -31,8 +31,6 @@ P.add_argument("cocodiff")
 P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
 A = P.parse_args()
 
-STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
-            "cocodiff": "flat+v_first+pipeline"}
 STEPS = 2
 RES = 1024
 BLOCKS = 19 + 38  # FLUX.1-dev's double and single blocks

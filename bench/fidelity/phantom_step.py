@@ -3,6 +3,11 @@ a measured step with it: steps_fidelity.py (whole steps), breakdown_fidelity.py 
 breakdowns) and profile_fidelity.py (profiled steps) call it with the cluster keys each needs."""
 import csv, glob, json, os, subprocess, sys, tempfile
 
+# Each strategy of measure_multi.py's steps as cocodiff's run.strategy runs it: plain all-to-alls
+# (flat), with V-First, with pipelining (2 head groups) and with both (cocodiff without V-Major).
+STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
+            "cocodiff": "flat+v_first+pipeline"}
+
 
 def run_phantom_step(cocodiff, root, w, res, strategy, steps, sets, trace=False):
     """report.json of `steps` FLUX.1-dev steps at res^2 under run.strategy=`strategy` on one node

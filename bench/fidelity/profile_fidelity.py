@@ -19,7 +19,7 @@ Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
 import argparse, csv, glob, json, os
 
-from phantom_step import preset_for, run_phantom_step
+from phantom_step import STRATEGY, preset_for, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -28,8 +28,6 @@ P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results
 P.add_argument("--set", action="append", default=[])
 A = P.parse_args()
 STEPS = 2
-STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
-            "cocodiff": "flat+v_first+pipeline"}
 
 
 def predict(w, res, strategy, preset, cache={}):

@@ -28,7 +28,7 @@ Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
 import argparse, csv, json, os, statistics
 
-from phantom_step import preset_for, read_steps, run_phantom_step
+from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
 
 ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 P = argparse.ArgumentParser()
@@ -41,8 +41,6 @@ P.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machines (h2
 P.add_argument("--h200-shm-preset", default="h200-shm")  # "": hgx-h200's link at the shm bandwidth
 A = P.parse_args()
 
-STRATEGY = {"flat": "flat", "v_first": "flat+v_first", "pipeline": "flat+pipeline",
-            "cocodiff": "flat+v_first+pipeline"}
 STEPS = 2
 FITTED = {"h100x4", "h100x4-repeat", "h100x4-spread", "h100x2-spread"}  # the machines hgx-h100 was fitted to (host costs; rank_spread)
 # the H200 machines hgx-h200 and h200-shm were fitted to (kernel tables, host costs, interference,
