@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|host1]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|host1|hostx]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -49,6 +49,10 @@
 #           host issues slower than the GPU runs: host-bound on one rank), 768^2 and 1024^2, twice
 #           in two launches (steps_nvlink.csv, steps_nvlink2.csv); then every strategy's step on GPU
 #           0 exchanging over a group of one rank (steps1x_nvlink.csv; about 2 minutes)
+#   hostx   on GPU 0 alone: each op's host issue time and the exchange's host path part by part
+#           over a group of one rank (hostx_nvlink1.json), flat 1-GPU steps at 256^2 and 512^2, then
+#           every strategy's step exchanging over a group of one rank and the parts again
+#           (steps1x_nvlink.csv, hostx_nvlink2.json; about 2 minutes)
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
@@ -158,6 +162,15 @@ elif [ "$mode" = host1 ]; then
   mv "$out/steps_nvlink1.csv" "$out/steps_nvlink.csv" 2> /dev/null || true
   mv "$out/log_nvlink.txt" "$out/log_nvlink2.txt"
   launch nvlink 120 --parts steps --worlds 1 --resolutions 256,512,1024 --steps 8 --one-rank-exchange
+elif [ "$mode" = hostx ]; then
+  gpus=1
+  launch nvlink 150 --parts host,hostx --worlds 1
+  mv "$out/hostx_nvlink.json" "$out/hostx_nvlink1.json" 2> /dev/null || true
+  mv "$out/log_nvlink.txt" "$out/log_nvlink1.txt"
+  launch nvlink 120 --parts steps --worlds 1 --resolutions 256,512 --steps 8
+  mv "$out/log_nvlink.txt" "$out/log_nvlink2.txt"
+  launch nvlink 150 --parts hostx,steps --worlds 1 --resolutions 256,512 --steps 8 --one-rank-exchange
+  mv "$out/hostx_nvlink.json" "$out/hostx_nvlink2.json" 2> /dev/null || true
 elif [ "$mode" = sizes ]; then
   launch nvlink 280 --parts steps --resolutions 1536,3072
   launch shm 200 --parts steps --resolutions 1536,3072 --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"

@@ -41,6 +41,10 @@ OUT (rank 0 only):
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
+  hostx_<transport>.json        rank 0 alone: the host's cost of an exchange over a group of one
+                                rank, part by part (the NCCL call async+wait, with its receive
+                                buffer allocated, blocking), beside a RoPE and alone; CPU time of
+                                the issuing thread and wall time per call, rounds and call by call
   env_<transport>.json          GPU, driver, CUDA, PyTorch, NCCL, host, transport, date
 
 --cpu runs the same code on CPU with gloo and a tiny model (a test of the script, not a
@@ -810,6 +814,72 @@ def host_costs_collective(rows):
         hu = rank_max((c1 - c0) * 1e6 / 100)
         if RANK == 0:
             rows.append([op, op, 1024 * WORLD * 2, WORLD, 0, 0, "", "", f"{hu:.3f}"])
+
+
+def exchange_host_path(res):
+    """Rank 0 alone, exchanging over a group of one rank (as --one-rank-exchange steps do): what
+    the host pays for an exchange, part by part. Each case is timed in `rounds` rounds of `calls`
+    calls (CPU time of the issuing thread and wall time per call, the GPU kept ahead: a sync
+    after each round only), then once call by call (wall time percentiles): the NCCL call
+    async+wait on fixed buffers (`a2a`), with its receive buffer allocated as a step does
+    (`a2a_alloc`), blocking (`a2a_blocking`), a Q RoPE alone (`rope`) and the RoPE followed by
+    the exchange (`rope_a2a_alloc`: beside each other, does either cost more?), at a step's
+    image exchange sizes of 256^2 and 512^2 (256 and 1024 tokens, 24 heads) and at 1 KiB."""
+    res["world"] = WORLD
+    res["cases"] = []
+    if RANK != 0:
+        return
+    g = group_of(1)
+    rounds, calls = 5, (100 if not CPU else 10)
+    for tokens in ([4, 256, 1024] if not CPU else [4, 16]):
+        q = torch.randn(tokens, HEADS, HD, device=dev, dtype=DT)
+        rp = Rope(tokens)
+        send = q.view(1, tokens, HEADS, HD) if tokens > 4 else torch.randn(512, device=dev, dtype=DT)
+        recv = torch.empty_like(send)
+        rope_q = lambda: rope(q, rp.cos, rp.sin)  # noqa: E731
+        a2a = lambda: dist.all_to_all_single(recv, send, group=g, async_op=True).wait()  # noqa: E731
+        a2a_alloc = lambda: dist.all_to_all_single(torch.empty_like(send), send, group=g,  # noqa: E731
+                                                   async_op=True).wait()
+        a2a_blocking = lambda: dist.all_to_all_single(recv, send, group=g)  # noqa: E731
+
+        def rope_a2a_alloc():
+            rope_q()
+            a2a_alloc()
+
+        for case, fn in (("a2a", a2a), ("a2a_alloc", a2a_alloc), ("a2a_blocking", a2a_blocking),
+                         ("rope", rope_q), ("rope_a2a_alloc", rope_a2a_alloc)):
+            if left() < 20:
+                log("hostx: deadline at", tokens, case)
+                return
+            for _ in range(5):
+                fn()
+            sync()
+            cpu, wall = [], []
+            for _ in range(rounds):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                for _ in range(calls):
+                    fn()
+                c1, t1 = time.thread_time(), time.perf_counter()
+                sync()
+                cpu.append(round((c1 - c0) * 1e6 / calls, 3))
+                wall.append(round((t1 - t0) * 1e6 / calls, 3))
+            each = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                fn()
+                each.append((time.perf_counter() - t0) * 1e6)
+            sync()
+            each.sort()
+            pct = lambda f: round(each[min(len(each) - 1, int(f * len(each)))], 3)  # noqa: E731
+            out = {"tokens": tokens, "heads": HEADS if tokens > 4 else None,
+                   "bytes": send.numel() * send.element_size(), "case": case, "calls": calls,
+                   "cpu_us": cpu, "wall_us": wall, "call_wall_us_p10": pct(0.1),
+                   "call_wall_us_p50": pct(0.5), "call_wall_us_p90": pct(0.9),
+                   "call_wall_us_max": round(each[-1], 3)}
+            res["cases"].append(out)
+            log(f"hostx {tokens} tokens {case}: CPU {statistics.median(cpu):.1f} us, wall "
+                f"{statistics.median(wall):.1f} us a call (rounds {min(wall):.1f}-{max(wall):.1f}; "
+                f"call by call p50 {out['call_wall_us_p50']:.1f}, p90 {out['call_wall_us_p90']:.1f})")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1614,6 +1684,11 @@ def main():
         chunk_prep(res)
         if RANK == 0:
             json.dump(res, open(os.path.join(A.out, "chunks.json"), "w"), indent=1)
+    if "hostx" in parts:
+        res = {}
+        exchange_host_path(res)
+        if RANK == 0:
+            json.dump(res, open(os.path.join(A.out, f"hostx_{tr}.json"), "w"), indent=1)
     if "concurrency" in parts:
         res = {}
         concurrency(res)
