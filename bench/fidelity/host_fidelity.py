@@ -16,7 +16,12 @@ Then one rank alone (configs/measurements/h200x1-host*/): the flat 1-GPU steps a
 512^2, host-bound on one GPU, against the shipped preset (a run of one rank takes the host's op
 issue costs as measured, without the multi-rank step factor), and the same 1-GPU step with its
 exchanges made over a group of one rank (steps1x_nvlink.csv): what each exchange adds to the
-host's issue time with no peer to wait for.
+host's issue time with no peer to wait for. Then whether a larger host cost of each collective
+call of its own (device.host.collective_issue_us, tried at 100-200 us with every machine's step
+factor fitted again) predicts the machines' other strategies better, and that exchange's host
+path on one rank part by part (configs/measurements/h200x1-hostx*/hostx_nvlink*.json): the NCCL
+call alone and beside a RoPE, against what each exchange adds to a host-bound step on the same
+lease.
 
 Usage: host_fidelity.py COCODIFF [--out DIR]
 Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
@@ -40,11 +45,14 @@ EXCHANGES = {"flat": 5, "v_first": 5, "pipeline": 7, "cocodiff": 7}
 LOW, HIGH = 0.5, 4.0  # the host factors searched (the shipped presets: 1.71 on H200, 1.85 on H100)
 
 
-def predict(machine, transport, w, strategy, factor, res=RES, cache={}):
-    """One step's ms with the host step factor `factor` (None: the preset's)."""
-    key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res)
+def predict(machine, transport, w, strategy, factor, res=RES, issue_us=None, cache={}):
+    """One step's ms with the host step factor `factor` (None: the preset's) and each collective
+    call's host cost `issue_us` (None: the preset's device.host.collective_issue_us)."""
+    key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res, issue_us)
     if key not in cache:
         sets = [f"cluster.preset={preset_for(machine, transport)}"]
+        if issue_us is not None:
+            sets.append(f"cluster.device.host.collective_issue_us={issue_us}")
         if factor is not None:
             sets.append(f"cluster.device.host.step_factor={factor:.6f}")
         r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
@@ -52,17 +60,17 @@ def predict(machine, transport, w, strategy, factor, res=RES, cache={}):
     return cache[key]
 
 
-def fit(machine, transport, w, target):
+def fit(machine, transport, w, target, issue_us=None):
     """The host step factor at which the flat step on w GPUs takes `target` ms, by bisection
     (the step grows with the factor); LOW or HIGH when the target is outside their range."""
     lo, hi = LOW, HIGH
-    if predict(machine, transport, w, "flat", lo) >= target:
+    if predict(machine, transport, w, "flat", lo, issue_us=issue_us) >= target:
         return lo
-    if predict(machine, transport, w, "flat", hi) <= target:
+    if predict(machine, transport, w, "flat", hi, issue_us=issue_us) <= target:
         return hi
     while hi - lo > 1e-3:
         mid = (lo + hi) / 2
-        if predict(machine, transport, w, "flat", mid) < target:
+        if predict(machine, transport, w, "flat", mid, issue_us=issue_us) < target:
             lo = mid
         else:
             hi = mid
@@ -101,7 +109,7 @@ def one_rank(lines, summary):
               "flat step of the same launch set: the host time the exchanges add",
               f"{'machine':<16}{'res':>5} {'strategy':<9}{'host issue':>11}{'plain flat':>11}{'added':>8}"
               f"{'exchanges':>10}{'us each':>9}"]
-    per = []
+    per, each = [], {}
     for (machine, res, st), runs in sorted(exch.items()):
         base = plain.get((machine, res, "flat"))
         if not base:
@@ -112,10 +120,89 @@ def one_rank(lines, summary):
         added = host - flat
         if res <= 512:
             per.append(added * 1e3 / n)
+            each[(machine, res, st)] = added * 1e3 / n
         lines.append(f"{machine:<16}{res:>5} {st:<9}{host:>11.1f}{flat:>11.1f}{added:>8.1f}{n:>10}"
                      f"{added * 1e3 / n:>9.0f}")
     if per:
         summary["one_rank_exchange_added_us_each_host_bound"] = sorted(round(x) for x in per)
+    return each
+
+
+ISSUE_SWEEP = (100.0, 150.0, 200.0)  # us: a collective call's host cost tried in place of the preset's
+
+
+def issue_sweep(lines, summary, groups):
+    """Does a larger host cost of its own for each collective call (device.host.collective_issue_us,
+    which the step factor does not scale) predict a machine's other strategies better? Each value
+    is tried with every machine's step factor fitted again, as above."""
+    lines += ["", "## each collective call's own host cost raised (device.host.collective_issue_us; shipped: NVLink H200 49.6, "
+              "H100 50.2; shared memory 40.3, 32.0), "
+              "every machine's step factor fitted again: its other steps on the same GPUs",
+              f"{'issue us':>9} {'gpu':<5}{'factors (median)':>22}{'within 10%':>12}{'median err':>12}"
+              f"{'speedups within 5 pts':>23}{'all steps within 10%':>22}"]
+    sweep = [("shipped", {g: summary[g] for g in ("h100", "h200") if g in summary})]
+    for us in ISSUE_SWEEP:
+        sweep.append((f"{us:.0f}", fit_summary(*machine_fits(groups, us))))
+    for label, by_gpu in sweep:
+        for gpu, s in sorted(by_gpu.items()):
+            same, every = s["same_gpus"], s["all"]
+            lines.append(f"{label:>9} {gpu:<5}{s['factor_min']:>9.2f}-{s['factor_max']:.2f} ({s['factor_median']:.2f})"
+                         f"{same['within_10pct']:>6} of {same['steps']:<3}{same['median_abs_error_pct']:>11.2f}%"
+                         f"{same['speedup_within_5_points']:>16} of {same['speedups']:<4}"
+                         f"{every['within_10pct']:>15} of {every['steps']:<4}")
+        if label != "shipped":
+            summary.setdefault("collective_issue_sweep", {})[label] = {
+                gpu: {"factor_median": s["factor_median"], "same_gpus_within_10pct": s["same_gpus"]["within_10pct"],
+                      "same_gpus_median_abs_error_pct": s["same_gpus"]["median_abs_error_pct"],
+                      "same_gpus_speedup_within_5_points": s["same_gpus"]["speedup_within_5_points"],
+                      "all_within_10pct": s["all"]["within_10pct"]} for gpu, s in by_gpu.items()}
+
+
+HOSTX_CASES = ("a2a", "a2a_alloc", "a2a_blocking", "rope", "rope_a2a_alloc")
+
+
+def exchange_parts(lines, summary, each):
+    """The exchange's host path on one rank part by part (hostx_nvlink*.json of h*x1-hostx*/):
+    the NCCL call alone against what each exchange adds to a step on the same lease (`each`, from
+    one_rank), and a RoPE followed by the exchange against the two apart."""
+    files = sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostx*/hostx_nvlink*.json")))
+    if not files:
+        return
+    lines += ["", "## the exchange's host path on one rank, part by part (hostx_nvlink*.json): CPU time of the "
+              "issuing thread per call, median of 5 rounds of 100 (us); beside = RoPE then exchange, less "
+              "the two apart",
+              f"{'machine':<16}{'launch':>7}{'tokens':>7}" + "".join(f"{c:>15}" for c in HOSTX_CASES)
+              + f"{'beside':>9}{'wall/CPU':>10}"]
+    calls, extra, extra_pct = [], [], []
+    for path in files:
+        machine = os.path.basename(os.path.dirname(path))
+        launch = os.path.basename(path)[len("hostx_nvlink"):-len(".json")] or "1"
+        by = {}
+        for c in json.load(open(path))["cases"]:
+            by.setdefault(c["tokens"], {})[c["case"]] = c
+        for tokens, cases in sorted(by.items()):
+            if any(c not in cases for c in HOSTX_CASES):
+                continue
+            cpu = {c: statistics.median(cases[c]["cpu_us"]) for c in HOSTX_CASES}
+            ratio = max(statistics.median(cases[c]["wall_us"]) / cpu[c] for c in HOSTX_CASES)
+            beside = cpu["rope_a2a_alloc"] - cpu["rope"] - cpu["a2a_alloc"]
+            calls.append(cpu["a2a_alloc"])
+            extra.append(beside)
+            extra_pct.append(100 * beside / (cpu["rope"] + cpu["a2a_alloc"]))
+            lines.append(f"{machine:<16}{launch:>7}{tokens:>7}" + "".join(f"{cpu[c]:>15.1f}" for c in HOSTX_CASES)
+                         + f"{beside:>9.1f}{ratio:>10.3f}")
+    steps = sorted(v for (m, _, st), v in each.items() if st == "flat" and "hostx" in m)
+    med = statistics.median
+    lines += [f"the call with its buffer (a2a_alloc): median {med(calls):.1f} us ({min(calls):.1f} to {max(calls):.1f}); "
+              f"a RoPE then the exchange: median {med(extra):+.1f} us ({med(extra_pct):+.0f}%) over the two apart "
+              f"({min(extra):+.1f} to {max(extra):+.1f})"
+              + (f"; each flat exchange adds {steps[0]:.0f} to {steps[-1]:.0f} us to a host-bound step on the same "
+                 f"leases" if steps else "")]
+    summary["one_rank_exchange_parts"] = {
+        "call_with_buffer_us_median_min_max": [round(med(calls), 1), round(min(calls), 1), round(max(calls), 1)],
+        "rope_then_exchange_extra_us_median_min_max": [round(med(extra), 1), round(min(extra), 1), round(max(extra), 1)],
+        "rope_then_exchange_extra_pct_median": round(med(extra_pct), 1),
+        "flat_exchange_in_step_us_same_leases": [round(steps[0]), round(steps[-1])] if steps else None}
 
 
 def spread(lines, summary):
@@ -144,50 +231,36 @@ def spread(lines, summary):
         summary.setdefault("one_gpu_1024_host_issue_ms", {})[gpu] = [min(v), max(v)]
 
 
-def main():
-    measured = read_steps(ROOT)
-    groups = {}
-    for (machine, tr, w, res, st), runs in measured.items():
-        if res == RES and w > 1:
-            groups.setdefault((machine, tr), {})[(w, st)] = statistics.median(runs)
+def machine_fits(groups, issue_us=None):
+    """Each machine's host step factor fitted to its flat step on the most GPUs it ran, and its
+    other 1024^2 steps predicted with it: (factors, rows)."""
     rows, factors = [], []
     for (machine, tr), steps in sorted(groups.items()):
         wref = max(w for w, st in steps if st == "flat") if any(st == "flat" for _, st in steps) else None
         if wref is None:
             continue
         ref = steps[(wref, "flat")]
-        f = fit(machine, tr, wref, ref)
+        f = fit(machine, tr, wref, ref, issue_us)
         factors.append({"machine": machine, "transport": tr, "gpus": wref, "reference_ms": round(ref, 3),
                         "host_step_factor": round(f, 3), "at_bound": f in (LOW, HIGH)})
         for (w, st), ms in sorted(steps.items()):
             if (w, st) == (wref, "flat"):
                 continue
-            pred = predict(machine, tr, w, st, f)
+            pred = predict(machine, tr, w, st, f, issue_us=issue_us)
             row = {"machine": machine, "transport": tr, "gpus": w, "strategy": st, "reference_gpus": wref,
                    "factor": round(f, 3),
                    "measured_ms": round(ms, 3), "predicted_ms": round(pred, 3),
                    "error_pct": round(100 * (pred / ms - 1), 1)}
             if st != "flat" and (w, "flat") in steps:
                 row["speedup_measured"] = round(steps[(w, "flat")] / ms, 3)
-                row["speedup_predicted"] = round(predict(machine, tr, w, "flat", f) / pred, 3)
+                row["speedup_predicted"] = round(predict(machine, tr, w, "flat", f, issue_us=issue_us) / pred, 3)
                 row["speedup_diff_points"] = round(100 * (row["speedup_predicted"] - row["speedup_measured"]), 1)
             rows.append(row)
+    return factors, rows
 
-    lines = ["# 1024^2 steps, each machine's host step factor fitted to its flat step on the most GPUs it ran "
-             "(the preset's other figures as shipped), its other steps predicted with it",
-             "", "## the fitted host step factors (the machines' host speeds; shipped: H200 1.71, H100 1.85)",
-             f"{'machine':<22}{'transport':<10}{'gpus':>4}{'flat ms':>9}{'factor':>8}"]
-    for f in factors:
-        lines.append(f"{f['machine']:<22}{f['transport']:<10}{f['gpus']:>4}{f['reference_ms']:>9.1f}"
-                     f"{f['host_step_factor']:>8.3f}{'  (at the search bound)' if f['at_bound'] else ''}")
-    lines += ["", "## the other steps, predicted with their machine's factor",
-              f"{'machine':<22}{'transport':<10}{'gpus':>4} {'strategy':<9}{'factor':>7}{'measured':>10}"
-              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
-    for r in rows:
-        sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
-        lines.append(f"{r['machine']:<22}{r['transport']:<10}{r['gpus']:>4} {r['strategy']:<9}{r['factor']:>7.3f}"
-                     f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
 
+def fit_summary(factors, rows):
+    """By GPU: the fitted factors' range and how well the other steps are predicted."""
     summary = {}
     for gpu in ("h100", "h200"):
         fs = [f["host_step_factor"] for f in factors if f["machine"].startswith(gpu)]
@@ -210,7 +283,36 @@ def main():
                           "speedup_within_10_points": sum(abs(r["speedup_diff_points"]) <= 10 for r in sd),
                           "speedup_sign_disagreements": len(sign)}
         summary[gpu] = out
-    one_rank(lines, summary)
+    return summary
+
+
+def main():
+    measured = read_steps(ROOT)
+    groups = {}
+    for (machine, tr, w, res, st), runs in measured.items():
+        if res == RES and w > 1:
+            groups.setdefault((machine, tr), {})[(w, st)] = statistics.median(runs)
+    factors, rows = machine_fits(groups)
+
+    lines = ["# 1024^2 steps, each machine's host step factor fitted to its flat step on the most GPUs it ran "
+             "(the preset's other figures as shipped), its other steps predicted with it",
+             "", "## the fitted host step factors (the machines' host speeds; shipped: H200 1.71, H100 1.85)",
+             f"{'machine':<22}{'transport':<10}{'gpus':>4}{'flat ms':>9}{'factor':>8}"]
+    for f in factors:
+        lines.append(f"{f['machine']:<22}{f['transport']:<10}{f['gpus']:>4}{f['reference_ms']:>9.1f}"
+                     f"{f['host_step_factor']:>8.3f}{'  (at the search bound)' if f['at_bound'] else ''}")
+    lines += ["", "## the other steps, predicted with their machine's factor",
+              f"{'machine':<22}{'transport':<10}{'gpus':>4} {'strategy':<9}{'factor':>7}{'measured':>10}"
+              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
+    for r in rows:
+        sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
+        lines.append(f"{r['machine']:<22}{r['transport']:<10}{r['gpus']:>4} {r['strategy']:<9}{r['factor']:>7.3f}"
+                     f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
+
+    summary = fit_summary(factors, rows)
+    issue_sweep(lines, summary, groups)
+    each = one_rank(lines, summary) or {}
+    exchange_parts(lines, summary, each)
     spread(lines, summary)
     lines += ["", json.dumps(summary, indent=1)]
     txt = "\n".join(lines)
