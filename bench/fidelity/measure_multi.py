@@ -203,7 +203,7 @@ def group_of(w):
 def env_info():
     info = {"date_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "host": socket.gethostname(), "world": WORLD, "transport": A.transport,
-            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith("NCCL_")},
+            "nccl_env": {k: v for k, v in os.environ.items() if k.startswith(("NCCL_", "TORCH_NCCL_"))},
             "torch": torch.__version__, "python": platform.python_version(),
             "cpu": platform.processor() or platform.machine(), "cpu_count": os.cpu_count()}
     if not CPU:
