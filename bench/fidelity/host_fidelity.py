@@ -21,12 +21,13 @@ call of its own (device.host.collective_issue_us, tried at 100-200 us with every
 factor fitted again) predicts the machines' other strategies better, and that exchange's host
 path on one rank part by part (configs/measurements/h200x1-hostx*/hostx_nvlink*.json): the NCCL
 call alone and beside a RoPE, against what each exchange adds to a host-bound step on the same
-lease.
+lease; and the exchanging steps with PyTorch's record-stream bookkeeping of NCCL's tensors and
+without it (TORCH_NCCL_AVOID_RECORD_STREAMS=1, configs/measurements/h200x1-hostrs*/).
 
 Usage: host_fidelity.py COCODIFF [--out DIR]
 Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, os, statistics
+import argparse, csv, glob, json, math, os, statistics
 
 from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
 
@@ -83,6 +84,8 @@ def one_rank(lines, summary):
     plain, exch = {}, {}
     for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-host*/steps*_nvlink*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
+        if "_avoid" in os.path.basename(path):
+            continue  # PyTorch's record-stream bookkeeping off (record_streams, below)
         into = exch if os.path.basename(path).startswith("steps1x_") else plain
         for r in csv.DictReader(open(path)):
             into.setdefault((machine, int(r["resolution"]), r["strategy"]), []).append(
@@ -156,6 +159,46 @@ def issue_sweep(lines, summary, groups):
                       "same_gpus_median_abs_error_pct": s["same_gpus"]["median_abs_error_pct"],
                       "same_gpus_speedup_within_5_points": s["same_gpus"]["speedup_within_5_points"],
                       "all_within_10pct": s["all"]["within_10pct"]} for gpu, s in by_gpu.items()}
+
+
+def record_streams(lines, summary):
+    """The one-rank exchanging steps of h*x1-hostrs*/ with PyTorch's record-stream bookkeeping of
+    NCCL's tensors (steps1x_nvlink.csv, steps1x_nvlink_again.csv) and without it
+    (TORCH_NCCL_AVOID_RECORD_STREAMS=1: steps1x_nvlink_avoid.csv, steps1x_nvlink_avoid2.csv),
+    launched in turn on one lease: host issue ms of each launch."""
+    kinds = (("default", ""), ("again", "_again"), ("avoid", "_avoid"), ("avoid2", "_avoid2"))
+    rows = []
+    for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostrs*"))):
+        by = {}
+        for kind, suffix in kinds:
+            path = os.path.join(d, f"steps1x_nvlink{suffix}.csv")
+            if os.path.exists(path):
+                for r in csv.DictReader(open(path)):
+                    by.setdefault((int(r["resolution"]), r["strategy"]), {})[kind] = float(r["host_issue_ms"])
+        for (res, st), x in sorted(by.items()):
+            rows.append((os.path.basename(d), res, st, [x[k] for k in ("default", "again") if k in x],
+                         [x[k] for k in ("avoid", "avoid2") if k in x]))
+    if not rows:
+        return
+    lines += ["", "## one rank exchanging over a group of one rank, with and without PyTorch's record-stream "
+              "bookkeeping of NCCL's tensors (TORCH_NCCL_AVOID_RECORD_STREAMS=1), launched in turn: host issue ms",
+              f"{'machine':<16}{'res':>5} {'strategy':<9}{'default launches':>20}{'without':>20}{'ratio':>8}"]
+    ratios, spreads = [], []
+    for machine, res, st, de, av in rows:
+        ratio = statistics.mean(av) / statistics.mean(de)
+        ratios.append(ratio)
+        spreads += [max(v) / min(v) for v in (de, av) if len(v) > 1]
+        lines.append(f"{machine:<16}{res:>5} {st:<9}{' / '.join(f'{v:.1f}' for v in de):>20}"
+                     f"{' / '.join(f'{v:.1f}' for v in av):>20}{ratio:>8.2f}")
+    gmean = math.exp(statistics.mean(math.log(r) for r in ratios))
+    lines.append(f"without / with: geometric mean {gmean:.3f} ({min(ratios):.2f} to {max(ratios):.2f}), lower in "
+                 f"{sum(r < 1 for r in ratios)} of {len(ratios)}; the same setting launched twice differs by "
+                 f"{statistics.median(spreads):.2f}x in median, {max(spreads):.2f}x at most")
+    summary["one_rank_avoid_record_streams"] = {
+        "pairs": len(ratios), "ratio_geometric_mean": round(gmean, 3), "ratio_min": round(min(ratios), 2),
+        "ratio_max": round(max(ratios), 2), "lower": sum(r < 1 for r in ratios),
+        "same_setting_launch_spread_median": round(statistics.median(spreads), 2),
+        "same_setting_launch_spread_max": round(max(spreads), 2)}
 
 
 HOSTX_CASES = ("a2a", "a2a_alloc", "a2a_blocking", "rope", "rope_a2a_alloc")
@@ -313,6 +356,7 @@ def main():
     issue_sweep(lines, summary, groups)
     each = one_rank(lines, summary) or {}
     exchange_parts(lines, summary, each)
+    record_streams(lines, summary)
     spread(lines, summary)
     lines += ["", json.dumps(summary, indent=1)]
     txt = "\n".join(lines)
