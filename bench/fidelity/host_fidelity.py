@@ -27,7 +27,7 @@ without it (TORCH_NCCL_AVOID_RECORD_STREAMS=1, configs/measurements/h200x1-hostr
 Usage: host_fidelity.py COCODIFF [--out DIR]
 Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, math, os, statistics
+import argparse, csv, glob, json, math, os, statistics, subprocess, sys, tempfile
 
 from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
 
@@ -46,12 +46,13 @@ EXCHANGES = {"flat": 5, "v_first": 5, "pipeline": 7, "cocodiff": 7}
 LOW, HIGH = 0.5, 4.0  # the host factors searched (the shipped presets: 1.71 on H200, 1.85 on H100)
 
 
-def predict(machine, transport, w, strategy, factor, res=RES, issue_us=None, cache={}):
-    """One step's ms with the host step factor `factor` (None: the preset's) and each collective
-    call's host cost `issue_us` (None: the preset's device.host.collective_issue_us)."""
-    key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res, issue_us)
+def predict(machine, transport, w, strategy, factor, res=RES, issue_us=None, preset=None, cache={}):
+    """One step's ms with the host step factor `factor` (None: the preset's), each collective
+    call's host cost `issue_us` (None: the preset's device.host.collective_issue_us) and the
+    cluster file `preset` (None: the shipped preset of the machine's GPU and transport)."""
+    key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res, issue_us, preset)
     if key not in cache:
-        sets = [f"cluster.preset={preset_for(machine, transport)}"]
+        sets = [f"cluster.preset={preset or preset_for(machine, transport)}"]
         if issue_us is not None:
             sets.append(f"cluster.device.host.collective_issue_us={issue_us}")
         if factor is not None:
@@ -106,6 +107,7 @@ def one_rank(lines, summary):
         lines.append(f"{machine:<16}{res:>5}{len(runs):>9}{' / '.join(f'{t:.1f}' for t, _ in runs):>22}"
                      f"{' / '.join(f'{h:.1f}' for _, h in runs):>22}{pred:>11.1f}{err:>15.1f}%")
     summary["one_rank_host_bound"] = {"steps": len(errs), "errors_pct": sorted(round(e, 1) for e in errs)}
+    own_op_costs(lines, summary, plain)
     if not exch:
         return
     lines += ["", "## one rank, exchanging over a group of one rank (steps1x_nvlink.csv) against the plain "
@@ -129,6 +131,50 @@ def one_rank(lines, summary):
     if per:
         summary["one_rank_exchange_added_us_each_host_bound"] = sorted(round(x) for x in per)
     return each
+
+
+def own_op_costs(lines, summary, plain):
+    """The host-bound 1-GPU steps predicted with their own lease's op issue costs: `cocodiff
+    calibrate` fits hgx-h200's [device.host] to the lease's host_nvlink.csv, and the step runs on
+    the file it writes. Does timing the ops on a machine predict its host-bound step?"""
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for machine in sorted({m for m, res, st in plain if res <= 512}):
+            csv_path = os.path.join(ROOT, "configs/measurements", machine, "host_nvlink.csv")
+            if not os.path.exists(csv_path):
+                continue
+            fit_path = os.path.join(tmp, f"{machine}.toml")
+            p = subprocess.run([A.cocodiff, "calibrate", "--cluster", preset_for(machine, "nvlink"), "--out",
+                                fit_path, csv_path], capture_output=True, text=True)
+            if p.returncode != 0:
+                sys.exit(f"cocodiff calibrate failed ({p.returncode}) on {csv_path}\n{p.stderr}")
+            for res in (256, 512):
+                runs = plain.get((machine, res, "flat"))
+                if not runs:
+                    continue
+                med = statistics.median(t for t, _ in runs)
+                shipped = predict(machine, "nvlink", 1, "flat", None, res)
+                own = predict(machine, "nvlink", 1, "flat", None, res, preset=fit_path)
+                rows.append((machine, res, med, shipped, own))
+    if not rows:
+        return
+    lines += ["", "## the same host-bound 1-GPU steps with their own lease's op issue costs (cocodiff calibrate on its "
+              "host_nvlink.csv)",
+              f"{'machine':<16}{'res':>5}{'measured':>10}{'shipped':>9}{'error':>8}{'own ops':>9}{'error':>8}"]
+    e_ship, e_own = [], []
+    for machine, res, med, shipped, own in rows:
+        e_ship.append(100 * (shipped / med - 1))
+        e_own.append(100 * (own / med - 1))
+        lines.append(f"{machine:<16}{res:>5}{med:>10.1f}{shipped:>9.1f}{e_ship[-1]:>7.1f}%{own:>9.1f}{e_own[-1]:>7.1f}%")
+    out = {}
+    for label, errs in (("shipped", e_ship), ("own_op_costs", e_own)):
+        out[label] = {"median_abs_error_pct": round(statistics.median(abs(e) for e in errs), 1),
+                      "within_10pct": sum(abs(e) <= 10 for e in errs), "min_pct": round(min(errs), 1),
+                      "max_pct": round(max(errs), 1)}
+        lines.append(f"{label}: median {out[label]['median_abs_error_pct']}% off, {out[label]['within_10pct']} of "
+                     f"{len(errs)} within 10%, {out[label]['min_pct']:+.1f}% to {out[label]['max_pct']:+.1f}%")
+    out["steps"] = len(rows)
+    summary["one_rank_host_bound_own_op_costs"] = out
 
 
 ISSUE_SWEEP = (100.0, 150.0, 200.0)  # us: a collective call's host cost tried in place of the preset's
