@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|host1|hostx|hostrs]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|host1|hostx|hostrs|hostcopy]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -58,6 +58,11 @@
 #           NCCL's tensors, with TORCH_NCCL_AVOID_RECORD_STREAMS=1, with the default again and
 #           without again (steps1x_nvlink.csv, steps1x_nvlink_avoid.csv, steps1x_nvlink_again.csv,
 #           steps1x_nvlink_avoid2.csv; about 90 s)
+#   hostcopy  on GPU 0 alone: flat 1-GPU steps at 256^2 and 512^2, then every strategy's step
+#           exchanging over a group of one rank (NCCL), the same with each exchange a copy on the
+#           compute stream (--exchange-copy: the same tensors, no collective), NCCL again and the
+#           copies again (steps1x_nvlink.csv, steps1c_nvlink.csv, steps1x_nvlink_again.csv,
+#           steps1c_nvlink_again.csv; about 90 s)
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
@@ -193,6 +198,21 @@ elif [ "$mode" = hostrs ]; then
   for f in steps1x_nvlink.csv log_nvlink.txt env_nvlink.json; do
     mv "$out/${f%.*}_default.${f##*.}" "$out/$f" 2> /dev/null || true
   done
+elif [ "$mode" = hostcopy ]; then
+  gpus=1
+  launch nvlink 120 --parts host,steps --worlds 1 --resolutions 256,512 --steps 8
+  mv "$out/log_nvlink.txt" "$out/log_nvlink1.txt"
+  for v in nccl copy nccl_again copy_again; do
+    launch nvlink 120 --parts steps --worlds 1 --resolutions 256,512 --steps 8 --one-rank-exchange \
+      $([ "${v#copy}" != "$v" ] && echo --exchange-copy)
+    mv "$out/log_nvlink.txt" "$out/log_nvlink_$v.txt"
+    k=1x
+    [ "${v#copy}" != "$v" ] && k=1c
+    a=
+    [ "${v%_again}" != "$v" ] && a=_again
+    mv "$out/steps${k}_nvlink.csv" "$out/steps${k}_nvlink$a.tmp" 2> /dev/null || true
+  done
+  for f in "$out"/steps1?_nvlink*.tmp; do mv "$f" "${f%.tmp}.csv"; done
 elif [ "$mode" = sizes ]; then
   launch nvlink 280 --parts steps --resolutions 1536,3072
   launch shm 200 --parts steps --resolutions 1536,3072 --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"

@@ -85,8 +85,8 @@ def one_rank(lines, summary):
     plain, exch = {}, {}
     for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-host*/steps*_nvlink*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
-        if "_avoid" in os.path.basename(path):
-            continue  # PyTorch's record-stream bookkeeping off (record_streams, below)
+        if "_avoid" in os.path.basename(path) or os.path.basename(path).startswith("steps1c_"):
+            continue  # record-stream bookkeeping off, or copies for exchanges (sections below)
         into = exch if os.path.basename(path).startswith("steps1x_") else plain
         for r in csv.DictReader(open(path)):
             into.setdefault((machine, int(r["resolution"]), r["strategy"]), []).append(

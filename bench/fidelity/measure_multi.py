@@ -72,7 +72,12 @@ P.add_argument("--unaligned", action="store_true")  # collectives: blocks of any
 # steps: a 1-GPU step exchanges as a multi-GPU one does, over a group of one rank (the exchanges'
 # host cost on one rank, no peer to wait for); its rows go to steps1x_<transport>.csv
 P.add_argument("--one-rank-exchange", action="store_true")
+# with --one-rank-exchange: each exchange a copy on the compute stream instead of NCCL (the
+# control: the same tensors and kernels, no collective); steps1c_<transport>.csv
+P.add_argument("--exchange-copy", action="store_true")
 A = P.parse_args()
+if A.exchange_copy and not A.one_rank_exchange:
+    P.error("--exchange-copy replaces the exchanges of --one-rank-exchange steps: give both")
 T0 = time.time()
 
 RANK = int(os.environ.get("RANK", "0"))
@@ -485,6 +490,9 @@ class Step:
     # Ulysses exchanges: to heads (this rank's tokens, every head -> every token, its heads)
     def a2a_async(self, send):
         recv = torch.empty_like(send)
+        if A.exchange_copy:
+            recv.copy_(send)
+            return recv, None
         work = dist.all_to_all_single(recv, send, group=self.group, async_op=True)
         return recv, work
 
@@ -518,7 +526,7 @@ class Step:
                 parts_img[part] = [recv]
                 if blocking:
                     for wk in pending:
-                        wk.wait()
+                        waited(wk)
                     pending = []
                     self.span_stop(sp, "to_heads")
                 continue
@@ -532,7 +540,7 @@ class Step:
                 chunks.append(recv)
             parts_img[part] = chunks
         for wk in pending:
-            wk.wait()
+            waited(wk)
         qkv = []
         for part in "qkv":
             img = parts_img[part]
@@ -546,14 +554,20 @@ class Step:
         send = o_img.reshape(w, n_loc, hl * HD).contiguous()
         recv = torch.empty_like(send)
         sp = self.span_start()
-        dist.all_to_all_single(recv, send, group=self.group)  # back to tokens
+        if A.exchange_copy:
+            recv.copy_(send)
+        else:
+            dist.all_to_all_single(recv, send, group=self.group)  # back to tokens
         self.span_issued(sp)
         self.span_stop(sp, "to_tokens")
         out_img = recv.permute(1, 0, 2).reshape(n_loc, HID)
         gathered = torch.empty(w, TXT, hl * HD, device=dev, dtype=DT)
         o_txt = o_txt.contiguous().view(-1)
         sp = self.span_start()
-        all_gather(gathered.view(-1), o_txt, self.group)
+        if A.exchange_copy:
+            gathered.view(-1).copy_(o_txt)
+        else:
+            all_gather(gathered.view(-1), o_txt, self.group)
         self.span_issued(sp)
         self.span_stop(sp, "text_gather")
         out_txt = gathered.permute(1, 0, 2).reshape(TXT, HID)
@@ -623,6 +637,8 @@ def timed_steps(st, group, runs=True):
 def steps(rows):
     res = [int(r) for r in A.resolutions.split(",")]
     for w in worlds():
+        if A.exchange_copy and w > 1:
+            continue  # a copy stands for an exchange with no peer only
         group = group_of(w) if w > 1 or A.one_rank_exchange else None
         member = RANK < w
         model = Model(w, RANK) if member else None
@@ -1708,7 +1724,8 @@ def main():
         rows = []
         steps(rows)
         if RANK == 0:
-            write_csv(os.path.join(A.out, f"steps{'1x' if A.one_rank_exchange else ''}_{tr}.csv"),
+            kind = ("1c" if A.exchange_copy else "1x") if A.one_rank_exchange else ""
+            write_csv(os.path.join(A.out, f"steps{kind}_{tr}.csv"),
                       ["strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms", "max_ms",
                        "host_issue_ms", "transport", "timed_steps"], rows)
     dist.barrier(group=CPU_GROUP)
