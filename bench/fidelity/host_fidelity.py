@@ -247,6 +247,59 @@ def record_streams(lines, summary):
         "same_setting_launch_spread_max": round(max(spreads), 2)}
 
 
+def exchange_copies(lines, summary):
+    """The one-rank exchanging steps of h*x1-hostcopy*/ with NCCL (steps1x_nvlink.csv, _again)
+    and with each exchange a copy on the compute stream instead (steps1c_nvlink.csv, _again: the
+    same tensors and kernels, no collective), launched in turn, against the plain flat step of the
+    first launch: what each exchange adds to the host, by the collective and by its tensors."""
+    rows = []
+    for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostcopy*"))):
+        plain, by = {}, {}
+        for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv"))):
+            plain[int(r["resolution"])] = float(r["host_issue_ms"])
+        for kind, name in (("nccl", "steps1x_nvlink"), ("copy", "steps1c_nvlink")):
+            for suffix in ("", "_again"):
+                path = os.path.join(d, f"{name}{suffix}.csv")
+                if os.path.exists(path):
+                    for r in csv.DictReader(open(path)):
+                        by.setdefault((int(r["resolution"]), r["strategy"]), {}).setdefault(kind, []).append(
+                            float(r["host_issue_ms"]))
+        for (res, st), x in sorted(by.items()):
+            if res in plain and "nccl" in x and "copy" in x:
+                rows.append((os.path.basename(d), res, st, plain[res], x["nccl"], x["copy"]))
+    if not rows:
+        return
+    lines += ["", "## one rank, each exchange over NCCL (a group of one rank) or a copy on the compute stream instead, "
+              "launched in turn: host issue ms; us each exchange costs over NCCL more than as a copy, and as a copy more "
+              "than the plain flat step of the first launch (noisy: one launch)",
+              f"{'machine':<18}{'res':>5} {'strategy':<9}{'plain':>7}{'NCCL launches':>17}{'copy launches':>17}"
+              f"{'NCCL-copy':>10}{'copy-plain':>11}"]
+    nccl_us, copy_us, spread = {}, {}, {"nccl": [], "copy": []}
+    for machine, res, st, base, nc, cp in rows:
+        n = EXCHANGES[st] * BLOCKS
+        a = (statistics.mean(nc) - statistics.mean(cp)) * 1e3 / n
+        b = (statistics.mean(cp) - base) * 1e3 / n
+        nccl_us.setdefault(st, []).append(a)
+        copy_us.setdefault(st, []).append(b)
+        spread["nccl"].append(max(nc) / min(nc))
+        spread["copy"].append(max(cp) / min(cp))
+        lines.append(f"{machine:<18}{res:>5} {st:<9}{base:>7.1f}{' / '.join(f'{v:.1f}' for v in nc):>17}"
+                     f"{' / '.join(f'{v:.1f}' for v in cp):>17}{a:>10.0f}{b:>11.0f}")
+    out = {}
+    for st in sorted(nccl_us):
+        out[st] = {"nccl_over_copy_us_each": [round(min(nccl_us[st])), round(max(nccl_us[st]))],
+                   "copy_over_plain_us_each": [round(min(copy_us[st])), round(max(copy_us[st]))]}
+        lines.append(f"{st}: each exchange costs {min(nccl_us[st]):.0f} to {max(nccl_us[st]):.0f} us more over NCCL "
+                     f"than as a copy; as a copy {min(copy_us[st]):.0f} to {max(copy_us[st]):.0f} us over the plain step")
+    for kind in ("nccl", "copy"):
+        out[f"{kind}_launch_spread_median"] = round(statistics.median(spread[kind]), 2)
+        out[f"{kind}_launch_spread_max"] = round(max(spread[kind]), 2)
+    lines.append(f"the same step launched twice: {out['nccl_launch_spread_median']:.2f}x in median "
+                 f"({out['nccl_launch_spread_max']:.2f}x at most) over NCCL, {out['copy_launch_spread_median']:.2f}x "
+                 f"({out['copy_launch_spread_max']:.2f}x) as copies")
+    summary["one_rank_exchange_nccl_or_copy"] = out
+
+
 HOSTX_CASES = ("a2a", "a2a_alloc", "a2a_blocking", "rope", "rope_a2a_alloc")
 
 
@@ -403,6 +456,7 @@ def main():
     each = one_rank(lines, summary) or {}
     exchange_parts(lines, summary, each)
     record_streams(lines, summary)
+    exchange_copies(lines, summary)
     spread(lines, summary)
     lines += ["", json.dumps(summary, indent=1)]
     txt = "\n".join(lines)
