@@ -207,23 +207,31 @@ def issue_sweep(lines, summary, groups):
                       "all_within_10pct": s["all"]["within_10pct"]} for gpu, s in by_gpu.items()}
 
 
+def launches(d, files):
+    """The host issue ms of the steps CSVs of directory d, by kind of launch: {(resolution,
+    strategy): {kind: [one per file that exists, in the order given]}}; `files` {kind: [names]}."""
+    by = {}
+    for kind, names in files.items():
+        for name in names:
+            path = os.path.join(d, name)
+            if os.path.exists(path):
+                for r in csv.DictReader(open(path)):
+                    by.setdefault((int(r["resolution"]), r["strategy"]), {}).setdefault(kind, []).append(
+                        float(r["host_issue_ms"]))
+    return by
+
+
 def record_streams(lines, summary):
     """The one-rank exchanging steps of h*x1-hostrs*/ with PyTorch's record-stream bookkeeping of
     NCCL's tensors (steps1x_nvlink.csv, steps1x_nvlink_again.csv) and without it
     (TORCH_NCCL_AVOID_RECORD_STREAMS=1: steps1x_nvlink_avoid.csv, steps1x_nvlink_avoid2.csv),
     launched in turn on one lease: host issue ms of each launch."""
-    kinds = (("default", ""), ("again", "_again"), ("avoid", "_avoid"), ("avoid2", "_avoid2"))
+    files = {"with": ["steps1x_nvlink.csv", "steps1x_nvlink_again.csv"],
+             "without": ["steps1x_nvlink_avoid.csv", "steps1x_nvlink_avoid2.csv"]}
     rows = []
     for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostrs*"))):
-        by = {}
-        for kind, suffix in kinds:
-            path = os.path.join(d, f"steps1x_nvlink{suffix}.csv")
-            if os.path.exists(path):
-                for r in csv.DictReader(open(path)):
-                    by.setdefault((int(r["resolution"]), r["strategy"]), {})[kind] = float(r["host_issue_ms"])
-        for (res, st), x in sorted(by.items()):
-            rows.append((os.path.basename(d), res, st, [x[k] for k in ("default", "again") if k in x],
-                         [x[k] for k in ("avoid", "avoid2") if k in x]))
+        for (res, st), x in sorted(launches(d, files).items()):
+            rows.append((os.path.basename(d), res, st, x.get("with", []), x.get("without", [])))
     if not rows:
         return
     lines += ["", "## one rank exchanging over a group of one rank, with and without PyTorch's record-stream "
@@ -254,16 +262,9 @@ def exchange_copies(lines, summary):
     first launch: what each exchange adds to the host, by the collective and by its tensors."""
     rows = []
     for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostcopy*"))):
-        plain, by = {}, {}
-        for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv"))):
-            plain[int(r["resolution"])] = float(r["host_issue_ms"])
-        for kind, name in (("nccl", "steps1x_nvlink"), ("copy", "steps1c_nvlink")):
-            for suffix in ("", "_again"):
-                path = os.path.join(d, f"{name}{suffix}.csv")
-                if os.path.exists(path):
-                    for r in csv.DictReader(open(path)):
-                        by.setdefault((int(r["resolution"]), r["strategy"]), {}).setdefault(kind, []).append(
-                            float(r["host_issue_ms"]))
+        plain = {res: x["plain"][0] for (res, _), x in launches(d, {"plain": ["steps_nvlink.csv"]}).items()}
+        by = launches(d, {"nccl": ["steps1x_nvlink.csv", "steps1x_nvlink_again.csv"],
+                          "copy": ["steps1c_nvlink.csv", "steps1c_nvlink_again.csv"]})
         for (res, st), x in sorted(by.items()):
             if res in plain and "nccl" in x and "copy" in x:
                 rows.append((os.path.basename(d), res, st, plain[res], x["nccl"], x["copy"]))
