@@ -493,6 +493,22 @@ void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table
   calibrate::set_key(table, "device.host.step_factor", toml::value<double>(f.step_factor));
   calibrate::set_key(table, "device.host.sync_slowdown", toml::value<double>(f.sync_slowdown));
   calibrate::set_key(table, "device.host.per_rank_slowdown", toml::value<double>(0.0));
+  if (f.machines >= 2) {
+    std::printf(
+        "# device.host.range = [%s, %s]: the %d machines' steps took %s-%sx the fitted host's "
+        "(measured / predicted); `cocodiff tune` times its best configurations at both ends\n",
+        fmt(f.range_low).c_str(), fmt(f.range_high).c_str(), f.machines, fmt(f.range_low).c_str(),
+        fmt(f.range_high).c_str());
+    toml::array range;
+    range.push_back(f.range_low);
+    range.push_back(f.range_high);
+    calibrate::set_key(table, "device.host.range", range);
+    notes << "# Host range: device.host.range = [" << fmt(f.range_low) << ", " << fmt(f.range_high)
+          << "], the lowest and highest measured / predicted of those steps "
+          << "over " << f.machines << " machines (files).\n";
+  } else if (toml::table* host = table["device"]["host"].as_table()) {
+    host->erase("range");  // the base's range was against its own host, not the fitted one
+  }
   notes << "# Host: device.host.step_factor = " << fmt(f.step_factor)
         << ", sync_slowdown = " << fmt(f.sync_slowdown)
         << " (per_rank_slowdown 0): each GPU count's factor timed by golden-section search, then "

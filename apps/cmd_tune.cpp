@@ -1,5 +1,6 @@
 // `cocodiff tune CONFIG [--nodes 1,2,4,8] [--gpus-per-node 1,2,...] [--objective latency|
-// gpu-seconds] [--lossy PSNR_DB] [--budget-s S] [--jobs N] [--set k=v ...] [--out DIR]`
+// gpu-seconds] [--lossy PSNR_DB] [--budget-s S] [--jobs N] [--no-host-range] [--set k=v ...]
+// [--out DIR]`
 // Searches the fastest way to run the config's model, resolution and steps on its cluster
 // (apps/tune.hpp): prints the ranked table, the Pareto front of time against GPUs and the
 // `cocodiff run` command of each recommendation; writes tune.json, tune.txt and pareto.png
@@ -46,6 +47,7 @@ void add_tune_command(CLI::App& app) {
     std::vector<std::string> sets;
     std::string out = "out/tune";
     bool exhaustive = false;
+    bool no_host_range = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -66,6 +68,9 @@ void add_tune_command(CLI::App& app) {
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
   cmd->add_option("--out", opt->out, "Output directory (tune.json, tune.txt, pareto.png)");
   cmd->add_flag("--exhaustive", opt->exhaustive, "Run every configuration (no pruning)");
+  cmd->add_flag("--no-host-range", opt->no_host_range,
+                "Do not time the best configurations again with the fastest and the slowest "
+                "hosts measured (the cluster's device.host.range)");
   cmd->callback([opt] {
     TuneOptions o;
     o.config = opt->config;
@@ -78,6 +83,7 @@ void add_tune_command(CLI::App& app) {
     if (opt->jobs < 0) throw ConfigError("--jobs: expected a count >= 0 (0: the hardware threads)");
     o.jobs = opt->jobs;
     o.prune = !opt->exhaustive;
+    o.host_range = !opt->no_host_range;
     o.log = [](const std::string& line) {
       std::fprintf(stderr, "%s\n", line.c_str());
       std::fflush(stderr);

@@ -301,6 +301,84 @@ RunRecord run_checked(RunPlan plan, std::function<void(SimTime)> check) {
   return run_emulated(plan);
 }
 
+// The hosts of the machines measured differ (device.host.range): the best configurations
+// (kHostRangePoints of the ranking, and the front) run again with the fastest and the slowest
+// host, `jobs` side by side. A run the budget leaves out leaves its point without a range.
+template <class OverBudget>
+void time_host_range(const TuneOptions& o, const Base& base, TuneResult& r, int jobs,
+                     const OverBudget& over_budget) {
+  const HostParams& host = base.plan.cluster.device_params.host;
+  if (!host.has_range() || !host.any() || r.ranking.empty()) return;
+  // The scales are the config's own host (device.host.scale) taken to the range's ends.
+  r.host_low = std::clamp(host.scale * host.range_low, 0.1, 10.0);
+  r.host_high = std::clamp(host.scale * host.range_high, 0.1, 10.0);
+  std::vector<size_t> redo(
+      r.ranking.begin(),
+      r.ranking.begin() + static_cast<long>(std::min(kHostRangePoints, r.ranking.size())));
+  for (size_t i : r.pareto)
+    if (std::find(redo.begin(), redo.end(), i) == redo.end()) redo.push_back(i);
+  std::vector<double> times(2 * redo.size(), NAN);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next++) < times.size();) {
+      if (over_budget()) continue;
+      std::vector<std::string> sets = sets_of(o, r.points[redo[k / 2]]);
+      sets.push_back("cluster.device.host.scale=" +
+                     fmt("%.17g", k % 2 == 0 ? r.host_low : r.host_high));
+      try {
+        const RunRecord rec = run_checked(resolve_run_plan(o.config, sets), [](SimTime) {});
+        times[k] = rec.report["virtual_time_s"].get<double>() /
+                   std::max(1, rec.report.value("batch_size", 1));
+      } catch (const std::exception&) {
+        // Left without a range: the point ran at the cluster's own host.
+      }
+    }
+  };
+  {
+    std::vector<std::thread> threads;
+    for (int j = 1; j < std::min<int>(jobs, static_cast<int>(times.size())); ++j)
+      threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+  }
+  const bool latency = o.objective == "latency";
+  double best_low = INFINITY, best_high = INFINITY;
+  for (size_t k = 0; k < redo.size(); ++k) {
+    const double lo = times[2 * k], hi = times[2 * k + 1];
+    if (!std::isfinite(lo) || !std::isfinite(hi)) continue;
+    TunePoint& p = r.points[redo[k]];
+    p.host_range_s = std::make_pair(lo, hi);
+    const double weight = latency ? 1.0 : p.gpus;
+    if (lo * weight < best_low) best_low = lo * weight, r.best_at_low = redo[k];
+    if (hi * weight < best_high) best_high = hi * weight, r.best_at_high = redo[k];
+  }
+}
+
+// "0.1150-0.1722", or "-" for a point not timed with the other hosts.
+std::string host_span(const TunePoint& p) {
+  if (!p.host_range_s) return "-";
+  return fmt("%.4f", p.host_range_s->first) + "-" + fmt("%.4f", p.host_range_s->second);
+}
+
+// Whether the best configuration is the same with the fastest and the slowest hosts measured.
+std::string host_range_note(const TuneResult& r) {
+  auto name = [&](const std::optional<size_t>& i) {
+    return i ? r.points[*i].shape() + " " + r.points[*i].describe() : std::string("none");
+  };
+  std::string s = "Hosts: the machines measured issue a host-bound step in " +
+                  fmt("%.2f", r.host_low) + "-" + fmt("%.2f", r.host_high) +
+                  "x this cluster's host time (device.host.range). ";
+  if (!r.best_at_low || !r.best_at_high)
+    return s + "The best configurations could not be timed with them.";
+  const size_t first = r.ranking.front();
+  if (*r.best_at_low == first && *r.best_at_high == first)
+    return s + "Timed with both, the best configurations rank " + name(r.best_at_low) +
+           " first too: the recommendation holds on any of them.";
+  return s + "Timed with both, the best configurations rank " + name(r.best_at_low) +
+         " first with the fastest host and " + name(r.best_at_high) +
+         " with the slowest: which is best depends on the machine's host.";
+}
+
 // Which points run first: those most likely to be fast (TAPA with V-First, usp over TAPA), then
 // the other TAPA and usp points, then flat Ulysses; a low bar early prunes and stops more.
 int wave(const TunePoint& p) {
@@ -663,6 +741,8 @@ TuneResult tune(const TuneOptions& o) {
       front_time = r.points[i].time_s;
       r.pareto.push_back(i);
     }
+  if (o.host_range) time_host_range(o, base, r, jobs, over_budget);
+  r.wall_s = since(t0);
   return r;
 }
 
@@ -685,8 +765,12 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
   std::vector<std::string> tiers;
   if (!r.ranking.empty())
     for (const auto& [tier, bytes] : r.points[r.ranking[0]].bytes_by_tier) tiers.push_back(tier);
-  std::snprintf(line, sizeof line, "%4s %-7s %-5s %-46s %10s %8s %10s %10s", "rank", "nodes",
-                "gpus", "configuration", "s/image", "vs_flat", "GPU-s/img", "exposed_s");
+  const bool hosts = r.host_high > 0;  // the host range was timed
+  std::snprintf(line, sizeof line, "%4s %-7s %-5s %-46s %10s", "rank", "nodes", "gpus",
+                "configuration", "s/image");
+  os << line;
+  if (hosts) os << std::string(16 - 7, ' ') << "hosts_s";
+  std::snprintf(line, sizeof line, " %8s %10s %10s", "vs_flat", "GPU-s/img", "exposed_s");
   os << line;
   for (const std::string& t : tiers) {
     std::snprintf(line, sizeof line, " %13s", (t + "_GB").c_str());
@@ -697,9 +781,13 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     const TunePoint& p = r.points[r.ranking[k]];
     const TunePoint* flat = r.flat_of(p);
     const std::string vs = flat ? fmt("%.2fx", flat->time_s / p.time_s) : "-";
-    std::snprintf(line, sizeof line, "%4zu %-7s %-5d %-46s %10.4f %8s %10.3f %10.4f", k + 1,
-                  p.shape().c_str(), p.gpus, p.describe().c_str(), p.time_s, vs.c_str(),
-                  p.gpu_seconds(), p.exposed_s);
+    std::snprintf(line, sizeof line, "%4zu %-7s %-5d %-46s %10.4f", k + 1, p.shape().c_str(),
+                  p.gpus, p.describe().c_str(), p.time_s);
+    os << line;
+    if (hosts)
+      os << " " << std::string(15 - std::min<size_t>(15, host_span(p).size()), ' ') << host_span(p);
+    std::snprintf(line, sizeof line, " %8s %10.3f %10.4f", vs.c_str(), p.gpu_seconds(),
+                  p.exposed_s);
     os << line;
     for (const auto& [tier, bytes] : p.bytes_by_tier) {
       std::snprintf(line, sizeof line, " %13.2f", bytes / 1e9);
@@ -708,8 +796,11 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     os << "\n";
   }
   os << "(nodes x GPUs per node; vs_flat: speedup over flat Ulysses on the same GPUs; bytes by "
-        "tier "
-        "per image)\n";
+        "tier per image";
+  if (hosts)
+    os << "; hosts_s: s/image with the fastest and the slowest host of the machines measured, "
+          "the best configurations only";
+  os << ")\n";
   os << "\nPareto front, time per image against GPUs:\n";
   for (size_t i : r.pareto) {
     const TunePoint& p = r.points[i];
@@ -722,11 +813,14 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
   for (size_t k = 0; k < rec; ++k) {
     const TunePoint& p = r.points[r.ranking[k]];
     os << "  " << k + 1 << ". " << p.shape() << " " << p.describe() << ": " << fmt("%.4f", p.time_s)
-       << " s per image\n     " << run_command(o, p) << "\n";
+       << " s per image";
+    if (p.host_range_s) os << " (" << host_span(p) << " s with the hosts measured)";
+    os << "\n     " << run_command(o, p) << "\n";
     if (p.v_major)
       os << "     lossy: V-Major threshold " << fmt("%g", p.v_major->threshold)
          << ", admitted under --lossy " << fmt("%g", *o.lossy_psnr_db) << " dB (see below)\n";
   }
+  if (hosts) os << "\n" << host_range_note(r) << "\n";
   if (o.lossy_psnr_db) {
     os << "\nLossy entries (--lossy " << fmt("%g", *o.lossy_psnr_db)
        << " dB): V-Major thresholds measured with real math on the trained model ("
@@ -851,6 +945,8 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
       for (const auto& [tier, bytes] : p.bytes_by_tier) b[tier] = bytes;
       e["bytes_by_tier"] = b;
     }
+    if (p.host_range_s)
+      e["time_per_image_s_host_range"] = {p.host_range_s->first, p.host_range_s->second};
     if (p.status == TunePoint::Status::kRun || p.status == TunePoint::Status::kStopped)
       e["wall_s"] = p.wall_s;
     if (p.status == TunePoint::Status::kFailed) e["error"] = p.error;
@@ -869,6 +965,20 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
                      {"configuration", r.points[i].describe()},
                      {"command", run_command(o, r.points[i])}});
   j["pareto"] = front;
+  if (r.host_high > 0) {
+    auto label = [&](const std::optional<size_t>& i) {
+      return i ? nlohmann::ordered_json(r.points[*i].shape() + " " + r.points[*i].describe())
+               : nlohmann::ordered_json(nullptr);
+    };
+    j["host_range"] = {
+        {"scales", {r.host_low, r.host_high}},
+        {"note",
+         "device.host.scale at the ends of the cluster's device.host.range: the fastest and the "
+         "slowest host of the machines measured; the best configurations (time_per_image_s_host_"
+         "range) were timed with both"},
+        {"best_with_fastest_host", label(r.best_at_low)},
+        {"best_with_slowest_host", label(r.best_at_high)}};
+  }
   nlohmann::ordered_json others = nlohmann::ordered_json::array();
   for (const TunePoint& p : r.points)
     if (p.status != TunePoint::Status::kRun) others.push_back(point_json(p));

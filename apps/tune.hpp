@@ -13,6 +13,11 @@
 //   std::cout << tune_table(o, r);
 //   std::string cmd = run_command(o, r.points[r.ranking[0]]);   // reproduces the best
 //
+// Hosts: where the cluster holds device.host.range (how much faster and slower than its host the
+// machines measured issued their host-bound steps), the kHostRangePoints best points and the
+// front are timed again with device.host.scale at both ends (TunePoint::host_range_s), and
+// TuneResult::best_at_low / best_at_high say which of them is best with each host.
+//
 // Pruning: a point's time is at least its busiest tile's compute, and that is at least the
 // compute of the same image on one tile divided by the point's tiles (each op split over tiles
 // costs each tile at least its share of the whole op's time, and the strategies only add work).
@@ -26,6 +31,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cocodiff::apps {
@@ -41,14 +47,21 @@ struct TuneOptions {
   /// model's run (empty: configs/quickstart.toml), with these keys set.
   std::filesystem::path quality_config;
   std::vector<std::string> quality_sets;
-  double budget_s = 0;                          // wall-clock limit of the search (0: none)
-  int jobs = 0;                                 // runs side by side (0: the hardware threads)
-  bool prune = true;                            // false: run every point (exhaustive)
+  double budget_s = 0;  // wall-clock limit of the search (0: none)
+  int jobs = 0;         // runs side by side (0: the hardware threads)
+  bool prune = true;    // false: run every point (exhaustive)
+  /// Where the cluster has device.host.range: time the best configurations (kHostRangePoints
+  /// of the ranking, and the front) again with the hosts of the fastest and the slowest
+  /// machines measured (device.host.scale at the range's ends).
+  bool host_range = true;
   std::function<void(const std::string&)> log;  // progress lines (none when empty)
 };
 
 /// A V-Major threshold measured on the trained model (real math): the PSNR of its output
 /// against the exact run, and the share of V blocks it sent on its tiers.
+/// How many of the best configurations `tune` times again at the ends of the host range.
+inline constexpr size_t kHostRangePoints = 10;
+
 struct TuneQuality {
   double threshold = 0;
   double psnr_db = 0;          // preview image PSNR against the exact run
@@ -79,6 +92,9 @@ struct TunePoint {
   std::vector<std::pair<std::string, double>> bytes_by_tier;
   double wall_s = 0;
   std::string error;  // kFailed: why
+  /// Time per image with the fastest and the slowest hosts of the cluster's device.host.range
+  /// (TuneOptions::host_range; the best configurations only).
+  std::optional<std::pair<double, double>> host_range_s;
   double gpu_seconds() const { return time_s * gpus; }
   /// "tapa+v_first, pipeline 4, text sharded, uneven heads" (the features, for tables).
   std::string describe() const;
@@ -100,6 +116,10 @@ struct TuneResult {
   bool bound_broken = false;    // a run's compute fell below its bound: pruning turned off
   std::vector<size_t> ranking;  // run points, best first by the objective
   std::vector<size_t> pareto;   // run points on the front of time vs GPUs, GPUs ascending
+  /// device.host.scale at the ends of the cluster's device.host.range (0: no range timed), and
+  /// the best by the objective among the points timed there (TunePoint::host_range_s).
+  double host_low = 0, host_high = 0;
+  std::optional<size_t> best_at_low, best_at_high;
   int count(TunePoint::Status s) const;
   /// The flat point (no features, text replicated) of p's nodes and GPUs, if it ran.
   const TunePoint* flat_of(const TunePoint& p) const;

@@ -364,9 +364,22 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     }
     d.kernels.emplace(name, std::move(t));
   }
-  const auto us = [&in](const std::string& k) {
-    return SimTime::from_seconds(in.get_double(k, 0.0, 0.0, 1e6) * 1e-6);
+  // This machine's host against the preset's: every issue cost taken `scale` times.
+  d.host.scale = in.get_double("device.host.scale", 1.0, 0.1, 10.0);
+  const auto us = [&in, scale = d.host.scale](const std::string& k) {
+    return SimTime::from_seconds(in.get_double(k, 0.0, 0.0, 1e6) * 1e-6 * scale);
   };
+  const std::vector<double> range = in.get_double_list("device.host.range", {});
+  if (!range.empty()) {
+    if (range.size() != 2 || !(range[0] >= 0.1) || !(range[1] <= 10.0) || !(range[0] <= range[1]))
+      in.fail("device.host.range",
+              "[lowest, highest]: two host scales from 0.1 to 10, lowest first",
+              std::to_string(range.size()) + " values" +
+                  (range.size() == 2 ? " (" + number(range[0]) + ", " + number(range[1]) + ")"
+                                     : std::string()));
+    d.host.range_low = range[0];
+    d.host.range_high = range[1];
+  }
   d.host.op_issue = us("device.host.op_issue_us");
   d.host.collective_issue = us("device.host.collective_issue_us");
   d.host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);

@@ -111,6 +111,14 @@ struct HostParams {
   double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
   double sync_slowdown = 0.0;                       // DeviceModel::host_sync_slowdown
   double step_factor = 1.0;                         // DeviceModel::host_step_factor
+  /// device.host.scale: this machine's host against the preset's; every issue cost above (ops
+  /// and collectives) was taken this many times when the cluster was read.
+  double scale = 1.0;
+  /// device.host.range: the scales of the hosts of the machines measured, lowest and highest
+  /// (how much faster and slower than the preset they issued the same host-bound steps); both 0
+  /// when the cluster has none. `cocodiff tune` times its best configurations at both ends.
+  double range_low = 0.0, range_high = 0.0;
+  bool has_range() const { return range_high > 0.0; }
   bool any() const;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -90,6 +92,18 @@ HostSyncFit fit_host_sync(const std::vector<StepPoint>& steps, const StepPredict
     sum += e * e;
   }
   f.rms_log = std::sqrt(sum / static_cast<double>(f.cases.size()));
+  std::set<std::string> files;
+  double lo = INFINITY, hi = 0;
+  for (const HostSyncCase& c : f.cases) {
+    files.insert(c.source);
+    lo = std::min(lo, c.measured_ms / c.predicted_ms);
+    hi = std::max(hi, c.measured_ms / c.predicted_ms);
+  }
+  f.machines = static_cast<int>(files.size());
+  if (f.machines >= 2) {
+    f.range_low = std::clamp(std::floor(lo * 100 * (1 + 1e-12)) / 100, 0.1, 10.0);
+    f.range_high = std::clamp(std::ceil(hi * 100 * (1 - 1e-12)) / 100, f.range_low, 10.0);
+  }
   f.predictions = static_cast<int>(cache.size());
   return f;
 }

@@ -15,6 +15,7 @@
 //
 //   HostSyncFit f = fit_host_sync(m.steps, [&](int gpus, int res, double a, double s) { ... });
 //   f.step_factor;  f.sync_slowdown;  f.rms_log;  f.cases[0].predicted_ms
+//   f.range_low;  f.range_high;    // device.host.range, from two or more machines
 
 #include <functional>
 #include <string>
@@ -44,6 +45,12 @@ struct HostSyncFit {
   int gpu_counts = 0;               // distinct GPU counts among the cases
   int predictions = 0;              // distinct (gpus, factor, sync) the predictor was asked for
   std::vector<HostSyncCase> cases;  // by file, then gpus
+  /// The machines' hosts against the fitted one (device.host.range): the lowest and highest
+  /// measured / predicted of the cases, rounded outwards to 0.01, when the cases come from two
+  /// or more files (machines); both 0 otherwise. A host-bound step takes about its host's time,
+  /// so a machine whose step is measured at this ratio issues that much faster or slower.
+  double range_low = 0, range_high = 0;
+  int machines = 0;  // distinct files among the cases
 };
 
 /// Milliseconds of one flat step on `gpus` GPUs at resolution^2 with the host's step factor and

@@ -26,7 +26,7 @@ Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [-
                           [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
-import argparse, csv, json, os, statistics
+import argparse, csv, json, math, os, statistics
 
 from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
 
@@ -56,9 +56,9 @@ def shm_bandwidth():
     return busbw
 
 
-def predict(w, res, strategy, transport, machine, cache={}):
+def predict(w, res, strategy, transport, machine, scale=None, cache={}):
     h200 = machine.startswith("h200")
-    key = (w, res, strategy, transport, h200)
+    key = (w, res, strategy, transport, h200, scale)
     if key in cache:
         return cache[key]
     # phantom_step.preset_for chooses the preset (as profile_fidelity.py does); the options
@@ -70,6 +70,8 @@ def predict(w, res, strategy, transport, machine, cache={}):
     sets = [f"cluster.preset={chosen or nvlink}"] + A.set
     if not chosen:
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
+    if scale is not None:
+        sets.append(f"cluster.device.host.scale={scale}")
     r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
     cache[key] = r["virtual_time_s"] / STEPS * 1e3
     return cache[key]
@@ -154,6 +156,41 @@ def main():
                          f"{'yes' if ok else 'NO'}")
         summary[("" if gpu == "h100" else gpu + "_") + "1024_inside_machine_range_widened_15pct"] = \
             f"{inside}/{total}"
+    # The hosts of the machines: device.host.range as `cocodiff calibrate` defines it (the lowest
+    # and highest measured / predicted of the flat host-bound steps of 2 or more GPUs, here over
+    # every machine of the GPU, rounded outwards to 0.01), then every 1024^2 configuration
+    # predicted with device.host.scale at both ends against the range the machines measured.
+    for gpu in ("h100", "h200"):
+        flat = [r for r in rows if r["machine"].startswith(gpu + "x") and r["resolution"] == 1024
+                and r["strategy"] == "flat" and r["transport"] == "nvlink" and r["gpus"] >= 2]
+        ratios = [r["measured_ms"] / r["predicted_ms"] for r in flat]
+        low = math.floor(min(ratios) * 100 * (1 + 1e-12)) / 100
+        high = math.ceil(max(ratios) * 100 * (1 - 1e-12)) / 100
+        lines.append("")
+        lines.append(f"# {gpu.upper()} hosts: device.host.range = [{low:.2f}, {high:.2f}], the lowest and highest "
+                     f"measured / predicted of {len(flat)} flat NVLink 1024^2 steps of 2 or more GPUs on "
+                     f"{len({r['machine'] for r in flat})} machines; each 1024^2 configuration predicted with "
+                     f"device.host.scale at both ends against the machines' range")
+        lines.append(f"{'transport':9s} {'gpus':>4s} {'strategy':9s} {'machines':>8s} {'low':>7s} {'high':>7s} "
+                     f"{'pred_low':>9s} {'pred_high':>9s}  measured inside  overlap")
+        same = [r for r in rows if r["machine"].startswith(gpu + "x") and r["resolution"] == 1024 and r["gpus"] >= 2]
+        inside = overlap = total = 0
+        for key in sorted({(r["transport"], r["gpus"], r["strategy"]) for r in same}):
+            vals = [r["measured_ms"] for r in same if (r["transport"], r["gpus"], r["strategy"]) == key]
+            machine = next(r["machine"] for r in same if (r["transport"], r["gpus"], r["strategy"]) == key)
+            p_lo = predict(key[1], 1024, key[2], key[0], machine, f"{low:.2f}")
+            p_hi = predict(key[1], 1024, key[2], key[0], machine, f"{high:.2f}")
+            ins = p_lo <= min(vals) and max(vals) <= p_hi
+            ovl = p_lo <= max(vals) and min(vals) <= p_hi
+            total += 1
+            inside += ins
+            overlap += ovl
+            lines.append(f"{key[0]:9s} {key[1]:4d} {key[2]:9s} {len(vals):8d} {min(vals):7.1f} {max(vals):7.1f} "
+                         f"{p_lo:9.1f} {p_hi:9.1f}  {'yes' if ins else 'NO':>15s}  {'yes' if ovl else 'NO':>7s}")
+        summary[gpu + "_host_range"] = {"range": [low, high], "flat_steps": len(flat),
+                                         "configurations": total,
+                                         "measured_range_inside_predicted": inside,
+                                         "measured_range_overlaps_predicted": overlap}
     lines.append("")
     lines.append(json.dumps(summary, indent=1))
     txt = "\n".join(lines)

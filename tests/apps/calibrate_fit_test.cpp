@@ -235,6 +235,30 @@ TEST(CalibrateFit, HostStepFactorAndSyncSlowdownFromClosedFormSteps) {
 
   std::vector<calibrate::StepPoint> none(steps.begin() + 4, steps.begin() + 6);
   EXPECT_THROW(calibrate::fit_host_sync(none, predict), InputError);
+
+  // Hosts that differ by machine: the range brackets every case's measured / predicted, rounded
+  // outwards to 0.01, from two or more files; one file gives none.
+  EXPECT_EQ(f.machines, 2);
+  add("slow.csv", "flat", 2, 512, truth_ms(2) * 1.37);
+  add("fast.csv", "flat", 4, 512, truth_ms(4) * 0.62);
+  const calibrate::HostSyncFit h = calibrate::fit_host_sync(steps, predict);
+  EXPECT_EQ(h.machines, 4);
+  double lo = 10, hi = 0;
+  for (const calibrate::HostSyncCase& c : h.cases) {
+    lo = std::min(lo, c.measured_ms / c.predicted_ms);
+    hi = std::max(hi, c.measured_ms / c.predicted_ms);
+  }
+  EXPECT_LT(lo, 0.7);
+  EXPECT_GT(hi, 1.2);
+  EXPECT_LE(h.range_low, lo);
+  EXPECT_GT(h.range_low, lo - 0.01);
+  EXPECT_GE(h.range_high, hi);
+  EXPECT_LT(h.range_high, hi + 0.01);
+  EXPECT_NEAR(h.range_low * 100, std::round(h.range_low * 100), 1e-9);
+  EXPECT_NEAR(h.range_high * 100, std::round(h.range_high * 100), 1e-9);
+  EXPECT_EQ(g.machines, 1);
+  EXPECT_EQ(g.range_low, 0.0);
+  EXPECT_EQ(g.range_high, 0.0);
 }
 
 // A device-bound 1-GPU step of 150 ms of host time and 700 ms of kernels: the kernels' step

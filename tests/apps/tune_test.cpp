@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -155,6 +156,69 @@ TEST(Tune, PruningNeverDropsTheBestPoint) {
     // Every point run has a time at least its bound (what makes pruning safe).
     for (const TunePoint& p : all.points) EXPECT_GE(p.max_compute_s, p.bound_s) << p.describe();
   }
+}
+
+// A host-bound FLUX.1-dev step on H200s (512^2) whose host is twice the preset's, with a host
+// range [0.25, 1.5] of it: the best configurations are timed again with hosts of scale 0.5 and
+// 3, faster and slower than the config's, and each
+// time is what `cocodiff run` of the printed command with that device.host.scale reports.
+// Without the range (or with --no-host-range) nothing more is run.
+TEST(Tune, TheBestConfigurationsAreTimedWithTheFastestAndSlowestHostsMeasured) {
+  const fs::path dir = scratch("hosts");
+  const std::vector<std::string> sets = {
+      "model.preset=flux1-dev",     "model.double_blocks=2", "model.single_blocks=2",
+      "run.resolution=512",         "run.steps=1",           "cluster.preset=hgx-h200",
+      "cluster.device.host.scale=2"};
+  std::vector<std::string> ranged = sets;
+  ranged.push_back("cluster.device.host.range=[0.25,1.5]");
+  const TuneOptions o = small_search(ranged, {1}, {1, 2, 4});
+  const TuneResult r = apps::tune(o);
+  ASSERT_FALSE(r.ranking.empty());
+  // The config's own host (scale 2) taken to the range's ends.
+  EXPECT_DOUBLE_EQ(r.host_low, 0.5);
+  EXPECT_DOUBLE_EQ(r.host_high, 3.0);
+  ASSERT_TRUE(r.best_at_low && r.best_at_high);
+  size_t timed = 0;
+  for (size_t k = 0; k < r.ranking.size(); ++k) {
+    const TunePoint& p = r.points[r.ranking[k]];
+    EXPECT_EQ(p.host_range_s.has_value(),
+              k < apps::kHostRangePoints ||
+                  std::find(r.pareto.begin(), r.pareto.end(), r.ranking[k]) != r.pareto.end())
+        << k;
+    if (!p.host_range_s) continue;
+    ++timed;
+    EXPECT_LT(p.host_range_s->first, p.time_s) << p.describe();
+    EXPECT_GT(p.host_range_s->second, p.time_s) << p.describe();
+  }
+  EXPECT_GE(timed, std::min<size_t>(apps::kHostRangePoints, r.ranking.size()));
+  const TunePoint& best = r.points[r.ranking.front()];
+  for (const auto& [scale, time] : {std::make_pair(0.5, best.host_range_s->first),
+                                    std::make_pair(3.0, best.host_range_s->second)}) {
+    const std::string command =
+        apps::run_command(o, best) + " --set cluster.device.host.scale=" + std::to_string(scale);
+    EXPECT_EQ(run_printed(command, dir), time) << command;
+  }
+  const std::string table = apps::tune_table(o, r);
+  EXPECT_NE(table.find("hosts_s"), std::string::npos) << table;
+  EXPECT_NE(table.find("Hosts: the machines measured issue a host-bound step in 0.50-3.00x"),
+            std::string::npos)
+      << table;
+  const nlohmann::ordered_json j = apps::tune_json(o, r);
+  EXPECT_EQ(j["host_range"]["scales"][0].get<double>(), 0.5);
+  EXPECT_TRUE(j["ranking"][0].contains("time_per_image_s_host_range"));
+
+  TuneOptions off = o;
+  off.host_range = false;
+  const TuneResult none = apps::tune(off);
+  EXPECT_EQ(none.host_high, 0.0);
+  for (const TunePoint& p : none.points) EXPECT_FALSE(p.host_range_s);
+  // A cluster without a range (good.toml's uniform one) runs nothing more.
+  const TuneResult plain = apps::tune(small_search({"run.steps=1"}, {1}, {1, 2}));
+  EXPECT_EQ(plain.host_high, 0.0);
+  for (const TunePoint& p : plain.points) EXPECT_FALSE(p.host_range_s);
+  EXPECT_EQ(apps::tune_table(off, none).find("hosts_s"), std::string::npos);
+  EXPECT_EQ(none.points[none.ranking.front()].time_s, best.time_s);
+  fs::remove_all(dir);
 }
 
 class TuneCli : public ::testing::Test {

@@ -134,6 +134,45 @@ TEST(HostStepFactor, ClusterKeyIsReadAndBounded) {
   }
 }
 
+// device.host.scale takes every issue cost (each op's, the default and the collective call's)
+// that many times; device.host.range is read as [lowest, highest] and refused out of order.
+TEST(HostScale, ScalesEveryIssueCostAndTheRangeIsReadAndBounded) {
+  const auto cluster = [](const std::string& host) {
+    return load_cluster(
+        Config::parse("[cluster]\npreset = \"hgx-h200\"\n[cluster.device.host]\n" + host,
+                      "run.toml"),
+        kPresets);
+  };
+  const Cluster base = cluster("");
+  const Cluster half = cluster("scale = 0.5\n");
+  EXPECT_DOUBLE_EQ(half.device_params.host.scale, 0.5);
+  for (const char* label : {"q_rope", "attention", "no_such_op", "q_norm_strided"})
+    EXPECT_EQ(half.device->host_issue(label).ns() * 2, base.device->host_issue(label).ns())
+        << label;
+  EXPECT_EQ(half.device->collective_issue().ns() * 2, base.device->collective_issue().ns());
+  // The shipped range (bench/fidelity/steps_fidelity.py); a cluster without one has none.
+  EXPECT_DOUBLE_EQ(base.device_params.host.range_low, 0.49);
+  EXPECT_DOUBLE_EQ(base.device_params.host.range_high, 1.01);
+  EXPECT_FALSE(
+      load_cluster(Config::parse("[cluster]\npreset = \"uniform\"\n", "run.toml"), kPresets)
+          .device_params.host.has_range());
+
+  const Cluster ranged = cluster("range = [0.5, 1.25]\n");
+  EXPECT_TRUE(ranged.device_params.host.has_range());
+  EXPECT_DOUBLE_EQ(ranged.device_params.host.range_low, 0.5);
+  EXPECT_DOUBLE_EQ(ranged.device_params.host.range_high, 1.25);
+  EXPECT_EQ(ranged.device->host_issue("q_rope"), base.device->host_issue("q_rope"));
+  for (const char* bad : {"scale = 0\n", "scale = 11\n", "range = [1.2, 0.8]\n",
+                          "range = [0.05, 1]\n", "range = [1]\n", "range = [0.5, 1, 2]\n"}) {
+    try {
+      cluster(bad);
+      FAIL() << bad << " was accepted";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("device.host."), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(KernelStepFactor, ClusterKeyIsReadAndBoundedAndScalesNoTable) {
   const Config ok = Config::parse(
       "[cluster]\npreset = \"hgx-h200\"\n[cluster.device]\nstep_factor = 1.05\n", "run.toml");
