@@ -252,7 +252,8 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
     tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
   r["bytes_by_tier"] = tiers;
   r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
-  // The critical tile ends last; its time is exactly compute + exposed communication.
+  // The critical tile ends last; its time is exactly compute + exposed communication + the
+  // time its device waited for its host (0 on a device without a host).
   size_t crit = 0;
   double compute_sum = 0, exposed_sum = 0;
   SimTime exposed_min = res.rank_exposed.at(0), exposed_max = exposed_min;
@@ -270,6 +271,9 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
       {"exposed_comm_s", res.rank_exposed[crit].seconds()},
       {"exposed_comm_fraction",
        res.makespan.ns() > 0 ? res.rank_exposed[crit].seconds() / res.makespan.seconds() : 0.0},
+      {"host_wait_s", res.rank_host_wait[crit].seconds()},
+      {"host_wait_fraction",
+       res.makespan.ns() > 0 ? res.rank_host_wait[crit].seconds() / res.makespan.seconds() : 0.0},
       {"mean_compute_s", compute_sum / n},
       {"mean_exposed_comm_s", exposed_sum / n},
       {"min_exposed_comm_s", exposed_min.seconds()},
@@ -334,14 +338,16 @@ RunRecord run_emulated(const RunPlan& plan) {
       r[key] = r[key].get<std::uint64_t>() + o[key].get<std::uint64_t>();
     for (auto it = r["bytes_by_tier"].begin(); it != r["bytes_by_tier"].end(); ++it)
       *it = it->get<std::int64_t>() + o["bytes_by_tier"][it.key()].get<std::int64_t>();
-    for (const char* key : {"compute_s", "exposed_comm_s", "mean_compute_s", "mean_exposed_comm_s",
-                            "min_exposed_comm_s", "max_exposed_comm_s"})
+    for (const char* key : {"compute_s", "exposed_comm_s", "host_wait_s", "mean_compute_s",
+                            "mean_exposed_comm_s", "min_exposed_comm_s", "max_exposed_comm_s"})
       r["breakdown"][key] = r["breakdown"][key].get<double>() + o["breakdown"][key].get<double>();
     rec.images.push_back(std::move(one.latent));
   }
   const double vt = r["virtual_time_s"].get<double>();
   r["breakdown"]["exposed_comm_fraction"] =
       vt > 0 ? r["breakdown"]["exposed_comm_s"].get<double>() / vt : 0.0;
+  r["breakdown"]["host_wait_fraction"] =
+      vt > 0 ? r["breakdown"]["host_wait_s"].get<double>() / vt : 0.0;
   r["breakdown"]["critical_rank"] = nullptr;  // per image: see images[]
   r["batch_size"] = plan.batch_size;
   r["output_sha256"] = plan.settings.phantom ? nlohmann::ordered_json(nullptr)
@@ -461,10 +467,17 @@ std::string summarize(const RunRecord& rec) {
             : "sum over " + std::to_string(r.value("batch_size", 0)) + " images' critical tiles";
     std::snprintf(buf, sizeof buf,
                   "virtual time %.6f s (%s: compute %.6f s, exposed communication "
-                  "%.6f s = %.1f%%); wall time %.2f s\n",
+                  "%.6f s = %.1f%%",
                   r["virtual_time_s"].get<double>(), who.c_str(), b["compute_s"].get<double>(),
-                  b["exposed_comm_s"].get<double>(), 100 * b["exposed_comm_fraction"].get<double>(),
-                  r["wall_time_s"].get<double>());
+                  b["exposed_comm_s"].get<double>(),
+                  100 * b["exposed_comm_fraction"].get<double>());
+    os << buf;
+    if (b.value("host_wait_s", 0.0) > 0) {
+      std::snprintf(buf, sizeof buf, ", waiting for its host %.6f s = %.1f%%",
+                    b["host_wait_s"].get<double>(), 100 * b["host_wait_fraction"].get<double>());
+      os << buf;
+    }
+    std::snprintf(buf, sizeof buf, "); wall time %.2f s\n", r["wall_time_s"].get<double>());
     os << buf;
   } else {
     std::snprintf(buf, sizeof buf, "wall time %.2f s\n", r["wall_time_s"].get<double>());

@@ -661,6 +661,7 @@ TuneResult tune(const TuneOptions& o) {
       p.time_s = rep["virtual_time_s"].get<double>() / images;
       p.compute_s = rep["breakdown"]["compute_s"].get<double>() / images;
       p.exposed_s = rep["breakdown"]["exposed_comm_s"].get<double>() / images;
+      p.host_wait_s = rep["breakdown"].value("host_wait_s", 0.0) / images;
       for (const SimTime& c : rec->emulated->rank_compute)
         p.max_compute_s = std::max(p.max_compute_s, c.seconds() / images);
       for (const auto& [tier, bytes] : rep["bytes_by_tier"].items())
@@ -941,6 +942,7 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
       e["gpu_seconds_per_image"] = p.gpu_seconds();
       e["compute_s"] = p.compute_s;
       e["exposed_comm_s"] = p.exposed_s;
+      e["host_wait_s"] = p.host_wait_s;
       nlohmann::ordered_json b = nlohmann::ordered_json::object();
       for (const auto& [tier, bytes] : p.bytes_by_tier) b[tier] = bytes;
       e["bytes_by_tier"] = b;

@@ -88,7 +88,8 @@ struct TunePoint {
   double bound_s = 0;  // lower bound on time per image: compute alone (see the header)
   double time_s = 0;   // virtual time per image
   double compute_s = 0, exposed_s = 0;  // critical tile
-  double max_compute_s = 0;             // busiest tile's compute
+  double host_wait_s = 0;    // critical tile's device waiting for its host (0 without a host)
+  double max_compute_s = 0;  // busiest tile's compute
   std::vector<std::pair<std::string, double>> bytes_by_tier;
   double wall_s = 0;
   std::string error;  // kFailed: why

@@ -85,10 +85,13 @@ struct TraceEvent {
 };
 
 struct RunResult {
-  SimTime makespan;                         // latest end clock over all tiles
-  std::vector<SimTime> rank_end;            // each tile's clock when its function returned
-  std::vector<SimTime> rank_compute;        // time charged by compute()
-  std::vector<SimTime> rank_exposed;        // time spent waiting for communication
+  SimTime makespan;                   // latest end clock over all tiles
+  std::vector<SimTime> rank_end;      // each tile's clock when its function returned
+  std::vector<SimTime> rank_compute;  // time charged by compute()
+  std::vector<SimTime> rank_exposed;  // time spent waiting for communication
+  /// Time each tile's device waited for its host to issue (DeviceModel::has_host; 0 without):
+  /// a tile's end is its compute + exposed communication + this.
+  std::vector<SimTime> rank_host_wait;
   std::vector<std::int64_t> bytes_by_tier;  // wire bytes, each transfer under its ranks' tier
   std::uint64_t flows = 0;                  // point-to-point transfers between ranks
   /// Of these, flows no other rank's flow could share a link with (NetworkModel::exclusive_end),

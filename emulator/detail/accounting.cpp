@@ -134,7 +134,10 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
     if (host_scale_ != 1.0)
       issue = SimTime::from_ns(std::llround(static_cast<double>(issue.ns()) * host_scale_));
     t.host += issue;
-    start = std::max(start, t.host);
+    if (t.host > start) {
+      t.host_wait += t.host - start;
+      start = t.host;
+    }
   }
   if (t.open_collectives > 0) {
     double factor = overlap_compute_factor_;
@@ -171,7 +174,9 @@ SimTime Accounting::issue_collective(int rank, SimTime clock) {
   if (!has_host_) return clock;
   TileStats& t = tiles_[u(rank)];
   t.host += device_.collective_issue();  // measured with every rank issuing: not scaled
-  return std::max(clock, t.host);
+  if (t.host <= clock) return clock;
+  t.host_wait += t.host - clock;
+  return t.host;
 }
 
 void Accounting::block_host(int rank, SimTime clock) {
@@ -233,6 +238,7 @@ void Accounting::finish(RunResult& res) {
     res.rank_end.push_back(t.end);
     res.rank_compute.push_back(t.compute);
     res.rank_exposed.push_back(t.exposed);
+    res.rank_host_wait.push_back(t.host_wait);
     res.makespan = std::max(res.makespan, t.end);
     res.events += t.events;
     digest.update(std::as_bytes(std::span<const std::uint64_t>(&t.hash, 1)));
@@ -264,6 +270,7 @@ Accounting::Mark Accounting::mark(SimTime t0) const {
   for (const TileStats& t : tiles_) {
     m.compute.push_back(t.compute);
     m.exposed.push_back(t.exposed);
+    m.host_wait.push_back(t.host_wait);
     m.events.push_back(t.events);
     m.trace_size.push_back(t.trace.size());
   }
@@ -279,6 +286,7 @@ Accounting::Effect Accounting::effect_since(const Mark& m) const {
   const auto un = u(ranks_);
   e.compute.reserve(un);
   e.exposed.reserve(un);
+  e.host_wait.reserve(un);
   e.events.reserve(un);
   e.inner.reserve(un);
   if (options_.trace) e.tile_trace.resize(un);
@@ -286,6 +294,7 @@ Accounting::Effect Accounting::effect_since(const Mark& m) const {
     const TileStats& t = tiles_[r];
     e.compute.push_back(t.compute - m.compute[r]);
     e.exposed.push_back(t.exposed - m.exposed[r]);
+    e.host_wait.push_back(t.host_wait - m.host_wait[r]);
     e.events.push_back(t.events - m.events[r]);
     e.inner.push_back(t.last_inner);
     if (options_.trace)
@@ -304,6 +313,7 @@ void Accounting::apply(const Effect& e, SimTime t0) {
     TileStats& t = tiles_[r];
     t.compute += e.compute[r];
     t.exposed += e.exposed[r];
+    t.host_wait += e.host_wait[r];
     t.events += e.events[r];
     t.inner = e.inner[r];
     if (options_.trace) shifted(e.tile_trace[r], t0, false, t.trace, tile_trace_cap_);

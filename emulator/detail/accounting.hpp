@@ -61,6 +61,9 @@ struct TileStats {
   /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
   /// an op starts on the device no earlier than this, after its own issue cost.
   SimTime host;
+  /// Time the tile's device waited for its host to issue the next op or collective: with
+  /// compute and exposed communication, the whole of its clock.
+  SimTime host_wait;
 };
 
 class Accounting {
@@ -119,7 +122,7 @@ class Accounting {
   /// Where a region's recording starts: the counts it is measured from.
   struct Mark {
     SimTime t0;
-    std::vector<SimTime> compute, exposed;
+    std::vector<SimTime> compute, exposed, host_wait;
     std::vector<std::uint64_t> events;
     std::vector<std::size_t> trace_size;
     std::uint64_t flows = 0;
@@ -129,7 +132,7 @@ class Accounting {
   /// What a region did to the counts, relative to its start (every tile's and flow's share,
   /// the hash of its events, its trace with times from its start).
   struct Effect {
-    std::vector<SimTime> compute, exposed;
+    std::vector<SimTime> compute, exposed, host_wait;
     std::vector<std::uint64_t> events, inner;
     std::uint64_t flow_inner = kHashBasis;
     std::uint64_t flows = 0;

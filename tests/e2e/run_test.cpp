@@ -76,7 +76,7 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
   EXPECT_EQ(r["regions_replayed"], 0);  // real math is simulated, never replayed
   EXPECT_EQ(r["tokens"], 576);
   EXPECT_EQ(r["output_sha256"].get<std::string>().size(), 64u);
-  // Every tile's clock is compute plus exposed communication.
+  // Every tile's clock is compute plus exposed communication (aurora models no host).
   const nlohmann::json& b = r["breakdown"];
   EXPECT_NEAR(b["compute_s"].get<double>() + b["exposed_comm_s"].get<double>(),
               r["virtual_time_s"].get<double>(), 1e-9);
@@ -86,6 +86,44 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
   EXPECT_TRUE(fs::exists(out / "trace.json"));
   for (const fs::directory_entry& e : fs::directory_iterator(out))
     EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "leftover " << e.path();
+  fs::remove_all(out);
+}
+
+// On a device with a host (hgx-h200: eager PyTorch's issue costs), a tile's clock is compute,
+// exposed communication and the time its device waited for its host; a host-bound FLUX.1-dev
+// step at 1024^2 waits for it, on every strategy, and the summary line says so. Without a host
+// (aurora) it never waits.
+TEST(Run, ReportSplitsTheClockIntoComputeCommunicationAndHostWait) {
+  const fs::path out = temp_dir("host_wait");
+  for (const char* strategy : {"flat", "flat+v_first", "flat+pipeline", "cocodiff"}) {
+    for (int gpus : {2, 4}) {
+      std::string nics;
+      for (int g = 0; g < gpus; ++g) nics += (g ? "," : "") + std::to_string(g);
+      nlohmann::json r = run_quickstart(
+          out, std::string("--set model.preset=flux1-dev --set run.resolution=1024 ") +
+                   "--set run.math=skip --set cluster.preset=hgx-h200 --set cluster.nodes=1 " +
+                   "--set 'cluster.topology.sizes=[" + std::to_string(gpus) + "]' " +
+                   "--set 'cluster.nic.rank_nic=[" + nics + "]' --set run.strategy=" + strategy);
+      const nlohmann::json& b = r["breakdown"];
+      const double host = b["host_wait_s"].get<double>();
+      EXPECT_GT(host, 0.1 * r["virtual_time_s"].get<double>()) << strategy << " " << gpus;
+      EXPECT_NEAR(b["compute_s"].get<double>() + b["exposed_comm_s"].get<double>() + host,
+                  r["virtual_time_s"].get<double>(), 1e-9)
+          << strategy << " " << gpus;
+      EXPECT_DOUBLE_EQ(b["host_wait_fraction"].get<double>(),
+                       host / r["virtual_time_s"].get<double>());
+    }
+  }
+  const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/flux1-tiny-24tiles.toml --set run.steps=1 --set run.math=skip " +
+                          "--set cluster.preset=hgx-h200 --set cluster.nodes=1 " +
+                          "--set model.preset=flux1-dev --set run.resolution=1024 --out " +
+                          (out / "summary").string();
+  const Result r = sh(cmd);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(", waiting for its host "), std::string::npos) << r.output;
+  nlohmann::json none = run_quickstart(out, "--set run.math=skip");
+  EXPECT_EQ(none["breakdown"]["host_wait_s"].get<double>(), 0.0);
   fs::remove_all(out);
 }
 
