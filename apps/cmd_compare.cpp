@@ -219,6 +219,14 @@ void add_compare_command(CLI::App& app) {
     std::snprintf(line, sizeof line, "%-24s %12s %8s %12s %6s", "strategy", "virtual_s", "speedup",
                   "exposed_s", "exp%");
     tab << line;
+    // The host's column when a device has one: the critical tile waiting for its host.
+    bool any_host = false;
+    for (const RunRecord& rec : recs)
+      any_host = any_host || rec.report["breakdown"].value("host_wait_s", 0.0) > 0;
+    if (any_host) {
+      std::snprintf(line, sizeof line, " %12s %6s", "host_wait_s", "host%");
+      tab << line;
+    }
     for (int k = 0; k < topo.num_tiers(); ++k) {
       std::snprintf(line, sizeof line, " %12s", (topo.tier_name(k) + "_GB").c_str());
       tab << line;
@@ -249,6 +257,11 @@ void add_compare_command(CLI::App& app) {
                     e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
                     100 * b["exposed_comm_fraction"].get<double>());
       tab << line;
+      if (any_host) {
+        std::snprintf(line, sizeof line, " %12.6f %5.1f%%", b.value("host_wait_s", 0.0),
+                      100 * b.value("host_wait_fraction", 0.0));
+        tab << line;
+      }
       for (int k = 0; k < topo.num_tiers(); ++k) {
         std::snprintf(line, sizeof line, " %12.4f",
                       e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);

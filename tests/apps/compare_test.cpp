@@ -53,6 +53,15 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
             e[1]["bytes_by_tier"]["inter-node"].get<double>());
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_major"));
   EXPECT_TRUE(e[2]["strategy_stats"].contains("v_first"));
+  EXPECT_EQ(r.out.find("host_wait_s"), std::string::npos) << r.out;  // aurora models no host
+  // On a device with a host, a column says how long the critical tile waited for it.
+  const ChildResult h = run_cocodiff(
+      {"compare", config.string(), "--strategies", "v_first", "--set", "run.math=skip", "--set",
+       "run.steps=1", "--set", "model.preset=flux1-dev", "--set", "run.resolution=1024", "--set",
+       "cluster.preset=hgx-h200", "--set", "cluster.nodes=1", "--out", (dir / "host").string()},
+      dir);
+  ASSERT_EQ(h.exit_code, 0) << h.out << h.err;
+  EXPECT_NE(h.out.find("host_wait_s"), std::string::npos) << h.out;
   fs::remove_all(dir);
 }
 
