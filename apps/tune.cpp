@@ -365,17 +365,18 @@ std::string host_range_note(const TuneResult& r) {
   auto name = [&](const std::optional<size_t>& i) {
     return i ? r.points[*i].shape() + " " + r.points[*i].describe() : std::string("none");
   };
-  std::string s = "Hosts: the machines measured issue a host-bound step in " +
-                  fmt("%.2f", r.host_low) + "-" + fmt("%.2f", r.host_high) +
-                  "x this cluster's host time (device.host.range). ";
-  if (!r.best_at_low || !r.best_at_high)
-    return s + "The best configurations could not be timed with them.";
+  size_t timed = 0;
+  for (const TunePoint& p : r.points) timed += p.host_range_s.has_value();
+  std::string s =
+      "Hosts: the machines measured differ (device.host.range); timed with the fastest "
+      "and the slowest of their hosts (device.host.scale " +
+      fmt("%.2f", r.host_low) + " and " + fmt("%.2f", r.host_high) + "), ";
+  if (!r.best_at_low || !r.best_at_high) return s + "no configuration finished within the budget.";
+  s += std::to_string(timed) + " configurations (the ten best and the front) rank ";
   const size_t first = r.ranking.front();
   if (*r.best_at_low == first && *r.best_at_high == first)
-    return s + "Timed with both, the best configurations rank " + name(r.best_at_low) +
-           " first too: the recommendation holds on any of them.";
-  return s + "Timed with both, the best configurations rank " + name(r.best_at_low) +
-         " first with the fastest host and " + name(r.best_at_high) +
+    return s + name(r.best_at_low) + " first with both: the recommendation holds on any of them.";
+  return s + name(r.best_at_low) + " first with the fastest host and " + name(r.best_at_high) +
          " with the slowest: which is best depends on the machine's host.";
 }
 

@@ -200,7 +200,8 @@ TEST(Tune, TheBestConfigurationsAreTimedWithTheFastestAndSlowestHostsMeasured) {
   }
   const std::string table = apps::tune_table(o, r);
   EXPECT_NE(table.find("hosts_s"), std::string::npos) << table;
-  EXPECT_NE(table.find("Hosts: the machines measured issue a host-bound step in 0.50-3.00x"),
+  EXPECT_NE(table.find("(device.host.scale 0.50 and 3.00), " + std::to_string(timed) +
+                       " configurations (the ten best and the front) rank "),
             std::string::npos)
       << table;
   const nlohmann::ordered_json j = apps::tune_json(o, r);
