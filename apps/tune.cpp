@@ -1002,8 +1002,21 @@ std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& p
   for (size_t i : r.ranking) gp << r.points[i].gpus << " " << r.points[i].time_s << "\n";
   gp << "EOD\n$front << EOD\n";
   for (size_t i : r.pareto) gp << r.points[i].gpus << " " << r.points[i].time_s << "\n";
-  gp << "EOD\n";
-  gp << "plot $all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
+  gp << "EOD\n$hosts << EOD\n";
+  bool hosts = false;
+  for (size_t i : r.ranking)
+    if (const TunePoint& p = r.points[i]; p.host_range_s) {
+      gp << p.gpus << " " << p.time_s << " " << p.host_range_s->first << " "
+         << p.host_range_s->second << "\n";
+      hosts = true;
+    }
+  gp << (hosts ? "" : "1 1 1 1\n") << "EOD\n";
+  // The hosts' bars first, so that the points are drawn over them.
+  gp << "plot ";
+  if (hosts)
+    gp << "$hosts using 1:2:3:4 with yerrorbars pt -1 lw 1 lc rgb '#2266aa' title 'fastest to "
+          "slowest host measured', ";
+  gp << "$all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
         "$front using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#cc2222' title 'Pareto "
         "front'\n";
   std::string why = emu::run_gnuplot(gp.str());
