@@ -495,10 +495,9 @@ void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table
   calibrate::set_key(table, "device.host.per_rank_slowdown", toml::value<double>(0.0));
   if (f.machines >= 2) {
     std::printf(
-        "# device.host.range = [%s, %s]: the %d machines' steps took %s-%sx the fitted host's "
-        "(measured / predicted); `cocodiff tune` times its best configurations at both ends\n",
-        fmt(f.range_low).c_str(), fmt(f.range_high).c_str(), f.machines, fmt(f.range_low).c_str(),
-        fmt(f.range_high).c_str());
+        "# device.host.range = [%s, %s]: the lowest and highest measured / predicted of the %d "
+        "machines' steps; `cocodiff tune` times its best configurations at both ends\n",
+        fmt(f.range_low).c_str(), fmt(f.range_high).c_str(), f.machines);
     toml::array range;
     range.push_back(f.range_low);
     range.push_back(f.range_high);

@@ -707,7 +707,6 @@ TuneResult tune(const TuneOptions& o) {
     work();
     for (std::thread& t : threads) t.join();
   }
-  r.wall_s = since(t0);
   if (r.count(TunePoint::Status::kRun) == 0) {
     if (r.budget_hit)
       throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
@@ -771,7 +770,10 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
   std::snprintf(line, sizeof line, "%4s %-7s %-5s %-46s %10s", "rank", "nodes", "gpus",
                 "configuration", "s/image");
   os << line;
-  if (hosts) os << std::string(16 - 7, ' ') << "hosts_s";
+  if (hosts) {
+    std::snprintf(line, sizeof line, " %15s", "hosts_s");
+    os << line;
+  }
   std::snprintf(line, sizeof line, " %8s %10s %10s", "vs_flat", "GPU-s/img", "exposed_s");
   os << line;
   for (const std::string& t : tiers) {
@@ -786,8 +788,10 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     std::snprintf(line, sizeof line, "%4zu %-7s %-5d %-46s %10.4f", k + 1, p.shape().c_str(),
                   p.gpus, p.describe().c_str(), p.time_s);
     os << line;
-    if (hosts)
-      os << " " << std::string(15 - std::min<size_t>(15, host_span(p).size()), ' ') << host_span(p);
+    if (hosts) {
+      std::snprintf(line, sizeof line, " %15s", host_span(p).c_str());
+      os << line;
+    }
     std::snprintf(line, sizeof line, " %8s %10.3f %10.4f", vs.c_str(), p.gpu_seconds(),
                   p.exposed_s);
     os << line;
