@@ -13,11 +13,18 @@ them) and prints, in ms a step:
               per tile and what it adds over flat;
   nccl        NCCL's kernels on the rank that has the least of them (the kernels' own time: the
               others also hold waits for their peers), and what they add over flat.
+A second table brackets the overlap slowdown's window: what each strategy adds to flat's compute,
+measured (least and most over the machines) against the model as it runs (compute beside a
+collective slowed from the collective's start to its wait) and with no slowdown at all (the
+device's overlap compute factors at 1). A slowdown that lasted only to the transfer's end would
+fall between the two: "between" says such a window could meet the measurement, "above" that the
+measured cost exceeds even the whole window's, "below" that it is less than the chunking alone;
+"share" is how much of the window's slowdown the measurement (its middle) takes.
 
 Usage: profile_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, os
+import argparse, csv, glob, json, os, tomllib
 
 from phantom_step import STRATEGY, preset_for, run_phantom_step
 
@@ -30,11 +37,20 @@ A = P.parse_args()
 STEPS = 2
 
 
-def predict(w, res, strategy, preset, cache={}):
-    key = (w, res, strategy, preset)
+def no_overlap_slowdown(preset):
+    """The --set values that leave compute beside a collective unslowed on `preset`: its overlap
+    compute factor and those of its group sizes at 1."""
+    device = tomllib.load(open(os.path.join(ROOT, "configs", "clusters", f"{preset}.toml"), "rb"))["device"]
+    return (["cluster.device.overlap_compute_factor=1"]
+            + [f"cluster.device.overlap_by_group.{g}.compute_factor=1"
+               for g, t in device.get("overlap_by_group", {}).items() if "compute_factor" in t])
+
+
+def predict(w, res, strategy, preset, free=False, cache={}):
+    key = (w, res, strategy, preset, free)
     if key not in cache:
-        r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS,
-                             [f"cluster.preset={preset}"] + A.set)
+        sets = [f"cluster.preset={preset}"] + (no_overlap_slowdown(preset) if free else []) + A.set
+        r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
         cache[key] = {"step_ms": r["virtual_time_s"] / STEPS * 1e3,
                       "compute_ms": r["breakdown"]["mean_compute_s"] / STEPS * 1e3}
     return cache[key]
@@ -48,6 +64,30 @@ def unprofiled(directory, transport):
             for r in csv.DictReader(open(path))}
 
 
+def overlap_window(gains):
+    """Per GPU, transport, size and strategy: the measured compute added over flat (least and
+    most over the machines) against the model's with the slowdown to the wait and with none, and
+    where the measurement falls (module docstring)."""
+    groups = {}
+    for r in gains:
+        key = (r["machine"][:4], r["transport"], r["gpus"], r["resolution"], r["strategy"])
+        groups.setdefault(key, []).append(r)
+    out = []
+    for (gpu, tr, w, res, st), rs in sorted(groups.items()):
+        measured = [r["compute_added_pct"] for r in rs]
+        full, none = rs[0]["compute_added_pct_predicted"], rs[0]["compute_added_pct_predicted_no_slowdown"]
+        low, high = min(measured), max(measured)
+        lo_model, hi_model = min(full, none), max(full, none)
+        verdict = "above" if low > hi_model else "below" if high < lo_model else "between"
+        # How much of the window's slowdown the measurement takes (0: none, 1: all of it).
+        share = (0.5 * (low + high) - none) / (full - none) if full != none else None
+        out.append({"gpu": gpu, "transport": tr, "gpus": w, "resolution": res, "strategy": st,
+                    "machines": len(rs), "measured_low": low, "measured_high": high,
+                    "predicted": full, "predicted_no_slowdown": none, "window": verdict,
+                    "share": None if share is None else round(share, 2)})
+    return out
+
+
 def main():
     rows = []
     for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/profile_*.json"))):
@@ -58,6 +98,7 @@ def main():
         for c in json.load(open(path))["cases"].values():
             w, res, st = c["gpus"], c["resolution"], c["strategy"]
             pred = predict(w, res, st, preset)
+            free = predict(w, res, st, preset, free=True)
             rows.append({"machine": machine, "transport": transport, "gpus": w, "resolution": res,
                          "strategy": st, "preset": preset,
                          "step_ms": round(steps.get((w, res, st), c["step_ms"]), 2),
@@ -65,6 +106,7 @@ def main():
                          "compute_ms_min": round(c["compute_ms_min"], 2),
                          "compute_ms_max": round(c["compute_ms_max"], 2),
                          "compute_ms_predicted": round(pred["compute_ms"], 2),
+                         "compute_ms_predicted_no_slowdown": round(free["compute_ms"], 2),
                          "nccl_ms_fastest_rank": round(c["nccl_ms_min"], 2)})
     flat = {(r["machine"], r["transport"], r["gpus"], r["resolution"]): r
             for r in rows if r["strategy"] == "flat"}
@@ -78,6 +120,8 @@ def main():
         r["compute_added_pct"] = round(100 * (mean(r) / mean(f) - 1), 1)
         r["compute_added_pct_predicted"] = round(
             100 * (r["compute_ms_predicted"] / f["compute_ms_predicted"] - 1), 1)
+        r["compute_added_pct_predicted_no_slowdown"] = round(
+            100 * (r["compute_ms_predicted_no_slowdown"] / f["compute_ms_predicted_no_slowdown"] - 1), 1)
         r["nccl_added_pct"] = round(100 * (r["nccl_ms_fastest_rank"] / f["nccl_ms_fastest_rank"] - 1), 1)
     lines = ["# Profiled FLUX.1-dev steps (configs/measurements/h[12]00x*/profile_*.json) against cocodiff"
              + (f" ({', '.join(A.set)})" if A.set else ""),
@@ -94,6 +138,16 @@ def main():
                      f"{r['compute_ms_min']:>9.1f}-{r['compute_ms_max']:<6.1f}/{r['compute_ms_predicted']:<5.0f}"
                      f"{added:>13}{r['nccl_ms_fastest_rank']:>8.1f}{nccl_added:>8}")
     gains = [r for r in rows if "gain_ms" in r]
+    window = overlap_window(gains)
+    lines += ["", "## The overlap slowdown's window: compute added over flat's, measured (least-most over the machines) / "
+              "the model slowing compute to the wait / the model not slowing it",
+              f"{'gpu':<5}{'tr':<7}{'gpus':>4}{'res':>6} {'strategy':<9}{'machines':>9}{'measured':>16}"
+              f"{'to wait':>9}{'none':>7}{'share':>7}  window"]
+    for k in window:
+        lines.append(f"{k['gpu']:<5}{k['transport']:<7}{k['gpus']:>4}{k['resolution']:>6} {k['strategy']:<9}"
+                     f"{k['machines']:>9}{k['measured_low']:>+9.1f} to {k['measured_high']:+.1f}%"
+                     f"{k['predicted']:>+8.1f}%{k['predicted_no_slowdown']:>+6.1f}%"
+                     f"{'' if k['share'] is None else format(k['share'], '.2f'):>7}  {k['window']}")
     summary = {
         "cases": len(rows),
         "gain_median_abs_diff_ms": sorted(abs(r["gain_ms"] - r["gain_ms_predicted"]) for r in gains)[len(gains) // 2]
@@ -101,13 +155,15 @@ def main():
         "compute_added_within_1_5_points": sum(
             abs(r["compute_added_pct"] - r["compute_added_pct_predicted"]) <= 1.5 for r in gains),
         "strategies": len(gains),
+        "window_between_above_below": [sum(k["window"] == v for k in window)
+                                       for v in ("between", "above", "below")],
     }
     lines += ["", json.dumps(summary, indent=1)]
     txt = "\n".join(lines)
     print(txt)
     os.makedirs(A.out, exist_ok=True)
     open(os.path.join(A.out, "profile_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"rows": rows, "summary": summary, "set": A.set},
+    json.dump({"rows": rows, "window": window, "summary": summary, "set": A.set},
               open(os.path.join(A.out, "profile_fidelity.json"), "w"), indent=1)
 
 
