@@ -66,6 +66,11 @@
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
+modes=" full repeat pair quad concurrency breakdown blocking callforms profile threes threesteps threesteps1024 interference hostbeside chunks sizes profile1 pace host1 hostx hostrs hostcopy "
+if [ $# -lt 1 ] || [ $# -gt 2 ] || [[ $modes != *" ${2:-full} "* ]]; then
+  echo "usage: bash bench/fidelity/gpu_suite.sh OUT [MODE]; MODE is one of:$modes(default full)" >&2
+  exit 2
+fi
 out=$1
 mode=${2:-full}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -123,11 +128,12 @@ elif [ "$mode" = threes ]; then
   launch shm 150 --parts collectives --worlds 3 --ops all_to_all,all_gather,reduce_scatter
   # the 3-GPU sweeps again with blocks on no particular boundary (nccl-tests' sizes / 3)
   mkdir -p "$out/unaligned"
+  unaligned_dl=120
   for tr in nvlink shm; do
     envs=()
     [ $tr = shm ] && envs=(NCCL_P2P_DISABLE=1)
-    timeout -k 10 $((dl + 60)) env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" \
-      "$out/unaligned" --transport $tr --deadline-s 120 --parts collectives --worlds 3 \
+    timeout -k 10 $((unaligned_dl + 60)) env "${envs[@]}" torchrun --standalone --nproc_per_node="$gpus" "$here/measure_multi.py" \
+      "$out/unaligned" --transport $tr --deadline-s "$unaligned_dl" --parts collectives --worlds 3 \
       --ops all_to_all,all_gather --unaligned > "$out/unaligned/log_$tr.txt" 2>&1 || echo "unaligned $tr failed"
   done
 elif [ "$mode" = threesteps ]; then
@@ -212,7 +218,9 @@ elif [ "$mode" = hostcopy ]; then
     [ "${v%_again}" != "$v" ] && a=_again
     mv "$out/steps${k}_nvlink.csv" "$out/steps${k}_nvlink$a.tmp" 2> /dev/null || true
   done
-  for f in "$out"/steps1?_nvlink*.tmp; do mv "$f" "${f%.tmp}.csv"; done
+  for f in "$out"/steps1?_nvlink*.tmp; do
+    [ -e "$f" ] && mv "$f" "${f%.tmp}.csv"  # none where every launch failed
+  done
 elif [ "$mode" = sizes ]; then
   launch nvlink 280 --parts steps --resolutions 1536,3072
   launch shm 200 --parts steps --resolutions 1536,3072 --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"
@@ -224,7 +232,7 @@ elif [ "$mode" = blocking ]; then
 elif [ "$mode" = breakdown ]; then
   launch nvlink 380 --parts breakdown,steps --worlds "$(printf '1\n2\n%s\n' "$gpus" | sort -nu | paste -sd,)"
   launch shm 150 --parts breakdown --worlds "$(printf '2\n%s\n' "$gpus" | sort -nu | paste -sd,)"
-else
+elif [ "$mode" = repeat ]; then
   launch nvlink 200 --parts host,steps
   launch shm 120 --parts steps --worlds 2,4
   launch socket 120 --parts collectives --max-bytes 268435456
