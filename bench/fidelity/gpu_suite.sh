@@ -2,7 +2,7 @@
 # The multi-GPU measurement suite behind configs/measurements/h100-multi/: one torchrun launch
 # per NCCL transport (NVLink, shared memory, sockets) over every GPU of the host, each writing
 # its CSVs and nccl-tests-format logs into OUT, then OUT.tar.gz.
-# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|host1|hostx|hostrs|hostcopy]
+# Usage: bash bench/fidelity/gpu_suite.sh OUT [full|repeat|pair|quad|concurrency|breakdown|blocking|callforms|profile|threes|threesteps|threesteps1024|interference|hostbeside|chunks|sizes|profile1|pace|clocks|host1|hostx|hostrs|hostcopy]
 #   full    collectives (4 ops, 2..all GPUs, 1 KiB-1 GiB), kernel device and host times,
 #           interference, whole steps on 1..all GPUs (about 9 minutes on 4 H100s)
 #   repeat  on another machine: host times, whole steps (NVLink and shared memory) and the
@@ -45,6 +45,9 @@
 #   pace    on GPU 0 alone: a 4,608-token block's kernels as the tables time them, with the L2 cache
 #           flushed before each call, and replayed for 1.5 s on end; then flat 1-GPU 1024^2 and 2048^2 steps;
 #           the GPU's clocks and power sampled every 50 ms throughout (about 2 minutes)
+#   clocks  on GPU 0 alone, the GPU's clocks and power sampled every 50 ms throughout: flat 1-GPU
+#           steps at 512^2-2048^2, 32 each (steps_spans_nvlink.json: when each ran), then the 1024^2
+#           and 2048^2 steps with every kernel recorded (about 3 minutes)
 #   host1   on GPU 0 alone: each op's host issue time, then flat 1-GPU steps at 256^2, 512^2 (the
 #           host issues slower than the GPU runs: host-bound on one rank), 768^2 and 1024^2, twice
 #           in two launches (steps_nvlink.csv, steps_nvlink2.csv); then every strategy's step on GPU
@@ -66,7 +69,7 @@
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
 set -euo pipefail
-modes=" full repeat pair quad concurrency breakdown blocking callforms profile threes threesteps threesteps1024 interference hostbeside chunks sizes profile1 pace host1 hostx hostrs hostcopy "
+modes=" full repeat pair quad concurrency breakdown blocking callforms profile threes threesteps threesteps1024 interference hostbeside chunks sizes profile1 pace clocks host1 hostx hostrs hostcopy "
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [[ $modes != *" ${2:-full} "* ]]; then
   echo "usage: bash bench/fidelity/gpu_suite.sh OUT [MODE]; MODE is one of:$modes(default full)" >&2
   exit 2
@@ -97,6 +100,21 @@ launch() {  # transport deadline_s args...
   grep -E " via |NCCL version" "$out/log_$tr.txt" | sed -E 's/^[^ ]+ //' | sort | uniq -c | head -40 \
     > "$out/nccl_transport_$tr.txt" || true
   grep -vE "NCCL (INFO|WARN)" "$out/log_$tr.txt" | tail -60 || true
+}
+
+# GPU 0's clocks, power and throttle reasons every 50 ms from now on (the sampler's pid in
+# $sampler, empty where nvidia-smi cannot sample), with the wall clock it started at.
+sample_gpu0() {
+  sampler=
+  for reasons in clocks_event_reasons.active clocks_throttle_reasons.active ""; do
+    q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu${reasons:+,$reasons}
+    nvidia-smi -i 0 --query-gpu="$q" --format=csv,nounits -lms 50 > "$out/smi_samples.csv" 2>&1 &
+    sampler=$!
+    sleep 1
+    kill -0 "$sampler" 2> /dev/null && break
+    sampler=
+  done
+  echo "sampler ${sampler:-none}; clock at start $(date -u '+%Y-%m-%dT%H:%M:%S.%N') UTC, epoch $(date +%s.%N)" | tee "$out/smi_clock.txt"
 }
 
 if [ "$mode" = full ]; then
@@ -153,20 +171,17 @@ elif [ "$mode" = profile1 ]; then
   launch nvlink 200 --parts profile,steps --worlds 1 --resolutions 1024,2048 --steps 3
 elif [ "$mode" = pace ]; then
   gpus=1
-  # the GPU's clocks, power and throttle reasons every 50 ms while the kernels and steps run
-  sampler=
-  for reasons in clocks_event_reasons.active clocks_throttle_reasons.active ""; do
-    q=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu${reasons:+,$reasons}
-    nvidia-smi -i 0 --query-gpu="$q" --format=csv,nounits -lms 50 > "$out/smi_samples.csv" 2>&1 &
-    sampler=$!
-    sleep 1
-    kill -0 "$sampler" 2> /dev/null && break
-    sampler=
-  done
-  echo "sampler ${sampler:-none}; clock at start $(date -u '+%Y-%m-%dT%H:%M:%S.%N') UTC, epoch $(date +%s.%N)" | tee "$out/smi_clock.txt"
+  sample_gpu0
   launch nvlink 150 --parts pace --worlds 1
   mv "$out/log_nvlink.txt" "$out/log_pace.txt"
   launch nvlink 120 --parts steps --worlds 1 --resolutions 1024,2048 --steps 8
+  [ -n "$sampler" ] && kill "$sampler" 2> /dev/null || true
+elif [ "$mode" = clocks ]; then
+  gpus=1
+  sample_gpu0
+  launch nvlink 200 --parts steps --worlds 1 --resolutions 512,768,1024,1536,2048 --steps 30
+  mv "$out/log_nvlink.txt" "$out/log_steps.txt"
+  launch nvlink 200 --parts profile --worlds 1 --resolutions 1024,2048 --steps 8
   [ -n "$sampler" ] && kill "$sampler" 2> /dev/null || true
 elif [ "$mode" = host1 ]; then
   gpus=1

@@ -37,10 +37,13 @@ OUT (rank 0 only):
                                 cache flushed before each call, and replayed for seconds on end
   profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
                                 (torch.profiler): device time of compute and of NCCL's kernels
-                                a step, slowest and fastest rank
+                                a step, slowest and fastest rank; rank 0's wall-clock span of
+                                its profiled steps (t0, t1)
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
+  steps_spans_<transport>.json  each of those cases' wall-clock span on rank 0 (Unix seconds,
+                                warm-ups included), to line up with sampled GPU clocks
   hostx_<transport>.json        rank 0 alone: the host's cost of an exchange over a group of one
                                 rank, part by part (the NCCL call async+wait, with its receive
                                 buffer allocated, blocking), beside a RoPE and alone; CPU time of
@@ -634,7 +637,9 @@ def timed_steps(st, group, runs=True):
     return times, host
 
 
-def steps(rows):
+def steps(rows, spans):
+    """Whole steps (steps_<transport>.csv rows), and into `spans` each case's wall-clock span on
+    rank 0 (Unix seconds, warm-ups included), to line up with the GPU's sampled clocks."""
     res = [int(r) for r in A.resolutions.split(",")]
     for w in worlds():
         if A.exchange_copy and w > 1:
@@ -653,7 +658,11 @@ def steps(rows):
                 if member:
                     try:
                         st = Step(model, tokens, strat, group, exchange=group is not None)
+                        t0 = time.time()
                         times, host = timed_steps(st, group)
+                        if RANK == 0:
+                            spans.append({"strategy": strat, "gpus": w, "resolution": r,
+                                          "steps": 2 + A.steps, "t0": t0, "t1": time.time()})
                         del st
                     except torch.cuda.OutOfMemoryError if not CPU else MemoryError as ex:  # noqa
                         ok = False
@@ -1297,12 +1306,14 @@ def profile(res):
                         st()
                     line_up(group)
                     acts = [ProfilerActivity.CPU] if CPU else [ProfilerActivity.CUDA]
+                    span = [time.time()]
                     with recorded(activities=acts) as prof:
                         for _ in range(A.steps):
                             t0 = time.perf_counter()
                             st()
                             sync()
                             step_s.append(time.perf_counter() - t0)
+                    span.append(time.time())
                     for e in prof.events():
                         on_device = str(e.device_type).endswith("CUDA")
                         if (not CPU and not on_device) or (CPU and e.cpu_parent is not None):
@@ -1318,6 +1329,8 @@ def profile(res):
                 for k, v in by.items():
                     out[k + "_ms_max"] = rank_max(v if member else 0.0)
                     out[k + "_ms_min"] = rank_min(v if member else 1e30)
+                if member and RANK == 0:
+                    out["t0"], out["t1"] = span  # Unix seconds: the profiled steps, rank 0
                 res["cases"][f"{w}x{r}x{strat}"] = out
                 log(f"profile w={w} res={r} {strat}: step {out['step_ms']:.2f} ms, compute kernels "
                     f"{out['compute_ms_min']:.2f}-{out['compute_ms_max']:.2f} ms (gemm "
@@ -1721,13 +1734,14 @@ def main():
                   ["op", "label", "tokens", "heads", "k", "n", "flops", "device_us", "host_us"], krows)
     dist.barrier(group=CPU_GROUP)
     if "steps" in parts:
-        rows = []
-        steps(rows)
+        rows, spans = [], []
+        steps(rows, spans)
         if RANK == 0:
             kind = ("1c" if A.exchange_copy else "1x") if A.one_rank_exchange else ""
             write_csv(os.path.join(A.out, f"steps{kind}_{tr}.csv"),
                       ["strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms", "max_ms",
                        "host_issue_ms", "transport", "timed_steps"], rows)
+            json.dump(spans, open(os.path.join(A.out, f"steps{kind}_spans_{tr}.json"), "w"), indent=1)
     dist.barrier(group=CPU_GROUP)
     log(f"done in {time.time() - T0:.0f}s")
     dist.destroy_process_group()
