@@ -13,7 +13,13 @@ steps_nvlink.csv) and h200x1-profile/profile_nvlink.json, and prints:
             kernels, that is the steps' window);
   by kind   the 1-GPU steps' compute kernels, profiled, by kind (GEMMs, attention, the rest)
             against the kernel tables' times of the same ops (cocodiff's hgx-h200 step with
-            device.step_factor = 1, summed by op label), and against the preset's factor.
+            device.step_factor = 1, summed by op label), and against the preset's factor; from
+            h200x1-profile/ and the profiles of h200x1-clocks*/, with the GPU's SM clock over
+            the profiled steps where it was sampled;
+  clocks    the flat 1-GPU steps at 512^2-2048^2 of h200x1-clocks*/ (gpu_suite.sh clocks: 32
+            steps each, the clocks sampled throughout), measured against cocodiff's hgx-h200
+            prediction, with the GPU's SM clock, power and power-capped share over the last two
+            thirds of each resolution's timed steps (steps_spans_nvlink.json).
 
 Usage: pace_fidelity.py COCODIFF [--out DIR]
 Writes DIR/pace_fidelity.{txt,json} (default bench/fidelity/results).
@@ -108,23 +114,61 @@ def main():
                      f"{s['capped'] or 0:>7.2f}")
 
     factor = preset_step_factor()
-    profile = json.load(open(os.path.join(M, "h200x1-profile", "profile_nvlink.json")))["cases"]
-    by_kind = []
-    lines += ["", f"# The profiled 1-GPU flat steps (h200x1-profile/) by kind, ms a step: in the step / the kernel"
-              f" tables' (hgx-h200, step factor 1) = ratio; the preset's device.step_factor is {factor}",
-              f"{'res':>6}" + "".join(f"{k:>26}" for k in ("gemm", "attention", "other", "all compute"))]
-    for c in sorted(profile.values(), key=lambda c: c["resolution"]):
-        res = c["resolution"]
-        tables = model_by_kind(res)
-        tables["all compute"] = sum(tables.values())
-        step = {"gemm": c["gemm_ms_max"], "attention": c["attention_ms_max"], "other": c["other_ms_max"]}
-        step["all compute"] = sum(step.values())
-        row = {"resolution": res, "step_ms": {k: round(v, 1) for k, v in step.items()},
-               "tables_ms": {k: round(v, 1) for k, v in tables.items()},
-               "ratio": {k: round(step[k] / tables[k], 3) for k in step}}
-        by_kind.append(row)
-        lines.append(f"{res:>6}" + "".join(f"{step[k]:>10.1f} /{tables[k]:>7.1f} ={row['ratio'][k]:>6.3f}"
-                                          for k in step))
+    by_kind, tables_by_res = [], {}
+    lines += ["", f"# The profiled 1-GPU flat steps by kind, ms a step: in the step / the kernel"
+              f" tables' (hgx-h200, step factor 1) = ratio; the preset's device.step_factor is {factor};"
+              " the GPU's median SM clock over the profiled steps where sampled",
+              f"{'lease':<16}{'res':>6}" + "".join(f"{k:>26}" for k in ("gemm", "attention", "other", "all compute"))
+              + f"{'SM MHz':>8}"]
+    leases = [os.path.join(M, "h200x1-profile")] + sorted(glob.glob(os.path.join(M, "h200x1-clocks*")))
+    for d in leases:
+        lease = os.path.basename(d)
+        smi = samples(d) if os.path.exists(os.path.join(d, "smi_samples.csv")) else []
+        profile = json.load(open(os.path.join(d, "profile_nvlink.json")))["cases"]
+        for c in sorted(profile.values(), key=lambda c: c["resolution"]):
+            res = c["resolution"]
+            if res not in tables_by_res:
+                tables_by_res[res] = model_by_kind(res)
+                tables_by_res[res]["all compute"] = sum(tables_by_res[res].values())
+            tables = tables_by_res[res]
+            step = {"gemm": c["gemm_ms_max"], "attention": c["attention_ms_max"], "other": c["other_ms_max"]}
+            step["all compute"] = sum(step.values())
+            # the profiled steps alone: from their start, as many step times as were profiled
+            st = gpu_state([s for s in smi if "t0" in c and
+                            c["t0"] <= s[0] <= c["t0"] + c["profiled_steps"] * c["step_ms"] / 1e3])
+            row = {"lease": lease, "resolution": res, "step_ms": {k: round(v, 1) for k, v in step.items()},
+                   "tables_ms": {k: round(v, 1) for k, v in tables.items()},
+                   "ratio": {k: round(step[k] / tables[k], 3) for k in step}, "sm_mhz": st["sm_mhz"]}
+            by_kind.append(row)
+            mhz = f"{st['sm_mhz']:.0f}" if st["sm_mhz"] else ""
+            lines.append(f"{lease:<16}{res:>6}" + "".join(
+                f"{step[k]:>10.1f} /{tables[k]:>7.1f} ={row['ratio'][k]:>6.3f}" for k in step) + f"{mhz:>8}")
+
+    clocks = []
+    lines += ["", "# The flat 1-GPU steps at 512^2-2048^2 with the GPU's clocks (configs/measurements/h200x1-clocks*/:"
+              " 2 warm-up and 30 timed steps each), ms a step measured / predicted (hgx-h200), and the GPU over the"
+              " last two thirds of the timed steps",
+              f"{'lease':<16}{'res':>6}{'measured':>10}{'predicted':>10}{'error':>8}{'host ms':>9}{'SM MHz':>8}{'W':>6}"
+              f"{'capped':>7}"]
+    for d in sorted(glob.glob(os.path.join(M, "h200x1-clocks*"))):
+        lease = os.path.basename(d)
+        smi = samples(d)
+        rows = {int(r["resolution"]): r for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv")))}
+        for sp in json.load(open(os.path.join(d, "steps_spans_nvlink.json"))):
+            res = sp["resolution"]
+            r = rows[res]
+            ms = float(r["median_ms"])
+            start = sp["t0"] + 2 * ms / 1e3  # after the warm-ups
+            window = [s for s in smi if start <= s[0] <= sp["t1"]]
+            st = gpu_state(window[len(window) // 3:])
+            pred = run_phantom_step(A.cocodiff, ROOT, 1, res, "flat", 1,
+                                    ["cluster.preset=hgx-h200"])["virtual_time_s"] * 1e3
+            row = {"lease": lease, "resolution": res, "step_ms": ms, "step_ms_predicted": round(pred, 2),
+                   "host_issue_ms": float(r["host_issue_ms"]), "timed_steps": int(r["timed_steps"]), **st}
+            clocks.append(row)
+            lines.append(f"{lease:<16}{res:>6}{ms:>10.1f}{pred:>10.1f}{100 * (pred / ms - 1):>7.1f}%"
+                         f"{row['host_issue_ms']:>9.1f}{st['sm_mhz'] or 0:>8.0f}{st['power_w'] or 0:>6.0f}"
+                         f"{st['capped'] or 0:>7.2f}")
     summary = {
         "gemm_attention_sustained_over_first": sorted(
             r["sustained_over_first"] for r in kernels if r["op"] in ("linear", "sdpa")),
@@ -138,7 +182,7 @@ def main():
     print(txt)
     os.makedirs(A.out, exist_ok=True)
     open(os.path.join(A.out, "pace_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"kernels": kernels, "steps": steps, "by_kind": by_kind, "summary": summary},
+    json.dump({"kernels": kernels, "steps": steps, "by_kind": by_kind, "clocks": clocks, "summary": summary},
               open(os.path.join(A.out, "pace_fidelity.json"), "w"), indent=1)
 
 
