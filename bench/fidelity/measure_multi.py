@@ -37,8 +37,8 @@ OUT (rank 0 only):
                                 cache flushed before each call, and replayed for seconds on end
   profile_<transport>.json      whole steps of every strategy with the GPU's kernels recorded
                                 (torch.profiler): device time of compute and of NCCL's kernels
-                                a step, slowest and fastest rank; rank 0's wall-clock span of
-                                its profiled steps (t0, t1)
+                                a step, slowest and fastest rank; rank 0's wall clock at the
+                                profiler's start and after its stop, its teardown included (t0, t1)
   steps_<transport>.csv         whole FLUX.1-dev steps (random bf16 weights) of flat, v_first,
                                 pipeline and cocodiff (V-First + pipelining) at each resolution,
                                 on 1, 2 and 4 GPUs: median of timed steps, slowest rank
@@ -1330,7 +1330,7 @@ def profile(res):
                     out[k + "_ms_max"] = rank_max(v if member else 0.0)
                     out[k + "_ms_min"] = rank_min(v if member else 1e30)
                 if member and RANK == 0:
-                    out["t0"], out["t1"] = span  # Unix seconds: the profiled steps, rank 0
+                    out["t0"], out["t1"] = span  # Unix seconds, rank 0: the profiler's start, after its stop
                 res["cases"][f"{w}x{r}x{strat}"] = out
                 log(f"profile w={w} res={r} {strat}: step {out['step_ms']:.2f} ms, compute kernels "
                     f"{out['compute_ms_min']:.2f}-{out['compute_ms_max']:.2f} ms (gemm "

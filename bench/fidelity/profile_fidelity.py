@@ -24,7 +24,7 @@ measured cost exceeds even the whole window's, "below" that it is less than the 
 Usage: profile_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, os, tomllib
+import argparse, csv, functools, glob, json, os, tomllib
 
 from phantom_step import STRATEGY, preset_for, run_phantom_step
 
@@ -37,19 +37,20 @@ A = P.parse_args()
 STEPS = 2
 
 
+@functools.cache
 def no_overlap_slowdown(preset):
     """The --set values that leave compute beside a collective unslowed on `preset`: its overlap
     compute factor and those of its group sizes at 1."""
     device = tomllib.load(open(os.path.join(ROOT, "configs", "clusters", f"{preset}.toml"), "rb"))["device"]
-    return (["cluster.device.overlap_compute_factor=1"]
-            + [f"cluster.device.overlap_by_group.{g}.compute_factor=1"
-               for g, t in device.get("overlap_by_group", {}).items() if "compute_factor" in t])
+    return tuple(["cluster.device.overlap_compute_factor=1"]
+                 + [f"cluster.device.overlap_by_group.{g}.compute_factor=1"
+                    for g, t in device.get("overlap_by_group", {}).items() if "compute_factor" in t])
 
 
 def predict(w, res, strategy, preset, free=False, cache={}):
     key = (w, res, strategy, preset, free)
     if key not in cache:
-        sets = [f"cluster.preset={preset}"] + (no_overlap_slowdown(preset) if free else []) + A.set
+        sets = [f"cluster.preset={preset}", *(no_overlap_slowdown(preset) if free else ()), *A.set]
         r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
         cache[key] = {"step_ms": r["virtual_time_s"] / STEPS * 1e3,
                       "compute_ms": r["breakdown"]["mean_compute_s"] / STEPS * 1e3}
