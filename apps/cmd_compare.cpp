@@ -112,6 +112,7 @@ void add_compare_command(CLI::App& app) {
     std::vector<std::string> sets;
     std::string out = "out/compare";
     bool outputs = false;
+    bool force = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -122,6 +123,8 @@ void add_compare_command(CLI::App& app) {
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
   cmd->add_option("--out", opt->out,
                   "Output directory (compare.json), replaced as a whole by the new set");
+  cmd->add_flag("--force", opt->force,
+                "Replace --out even when it is not an earlier output set of cocodiff");
   cmd->add_flag("--outputs", opt->outputs,
                 "Also write each strategy's run outputs (report.json, image.png, trace.json) to "
                 "OUT/STRATEGY/ (OUT is replaced as one set)");
@@ -131,6 +134,7 @@ void add_compare_command(CLI::App& app) {
     for (std::string n; std::getline(ss, n, ',');)
       if (!n.empty()) names.push_back(n);
     if (names.empty()) throw ConfigError("--strategies: expected at least one strategy name");
+    check_output_target(opt->out, opt->force);  // before any strategy runs
     for (const std::string& n : names)
       if (const std::string e = dit::attention_strategy_error(n); !e.empty())
         throw ConfigError("--strategies: " + e);
@@ -306,7 +310,7 @@ void add_compare_command(CLI::App& app) {
     // previous set whole or the new one, never strategies of two runs side by side.
     try {
       auto lock = hold_interrupts();
-      OutputSet set(opt->out);
+      OutputSet set(opt->out, opt->force);
       if (opt->outputs)
         for (size_t i = 0; i < plans.size(); ++i)
           write_outputs(plans[i], recs[i], set.dir() / order[i]);

@@ -14,6 +14,7 @@
 #include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/parallel/strategies.hpp"
 
@@ -38,12 +39,15 @@ void add_run_command(CLI::App& app) {
          "--backend mpi: end the job, naming the stopped rank, when a wait sees no progress for "
          "this many seconds (mpi.progress_timeout_s; 0: off)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--force", opt->force,
+                "Replace --out even when it is not an earlier output set of cocodiff");
   cmd->add_flag("-q,--quiet", opt->quiet, "Print only errors");
   add_degree_options(cmd, opt->sets);
   cmd->callback([opt] {
     if (opt->out.empty())
       opt->out =
           (std::filesystem::path("out") / std::filesystem::path(opt->config).stem()).string();
+    if (opt->backend != "mpi") check_output_target(opt->out, opt->force);  // before the run
     if (opt->backend == "mpi") {
       std::exit(run_mpi_main(*opt));
     }
@@ -64,7 +68,7 @@ void add_run_command(CLI::App& app) {
       if (!is_injected_fault(plan, e.rank(), e.what())) throw;
       {
         const std::unique_lock<std::mutex> hold = hold_interrupts();
-        write_fault_report(plan, "emulator", e.rank(), e.what(), opt->out);
+        write_fault_report(plan, "emulator", e.rank(), e.what(), opt->out, opt->force);
       }
       std::fprintf(stderr, "cocodiff: error: %s\ncocodiff: report in %s/report.json\n", e.what(),
                    opt->out.c_str());
@@ -87,7 +91,7 @@ void add_run_command(CLI::App& app) {
     }
     {
       const std::unique_lock<std::mutex> hold = hold_interrupts();
-      write_outputs(plan, rec, opt->out);
+      write_outputs(plan, rec, opt->out, opt->force);
     }
     if (const std::string w = trace_warning(plan, rec); !w.empty())
       std::fprintf(stderr, "cocodiff: warning: %s\n", w.c_str());

@@ -48,6 +48,7 @@ void add_tune_command(CLI::App& app) {
     std::string out = "out/tune";
     bool exhaustive = false;
     bool no_host_range = false;
+    bool force = false;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -64,14 +65,18 @@ void add_tune_command(CLI::App& app) {
                   "trained model (measured with real math before the search)");
   cmd->add_option("--budget-s", opt->budget_s,
                   "Stop the search after this many seconds, with what it has (0: no limit)");
-  cmd->add_option("--jobs", opt->jobs, "Runs side by side (default: the hardware threads)");
+  cmd->add_option("--jobs", opt->jobs,
+                  "Runs side by side (default: the hardware threads; at most 256)");
   cmd->add_option("--set", opt->sets, "Override a config key: --set run.steps=4 (repeatable)");
   cmd->add_option("--out", opt->out, "Output directory (tune.json, tune.txt, pareto.png)");
+  cmd->add_flag("--force", opt->force,
+                "Replace --out even when it is not an earlier output set of cocodiff");
   cmd->add_flag("--exhaustive", opt->exhaustive, "Run every configuration (no pruning)");
   cmd->add_flag("--no-host-range", opt->no_host_range,
                 "Do not time the best configurations again with the fastest and the slowest "
                 "hosts measured (the cluster's device.host.range)");
   cmd->callback([opt] {
+    check_output_target(opt->out, opt->force);  // before the search
     TuneOptions o;
     o.config = opt->config;
     o.sets = opt->sets;
@@ -93,7 +98,7 @@ void add_tune_command(CLI::App& app) {
     std::cout << table << std::flush;
     const std::string json = tune_json(o, r).dump(2) + "\n";
     auto lock = hold_interrupts();
-    OutputSet set(opt->out);
+    OutputSet set(opt->out, opt->force);
     write_file_atomic(set.dir() / "tune.json", json);
     write_file_atomic(set.dir() / "tune.txt", table);
     const std::string why = write_pareto_png(r, set.dir() / "pareto.png");

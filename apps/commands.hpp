@@ -30,6 +30,7 @@ struct RunCommandOptions {
   std::string backend = "emulator";
   std::string inject_fault;  // "rank=R,step=S" or empty
   bool quiet = false;
+  bool force = false;  // --force: replace --out even when it is not an earlier output set
 };
 /// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
 int run_mpi_main(const RunCommandOptions& opt);

@@ -10,10 +10,12 @@
 #include <CLI/CLI.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <iostream>
 #include <mutex>
 #include <new>
 #include <sstream>
@@ -107,6 +109,19 @@ std::string flag_hint(const CLI::App& app, const std::string& message) {
   }
   return {};
 }
+// Flushes standard output and says whether everything written to it arrived: a full disk or a
+// closed pipe is an error (exit 2), not a silent empty file.
+int finish_standard_output() {
+  std::cout.flush();
+  errno = 0;
+  const bool failed = std::fflush(stdout) != 0 || std::ferror(stdout) != 0 || !std::cout;
+  if (!failed) return 0;
+  const int err = errno;
+  std::fprintf(stderr, "cocodiff: error: cannot write standard output%s%s\n", err != 0 ? ": " : "",
+               err != 0 ? std::strerror(err) : "");
+  return 2;
+}
+
 }  // namespace
 
 }  // namespace cocodiff::apps
@@ -182,5 +197,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cocodiff: internal error: %s\n", e.what());
     return 1;
   }
-  return 0;
+  return cocodiff::apps::finish_standard_output();
 }

@@ -18,6 +18,7 @@
 #include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "dit/pipeline.hpp"
@@ -202,6 +203,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
                           std::to_string(resolved->batch_size));
       runtime.check_size(resolved->cluster.topology);
       check_memory_limit(*resolved, estimate_memory(*resolved, "mpi"));
+      if (runtime.world_rank() == 0) check_output_target(out, opt.force);  // rank 0 writes
     } catch (...) {
       bad_input = std::current_exception();
     }
@@ -263,7 +265,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
       const std::string message = "rank " + std::to_string(f.rank()) + ": " + f.what();
       {
         const std::unique_lock<std::mutex> hold = hold_interrupts();
-        write_fault_report(plan, "mpi", f.rank(), message, out);
+        write_fault_report(plan, "mpi", f.rank(), message, out, opt.force);
       }
       runtime.abort(f.what(), kExitInjectedFault);
     }
@@ -333,7 +335,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
       rec.latent_width = result.latent_width;
       {
         const std::unique_lock<std::mutex> hold = hold_interrupts();  // no half-written outputs
-        write_outputs(plan, rec, out);
+        write_outputs(plan, rec, out, opt.force);
       }
       if (!quiet) std::cout << summarize(rec) << "outputs in " << out << "/\n";
     }

@@ -361,10 +361,10 @@ RunRecord run_emulated(const RunPlan& plan) {
   return rec;
 }
 
-void write_outputs(const RunPlan& plan, const RunRecord& rec,
-                   const std::filesystem::path& out_dir) {
+void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesystem::path& out_dir,
+                   bool force) {
   // One set: everything goes into a staging directory beside out_dir, moved into place last.
-  OutputSet set(out_dir);
+  OutputSet set(out_dir, force);
   const std::filesystem::path& dir = set.dir();
   if (!rec.latent.phantom()) {
     // image.png at the latent's own size (a pixel-space model's picture, pixel for pixel, so it
@@ -406,7 +406,8 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec,
 }
 
 void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
-                        const std::string& message, const std::filesystem::path& out_dir) {
+                        const std::string& message, const std::filesystem::path& out_dir,
+                        bool force) {
   nlohmann::ordered_json r = base_report(plan, backend);
   r["status"] = "failed";
   r["failure"] = {{"kind", "fault"},
@@ -414,7 +415,7 @@ void write_fault_report(const RunPlan& plan, const std::string& backend, int ran
                   {"step", plan.fault ? plan.fault->step : -1},
                   {"message", message}};
   r["output_sha256"] = nullptr;
-  OutputSet set(out_dir);
+  OutputSet set(out_dir, force);
   write_file_atomic(set.dir() / "report.json", r.dump(2) + "\n");
   set.commit();
 }

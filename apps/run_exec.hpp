@@ -40,14 +40,16 @@ dit::RunSettings settings_for(const RunPlan& plan);
 RunRecord run_emulated(const RunPlan& plan);
 
 /// Writes report.json, image.png (real math only), trace.json (when the plan traces) and
-/// latent.safetensors (when asked) into out_dir, each atomically.
+/// latent.safetensors (when asked) into out_dir, each atomically, as one output set (OutputSet:
+/// only an earlier set is replaced, unless `force`).
 void write_outputs(const RunPlan& plan, const RunRecord& record,
-                   const std::filesystem::path& out_dir);
+                   const std::filesystem::path& out_dir, bool force = false);
 
 /// The report of a run stopped by --inject-fault: base_report with status "failed" and
 /// `failure` (kind "fault", rank, step, message), written alone into out_dir as one set.
 void write_fault_report(const RunPlan& plan, const std::string& backend, int rank,
-                        const std::string& message, const std::filesystem::path& out_dir);
+                        const std::string& message, const std::filesystem::path& out_dir,
+                        bool force = false);
 
 /// True when `rank`'s error `message` is the plan's injected fault.
 bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message);

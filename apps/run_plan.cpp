@@ -402,6 +402,20 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                             std::to_string(plan.model.patch_size) + ")",
                         std::to_string(px));
   }
+  // SD3's positional table covers at most pos_embed_max_size patches a side.
+  if (const int max_grid = plan.model.pos_embed_max_size; max_grid > 0)
+    for (const char* key : {"run.height", "run.width"}) {
+      const bool h = std::string(key) == "run.height";
+      const std::string shown = rect ? key : "run.resolution";
+      const int grid = (h ? s.height : s.width) / unit;
+      if (grid > max_grid)
+        throw ConfigError(
+            cfg.where(shown), shown,
+            "at most " + std::to_string(max_grid * unit) + " (model " + plan.model.name +
+                "'s pos_embed_max_size " + std::to_string(max_grid) + " patches a side, of " +
+                std::to_string(unit) + " px)",
+            std::to_string(h ? s.height : s.width) + " (" + std::to_string(grid) + " patches)");
+    }
   if (plan.tokens() < plan.ranks()) {
     if (!rect) {
       std::int64_t side = 1;  // the smallest grid side with a token per rank
@@ -560,6 +574,13 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                             (s.strategy == "usp" ? ", usp" : "") + ")");
     }
   }
+  if (s.strategy == "serial" && sp_ranks > 1)
+    throw ConfigError(
+        cfg.where("run.strategy"), "run.strategy",
+        "a parallel strategy on " + std::to_string(sp_ranks) +
+            " sequence-parallel ranks (\"serial\" runs on one rank: cluster.nodes = 1 with "
+            "topology.sizes = [1], or --set run.strategy=flat)",
+        "\"serial\"");
   if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");

@@ -6,10 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "apps/run_exec.hpp"
@@ -301,6 +303,19 @@ RunRecord run_checked(RunPlan plan, std::function<void(SimTime)> check) {
   return run_emulated(plan);
 }
 
+// Runs `work` on `jobs` threads (this one among them) and waits for all. When the system gives
+// fewer threads than asked (a limit on threads or memory), those it gave do the work.
+void run_side_by_side(int jobs, const std::function<void()>& work) {
+  std::vector<std::thread> threads;
+  try {
+    for (int j = 1; j < jobs; ++j) threads.emplace_back(work);
+  } catch (const std::system_error&) {
+    // Fewer threads: the work is shared among those that started.
+  }
+  work();
+  for (std::thread& t : threads) t.join();
+}
+
 // The hosts of the machines measured differ (device.host.range): the best configurations
 // (kHostRangePoints of the ranking, and the front) run again with the fastest and the slowest
 // host, `jobs` side by side. A run the budget leaves out leaves its point without a range.
@@ -334,13 +349,7 @@ void time_host_range(const TuneOptions& o, const Base& base, TuneResult& r, int 
       }
     }
   };
-  {
-    std::vector<std::thread> threads;
-    for (int j = 1; j < std::min<int>(jobs, static_cast<int>(times.size())); ++j)
-      threads.emplace_back(work);
-    work();
-    for (std::thread& t : threads) t.join();
-  }
+  run_side_by_side(std::min<int>(jobs, static_cast<int>(times.size())), work);
   const bool latency = o.objective == "latency";
   double best_low = INFINITY, best_high = INFINITY;
   for (size_t k = 0; k < redo.size(); ++k) {
@@ -445,10 +454,14 @@ int TuneResult::count(TunePoint::Status s) const {
                                         [&](const TunePoint& p) { return p.status == s; }));
 }
 
+bool TunePoint::is_baseline() const {
+  return strategy == "flat" && cfg == 1 && !shard_text && !v_major && chunks == 0;
+}
+
 const TunePoint* TuneResult::flat_of(const TunePoint& p) const {
   for (const TunePoint& q : points)
     if (q.status == TunePoint::Status::kRun && q.nodes == p.nodes &&
-        q.gpus_per_node == p.gpus_per_node && q.strategy == "flat" && q.cfg == 1 && !q.shard_text)
+        q.gpus_per_node == p.gpus_per_node && q.is_baseline())
       return &q;
   return nullptr;
 }
@@ -563,22 +576,26 @@ TuneResult tune(const TuneOptions& o) {
   }
   for (TunePoint& p : r.points) p.bound_s = r.serial_compute_s / p.ranks;
 
-  // Order: the likely fast first (wave), then, for latency, the most tiles (the lowest bar for
-  // the compute bound) and for GPU-seconds the fewest GPUs; then enumeration order.
+  // Order: the fewest GPUs first (a point is pruned or stopped by the points with no more GPUs,
+  // which have then run), within a GPU count the likely fast first (wave); then enumeration
+  // order.
   const bool latency = o.objective == "latency";
   std::vector<size_t> order(r.points.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const TunePoint &pa = r.points[a], &pb = r.points[b];
-    if (wave(pa) != wave(pb)) return wave(pa) < wave(pb);
-    return latency ? pa.ranks > pb.ranks : pa.gpus < pb.gpus;
+    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
+    return wave(pa) < wave(pb);
   });
   auto objective_of = [&](const TunePoint& p, double time_s) {
     return latency ? time_s : time_s * p.gpus;
   };
 
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  const int jobs = std::max(1, o.jobs > 0 ? o.jobs : cores);
+  // No more runs side by side than there are points, nor than kMaxTuneJobs: any --jobs works.
+  const int jobs =
+      std::clamp(o.jobs > 0 ? o.jobs : cores, 1,
+                 std::max(1, std::min<int>(kMaxTuneJobs, static_cast<int>(order.size()))));
   std::mutex mu;
   size_t next = 0;
   double best = INFINITY;              // the best objective run so far
@@ -610,7 +627,9 @@ TuneResult tune(const TuneOptions& o) {
           r.budget_hit = true;
           continue;
         }
-        if (prune && objective_of(p, p.bound_s) > best) {
+        // Pruned: a point whose bound is beaten by a point with no more GPUs is on no front
+        // and wins neither objective. A shape's baseline always runs.
+        if (prune && !p.is_baseline() && p.bound_s > bar_for(p.gpus)) {
           p.status = TunePoint::Status::kPruned;
           pruned.push_back(i);
           continue;
@@ -624,12 +643,13 @@ TuneResult tune(const TuneOptions& o) {
         RunPlan plan = resolve_run_plan(o.config, sets_of(o, p));
         const double images = std::max(1, plan.batch_size);
         const int gpus = p.gpus;
+        const bool baseline = p.is_baseline();
         // A run stops at a step start once over the budget, or once a tile's clock has passed
         // the best time of a configuration with no more GPUs: its time can only grow, so it
         // is dominated and wins neither objective.
-        rec = run_checked(std::move(plan), [&, images, gpus](SimTime now) {
+        rec = run_checked(std::move(plan), [&, images, gpus, baseline](SimTime now) {
           if (over_budget()) throw Stop(kBudgetSpent);
-          if (!o.prune) return;
+          if (!o.prune || baseline) return;
           std::lock_guard<std::mutex> lk(mu);
           if (prune && now.seconds() > bar_for(gpus) * images) throw Stop(kDominated);
         });
@@ -701,12 +721,7 @@ TuneResult tune(const TuneOptions& o) {
       }
     }
   };
-  {
-    std::vector<std::thread> threads;
-    for (int j = 1; j < jobs; ++j) threads.emplace_back(work);
-    work();
-    for (std::thread& t : threads) t.join();
-  }
+  run_side_by_side(jobs, work);
   if (r.count(TunePoint::Status::kRun) == 0) {
     if (r.budget_hit)
       throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
@@ -848,8 +863,9 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
   os << "\n"
      << r.points.size() << " configurations: " << run << " run, " << pruned
      << " pruned (compute alone, at least " << fmt("%.3f", r.serial_compute_s)
-     << " s on one tile / tiles, exceeds the best " << (latency ? "time" : "GPU-seconds")
-     << " found), " << stopped
+     << " s on one tile / tiles, exceeds the best time of a configuration with no more GPUs; "
+        "flat Ulysses always runs, as every shape's baseline), "
+     << stopped
      << " stopped (their clock passed the best time of a configuration with no more GPUs), "
      << not_tried << " not tried, " << failed << " failed; " << fmt("%.1f", r.wall_s)
      << " s wall\n";
@@ -995,11 +1011,12 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
 
 std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& png) {
   std::ostringstream gp;
-  gp << "set terminal pngcairo size 1000,640 noenhanced font 'sans,10'\n";
-  const std::filesystem::path tmp = png.string() + ".tmp.png";
-  gp << "set output '" << tmp.string() << "'\n";
-  gp << "set title '" << r.model << " " << r.width << "x" << r.height << ", " << r.steps
-     << " steps on " << r.cluster << ": time per image against GPUs' noenhanced\n";
+  // Every name a user can set (model, cluster) goes in as a string literal that is only data.
+  gp << "set title "
+     << emu::gnuplot_string(r.model + " " + std::to_string(r.width) + "x" +
+                            std::to_string(r.height) + ", " + std::to_string(r.steps) +
+                            " steps on " + r.cluster + ": time per image against GPUs")
+     << "\n";
   gp << "set xlabel 'GPUs'\nset ylabel 'virtual time per image (s)'\n";
   gp << "set logscale xy\nset grid\nset key top right\n";
   gp << "$all << EOD\n";
@@ -1023,15 +1040,8 @@ std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& p
   gp << "$all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
         "$front using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#cc2222' title 'Pareto "
         "front'\n";
-  std::string why = emu::run_gnuplot(gp.str());
-  std::error_code ec;
-  if (!why.empty()) {
-    std::filesystem::remove(tmp, ec);
-    return why;
-  }
-  std::filesystem::rename(tmp, png, ec);
-  if (ec) return "cannot move the plot into place: " + ec.message();
-  return {};
+  return emu::render_gnuplot_png("pngcairo size 1000,640 noenhanced font 'sans,10'", gp.str(), {},
+                                 png);
 }
 
 }  // namespace cocodiff::apps

@@ -21,7 +21,9 @@
 // Pruning: a point's time is at least its busiest tile's compute, and that is at least the
 // compute of the same image on one tile divided by the point's tiles (each op split over tiles
 // costs each tile at least its share of the whole op's time, and the strategies only add work).
-// A point whose bound already exceeds the best objective found is not run (counted as pruned);
+// A point whose bound already exceeds the best time per image of a point with no more GPUs is
+// on no front and wins neither objective: it is not run (counted as pruned). Each shape's
+// baseline (flat Ulysses) always runs to the end, so every point has its speedup over flat;
 // every point that runs checks the bound against its own compute, and one that breaks it turns
 // pruning off and puts the pruned points back.
 
@@ -36,6 +38,9 @@
 
 namespace cocodiff::apps {
 
+/// The most runs tune has side by side, whatever --jobs asks (each run is CPU-bound).
+inline constexpr int kMaxTuneJobs = 256;
+
 struct TuneOptions {
   std::filesystem::path config;
   std::vector<std::string> sets;  // --set, before the search's own keys
@@ -48,7 +53,7 @@ struct TuneOptions {
   std::filesystem::path quality_config;
   std::vector<std::string> quality_sets;
   double budget_s = 0;  // wall-clock limit of the search (0: none)
-  int jobs = 0;         // runs side by side (0: the hardware threads)
+  int jobs = 0;         // runs side by side (0: the hardware threads; at most kMaxTuneJobs)
   bool prune = true;    // false: run every point (exhaustive)
   /// Where the cluster has device.host.range: time the best configurations (kHostRangePoints
   /// of the ranking, and the front) again with the hosts of the fastest and the slowest
@@ -101,6 +106,9 @@ struct TunePoint {
   std::string describe() const;
   /// "8 x 6" (nodes x GPUs per node).
   std::string shape() const;
+  /// Whether this is its shape's baseline (flat Ulysses, no CFG split, no features): always
+  /// timed to the end, never pruned or stopped, so that every point has its vs_flat.
+  bool is_baseline() const;
 };
 
 struct TuneResult {

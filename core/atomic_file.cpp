@@ -3,32 +3,57 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 
 #include "core/errors.hpp"
 
 namespace cocodiff {
 
 namespace {
-std::atomic<unsigned> g_counter{0};  // distinct temporaries for files written at the same time
+
+/// A random suffix: the temporaries' names cannot be guessed and planted in advance.
+std::string random_suffix() {
+  static std::atomic<unsigned> counter{0};
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%08x%08x%04x", rd(), rd(), counter++ & 0xffffu);
+  return buf;
+}
+
+std::string tmp_name(const std::string& base) {
+  return base + ".tmp." + std::to_string(::getpid()) + "." + random_suffix();
+}
+
+}  // namespace
+
+int create_exclusive_temp(const std::filesystem::path& target, std::filesystem::path& temp) {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    temp = target.parent_path() / tmp_name(target.filename().string());
+    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd >= 0) return fd;
+    if (errno != EEXIST)
+      throw InputError(target.string() + ": cannot create file (" + std::strerror(errno) +
+                       "; is the directory writable?)");
+  }
+  throw InputError(target.string() + ": cannot create a temporary file beside it");
 }
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
-  temp_ = target_;
-  temp_ += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(g_counter++);
-  out_.open(temp_, std::ios::binary | std::ios::trunc);
-  if (!out_)
-    throw InputError(target_.string() + ": cannot create file (is the directory writable?)");
+  const int fd = create_exclusive_temp(target_, temp_);
+  buf_ = std::make_unique<__gnu_cxx::stdio_filebuf<char>>(fd, std::ios::out | std::ios::binary);
+  out_.rdbuf(buf_.get());
 }
 
 AtomicFile::~AtomicFile() {
   if (!committed_) {
-    out_.close();
+    buf_.reset();  // closes the descriptor
     std::error_code ec;
     std::filesystem::remove(temp_, ec);
   }
@@ -37,7 +62,8 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   out_.flush();
   if (!out_) throw InputError(target_.string() + ": write failed (disk full?)");
-  out_.close();
+  const bool closed = buf_->close() != nullptr;
+  if (!closed) throw InputError(target_.string() + ": write failed on close (disk full?)");
   output_test_point();
   std::error_code ec;
   std::filesystem::rename(temp_, target_, ec);
@@ -78,9 +104,39 @@ void remove_stale_staging(const std::filesystem::path& target) {
   }
 }
 
+bool is_within(const std::filesystem::path& inner, const std::filesystem::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i)
+    if (i == inner.end() || *i != *o) return false;
+  return true;
+}
+
 }  // namespace
 
-OutputSet::OutputSet(std::filesystem::path target) : target_(std::move(target)) {
+void check_output_target(const std::filesystem::path& target_in, bool force) {
+  std::filesystem::path target = target_in;
+  while (!target.empty() && !target.has_filename()) target = target.parent_path();  // "out/"
+  if (target.empty()) throw InputError("an output directory name is required");
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(target, ec))) return;
+  if (!std::filesystem::is_directory(target, ec))
+    throw InputError(target.string() + ": exists and is not a directory");
+  const std::filesystem::path t = std::filesystem::weakly_canonical(target, ec);
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (!ec && is_within(cwd, t))
+    throw InputError(target_in.string() +
+                     ": is the working directory or holds it; an output set replaces its whole "
+                     "directory, so name a subdirectory (for example --out out/run)");
+  if (force || std::filesystem::exists(target / kOutputSetMarker, ec)) return;
+  if (std::filesystem::is_empty(target, ec) && !ec) return;
+  throw InputError(target_in.string() +
+                   ": exists and is not an earlier output set of cocodiff (it has no " +
+                   kOutputSetMarker +
+                   "), and a new set replaces everything in its directory: choose another "
+                   "--out, or pass --force to replace it");
+}
+
+OutputSet::OutputSet(std::filesystem::path target, bool force) : target_(std::move(target)) {
   while (!target_.empty() && !target_.has_filename()) target_ = target_.parent_path();  // "out/"
   if (target_.empty()) throw InputError("an output directory name is required");
   std::error_code ec;
@@ -89,13 +145,24 @@ OutputSet::OutputSet(std::filesystem::path target) : target_(std::move(target)) 
     if (ec)
       throw InputError(target_.string() + ": cannot create output directory: " + ec.message());
   }
-  if (std::filesystem::exists(target_, ec) && !std::filesystem::is_directory(target_, ec))
-    throw InputError(target_.string() + ": exists and is not a directory");
+  check_output_target(target_, force);
   remove_stale_staging(target_);
-  staging_ = target_.parent_path() / (staging_prefix(target_) + std::to_string(::getpid()) + "." +
-                                      std::to_string(g_counter++));
-  std::filesystem::create_directory(staging_, ec);
-  if (ec) throw InputError(target_.string() + ": cannot create output directory: " + ec.message());
+  // Created exclusively: a directory or symlink planted under the staging name is never used.
+  for (int attempt = 0;; ++attempt) {
+    staging_ = target_.parent_path() / tmp_name("." + target_.filename().string());
+    if (::mkdir(staging_.c_str(), 0777) == 0) break;
+    if (errno != EEXIST || attempt == 63)
+      throw InputError(target_.string() +
+                       ": cannot create output directory: " + std::strerror(errno));
+  }
+  try {
+    write_file_atomic(staging_ / kOutputSetMarker,
+                      "An output set of cocodiff: a later command with this --out replaces the "
+                      "whole directory.\n");
+  } catch (...) {
+    std::filesystem::remove_all(staging_, ec);
+    throw;
+  }
 }
 
 OutputSet::~OutputSet() {

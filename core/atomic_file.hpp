@@ -1,17 +1,28 @@
 #pragma once
 // Files that appear whole or not at all: written under a temporary name in the same directory,
 // flushed, then renamed over the target. An interrupted or failed run leaves no partial output.
+// Every temporary is created exclusively (O_EXCL | O_NOFOLLOW, a random name): a file or
+// symlink planted where a temporary would go is never written through.
 //
 //   AtomicFile f("out/report.json");
 //   f.stream() << json;
 //   f.commit();          // without commit(), the destructor removes the temporary
 
+#include <ext/stdio_filebuf.h>
+
 #include <filesystem>
-#include <fstream>
+#include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 
 namespace cocodiff {
+
+/// Creates a new file beside `target` under a name no other file has ("TARGET.tmp.PID.RANDOM"),
+/// exclusively and without following a symlink, mode 0666 less the umask; returns its
+/// descriptor and sets `temp` to its path. Throws InputError naming the target when the
+/// directory is not writable.
+int create_exclusive_temp(const std::filesystem::path& target, std::filesystem::path& temp);
 
 class AtomicFile {
  public:
@@ -21,7 +32,7 @@ class AtomicFile {
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
-  std::ofstream& stream() { return out_; }
+  std::ostream& stream() { return out_; }
   const std::filesystem::path& temp_path() const { return temp_; }
   /// Flushes, checks for write errors and renames onto the target.
   void commit();
@@ -29,25 +40,38 @@ class AtomicFile {
  private:
   std::filesystem::path target_;
   std::filesystem::path temp_;
-  std::ofstream out_;
+  std::unique_ptr<__gnu_cxx::stdio_filebuf<char>> buf_;
+  std::ostream out_{nullptr};
   bool committed_ = false;
 };
 
+/// The file that marks a directory as an output set of cocodiff (written into every set). Only a
+/// directory holding it, or an empty one, is ever replaced by a new set unless the user says so.
+inline constexpr const char* kOutputSetMarker = ".cocodiff-output";
+
+/// Refuses (InputError naming it) an output directory that a new set must not replace: one that
+/// exists and is not a directory; the working directory or one above it; a non-empty directory
+/// without kOutputSetMarker, unless `force` (--force). Commands call it before their work starts,
+/// so that a refused --out costs nothing; OutputSet calls it again.
+void check_output_target(const std::filesystem::path& target, bool force);
+
 /// A run's output directory written as one set: files go into a staging directory beside the
-/// target (".NAME.tmp.PID"), which commit() moves into place in one step (rename, or an atomic
-/// exchange with the previous set, which is then removed). A reader of the target sees the old
-/// set or the new one, never a mix, and no stale file of an earlier run survives. Without
-/// commit(), the destructor removes the staging directory. A process killed outright (kill -9)
-/// can leave a staging directory beside the target; the next OutputSet for the same target
-/// removes those whose process is gone.
+/// target (".NAME.tmp.PID.RANDOM"), which commit() moves into place in one step (rename, or an
+/// atomic exchange with the previous set, which is then removed). A reader of the target sees
+/// the old set or the new one, never a mix, and no stale file of an earlier run survives. Only an
+/// earlier set (or an empty directory) is replaced, unless `force` (check_output_target).
+/// Without commit(), the destructor removes the staging directory. A process killed outright
+/// (kill -9) can leave a staging directory beside the target; the next OutputSet for the same
+/// target removes those whose process is gone.
 ///
 ///   OutputSet set("out");
 ///   write_file_atomic(set.dir() / "report.json", json);
 ///   set.commit();
 class OutputSet {
  public:
-  /// Creates the staging directory; InputError when the parent is not writable.
-  explicit OutputSet(std::filesystem::path target);
+  /// Checks the target (check_output_target) and creates the staging directory; InputError when
+  /// the target is refused or the parent is not writable.
+  explicit OutputSet(std::filesystem::path target, bool force = false);
   ~OutputSet();
   OutputSet(const OutputSet&) = delete;
   OutputSet& operator=(const OutputSet&) = delete;

@@ -450,11 +450,25 @@ std::string Config::get_string(std::string_view key, std::string def) const {
   return require_string(key);
 }
 
+void Config::check_text(std::string_view key, const std::string& value) const {
+  for (const char ch : value) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7f) {
+      char code[8];
+      std::snprintf(code, sizeof code, "0x%02X", u);
+      throw ConfigError(where(key), key, "text without control characters (a name, a path)",
+                        "a string holding the control character " + std::string(code) +
+                            (u == '\n' ? " (a newline)" : ""));
+    }
+  }
+}
+
 std::string Config::require_string(std::string_view key) const {
   mark_used(key);
   const toml::node* n = find(key);
   std::optional<std::string> v = n ? n->value_exact<std::string>() : std::nullopt;
   if (!v) type_error(key, "a string");
+  check_text(key, *v);
   note(key, *n);
   return *v;
 }
@@ -537,6 +551,7 @@ std::vector<std::string> Config::get_string_list(std::string_view key,
   }
   mark_used(key);
   std::vector<std::string> v = get_list<std::string>(*this, find(key), key, "an array of strings");
+  for (const std::string& e : v) check_text(key, e);
   note(key, *find(key));
   return v;
 }
@@ -547,7 +562,10 @@ std::vector<std::string> Config::subkeys(std::string_view table_key) const {
   if (n == nullptr) return out;
   const toml::table* t = n->as_table();
   if (t == nullptr) type_error(table_key, "a table");
-  for (const auto& [k, v] : *t) out.emplace_back(k.str());
+  for (const auto& [k, v] : *t) {
+    out.emplace_back(k.str());
+    check_text(std::string(table_key) + "." + out.back(), out.back());
+  }
   return out;
 }
 

@@ -107,6 +107,10 @@ class Config {
  private:
   const toml::node* find(std::string_view key) const;
   [[noreturn]] void type_error(std::string_view key, std::string_view expected) const;
+  /// ConfigError naming the key when a string value holds a control character (a newline, a
+  /// tab, an escape): names and paths never carry one, and nothing read here reaches an
+  /// interpreter as code.
+  void check_text(std::string_view key, const std::string& value) const;
 
   /// Records key's effective value unless one is recorded already.
   void note(std::string_view key, const toml::node& value) const;

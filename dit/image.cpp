@@ -1,10 +1,16 @@
 #include "dit/image.hpp"
 
 #include <png.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
 
+#include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::dit {
@@ -81,6 +87,48 @@ Tensor inpaint_mask(const Rgb& mask) {
   return t;
 }
 
+namespace {
+
+std::uint32_t be32(const std::string& b, size_t at) {
+  return (std::uint32_t{static_cast<unsigned char>(b[at])} << 24) |
+         (std::uint32_t{static_cast<unsigned char>(b[at + 1])} << 16) |
+         (std::uint32_t{static_cast<unsigned char>(b[at + 2])} << 8) |
+         std::uint32_t{static_cast<unsigned char>(b[at + 3])};
+}
+
+// The PNG's chunks as libpng may read them: every chunk's declared length checked against what
+// the file holds (a 44-byte file must not claim a 2 GiB chunk, which libpng would allocate
+// before reading it), and the ancillary chunks that carry text, palettes and profiles (tEXt,
+// zTXt, iTXt, sPLT, iCCP: compressed ones can inflate without bound) left out: none of them
+// changes a pixel of the RGB image read here. InputError naming the file and chunk otherwise.
+std::string png_pixels_only(const std::string& bytes, const std::filesystem::path& path) {
+  static const std::string kSignature = "\x89PNG\r\n\x1a\n";
+  if (bytes.compare(0, kSignature.size(), kSignature) != 0)
+    throw InputError(path.string() + ": not a readable PNG (no PNG signature)");
+  std::string out = kSignature;
+  size_t at = kSignature.size();
+  while (at < bytes.size()) {
+    if (bytes.size() - at < 12)
+      throw InputError(path.string() + ": not a readable PNG (a chunk header at byte " +
+                       std::to_string(at) + " is cut off: a truncated file)");
+    const std::uint32_t length = be32(bytes, at);
+    const std::string type = bytes.substr(at + 4, 4);
+    if (length > bytes.size() - at - 12)
+      throw InputError(path.string() + ": not a readable PNG (chunk '" + type + "' at byte " +
+                       std::to_string(at) + " declares " + std::to_string(length) +
+                       " bytes, the file holds " + std::to_string(bytes.size() - at - 12) +
+                       " after it)");
+    const size_t whole = size_t{length} + 12;
+    if (type != "tEXt" && type != "zTXt" && type != "iTXt" && type != "sPLT" && type != "iCCP")
+      out.append(bytes, at, whole);
+    at += whole;
+    if (type == "IEND") break;
+  }
+  return out;
+}
+
+}  // namespace
+
 Rgb read_png(const std::filesystem::path& path, std::optional<PngSize> expect) {
   // The file first: a device or a huge file is refused before libpng reads from it.
   std::error_code ec;
@@ -94,9 +142,14 @@ Rgb read_png(const std::filesystem::path& path, std::optional<PngSize> expect) {
   if (!ec && file_bytes > kMaxFileBytes)
     throw InputError(path.string() + ": " + std::to_string(file_bytes) +
                      " bytes; a PNG read here may hold at most " + std::to_string(kMaxFileBytes));
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream whole;
+  whole << in.rdbuf();
+  if (!in && !in.eof()) throw InputError(path.string() + ": cannot read the PNG");
+  const std::string bytes = png_pixels_only(whole.str(), path);
   png_image im{};
   im.version = PNG_IMAGE_VERSION;
-  if (png_image_begin_read_from_file(&im, path.c_str()) == 0)
+  if (png_image_begin_read_from_memory(&im, bytes.data(), bytes.size()) == 0)
     throw InputError(path.string() + ": not a readable PNG (" + im.message + ")");
   // The header's size, before the pixel buffer is allocated: a few bytes may claim gigabytes.
   const std::string declared = std::to_string(im.width) + " x " + std::to_string(im.height);
@@ -127,14 +180,20 @@ Rgb read_png(const std::filesystem::path& path, std::optional<PngSize> expect) {
 void write_png(const std::filesystem::path& path, const Rgb& image) {
   COCO_CHECK(image.pixels.size() == static_cast<size_t>(image.width) * image.height * 3,
              "write_png: pixel buffer size");
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  std::FILE* fp = std::fopen(tmp.c_str(), "wb");
-  if (fp == nullptr) throw InputError(tmp.string() + ": cannot open for writing");
+  std::filesystem::path tmp;
+  const int fd = create_exclusive_temp(path, tmp);  // never through a planted symlink
+  std::FILE* fp = ::fdopen(fd, "wb");
+  if (fp == nullptr) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw InputError(tmp.string() + ": cannot open for writing");
+  }
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png ? png_create_info_struct(png) : nullptr;
   if (png == nullptr || info == nullptr) {
     png_destroy_write_struct(&png, &info);
     std::fclose(fp);
+    std::remove(tmp.c_str());
     throw InputError(path.string() + ": libpng initialisation failed");
   }
   if (setjmp(png_jmpbuf(png))) {
@@ -152,9 +211,13 @@ void write_png(const std::filesystem::path& path, const Rgb& image) {
     png_write_row(png, image.pixels.data() + static_cast<size_t>(y) * image.width * 3);
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
-  if (std::fclose(fp) != 0) throw InputError(tmp.string() + ": close failed");
+  if (std::fclose(fp) != 0) {
+    std::remove(tmp.c_str());
+    throw InputError(path.string() + ": write failed on close (disk full?)");
+  }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
+  if (ec) std::filesystem::remove(tmp, ec);
   if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
 }
 

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <string>
+#include <unordered_set>
 
 #include <nlohmann/json.hpp>
 
@@ -100,7 +102,44 @@ std::string st_dtype_name(StDtype d) {
   return "?";
 }
 
+namespace {
+
+// Every input is a regular file before it is opened: a FIFO or a device would block or never end.
+void require_regular_file(const std::filesystem::path& path, const std::string& what) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec || !std::filesystem::exists(st)) bad(path, "cannot read " + what + " (no such file)");
+  if (!std::filesystem::is_regular_file(st))
+    bad(path, "not a regular file (" + what + " is expected)");
+}
+
+// The header's DOM, built in one pass (linear in its size), noting the first tensor name that
+// appears twice (a JSON object would keep the last). A parser callback would do the same in
+// quadratic time: at every object's end it scans the parent for discarded values.
+struct HeaderSax : nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
+  using Base = nlohmann::detail::json_sax_dom_parser<nlohmann::json>;
+  explicit HeaderSax(nlohmann::json& root) : Base(root) {}
+  bool start_object(std::size_t n) {
+    ++depth;
+    return Base::start_object(n);
+  }
+  bool end_object() {
+    --depth;
+    return Base::end_object();
+  }
+  bool key(nlohmann::json::string_t& k) {
+    if (depth == 1 && duplicate.empty() && !seen.insert(k).second) duplicate = k;
+    return Base::key(k);
+  }
+  int depth = 0;
+  std::unordered_set<std::string> seen;
+  std::string duplicate;
+};
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
+  require_regular_file(path_, "a safetensors checkpoint");
   std::error_code ec;
   const std::uintmax_t file_size = std::filesystem::file_size(path_, ec);
   if (ec) bad(path_, "cannot read checkpoint (" + ec.message() + ")");
@@ -123,21 +162,14 @@ SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(p
   const std::uint64_t data_size = file_size - data_start_;
 
   nlohmann::json j;
-  std::string duplicate;  // the first tensor name that appears twice (JSON would keep the last)
-  std::set<std::string> seen;
-  const nlohmann::json::parser_callback_t note_keys =
-      [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-        if (event == nlohmann::json::parse_event_t::key && depth == 1 && parsed.is_string() &&
-            !seen.insert(parsed.get<std::string>()).second && duplicate.empty())
-          duplicate = parsed.get<std::string>();
-        return true;
-      };
+  HeaderSax sax(j);
   try {
-    j = nlohmann::json::parse(header, note_keys);
+    nlohmann::json::sax_parse(header, &sax);
   } catch (const nlohmann::json::exception& e) {
     bad(path_, std::string("header is not valid JSON: ") + e.what());
   }
   if (!j.is_object()) bad(path_, "header is not a JSON object");
+  const std::string& duplicate = sax.duplicate;
   if (!duplicate.empty())
     bad(path_, "tensor '" + duplicate + "' is listed twice in the header (names must be unique)");
   for (auto it = j.begin(); it != j.end(); ++it) {
@@ -242,6 +274,13 @@ SafetensorsCheckpoint::SafetensorsCheckpoint(const std::filesystem::path& path) 
     for (const auto& [t, e] : shards_.back().entries()) shard_of_[t] = 0;
     return;
   }
+  require_regular_file(path, "a checkpoint index");  // a FIFO would block the read forever
+  std::error_code ec;
+  constexpr std::uintmax_t kMaxIndexBytes = std::uintmax_t{64} << 20;
+  if (const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+      !ec && bytes > kMaxIndexBytes)
+    bad(path, "the checkpoint index is " + std::to_string(bytes) + " bytes; at most " +
+                  std::to_string(kMaxIndexBytes) + " are read");
   std::ifstream in(path);
   if (!in) bad(path, "cannot open the checkpoint index");
   nlohmann::json index;
@@ -418,7 +457,7 @@ void write_safetensors(const std::filesystem::path& path,
   while ((h.size() + 8) % 8 != 0) h.push_back(' ');
   // A temporary beside `path`, removed on every failure (write error, failed rename, exception).
   AtomicFile file(path);
-  std::ofstream& out = file.stream();
+  std::ostream& out = file.stream();
   unsigned char len[8];
   std::uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(n >> (8 * i));

@@ -157,7 +157,7 @@ void write_slice(EventList& ev, const TraceSlice& s, const TraceEvent& e, const 
 void write_chrome_trace(const RunResult& result, const Topology& topo,
                         const std::filesystem::path& path) {
   AtomicFile file(path);
-  std::ofstream& out = file.stream();
+  std::ostream& out = file.stream();
   out << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"timeline_sha256\":\""
       << result.timeline_sha256
       << "\",\"truncated\":" << (result.trace_truncated ? "true" : "false")

@@ -1,6 +1,7 @@
 #include "emulator/timeline_plot.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,9 @@
 #include <iostream>
 #include <sstream>
 #include <tuple>
+
+#include "core/atomic_file.hpp"
+#include "core/errors.hpp"
 
 extern char** environ;
 
@@ -43,13 +47,6 @@ std::string hex(const Rgb& c) {
   std::snprintf(buf, sizeof buf, "#%02X%02X%02X", static_cast<unsigned>(c[0]),
                 static_cast<unsigned>(c[1]), static_cast<unsigned>(c[2]));
   return buf;
-}
-
-// A gnuplot single-quoted string literal ('' stands for one quote).
-std::string quote(const std::string& s) {
-  std::string q = "'";
-  for (char ch : s) q += ch == '\'' ? std::string("''") : std::string(1, ch);
-  return q + "'";
 }
 
 std::string level_letter(const Topology& topo, int k) {
@@ -151,12 +148,13 @@ std::string fmt(double v) {
   return buf;
 }
 
-// Runs `argv` with stdin from /dev/null and stdout/stderr into `log`; returns the exit status
-// (or -1 when it could not start, with `error` set).
-int run_process(const std::vector<std::string>& argv, const std::filesystem::path& log,
-                std::string& error) {
+// Runs `argv` in the directory `cwd` with stdin from /dev/null and stdout/stderr into `log`;
+// returns the exit status (or -1 when it could not start, with `error` set).
+int run_process(const std::vector<std::string>& argv, const std::filesystem::path& cwd,
+                const std::filesystem::path& log, std::string& error) {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addchdir_np(&fa, cwd.c_str());
   posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   posix_spawn_file_actions_adddup2(&fa, 1, 2);
@@ -193,11 +191,33 @@ std::string read_tail(const std::filesystem::path& p, size_t max_chars) {
   return s;
 }
 
+constexpr const char* kScratchPrefix = "cocodiff-timeline-";
+
+// Removes the scratch directories of processes that no longer exist (killed with SIGKILL, which
+// no destructor survives): "cocodiff-timeline-PID-XXXXXX" in the temporary directory.
+void remove_stale_scratch(const std::filesystem::path& tmp) {
+  std::error_code ec;
+  const std::string prefix = kScratchPrefix;
+  for (const auto& e : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    char* end = nullptr;
+    const long pid = std::strtol(name.c_str() + prefix.size(), &end, 10);
+    if (pid > 0 && end != nullptr && *end == '-' && pid != ::getpid() &&
+        ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+      std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
 // A scratch directory removed on scope exit.
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "cocodiff-timeline-XXXXXX");
+    std::error_code ec;
+    const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+    if (ec) return;
+    remove_stale_scratch(tmp);
+    std::string tmpl = tmp / (std::string(kScratchPrefix) + std::to_string(::getpid()) + "-XXXXXX");
     if (::mkdtemp(tmpl.data()) != nullptr) path_ = tmpl;
   }
   ~TempDir() {
@@ -371,8 +391,11 @@ namespace {
 constexpr const char* kNoGnuplot =
     "gnuplot not found (install the Debian package gnuplot-nox, or set COCODIFF_GNUPLOT)";
 
-// Runs `gnuplot` (find_gnuplot's, not empty) on `script`, written into `dir` beside the data it
-// reads. Empty on success.
+// The image a job's script draws, in its scratch directory.
+constexpr const char* kPlotPng = "plot.png";
+
+// Runs `gnuplot` (find_gnuplot's, not empty) in `dir` on `script`, written there beside the data
+// it reads by bare name. No path reaches the script. Empty on success.
 std::string run_gnuplot_in(const std::filesystem::path& gnuplot, const std::filesystem::path& dir,
                            const std::string& script) {
   const std::filesystem::path file = dir / "plot.gp";
@@ -383,7 +406,7 @@ std::string run_gnuplot_in(const std::filesystem::path& gnuplot, const std::file
   }
   std::string error;
   const std::filesystem::path log = dir / "gnuplot.log";
-  const int rc = run_process({gnuplot.string(), file.string()}, log, error);
+  const int rc = run_process({gnuplot.string(), "plot.gp"}, dir, log, error);
   if (rc == 0) return {};
   if (error.empty())
     error =
@@ -423,13 +446,9 @@ std::string write_panels(const RunResult& result, const Topology& topo,
 
 // The script's page: terminal, title, run statistics, key, lanes and margins.
 void page_header(std::ostream& s, const RunResult& result, const Topology& topo,
-                 const TimelineLayout& layout, const TimelineOptions& options, SimTime end,
-                 const std::filesystem::path& tmp_png) {
+                 const TimelineLayout& layout, const TimelineOptions& options, SimTime end) {
   const double H = layout.height_px, W = layout.width_px;
-  s << "set terminal pngcairo size " << layout.width_px << "," << layout.height_px
-    << " noenhanced font 'sans,9'\n"
-    << "set output " << quote(tmp_png.string()) << "\n"
-    << "set multiplot\n";
+  s << "set multiplot\n";
   const std::string head = options.title.empty() ? std::string("cocodiff run") : options.title;
   char stats[256];
   std::snprintf(stats, sizeof stats, "virtual time %.3f ms, %d tiles%s, %llu trace events%s",
@@ -437,9 +456,9 @@ void page_header(std::ostream& s, const RunResult& result, const Topology& topo,
                 layout.group > 1 ? (", " + std::to_string(layout.group) + " per lane").c_str() : "",
                 static_cast<unsigned long long>(result.trace.size()),
                 result.trace_truncated ? " (trace truncated: later events missing)" : "");
-  s << "set label 1 " << quote(head) << " at screen 0.5, screen " << fmt(1 - 16 / H)
+  s << "set label 1 " << gnuplot_string(head) << " at screen 0.5, screen " << fmt(1 - 16 / H)
     << " center font 'sans,12'\n"
-    << "set label 2 " << quote(stats) << " at screen 0.5, screen " << fmt(1 - 34 / H)
+    << "set label 2 " << gnuplot_string(stats) << " at screen 0.5, screen " << fmt(1 - 34 / H)
     << " center\n";
   // The legend: one key entry per colour, in a row under the title.
   s << "set key at screen 0.5, screen " << fmt(1 - 44 / H)
@@ -448,7 +467,8 @@ void page_header(std::ostream& s, const RunResult& result, const Topology& topo,
     << "set xlabel 'virtual time (ms)' offset 0,0.6\n"
     << "set ytics scale 0 font 'sans,8' (";
   for (int l = 0; l < layout.lanes; ++l)
-    s << (l ? ", " : "") << quote(layout.lane_names[static_cast<size_t>(l)]) << " " << fmt(l + 0.4);
+    s << (l ? ", " : "") << gnuplot_string(layout.lane_names[static_cast<size_t>(l)]) << " "
+      << fmt(l + 0.4);
   s << ")\n"
     << "set yrange [" << layout.lanes << ":0]\n"
     << "set xtics nomirror out\nset mxtics\nset border 3\nset grid xtics lc rgb '#DDDDDD'\n"
@@ -463,7 +483,7 @@ std::string key_entries(const Topology& topo) {
   keys += ", keyentry with boxes lc rgb '" + hex(kWait) + "' title 'exposed comm (wait)'";
   for (int t = 0; t < topo.num_tiers(); ++t)
     keys += ", keyentry with boxes lc rgb '" + hex(kTier[static_cast<size_t>(t) % kTier.size()]) +
-            "' title " + quote("send: " + topo.tier_name(t));
+            "' title " + gnuplot_string("send: " + topo.tier_name(t));
   keys += ", keyentry with boxes lc rgb '" + hex(kIdle) + "' title 'idle'";
   return keys;
 }
@@ -471,8 +491,8 @@ std::string key_entries(const Topology& topo) {
 // Panel i of the script. The first carries the key and frames the zoom window; the zoom panel
 // names the first tile's operations where they are wide enough.
 void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
-                const TimelineLayout& layout, int bins, const std::filesystem::path& dir,
-                const std::string& keys, const std::vector<TimelineLabel>& labels) {
+                const TimelineLayout& layout, int bins, const std::string& keys,
+                const std::vector<TimelineLabel>& labels) {
   const Panel& p = panels[i];
   const int panel_px = layout.lanes * lane_px(layout.lanes) + kPanelExtraPx;
   const double H = layout.height_px;
@@ -482,7 +502,8 @@ void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
   const double dx = (x1 - x0) / bins;
   s << "set tmargin at screen " << fmt(1 - top / H) << "\nset bmargin at screen "
     << fmt(1 - bottom / H) << "\n"
-    << "set title " << quote(p.title + " (each lane: compute stream above, its sends below)")
+    << "set title "
+    << gnuplot_string(p.title + " (each lane: compute stream above, its sends below)")
     << " offset 0,-0.5\n"
     << "set xrange [" << fmt(x0) << ":" << fmt(x1) << "]\n";
   if (i == 0 && panels.size() > 1)
@@ -494,40 +515,73 @@ void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
   if (i > 0) {
     s << "unset key\nunset label 1\nunset label 2\n";
     for (size_t k = 0; k < labels.size(); ++k)
-      s << "set label " << 10 + k << " " << quote(labels[k].text) << " at "
+      s << "set label " << 10 + k << " " << gnuplot_string(labels[k].text) << " at "
         << fmt(labels[k].at.seconds() * 1e3) << ", "
         << fmt(labels[k].lane + (labels[k].send ? 0.6 : 0.2))
         << " center front font 'sans,7' tc rgb '#FFFFFF'\n";
   }
-  s << "plot " << quote((dir / p.file).string()) << " binary array=(" << bins << ","
+  s << "plot " << gnuplot_string(p.file) << " binary array=(" << bins << ","
     << layout.lanes * kRowsPerLane << ") format='%uchar%uchar%uchar' dx=" << fmt(dx)
     << " dy=" << fmt(1.0 / kRowsPerLane) << " origin=(" << fmt(x0 + dx / 2) << ","
     << fmt(0.5 / kRowsPerLane) << ") with rgbimage notitle" << (i == 0 ? keys : "") << "\n";
 }
 
-// Moves the finished temporary into place, or removes it. Empty on success.
-std::string commit_png(const std::filesystem::path& tmp_png, const std::filesystem::path& png,
-                       std::string error) {
-  std::error_code ec;
-  if (error.empty() &&
-      (!std::filesystem::exists(tmp_png, ec) || std::filesystem::file_size(tmp_png, ec) == 0))
-    error = "gnuplot wrote no image to " + tmp_png.string();
-  if (error.empty()) {
-    std::filesystem::rename(tmp_png, png, ec);
-    if (ec) error = png.string() + ": cannot rename the temporary into place: " + ec.message();
+// Copies the image gnuplot drew in `dir` to `png`, atomically. Empty on success.
+std::string install_png(const std::filesystem::path& dir, const std::filesystem::path& png) {
+  std::ifstream in(dir / kPlotPng, std::ios::binary);
+  std::stringstream bytes;
+  bytes << in.rdbuf();
+  if (!in || bytes.str().empty()) return "gnuplot wrote no image";
+  try {
+    write_file_atomic(png, bytes.str());
+  } catch (const std::exception& e) {
+    return e.what();
   }
-  if (!error.empty()) std::filesystem::remove(tmp_png, ec);
-  return error;
+  return {};
+}
+
+// The script of a job: its terminal, the output in the scratch directory, its commands.
+std::string job_script(const std::string& terminal, const std::string& commands) {
+  return "set terminal " + terminal + "\nset output '" + kPlotPng + "'\n" + commands +
+         "\nset output\n";
 }
 
 }  // namespace
 
-std::string run_gnuplot(const std::string& script) {
+std::string gnuplot_string(std::string_view text) {
+  std::string q = "'";
+  for (const char ch : text) {
+    const auto u = static_cast<unsigned char>(ch);
+    if (ch == '\'')
+      q += "''";
+    else if (u < 0x20 || u == 0x7f)
+      q += ' ';
+    else
+      q += ch;
+  }
+  return q + "'";
+}
+
+std::string render_gnuplot_png(const std::string& terminal, const std::string& commands,
+                               const std::vector<std::pair<std::string, std::string>>& files,
+                               const std::filesystem::path& png) {
   const std::filesystem::path gnuplot = find_gnuplot();
   if (gnuplot.empty()) return kNoGnuplot;
   TempDir tmp;
   if (tmp.path().empty()) return "cannot create a temporary directory";
-  return run_gnuplot_in(gnuplot, tmp.path(), script);
+  for (const auto& [name, bytes] : files) {
+    COCO_CHECK(!name.empty() && name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") ==
+                                    std::string::npos,
+               "render_gnuplot_png: a data file's name is a bare name");
+    std::ofstream out(tmp.path() / name, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return "cannot write the plot's data in " + tmp.path().string();
+  }
+  if (std::string why = run_gnuplot_in(gnuplot, tmp.path(), job_script(terminal, commands));
+      !why.empty())
+    return why;
+  return install_png(tmp.path(), png);
 }
 
 std::string write_timeline_png(const RunResult& result, const Topology& topo,
@@ -547,10 +601,8 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
       !why.empty())
     return why;
 
-  const std::filesystem::path tmp_png =
-      png.parent_path() / ("." + png.filename().string() + ".tmp." + std::to_string(::getpid()));
   std::ostringstream s;
-  page_header(s, result, topo, layout, options, end, tmp_png);
+  page_header(s, result, topo, layout, options, end);
   std::vector<TimelineLabel> labels;
   if (panels.size() > 1) {  // the zoom panel names the first tile's operations
     std::vector<std::string> names;
@@ -563,10 +615,14 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     panels[1].title += "; " + layout.lane_names.front() + "'s operations: " + list;
   }
   const std::string keys = key_entries(topo);
-  for (size_t i = 0; i < panels.size(); ++i)
-    panel_plot(s, panels, i, layout, bins, tmp.path(), keys, labels);
-  s << "unset multiplot\nset output\n";
-  return commit_png(tmp_png, png, run_gnuplot_in(gnuplot, tmp.path(), s.str()));
+  for (size_t i = 0; i < panels.size(); ++i) panel_plot(s, panels, i, layout, bins, keys, labels);
+  s << "unset multiplot\n";
+  const std::string terminal = "pngcairo size " + std::to_string(layout.width_px) + "," +
+                               std::to_string(layout.height_px) + " noenhanced font 'sans,9'";
+  if (std::string why = run_gnuplot_in(gnuplot, tmp.path(), job_script(terminal, s.str()));
+      !why.empty())
+    return why;
+  return install_png(tmp.path(), png);
 }
 
 void write_timeline_png_or_warn(const RunResult& result, const Topology& topo,

@@ -15,6 +15,8 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/sim_time.hpp"
@@ -75,10 +77,21 @@ std::vector<TimelineLabel> timeline_labels(const RunResult& result, SimTime begi
 /// when none is found.
 std::filesystem::path find_gnuplot();
 
-/// Runs gnuplot on `script` (blocking; the script sets its own terminal and output). Returns
-/// an empty string on success, else why it failed (gnuplot not found, its exit code and the end
-/// of its output). For benchmarks' plots as well as the timeline.
-std::string run_gnuplot(const std::string& script);
+/// `text` as a gnuplot single-quoted string literal that can only ever be data: a quote is
+/// doubled and every control character becomes a space (a newline would end the command and
+/// start another one, and gnuplot's `!` runs a shell). Single-quoted strings take no backquote
+/// or macro substitution.
+std::string gnuplot_string(std::string_view text);
+
+/// Runs gnuplot (blocking) on `commands` under `terminal` (such as "pngcairo size 800,600"), in a
+/// scratch directory holding `files` (bare name -> bytes), which the commands read by bare name;
+/// no path reaches the script. The image goes to `png` atomically. Returns an empty string on
+/// success, else why no PNG was written (gnuplot not found, its exit code and the end of its
+/// output). For benchmarks' and tune's plots as well as the timeline; every text a user can set
+/// goes into `commands` through gnuplot_string.
+std::string render_gnuplot_png(const std::string& terminal, const std::string& commands,
+                               const std::vector<std::pair<std::string, std::string>>& files,
+                               const std::filesystem::path& png);
 
 /// Renders the run's trace to `png` (written atomically: a temporary beside it, then renamed).
 /// Returns an empty string on success, else why no PNG was written (no trace events, gnuplot

@@ -110,6 +110,23 @@ double time_us(std::string_view s, const std::string& where, const std::string& 
   return double_in(s, where, what, kMinTimeUs, kMaxTimeUs);
 }
 
+// A line without the tag `mpirun --tag-output` puts before it: "[JOB,RANK]<stdout>:" (or
+// <stderr>, <stddiag>). Every rank's copy of a line reads alike.
+std::string_view without_launcher_tag(std::string_view l) {
+  if (l.empty() || l[0] != '[') return l;
+  size_t i = 1;
+  auto digits = [&] {
+    const size_t from = i;
+    while (i < l.size() && l[i] >= '0' && l[i] <= '9') ++i;
+    return i > from;
+  };
+  if (!digits() || i >= l.size() || l[i++] != ',' || !digits() || i >= l.size() || l[i++] != ']')
+    return l;
+  for (const std::string_view stream : {"<stdout>:", "<stderr>:", "<stddiag>:"})
+    if (l.substr(i, stream.size()) == stream) return l.substr(i + stream.size());
+  return l;
+}
+
 std::vector<Line> lines_of(std::string_view text, const std::string& name) {
   std::vector<Line> out;
   std::size_t number = 0;
@@ -122,7 +139,7 @@ std::vector<Line> lines_of(std::string_view text, const std::string& name) {
           std::to_string(l.size()) + " characters (not a measurements file?)");
     if (l.find('\0') != std::string_view::npos)
       bad(at(name, number), "text", "a NUL byte (not a measurements file?)");
-    out.push_back({number, l});
+    out.push_back({number, without_launcher_tag(l)});
     if (k == std::string_view::npos) break;
     text.remove_prefix(k + 1);
   }

@@ -137,10 +137,11 @@ ChildRun run_command(const std::vector<std::string>& argv, const std::filesystem
 }
 
 ChildRun run_report(const std::vector<std::string>& argv, const std::filesystem::path& dir) {
+  // The log goes beside the output set: cocodiff replaces only its own earlier sets.
   std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  std::filesystem::create_directories(dir.parent_path(), ec);
   std::filesystem::remove(dir / "report.json", ec);
-  ChildRun r = run_command(argv, dir / "log.txt");
+  ChildRun r = run_command(argv, dir.string() + ".log.txt");
   r.dir = dir;
   if (r.exit_code == 0) {
     std::ifstream in(dir / "report.json");
@@ -208,14 +209,15 @@ namespace {
 std::string program_version(const std::filesystem::path& cocodiff) {
   std::error_code ec;
   if (cocodiff.empty() || !std::filesystem::exists(cocodiff, ec)) return {};
-  const std::string cmd = "'" + cocodiff.string() + "' --version 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return {};
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  pclose(p);
-  while (!out.empty() && out.back() == '\n') out.pop_back();
+  // Run directly (no shell: the path is an argument, never code).
+  char log[] = "/tmp/cocodiff-version-XXXXXX";
+  const int fd = ::mkstemp(log);
+  if (fd < 0) return {};
+  ::close(fd);
+  const ChildRun r = run_command({cocodiff.string(), "--version"}, log);
+  std::string out = r.exit_code == 0 ? tail_of(log, 400) : std::string();
+  std::filesystem::remove(log, ec);
+  while (!out.empty() && (out.back() == '\n' || out.back() == ' ')) out.pop_back();
   return out;
 }
 }  // namespace
@@ -255,30 +257,18 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 
 bool plot(const Args& args, const std::string& name, const std::string& data,
           const std::string& script, int width, int height) {
-  const std::filesystem::path dat = std::filesystem::absolute(args.out / (name + ".dat"));
   const std::filesystem::path png = std::filesystem::absolute(args.out / (name + ".png"));
-  write_text(dat, data);
-  std::filesystem::path tmp_png = png;
-  tmp_png += ".tmp." + std::to_string(::getpid());
+  write_text(args.out / (name + ".dat"), data);
+  // The script reads the data by bare name in gnuplot's scratch directory: no path in it.
   std::string s = script;
-  auto replace_all = [&s](const std::string& from, const std::string& to) {
-    for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
-      s.replace(p, from.size(), to);
-  };
-  replace_all("$DATA", "'" + dat.string() + "'");
-  const std::string head =
-      fmt("set terminal pngcairo size %d,%d noenhanced font 'sans,10'\n", width, height) +
-      "set output '" + tmp_png.string() + "'\n";
-  const std::string why = emu::run_gnuplot(head + s + "\nset output\n");
-  std::error_code ec;
+  const std::string from = "$DATA", to = "'plot.dat'";
+  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size()))
+    s.replace(p, from.size(), to);
+  const std::string why =
+      emu::render_gnuplot_png(fmt("pngcairo size %d,%d noenhanced font 'sans,10'", width, height),
+                              s, {{"plot.dat", data}}, png);
   if (!why.empty()) {
-    std::filesystem::remove(tmp_png, ec);
     std::fprintf(stderr, "warning: %s.png not drawn: %s\n", name.c_str(), why.c_str());
-    return false;
-  }
-  std::filesystem::rename(tmp_png, png, ec);
-  if (ec) {
-    std::fprintf(stderr, "warning: %s.png: %s\n", name.c_str(), ec.message().c_str());
     return false;
   }
   std::fprintf(stderr, "wrote %s\n", png.c_str());

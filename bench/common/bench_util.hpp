@@ -54,8 +54,8 @@ ChildRun run_cocodiff(const Args& args, const std::vector<std::string>& extra,
 ChildRun run_command(const std::vector<std::string>& argv, const std::filesystem::path& log);
 
 /// Runs a command that writes `dir`/report.json (a `cocodiff run --out dir`, under mpirun or
-/// not) with its output in `dir`/log.txt; a stale report.json is removed first and the new one
-/// read into ChildRun::report. Never throws for a failing child.
+/// not) with its output in `dir`.log.txt (beside the set); a stale report.json is removed first
+/// and the new one read into ChildRun::report. Never throws for a failing child.
 ChildRun run_report(const std::vector<std::string>& argv, const std::filesystem::path& dir);
 
 /// "1,2,4" -> {1, 2, 4} (std::stoi's exceptions for a non-number).

@@ -17,6 +17,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <sstream>
+#include <string>
 
 #include "tests/apps/subprocess.hpp"
 
@@ -419,6 +421,24 @@ TEST_F(Calibrate, ReadsRealNcclTestsLogsWithHostnames) {
   const std::string toml = read_text(out);
   EXPECT_NEAR(value(toml, "nic", "bandwidth_gbytes_per_s"), 22, 1.1) << r.out;
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+// `mpirun --tag-output` puts "[1,0]<stdout>:" before every line: the log reads as without it.
+TEST_F(Calibrate, ReadsLogsTaggedByTheLauncher) {
+  std::istringstream plain(read_text(kData / "alltoall_2nodes.log"));
+  std::string tagged;
+  for (std::string line; std::getline(plain, line);) tagged += "[1,0]<stdout>:" + line + "\n";
+  const fs::path log = write("tagged.log", tagged);
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", log.string(), "--cluster", kTwoNodes, "--out", out.string()}, dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("all_to_all         8     2          1024 -                 51.11"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("sendrecv           2     2      33554432 -               1537.30"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST_F(Calibrate, OldNcclTestsLogsNameTheirOpByBinaryOrFileName) {

@@ -3,6 +3,7 @@
 // found, and leaves nothing in the --out directory.
 
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <cstdlib>
 
@@ -503,6 +504,86 @@ TEST_F(Cli, RunWithoutOutUsesADirectoryPerConfig) {
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   EXPECT_TRUE(fs::exists(cwd / "out" / "good" / "report.json"));
   EXPECT_FALSE(fs::exists(cwd / "out" / "report.json"));
+}
+
+// A name or path read from a config never carries a control character: a newline in a string
+// that reaches gnuplot's script would start a command of its own, and `!` runs a shell.
+TEST_F(Cli, ControlCharactersInConfigStringsAreRefused) {
+  const fs::path mark = dir_ / "planted";
+  const std::string inject = "\"x\\n!touch " + mark.string() + "\\n#\"";
+  const std::string g = (kData / "good.toml").string();
+  for (const std::string key : {"cluster.name", "model.name"}) {
+    expect_user_error(run_config(g, {"--set", key + "=" + inject, "--set", "emulator.trace=true"}),
+                      {"key '" + key + "'", "control character 0x0A (a newline)"});
+    const ChildResult v = run({"validate", g, "--set", key + "=" + inject});
+    EXPECT_EQ(v.exit_code, 2) << v.err;
+    EXPECT_NE(v.err.find("key '" + key + "'"), std::string::npos) << v.err;
+  }
+  expect_user_error(run_config(g, {"--set", "cluster.topology.tiers=[\"a\\nb\", \"c\"]"}),
+                    {"key 'cluster.topology.tiers'", "control character 0x0A"});
+  EXPECT_FALSE(fs::exists(mark)) << "a config string ran a shell command";
+}
+
+// --out never deletes what cocodiff did not write: a directory that is not an earlier output set
+// is refused before the run (exit 2, naming it), and replaced only with --force.
+TEST_F(Cli, OutRefusesADirectoryThatIsNotAnOutputSet) {
+  const std::string g = (kData / "good.toml").string();
+  fs::create_directories(out_ / "sub");
+  std::ofstream(out_ / "notes.txt") << "mine\n";
+  std::ofstream(out_ / "sub" / "data.csv") << "1,2\n";
+  for (const std::string cmd : {"run", "compare", "tune"}) {
+    std::vector<std::string> args{cmd, g, "--out", out_.string()};
+    if (cmd == "tune") args.insert(args.end(), {"--nodes", "1"});
+    const ChildResult r = run(args);
+    EXPECT_EQ(r.exit_code, 2) << cmd << ": " << r.err;
+    EXPECT_NE(r.err.find(out_.string() + ": exists and is not an earlier output set of cocodiff"),
+              std::string::npos)
+        << r.err;
+    EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+    EXPECT_EQ(r.out, "") << cmd << " ran before refusing";
+    EXPECT_EQ(read_text(out_ / "notes.txt"), "mine\n");
+    EXPECT_EQ(read_text(out_ / "sub" / "data.csv"), "1,2\n");
+  }
+  // --force replaces it; from then on it is an output set, replaced without --force.
+  ASSERT_EQ(run_config(g, {"--force"}).exit_code, 0);
+  EXPECT_FALSE(fs::exists(out_ / "notes.txt"));
+  EXPECT_TRUE(fs::exists(out_ / "report.json"));
+  EXPECT_TRUE(fs::exists(out_ / ".cocodiff-output"));
+  EXPECT_EQ(run_config(g).exit_code, 0);
+  // An empty directory is taken as it is.
+  const fs::path empty = dir_ / "empty";
+  fs::create_directories(empty);
+  EXPECT_EQ(run({"run", g, "--out", empty.string(), "-q"}).exit_code, 0);
+  EXPECT_TRUE(fs::exists(empty / "report.json"));
+}
+
+// What a command prints on a full disk is an error, not an empty file and exit 0.
+TEST_F(Cli, AFullStandardOutputIsAnError) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const std::string g = (kData / "good.toml").string();
+  for (const std::string& args : std::vector<std::string>{" validate " + g + " --dump",
+                                                          " weights flux1-tiny", " topo " + g}) {
+    const std::string cmd =
+        std::string(COCODIFF_BIN) + args + " > /dev/full 2> " + (dir_ / "err.txt").string();
+    const int status = std::system(cmd.c_str());
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << cmd << ": " << status;
+    EXPECT_NE(read_text(dir_ / "err.txt").find("cannot write standard output"), std::string::npos)
+        << cmd << ": " << read_text(dir_ / "err.txt");
+  }
+}
+
+TEST_F(Cli, OutCannotBeTheWorkingDirectory) {
+  const fs::path cwd = dir_ / "cwd";
+  fs::create_directories(cwd);
+  std::ofstream(cwd / "config.toml") << read_text(kData / "good.toml");
+  for (const std::string out : {".", "../cwd", "./"}) {
+    const std::string cmd = "cd '" + cwd.string() + "' && " + COCODIFF_BIN +
+                            " run config.toml --force -q --out " + out + " 2> err.txt";
+    EXPECT_NE(std::system(cmd.c_str()), 0) << cmd;
+    const std::string err = read_text(cwd / "err.txt");
+    EXPECT_NE(err.find("is the working directory or holds it"), std::string::npos) << err;
+    EXPECT_TRUE(fs::exists(cwd / "config.toml"));
+  }
 }
 
 }  // namespace

@@ -25,10 +25,13 @@ const fs::path kData = COCODIFF_TEST_DATA;
 
 using FileSet = std::map<std::string, std::string>;  // name -> bytes
 
+const std::string kMarker = ".cocodiff-output";  // every set holds it
+
+/// The set's files but its marker.
 FileSet read_set(const fs::path& dir) {
   FileSet s;
   for (const fs::directory_entry& e : fs::directory_iterator(dir))
-    s[e.path().filename().string()] = read_text(e.path());
+    if (e.path().filename() != kMarker) s[e.path().filename().string()] = read_text(e.path());
   return s;
 }
 
@@ -126,7 +129,7 @@ class CompareSet : public OutputSet {
     for (const fs::directory_entry& e : fs::directory_iterator(out))
       names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
-    if (names != std::vector<std::string>{"compare.json", "flat", "tapa"}) return -1;
+    if (names != std::vector<std::string>{kMarker, "compare.json", "flat", "tapa"}) return -1;
     const nlohmann::json doc = nlohmann::json::parse(read_text(out / "compare.json"));
     const std::string set = doc.at("sets").back().get<std::string>();  // "run.seed=N"
     const int seed = std::stoi(set.substr(set.find('=') + 1));

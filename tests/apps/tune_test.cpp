@@ -126,17 +126,19 @@ TEST(Tune, PruningNeverDropsTheBestPoint) {
   for (const char* objective : {"latency", "gpu-seconds"}) {
     TuneOptions o =
         small_search({"model.preset=flux1-dev", "model.double_blocks=2", "model.single_blocks=2",
-                      "run.resolution=1024", "run.steps=2", "cluster.preset=aurora"},
+                      "run.resolution=1024", "run.steps=6", "cluster.preset=aurora"},
                      {1, 2}, {1, 3});
     o.objective = objective;
+    o.jobs = 1;  // what is stopped depends on which runs have finished: one at a time
     o.prune = false;
     const TuneResult all = apps::tune(o);
     ASSERT_EQ(all.count(TunePoint::Status::kRun), static_cast<int>(all.points.size()));
     o.prune = true;
     const TuneResult pruned = apps::tune(o);
     if (std::string(objective) == "latency") {
-      EXPECT_GT(pruned.count(TunePoint::Status::kPruned), 0)
-          << "nothing pruned: the test shows nothing";
+      EXPECT_GT(
+          pruned.count(TunePoint::Status::kPruned) + pruned.count(TunePoint::Status::kStopped), 0)
+          << "nothing pruned or stopped: the test shows nothing";
     }
     EXPECT_FALSE(pruned.bound_broken);
     ASSERT_FALSE(pruned.ranking.empty());
@@ -144,15 +146,16 @@ TEST(Tune, PruningNeverDropsTheBestPoint) {
     const TunePoint& b = pruned.points[pruned.ranking.front()];
     EXPECT_EQ(apps::run_command(o, a), apps::run_command(o, b)) << objective;
     EXPECT_EQ(a.time_s, b.time_s) << objective;
-    // The front is the exhaustive one, but for the points the compute bound puts above the best.
+    // The front is the exhaustive one, every point of it (a point is pruned or stopped only
+    // when a point with no more GPUs is faster).
     std::vector<std::string> front_all, front_pruned;
-    for (size_t i : all.pareto)
-      if (all.points[i].bound_s <= a.time_s || std::string(objective) == "gpu-seconds")
-        front_all.push_back(apps::run_command(o, all.points[i]));
-    for (size_t i : pruned.pareto)
-      if (pruned.points[i].bound_s <= a.time_s || std::string(objective) == "gpu-seconds")
-        front_pruned.push_back(apps::run_command(o, pruned.points[i]));
+    for (size_t i : all.pareto) front_all.push_back(apps::run_command(o, all.points[i]));
+    for (size_t i : pruned.pareto) front_pruned.push_back(apps::run_command(o, pruned.points[i]));
     EXPECT_EQ(front_all, front_pruned) << objective;
+    // The baseline is always timed: every point run has its speedup over flat on its GPUs.
+    for (size_t i : pruned.ranking)
+      EXPECT_NE(pruned.flat_of(pruned.points[i]), nullptr)
+          << pruned.points[i].shape() << " " << pruned.points[i].describe();
     // Every point run has a time at least its bound (what makes pruning safe).
     for (const TunePoint& p : all.points) EXPECT_GE(p.max_compute_s, p.bound_s) << p.describe();
   }
@@ -258,8 +261,20 @@ TEST_F(TuneCli, WritesTableJsonAndPlotAndPrintsTheCommand) {
   EXPECT_GT(j["counts"]["run"].get<int>(), 0);
   EXPECT_FALSE(j["pareto"].empty());
   EXPECT_TRUE(j["ranking"][0].contains("speedup_vs_flat"));
+  for (const auto& row : j["ranking"])  // the baseline is timed by default
+    EXPECT_FALSE(row["speedup_vs_flat"].is_null()) << row.dump();
   EXPECT_TRUE(fs::exists(out_ / "tune.txt"));
   EXPECT_TRUE(fs::exists(out_ / "pareto.png")) << r.err;
+}
+
+// Any --jobs works: no more runs side by side than points (and kMaxTuneJobs), the same answer.
+TEST_F(TuneCli, AHugeJobCountWorksAndGivesTheSameAnswer) {
+  ASSERT_EQ(tune({"--nodes", "1", "--set", "run.steps=1", "--jobs", "1"}).exit_code, 0);
+  const nlohmann::json one = nlohmann::json::parse(read_text(out_ / "tune.json"));
+  const ChildResult r = tune({"--nodes", "1", "--set", "run.steps=1", "--jobs", "100000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json many = nlohmann::json::parse(read_text(out_ / "tune.json"));
+  EXPECT_EQ(one["ranking"][0]["command"], many["ranking"][0]["command"]);
 }
 
 TEST_F(TuneCli, BadInputIsRefusedWithNothingWritten) {

@@ -1,11 +1,14 @@
 // Latent previews and the PNG writer.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <string>
 
+#include "core/errors.hpp"
 #include "dit/image.hpp"
 
 namespace cocodiff::dit {
@@ -79,6 +82,49 @@ TEST(Image, WritePngProducesAValidHeaderAndNoTempFile) {
   EXPECT_EQ(b[19], 5);  // width, big-endian
   EXPECT_EQ(b[23], 3);  // height
   EXPECT_THROW(write_png("/nonexistent-dir/x.png", img), InputError);
+}
+
+std::string read_bytes(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+std::string chunk(const std::string& type, std::uint32_t declared, const std::string& data) {
+  std::string c;
+  for (int k = 3; k >= 0; --k) c.push_back(static_cast<char>((declared >> (8 * k)) & 0xff));
+  return c + type + data + std::string(4, '\0');  // CRC: not checked for ancillary chunks
+}
+
+// A few bytes that declare a huge text chunk are refused at once (libpng would allocate what
+// the chunk claims before reading it); text chunks that the file does hold are skipped.
+TEST(Image, AncillaryChunksCostNothing) {
+  Rgb img;
+  img.width = 4;
+  img.height = 2;
+  img.pixels.assign(4 * 2 * 3, 77);
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("cocodiff_png_chunks_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  write_png(dir / "ok.png", img);
+  const std::string good = read_bytes(dir / "ok.png");
+  const size_t after_ihdr = 8 + 12 + 13;
+  for (const std::string type : {"tEXt", "zTXt", "iTXt", "sPLT"}) {
+    const std::string huge = good.substr(0, after_ihdr) + chunk(type, 0x7fffffffu, "Comment\0x");
+    std::ofstream(dir / "huge.png", std::ios::binary) << huge;
+    try {
+      (void)read_png(dir / "huge.png");
+      ADD_FAILURE() << type << ": a chunk of 2^31-1 bytes in a small file was read";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("chunk '" + type + "'"), std::string::npos) << e.what();
+    }
+    const std::string text = "Comment" + std::string(1, '\0') + "hello";
+    const std::string held = good.substr(0, after_ihdr) +
+                             chunk(type, static_cast<std::uint32_t>(text.size()), text) +
+                             good.substr(after_ihdr);
+    std::ofstream(dir / "text.png", std::ios::binary) << held;
+    EXPECT_EQ(read_png(dir / "text.png").pixels, img.pixels) << type;
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

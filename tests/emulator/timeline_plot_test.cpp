@@ -149,6 +149,44 @@ TEST(TimelinePlot, WritesAValidPngOfTheLayoutSize) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(TimelinePlot, AStringLiteralIsOnlyData) {
+  EXPECT_EQ(emu::gnuplot_string("it's"), "'it''s'");
+  // A newline would end the command and start another (gnuplot's `!` runs a shell).
+  EXPECT_EQ(emu::gnuplot_string("x\n!id\r\t#\x7f"), "'x !id  # '");
+}
+
+// Names and paths that hold a newline and a gnuplot shell command draw the chart and run
+// nothing: every text reaches gnuplot as a literal, and no path reaches its script at all.
+TEST(TimelinePlot, NamesAndPathsRunNoCommand) {
+  if (emu::find_gnuplot().empty()) GTEST_SKIP() << "gnuplot is not installed";
+  Topology topo = test::make_topo(1, 2, 1);
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("cocodiff_inject_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  const std::filesystem::path sub = dir / "a\n!touch planted_by_path\n#";
+  std::filesystem::create_directories(sub);
+  const std::filesystem::path mark = dir / "planted";
+  const std::string inject = "x\n!touch " + mark.string() + "\n#";
+  emu::RunResult r = overlapped_run(topo);
+  emu::TimelineOptions o;
+  o.title = inject;
+  const std::filesystem::path png = sub / "timeline.png";
+  EXPECT_EQ(emu::write_timeline_png(r, topo, png, o), "");
+  EXPECT_TRUE(std::filesystem::exists(png));
+  EXPECT_FALSE(std::filesystem::exists(mark)) << "a title ran a shell command";
+  EXPECT_FALSE(std::filesystem::exists("planted_by_path"));
+  // The plots of tune and the benchmarks take the same way.
+  const std::filesystem::path png2 = sub / "plot.png";
+  EXPECT_EQ(emu::render_gnuplot_png("pngcairo size 200,100",
+                                    "set title " + emu::gnuplot_string(inject) +
+                                        "\nplot 'data.txt' using 1:2 with lines",
+                                    {{"data.txt", "1 2\n2 3\n"}}, png2),
+            "");
+  EXPECT_TRUE(std::filesystem::exists(png2));
+  EXPECT_FALSE(std::filesystem::exists(mark));
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TimelinePlot, MissingGnuplotIsAReasonNotAFailure) {
   Topology topo = test::make_topo(2, 2, 1);
   emu::RunResult r = overlapped_run(topo);
