@@ -111,6 +111,38 @@ bool is_within(const std::filesystem::path& inner, const std::filesystem::path& 
   return true;
 }
 
+// A file name an output set of cocodiff holds (run, compare, tune).
+bool is_output_file_name(const std::string& n) {
+  static const char* const kNames[] = {"report.json",  "image.png",     "preview.png",
+                                       "trace.json",   "timeline.png",  "latent.safetensors",
+                                       "compare.json", "tune.json",     "tune.txt",
+                                       "pareto.png",   kOutputSetMarker};
+  for (const char* k : kNames)
+    if (n == k) return true;
+  // image_N.png: a batch's images.
+  return n.size() > 10 && n.rfind("image_", 0) == 0 && n.compare(n.size() - 4, 4, ".png") == 0 &&
+         n.find_first_not_of("0123456789", 6) == n.size() - 4;
+}
+
+// Whether `dir` holds nothing but what cocodiff writes into an output set: its files, and
+// (compare --outputs) directories of them; with a report.json, compare.json or tune.json. The
+// sets written before sets carried kOutputSetMarker are replaced as the marked ones are.
+bool is_unmarked_output_set(const std::filesystem::path& dir) {
+  std::error_code ec;
+  bool report = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (e.is_directory(ec)) {
+      for (const auto& f : std::filesystem::directory_iterator(e.path(), ec))
+        if (f.is_directory(ec) || !is_output_file_name(f.path().filename().string())) return false;
+      continue;
+    }
+    if (!is_output_file_name(n)) return false;
+    report = report || n == "report.json" || n == "compare.json" || n == "tune.json";
+  }
+  return !ec && report;
+}
+
 }  // namespace
 
 void check_output_target(const std::filesystem::path& target_in, bool force) {
@@ -127,7 +159,9 @@ void check_output_target(const std::filesystem::path& target_in, bool force) {
     throw InputError(target_in.string() +
                      ": is the working directory or holds it; an output set replaces its whole "
                      "directory, so name a subdirectory (for example --out out/run)");
-  if (force || std::filesystem::exists(target / kOutputSetMarker, ec)) return;
+  if (force || std::filesystem::exists(target / kOutputSetMarker, ec) ||
+      is_unmarked_output_set(target))
+    return;
   if (std::filesystem::is_empty(target, ec) && !ec) return;
   throw InputError(target_in.string() +
                    ": exists and is not an earlier output set of cocodiff (it has no " +

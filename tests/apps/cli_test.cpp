@@ -550,6 +550,18 @@ TEST_F(Cli, OutRefusesADirectoryThatIsNotAnOutputSet) {
   EXPECT_TRUE(fs::exists(out_ / "report.json"));
   EXPECT_TRUE(fs::exists(out_ / ".cocodiff-output"));
   EXPECT_EQ(run_config(g).exit_code, 0);
+  // A set written before sets were marked (cocodiff's file names only) is replaced too; one
+  // that also holds a file of the user's is not.
+  const fs::path old_set = dir_ / "old_set";
+  fs::create_directories(old_set / "flat");
+  for (const char* f : {"report.json", "image.png", "trace.json", "flat/report.json"})
+    std::ofstream(old_set / f) << "{}";
+  std::ofstream(old_set / "config.toml") << "[run]\n";
+  EXPECT_EQ(run({"run", g, "--out", old_set.string(), "-q"}).exit_code, 2);
+  EXPECT_TRUE(fs::exists(old_set / "config.toml"));
+  fs::remove(old_set / "config.toml");
+  EXPECT_EQ(run({"run", g, "--out", old_set.string(), "-q"}).exit_code, 0);
+  EXPECT_FALSE(fs::exists(old_set / "flat"));
   // An empty directory is taken as it is.
   const fs::path empty = dir_ / "empty";
   fs::create_directories(empty);
