@@ -25,6 +25,7 @@
 
 #include "apps/commands.hpp"
 #include "apps/run_plan.hpp"
+#include "core/atomic_file.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
 
@@ -39,13 +40,28 @@ namespace {
 // destructor or atexit handler races the still-running workers. Outputs are written only after a
 // run succeeded and only while hold_interrupts() is held, so an interrupt leaves the out directory
 // with either nothing or complete files, never a temporary.
+// An interrupt while outputs are written asks them to stop (stop_outputs): the writer discards
+// its staged set at its next checkpoint, within a file or a few thousand trace records, and the
+// previous set stays. Once a set is moving into place it finishes.
 std::mutex g_output_mutex;
 std::atomic<bool> g_outputs_started{false};
 std::atomic<bool> g_quiet{false};
+// The handshake of the program's end with the watcher: a signal taken before main returns ends
+// the process with 128 + signal (never exit 0 for an interrupted run); one taken after finds it
+// ending with its work done.
+std::mutex g_exit_mutex;
+bool g_exiting = false;
+int g_signal = 0;
 
 void watch_interrupts(sigset_t set) {
   int sig = 0;
   if (::sigwait(&set, &sig) != 0) return;
+  {
+    std::lock_guard<std::mutex> lk(g_exit_mutex);
+    if (g_exiting) return;  // the work is done and the process is ending with its code
+    g_signal = sig;
+  }
+  stop_outputs(sig);
   std::lock_guard<std::mutex> lk(g_output_mutex);  // let an output file finish its rename
   if (g_quiet.load()) ::_exit(128 + sig);
   // Under mpirun, say which rank and that the launcher ended it: mpirun stops every rank when
@@ -56,8 +72,10 @@ void watch_interrupts(sigset_t set) {
                                                      ": ended by the launcher (" + name +
                                                      "; another rank failed or the job was stopped)"
                                                : "cocodiff: interrupted by " + name;
-  const std::string msg = what + (g_outputs_started.load() ? "; the outputs were already complete\n"
-                                                           : "; stopped, no outputs written\n");
+  const std::string msg =
+      what + (outputs_stopped() ? "; stopped, no outputs written (the previous ones kept)\n"
+              : g_outputs_started.load() ? "; the outputs were already complete\n"
+                                         : "; stopped, no outputs written\n");
   [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, msg.data(), msg.size());
   ::_exit(128 + sig);
 }
@@ -111,6 +129,19 @@ std::string flag_hint(const CLI::App& app, const std::string& message) {
 }
 // Flushes standard output and says whether everything written to it arrived: a full disk or a
 // closed pipe is an error (exit 2), not a silent empty file.
+// The program's exit code, once the watcher cannot end it any more: when a signal was taken
+// first, the watcher ends the process (128 + signal) and this never returns.
+int exit_code(int code) {
+  {
+    std::lock_guard<std::mutex> lk(g_exit_mutex);
+    if (g_signal == 0) {
+      g_exiting = true;
+      return code;
+    }
+  }
+  for (;;) ::pause();
+}
+
 int finish_standard_output() {
   std::cout.flush();
   errno = 0;
@@ -126,8 +157,17 @@ int finish_standard_output() {
 
 }  // namespace cocodiff::apps
 
+namespace {
+int run_main(int argc, char** argv);
+}
+
 int main(int argc, char** argv) {
   cocodiff::apps::start_interrupt_watcher();  // first: before any other thread starts
+  return cocodiff::apps::exit_code(run_main(argc, argv));
+}
+
+namespace {
+int run_main(int argc, char** argv) {
   CLI::App app{"cocodiff: multi-node Diffusion Transformer inference emulator"};
   app.require_subcommand(1);
   app.option_defaults()->always_capture_default();  // --help shows every option's default
@@ -182,6 +222,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
+  } catch (const cocodiff::OutputsStopped&) {
+    // An interrupt stopped the outputs: the watcher says so and ends the process.
+    for (;;) ::pause();
   } catch (const cocodiff::RankError& e) {
     std::fprintf(stderr, "cocodiff: error: %s\n", e.what());
     return e.user_error() ? 2 : 1;
@@ -199,3 +242,4 @@ int main(int argc, char** argv) {
   }
   return cocodiff::apps::finish_standard_output();
 }
+}  // namespace

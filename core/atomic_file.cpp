@@ -72,7 +72,32 @@ void AtomicFile::commit() {
   committed_ = true;
 }
 
+namespace {
+std::atomic<int> g_stop_signal{0};
+std::atomic<bool> g_stopped{false};
+
+// The test hook alone: the points after a set's rename, where the set is in place already.
+void kill_test_point();
+}  // namespace
+
+void stop_outputs(int signal) { g_stop_signal = signal; }
+
+void output_stop_check() {
+  if (const int sig = g_stop_signal.load(); sig != 0) {
+    g_stopped = true;
+    throw OutputsStopped(sig);
+  }
+}
+
+bool outputs_stopped() { return g_stopped.load(); }
+
 void output_test_point() {
+  kill_test_point();
+  output_stop_check();
+}
+
+namespace {
+void kill_test_point() {
   static const long kill_at = [] {
     const char* v = std::getenv("COCODIFF_TEST_KILL_AT_WRITE");
     return v == nullptr ? 0L : std::strtol(v, nullptr, 10);
@@ -80,6 +105,7 @@ void output_test_point() {
   static std::atomic<long> calls{0};
   if (kill_at > 0 && ++calls == kill_at) ::kill(::getpid(), SIGKILL);
 }
+}  // namespace
 
 namespace {
 
@@ -212,7 +238,7 @@ void OutputSet::commit() {
   // renameat2), then remove the previous set, now under the staging name.
   if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_NOREPLACE) == 0) {
     committed_ = true;
-    output_test_point();
+    kill_test_point();
     return;
   }
   if (errno != EEXIST)
@@ -221,11 +247,11 @@ void OutputSet::commit() {
   if (::renameat2(AT_FDCWD, staging_.c_str(), AT_FDCWD, target_.c_str(), RENAME_EXCHANGE) != 0)
     throw InputError(target_.string() +
                      ": cannot move the outputs into place: " + std::strerror(errno));
-  output_test_point();
+  committed_ = true;
+  kill_test_point();
   std::error_code ec;
   std::filesystem::remove_all(staging_, ec);  // the previous set
-  committed_ = true;
-  output_test_point();
+  kill_test_point();
 }
 
 void write_file_atomic(const std::filesystem::path& target, std::string_view contents) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/errors.hpp"
+
 namespace cocodiff {
 
 /// Creates a new file beside `target` under a name no other file has ("TARGET.tmp.PID.RANDOM"),
@@ -87,8 +89,31 @@ class OutputSet {
   bool committed_ = false;
 };
 
-/// Test hook for the output path: when $COCODIFF_TEST_KILL_AT_WRITE is N, the N-th call (counted
-/// from 1 over the process) kills the process with SIGKILL. No effect when the variable is unset.
+/// Thrown at an output checkpoint once stop_outputs() was called (an interrupt): the file or set
+/// being written is removed on the way out, and the previous one stays.
+class OutputsStopped : public Error {
+ public:
+  explicit OutputsStopped(int signal)
+      : Error("outputs stopped by signal " + std::to_string(signal)), signal_(signal) {}
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+/// Asks the outputs being written to stop at their next checkpoint (the interrupt watcher calls
+/// it): a set not yet moved into place is discarded within a file or a few thousand records.
+void stop_outputs(int signal);
+/// Throws OutputsStopped once stop_outputs() was called. Long writers (the trace) call it every
+/// few thousand records.
+void output_stop_check();
+/// Whether a checkpoint has thrown OutputsStopped: the outputs being written were discarded (no
+/// set is moved into place after that, since every later checkpoint throws too).
+bool outputs_stopped();
+
+/// A checkpoint of the output path, between files and before each rename: output_stop_check(),
+/// and a test hook: when $COCODIFF_TEST_KILL_AT_WRITE is N, the N-th call (counted from 1 over
+/// the process) kills the process with SIGKILL. No kill when the variable is unset.
 void output_test_point();
 
 /// Writes `contents` to `target` atomically.

@@ -168,7 +168,9 @@ void write_chrome_trace(const RunResult& result, const Topology& topo,
   std::vector<std::string> names;
   names.reserve(result.labels.size());
   for (const std::string& l : result.labels) names.push_back(nlohmann::json(l).dump());
+  size_t written = 0;
   for (const TraceSlice& s : slices) {
+    if (++written % 4096 == 0) output_stop_check();  // an interrupt ends a long write at once
     const TraceEvent& e = result.trace[s.event];
     const int tid = first_tid[static_cast<size_t>(s.rank)][static_cast<size_t>(s.group)] + s.lane;
     write_slice(ev, s, e, names.at(e.label), topo.node(s.rank), tid, topo);

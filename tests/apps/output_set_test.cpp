@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/atomic_file.hpp"
+#include "dit/image.hpp"
 #include "tests/apps/subprocess.hpp"
 
 namespace cocodiff::test {
@@ -192,6 +194,36 @@ TEST_F(CompareSet, AFullDiskLeavesThePreviousSet) {
   for (const fs::directory_entry& e : fs::directory_iterator(dir_))
     if (e.path().filename() != "log") beside.push_back(e.path().filename().string());
   EXPECT_EQ(beside, std::vector<std::string>{"out"});
+}
+
+// A symlink planted where a temporary would go is never written through: temporaries are made
+// exclusively (O_EXCL | O_NOFOLLOW) under names that cannot be guessed. The names the writer once
+// used (TARGET.tmp.PID.N), planted as links to a victim file, leave the victim untouched.
+TEST(AtomicFiles, APlantedSymlinkIsNeverWrittenThrough) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_symlink_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path victim = dir / "victim.txt";
+  std::ofstream(victim) << "precious\n";
+  const fs::path target = dir / "fit.toml";
+  for (int n = 0; n < 64; ++n)
+    fs::create_symlink(
+        victim, target.string() + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(n));
+  fs::create_symlink(victim, dir / "image.png.tmp");
+  for (int k = 0; k < 8; ++k) write_file_atomic(target, "[fit]\n");
+  dit::Rgb img;
+  img.width = img.height = 2;
+  img.pixels.assign(12, 9);
+  dit::write_png(dir / "image.png", img);
+  std::filesystem::path temp;
+  const int fd = create_exclusive_temp(target, temp);
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  EXPECT_FALSE(fs::is_symlink(temp));
+  EXPECT_EQ(read_text(victim), "precious\n");
+  EXPECT_EQ(read_text(target), "[fit]\n");
+  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -6,7 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tests/apps/subprocess.hpp"
 
@@ -82,6 +84,62 @@ TEST(Signals, RankEndedByTheLauncherSaysSo) {
   EXPECT_EQ(r.err,
             "cocodiff: rank 3: ended by the launcher (SIGTERM; another rank failed or the job was "
             "stopped); stopped, no outputs written\n");
+  fs::remove_all(dir);
+}
+
+// An interrupt while the outputs are written (here a trace of hundreds of megabytes) discards
+// the staged set within a second and keeps the previous one: exit 128 + signal, never the new
+// set, and nothing left beside --out.
+TEST(Signals, AnInterruptWhileWritingKeepsThePreviousSet) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_sigwrite_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const fs::path out = dir / "work" / "out";
+  auto args = [&](int seed) {
+    return std::vector<std::string>{"run",
+                                    (fs::path(COCODIFF_TEST_DATA) / "good.toml").string(),
+                                    "--out",
+                                    out.string(),
+                                    "-q",
+                                    "--set",
+                                    "model.preset=flux1-dev",
+                                    "--set",
+                                    "cluster.preset=aurora",
+                                    "--set",
+                                    "cluster.nodes=2",
+                                    "--set",
+                                    "run.resolution=1024",
+                                    "--set",
+                                    "run.steps=6",
+                                    "--set",
+                                    "emulator.trace=true",
+                                    "--set",
+                                    "run.seed=" + std::to_string(seed)};
+  };
+  ASSERT_EQ(Child::start(args(1), dir / "first").wait(std::chrono::seconds(120)).exit_code, 0);
+  const std::string old_report = read_text(out / "report.json");
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    Child c = Child::start(args(2), dir / "second");
+    // The staging directory beside --out appears when the write phase starts.
+    auto staging = [&] {
+      for (const fs::directory_entry& e : fs::directory_iterator(dir / "work"))
+        if (e.path().filename().string().rfind(".out.tmp.", 0) == 0) return true;
+      return false;
+    };
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (!staging() && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_TRUE(staging()) << "no write phase seen";
+    const auto sent = std::chrono::steady_clock::now();
+    c.signal(sig);
+    const ChildResult r = c.wait(std::chrono::seconds(60));
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(1500));
+    EXPECT_EQ(r.exit_code, 128 + sig) << r.err;
+    EXPECT_NE(r.err.find("stopped, no outputs written (the previous ones kept)"), std::string::npos)
+        << r.err;
+    EXPECT_EQ(read_text(out / "report.json"), old_report) << "signal " << sig;
+    EXPECT_FALSE(staging()) << "a staging directory left beside --out";
+  }
   fs::remove_all(dir);
 }
 
