@@ -9,6 +9,7 @@
 #include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "emulator/engine.hpp"
 
 namespace cocodiff::apps {
 
@@ -67,6 +68,7 @@ void add_validate_command(CLI::App& app) {
   cmd->callback([opt] {
     RunPlan plan = resolve_run_plan(opt->config, opt->sets);
     check_memory_limit(plan, estimate_memory(plan, "emulator"));  // what `run` would refuse
+    emu::check_fiber_stack_limit(plan.ranks());
     check_weight_values(plan);
     if (!opt->dump) {
       std::cout << describe(plan) << opt->config << ": valid\n";

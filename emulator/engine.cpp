@@ -29,6 +29,7 @@ Engine::Engine(Topology topo, std::unique_ptr<NetworkModel> net,
 Engine::~Engine() = default;
 
 RunResult Engine::run(const std::function<void(Communicator&)>& tile_main) {
+  check_fiber_stack_limit(topo_.num_ranks());  // refused before a fiber starts
   std::unique_ptr<NetworkModel> net = net_->clone_empty();
   detail::Kernel kernel(topo_, *net, *device_, options_);
   return kernel.run(tile_main);

@@ -112,6 +112,14 @@ struct RunResult {
   double wall_seconds = 0;
 };
 
+/// Memory mappings the fiber stacks of `ranks` tiles take (each stack a mapping, its guard page
+/// another; a tile's main fiber and its communication fiber).
+std::int64_t fiber_stack_mappings(int ranks);
+/// ResourceError, before any fiber starts, when the kernel's limit on one process's memory
+/// mappings (vm.max_map_count) leaves too few for `ranks` tiles' fiber stacks: it names the limit,
+/// what the run needs and how to raise it. Engine::run calls it; validate does too.
+void check_fiber_stack_limit(int ranks);
+
 class Engine {
  public:
   Engine(Topology topo, std::unique_ptr<NetworkModel> net,

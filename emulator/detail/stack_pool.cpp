@@ -4,9 +4,15 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
 #include <new>
+#include <string>
 
 #include "core/errors.hpp"
+#include "emulator/engine.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define COCODIFF_ASAN 1
@@ -24,6 +30,32 @@ namespace cocodiff::emu::detail {
 
 namespace {
 std::size_t page_size() { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+
+// vm.max_map_count: the most memory mappings one process may hold (0 when unknown).
+std::int64_t max_map_count() {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::int64_t n = 0;
+  return in >> n ? n : 0;
+}
+
+// The memory mappings this process holds now.
+std::int64_t mappings_now() {
+  std::ifstream in("/proc/self/maps");
+  std::int64_t n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+std::string raise_hint() {
+  return "raise it (sysctl -w vm.max_map_count=" + std::to_string(std::int64_t{1} << 20) +
+         ", as root) or run fewer tiles";
+}
+
+std::string stack_error(const std::string& what, std::size_t stacks) {
+  return "fiber stacks: cannot " + what + " stack " + std::to_string(stacks + 1) + " (" +
+         std::strerror(errno) + "); the kernel allows a process vm.max_map_count = " +
+         std::to_string(max_map_count()) + " memory mappings: " + raise_hint();
+}
 
 void asan_unpoison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t n) noexcept {
 #if defined(COCODIFF_ASAN)
@@ -81,8 +113,11 @@ boost::context::stack_context StackPool::allocate(StackBounds* bounds) {
   if (base == nullptr) {
     base = ::mmap(nullptr, mapped_, PROT_READ | PROT_WRITE,
                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) throw std::bad_alloc();
-    COCO_CHECK(::mprotect(base, page_size(), PROT_NONE) == 0, "guard page");
+    if (base == MAP_FAILED) throw ResourceError(stack_error("map", all_.size()));
+    if (::mprotect(base, page_size(), PROT_NONE) != 0) {
+      ::munmap(base, mapped_);
+      throw ResourceError(stack_error("protect the guard page of", all_.size()));
+    }
     std::lock_guard<std::mutex> lk(mutex_);
     all_.push_back(base);
   }
@@ -101,3 +136,22 @@ void StackPool::deallocate(boost::context::stack_context& sctx) noexcept {
 }
 
 }  // namespace cocodiff::emu::detail
+
+namespace cocodiff::emu {
+
+std::int64_t fiber_stack_mappings(int ranks) { return 4 * std::int64_t{ranks}; }
+
+void check_fiber_stack_limit(int ranks) {
+  const std::int64_t limit = detail::max_map_count();
+  if (limit <= 0) return;  // unknown: the pool reports a failed mapping itself
+  const std::int64_t need = fiber_stack_mappings(ranks), have = detail::mappings_now();
+  constexpr std::int64_t kSpare = 4096;  // the heap's, the libraries' and the threads' mappings
+  if (have + need + kSpare <= limit) return;
+  throw ResourceError(std::to_string(ranks) + " tiles need about " + std::to_string(need) +
+                      " memory mappings for their fiber stacks (a stack and its guard page for "
+                      "each tile's two fibers), and this process holds " +
+                      std::to_string(have) + " already; the kernel allows a process "
+                      "vm.max_map_count = " + std::to_string(limit) + ": " + detail::raise_hint());
+}
+
+}  // namespace cocodiff::emu

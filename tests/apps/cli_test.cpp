@@ -569,6 +569,28 @@ TEST_F(Cli, OutRefusesADirectoryThatIsNotAnOutputSet) {
   EXPECT_TRUE(fs::exists(empty / "report.json"));
 }
 
+// validate refuses what the kernel would refuse the run: more tiles than the process's memory
+// mappings can give fiber stacks (vm.max_map_count), before anything starts.
+TEST_F(Cli, RankCountsPastTheMappingLimitAreRefusedByValidateAndRun) {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  long limit = 0;
+  if (!(in >> limit) || limit > 70000) GTEST_SKIP() << "vm.max_map_count " << limit;
+  const std::string g = (kData / "good.toml").string();
+  const std::vector<std::string> sets = {"--set", "cluster.nodes=4096", "--set",
+                                         "run.resolution=2048", "--set",
+                                         "ulysses.uneven_heads=true"};
+  std::vector<std::string> v = {"validate", g};
+  v.insert(v.end(), sets.begin(), sets.end());
+  const ChildResult r = run(v);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("16384 tiles need about 65536 memory mappings"), std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("vm.max_map_count"), std::string::npos) << r.err;
+  const ChildResult n = run({"netbench", g, "-g", "16384"});
+  EXPECT_EQ(n.exit_code, 2) << n.err;
+  EXPECT_NE(n.err.find("vm.max_map_count"), std::string::npos) << n.err;
+}
+
 // What a command prints on a full disk is an error, not an empty file and exit 0.
 TEST_F(Cli, AFullStandardOutputIsAnError) {
   if (!fs::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";

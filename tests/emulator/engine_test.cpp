@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <fstream>
 #include <mutex>
 #include <random>
 #include <regex>
@@ -662,6 +663,26 @@ TEST(EngineMath, AnExceptionInHandedOverWorkIsRethrownWithItsRank) {
       EXPECT_NE(std::string(e.what()).find("bad arithmetic"), std::string::npos);
     }
   }
+}
+
+// A rank count whose fiber stacks need more memory mappings than the kernel lets a process hold
+// (vm.max_map_count) is refused before any fiber starts, naming the limit; it used to abort at
+// the first guard page the kernel refused (16,384 tiles at the default 65,530).
+TEST(Engine, RankCountsPastTheMappingLimitAreRefusedBeforeTheRun) {
+  std::ifstream in("/proc/sys/vm/max_map_count");
+  std::int64_t limit = 0;
+  if (!(in >> limit) || limit <= 0) GTEST_SKIP() << "no vm.max_map_count to read";
+  EXPECT_NO_THROW(emu::check_fiber_stack_limit(1024));
+  const int too_many = static_cast<int>(std::min<std::int64_t>(limit / 4 + 1, 1 << 30));
+  try {
+    emu::check_fiber_stack_limit(too_many);
+    ADD_FAILURE() << too_many << " tiles accepted";
+  } catch (const ResourceError& e) {
+    EXPECT_NE(std::string(e.what()).find("vm.max_map_count = " + std::to_string(limit)),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(emu::fiber_stack_mappings(4096), 4 * 4096);
 }
 
 }  // namespace
