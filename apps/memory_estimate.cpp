@@ -29,13 +29,20 @@ constexpr std::int64_t kTileBookkeepingBytes = std::int64_t{64} << 10;
 constexpr std::int64_t kStackResidentRealBytes = std::int64_t{192} << 10;
 constexpr std::int64_t kStackResidentPhantomBytes = std::int64_t{64} << 10;
 // Bytes per trace event while the run holds it and while trace.json is written (the event, its
-// share of the label table, its slices and the JSON text of one event).
-constexpr std::int64_t kTraceEventBytes = 200;
+// share of the label table, its slices and the JSON text of one event). The README's phantom
+// FLUX.1-dev 1024^2 command, two steps on 4 tiles, holds 70.5 MiB of trace at its peak where
+// the events counted below at 200 bytes each give 58.3 MiB: 256 bounds it.
+constexpr std::int64_t kTraceEventBytes = 256;
 // What each real-math worker thread beyond the first adds: its stack's touched pages, Eigen's
 // blocking buffers and the allocator's per-thread cache (measured on the quickstart: 0.6 MiB a
 // worker from 1 to 16 workers; bench/README.md, "Memory estimate").
 constexpr std::int64_t kMathWorkerBytes = std::int64_t{1} << 20;
 constexpr double kAllocatorSlack = 0.15;
+// The engine's state of one rank pair of the run's widest collective, alive at once while it
+// runs: its messages, flows and their records (measured on phantom FLUX.1-dev 2048^2 without
+// trace, one step, on 256 to 2048 tiles: the peak grows with the square of the tile count,
+// 333-348 bytes for each pair beyond the linear parts; bench/README.md, "Memory estimate").
+constexpr std::int64_t kRankPairBytes = 400;
 
 // The arithmetic is in double, so that an absurd config (the fuzzer's) cannot overflow it;
 // bytes() clamps a part to 1 EiB, so that the sum of the parts fits an int64.
@@ -194,6 +201,9 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"token positions", bytes(tile_positions_bytes(plan))},  // one tile at a time
       {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
       {"fiber stacks", bytes(p * stack)},  // resident pages of p stacks
+      // Every tile exchanges with every other in the widest collective (the final latent
+      // gather spans all tiles): the state grows with the square of the tile count.
+      {"collective pairs", bytes(p * p * static_cast<double>(kRankPairBytes))},
       {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
       {"program", kProgramBytes},
   };
@@ -217,6 +227,13 @@ void check_memory_limit(const RunPlan& plan, const MemoryEstimate& estimate) {
     if (p.name == "trace") trace = p.bytes;
   const std::string no_trace =
       trace > 0 ? "set emulator.trace = false (the trace takes " + human_bytes(trace) + "), " : "";
+  if (big.name == "collective pairs")
+    throw ResourceError("the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
+                        "), more than emulator.memory_limit = " +
+                        human_bytes(*plan.memory_limit_bytes) + " (" + plan.memory_limit_source +
+                        "); the biggest part is " + big.name + " (" + human_bytes(big.bytes) +
+                        ", growing with the square of the " + std::to_string(plan.ranks()) +
+                        " tiles): use fewer tiles (cluster.nodes), or raise emulator.memory_limit");
   throw ResourceError(
       "the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
       "), more than emulator.memory_limit = " + human_bytes(*plan.memory_limit_bytes) + " (" +

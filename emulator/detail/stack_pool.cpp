@@ -53,8 +53,9 @@ std::string raise_hint() {
 
 std::string stack_error(const std::string& what, std::size_t stacks) {
   return "fiber stacks: cannot " + what + " stack " + std::to_string(stacks + 1) + " (" +
-         std::strerror(errno) + "); the kernel allows a process vm.max_map_count = " +
-         std::to_string(max_map_count()) + " memory mappings: " + raise_hint();
+         std::strerror(errno) +
+         "); the kernel allows a process vm.max_map_count = " + std::to_string(max_map_count()) +
+         " memory mappings: " + raise_hint();
 }
 
 void asan_unpoison([[maybe_unused]] void* p, [[maybe_unused]] std::size_t n) noexcept {
@@ -150,8 +151,10 @@ void check_fiber_stack_limit(int ranks) {
   throw ResourceError(std::to_string(ranks) + " tiles need about " + std::to_string(need) +
                       " memory mappings for their fiber stacks (a stack and its guard page for "
                       "each tile's two fibers), and this process holds " +
-                      std::to_string(have) + " already; the kernel allows a process "
-                      "vm.max_map_count = " + std::to_string(limit) + ": " + detail::raise_hint());
+                      std::to_string(have) +
+                      " already; the kernel allows a process "
+                      "vm.max_map_count = " +
+                      std::to_string(limit) + ": " + detail::raise_hint());
 }
 
 }  // namespace cocodiff::emu

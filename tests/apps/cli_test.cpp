@@ -576,17 +576,16 @@ TEST_F(Cli, RankCountsPastTheMappingLimitAreRefusedByValidateAndRun) {
   long limit = 0;
   if (!(in >> limit) || limit > 70000) GTEST_SKIP() << "vm.max_map_count " << limit;
   const std::string g = (kData / "good.toml").string();
-  const std::vector<std::string> sets = {"--set", "cluster.nodes=4096", "--set",
-                                         "run.resolution=2048", "--set",
-                                         "ulysses.uneven_heads=true"};
+  const std::vector<std::string> sets = {
+      "--set", "cluster.nodes=4096",        "--set", "run.resolution=2048",
+      "--set", "ulysses.uneven_heads=true", "--set", "emulator.memory_limit=1TiB"};
   std::vector<std::string> v = {"validate", g};
   v.insert(v.end(), sets.begin(), sets.end());
   const ChildResult r = run(v);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("16384 tiles need about 65536 memory mappings"), std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("16384 tiles need about 65536 memory mappings"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("vm.max_map_count"), std::string::npos) << r.err;
-  const ChildResult n = run({"netbench", g, "-g", "16384"});
+  const ChildResult n = run({"netbench", g, "-g", "16384", "--set", "emulator.memory_limit=1TiB"});
   EXPECT_EQ(n.exit_code, 2) << n.err;
   EXPECT_NE(n.err.find("vm.max_map_count"), std::string::npos) << n.err;
 }
