@@ -1,6 +1,7 @@
 // `cocodiff validate CONFIG [--set key=value ...] [--dump]`: checks a config without running it
 // and prints the resolved settings; --dump prints the fully resolved config as TOML.
 
+#include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -9,6 +10,7 @@
 #include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
+#include "core/errors.hpp"
 #include "emulator/engine.hpp"
 
 namespace cocodiff::apps {
@@ -47,6 +49,35 @@ void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
   cmd->add_option_function<std::uint64_t>(
       "--seed", [&sets](std::uint64_t n) { sets.push_back("run.seed=" + std::to_string(n)); },
       "Seed of the noise and of seeded inputs (run.seed)");
+  cmd->add_flag_callback(
+      "--use-cfg-parallel,--use_cfg_parallel", [&sets] { sets.push_back("parallel.cfg_degree=2"); },
+      "xDiT's spelling of --cfg-degree 2 (parallel.cfg_degree = 2)");
+  cmd->add_option_function<double>(
+      "--guidance-scale,--guidance_scale",
+      [&sets](double g) { sets.push_back("run.cfg_scale=" + std::to_string(g)); },
+      "Classifier-free guidance scale (run.cfg_scale; 1 runs no unconditional pass). A "
+      "guidance-distilled model (FLUX.1-dev) takes guidance as an input of its transformer: "
+      "its time does not depend on it");
+  cmd->add_option_function<int>(
+      "--pipefusion-parallel-degree,--pipefusion_parallel_degree",
+      [](int n) {
+        if (n != 1)
+          throw ConfigError("--pipefusion_parallel_degree " + std::to_string(n) +
+                            ": PipeFusion (patch-pipelined layers) is not a strategy of cocodiff; "
+                            "its sequence parallelism is Ulysses, ring (usp) and CFG-parallel: "
+                            "--ulysses_degree, --ring_degree, --use_cfg_parallel");
+      },
+      "xDiT's PipeFusion degree: only 1 (PipeFusion is not a strategy here)");
+  cmd->add_option_function<std::string>(
+      "--prompt",
+      [](const std::string&) {
+        std::fprintf(stderr,
+                     "cocodiff: note: --prompt is not encoded: there is no text encoder here. The "
+                     "text stream is the model's text_tokens of seeded random embeddings (the "
+                     "time depends on their count, not their words); the trained flux1-fmnist "
+                     "model is conditioned on a class, run.class_label\n");
+      },
+      "Accepted for xDiT's command lines; a note says what text conditioning is here");
 }
 
 void add_validate_command(CLI::App& app) {

@@ -86,9 +86,14 @@ void add_weights_command(CLI::App& app) {
       "weights", "List the tensors a model's checkpoint holds, or check a checkpoint against them");
   cmd->add_option("model", o->model, "model preset name (flux1-tiny, ...) or a run config")
       ->required();
-  cmd->add_option("--check", o->check,
-                  "checkpoint to check: a .safetensors file or a *.safetensors.index.json");
-  cmd->callback([o] { run_weights(*o); });
+  CLI::Option* check =
+      cmd->add_option("--check", o->check,
+                      "checkpoint to check: a .safetensors file or a *.safetensors.index.json");
+  cmd->callback([o, check] {
+    if (check->count() > 0 && o->check.empty())
+      throw ConfigError("--check: expected a checkpoint file, found an empty name");
+    run_weights(*o);
+  });
 }
 
 }  // namespace cocodiff::apps

@@ -95,11 +95,18 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
     else
       file = preset_dir / (name + ".toml");
     std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec))
+    if (!std::filesystem::is_regular_file(file, ec)) {
+      std::vector<std::string> known;
+      for (const auto& e : std::filesystem::directory_iterator(preset_dir, ec))
+        if (e.path().extension() == ".toml") known.push_back(e.path().stem().string());
+      std::sort(known.begin(), known.end());
+      const std::string best = closest_match(name, known);
       throw ConfigError(cfg.where("model.preset"), "model.preset",
                         "a model preset name (a file " + (preset_dir / "<name>.toml").string() +
                             ") or a path to a .toml file",
-                        "\"" + name + "\" (no file " + file.string() + ")");
+                        "\"" + name + "\" (no file " + file.string() + ")" +
+                            (best.empty() ? "" : "; did you mean '" + best + "'?"));
+    }
     preset = Config::load(file);
     preset->mark_used("preset");
   }
@@ -207,6 +214,13 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   if (m.family == Family::kFlux2 && m.pooled_dim != 0)
     throw ConfigError(cfg_reader.where("pooled_dim"), "model.pooled_dim",
                       "0 (FLUX.2 has no pooled text embedding)", std::to_string(m.pooled_dim));
+  if (m.double_blocks + m.single_blocks == 0) {
+    const std::string key = "double_blocks";
+    throw ConfigError(cfg_reader.where(key), "model." + key,
+                      "at least one transformer block (model.double_blocks + model.single_blocks "
+                      ">= 1): a model of no blocks computes nothing to time",
+                      "0 blocks");
+  }
   if (m.dual_attention_blocks > 0 && m.family != Family::kSD3)
     throw ConfigError(cfg_reader.where("dual_attention_blocks"), "model.dual_attention_blocks",
                       "0 (only the sd3 family has dual attention)",

@@ -113,8 +113,10 @@ class Layers {
   /// Throws on the first key of the preset or of the run's [cluster] section nobody read.
   void check_no_unknown_keys() const {
     auto complain = [](const Config& c, const std::string& k) {
-      throw ConfigError(c.where(k) + ": unknown key '" + k +
-                        "' in the cluster description (configs/clusters/README.md lists the keys)");
+      const std::string best = closest_match(k, c.known_keys());
+      throw ConfigError(c.where(k) + ": unknown key '" + k + "' in the cluster description" +
+                        (best.empty() ? "" : "; did you mean '" + best + "'?") +
+                        " (configs/clusters/README.md lists the keys)");
     };
     if (preset_ != nullptr)
       for (const std::string& k : preset_->unknown_keys()) complain(*preset_, k);
@@ -504,6 +506,10 @@ std::filesystem::path resolve_cluster_preset(const std::string& name_or_path,
     for (const fs::path& p : tried) found += " " + p.string();
     found += ")";
   }
+  if (const std::string best =
+          closest_match(name_or_path, std::vector<std::string>(known.begin(), known.end()));
+      !best.empty())
+    found += "; did you mean '" + best + "'?";
   throw ConfigError(where, "cluster.preset", expected, found);
 }
 

@@ -302,6 +302,58 @@ TEST_F(Cli, XdiTSpellingsOfSizeStepsAndSeed) {
   EXPECT_NE(again.out.find("128 x 64 px (width x height)"), std::string::npos) << again.out;
 }
 
+// xDiT's spellings of CFG-parallel, guidance, PipeFusion and the prompt: the first two set
+// their keys, PipeFusion above 1 is refused naming what exists, the prompt gets a note.
+TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
+  const std::string sd = (kData / "good.toml").string();
+  const std::vector<std::string> sd35 = {"--set", "model.preset=sd35-tiny"};
+  auto with = [&](std::vector<std::string> a) {
+    a.insert(a.end(), sd35.begin(), sd35.end());
+    return a;
+  };
+  const ChildResult c = run(with({"validate", sd, "--use_cfg_parallel", "--dump"}));
+  EXPECT_EQ(c.exit_code, 0) << c.err;
+  EXPECT_NE(c.out.find("cfg_degree = 2"), std::string::npos) << c.out;
+  const ChildResult g = run(with({"validate", sd, "--guidance_scale", "3.5", "--dump"}));
+  EXPECT_EQ(g.exit_code, 0) << g.err;
+  EXPECT_NE(g.out.find("cfg_scale = 3.5"), std::string::npos) << g.out;
+  EXPECT_EQ(run(with({"validate", sd, "--pipefusion_parallel_degree", "1"})).exit_code, 0);
+  const ChildResult pf = run(with({"validate", sd, "--pipefusion_parallel_degree", "2"}));
+  EXPECT_EQ(pf.exit_code, 2) << pf.err;
+  EXPECT_NE(pf.err.find("PipeFusion (patch-pipelined layers) is not a strategy"), std::string::npos)
+      << pf.err;
+  const ChildResult pr = run(with({"validate", sd, "--prompt", "a cat"}));
+  EXPECT_EQ(pr.exit_code, 0) << pr.err;
+  EXPECT_NE(pr.err.find("--prompt is not encoded"), std::string::npos) << pr.err;
+}
+
+// A model of no blocks, an empty checkpoint name and an empty --out are refused, not run.
+TEST_F(Cli, EmptyModelsAndEmptyNamesAreRefused) {
+  const std::string g = (kData / "good.toml").string();
+  expect_user_error(
+      run_config(g, {"--set", "model.double_blocks=0", "--set", "model.single_blocks=0"}),
+      {"key 'model.double_blocks'", "at least one transformer block"});
+  const ChildResult w = run({"weights", "flux1-tiny", "--check", ""});
+  EXPECT_EQ(w.exit_code, 2) << w.err;
+  EXPECT_NE(w.err.find("--check: expected a checkpoint file"), std::string::npos) << w.err;
+  const ChildResult c = run({"compare", g, "--out", ""});
+  EXPECT_EQ(c.exit_code, 2) << c.err;
+  EXPECT_NE(c.err.find("an output directory name is required"), std::string::npos) << c.err;
+  EXPECT_EQ(c.out, "") << "compare ran before refusing";
+}
+
+// Misspelt cluster keys and presets get a "did you mean", as run keys do.
+TEST_F(Cli, MisspeltClusterKeysAndPresetsGetAHint) {
+  const std::string g = (kData / "good.toml").string();
+  const ChildResult k = run({"validate", g, "--set", "cluster.node=2"});
+  EXPECT_EQ(k.exit_code, 2);
+  EXPECT_NE(k.err.find("did you mean 'cluster.nodes'?"), std::string::npos) << k.err;
+  const ChildResult m = run({"validate", g, "--set", "model.preset=flux1-devv"});
+  EXPECT_NE(m.err.find("did you mean 'flux1-dev'?"), std::string::npos) << m.err;
+  const ChildResult c = run({"validate", g, "--set", "cluster.preset=auroa"});
+  EXPECT_NE(c.err.find("did you mean 'aurora'?"), std::string::npos) << c.err;
+}
+
 // validate --dump writes each float as the shortest decimal that reads back exactly (0.6, not
 // 0.59999999999999998), and resolves defaults that are sentinels: run.cfg_scale is the model's
 // scale, emulator.memory_limit "available" (MemAvailable when the run starts), never -1 or 0.
