@@ -212,6 +212,14 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   const auto wall_start = std::chrono::steady_clock::now();
   dit::RunSettings settings = settings_for(plan);
   settings.seed = seed;
+  // Rank 0's clock at the start of each step: where the trace window begins.
+  std::vector<SimTime> step_starts;
+  settings.on_step_clock = [inner = settings.on_step_clock, &step_starts](int rank, int step,
+                                                                          SimTime now) {
+    if (rank == 0 && step >= 0 && static_cast<size_t>(step) >= step_starts.size())
+      step_starts.push_back(now);
+    if (inner) inner(rank, step, now);
+  };
 
   emu::Engine engine(plan.cluster.topology, plan.cluster.network->clone_empty(),
                      plan.cluster.device, plan.engine);
@@ -286,6 +294,27 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   r["blocks_taped"] = res.tapes_played;
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
+  const int steps = static_cast<int>(step_starts.size());
+  if (plan.engine.trace && plan.trace_steps > 0 && plan.trace_steps < steps) {
+    const int first = steps - plan.trace_steps;
+    rec.trace_from = step_starts[static_cast<size_t>(first)];
+    std::uint64_t flows = 0;
+    for (const emu::TraceEvent& e : res.trace)
+      flows += e.kind == emu::TraceEvent::Kind::kFlow && e.end > rec.trace_from ? 1 : 0;
+    r["trace_window"] = {
+        {"steps", {first, steps - 1}},
+        {"from_virtual_s", rec.trace_from.seconds()},
+        {"flows", flows},
+        {"note", "trace.json holds the events that end after rank 0's clock at the start of step " +
+                     std::to_string(first) +
+                     " (emulator.trace_steps = " + std::to_string(plan.trace_steps) +
+                     "; 0 writes every step); timeline.png draws the whole run"}};
+  } else if (plan.engine.trace) {
+    r["trace_window"] = {{"steps", {0, std::max(0, steps - 1)}},
+                         {"from_virtual_s", 0.0},
+                         {"flows", res.flows},
+                         {"note", "trace.json holds every step"}};
+  }
   dit::StrategyStats merged = stats.at(0);
   for (size_t i = 1; i < stats.size(); ++i) merged.merge(stats[i]);
   r["strategy_stats"] = strategy_stats_json(plan, merged);
@@ -390,7 +419,8 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
     }
   }
   if (rec.emulated && plan.engine.trace) {
-    emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, dir / "trace.json");
+    emu::write_chrome_trace(*rec.emulated, plan.cluster.topology, dir / "trace.json",
+                            rec.trace_from);
     output_test_point();
     // A PNG Gantt chart; warns and skips without gnuplot.
     emu::write_timeline_png_or_warn(

@@ -20,6 +20,9 @@ struct RunRecord {
   std::vector<Tensor> images;     // run.batch_size > 1: every image's final latent, in order
   int latent_height = 0, latent_width = 0;
   std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
+  /// Where trace.json starts: rank 0's clock at the start of the first step of the window that
+  /// emulator.trace_steps keeps (zero: the whole run).
+  SimTime trace_from;
 };
 
 /// The report fields every backend writes (config, sizes, backend name).

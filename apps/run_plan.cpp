@@ -350,6 +350,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.collective_ops = cfg.get_bool("emulator.collective_ops", true);
   e.call_tapes = cfg.get_bool("emulator.call_tapes", true);
   e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
+  plan.trace_steps = static_cast<int>(cfg.get_int("emulator.trace_steps", 1, 0, 1'000'000));
   e.all_to_all_algorithm = cfg.get_choice("emulator.all_to_all", "library",
                                           {"library", "pairwise", "xor", "concurrent", "bruck"});
   e.wire_bytes_per_element = cfg.get_double("emulator.wire_bytes_per_element", 2, 0.125, 16);

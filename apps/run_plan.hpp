@@ -62,6 +62,8 @@ struct RunPlan {
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors
+  /// emulator.trace_steps: trace.json holds the last this many denoising steps (0: all of them).
+  int trace_steps = 1;
   int batch_size = 1;  // run.batch_size: images per run, image i seeded with run.seed + i
   // The xDiT degrees the run resolved to: ulysses x ring x settings.cfg_degree = ranks.
   int ulysses_degree = 1;

@@ -765,7 +765,7 @@ TuneResult tune(const TuneOptions& o) {
 std::string run_command(const TuneOptions& o, const TunePoint& p) {
   std::string c = "cocodiff run " + quote(o.config.string());
   for (const std::string& s : o.sets) c += " --set " + quote(s);
-  c += " --set run.math=skip";
+  c += " --set run.math=skip --set emulator.trace=false";  // as the search ran it
   for (const std::string& s : p.cluster_sets) c += " --set " + quote(s);
   for (const std::string& s : p.sets) c += " --set " + quote(s);
   return c;

@@ -36,12 +36,12 @@ std::string fmt_us(SimTime t) {
 
 }  // namespace
 
-std::vector<TraceSlice> trace_slices(const RunResult& result, int ranks) {
+std::vector<TraceSlice> trace_slices(const RunResult& result, int ranks, SimTime from) {
   std::vector<TraceSlice> slices;
   slices.reserve(result.trace.size() * 2);
   for (size_t i = 0; i < result.trace.size(); ++i) {
     const TraceEvent& e = result.trace[i];
-    if (e.rank < 0 || e.rank >= ranks) continue;
+    if (e.rank < 0 || e.rank >= ranks || e.end <= from) continue;
     const auto event = static_cast<std::uint32_t>(i);
     if (e.kind != TraceEvent::Kind::kFlow) {
       slices.push_back({e.rank, TraceGroup::kCompute, 0, event, e.start, e.end});
@@ -155,15 +155,15 @@ void write_slice(EventList& ev, const TraceSlice& s, const TraceEvent& e, const 
 }  // namespace
 
 void write_chrome_trace(const RunResult& result, const Topology& topo,
-                        const std::filesystem::path& path) {
+                        const std::filesystem::path& path, SimTime from) {
   AtomicFile file(path);
   std::ostream& out = file.stream();
   out << "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"timeline_sha256\":\""
       << result.timeline_sha256
       << "\",\"truncated\":" << (result.trace_truncated ? "true" : "false")
-      << "},\"traceEvents\":[\n";
+      << ",\"from_us\":" << fmt_us(from) << "},\"traceEvents\":[\n";
   EventList ev{out};
-  const std::vector<TraceSlice> slices = trace_slices(result, topo.num_ranks());
+  const std::vector<TraceSlice> slices = trace_slices(result, topo.num_ranks(), from);
   const std::vector<std::array<int, 3>> first_tid = name_threads(ev, topo, slices);
   std::vector<std::string> names;
   names.reserve(result.labels.size());

@@ -28,11 +28,13 @@ struct TraceSlice {
 };
 
 /// The slices write_chrome_trace draws (a flow is a send slice of its sender and a receive
-/// slice of its receiver), ordered by tile, group and start, with their lanes. Deterministic.
-std::vector<TraceSlice> trace_slices(const RunResult& result, int ranks);
+/// slice of its receiver), ordered by tile, group and start, with their lanes, of the events
+/// that end after `from`. Deterministic.
+std::vector<TraceSlice> trace_slices(const RunResult& result, int ranks, SimTime from = {});
 
-/// Writes `result.trace` to `path` atomically. Times are virtual microseconds.
+/// Writes `result.trace` to `path` atomically: the events that end after `from` (zero: all of
+/// them; `otherData.from_us` names it). Times are virtual microseconds.
 void write_chrome_trace(const RunResult& result, const Topology& topo,
-                        const std::filesystem::path& path);
+                        const std::filesystem::path& path, SimTime from = {});
 
 }  // namespace cocodiff::emu

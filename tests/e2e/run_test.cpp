@@ -472,10 +472,33 @@ TEST(Run, TraceTracksNeverOverlapOnAnyStrategy) {
         if (spans[i].first < spans[i - 1].second) ++overlaps;
     }
     EXPECT_EQ(overlaps, 0u);
-    EXPECT_EQ(sends, report["flows"].get<std::uint64_t>());
+    // By default the trace holds the last step (emulator.trace_steps = 1), and says so.
+    const nlohmann::json& window = report["trace_window"];
+    EXPECT_EQ(window["steps"], nlohmann::json::array({1, 1})) << report.dump();
+    EXPECT_GT(window["from_virtual_s"].get<double>(), 0);
+    EXPECT_NEAR(trace["otherData"]["from_us"].get<double>(),
+                window["from_virtual_s"].get<double>() * 1e6, 1e-3);
+    EXPECT_LT(window["flows"].get<std::uint64_t>(), report["flows"].get<std::uint64_t>());
+    EXPECT_EQ(sends, window["flows"].get<std::uint64_t>());
     EXPECT_EQ(recvs, sends);
     EXPECT_EQ(arrow_ends.size(), sends);
     for (const auto& [id, ends] : arrow_ends) ASSERT_EQ(ends, 3) << "arrow " << id;
+    fs::remove_all(out);
+  }
+  // emulator.trace_steps = 0: every step, every flow of the report.
+  {
+    const fs::path out = temp_dir("trace_all");
+    const Result all = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/flux1-tiny-24tiles.toml --set run.math=skip --set run.steps=2" +
+                          " --set emulator.trace_steps=0 --out " + out.string() + " -q");
+    ASSERT_EQ(all.exit_code, 0) << all.output;
+    const nlohmann::json report = nlohmann::json::parse(read_all(out / "report.json"));
+    const nlohmann::json trace = nlohmann::json::parse(read_all(out / "trace.json"));
+    std::uint64_t sends = 0;
+    for (const nlohmann::json& e : trace["traceEvents"])
+      sends += e["ph"] == "X" && e["cat"] == "flow" ? 1 : 0;
+    EXPECT_EQ(sends, report["flows"].get<std::uint64_t>());
+    EXPECT_EQ(report["trace_window"]["steps"], nlohmann::json::array({0, 1}));
     fs::remove_all(out);
   }
   const fs::path out = temp_dir("trace_cut");
