@@ -72,7 +72,12 @@ struct CalibrateOptions {
   bool no_protocol = false;
   std::vector<std::string> keep;
   std::string loss = "linear";
+  double accept_error = 1.0;  // --accept-error: the largest rms error of log time written
 };
+
+// A fitted bandwidth may exceed the cluster's own figure (the datasheet's, as its preset says)
+// by this much: beyond it the fit has explained the points with a link faster than the hardware.
+constexpr double kBandwidthOverDatasheet = 1.10;
 
 std::string fmt(double v) {
   char buf[64];
@@ -630,6 +635,18 @@ void run_calibrate(const CalibrateOptions& o) {
                 cfit.simulations, wall, cfit.protocol_note.c_str());
     notes << "# Collectives (" << pts.size() << " points); protocol: " << cfit.protocol_note
           << "\n";
+    for (const calibrate::FittedValue& v : cfit.values)
+      if (v.fitted && v.key.size() > 22 &&
+          v.key.compare(v.key.size() - 22, 22, "bandwidth_gbytes_per_s") == 0 &&
+          v.value > kBandwidthOverDatasheet * v.initial)
+        throw InputError(
+            "calibrate: the fit sets " + v.key + " = " + fmt(v.value) + ", above the cluster's " +
+            fmt(v.initial) + " (" + v.what + ") by more than " +
+            std::to_string(std::lround(100 * (kBandwidthOverDatasheet - 1))) +
+            "%: faster than the hardware the cluster describes, so the points say something "
+            "else (a launcher's floor, another tier's links, a wrong op or rank count); no "
+            "cluster file written. Where the link is faster than the cluster says, --set " +
+            v.key.substr(0, v.key.find('.')) + "... to its figure; or --keep " + v.key);
     for (const calibrate::FittedValue& v : cfit.values) {
       const std::string shown = v.integer ? std::to_string(std::llround(v.value)) : fmt(v.value);
       std::printf("#   %-40s = %-12s (was %s) %s: %s\n", v.key.c_str(), shown.c_str(),
@@ -710,6 +727,21 @@ void run_calibrate(const CalibrateOptions& o) {
         calibrate::predict_collectives({table, o.out, preset_dir, min_nodes}, pts, fo);
     notes << "# Measured against this file's predictions:\n";
     report_collectives(pts, pred, notes);
+    double sq = 0;
+    size_t worst = 0;
+    for (size_t i = 0; i < pts.size(); ++i) {
+      const double e = std::log(pred[i] / pts[i].time_us);
+      sq += e * e;
+      if (std::abs(e) > std::abs(std::log(pred[worst] / pts[worst].time_us))) worst = i;
+    }
+    const double rms = std::sqrt(sq / static_cast<double>(pts.size()));
+    if (!(rms <= o.accept_error))
+      throw InputError("calibrate: the fit misses the measurements by an rms error of log time " +
+                       fmt(rms) + ", more than --accept-error " + fmt(o.accept_error) +
+                       " (the worst point, " + pts[worst].where + ", measured " +
+                       fmt(pts[worst].time_us) + " us, predicted " + fmt(pred[worst]) +
+                       " us); no cluster file written: fit fewer ops, one transport or a "
+                       "narrower size range, or raise --accept-error");
     std::printf(
         "# each prediction is what `cocodiff netbench %s --rounds %s -w %d -n %d --op OP` "
         "prints for its size on a cluster of the point's ranks and nodes\n",
@@ -771,6 +803,11 @@ void add_calibrate_command(CLI::App& app) {
                   "hold a figure at the cluster's value instead of fitting it, by its key "
                   "(e.g. library.call_overhead_us from CUDA-graph device times, or "
                   "device.overlap_kind_weight.norm); repeatable");
+  cmd->add_option("--accept-error", o->accept_error,
+                  "the largest rms error of log time a written fit may have against its points "
+                  "(1.0: a typical point within a factor of e); past it calibrate exits 2 and "
+                  "writes no cluster file")
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

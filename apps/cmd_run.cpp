@@ -57,7 +57,9 @@ void add_run_command(CLI::App& app) {
       throw ConfigError(
           "--inject-fault kind=hang: only with --backend mpi (it tests the MPI "
           "progress watchdog, mpi.progress_timeout_s)");
-    plan.progress = !opt->quiet && isatty(STDERR_FILENO) != 0;
+    // A terminal gets one line rewritten at each step; a log a line every few seconds.
+    plan.progress = !opt->quiet;
+    plan.progress_lines = isatty(STDERR_FILENO) == 0;
     if (!opt->quiet) std::cout << describe(plan) << std::flush;
     RunRecord rec;
     try {

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <thread>
 
@@ -660,14 +662,36 @@ std::function<void(int rank, int step)> step_hook(const RunPlan& plan) {
   const std::string label = plan.progress_label;
   const int steps = plan.settings.steps;
   if (!fault && !progress) return {};
-  return [fault, progress, lines, label, steps](int rank, int step) {
+  // Wall-clock pace (rank 0's hook only reads it; the virtual timeline does not depend on it).
+  struct Pace {
+    std::chrono::steady_clock::time_point start, last;
+    bool printed = false;
+  };
+  auto pace = std::make_shared<Pace>();
+  return [fault, progress, lines, label, steps, pace](int rank, int step) {
     if (progress && rank == 0) {
-      if (lines)
-        std::fprintf(stderr, "%sstep %d/%d\n", label.c_str(), step + 1, steps);
-      else
-        std::fprintf(stderr, "\r%sstep %d/%d%s", label.c_str(), step + 1, steps,
+      const auto now = std::chrono::steady_clock::now();
+      if (step == 0) *pace = {now, now, false};
+      const double elapsed = std::chrono::duration<double>(now - pace->start).count();
+      const std::string left = step > 0 ? ", about " +
+                                              std::to_string(static_cast<long>(
+                                                  std::lround(elapsed / step * (steps - step)))) +
+                                              " s left"
+                                        : std::string();
+      const std::string at = "step " + std::to_string(step + 1) + "/" + std::to_string(steps) +
+                             " (" + std::to_string(static_cast<long>(std::lround(elapsed))) + " s" +
+                             left + ")";
+      if (!lines) {  // a terminal: one line, rewritten
+        std::fprintf(stderr, "\r%s%s   %s", label.c_str(), at.c_str(),
                      step + 1 == steps ? "\n" : "");
-      std::fflush(stderr);
+        std::fflush(stderr);
+      } else if (std::chrono::duration<double>(now - pace->last).count() >= kProgressLineS ||
+                 (pace->printed && step + 1 == steps)) {  // a log: a line every few seconds
+        std::fprintf(stderr, "%s%s\n", label.c_str(), at.c_str());
+        std::fflush(stderr);
+        pace->last = now;
+        pace->printed = true;
+      }
     }
     // `step` counts from 0; the fault's step, as progress shows it, from 1.
     const bool faulty = fault && fault->rank == rank && fault->step == step + 1;

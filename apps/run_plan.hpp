@@ -50,6 +50,9 @@ class InjectedFault : public Error {
 /// Exit code of a run stopped by --inject-fault: its report.json (status "failed") is written.
 inline constexpr int kExitInjectedFault = 3;
 
+/// Seconds between two progress lines in a log (RunPlan::progress_lines).
+inline constexpr double kProgressLineS = 5.0;
+
 struct RunPlan {
   Config cfg;  // the resolved configuration (file + presets + --set)
   dit::ModelConfig model;
@@ -70,8 +73,10 @@ struct RunPlan {
   int ring_degree = 1;
   std::optional<FaultSpec> fault;  // --inject-fault
   bool progress = false;           // "step i/N" on stderr (rank 0)
-  // How progress is shown: false rewrites one line with \r (a terminal); true prints one line
-  // per step, each whole in one write, so concurrent runs and pipes never run lines together.
+  // How progress is shown: false rewrites one line with \r (a terminal); true prints whole
+  // lines, each in one write, so concurrent runs and pipes never run lines together: one every
+  // kProgressLineS seconds of wall time and the last step's once any was printed. Each says the
+  // step, the seconds elapsed and an estimate of those left.
   bool progress_lines = false;
   std::string progress_label;  // printed before "step i/N" (compare: "[strategy] ")
   /// dit::RunSettings::on_step_clock: called on every rank at the start of each step with its

@@ -267,9 +267,10 @@ TEST_F(Calibrate, APointsPredictionDoesNotDependOnThePointsBeforeIt) {
   const fs::path after = write("after.csv", header + "all_to_all,2,1,1073741824,20000\n" + small);
   std::vector<std::string> predicted;
   for (const fs::path& f : {alone, after}) {
-    std::vector<std::string> args = {"calibrate",     f.string(), "--cluster",
-                                     "hgx-h100",      "--set",    "cluster.nodes=1",
-                                     "--no-protocol", "--out",    (dir_ / "fit.toml").string()};
+    std::vector<std::string> args = {"calibrate",      f.string(), "--cluster",
+                                     "hgx-h100",       "--set",    "cluster.nodes=1",
+                                     "--no-protocol",  "--out",    (dir_ / "fit.toml").string(),
+                                     "--accept-error", "10"};  // every figure held: no fit
     for (const char* k : {"links.nvlink.bandwidth_gbytes_per_s", "links.nvlink.latency_ns",
                           "library.call_overhead_us", "library.message_overhead_us",
                           "device.host.collective_issue_us"}) {
@@ -421,6 +422,37 @@ TEST_F(Calibrate, ReadsRealNcclTestsLogsWithHostnames) {
   const std::string toml = read_text(out);
   EXPECT_NEAR(value(toml, "nic", "bandwidth_gbytes_per_s"), 22, 1.1) << r.out;
   EXPECT_EQ(r.err.find("warning"), std::string::npos) << r.err;
+}
+
+// A fit that cannot follow its points, or that explains them with a link faster than the
+// cluster's hardware, is refused: exit 2, no cluster file, the reason named.
+TEST_F(Calibrate, AFitPastItsErrorOrAboveTheDatasheetIsRefused) {
+  const fs::path out = dir_ / "fit.toml";
+  // Points 6,000 times apart at one size: no figures follow both.
+  const fs::path wild = write("wild.csv",
+                              "op,ranks,nodes,bytes,time_us\n"
+                              "all_gather,8,2,1024,0.001\n"
+                              "all_gather,8,2,2048,1000000000\n"
+                              "all_gather,8,2,4096,0.001\n");
+  const ChildResult r = run_cocodiff(
+      {"calibrate", wild.string(), "--cluster", kTwoNodes, "--out", out.string()}, dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("more than --accept-error 1"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+  // An inter-node all-gather at a tenth of the NIC's time: only a NIC ten times the cluster's
+  // line rate explains it.
+  std::string fast = "op,ranks,nodes,bytes,time_us\n";
+  for (const long long b : {1LL << 24, 1LL << 26, 1LL << 28})
+    fast += "all_gather,8,2," + std::to_string(b) + "," +
+            std::to_string(static_cast<double>(b) / 220e9 * 1e6 * 0.875) + "\n";
+  const fs::path f = write("fast.csv", fast);
+  const ChildResult q =
+      run_cocodiff({"calibrate", f.string(), "--cluster", kTwoNodes, "--out", out.string()}, dir_);
+  EXPECT_EQ(q.exit_code, 2) << q.err << q.out;
+  EXPECT_NE(q.err.find("bandwidth_gbytes_per_s"), std::string::npos) << q.err;
+  EXPECT_NE(q.err.find("faster than the hardware the cluster describes"), std::string::npos)
+      << q.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // `mpirun --tag-output` puts "[1,0]<stdout>:" before every line: the log reads as without it.

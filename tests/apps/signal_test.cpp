@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -84,6 +85,32 @@ TEST(Signals, RankEndedByTheLauncherSaysSo) {
   EXPECT_EQ(r.err,
             "cocodiff: rank 3: ended by the launcher (SIGTERM; another rank failed or the job was "
             "stopped); stopped, no outputs written\n");
+  fs::remove_all(dir);
+}
+
+// A run whose stderr is a log (not a terminal) prints a progress line every few seconds: the
+// step, the time elapsed and an estimate of what is left. Short runs print none.
+TEST(Signals, ALongRunShowsProgressInALog) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_progress_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Child c = Child::start(
+      {"run", (fs::path(COCODIFF_TEST_DATA) / "good.toml").string(), "--out",
+       (dir / "out").string(), "--set", "model.preset=flux1-dev", "--set",
+       "cluster.preset=aurora", "--set", "cluster.nodes=2", "--set", "run.resolution=1024",
+       "--set", "run.steps=100000", "--set", "emulator.workers=2"},
+      dir);
+  const fs::path err = dir / "child.stderr";
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (read_text(err).find("s left)") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  c.signal(SIGINT);
+  const ChildResult r = c.wait(std::chrono::seconds(30));
+  EXPECT_EQ(r.exit_code, 130) << r.err;
+  const std::regex line(R"(step \d+/100000 \(\d+ s, about \d+ s left\)\n)");
+  EXPECT_TRUE(std::regex_search(r.err, line)) << r.err;
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << "a log gets lines, not a rewritten one";
   fs::remove_all(dir);
 }
 
