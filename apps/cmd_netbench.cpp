@@ -23,14 +23,19 @@
 // #wrong out of place and in place, with its header lines), so parsers of nccl-tests output read
 // it; in place is the same run (buffers carry sizes only), and #wrong is N/A (no data to check).
 // Its options are nccl-tests' too: -b -e -f -i (step bytes), -n (timed iterations, the time is
-// their mean), -w (warm-up iterations), -g (GPUs: ranks, as nodes of the cluster), -c (accepted;
-// nothing to check). The bytes each tier carried and the flows follow as comment lines.
+// their mean), -w (warm-up iterations), -g (GPUs: ranks, as nodes of the cluster), -d (the
+// element type), -c and -G (accepted; nothing to check, no launch to capture), and its op names
+// (alltoall, allgather, ...). Its defaults are calibrate's: the library's all-to-all schedule,
+// and -w 1 -n 2 where the cluster's device has a host. The bytes each tier carried and the flows
+// follow as comment lines, then "# Collective test concluded".
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -53,16 +58,18 @@ struct NetbenchOptions {
   std::vector<std::string> sets;
   std::string op = "all_to_all";
   std::string algo = "flat";
-  std::string a2a = "pairwise";
+  std::string a2a = "library";  // the schedule runs use (and calibrate predicts with)
   std::uint64_t min_bytes = 1 << 10;
   std::uint64_t max_bytes = 64 << 20;
   double factor = 2;             // -f: size multiplier between rows
   std::uint64_t step_bytes = 0;  // -i: size increment between rows instead (0: use -f)
-  int iters = 1;                 // -n: timed iterations per size (the time is their mean)
-  int warmup = 0;                // -w: iterations before the timed ones
-  int gpus = 0;                  // -g: ranks (0: the cluster's)
-  int check = 0;                 // -c: accepted; phantom buffers carry nothing to check
-  int nodes = 0;                 // --nodes: cluster.nodes (0: the config's)
+  int iters = -1;        // -n: timed iterations per size, their mean (-1: 2 with a host, else 1)
+  int warmup = -1;       // -w: iterations before the timed ones (-1: 1 with a host, else 0)
+  std::string datatype;  // -d: nccl-tests' type name (sets the wire bytes)
+  int graph_iters = 0;   // -G: accepted (virtual time has no launch to capture)
+  int gpus = 0;          // -g: ranks (0: the cluster's)
+  int check = 0;         // -c: accepted; phantom buffers carry nothing to check
+  int nodes = 0;         // --nodes: cluster.nodes (0: the config's)
   double wire_bytes = 2;
   int workers = 0;
   std::string json;
@@ -124,7 +131,16 @@ double bus_factor(const std::string& op, int p) {
   return parse_bench_op(op, b) ? bench_bus_factor(b, p) : 1.0;
 }
 
-void run_netbench(const NetbenchOptions& o) {
+// The most rows one sweep may have, and the largest buffer: past them a sweep would run for
+// hours (-i 1 from 1 byte to 1 GiB is a billion rows).
+constexpr double kMaxRows = 4096;
+constexpr std::uint64_t kMaxNetbenchBytes = std::uint64_t{1} << 40;
+
+void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on the cluster
+  if (o.max_bytes > kMaxNetbenchBytes || o.min_bytes > kMaxNetbenchBytes)
+    throw UserError("netbench: -b and -e: at most " + std::to_string(kMaxNetbenchBytes) +
+                    " bytes (1 TiB) per rank, found " + std::to_string(o.min_bytes) + " and " +
+                    std::to_string(o.max_bytes) + " (a negative size reads as a huge one)");
   if (o.min_bytes < 1 || o.max_bytes < o.min_bytes)
     throw UserError("netbench: expected 1 <= --min-bytes <= --max-bytes, found " +
                     std::to_string(o.min_bytes) + " and " + std::to_string(o.max_bytes));
@@ -133,9 +149,32 @@ void run_netbench(const NetbenchOptions& o) {
                     std::to_string(o.factor));
   if (o.algo == "tapa" && o.op != "all_to_all")
     throw UserError("netbench: --algo tapa is an all-to-all algorithm, not one for " + o.op);
-  if (o.iters < 1 || o.warmup < 0)
-    throw UserError("netbench: expected -n >= 1 and -w >= 0, found " + std::to_string(o.iters) +
-                    " and " + std::to_string(o.warmup));
+  const double sizes =
+      o.step_bytes > 0
+          ? static_cast<double>(o.max_bytes - o.min_bytes) / static_cast<double>(o.step_bytes) + 1
+          : std::log(static_cast<double>(o.max_bytes) / static_cast<double>(o.min_bytes)) /
+                    std::log(o.factor) +
+                1;
+  if (sizes > kMaxRows)
+    throw UserError("netbench: " + std::to_string(static_cast<long long>(sizes)) +
+                    " sizes from -b " + std::to_string(o.min_bytes) + " to -e " +
+                    std::to_string(o.max_bytes) + " by " +
+                    (o.step_bytes > 0 ? "-i " + std::to_string(o.step_bytes)
+                                      : "-f " + std::to_string(o.factor)) +
+                    ": at most " + std::to_string(static_cast<int>(kMaxRows)) +
+                    " rows a sweep; a larger -i or -f, or a narrower range");
+  if (!o.datatype.empty()) {
+    static const std::map<std::string, double> kTypes = {
+        {"int8", 1},     {"char", 1},  {"uint8", 1},  {"half", 2},   {"float16", 2},
+        {"bfloat16", 2}, {"int32", 4}, {"int", 4},    {"uint32", 4}, {"float", 4},
+        {"float32", 4},  {"int64", 8}, {"uint64", 8}, {"double", 8}, {"float64", 8}};
+    const auto t = kTypes.find(o.datatype);
+    if (t == kTypes.end())
+      throw UserError("netbench: -d " + o.datatype +
+                      ": expected one of nccl-tests' types (int8, half, bfloat16, float, "
+                      "int32, int64, double)");
+    o.wire_bytes = t->second;
+  }
   Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
   for (const std::string& s : o.sets) cfg.set(s);
   if (o.nodes > 0) cfg.set("cluster.nodes=" + std::to_string(o.nodes));
@@ -150,6 +189,9 @@ void run_netbench(const NetbenchOptions& o) {
     cfg.set("cluster.nodes=" + std::to_string(o.gpus / per_node));
   }
   Cluster c = load_cluster(cfg, config_dir() / "clusters");
+  // As calibrate times its points: a device with a host pays its issue cost on the first call.
+  if (o.warmup < 0) o.warmup = c.device->has_host() ? 1 : 0;
+  if (o.iters < 0) o.iters = c.device->has_host() ? 2 : 1;
   const Topology topo = c.topology;
   const int p = topo.num_ranks();
   const std::string network = c.network->name();
@@ -255,6 +297,10 @@ void run_netbench(const NetbenchOptions& o) {
     std::printf(" %9llu %8.2f\n", static_cast<unsigned long long>(row.flows), row.wall_s);
   }
 
+  std::printf("#\n# Collective test concluded: %s_perf\n",
+              o.op == "all_to_all" ? "alltoall" : o.op.c_str());
+  std::fflush(stdout);
+
   if (!o.json.empty()) {
     nlohmann::json j;
     j["op"] = o.op;
@@ -304,13 +350,27 @@ void add_netbench_command(CLI::App& app) {
                   "run config with a [cluster] section, a cluster preset file, or a preset name")
       ->required();
   cmd->add_option("--set", o->sets, "override a key, e.g. --set cluster.nodes=8");
-  cmd->add_option("--op", o->op, "collective")
+  cmd->add_option("--op", o->op, "collective (nccl-tests' names too: alltoall, allgather, ...)")
+      ->transform(
+          CLI::Transformer(std::map<std::string, std::string>{{"alltoall", "all_to_all"},
+                                                              {"allgather", "all_gather"},
+                                                              {"allreduce", "all_reduce"},
+                                                              {"reducescatter", "reduce_scatter"}}))
       ->check(
           CLI::IsMember({"all_to_all", "all_gather", "all_reduce", "reduce_scatter", "sendrecv"}));
+  cmd->add_option("-d,--datatype", o->datatype,
+                  "nccl-tests -d: the element type (int8, half, bfloat16, float, int32, int64, "
+                  "double); sets the wire bytes per element");
+  cmd->add_option("-G,--cudagraph", o->graph_iters,
+                  "nccl-tests -G: accepted; virtual time has no launches to capture, so a call "
+                  "costs what the cluster's library and host figures say")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--algo", o->algo, "flat: one world all-to-all; tapa: one phase per level")
       ->check(CLI::IsMember({"flat", "tapa"}));
   cmd->add_option("--rounds", o->a2a,
-                  "how each all-to-all posts its messages: pairwise (p-1 rounds) or concurrent")
+                  "how each all-to-all posts its messages: library (the cluster library's "
+                  "schedule, as runs and calibrate use it), pairwise (p-1 rounds), xor, "
+                  "concurrent or bruck")
       ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
   cmd->add_option("-b,--min-bytes", o->min_bytes, "smallest send buffer per rank (e.g. 1K, 4MB)")
       ->transform(CLI::AsSizeValue(false));
@@ -322,11 +382,13 @@ void add_netbench_command(CLI::App& app) {
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("-n,--iters", o->iters,
                   "timed iterations per size, back to back; the time is their mean (nccl-tests "
-                  "-n; virtual time repeats, so 1 by default)")
-      ->check(CLI::PositiveNumber);
+                  "-n; default as calibrate times its points: 2 where the cluster's device has a "
+                  "host, else 1)")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("-w,--warmup-iters", o->warmup,
-                  "iterations before the timed ones (nccl-tests -w)")
-      ->check(CLI::NonNegativeNumber);
+                  "iterations before the timed ones (nccl-tests -w; default 1 where the "
+                  "cluster's device has a host, else 0)")
+      ->check(CLI::Range(0, 1000));
   cmd->add_option("-g,--ngpus", o->gpus,
                   "GPUs (ranks) in the test, whole nodes of the cluster (nccl-tests -g; sets "
                   "cluster.nodes)")

@@ -267,5 +267,43 @@ TEST_F(Netbench, OutputIsReadByAnNcclTestsParser) {
       << ar.out;
 }
 
+// netbench's defaults are what calibrate says its predictions are (the library's schedule, and
+// -w 1 -n 2 on a device with a host); it takes nccl-tests' -d, -G and op names, ends as
+// nccl-tests does, and refuses sweeps and counts that would run for hours, naming the flag.
+TEST_F(Netbench, DefaultsFlagsAndBoundsAreNcclTestsAndCalibrates) {
+  const std::vector<std::string> size = {"-b", "1M", "-e", "1M"};
+  auto bench = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {"netbench", "hgx-h100", "--nodes", "2"};
+    a.insert(a.end(), size.begin(), size.end());
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run_cocodiff(a, dir_);
+  };
+  const ChildResult plain = bench({});
+  const ChildResult as_calibrate = bench({"--rounds", "library", "-w", "1", "-n", "2"});
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_EQ(as_calibrate.exit_code, 0) << as_calibrate.err;
+  auto table_row = [](const std::string& out) {
+    const size_t at = out.find("\n     1048576");
+    return at == std::string::npos ? std::string() : out.substr(at, out.find('\n', at + 1) - at);
+  };
+  EXPECT_FALSE(table_row(plain.out).empty()) << plain.out;
+  EXPECT_EQ(table_row(plain.out), table_row(as_calibrate.out));
+  EXPECT_NE(plain.out.find("warmup iters: 1 iters: 2"), std::string::npos) << plain.out;
+  EXPECT_NE(plain.out.find("# Collective test concluded: alltoall_perf"), std::string::npos)
+      << plain.out;
+  const ChildResult named = bench({"--op", "alltoall", "-d", "float", "-G", "10"});
+  EXPECT_EQ(named.exit_code, 0) << named.err;
+  EXPECT_NE(named.out.find("    float "), std::string::npos) << named.out;
+  for (const auto& [args, piece] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"netbench", "uniform", "-i", "1", "-b", "1", "-e", "1G"}, "rows a sweep"},
+           {{"netbench", "uniform", "-w", "100000000"}, "--warmup-iters"},
+           {{"netbench", "uniform", "-e", "-1"}, "-b and -e: at most"},
+           {{"netbench", "uniform", "-d", "fp7"}, "-d fp7"}}) {
+    const ChildResult r = run_cocodiff(args, dir_);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find(piece), std::string::npos) << piece << ": " << r.err;
+  }
+}
+
 }  // namespace
 }  // namespace cocodiff::test
