@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "apps/commands.hpp"
+#include "apps/memory_estimate.hpp"
 #include "apps/run_exec.hpp"
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
@@ -68,13 +69,41 @@ std::string compare_notes(const std::vector<std::string>& order,
   std::ostringstream notes;
   for (size_t i = 0; i < order.size(); ++i) {
     const VMajorSum v = v_major_sum(reports[i]);
-    const double threshold = plans[i].settings.strategy_options.v_major_threshold;
-    if (v.present && threshold > 0 && v.saved_bytes <= 0)
+    const dit::StrategyOptions& so = plans[i].settings.strategy_options;
+    const double threshold = so.v_major_threshold;
+    if (!v.present || threshold <= 0) continue;
+    const double active = v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0;
+    const int steps = plans[i].settings.steps;
+    if (so.v_major_warmup_steps >= steps) {
+      // No step after the warm-up: V went in full everywhere, whatever the threshold.
+      notes << "note: " << order[i]
+            << ": V-Major's warm-up (v_major.warmup_steps = " << so.v_major_warmup_steps
+            << ") covers all " << steps
+            << " steps, which send V in full: run more steps than the warm-up to see what "
+               "v_major.threshold = "
+            << threshold << " selects\n";
+      continue;
+    }
+    if (v.saved_bytes <= 0)
       notes << "note: " << order[i] << ": V-Major at v_major.threshold = " << threshold
-            << " saved nothing: it sent " << fmt("%.4f", -v.saved_bytes / 1e9)
-            << " GB more than V in full (block masks; "
-            << fmt("%.1f", v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0)
+            << " saved nothing: it sent " << human_bytes(static_cast<std::int64_t>(-v.saved_bytes))
+            << " more than V in full (block masks; " << fmt("%.1f", active)
             << "% of blocks active): raise v_major.threshold, or leave v_major out\n";
+    // Lossy for little: quality lost where the bytes saved were a small share of V.
+    const nlohmann::ordered_json* q =
+        reports[i].contains("quality") ? &reports[i]["quality"] : nullptr;
+    if (q != nullptr && q->is_object() && q->contains("preview_psnr_db") &&
+        (*q)["preview_psnr_db"].is_number() && v.full_bytes > 0) {
+      const double psnr = (*q)["preview_psnr_db"].get<double>();
+      const double saved = v.saved_bytes / v.full_bytes;
+      if (psnr < 35)
+        notes << "note: " << order[i] << ": V-Major at v_major.threshold = " << threshold
+              << " is lossy: it left out " << fmt("%.1f", 100 * std::max(0.0, saved))
+              << "% of V's bytes on its tiers and the preview fell to " << fmt("%.1f", psnr)
+              << " dB PSNR against the exact run; what it saves in time is this entry against "
+                 "the same strategy at v_major.threshold = 0 (compare again with --set "
+                 "v_major.threshold=0), and a lower threshold keeps more quality\n";
+    }
   }
   for (size_t i = 0; i < order.size(); ++i) {
     const std::vector<std::string> fi = dit::attention_strategy_features(order[i]);
@@ -274,7 +303,8 @@ void add_compare_command(CLI::App& app) {
       if (any_v_major) {
         const VMajorSum v = v_major_sum(e);
         if (v.present)
-          std::snprintf(line, sizeof line, " %11.4f %6.1f%%", v.saved_bytes / 1e9,
+          std::snprintf(line, sizeof line, " %11.4f %6.1f%%",
+                        std::abs(v.saved_bytes) < 5e4 ? 0.0 : v.saved_bytes / 1e9,  // no -0.0000
                         v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
         else
           std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
@@ -297,7 +327,7 @@ void add_compare_command(CLI::App& app) {
     {
       std::vector<nlohmann::ordered_json> reports;
       reports.reserve(recs.size());
-      for (const RunRecord& rec : recs) reports.push_back(rec.report);
+      for (const nlohmann::ordered_json& e : entries) reports.push_back(e);  // with quality
       std::cout << compare_notes(order, reports, plans);
     }
     nlohmann::ordered_json doc;
