@@ -475,23 +475,15 @@ void a2a(const Args& a, const Options& o) {
   for (const std::string algo : {"flat", "tapa"}) {
     progress.step("netbench " + algo);
     const std::filesystem::path json = std::filesystem::absolute(a.out / ("a2a_" + algo + ".json"));
-    std::vector<std::string> argv = {a.cocodiff.string(),
-                                     "netbench",
+    std::vector<std::string> argv = {a.cocodiff.string(), "netbench",
                                      (a.config_dir / "clusters" / (o.cluster + ".toml")).string(),
-                                     "--set",
-                                     "cluster.nodes=1",
-                                     "--op",
-                                     "all_to_all",
-                                     "--algo",
-                                     algo,
-                                     "--min-bytes",
-                                     a.smoke ? "64K" : "1K",
-                                     "--max-bytes",
+                                     "--set", "cluster.nodes=1", "--op", "all_to_all", "--algo",
+                                     algo, "--min-bytes", a.smoke ? "64K" : "1K", "--max-bytes",
                                      a.smoke ? "256K" : "256M",
-                                     "--workers",
-                                     std::to_string(a.workers),
-                                     "--json",
-                                     json.string()};
+                                     // One call, pairwise rounds: the study's sweep as it was
+                                     // recorded (netbench's defaults are calibrate's).
+                                     "--rounds", "pairwise", "-w", "0", "-n", "1", "--workers",
+                                     std::to_string(a.workers), "--json", json.string()};
     const ChildRun r = run_command(argv, a.out / ("a2a_" + algo + ".log"));
     if (r.exit_code != 0) {
       std::fprintf(stderr, "netbench %s failed: %s\n", algo.c_str(), r.error.c_str());
