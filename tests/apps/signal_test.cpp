@@ -96,9 +96,9 @@ TEST(Signals, ALongRunShowsProgressInALog) {
   fs::remove_all(dir);
   Child c = Child::start(
       {"run", (fs::path(COCODIFF_TEST_DATA) / "good.toml").string(), "--out",
-       (dir / "out").string(), "--set", "model.preset=flux1-dev", "--set",
-       "cluster.preset=aurora", "--set", "cluster.nodes=2", "--set", "run.resolution=1024",
-       "--set", "run.steps=100000", "--set", "emulator.workers=2"},
+       (dir / "out").string(), "--set", "model.preset=flux1-dev", "--set", "cluster.preset=aurora",
+       "--set", "cluster.nodes=2", "--set", "run.resolution=1024", "--set", "run.steps=100000",
+       "--set", "emulator.workers=2"},
       dir);
   const fs::path err = dir / "child.stderr";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
