@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Whole transformer forwards of every shipped model family, measured on one GPU as users run
+them (diffusers' own transformer classes, eager PyTorch), against cocodiff's prediction.
+
+For every row of configs/measurements/<MEASURED>/forwards.csv (bench/fidelity/models/forwards.py)
+that the emulator can run as measured, runs one phantom step of the same model, size and batch on
+one GPU of the preset (serial strategy, cluster.nodes = 1, topology.sizes = [1]) and prints
+measured / predicted / error. Batch 1 is the run with run.cfg_scale = 1 (no unconditional
+pass); batch 2 is the batch-CFG forward of the families that batch their guidance (SD3.5,
+DiT-XL/2). FLUX.1-dev, FLUX.2-dev (guidance-distilled) and Qwen-Image (true CFG: two forwards
+of batch 1) run no forward of batch 2, so their batch-2 rows are listed as measured only.
+A row is host-bound when the forward's host time (the Python call until it returns, before the
+device is synchronised) is at least 90% of its median time: the GPU waited for the host.
+
+Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models] [--out DIR]
+Writes DIR/models_fidelity.{json,txt} (default bench/fidelity/results).
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+
+ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(
+    os.path.join(os.path.dirname(__file__), "..", ".."))
+
+# The families whose pipeline batches the conditional and unconditional passes into one forward.
+BATCH_CFG = {"sd3", "dit"}
+
+
+def predict(cocodiff, preset, row, cache):
+    """cocodiff's virtual time of the row's forward in ms, or None when it runs no such forward."""
+    batch = int(row["batch"])
+    if batch == 2 and row["family"] not in BATCH_CFG:
+        return None
+    w, h = int(row["width"]), int(row["height"])
+    key = (row["model"], w, h, batch)
+    if key in cache:
+        return cache[key]
+    sets = [f"model.preset={row['model']}", f"cluster.preset={preset}", "cluster.nodes=1",
+            "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
+            "run.math=skip", "run.steps=1", "emulator.trace=false", "emulator.workers=1"]
+    sets += [f"run.resolution={w}"] if w == h else [f"run.width={w}", f"run.height={h}"]
+    if batch == 1:
+        sets.append("run.cfg_scale=1")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "run")
+        cmd = [cocodiff, "run", os.path.join(ROOT, "configs", "quickstart.toml"), "--out", out, "-q"]
+        for s in sets:
+            cmd += ["--set", s]
+        subprocess.run(cmd, check=True)
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+    cache[key] = report["virtual_time_s"] * 1e3
+    return cache[key]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("cocodiff")
+    p.add_argument("--preset", default="hgx-h200")
+    p.add_argument("--measured", default="h200x1-models")
+    p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
+    a = p.parse_args()
+    path = os.path.join(ROOT, "configs", "measurements", a.measured, "forwards.csv")
+    rows = list(csv.DictReader(open(path)))
+    cache, out_rows = {}, []
+    for r in rows:
+        measured = float(r["median_ms"])
+        host = float(r["host_ms"])
+        pred = predict(a.cocodiff, a.preset, r, cache)
+        out_rows.append({
+            "family": r["family"], "model": r["model"], "width": int(r["width"]),
+            "height": int(r["height"]), "batch": int(r["batch"]), "measured_ms": measured,
+            "min_ms": float(r["min_ms"]), "max_ms": float(r["max_ms"]), "host_ms": host,
+            "host_bound": host >= 0.9 * measured, "predicted_ms": pred,
+            "error": None if pred is None else (pred - measured) / measured})
+    lines = [f"# {a.preset} against {os.path.relpath(path, ROOT)} (one GPU, one forward; error = predicted / measured - 1)",
+             f"{'model':<12} {'size':>9} {'batch':>5} {'measured_ms':>11} {'host_ms':>8} "
+             f"{'predicted_ms':>12} {'error':>7}  bound"]
+    for o in out_rows:
+        pred = "-" if o["predicted_ms"] is None else f"{o['predicted_ms']:.2f}"
+        err = "-" if o["error"] is None else f"{100 * o['error']:+.1f}%"
+        lines.append(f"{o['model']:<12} {o['width']:>4}x{o['height']:<4} {o['batch']:>5} "
+                     f"{o['measured_ms']:>11.2f} {o['host_ms']:>8.2f} {pred:>12} {err:>7}  "
+                     f"{'host' if o['host_bound'] else 'gpu'}")
+    # By model and bound: the median and the largest |error|.
+    lines.append("# by model: |error| where the GPU is the bottleneck, and where the host is")
+    summary = {}
+    for model in dict.fromkeys(o["model"] for o in out_rows):
+        for bound in ("gpu", "host"):
+            errs = [abs(o["error"]) for o in out_rows if o["model"] == model and
+                    o["error"] is not None and (o["host_bound"] == (bound == "host"))]
+            if not errs:
+                continue
+            summary[f"{model} {bound}"] = {"cases": len(errs), "median": statistics.median(errs),
+                                           "max": max(errs)}
+            lines.append(f"#   {model:<12} {bound:<4}-bound: {len(errs):2d} cases, median "
+                         f"{100 * statistics.median(errs):5.1f}%, max {100 * max(errs):5.1f}%")
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "models_fidelity.txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(a.out, "models_fidelity.json"), "w") as f:
+        json.dump({"preset": a.preset, "measured": a.measured, "rows": out_rows,
+                   "summary": summary}, f, indent=1)
+        f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
