@@ -716,6 +716,10 @@ void run_calibrate(const CalibrateOptions& o) {
 
   const std::string stem = std::filesystem::path(o.out).stem().string();
   calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
+  // The file's node count covers its points: a run naming it runs the nodes they ran on.
+  if (const std::optional<std::int64_t> nodes = table["nodes"].value<std::int64_t>();
+      min_nodes > nodes.value_or(1))
+    calibrate::set_key(table, "nodes", toml::value<std::int64_t>(min_nodes));
   const std::optional<std::string> desc = table["description"].value<std::string>();
   calibrate::set_key(table, "description",
                      toml::value<std::string>(desc.value_or(base.name) +

@@ -471,6 +471,12 @@ TEST_F(Calibrate, ReadsLogsTaggedByTheLauncher) {
   EXPECT_NE(r.out.find("sendrecv           2     2      33554432 -               1537.30"),
             std::string::npos)
       << r.out;
+  // The file runs the nodes its points ran on, where the cluster's own file says one.
+  const fs::path h100 = dir_ / "h100.toml";
+  const ChildResult h = run_cocodiff(
+      {"calibrate", log.string(), "--cluster", "hgx-h100", "--out", h100.string()}, dir_);
+  ASSERT_EQ(h.exit_code, 0) << h.err;
+  EXPECT_NE(read_text(h100).find("\nnodes = 2\n"), std::string::npos) << read_text(h100);
 }
 
 TEST_F(Calibrate, OldNcclTestsLogsNameTheirOpByBinaryOrFileName) {
