@@ -16,6 +16,9 @@ std::unique_lock<std::mutex> hold_interrupts();
 /// From now on SIGINT/SIGTERM end the process without a message (an MPI rank waiting for
 /// another rank's abort, which reports the error).
 void quiet_interrupts();
+/// Undoes quiet_interrupts(): an MPI rank quiet only while the ranks decide whether one of them
+/// failed (a rank the launcher ends in that window must not print an interrupt notice).
+void loud_interrupts();
 void add_validate_command(CLI::App& app);
 /// --ulysses-degree N, --ring-degree N and --cfg-degree N on `cmd` (xDiT's flags): each appends
 /// parallel.ulysses_degree / ring_degree / cfg_degree = N to `sets`, which must outlive the parse.

@@ -97,6 +97,8 @@ void start_interrupt_watcher() {
 
 void quiet_interrupts() { g_quiet = true; }
 
+void loud_interrupts() { g_quiet = false; }
+
 std::unique_lock<std::mutex> hold_interrupts() {
   std::unique_lock<std::mutex> lk(g_output_mutex);
   g_outputs_started = true;

@@ -207,9 +207,11 @@ int run_mpi_main(const RunCommandOptions& opt) {
     } catch (...) {
       bad_input = std::current_exception();
     }
+    // Quiet while the ranks decide: the lowest failing rank may abort the job (and the launcher
+    // end every other rank) before another has returned from the decision.
+    quiet_interrupts();
     if (const int first = runtime.lowest_failed_rank(bad_input != nullptr); first >= 0) {
       if (first == runtime.world_rank()) std::rethrow_exception(bad_input);
-      quiet_interrupts();
       runtime.abort_quietly(2);
     }
     RunPlan& plan = *resolved;
@@ -219,7 +221,6 @@ int run_mpi_main(const RunCommandOptions& opt) {
             compare_runs(run_identity(plan, opt), runtime.world_rank(), runtime.world_size());
         !differ.empty()) {
       if (runtime.world_rank() == 0) throw ConfigError(differ);
-      quiet_interrupts();
       runtime.abort_quietly(2);
     }
     // Hosts that do not match the topology: every rank sees the same gathered placement and
@@ -241,9 +242,9 @@ int run_mpi_main(const RunCommandOptions& opt) {
     }
     if (const int first = runtime.lowest_failed_rank(misplaced != nullptr); first >= 0) {
       if (first == runtime.world_rank()) std::rethrow_exception(misplaced);
-      quiet_interrupts();
       runtime.abort_quietly(2);
     }
+    loud_interrupts();  // every rank passed the checks: an interrupt from here on says so
     const bool root = world->rank() == 0;
     if (root && !quiet) std::cout << describe(plan, "mpi") << std::flush;
     std::shared_ptr<const dit::Weights> weights = weights_for(plan);
