@@ -384,6 +384,15 @@ void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Me
     }
     // A data row: size count type redop root time algbw busbw #wrong [time algbw busbw #wrong].
     std::int64_t size = 0, count = 0;
+    // A line that opens with a digit is meant as a data row: one that is not a whole one (cut
+    // off, a size that is no integer or overflows) is an error, never a row dropped in silence.
+    const bool numeric = !w.empty() && !w[0].empty() && w[0][0] >= '0' && w[0][0] <= '9' &&
+                         w[0].find_first_not_of("0123456789.") == std::string_view::npos;
+    if (numeric && (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)))
+      bad(where,
+          "a data row of nccl-tests: size count type redop root time algbw busbw #wrong (and the "
+          "in-place time algbw busbw #wrong), size and count integers",
+          shown(t));
     if (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)) {
       const std::string b = perf_binary(t);
       if (!b.empty() && sections.back().rows.empty() && sections.back().binary.empty())
@@ -395,6 +404,14 @@ void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Me
     Section& s = sections.back();
     if (size < 0 || size > kMaxBytes)
       bad(where, "a size in bytes in [0, " + std::to_string(kMaxBytes) + "]", shown(w[0]));
+    // #wrong: the values the test found wrong (N/A without a check). A row with any is the time
+    // of a failed run.
+    for (const size_t col : {size_t{8}, size_t{12}}) {
+      std::int64_t wrong = 0;
+      if (col < w.size() && w[col] != "N/A" && (!parse_int(w[col], wrong) || wrong != 0))
+        bad(where, "#wrong 0 or N/A (a row whose values the test found wrong is a failed run)",
+            shown(w[col]));
+    }
     for (const auto& [col, variant] :
          {std::pair<size_t, const char*>{5, "out-of-place"}, {9, "in-place"}}) {
       if (col >= w.size()) continue;
