@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <iostream>
 
@@ -47,6 +48,18 @@ void add_run_command(CLI::App& app) {
     if (opt->out.empty())
       opt->out =
           (std::filesystem::path("out") / std::filesystem::path(opt->config).stem()).string();
+    // Started by mpirun without --backend mpi: every rank would run the whole emulator into the
+    // same --out. Say so, once, from the first rank.
+    if (const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+        opt->backend != "mpi" && size != nullptr && std::atoi(size) > 1) {
+      const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+      if (rank == nullptr || std::atoi(rank) == 0)
+        throw ConfigError(std::string("this run was started by mpirun as ") + size +
+                          " ranks, but without --backend mpi each would run the whole emulator "
+                          "into the same --out: add --backend mpi, or run cocodiff without "
+                          "mpirun (the emulator is one process)");
+      std::exit(2);  // the first rank says why
+    }
     if (opt->backend != "mpi") check_output_target(opt->out, opt->force);  // before the run
     if (opt->backend == "mpi") {
       std::exit(run_mpi_main(*opt));

@@ -594,9 +594,20 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
       found = found || topo.tier_name(k) == tier;
       list += (list.empty() ? "" : ", ") + topo.tier_name(k);
     }
-    if (!found)
-      throw ConfigError(cfg.where("v_major.tiers"), "v_major.tiers",
-                        "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
+    if (found) continue;
+    // The default names the inter-node tier: where the cluster names it otherwise, the default
+    // matters only to a strategy that runs V-Major, and the key to set is v_major.tiers.
+    if (!cfg.has("v_major.tiers")) {
+      if (s.strategy != "cocodiff" && s.strategy.find("v_major") == std::string::npos) continue;
+      throw ConfigError(cfg.where("run.strategy"), "v_major.tiers",
+                        "tiers of this cluster (" + list + "; its node tier is " +
+                            topo.tier_name(topo.num_tiers() - 1) +
+                            ", cluster.topology.node_tier): set v_major.tiers for strategy \"" +
+                            s.strategy + "\"",
+                        "the default [\"" + tier + "\"]");
+    }
+    throw ConfigError(cfg.where("v_major.tiers"), "v_major.tiers",
+                      "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
   }
   cfg.check_no_unknown_keys();
   check_input_files(plan);

@@ -186,7 +186,16 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.base_shift = cfg_reader.get_double("base_shift", m.base_shift, -10, 10);
   m.max_shift = cfg_reader.get_double("max_shift", m.max_shift, -10, 10);
   m.base_seq_len = cfg_reader.get_int("base_seq_len", m.base_seq_len, 1, 1 << 24);
-  m.max_seq_len = cfg_reader.get_int("max_seq_len", m.max_seq_len, m.base_seq_len + 1, 1 << 24);
+  m.max_seq_len = cfg_reader.get_int("max_seq_len", m.max_seq_len, 2, 1 << 24);
+  if (m.max_seq_len <= m.base_seq_len) {
+    // Blame the key that was set: a base above the preset's max is the base's fault.
+    const bool max_set = cfg.has("model.max_seq_len");
+    const std::string key = max_set ? "max_seq_len" : "base_seq_len";
+    throw ConfigError(cfg_reader.where(key), "model." + key,
+                      max_set ? "above model.base_seq_len (" + std::to_string(m.base_seq_len) + ")"
+                              : "below model.max_seq_len (" + std::to_string(m.max_seq_len) + ")",
+                      std::to_string(max_set ? m.max_seq_len : m.base_seq_len));
+  }
   m.timestep_scale = cfg_reader.get_double("timestep_scale", 1000.0, 1e-6, 1e6);
 
   // Structural checks that involve several keys.

@@ -560,7 +560,11 @@ Cluster load_cluster(const Config& cfg, const std::filesystem::path& preset_dir)
 
   auto graph = std::make_shared<ClusterGraph>(c.topology);
   add_link_classes(in, *graph);
-  if (in.has("nic")) add_nics_and_fabric(in, *graph);
+  if (in.has("nic"))
+    add_nics_and_fabric(in, *graph);
+  else if (in.has("fabric"))  // read with the NICs: without them it would be an "unknown key"
+    in.fail("fabric", "a [nic] section beside it (the NICs that connect the nodes to the fabric)",
+            "[fabric] without [nic]");
   c.device_params = read_device(in, c.name);
   c.library = read_library(in, preset_dir);
   in.check_no_unknown_keys();

@@ -342,6 +342,34 @@ TEST_F(Cli, EmptyModelsAndEmptyNamesAreRefused) {
   EXPECT_EQ(c.out, "") << "compare ran before refusing";
 }
 
+// Errors blame the key that is wrong: a base_seq_len past the preset's max_seq_len, a renamed node
+// tier (only where V-Major would use the default tier), a [fabric] without its [nic]; and a run
+// started by mpirun without --backend mpi says so instead of running one emulator per rank.
+TEST_F(Cli, ErrorsBlameTheKeyThatIsWrong) {
+  const std::string g = (kData / "good.toml").string();
+  expect_user_error(run_config(g, {"--set", "model.base_seq_len=100000"}),
+                    {"key 'model.base_seq_len': expected below model.max_seq_len"});
+  EXPECT_EQ(run({"validate", g, "--set", "cluster.topology.node_tier=net"}).exit_code, 0);
+  expect_user_error(
+      run_config(g, {"--set", "cluster.topology.node_tier=net", "--set", "run.strategy=cocodiff"}),
+      {"key 'v_major.tiers'", "set v_major.tiers for strategy \"cocodiff\""});
+  const fs::path nonic = write("nonic.toml",
+                               "name = \"x\"\nnodes = 2\n[topology]\nlevels = [\"gpu\"]\n"
+                               "sizes = [2]\ntiers = [\"intra\"]\n[links.a]\nkind = \"switch\"\n"
+                               "level = \"gpu\"\nbandwidth_gbytes_per_s = 100\nlatency_ns = 100\n"
+                               "[fabric]\nkind = \"nonblocking\"\nlatency_ns = 100\n");
+  const ChildResult n = run({"netbench", nonic.string()});
+  EXPECT_EQ(n.exit_code, 2) << n.err;
+  EXPECT_NE(n.err.find("a [nic] section beside it"), std::string::npos) << n.err;
+  ::setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  const ChildResult m = run_config(g);
+  ::unsetenv("OMPI_COMM_WORLD_SIZE");
+  EXPECT_EQ(m.exit_code, 2) << m.err;
+  EXPECT_NE(m.err.find("started by mpirun as 4 ranks, but without --backend mpi"),
+            std::string::npos)
+      << m.err;
+}
+
 // Misspelt cluster keys and presets get a "did you mean", as run keys do.
 TEST_F(Cli, MisspeltClusterKeysAndPresetsGetAHint) {
   const std::string g = (kData / "good.toml").string();
