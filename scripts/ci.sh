@@ -42,8 +42,8 @@ stage_asan() {
   cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_COMPILER=clang++-14 \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DCOCODIFF_SANITIZE=address,undefined
   cmake --build build-asan -j "$jobs" --target cocodiff emulator_test net_models_test dit_test \
-    apps_test e2e_forward_test safetensors_limits_test fuzz_config fuzz_safetensors fuzz_png \
-    fuzz_calibrate_csv fuzz_nccl_tests
+    apps_test e2e_forward_test safetensors_limits_test fuzz_config fuzz_safetensors \
+    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests
   # halt_on_error makes every UBSan report fatal. The emulator declares each fiber's stack to
   # ASan when the fiber gains control (emulator/detail/stack_pool.hpp), which is enough for
   # exceptions thrown on fiber stacks; detect_stack_use_after_return stays off because the fake
@@ -74,10 +74,10 @@ stage_fuzz() {
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCOCODIFF_FUZZ=ON -DCOCODIFF_SANITIZE=address,undefined \
     -DCOCODIFF_BUILD_BENCH=OFF -DCOCODIFF_WITH_MPI=OFF
-  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors fuzz_png \
-    fuzz_calibrate_csv fuzz_nccl_tests
+  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors \
+    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests
   local t
-  for t in config safetensors png calibrate_csv nccl_tests; do
+  for t in config safetensors safetensors_index png calibrate_csv nccl_tests; do
     # New inputs go to a scratch corpus (listed first); the checked-in seeds are only read.
     local work="build-fuzz/corpus-$t"
     mkdir -p "$work"
