@@ -221,7 +221,7 @@ for spec in ['rank=99,step=0', 'rank=1,step=99', 'rank=-1,step=0', 'rank=1', 'ki
     shutil.rmtree(out, ignore_errors=True)
     expect('inject-fault ' + spec, ['run', GOOD, '--out', out, '-q', '--inject-fault', spec], hints=('--inject-fault',), out=out)
 def seeds_of(dirp):
-    names = sorted(os.listdir(dirp))
+    names = sorted(n for n in os.listdir(dirp) if n != '.cocodiff-output')  # every set's marker
     if names != ['compare.json', 'flat', 'tapa']: return None
     doc = json.load(open(os.path.join(dirp, 'compare.json')))
     s = int(doc['sets'][-1].split('=')[1])
@@ -301,6 +301,80 @@ if mpirun:
         'mpi.progress_floor_s=2', '--set', 'mpi.progress_multiple=3'], (2,), 'stopped rank(s): 2 ')
     mpi('injected fault', ['-np', '4'] + base + ['--inject-fault', 'rank=1,step=1'], (3,), 'rank 1: injected fault')
     mpi('rank count', ['-np', '3'] + base, (2,), 'the MPI job has 3 ranks')
+
+# --- Nothing runs that the user did not write, nothing is lost, nothing dies ---
+# Injections: a control character in a config string is refused naming the key, and no gnuplot
+# command runs (the mark file would appear).
+mark = os.path.join(WORK, 'planted_mark')
+for key in ('cluster.name', 'model.name', 'cluster.topology.node_tier'):
+    inj = '"x\\n!touch %s\\n#"' % mark
+    expect('injection through ' + key, ['validate', GOOD, '--set', '%s=%s' % (key, inj)], hints=(key,))
+    expect('injection run through ' + key, ['run', GOOD, '-q', '--out', os.path.join(WORK, 'inj'),
+           '--set', '%s=%s' % (key, inj)], hints=(key,), out=os.path.join(WORK, 'inj'))
+nl_out = os.path.join(WORK, 'a\n!touch %s\n#' % mark)
+rc, o, e, dt = run(['run', GOOD, '-q', '--out', nl_out])
+results.append(('--out holding a gnuplot command', rc == 0 and not os.path.exists(mark), 'exit %d, mark %s' % (rc, os.path.exists(mark))))
+shutil.rmtree(nl_out, ignore_errors=True)
+# --out: a directory that is not an earlier output set is refused, its files kept.
+mine = os.path.join(WORK, 'mine'); shutil.rmtree(mine, ignore_errors=True); os.makedirs(os.path.join(mine, 'sub'))
+w(os.path.join(mine, 'notes.txt'), 'keep'); w(os.path.join(mine, 'sub', 'data.csv'), '1,2')
+for cmd in (['run', GOOD], ['compare', GOOD], ['tune', GOOD, '--nodes', '1']):
+    rc, o, e, dt = run(cmd + ['--out', mine])
+    kept = os.path.exists(os.path.join(mine, 'notes.txt')) and os.path.exists(os.path.join(mine, 'sub', 'data.csv'))
+    results.append(('--out of the user\'s files (%s)' % cmd[0], rc == 2 and kept and 'not an earlier output set' in e, 'exit %d kept %s' % (rc, kept)))
+rc, o, e, dt = run(['run', GOOD, '--out', '.', '--force'], cwd=mine)
+results.append(('--out . refused', rc == 2 and 'working directory' in e and os.path.exists(os.path.join(mine, 'notes.txt')), 'exit %d: %s' % (rc, e.strip()[-120:])))
+# Planted symlinks where the old predictable temporaries went: never written through.
+victim = os.path.join(WORK, 'victim.txt'); w(victim, 'precious')
+fit = os.path.join(WORK, 'fit_sym.json')
+for n in range(16):
+    pth = '%s.tmp.%d.%d' % (fit, os.getpid(), n)
+    if not os.path.lexists(pth): os.symlink(victim, pth)
+rc, o, e, dt = run(['netbench', 'uniform', '-b', '1K', '-e', '1K', '--json', fit])
+results.append(('planted symlink temporaries', rc == 0 and open(victim).read() == 'precious', 'exit %d' % rc))
+# FIFOs named as checkpoints and indexes: refused at once, never blocking.
+for name in ('fifo.safetensors', 'fifo.safetensors.index.json'):
+    f = os.path.join(WORK, name)
+    if os.path.lexists(f): os.remove(f)
+    os.mkfifo(f)
+    expect('FIFO ' + name + ' (weights --check)', ['weights', 'flux1-tiny', '--check', f], hints=(name,), timeout=20)
+    expect('FIFO ' + name + ' (run.weights)', ['validate', GOOD, '--set', 'run.math=real', '--set', 'run.weights="%s"' % f], hints=(name,), timeout=20)
+# Huge ancillary PNG chunks: refused at once, not 2 GB allocated.
+for t in (b'tEXt', b'zTXt', b'iTXt', b'sPLT'):
+    pth = os.path.join(WORK, 'huge_%s.png' % t.decode())
+    body = png(28, 28)
+    data = body[:33] + struct.pack('>I', 0x7fffffff) + t + b'Comment\0x' + body[33:]
+    w(pth, data, 'wb')
+    rc, o, e, dt = run(['validate', os.path.join(SRC, 'configs/quickstart.toml'), '--set', 'run.inpaint_image="%s"' % pth,
+                        '--set', 'run.inpaint_rect=[0,0,4,4]'], timeout=30)
+    results.append(('PNG with a 2^31-byte %s chunk' % t.decode(), rc == 2 and dt < 5, 'exit %d after %.1f s' % (rc, dt)))
+# Many-tensor headers: linear time.
+hdr = '{' + ','.join('"t%d":{"dtype":"F32","shape":[1],"data_offsets":[%d,%d]}' % (i, 4 * i, 4 * i + 4) for i in range(64000)) + '}'
+many = os.path.join(WORK, 'many.safetensors')
+w(many, struct.pack('<Q', len(hdr)) + hdr.encode() + b'\0' * (4 * 64000), 'wb')
+rc, o, e, dt = run(['weights', 'flux1-tiny', '--check', many], timeout=60)
+results.append(('64,000-tensor header', rc == 2 and dt < 10, 'exit %d after %.1f s' % (rc, dt)))
+# Rank counts up to 32k: refused before the run (memory or memory mappings), never a crash.
+for nodes in (4096, 8192):
+    expect('%d-rank validate' % (4 * nodes), ['validate', GOOD, '--set', 'cluster.nodes=%d' % nodes, '--set', 'run.resolution=4096',
+           '--set', 'ulysses.uneven_heads=true'], hints=('emulator.memory_limit', 'vm.max_map_count'), timeout=60)
+expect('16384-rank netbench', ['netbench', 'uniform', '-g', '16384'], hints=('vm.max_map_count',), timeout=60)
+# Any --jobs, bounded netbench, a full standard output.
+rc, o, e, dt = run(['tune', GOOD, '--nodes', '1', '--jobs', '100000', '--out', os.path.join(WORK, 'tune_jobs')], timeout=120)
+results.append(('tune --jobs 100000', rc == 0, 'exit %d' % rc))
+for args, hint in ((['-i', '1', '-b', '1', '-e', '1G'], '-i'), (['-w', '100000000'], '--warmup-iters'), (['-e', '-1'], '-e')):
+    expect('netbench ' + ' '.join(args), ['netbench', 'uniform'] + args, hints=(hint,), timeout=30)
+if os.path.exists('/dev/full'):
+    with open('/dev/full', 'w') as full:
+        p = subprocess.run([BIN, 'validate', GOOD, '--dump'], stdout=full, stderr=subprocess.PIPE, text=True)
+    results.append(('validate --dump to a full disk', p.returncode == 2 and 'standard output' in p.stderr, 'exit %d' % p.returncode))
+# calibrate: wild points and #wrong rows refused, no file written.
+wild = os.path.join(WORK, 'wild.csv'); cal_out = os.path.join(WORK, 'wild_fit.toml')
+w(wild, 'op,ranks,nodes,bytes,time_us\nall_gather,8,2,1024,0.001\nall_gather,8,2,2048,1000000000\nall_gather,8,2,4096,0.001\n')
+expect('calibrate on points 1e12 apart', ['calibrate', wild, '--cluster', os.path.join(SRC, 'tests/apps/data/calibrate/two_nodes.toml'),
+       '--out', cal_out], hints=('--accept-error',), timeout=300)
+results.append(('calibrate wrote no file for a refused fit', not os.path.exists(cal_out), cal_out))
+if os.path.exists(mark): results.append(('no planted command ran', False, mark))
 
 bad = [r for r in results if not r[1]]
 print('%d cases, %d failed' % (len(results), len(bad)))
