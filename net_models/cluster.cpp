@@ -37,6 +37,8 @@ class Layers {
   bool has(std::string_view k) const {
     return run_.has(run_key(k)) || (preset_ != nullptr && preset_->has(k));
   }
+  /// Whether the run config (or --set) gives the key, not only the preset.
+  bool set_by_run(std::string_view k) const { return run_.has(run_key(k)); }
   std::string where(std::string_view k) const { return src(k).where(full(k)); }
   [[noreturn]] void fail(std::string_view k, std::string_view expected,
                          std::string_view found) const {
@@ -281,6 +283,13 @@ void add_nics_and_fabric(const Layers& in, ClusterGraph& g) {
   std::vector<std::int64_t> def(static_cast<size_t>(rpn));
   for (int r = 0; r < rpn; ++r) def[static_cast<size_t>(r)] = r % count;
   std::vector<std::int64_t> rank_nic = in.get_int_list("nic.rank_nic", def);
+  // The preset's map is for its own GPUs per node: where the run uses fewer (topology.sizes set,
+  // nic.rank_nic not), the first ranks keep their NICs; where it uses more, each rank takes NIC
+  // rank % count. Only a map the run itself gives must match its ranks exactly.
+  if (!in.set_by_run("nic.rank_nic") && static_cast<int>(rank_nic.size()) != rpn)
+    rank_nic = static_cast<int>(rank_nic.size()) > rpn
+                   ? std::vector<std::int64_t>(rank_nic.begin(), rank_nic.begin() + rpn)
+                   : def;
   if (static_cast<int>(rank_nic.size()) != rpn)
     in.fail("nic.rank_nic", "one NIC index per local rank (" + std::to_string(rpn) + ")",
             std::to_string(rank_nic.size()) + " entries");

@@ -370,6 +370,21 @@ TEST_F(Cli, ErrorsBlameTheKeyThatIsWrong) {
       << m.err;
 }
 
+// Fewer GPUs per node is one key: the preset's NIC map follows topology.sizes (the first ranks
+// keep their NICs) unless the run gives its own, which must then match.
+TEST_F(Cli, GpusPerNodeIsOneKey) {
+  const std::string g = (kData / "good.toml").string();
+  const ChildResult v =
+      run({"validate", g, "--set", "cluster.preset=hgx-h200", "--set", "cluster.topology.sizes=[4]",
+           "--set", "model.preset=flux1-dev", "--set", "run.resolution=1024"});
+  EXPECT_EQ(v.exit_code, 0) << v.err;
+  const ChildResult bad =
+      run({"validate", g, "--set", "cluster.preset=hgx-h200", "--set", "cluster.topology.sizes=[4]",
+           "--set", "cluster.nic.rank_nic=[0,1]"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("one NIC index per local rank (4)"), std::string::npos) << bad.err;
+}
+
 // Misspelt cluster keys and presets get a "did you mean", as run keys do.
 TEST_F(Cli, MisspeltClusterKeysAndPresetsGetAHint) {
   const std::string g = (kData / "good.toml").string();
