@@ -503,7 +503,8 @@ void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
   s << "set tmargin at screen " << fmt(1 - top / H) << "\nset bmargin at screen "
     << fmt(1 - bottom / H) << "\n"
     << "set title "
-    << gnuplot_string(p.title + " (each lane: compute stream above, its sends below)")
+    << gnuplot_string(i == 0 ? p.title + " (each lane: compute stream above, its sends below)"
+                             : p.title)
     << " offset 0,-0.5\n"
     << "set xrange [" << fmt(x0) << ":" << fmt(x1) << "]\n";
   if (i == 0 && panels.size() > 1)
@@ -608,11 +609,18 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     std::vector<std::string> names;
     labels = timeline_labels(result, panels[1].begin, panels[1].end,
                              static_cast<int>(layout.width_px - kLeftPx - kRightPx), &names);
+    // The title fits the image: about 7.5 px a character at the terminal's 9-point font (measured).
+    const std::string head = panels[1].title + "; " + layout.lane_names.front() + "'s operations: ";
+    const size_t room = static_cast<size_t>(std::max(60.0, (layout.width_px - 40) / 7.5));
     std::string list;
-    for (size_t k = 0; k < names.size() && list.size() < 160; ++k)
-      list += (k ? ", " : "") + names[k];
-    if (list.size() >= 160) list += ", ...";
-    panels[1].title += "; " + layout.lane_names.front() + "'s operations: " + list;
+    size_t k = 0;
+    for (; k < names.size(); ++k) {
+      const std::string next = (k ? ", " : "") + names[k];
+      if (head.size() + list.size() + next.size() + 5 > room) break;
+      list += next;
+    }
+    if (k < names.size()) list += ", ...";
+    panels[1].title = head + list;
   }
   const std::string keys = key_entries(topo);
   for (size_t i = 0; i < panels.size(); ++i) panel_plot(s, panels, i, layout, bins, keys, labels);
