@@ -1019,6 +1019,34 @@ std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& p
      << "\n";
   gp << "set xlabel 'GPUs'\nset ylabel 'virtual time per image (s)'\n";
   gp << "set logscale xy\nset grid\nset key top right\n";
+  // Axes that fit the points (a log axis's decades would squeeze them into a band), and each
+  // point of the front named by its shape and configuration.
+  double t_lo = INFINITY, t_hi = 0;
+  int g_lo = 1 << 30, g_hi = 0;
+  for (size_t i : r.ranking) {
+    t_lo = std::min(t_lo, r.points[i].time_s);
+    t_hi = std::max(t_hi, r.points[i].time_s);
+    g_lo = std::min(g_lo, r.points[i].gpus);
+    g_hi = std::max(g_hi, r.points[i].gpus);
+  }
+  if (t_hi > 0) {
+    gp << "set yrange [" << t_lo / 1.25 << ":" << t_hi * 1.25 << "]\nset xrange [" << g_lo / 1.4
+       << ":" << g_hi * 3 << "]\n";  // room on the right for the last labels
+    // Tics at 1, 2 and 5 of each decade the times span, and at each power of two of GPUs.
+    std::string yt, xt;
+    for (double d = std::pow(10.0, std::floor(std::log10(t_lo / 1.25))); d <= t_hi * 1.25; d *= 10)
+      for (const double m : {1.0, 2.0, 5.0})
+        if (m * d >= t_lo / 1.25 && m * d <= t_hi * 1.25)
+          yt += (yt.empty() ? "" : ", ") + fmt("%g", m * d);
+    for (int g = 1; g <= g_hi * 2; g *= 2) xt += (xt.empty() ? "" : ", ") + std::to_string(g);
+    if (!yt.empty()) gp << "set ytics (" << yt << ")\n";
+    gp << "set xtics (" << xt << ")\n";
+  }
+  gp << "$labels << EOD\n";
+  for (size_t i : r.pareto)
+    gp << r.points[i].gpus << " " << r.points[i].time_s << " \""
+       << r.points[i].shape() + ": " + r.points[i].describe() << "\"\n";
+  gp << "EOD\n";
   gp << "$all << EOD\n";
   for (size_t i : r.ranking) gp << r.points[i].gpus << " " << r.points[i].time_s << "\n";
   gp << "EOD\n$front << EOD\n";
@@ -1039,7 +1067,8 @@ std::string write_pareto_png(const TuneResult& r, const std::filesystem::path& p
           "slowest host measured', ";
   gp << "$all using 1:2 with points pt 7 ps 0.5 lc rgb '#8899aa' title 'configurations run', "
         "$front using 1:2 with linespoints pt 7 ps 1.2 lw 2 lc rgb '#cc2222' title 'Pareto "
-        "front'\n";
+        "front', $labels using 1:2:3 with labels left offset 0.8,0.7 font ',8' tc rgb '#881111' "
+        "notitle\n";
   return emu::render_gnuplot_png("pngcairo size 1000,640 noenhanced font 'sans,10'", gp.str(), {},
                                  png);
 }
