@@ -1,7 +1,9 @@
 #include "apps/calibrate/collective_fit.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -191,8 +193,25 @@ struct Trial {
 };
 
 // Each point's time in us under trial t: out[group][call].
+// A line on stderr every few seconds while the fit simulates: a fit of many points runs for
+// minutes, and a terminal or a log should show that it is working and how far it has come.
+void fit_progress(int simulations) {
+  using Clock = std::chrono::steady_clock;
+  static const Clock::time_point start = Clock::now();
+  static Clock::time_point last = start;
+  const Clock::time_point now = Clock::now();
+  if (std::chrono::duration<double>(now - last).count() < 5.0) return;
+  last = now;
+  std::fprintf(stderr,
+               "cocodiff calibrate: %d simulations of the points run, %.0f s (the fit runs until "
+               "its figures stop moving)\n",
+               simulations, std::chrono::duration<double>(now - start).count());
+  std::fflush(stderr);
+}
+
 std::vector<std::vector<double>> run_plan(const SimPlan& plan, const Trial& t,
                                           const std::string& rounds, int& simulations) {
+  fit_progress(simulations);
   std::vector<std::vector<double>> out;
   for (const Group& g : plan.groups) {
     const Cluster& c = g.cluster;
