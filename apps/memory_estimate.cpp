@@ -228,22 +228,23 @@ void check_memory_limit(const RunPlan& plan, const MemoryEstimate& estimate) {
   std::int64_t trace = 0;
   for (const MemoryPart& p : estimate.parts)
     if (p.name == "trace") trace = p.bytes;
-  const std::string no_trace =
-      trace > 0 ? "set emulator.trace = false (the trace takes " + human_bytes(trace) + "), " : "";
-  if (big.name == "collective pairs")
-    throw ResourceError("the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
-                        "), more than emulator.memory_limit = " +
-                        human_bytes(*plan.memory_limit_bytes) + " (" + plan.memory_limit_source +
-                        "); the biggest part is " + big.name + " (" + human_bytes(big.bytes) +
-                        ", growing with the square of the " + std::to_string(plan.ranks()) +
-                        " tiles): use fewer tiles (cluster.nodes), or raise emulator.memory_limit");
+  // What to do: fewer tiles where the pairs of tiles dominate, else the trace, phantom math or a
+  // smaller run.
+  const std::string advice =
+      big.name == "collective pairs"
+          ? ", growing with the tiles x the Ulysses degree): use fewer tiles (cluster.nodes), or "
+            "raise emulator.memory_limit"
+          : "): " +
+                (trace > 0
+                     ? "set emulator.trace = false (the trace takes " + human_bytes(trace) + "), "
+                     : std::string()) +
+                "use " + (plan.math == "skip" ? std::string() : "run.math = \"skip\", ") +
+                "a smaller model, resolution or rank count, or raise emulator.memory_limit";
   throw ResourceError(
       "the run needs an estimated " + human_bytes(total) + " (" + estimate.scope +
       "), more than emulator.memory_limit = " + human_bytes(*plan.memory_limit_bytes) + " (" +
       plan.memory_limit_source + "); the biggest part is " + big.name + " (" +
-      human_bytes(big.bytes) + "): " + no_trace + "use " +
-      (plan.math == "skip" ? std::string() : std::string("run.math = \"skip\", ")) +
-      "a smaller model, resolution or rank count, or raise emulator.memory_limit");
+      human_bytes(big.bytes) + advice);
 }
 
 namespace {

@@ -404,21 +404,14 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                             std::to_string(plan.model.vae_scale) + " x patch " +
                             std::to_string(plan.model.patch_size) + ")",
                         std::to_string(px));
+    // SD3's positional table covers at most pos_embed_max_size patches a side.
+    if (const int max_grid = plan.model.pos_embed_max_size; max_grid > 0 && px / unit > max_grid)
+      throw ConfigError(cfg.where(shown), shown,
+                        "at most " + std::to_string(max_grid * unit) + " (model " +
+                            plan.model.name + "'s pos_embed_max_size " + std::to_string(max_grid) +
+                            " patches a side, of " + std::to_string(unit) + " px)",
+                        std::to_string(px) + " (" + std::to_string(px / unit) + " patches)");
   }
-  // SD3's positional table covers at most pos_embed_max_size patches a side.
-  if (const int max_grid = plan.model.pos_embed_max_size; max_grid > 0)
-    for (const char* key : {"run.height", "run.width"}) {
-      const bool h = std::string(key) == "run.height";
-      const std::string shown = rect ? key : "run.resolution";
-      const int grid = (h ? s.height : s.width) / unit;
-      if (grid > max_grid)
-        throw ConfigError(
-            cfg.where(shown), shown,
-            "at most " + std::to_string(max_grid * unit) + " (model " + plan.model.name +
-                "'s pos_embed_max_size " + std::to_string(max_grid) + " patches a side, of " +
-                std::to_string(unit) + " px)",
-            std::to_string(h ? s.height : s.width) + " (" + std::to_string(grid) + " patches)");
-    }
   if (plan.tokens() < plan.ranks()) {
     if (!rect) {
       std::int64_t side = 1;  // the smallest grid side with a token per rank
@@ -598,7 +591,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     // The default names the inter-node tier: where the cluster names it otherwise, the default
     // matters only to a strategy that runs V-Major, and the key to set is v_major.tiers.
     if (!cfg.has("v_major.tiers")) {
-      if (s.strategy != "cocodiff" && s.strategy.find("v_major") == std::string::npos) continue;
+      const std::vector<std::string> f = dit::attention_strategy_features(s.strategy);
+      if (std::find(f.begin(), f.end(), "v_major") == f.end()) continue;
       throw ConfigError(cfg.where("run.strategy"), "v_major.tiers",
                         "tiers of this cluster (" + list + "; its node tier is " +
                             topo.tier_name(topo.num_tiers() - 1) +

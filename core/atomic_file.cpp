@@ -6,6 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <ext/stdio_filebuf.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -17,6 +19,8 @@
 namespace cocodiff {
 
 namespace {
+
+using FdBuf = __gnu_cxx::stdio_filebuf<char>;  // a streambuf over a descriptor (libstdc++)
 
 /// A random suffix: the temporaries' names cannot be guessed and planted in advance.
 std::string random_suffix() {
@@ -47,7 +51,7 @@ int create_exclusive_temp(const std::filesystem::path& target, std::filesystem::
 
 AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)) {
   const int fd = create_exclusive_temp(target_, temp_);
-  buf_ = std::make_unique<__gnu_cxx::stdio_filebuf<char>>(fd, std::ios::out | std::ios::binary);
+  buf_ = std::make_unique<FdBuf>(fd, std::ios::out | std::ios::binary);
   out_.rdbuf(buf_.get());
 }
 
@@ -62,7 +66,7 @@ AtomicFile::~AtomicFile() {
 void AtomicFile::commit() {
   out_.flush();
   if (!out_) throw InputError(target_.string() + ": write failed (disk full?)");
-  const bool closed = buf_->close() != nullptr;
+  const bool closed = static_cast<FdBuf*>(buf_.get())->close() != nullptr;
   if (!closed) throw InputError(target_.string() + ": write failed on close (disk full?)");
   output_test_point();
   std::error_code ec;

@@ -8,11 +8,10 @@
 //   f.stream() << json;
 //   f.commit();          // without commit(), the destructor removes the temporary
 
-#include <ext/stdio_filebuf.h>
-
 #include <filesystem>
 #include <memory>
 #include <ostream>
+#include <streambuf>
 #include <string>
 #include <string_view>
 
@@ -42,7 +41,7 @@ class AtomicFile {
  private:
   std::filesystem::path target_;
   std::filesystem::path temp_;
-  std::unique_ptr<__gnu_cxx::stdio_filebuf<char>> buf_;
+  std::unique_ptr<std::streambuf> buf_;  // over the temporary's descriptor (atomic_file.cpp)
   std::ostream out_{nullptr};
   bool committed_ = false;
 };
