@@ -143,9 +143,13 @@ namespace cocodiff::emu {
 std::int64_t fiber_stack_mappings(int ranks) { return 4 * std::int64_t{ranks}; }
 
 void check_fiber_stack_limit(int ranks) {
-  const std::int64_t limit = detail::max_map_count();
+  static const std::int64_t limit = detail::max_map_count();  // read once a process
   if (limit <= 0) return;  // unknown: the pool reports a failed mapping itself
-  const std::int64_t need = fiber_stack_mappings(ranks), have = detail::mappings_now();
+  const std::int64_t need = fiber_stack_mappings(ranks);
+  // Far below the limit the process's own mappings cannot matter: no read of /proc/self/maps on
+  // every run (calibrate and tune run thousands of small ones).
+  if (need < limit / 4) return;
+  const std::int64_t have = detail::mappings_now();
   constexpr std::int64_t kSpare = 4096;  // the heap's, the libraries' and the threads' mappings
   if (have + need + kSpare <= limit) return;
   throw ResourceError(std::to_string(ranks) + " tiles need about " + std::to_string(need) +
