@@ -32,6 +32,8 @@ struct RecordedCharge {
   double flops;
   double bytes;
   std::string label;
+  KernelShape shape;
+  OpCost cost() const { return OpCost{kind, flops, bytes, label, shape}; }
 };
 
 struct Exec {
@@ -60,9 +62,11 @@ struct Exec {
   /// Below this many operations, math() runs its work at once (a hand-over costs microseconds).
   static constexpr double kMathHandOverFlops = 1e6;
 
-  /// Charges one operation on this tile. `elements_moved` counts every element read or written.
-  void charge(OpKind kind, double flops, double elements_moved, std::string_view label) const {
-    charge(OpCost{kind, flops, elements_moved * kBytesPerElement, label});
+  /// Charges one operation on this tile. `elements_moved` counts every element read or written;
+  /// `shape` is its kernel's, for a device that times kernels by shape.
+  void charge(OpKind kind, double flops, double elements_moved, std::string_view label,
+              KernelShape shape = {}) const {
+    charge(OpCost{kind, flops, elements_moved * kBytesPerElement, label, shape});
   }
   void charge(const OpCost& cost) const {
     record_charge(cost);
@@ -72,7 +76,7 @@ struct Exec {
   /// charges on this tile (RingPass::work).
   void record_charge(const OpCost& cost) const {
     if (record != nullptr)
-      record->push_back({cost.kind, cost.flops, cost.bytes, std::string(cost.label)});
+      record->push_back({cost.kind, cost.flops, cost.bytes, std::string(cost.label), cost.shape});
   }
 
   /// Runs `body(e)`, a stretch of this tile's work that computes and charges but neither
@@ -93,7 +97,7 @@ struct Exec {
     comm.run_math(std::cref(run));
     for (const RecordedCharge& c : charges) {
       if (record != nullptr) record->push_back(c);
-      comm.compute(OpCost{c.kind, c.flops, c.bytes, c.label});
+      comm.compute(c.cost());
     }
     return std::move(*result);
   }

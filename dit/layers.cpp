@@ -39,7 +39,8 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
       if (b != nullptr) y.mat().rowwise() += b->mat().row(0).segment(r0, out);
     });
   ex.charge(OpKind::kGemm, flops,
-            n(x.numel()) + n(out) * n(w.cols()) + n(y.numel()) + (b ? n(out) : 0.0), label);
+            n(x.numel()) + n(out) * n(w.cols()) + n(y.numel()) + (b ? n(out) : 0.0), label,
+            gemm_shape(x.rows(), out, x.cols(), b != nullptr));
   return y;
 }
 
@@ -56,7 +57,8 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
     const Eigen::VectorXf inv = (var.array() + eps).rsqrt();
     y.mat() = y.mat().array().colwise() * inv.array();
   }
-  ex.charge(OpKind::kNorm, 8.0 * n(x.numel()), 2.0 * n(x.numel()), label);
+  ex.charge(OpKind::kNorm, 8.0 * n(x.numel()), 2.0 * n(x.numel()), label,
+            memory_shape(KernelClass::kLayerNorm, x.numel(), x.cols()));
   return y;
 }
 
@@ -64,14 +66,15 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
 // rms_norm: y = x / sqrt(mean(x^2) + eps) * w              x: [N, C], w: [1, C] -> [N, C]
 // ---------------------------------------------------------------------------------------------
 Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
-                std::string_view label) {
+                std::string_view label, KernelClass kernel) {
   COCO_CHECK(w.cols() == x.cols(), "rms_norm weight width");
   Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
   if (!ex.phantom) {
     const Eigen::VectorXf inv = (x.mat().array().square().rowwise().mean() + eps).rsqrt();
     y.mat() = (x.mat().array().colwise() * inv.array()).rowwise() * w.mat().row(0).array();
   }
-  ex.charge(OpKind::kNorm, 4.0 * n(x.numel()), 2.0 * n(x.numel()) + n(w.numel()), label);
+  ex.charge(OpKind::kNorm, 4.0 * n(x.numel()), 2.0 * n(x.numel()) + n(w.numel()), label,
+            memory_shape(kernel, x.numel(), x.cols()));
   return y;
 }
 
@@ -80,7 +83,7 @@ Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
 //   x: [N, heads*D], w: [1, D]
 // ---------------------------------------------------------------------------------------------
 void rms_norm_heads(const Exec& ex, Tensor& x, const Tensor& w, int head_dim, float eps,
-                    std::string_view label) {
+                    std::string_view label, KernelClass kernel) {
   COCO_CHECK(w.cols() == head_dim && x.cols() % head_dim == 0, "rms_norm_heads shapes");
   if (!ex.phantom) {
     Mat& xm = x.mat();
@@ -91,7 +94,8 @@ void rms_norm_heads(const Exec& ex, Tensor& x, const Tensor& w, int head_dim, fl
       blk = (blk.array().colwise() * inv.array()).rowwise() * w.mat().row(0).array();
     }
   }
-  ex.charge(OpKind::kNorm, 4.0 * n(x.numel()), 2.0 * n(x.numel()) + n(w.numel()), label);
+  ex.charge(OpKind::kNorm, 4.0 * n(x.numel()), 2.0 * n(x.numel()) + n(w.numel()), label,
+            memory_shape(kernel, x.numel(), head_dim));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -110,7 +114,8 @@ void modulate(const Exec& ex, Tensor& x, const Tensor& shift, const Tensor& scal
       xb = (xb.array().rowwise() * one_plus.array()).rowwise() + shift.mat().row(b).array();
     }
   }
-  ex.charge(OpKind::kElementwise, 2.0 * n(x.numel()), 2.0 * n(x.numel()), label);
+  ex.charge(OpKind::kElementwise, 2.0 * n(x.numel()), 2.0 * n(x.numel()), label,
+            memory_shape(KernelClass::kModulateEager, x.numel(), x.cols()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -131,7 +136,9 @@ void gated_residual(const Exec& ex, Tensor& x, const Tensor& y, const Tensor* ga
             y.mat().middleRows(b * tokens, tokens).array().rowwise() * gate->mat().row(b).array();
     }
   }
-  ex.charge(OpKind::kElementwise, 2.0 * n(x.numel()), 3.0 * n(x.numel()), label);
+  ex.charge(OpKind::kElementwise, 2.0 * n(x.numel()), 3.0 * n(x.numel()), label,
+            memory_shape(gate != nullptr ? KernelClass::kGatedResidualEager : KernelClass::kAdd,
+                         x.numel(), x.cols()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -143,7 +150,8 @@ void gelu_tanh(const Exec& ex, Tensor& x, std::string_view label) {
     Eigen::ArrayXXf a = x.mat().array();
     x.mat().array() = 0.5f * a * (1.0f + (kC * (a + 0.044715f * a.cube())).tanh());
   }
-  ex.charge(OpKind::kElementwise, 10.0 * n(x.numel()), 2.0 * n(x.numel()), label);
+  ex.charge(OpKind::kElementwise, 10.0 * n(x.numel()), 2.0 * n(x.numel()), label,
+            memory_shape(KernelClass::kGeluTanh, x.numel(), x.cols()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -151,7 +159,8 @@ void gelu_tanh(const Exec& ex, Tensor& x, std::string_view label) {
 // ---------------------------------------------------------------------------------------------
 void silu(const Exec& ex, Tensor& x, std::string_view label) {
   if (!ex.phantom) x.mat().array() = x.mat().array() / (1.0f + (-x.mat().array()).exp());
-  ex.charge(OpKind::kElementwise, 4.0 * n(x.numel()), 2.0 * n(x.numel()), label);
+  ex.charge(OpKind::kElementwise, 4.0 * n(x.numel()), 2.0 * n(x.numel()), label,
+            memory_shape(KernelClass::kSilu, x.numel(), x.cols()));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -165,7 +174,8 @@ Tensor swiglu(const Exec& ex, const Tensor& x, std::string_view label) {
     const Eigen::ArrayXXf a = x.mat().leftCols(f).array();
     y.mat().array() = a / (1.0f + (-a).exp()) * x.mat().rightCols(f).array();
   }
-  ex.charge(OpKind::kElementwise, 5.0 * n(y.numel()), 3.0 * n(y.numel()), label);
+  ex.charge(OpKind::kElementwise, 5.0 * n(y.numel()), 3.0 * n(y.numel()), label,
+            memory_shape(KernelClass::kSwiglu, x.numel(), x.cols()));
   return y;
 }
 
@@ -183,7 +193,8 @@ Tensor concat_cols(const Exec& ex, const Tensor& a, const Tensor& b, std::string
   COCO_CHECK(a.rows() == b.rows(), "concat_cols rows");
   Tensor y = Tensor::zeros(a.rows(), a.cols() + b.cols(), ex.phantom);
   if (!ex.phantom) y.mat() << a.mat(), b.mat();
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), label);
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), label,
+            memory_shape(KernelClass::kCatFeat, y.numel(), y.cols()));
   return y;
 }
 
@@ -298,7 +309,8 @@ void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, in
       }
     }
   }
-  ex.charge(OpKind::kElementwise, 3.0 * n(x.numel()), 2.0 * n(x.numel()) + n(tokens) * d, label);
+  ex.charge(OpKind::kElementwise, 3.0 * n(x.numel()), 2.0 * n(x.numel()) + n(tokens) * d, label,
+            memory_shape(table.kernel, x.numel(), d));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -347,7 +359,8 @@ Tensor patch_order_pqc_to_cpq(const Exec& ex, const Tensor& x, int channels, int
       for (int py = 0; py < p; ++py)
         for (int px = 0; px < p; ++px)
           y.mat().col((c * p + py) * p + px) = x.mat().col((py * p + px) * channels + c);
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "unpatchify_order");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "unpatchify_order",
+            memory_shape(KernelClass::kCopy, y.numel(), y.cols()));
   return y;
 }
 
@@ -372,7 +385,7 @@ Tensor attention(const Exec& ex, const Tensor& q, const Tensor& k, const Tensor&
       attention_values(q.mat(), k.mat(), v.mat(), heads, head_dim, batch, out.mat(), kBlockK);
     });
   ex.charge(OpKind::kAttention, flops, n(q.numel()) + n(k.numel()) + n(v.numel()) + n(out.numel()),
-            label);
+            label, sdpa_shape(batch, q.rows() / batch, k.rows() / batch, heads, head_dim));
   return out;
 }
 
@@ -451,7 +464,9 @@ Tensor concat_tokens(const Exec& ex, const std::vector<const Tensor*>& parts, in
   }
   Tensor y = Tensor::uninitialized(rows, cols, ex.phantom);  // every row is copied below
   if (!ex.phantom) stack_tokens(parts, batch, y.mat());
-  if (parts.size() > 1) ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), label);
+  if (parts.size() > 1)
+    ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), label,
+              memory_shape(KernelClass::kCatSeq, y.numel(), y.cols()));
   return y;
 }
 
@@ -481,7 +496,9 @@ std::vector<Tensor> split_tokens(const Exec& ex, const Tensor& x,
         at += tokens[i];
       }
   }
-  if (tokens.size() > 1) ex.charge(OpKind::kCopy, 0, 2.0 * n(x.numel()), label);
+  if (tokens.size() > 1)
+    ex.charge(OpKind::kCopy, 0, 2.0 * n(x.numel()), label,
+              memory_shape(KernelClass::kCopy, x.numel(), x.cols()));
   return out;
 }
 

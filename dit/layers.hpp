@@ -33,13 +33,15 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
 Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view label);
 
 /// y = x / sqrt(mean(x^2) + eps) * w per row.   x: [N, C], w: [1, C] -> [N, C].
+/// `kernel` is how the reference runs it (kRmsNorm: torch.nn.RMSNorm; kRmsNormUnfused:
+/// diffusers' RMSNorm), for the device's grids.
 Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
-                std::string_view label);
+                std::string_view label, KernelClass kernel = KernelClass::kRmsNormUnfused);
 
 /// Per-head RMSNorm in place: each head_dim chunk of each row is normalised and scaled by w.
-/// x: [N, h*D], w: [1, D]. (SD3/FLUX/Qwen Q/K norm.)
+/// x: [N, h*D], w: [1, D]. (SD3/FLUX/Qwen Q/K norm.) `kernel` as for rms_norm.
 void rms_norm_heads(const Exec& ex, Tensor& x, const Tensor& w, int head_dim, float eps,
-                    std::string_view label);
+                    std::string_view label, KernelClass kernel = KernelClass::kRmsNorm);
 
 /// x = x * (1 + scale[b]) + shift[b] in place.   x: [B*N, C], shift/scale: [B, C].
 void modulate(const Exec& ex, Tensor& x, const Tensor& shift, const Tensor& scale, int batch,
@@ -85,6 +87,8 @@ struct RopeTable {
   Mat sin;  // [N, D/2]
   std::int64_t tokens = 0;
   int head_dim = 0;
+  /// How the reference rotates (kRopeReal: FLUX's apply_rotary_emb; kRopeComplex: Qwen-Image's).
+  KernelClass kernel = KernelClass::kRopeReal;
 };
 /// positions: [N, axes] (one row per token). Phantom: shapes only.
 RopeTable rope_table(const Exec& ex, const Eigen::MatrixXd& positions,

@@ -189,7 +189,7 @@ std::vector<Tensor> MathCache::shared(const Exec& ex, const std::string& unit,
   if (hit) {
     for (const RecordedCharge& c : hit->charges) {
       if (ex.record != nullptr) ex.record->push_back(c);  // inside an enclosing shared unit
-      ex.comm.compute(OpCost{c.kind, c.flops, c.bytes, c.label});
+      ex.comm.compute(c.cost());
     }
     return hit->outputs;  // a copy: callers update their tensors in place
   }

@@ -40,6 +40,8 @@ class Layers {
   /// Whether the run config (or --set) gives the key, not only the preset.
   bool set_by_run(std::string_view k) const { return run_.has(run_key(k)); }
   std::string where(std::string_view k) const { return src(k).where(full(k)); }
+  /// The directory of the file that gives k (relative paths in k resolve against it).
+  const std::filesystem::path& directory(std::string_view k) const { return src(k).directory(); }
   [[noreturn]] void fail(std::string_view k, std::string_view expected,
                          std::string_view found) const {
     throw ConfigError(where(k), run_key(k), expected, found);
@@ -374,6 +376,23 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
       t.time_s.push_back(us[i] * 1e-6);
     }
     d.kernels.emplace(name, std::move(t));
+  }
+  // Kernel grids by shape: directories relative to the file that names them.
+  if (in.has("device.grid")) {
+    d.grid_dirs = in.get_string_list("device.grid", {});
+    if (d.grid_dirs.empty() || d.grid_dirs.size() > 16)
+      in.fail("device.grid", "1 to 16 directories of kernel grids (gemm.csv, attention.csv, memory.csv)",
+              std::to_string(d.grid_dirs.size()) + " entries");
+    std::vector<std::filesystem::path> dirs;
+    for (const std::string& g : d.grid_dirs) {
+      const std::filesystem::path p(g);
+      dirs.push_back(p.is_absolute() ? p : in.directory("device.grid") / p);
+    }
+    try {
+      d.grid = KernelGrid::load(dirs);
+    } catch (const InputError& e) {
+      throw ConfigError(in.where("device.grid") + ": device.grid: " + e.what());
+    }
   }
   // This machine's host against the preset's: every issue cost taken `scale` times.
   d.host.scale = in.get_double("device.host.scale", 1.0, 0.1, 10.0);

@@ -117,7 +117,44 @@ std::string_view strided_base(std::string_view label) {
 }
 }  // namespace
 
+void RooflineDevice::note_outside(const OpCost& cost) const {
+  std::string what(kernel_class_name(cost.shape.kernel));
+  if (what.empty()) what = op_kind_name(cost.kind);
+  const auto& d = cost.shape.dims;
+  const int n = cost.shape.kernel == KernelClass::kGemm   ? 3
+                : cost.shape.kernel == KernelClass::kSdpa ? 5
+                                                          : 2;
+  for (int i = 0; i < n && cost.shape.kernel != KernelClass::kNone; ++i)
+    what += (i == 0 ? " " : "x") + std::to_string(d[static_cast<size_t>(i)]);
+  if (!cost.label.empty()) what += " (" + std::string(cost.label) + ")";
+  const std::lock_guard<std::mutex> lock(outside_mu_);
+  ++outside_[what];
+}
+
+std::vector<std::string> RooflineDevice::outside_grid(size_t limit) const {
+  const std::lock_guard<std::mutex> lock(outside_mu_);
+  std::vector<std::string> out;
+  for (const auto& [what, count] : outside_) {
+    if (out.size() == limit) break;
+    out.push_back(what + ": " + std::to_string(count) + (count == 1 ? " op" : " ops"));
+  }
+  return out;
+}
+
 SimTime RooflineDevice::time(const OpCost& cost) const {
+  if (p_.grid != nullptr) {
+    // Timed by shape: the grid's time, a strided view's times its kind's factor; the roofline
+    // at the fitted efficiencies for what the grid does not cover.
+    double t = 0;
+    if (const auto g = p_.grid->time_s(cost.shape)) {
+      t = *g;
+    } else {
+      if (cost.shape.kernel != KernelClass::kNone) note_outside(cost);
+      t = roofline(cost).seconds();
+    }
+    if (!strided_base(cost.label).empty()) t *= p_.strided_factor[static_cast<size_t>(cost.kind)];
+    return SimTime::from_seconds(t, "an operation's time from device.grid");
+  }
   if (const std::string_view base = strided_base(cost.label);
       !base.empty() && p_.kernels.find(cost.label) == p_.kernels.end()) {
     // A strided view's op: the contiguous op's time, times its kind's factor.

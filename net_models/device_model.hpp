@@ -5,12 +5,15 @@
 
 #include <array>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "core/op_cost.hpp"
 #include "core/sim_time.hpp"
+#include "net_models/kernel_grid.hpp"
 
 namespace cocodiff {
 
@@ -84,6 +87,11 @@ class DeviceModel {
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
   /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
   virtual double rank_spread() const { return 0.0; }
+  /// The kernels of the run so far that the device's measured grids do not cover (a shape
+  /// outside them, or a kernel class they never measured), each timed by the roofline at the
+  /// fitted efficiencies instead: "gemm 4096x768x3072 (q_proj_heads): 38 ops", sorted, at most
+  /// `limit`. Empty for a device without grids.
+  virtual std::vector<std::string> outside_grid(size_t /*limit*/) const { return {}; }
 };
 
 /// Each rank's factor on its device time for a spread s of n ranks: 1 + s x z, where z are the
@@ -168,6 +176,11 @@ struct RooflineParams {
   /// included, as measured); outside it the roofline applies, scaled by the table's ratio to the
   /// roofline at the nearest end of the range.
   std::map<std::string, KernelTable, std::less<>> kernels;
+  /// Measured kernel times by shape (device.grid): where set, an op with a KernelShape takes
+  /// the grid's time, the roofline (at the efficiencies above, fitted to the grid by
+  /// cocodiff calibrate) times what the grid does not cover, and `kernels` is not consulted.
+  std::shared_ptr<const KernelGrid> grid;
+  std::vector<std::string> grid_dirs;  // the directories it was read from, as given
   HostParams host;
 };
 
@@ -192,13 +205,19 @@ class RooflineDevice final : public DeviceModel {
   double host_step_factor() const override { return p_.host.step_factor; }
   double rank_spread() const override { return p_.rank_spread; }
   double kernel_step_factor() const override { return p_.step_factor; }
+  std::vector<std::string> outside_grid(size_t limit) const override;
   const RooflineParams& params() const { return p_; }
   /// The roofline alone, without the measured tables.
   SimTime roofline(const OpCost& cost) const;
 
  private:
+  /// Counts an op the grid does not cover (outside_grid).
+  void note_outside(const OpCost& cost) const;
+
   RooflineParams p_;
   bool has_host_ = false;
+  mutable std::mutex outside_mu_;
+  mutable std::map<std::string, long> outside_;
 };
 
 }  // namespace cocodiff

@@ -100,7 +100,8 @@ void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, i
   static constexpr std::string_view kRope[2][2] = {{"q_rope", "q_rope_strided"},
                                                    {"k_rope", "k_rope_strided"}};
   const bool has_norm = st.norm[p] != nullptr;
-  if (has_norm) rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, kNorm[p][ex.strided_input]);
+  if (has_norm)
+    rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, kNorm[p][ex.strided_input], st.norm_kernel);
   if (st.rope != nullptr)
     apply_rope(ex, x, *st.rope, h1 - h0, batch_, kRope[p][ex.strided_input && !has_norm], token0);
 }
@@ -178,6 +179,11 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
   txt.rope = rope.text;
   txt.wants_output = !opt.context_pre_only;
   bind_diffusers_qkv(txt, w, p + "attn", true);
+  // FLUX's attention normalises Q/K with torch.nn.RMSNorm, SD3's and Qwen-Image's with
+  // diffusers' own (unfused) RMSNorm.
+  const KernelClass qk_norm =
+      cfg.family == Family::kFlux ? KernelClass::kRmsNorm : KernelClass::kRmsNormUnfused;
+  img.norm_kernel = txt.norm_kernel = qk_norm;
   const int img_index = opt.text_first ? 1 : 0;
   std::vector<StreamQkv> streams =
       opt.text_first ? std::vector<StreamQkv>{txt, img} : std::vector<StreamQkv>{img, txt};
@@ -195,6 +201,7 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
     img2.sharded = true;
     img2.total_tokens = image_tokens;
     bind_diffusers_qkv(img2, w, p + "attn2", false);
+    img2.norm_kernel = qk_norm;
     const ModelQkv src2({img2}, cfg.head_dim, batch, eps);
     std::vector<Tensor> out2 = attn.attend(ex, src2, {cfg.heads, cfg.head_dim, batch, "sd3_attn2"});
     gated_residual(ex, x, dense(ex, w, p + "attn2.to_out.0", out2[0], "attn2_out"), &mi[8], batch,
@@ -245,7 +252,8 @@ void add_positional(const Exec& ex, Tensor& x, const Tensor& pos, int batch) {
   if (!ex.phantom)
     for (int b = 0; b < batch; ++b) x.mat().middleRows(b * pos.rows(), pos.rows()) += pos.mat();
   ex.charge(OpKind::kElementwise, static_cast<double>(x.numel()),
-            3.0 * static_cast<double>(x.numel()), "pos_add");
+            3.0 * static_cast<double>(x.numel()), "pos_add",
+            memory_shape(KernelClass::kAdd, x.numel(), x.cols()));
 }
 
 Tensor embedding_lookup(const Exec& ex, const Tensor& table, const std::vector<int>& ids) {

@@ -69,6 +69,9 @@ struct StreamQkv {
   const Tensor* b[3] = {nullptr, nullptr, nullptr};
   std::int64_t row_offset[3] = {0, 0, 0};      // a fused qkv weight's row offset of q, k, v
   const Tensor* norm[2] = {nullptr, nullptr};  // per-head RMSNorm of q and k, or null
+  /// How the reference runs that norm: torch.nn.RMSNorm (FLUX.1, FLUX.2) or diffusers' own
+  /// RMSNorm (SD3.5, Qwen-Image), for the device's grids.
+  KernelClass norm_kernel = KernelClass::kRmsNorm;
   const RopeTable* rope = nullptr;             // RoPE of the local tokens, or null
   bool wants_output = true;                    // false: attention output unused (SD3 last text)
 };

@@ -59,15 +59,18 @@ class QwenImage final : public Model {
     models::check_finite(ex, "txt_in and time_text_embed", {&c, &temb});
 
     const int gh = in.grid_h, gw = in.grid_w;
-    const RopeTable img_rope =
+    // Qwen-Image rotates in complex arithmetic (its apply_rotary_emb_qwen).
+    RopeTable img_rope =
         rope_table(ex, models::image_positions(in.shard, gw, -(gh - gh / 2), -(gw - gw / 2)),
                    cfg_.rope_axes, cfg_.rope_theta);
+    img_rope.kernel = KernelClass::kRopeComplex;
     const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;
     Eigen::MatrixXd txt_pos(nt, 3);
     const double m = std::max(gh / 2, gw / 2);
     for (std::int64_t k = 0; k < nt; ++k) txt_pos.row(k).setConstant(m + static_cast<double>(k));
-    const RopeTable txt_rope =
+    RopeTable txt_rope =
         rope_table(ex, models::text_positions(in, txt_pos), cfg_.rope_axes, cfg_.rope_theta);
+    txt_rope.kernel = KernelClass::kRopeComplex;
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
     opt.sharded_text_tokens = models::sharded_text_tokens(in);

@@ -76,7 +76,8 @@ void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::in
         y.mat().block(b * total + sh.begin, col0, sh.count, width) =
             blk.middleRows(b * sh.count, sh.count);
     }
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(rows * width), "a2a_unpack");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(rows * width), "a2a_unpack",
+            memory_shape(KernelClass::kLayoutA2a, rows * width, width));
 }
 
 // to_sequence: o [B*total, w_me] -> block (me, d) = [B*n_d, w_me] (d's tokens);
@@ -106,7 +107,8 @@ Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64
     for (int s = 0; s < p; ++s)
       if (cols[u(s)].count > 0)
         y.mat().middleCols(cols[u(s)].begin, cols[u(s)].count) = xc.block(s);
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "a2a_unpack");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "a2a_unpack",
+            memory_shape(KernelClass::kLayoutA2a, y.numel(), y.cols()));
   return y;
 }
 
@@ -133,7 +135,8 @@ Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
       if (cols[u(i)].count > 0)
         y.mat().middleCols(cols[u(i)].begin, cols[u(i)].count) =
             ConstMatMap(recv.data() + i * count, rows, maxw).leftCols(cols[u(i)].count);
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "gather_unpack");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(y.numel()), "gather_unpack",
+            memory_shape(KernelClass::kLayoutA2a, y.numel(), y.cols()));
   return y;
 }
 
@@ -403,7 +406,9 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
   for (int part = 0; part < 3; ++part)
     for (int s = 0; s < streams; ++s)
       if (head_chunked[part][u(s)])
-        ex.charge(OpKind::kCopy, 0, 2.0 * n(parts[part][u(s)].numel()), "chunk_concat");
+        ex.charge(OpKind::kCopy, 0, 2.0 * n(parts[part][u(s)].numel()), "chunk_concat",
+                  memory_shape(KernelClass::kCatFeat, parts[part][u(s)].numel(),
+                               parts[part][u(s)].cols()));
 
   std::vector<const Tensor*> q, k, v;
   std::vector<std::int64_t> tokens;

@@ -185,7 +185,8 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
     cur_offset_[static_cast<size_t>(ph.send_from[i])] = at;
     at += b.numel();
   }
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(total), "a2a_pack");
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(total), "a2a_pack",
+            memory_shape(KernelClass::kLayoutA2a, total, 0));
   phase_ = 0;
   sub_step_ = 0;
   awaiting_launch_ = false;
@@ -235,7 +236,9 @@ void BlockExchange::launch_phase(const Exec& ex) {
                     static_cast<size_t>(len) * sizeof(float));
     }
   }
-  if (phase_ > 0) ex.charge(OpKind::kCopy, 0, 2.0 * n(send_total), "tapa_repack");
+  if (phase_ > 0)
+    ex.charge(OpKind::kCopy, 0, 2.0 * n(send_total), "tapa_repack",
+              memory_shape(KernelClass::kLayoutA2a, send_total, 0));
   // The layout is filled in place (an all-to-allv reads it until the phase completes).
   std::vector<std::int64_t>& sc = layout_.send_counts;
   std::vector<std::int64_t>& rc = layout_.recv_counts;

@@ -23,7 +23,8 @@ OpCost partial_attention_cost(std::int64_t q_rows, std::int64_t q_cols, std::int
   const std::int64_t nq = q_rows / batch, nk = k_rows / batch;
   const double q_numel = n(q_rows) * n(q_cols), k_numel = n(k_rows) * n(q_cols);
   return {OpKind::kAttention, 4.0 * batch * heads * n(nq) * n(nk) * head_dim,
-          (q_numel + k_numel + k_numel + q_numel) * kBytesPerElement, "ring_attention"};
+          (q_numel + k_numel + k_numel + q_numel) * kBytesPerElement, "ring_attention",
+          sdpa_shape(batch, nq, nk, heads, head_dim)};
 }
 
 // Token chunk of ring member j (of a world of pw ranks in Ulysses groups of ud): the shards of

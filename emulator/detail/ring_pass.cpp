@@ -45,7 +45,7 @@ std::size_t u(int i) { return static_cast<std::size_t>(i); }
 int mod(int a, int p) { return ((a % p) + p) % p; }
 /// OpCost's equality, without comparing the bytes of a label with themselves.
 bool same_cost(const OpCost& a, const OpCost& b) {
-  return a.kind == b.kind && a.flops == b.flops && a.bytes == b.bytes &&
+  return a.kind == b.kind && a.flops == b.flops && a.bytes == b.bytes && a.shape == b.shape &&
          ((a.label.data() == b.label.data() && a.label.size() == b.label.size()) ||
           a.label == b.label);
 }
