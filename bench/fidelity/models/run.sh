@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The shape-keyed kernel grids and the whole-model forwards of bench/fidelity/models on one GPU.
-# Usage: bash bench/fidelity/models/run.sh OUT [grid|forwards|forwards-a|forwards-b|all|smoke]
+# The shape-keyed kernel grids, the whole-model forwards and the host profile of bench/fidelity/models
+# on one GPU.
+# Usage: bash bench/fidelity/models/run.sh OUT [grid|forwards|forwards-a|forwards-b|host|all|smoke]
 #   grid        microbench.py, full grids (gemm.csv, attention.csv, memory.csv, env_grid.json;
 #               budget 420 s; 187 s on one H200, stopped at 8 minutes)
 #   forwards    forwards.py, every family (forwards.csv, env_forwards.json; budget 480 s; 147 s on
@@ -8,13 +9,16 @@
 #   forwards-a  DiT-XL/2, SD3.5 Medium, FLUX.1-dev, SD3.5 Large (forwards_a.csv, env_forwards_a.json)
 #   forwards-b  Qwen-Image, FLUX.2-dev (forwards_b.csv, env_forwards_b.json); after either half,
 #               forwards.csv is rebuilt from the halves present
+#   host        host_profile.py, every family (host_ops.csv, host_blocks.csv, host_issue.csv,
+#               env_host.json; budget 300 s, stopped at 6 minutes; time not yet measured)
 #   all         grid, then forwards (about 6 minutes on one H200, at most 17 with both deadlines;
-#               where one command is limited to 10 minutes, run the two apart)
-#   smoke       both scripts with --quick into OUT/smoke/ (tiny grids, tiny models; 40 s on one H200)
+#               where one command is limited to 10 minutes, run the two apart); not host
+#   smoke       the three scripts with --quick into OUT/smoke/ (tiny grids, tiny models; grid and
+#               forwards 40 s on one H200, host not yet measured)
 # The diffusers source tree is DIFFUSERS_SRC (default: .cache/diffusers-src of this repository,
 # holding diffusers/ and COMMIT); PYTHON picks the interpreter (default python3).
 set -euo pipefail
-modes=" grid forwards forwards-a forwards-b all smoke "
+modes=" grid forwards forwards-a forwards-b host all smoke "
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [[ $modes != *" ${2:-all} "* ]]; then
   echo "usage: bash bench/fidelity/models/run.sh OUT [MODE]; MODE is one of:$modes(default all)" >&2
   exit 2
@@ -67,6 +71,7 @@ case $mode in
   forwards) part forwards 540 forwards.py --diffusers "$src" --budget-s 480 ;;
   forwards-a) part forwards_a 540 forwards.py --diffusers "$src" --budget-s 480 --families "$half_a"; merge_halves ;;
   forwards-b) part forwards_b 540 forwards.py --diffusers "$src" --budget-s 480 --families "$half_b"; merge_halves ;;
+  host) part host 360 host_profile.py --diffusers "$src" --budget-s 300 ;;
   all)
     part grid 480 microbench.py --budget-s 420
     part forwards 540 forwards.py --diffusers "$src" --budget-s 480
@@ -76,6 +81,7 @@ case $mode in
     mkdir -p "$out"
     part grid 60 microbench.py --quick --budget-s 45
     part forwards 90 forwards.py --diffusers "$src" --quick --budget-s 70
+    part host 90 host_profile.py --diffusers "$src" --quick --budget-s 70
     ;;
 esac
 ls -l "$out"
