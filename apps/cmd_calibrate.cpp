@@ -51,6 +51,8 @@
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "dit/layers.hpp"
+#include "net_models/kernel_grid.hpp"
 
 namespace cocodiff::apps {
 
@@ -405,6 +407,97 @@ class StepRunner {
 // Device-bound steps: the kernels' step factor, fitted by timing the flat 1-GPU step in the
 // emulator; printed per case and set in the cluster table (left as it is when the files hold no
 // such step or the model's step is host-bound).
+// Kernel grids by shape: device.grid names their directories, and the roofline that times what
+// they do not cover is fitted to their points (the FLOPs and bytes the layers charge for each
+// shape). Every point is printed, measured against the grid without it (its neighbours along its
+// series) and against the fitted roofline.
+void write_grid(const calibrate::Measurements& m, const RooflineParams& device, toml::table& table,
+                std::ostringstream& notes) {
+  KernelGrid g;
+  std::vector<std::string> dirs;
+  for (const auto& [name, text] : m.grid_files) {
+    g.add_text(text, name);
+    const std::string dir =
+        std::filesystem::absolute(std::filesystem::path(name)).parent_path().lexically_normal();
+    if (std::find(dirs.begin(), dirs.end(), dir) == dirs.end()) dirs.push_back(dir);
+  }
+  g.finish();
+  if (g.empty()) throw InputError("calibrate: the grid files hold no bf16 point");
+  std::vector<KernelPoint> kp;
+  for (const KernelGrid::Point& p : g.points()) {
+    const OpCost c = dit::charged_cost(p.shape);
+    kp.push_back({p.source, std::string(kernel_class_name(p.shape.kernel)), c.kind, c.flops,
+                  c.bytes, p.time_s * 1e6});
+  }
+  calibrate::KernelFit kf = calibrate::fit_kernels(device, kp);
+  std::printf("# grid: %zu points of %zu files; roofline fitted for what it does not cover: "
+              "launch_overhead_ns = %.0f",
+              kp.size(), m.grid_files.size(), kf.launch_s * 1e9);
+  calibrate::set_key(table, "device.launch_overhead_ns",
+                     toml::value<std::int64_t>(std::llround(kf.launch_s * 1e9)));
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const auto i = static_cast<size_t>(k);
+    const std::string kind(op_kind_name(static_cast<OpKind>(k)));
+    if (kf.fitted_c[i]) {
+      std::printf(", compute_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_c[i]).c_str());
+      calibrate::set_key(table, "device.compute_efficiency." + kind,
+                         toml::value<double>(round6(kf.eff_c[i])));
+    }
+    if (kf.fitted_m[i]) {
+      std::printf(", memory_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_m[i]).c_str());
+      calibrate::set_key(table, "device.memory_efficiency." + kind,
+                         toml::value<double>(round6(kf.eff_m[i])));
+    }
+  }
+  std::printf("\n%-21s %-22s %12s %12s %8s %12s %8s\n", "kernel", "shape", "measured_us",
+              "held_out_us", "error", "roofline_us", "error");
+  struct ClassErrors {
+    std::vector<double> held, roof;
+  };
+  std::map<std::string, ClassErrors> by_class;
+  for (size_t i = 0; i < kp.size(); ++i) {
+    const KernelGrid::Point& p = g.points()[i];
+    const auto& d = p.shape.dims;
+    const int nd = p.shape.kernel == KernelClass::kGemm   ? 4
+                   : p.shape.kernel == KernelClass::kSdpa ? 5
+                                                          : 2;
+    std::string shape;
+    for (int j = 0; j < nd; ++j) shape += (j ? "x" : "") + std::to_string(d[static_cast<size_t>(j)]);
+    const std::optional<double> h = g.held_out(i);
+    const double roof_err = (kf.predicted_us[i] - kp[i].time_us) / kp[i].time_us;
+    ClassErrors& e = by_class[kp[i].op];
+    e.roof.push_back(std::abs(roof_err));
+    char held[64] = "           -        -";
+    if (h) {
+      const double err = (*h * 1e6 - kp[i].time_us) / kp[i].time_us;
+      e.held.push_back(std::abs(err));
+      std::snprintf(held, sizeof held, "%12.2f %7.1f%%", *h * 1e6, 100 * err);
+    }
+    std::printf("%-21s %-22s %12.2f %s %12.2f %7.1f%%\n", kp[i].op.c_str(), shape.c_str(),
+                kp[i].time_us, held, kf.predicted_us[i], 100 * roof_err);
+  }
+  const auto median_of = [](std::vector<double> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf("# by kernel: points, |error| held out (median, max), |error| of the roofline "
+              "(median)\n");
+  for (const auto& [cls, e] : by_class)
+    std::printf("#   %-21s %5zu  %6.1f%% %6.1f%%  %6.1f%%\n", cls.c_str(), e.roof.size(),
+                100 * median_of(e.held),
+                100 * (e.held.empty() ? 0.0 : *std::max_element(e.held.begin(), e.held.end())),
+                100 * median_of(e.roof));
+  toml::array list;
+  for (const std::string& d : dirs) list.push_back(d);
+  calibrate::set_key(table, "device.grid", std::move(list));
+  if (toml::table* dev = table["device"].as_table()) dev->erase("kernels");
+  notes << "# Kernels: timed by shape from the grids of device.grid (" << kp.size()
+        << " points); the roofline for what they do not cover fitted to them (rms error of log "
+           "time "
+        << fmt(kf.rms_log) << ").\n";
+}
+
 void write_device_step(const std::vector<calibrate::StepPoint>& steps, toml::table& table,
                        std::ostringstream& notes) {
   const double current = table.at_path("device.step_factor").value_or(1.0);
@@ -551,7 +644,7 @@ void run_calibrate(const CalibrateOptions& o) {
                      "), which one cluster file cannot hold; choose one with --transport");
   }
   if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty() && steps.empty() && m.chunks.empty())
+      m.breakdowns.empty() && steps.empty() && m.chunks.empty() && m.grid_files.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
 
   const std::filesystem::path preset_dir = config_dir() / "clusters";
@@ -705,6 +798,8 @@ void run_calibrate(const CalibrateOptions& o) {
   }
 
   if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
+  // After the eager ops: the grids replace the kernel tables those write.
+  if (!m.grid_files.empty()) write_grid(m, c.device_params, table, notes);
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
   if (!m.chunks.empty()) write_strided(m.chunks, table, notes);
   // Last: the steps are timed on the cluster every other fit has made; the kernels' pace in a
@@ -750,6 +845,16 @@ void run_calibrate(const CalibrateOptions& o) {
         "# each prediction is what `cocodiff netbench %s --rounds %s -w %d -n %d --op OP` "
         "prints for its size on a cluster of the point's ranks and nodes\n",
         o.out.c_str(), o.rounds.c_str(), fo.warmup, fo.iters);
+  }
+  // The grids' directories, relative to the written file's where they can be (its runs resolve
+  // them from there), as the fits above read them (absolute).
+  if (toml::array* grid = table["device"]["grid"].as_array()) {
+    const std::filesystem::path here = std::filesystem::absolute(o.out).parent_path();
+    for (toml::node& n : *grid)
+      if (toml::value<std::string>* d = n.as_string()) {
+        const std::filesystem::path rel = std::filesystem::path(d->get()).lexically_relative(here);
+        if (!rel.empty()) *d = rel.string();
+      }
   }
   const std::string text = calibrate::cluster_file_text(table, notes.str() + "\n");
   auto lock = hold_interrupts();

@@ -260,6 +260,8 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
     tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
   r["bytes_by_tier"] = tiers;
   r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
+  // Kernels the device's measured grids do not cover, timed by the fitted roofline instead.
+  r["device_outside_grid"] = plan.cluster.device->outside_grid(50);
   // The critical tile ends last; its time is exactly compute + exposed communication + the
   // time its device waited for its host (0 on a device without a host).
   size_t crit = 0;
@@ -522,6 +524,14 @@ std::string summarize(const RunRecord& rec) {
       os << buf;
     }
     os << "\n";
+  }
+  if (r.contains("device_outside_grid") && r["device_outside_grid"].is_array() &&
+      !r["device_outside_grid"].empty()) {
+    const auto& o = r["device_outside_grid"];
+    os << "warning: " << o.size() << (o.size() == 50 ? " or more" : "")
+       << " kernel shapes lie outside device.grid and were timed by the roofline at its fitted "
+          "efficiencies (report.json: device_outside_grid), e.g. "
+       << o[0].get<std::string>() << "\n";
   }
   if (r["output_sha256"].is_string())
     os << "output_sha256 " << r["output_sha256"].get<std::string>() << "\n";

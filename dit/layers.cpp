@@ -17,6 +17,63 @@ constexpr std::int64_t kBlockQ = 256;
 
 }  // namespace
 
+OpCost charged_cost(const KernelShape& shape) {
+  const auto& d = shape.dims;
+  const KernelClass c = shape.kernel;
+  OpCost cost;
+  cost.kind = kernel_class_kind(c);
+  cost.shape = shape;
+  const double e = n(d[0]);
+  double flops = 0, moved = 0;  // elements read and written
+  switch (c) {
+    case KernelClass::kNone:
+      break;
+    case KernelClass::kGemm:
+      flops = 2.0 * n(d[0]) * n(d[1]) * n(d[2]);
+      moved = n(d[0]) * n(d[2]) + n(d[1]) * n(d[2]) + n(d[0]) * n(d[1]) + (d[3] != 0 ? n(d[1]) : 0);
+      break;
+    case KernelClass::kSdpa:
+      flops = 4.0 * n(d[0]) * n(d[3]) * n(d[1]) * n(d[2]) * n(d[4]);
+      moved = 2.0 * n(d[0]) * n(d[3]) * n(d[4]) * (n(d[1]) + n(d[2]));
+      break;
+    case KernelClass::kLayerNorm:
+    case KernelClass::kLayerNormAffine:
+      flops = 8.0 * e, moved = 2.0 * e;
+      break;
+    case KernelClass::kRmsNorm:
+    case KernelClass::kRmsNormUnfused:
+      flops = 4.0 * e, moved = 2.0 * e + n(d[1]);
+      break;
+    case KernelClass::kRopeReal:
+    case KernelClass::kRopeComplex:
+      flops = 3.0 * e, moved = 2.0 * e;
+      break;
+    case KernelClass::kModulateEager:
+      flops = 2.0 * e, moved = 2.0 * e;
+      break;
+    case KernelClass::kGatedResidualEager:
+    case KernelClass::kAdd:
+    case KernelClass::kMul:
+      flops = 2.0 * e, moved = 3.0 * e;
+      break;
+    case KernelClass::kGeluTanh:
+      flops = 10.0 * e, moved = 2.0 * e;
+      break;
+    case KernelClass::kSilu:
+      flops = 4.0 * e, moved = 2.0 * e;
+      break;
+    case KernelClass::kSwiglu:  // elements of the input, twice the output's
+      flops = 2.5 * e, moved = 1.5 * e;
+      break;
+    default:  // copies, concatenations, layout copies
+      moved = 2.0 * e;
+      break;
+  }
+  cost.flops = flops;
+  cost.bytes = moved * kBytesPerElement;
+  return cost;
+}
+
 // ---------------------------------------------------------------------------------------------
 // linear: y[N, r] = x[N, in] @ W[r, in]^T + b[r]
 // ---------------------------------------------------------------------------------------------

@@ -24,6 +24,11 @@ struct RowRange {
   std::int64_t end = -1;  // -1: all rows
 };
 
+/// The FLOPs and bytes the layers below charge for one kernel of `shape` (as linear(),
+/// attention(), layer_norm(), ... charge it, up to their per-row and per-weight terms): what
+/// `cocodiff calibrate` fits the roofline of a grid's fallback to.
+OpCost charged_cost(const KernelShape& shape);
+
 /// y = x W[r]^T + b[r].   x: [N, in], W: [out, in], b: [1, out] or null -> y: [N, |r|].
 /// A row range projects only some output features (e.g. one Ulysses rank's heads).
 Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,

@@ -146,8 +146,10 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
     // Timed by shape: the grid's time, a strided view's times its kind's factor; the roofline
     // at the fitted efficiencies for what the grid does not cover.
     double t = 0;
-    if (const auto g = p_.grid->time_s(cost.shape)) {
+    bool beyond = false;
+    if (const auto g = p_.grid->time_s(cost.shape, &beyond)) {
       t = *g;
+      if (beyond) note_outside(cost);
     } else {
       if (cost.shape.kernel != KernelClass::kNone) note_outside(cost);
       t = roofline(cost).seconds();

@@ -87,10 +87,11 @@ class DeviceModel {
   /// speed, as measured between two exchanges of a step (no two GPUs of a machine run a kernel in
   /// quite the same time, and every exchange waits for the slowest). 0: every rank alike.
   virtual double rank_spread() const { return 0.0; }
-  /// The kernels of the run so far that the device's measured grids do not cover (a shape
-  /// outside them, or a kernel class they never measured), each timed by the roofline at the
-  /// fitted efficiencies instead: "gemm 4096x768x3072 (q_proj_heads): 38 ops", sorted, at most
-  /// `limit`. Empty for a device without grids.
+  /// The kernels of the run so far that the device's measured grids do not cover: a shape
+  /// beyond a series' ends (timed at its nearest point's rate), or one no series covers (a
+  /// kernel class or head_dim never measured: timed by the roofline at the fitted
+  /// efficiencies): "gemm 4096x768x3072 (q_proj_heads): 38 ops", sorted, at most `limit`.
+  /// Empty for a device without grids.
   virtual std::vector<std::string> outside_grid(size_t /*limit*/) const { return {}; }
 };
 

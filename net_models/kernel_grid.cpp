@@ -102,6 +102,20 @@ std::optional<double> KernelGrid::Series::at(double v) const {
   return log_interp(x[b->first], x[b->second], t[b->first], t[b->second], v);
 }
 
+std::optional<double> KernelGrid::Series::reach(double v, double power,
+                                                bool& extrapolated) const {
+  if (x.empty()) return std::nullopt;
+  if (v > x.back()) {
+    extrapolated = true;
+    return t.back() * std::pow(v / x.back(), power);
+  }
+  if (v < x.front()) {
+    extrapolated = true;
+    return t.front();
+  }
+  return at(v);
+}
+
 void KernelGrid::add_text(std::string_view text, const std::string& name) {
   files_.push_back(name);
   std::vector<std::string_view> lines = split(text, '\n');
@@ -263,17 +277,53 @@ KernelGrid KernelGrid::without(const std::function<bool(const Point&)>& drop) co
   return g;
 }
 
+std::optional<double> KernelGrid::held_out(size_t i) const {
+  const Point& p = points_.at(i);
+  const auto& d = p.shape.dims;
+  const auto between = [](const Series& s, double x) -> std::optional<double> {
+    const size_t j = static_cast<size_t>(std::lower_bound(s.x.begin(), s.x.end(), x) - s.x.begin());
+    if (j == 0 || j + 1 >= s.x.size() || s.x[j] != x) return std::nullopt;
+    return log_interp(s.x[j - 1], s.x[j + 1], s.t[j - 1], s.t[j + 1], x);
+  };
+  switch (p.shape.kernel) {
+    case KernelClass::kNone:
+      return std::nullopt;
+    case KernelClass::kGemm: {
+      const auto it = gemm_.find({d[1], d[2], d[3]});
+      return it == gemm_.end() ? std::nullopt : between(it->second, static_cast<double>(d[0]));
+    }
+    case KernelClass::kSdpa: {
+      if (d[1] != d[2]) return std::nullopt;
+      const auto git = self_.find(d[4]);
+      if (git == self_.end()) return std::nullopt;
+      const AttentionGrid& g = git->second;
+      const double bh = static_cast<double>(d[0] * d[3]), s = static_cast<double>(d[1]);
+      Series row;  // this batch x heads' times over the tokens
+      for (const double v : g.s)
+        if (const auto it = g.t.find({bh, v}); it != g.t.end()) {
+          row.x.push_back(v);
+          row.t.push_back(it->second);
+        }
+      return between(row, s);
+    }
+    default: {
+      const auto it = memory_.find({static_cast<int>(p.shape.kernel), d[1]});
+      return it == memory_.end() ? std::nullopt : between(it->second, static_cast<double>(d[0]));
+    }
+  }
+}
+
 std::optional<double> KernelGrid::gemm_series(std::int64_t m, std::int64_t n, std::int64_t k,
-                                              int bias) const {
+                                              int bias, bool& extrapolated) const {
   auto it = gemm_.find({n, k, bias});
   if (it == gemm_.end()) it = gemm_.find({n, k, 1 - bias});
   if (it == gemm_.end()) return std::nullopt;
-  return it->second.at(static_cast<double>(m));
+  return it->second.reach(static_cast<double>(m), 1.0, extrapolated);
 }
 
-std::optional<double> KernelGrid::gemm(std::int64_t m, std::int64_t n, std::int64_t k,
-                                       int bias) const {
-  if (auto t = gemm_series(m, n, k, bias)) return t;
+std::optional<double> KernelGrid::gemm(std::int64_t m, std::int64_t n, std::int64_t k, int bias,
+                                       bool& extrapolated) const {
+  if (auto t = gemm_series(m, n, k, bias, extrapolated)) return t;
   // A weight shape not measured: the throughput between the nearest measured widths that
   // bracket it with the same k (else the same n), each at this m.
   for (const bool vary_n : {true, false}) {
@@ -288,7 +338,8 @@ std::optional<double> KernelGrid::gemm(std::int64_t m, std::int64_t n, std::int6
     }
     if (!lo || !hi) continue;
     const auto t_of = [&](std::int64_t w) {
-      return vary_n ? *gemm_series(m, w, k, bias) : *gemm_series(m, n, w, bias);
+      return vary_n ? *gemm_series(m, w, k, bias, extrapolated)
+                    : *gemm_series(m, n, w, bias, extrapolated);
     };
     // throughput = flops / time, flops proportional to the width
     const double r_lo = static_cast<double>(*lo) / t_of(*lo);
@@ -300,41 +351,51 @@ std::optional<double> KernelGrid::gemm(std::int64_t m, std::int64_t n, std::int6
   return std::nullopt;
 }
 
-std::optional<double> KernelGrid::self_attention(std::int64_t head_dim, double bh,
-                                                 double s) const {
+std::optional<double> KernelGrid::self_attention(std::int64_t head_dim, double bh, double s,
+                                                 bool& extrapolated) const {
   const auto git = self_.find(head_dim);
-  if (git == self_.end()) return std::nullopt;
+  if (git == self_.end() || git->second.bh.empty()) return std::nullopt;
   const AttentionGrid& g = git->second;
+  // One batch x heads' row over the tokens (the points measured: large ones may be missing),
+  // at s; beyond its ends the nearest point's rate (work grows with s^2).
+  const auto along_s = [&](double row) -> std::optional<double> {
+    Series r;
+    for (const double v : g.s)
+      if (const auto it = g.t.find({row, v}); it != g.t.end()) {
+        r.x.push_back(v);
+        r.t.push_back(it->second);
+      }
+    return r.reach(s, 2.0, extrapolated);
+  };
+  const double lo_bh = g.bh.front(), hi_bh = g.bh.back();
+  if (bh > hi_bh || bh < lo_bh) {  // beyond the heads measured: linear in them above
+    const double edge = bh > hi_bh ? hi_bh : lo_bh;
+    const auto t = along_s(edge);
+    if (!t) return std::nullopt;
+    extrapolated = true;
+    return bh > hi_bh ? *t * bh / hi_bh : *t;
+  }
   const auto bb = bracket(g.bh, bh);
-  const auto sb = bracket(g.s, s);
-  if (!bb || !sb) return std::nullopt;
-  const auto t = [&](size_t i, size_t j) -> std::optional<double> {
-    const auto it = g.t.find({g.bh[i], g.s[j]});
-    if (it == g.t.end()) return std::nullopt;
-    return it->second;
-  };
-  const auto along_s = [&](size_t i) -> std::optional<double> {
-    const auto a = t(i, sb->first), b = t(i, sb->second);
-    if (!a || !b) return std::nullopt;
-    return log_interp(g.s[sb->first], g.s[sb->second], *a, *b, s);
-  };
-  const auto lo = along_s(bb->first), hi = along_s(bb->second);
+  const auto lo = along_s(g.bh[bb->first]);
+  if (bb->first == bb->second) return lo;
+  const auto hi = along_s(g.bh[bb->second]);
   if (!lo || !hi) return std::nullopt;
   return log_interp(g.bh[bb->first], g.bh[bb->second], *lo, *hi, bh);
 }
 
-std::optional<double> KernelGrid::attention(const std::array<std::int64_t, 5>& d) const {
+std::optional<double> KernelGrid::attention(const std::array<std::int64_t, 5>& d,
+                                            bool& extrapolated) const {
   const std::int64_t bh = d[0] * d[3];
   if (d[1] == d[2])
-    return self_attention(d[4], static_cast<double>(bh), static_cast<double>(d[1]));
+    return self_attention(d[4], static_cast<double>(bh), static_cast<double>(d[1]), extrapolated);
   if (const auto it = cross_.find({bh, d[1], d[2], d[4]}); it != cross_.end()) return it->second;
   // The self-attention of equal work per head: sqrt(q kv) tokens, scaled by nothing (q kv equal).
   const double s = std::sqrt(static_cast<double>(d[1]) * static_cast<double>(d[2]));
-  return self_attention(d[4], static_cast<double>(bh), s);
+  return self_attention(d[4], static_cast<double>(bh), s, extrapolated);
 }
 
 std::optional<double> KernelGrid::memory(KernelClass c, std::int64_t elements,
-                                         std::int64_t width) const {
+                                         std::int64_t width, bool& extrapolated) const {
   const Series* best = nullptr;
   double best_d = 0;
   for (auto it = memory_.lower_bound({static_cast<int>(c), 0});
@@ -347,23 +408,30 @@ std::optional<double> KernelGrid::memory(KernelClass c, std::int64_t elements,
     }
   }
   if (best == nullptr) return std::nullopt;
-  return best->at(static_cast<double>(elements));
+  return best->reach(static_cast<double>(elements), 1.0, extrapolated);
 }
 
-std::optional<double> KernelGrid::time_s(const KernelShape& shape) const {
+std::optional<double> KernelGrid::time_s(const KernelShape& shape, bool* extrapolated) const {
+  bool beyond = false;
+  const std::optional<double> t = time_of(shape, beyond);
+  if (extrapolated != nullptr) *extrapolated = t && beyond;
+  return t;
+}
+
+std::optional<double> KernelGrid::time_of(const KernelShape& shape, bool& extrapolated) const {
   const auto& d = shape.dims;
   switch (shape.kernel) {
     case KernelClass::kNone:
       return std::nullopt;
     case KernelClass::kGemm:
       if (d[0] <= 0 || d[1] <= 0 || d[2] <= 0) return std::nullopt;
-      return gemm(d[0], d[1], d[2], static_cast<int>(d[3]));
+      return gemm(d[0], d[1], d[2], static_cast<int>(d[3]), extrapolated);
     case KernelClass::kSdpa:
       if (d[0] <= 0 || d[1] <= 0 || d[2] <= 0 || d[3] <= 0 || d[4] <= 0) return std::nullopt;
-      return attention(d);
+      return attention(d, extrapolated);
     default:
       if (d[0] <= 0) return std::nullopt;
-      return memory(shape.kernel, d[0], d[1]);
+      return memory(shape.kernel, d[0], d[1], extrapolated);
   }
 }
 

@@ -17,8 +17,12 @@
 //   returns its point, else takes the throughput of the self-attention of sqrt(q kv) tokens.
 // - Memory-bound kernels (class, elements, width): the class's series over elements at the
 //   measured row width nearest to the op's (in log); widths differ little at equal elements.
-// Anything outside (a class never measured, a size beyond the series' ends, a missing corner)
-// is nullopt: the device model then times it by its roofline and reports it.
+// Beyond a series' ends the nearest point's rate holds: above the largest size the time grows
+// with the work (a GEMM's m, a memory kernel's elements: linearly; an attention's tokens:
+// quadratically, its batch x heads linearly), below the smallest it stays the smallest point's
+// (a launch-bound kernel); such a time is flagged `extrapolated` and the device model reports
+// it. What has no series at all (a class or head_dim never measured, a weight shape no measured
+// one brackets) is nullopt: the device model times it by the roofline fitted to the grid.
 
 #include <array>
 #include <cstdint>
@@ -52,7 +56,8 @@ class KernelGrid {
   /// Merges repeated points (the median of their times) and builds the lookups; after add_text.
   void finish();
 
-  std::optional<double> time_s(const KernelShape& shape) const;
+  /// The shape's time; `extrapolated`, when given, is set when it lies beyond the measured ends.
+  std::optional<double> time_s(const KernelShape& shape, bool* extrapolated = nullptr) const;
   bool empty() const { return points_.empty(); }
   /// Every merged point, by class then shape.
   const std::vector<Point>& points() const { return points_; }
@@ -61,20 +66,31 @@ class KernelGrid {
   /// Rows of memory grids whose op names no KernelClass (skipped, counted).
   int skipped_rows() const { return skipped_rows_; }
 
-  /// A copy without the points `drop` accepts: for leave-one-out checks of the interpolation.
+  /// A copy without the points `drop` accepts.
   KernelGrid without(const std::function<bool(const Point&)>& drop) const;
+  /// Point i of points() held out: its time interpolated from its two neighbours along its
+  /// series (a GEMM's m, a memory kernel's elements, an attention's tokens at its batch x
+  /// heads), which is what the grid would give there without it; nullopt at a series' end and
+  /// for q != kv attention points.
+  std::optional<double> held_out(size_t i) const;
 
  private:
   struct Series {  // times by one ascending size
     std::vector<double> x, t;
-    std::optional<double> at(double v) const;
+    std::optional<double> at(double v) const;  // inside the ends only
+    /// Beyond the ends too: above, the last time x (v / last)^power; below, the first time.
+    std::optional<double> reach(double v, double power, bool& extrapolated) const;
   };
-  std::optional<double> gemm(std::int64_t m, std::int64_t n, std::int64_t k, int bias) const;
-  std::optional<double> gemm_series(std::int64_t m, std::int64_t n, std::int64_t k,
-                                    int bias) const;
-  std::optional<double> attention(const std::array<std::int64_t, 5>& d) const;
-  std::optional<double> self_attention(std::int64_t head_dim, double bh, double s) const;
-  std::optional<double> memory(KernelClass c, std::int64_t elements, std::int64_t width) const;
+  std::optional<double> time_of(const KernelShape& shape, bool& extrapolated) const;
+  std::optional<double> gemm(std::int64_t m, std::int64_t n, std::int64_t k, int bias,
+                             bool& extrapolated) const;
+  std::optional<double> gemm_series(std::int64_t m, std::int64_t n, std::int64_t k, int bias,
+                                    bool& extrapolated) const;
+  std::optional<double> attention(const std::array<std::int64_t, 5>& d, bool& extrapolated) const;
+  std::optional<double> self_attention(std::int64_t head_dim, double bh, double s,
+                                       bool& extrapolated) const;
+  std::optional<double> memory(KernelClass c, std::int64_t elements, std::int64_t width,
+                               bool& extrapolated) const;
 
   std::vector<Point> raw_;     // as read
   std::vector<Point> points_;  // merged

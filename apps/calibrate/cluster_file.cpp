@@ -42,6 +42,20 @@ void set_key(toml::table& t, std::string_view key, const toml::node& value) {
   at->insert_or_assign(std::string(key), value);
 }
 
+namespace {
+// device.grid's directories made absolute against `dir` (the file that names them), so that the
+// flattened table reads the same grids wherever it is loaded from.
+void absolute_grid(toml::table& cluster, const std::filesystem::path& dir) {
+  toml::array* grid = cluster["device"]["grid"].as_array();
+  if (grid == nullptr) return;
+  for (toml::node& n : *grid)
+    if (toml::value<std::string>* d = n.as_string()) {
+      const std::filesystem::path p(d->get());
+      if (p.is_relative()) *d = std::filesystem::absolute(dir / p).lexically_normal().string();
+    }
+}
+}  // namespace
+
 toml::table complete_cluster_table(const Config& cfg, const std::filesystem::path& preset_dir) {
   toml::table out;
   const toml::table* run = cfg.table()["cluster"].as_table();
@@ -55,8 +69,10 @@ toml::table complete_cluster_table(const Config& cfg, const std::filesystem::pat
     const std::filesystem::path file =
         resolve_cluster_preset(*name, cfg.directory(), preset_dir, cfg.where("cluster.preset"));
     out = Config::load(file).table();
+    absolute_grid(out, file.parent_path());
     over.erase("preset");
   }
+  absolute_grid(over, cfg.directory());
   merge_into(out, over);
   // The library preset's keys, under the cluster's own [library] keys.
   if (toml::table* lib = out["library"].as_table(); lib != nullptr && lib->contains("preset")) {

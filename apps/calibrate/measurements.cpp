@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/errors.hpp"
+#include "net_models/kernel_grid.hpp"
 
 namespace cocodiff::calibrate {
 
@@ -719,7 +720,15 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
       read_netbench_text(lines, netbench, name, m.collectives);
     } else if (header < lines.size()) {
       const std::vector<std::string_view> cols = split(lines[header].text, ',');
-      if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
+      const auto starts = [&](std::initializer_list<std::string_view> want) {
+        return cols.size() >= want.size() && std::equal(want.begin(), want.end(), cols.begin());
+      };
+      if (starts({"m", "n", "k"}) || starts({"batch", "q_tokens", "kv_tokens"}) ||
+          starts({"op", "shape", "dtype"})) {
+        KernelGrid check;  // InputError naming the file and line of a malformed row
+        check.add_text(text, name);
+        m.grid_files.emplace_back(name, std::string(text));
+      } else if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
         read_kernel_csv(lines, header, name, m.kernels);
       else if (cols == std::vector<std::string_view>{"op", "label", "tokens", "heads", "k", "n",
                                                      "flops", "device_us", "host_us"})
@@ -733,7 +742,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
     }
   }
   if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
-      m.breakdowns.empty() && m.steps.empty() && m.chunks.empty())
+      m.breakdowns.empty() && m.steps.empty() && m.chunks.empty() && m.grid_files.empty())
     throw InputError(name +
                      ": no measurements in the file (expected nccl-tests output, "
                      "netbench output, or a CSV with a header)");
@@ -749,6 +758,7 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   for (BreakdownPoint& p : m.breakdowns) out.breakdowns.push_back(std::move(p));
   for (StepPoint& p : m.steps) out.steps.push_back(std::move(p));
   for (ChunkPoint& p : m.chunks) out.chunks.push_back(std::move(p));
+  for (auto& g : m.grid_files) out.grid_files.push_back(std::move(g));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
 }

@@ -21,6 +21,9 @@
 //    transport (optional) in any order; other columns are ignored (listed in `ignored_columns`).
 //    Lines starting with '#' are comments.
 //  - CSV of kernels: the header op,kind,flops,bytes,time_us, op being the label cocodiff charges.
+//  - Kernel grids by shape (microbench.py): headers m,n,k,dtype,bias,us_median,... (GEMM),
+//    batch,q_tokens,kv_tokens,heads,head_dim,us_median,... (attention) and
+//    op,shape,dtype,bytes_moved,strided,us_median,... (memory-bound kernels).
 //  - CSV of ops as eager PyTorch runs them (bench/fidelity/measure_multi.py's kernels.csv and
 //    host_*.csv): the header op,label,tokens,heads,k,n,flops,device_us,host_us; device_us is the
 //    op's device time replayed in a CUDA graph, host_us the host's time to issue it, either
@@ -140,6 +143,9 @@ struct Measurements {
   std::vector<BreakdownPoint> breakdowns;
   std::vector<StepPoint> steps;
   std::vector<ChunkPoint> chunks;
+  /// Kernel grids by shape (bench/fidelity/models/microbench.py's gemm.csv, attention.csv,
+  /// memory.csv): the file's name and text, checked as net_models/kernel_grid.hpp reads them.
+  std::vector<std::pair<std::string, std::string>> grid_files;
   std::set<std::string> ignored_columns;  // CSV columns nobody reads, "file: name"
   std::size_t skipped_rows = 0;           // nccl-tests times of N/A or of size 0
 };

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 
+#include "dit/layers.hpp"
 #include "tests/apps/subprocess.hpp"
 
 namespace cocodiff::test {
@@ -735,6 +736,84 @@ TEST_F(Calibrate, RecoversAKnownRooflineFromSyntheticKernelTimes) {
   EXPECT_EQ(topo.exit_code, 0) << topo.err;
 }
 
+// Grids by shape: synthetic GEMM, attention and memory-bound times made by a known roofline
+// of the FLOPs and bytes cocodiff charges for each shape (dit::charged_cost): calibrate recovers
+// its per-kind efficiencies within 1%, names the grids' directory as device.grid, and prints every
+// point measured / held out / roofline.
+TEST_F(Calibrate, RecoversKnownPerClassEfficienciesFromSyntheticGrids) {
+  // The uniform preset at 100 TFLOP/s and 1 TB/s (GEMMs and attention compute-bound, the rest
+  // memory-bound); launch 3 us.
+  const double peak = 1e14, hbm = 1e12, launch = 3e-6;
+  const double eff_gemm = 0.62, eff_att = 0.41, eff_norm = 0.55, eff_elem = 0.35, eff_copy = 0.8;
+  const auto us = [&](const KernelShape& s) {
+    const OpCost c = dit::charged_cost(s);
+    const double ec = s.kernel == KernelClass::kGemm ? eff_gemm : eff_att;
+    const double em = c.kind == OpKind::kNorm          ? eff_norm
+                      : c.kind == OpKind::kElementwise ? eff_elem
+                                                       : eff_copy;
+    const double t = c.kind == OpKind::kGemm || c.kind == OpKind::kAttention
+                         ? c.flops / (peak * ec)
+                         : c.bytes / (hbm * em);
+    return std::to_string((t + launch) * 1e6);
+  };
+  std::string gemm = "m,n,k,dtype,bias,us_median,us_min,us_max,reps\n";
+  for (int m : {256, 1024, 4096})
+    for (int n : {512, 2048})
+      gemm += std::to_string(m) + "," + std::to_string(n) + ",4096,bf16,1," +
+              us(gemm_shape(m, n, 4096, true)) + ",0,0,1\n";
+  std::string att = "batch,q_tokens,kv_tokens,heads,head_dim,us_median,us_min,us_max,reps\n";
+  for (int s : {512, 1024, 2048})
+    for (int h : {4, 8})
+      att += "1," + std::to_string(s) + "," + std::to_string(s) + "," + std::to_string(h) +
+             ",128," + us(sdpa_shape(1, s, s, h, 128)) + ",0,0,1\n";
+  std::string mem = "op,shape,dtype,bytes_moved,strided,us_median,us_min,us_max,reps\n";
+  for (int t : {1024, 4096, 16384}) {
+    const std::int64_t e = std::int64_t{t} * 3072;
+    mem += "layernorm,1x" + std::to_string(t) + "x3072,bf16,0,0," +
+           us(memory_shape(KernelClass::kLayerNorm, e, 3072)) + ",0,0,1\n";
+    mem += "modulate_eager,1x" + std::to_string(t) + "x3072,bf16,0,0," +
+           us(memory_shape(KernelClass::kModulateEager, e, 3072)) + ",0,0,1\n";
+    mem += "copy,1x" + std::to_string(t) + "x3072,bf16,0,0," +
+           us(memory_shape(KernelClass::kCopy, e, 3072)) + ",0,0,1\n";
+  }
+  fs::create_directories(dir_ / "grid");
+  const fs::path g = write("grid/gemm.csv", gemm), a = write("grid/attention.csv", att),
+                 mm = write("grid/memory.csv", mem);
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", g.string(), a.string(), mm.string(), "--cluster", "uniform", "--set",
+       "cluster.device.peak_tflops=100", "--set", "cluster.device.hbm_gbytes_per_s=1000", "--out",
+       out.string()},
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("held_out_us"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("gemm                  1024x2048x4096x1"), std::string::npos) << r.out;
+  const std::string toml = read_text(out);
+  EXPECT_NEAR(value(toml, "device", "launch_overhead_ns"), 3000, 30) << toml;
+  EXPECT_NEAR(value(toml, "device.compute_efficiency", "gemm"), eff_gemm, 0.01 * eff_gemm);
+  EXPECT_NEAR(value(toml, "device.compute_efficiency", "attention"), eff_att, 0.01 * eff_att);
+  EXPECT_NEAR(value(toml, "device.memory_efficiency", "norm"), eff_norm, 0.01 * eff_norm);
+  EXPECT_NEAR(value(toml, "device.memory_efficiency", "elementwise"), eff_elem, 0.01 * eff_elem);
+  EXPECT_NEAR(value(toml, "device.memory_efficiency", "copy"), eff_copy, 0.01 * eff_copy);
+  EXPECT_NE(toml.find("grid = [\"grid\"]"), std::string::npos) << toml;
+  // The file runs: a grid point's op takes the grid's time.
+  const ChildResult topo = run_cocodiff({"topo", out.string()}, dir_);
+  EXPECT_EQ(topo.exit_code, 0) << topo.err;
+}
+
+TEST_F(Calibrate, AMalformedGridFileExitsTwoNamingFileAndLine) {
+  const fs::path g = write("gemm.csv",
+                           "m,n,k,dtype,bias,us_median,us_min,us_max,reps\n"
+                           "256,512,1024,bf16,1,12.5,0,0,1\n"
+                           "256,512,ten,bf16,1,12.5,0,0,1\n");
+  const fs::path out = dir_ / "fit.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", g.string(), "--cluster", "uniform", "--out", out.string()}, dir_);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("gemm.csv:3: expected k as an integer"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 TEST_F(Calibrate, EagerOpsAndInterferenceBecomeTheDevicesTablesAndHostCosts) {
   // Two machines' host times (medians: 15 a projection, 11 a norm), device times of two shapes,
   // and an interference file: what a device preset with a host is made from.
@@ -1032,7 +1111,10 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
         m / "h200x4-interference" / "interference_nvlink.json", m / "h200x2" / "steps_nvlink.csv",
         m / "h200x4" / "steps_nvlink.csv", m / "h200x2-breakdown" / "breakdown_nvlink.json",
-        m / "h200x4-breakdown" / "breakdown_nvlink.json", m / "h200-chunks" / "chunks.json"}}};
+        m / "h200x4-breakdown" / "breakdown_nvlink.json", m / "h200-chunks" / "chunks.json",
+        m / "h200x1-models" / "gemm.csv", m / "h200x1-models" / "attention.csv",
+        m / "h200x1-models" / "memory.csv", m / "h200x1-models2" / "gemm.csv",
+        m / "h200x1-models2" / "attention.csv", m / "h200x1-models2" / "memory.csv"}}};
   for (const auto& [preset, files] : cases) {
     SCOPED_TRACE(preset);
     const fs::path out = dir_ / (preset + "-fit.toml");
@@ -1050,8 +1132,37 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const toml::table fit = toml::parse_file(out.string());
     const toml::table shipped = toml::parse_file((presets / (preset + ".toml")).string());
-    const toml::table& fk = *fit["device"]["kernels"].as_table();
-    const toml::table& sk = *shipped["device"]["kernels"].as_table();
+    // A preset timed by shape names the grids the fit read and keeps no kernel table; its
+    // roofline (for what the grids do not cover) is the fit's.
+    const toml::table empty;
+    if (const toml::array* sgrid = shipped["device"]["grid"].as_array()) {
+      const toml::array* fgrid = fit["device"]["grid"].as_array();
+      ASSERT_TRUE(fgrid != nullptr);
+      ASSERT_EQ(fgrid->size(), sgrid->size());
+      for (size_t i = 0; i < sgrid->size(); ++i)
+        EXPECT_EQ(fs::weakly_canonical(presets / sgrid->at(i).value<std::string>().value()),
+                  fs::weakly_canonical(out.parent_path() /
+                                       fgrid->at(i).value<std::string>().value()));
+      EXPECT_FALSE(fit["device"]["kernels"]);
+      EXPECT_FALSE(shipped["device"]["kernels"]);
+      EXPECT_NEAR(shipped["device"]["launch_overhead_ns"].value<double>().value_or(-1),
+                  fit["device"]["launch_overhead_ns"].value<double>().value(), 0.5);
+      for (const char* table : {"compute_efficiency", "memory_efficiency"}) {
+        const toml::table& f = *fit["device"][table].as_table();
+        for (const auto& [kind, node] : f) {
+          const double v = node.value<double>().value();
+          EXPECT_NEAR(shipped["device"][table][kind.str()].value<double>().value_or(-1), v,
+                      5e-4 * v)
+              << table << "." << kind.str();
+        }
+      }
+    }
+    const toml::table& fk = fit["device"]["kernels"].as_table() != nullptr
+                                ? *fit["device"]["kernels"].as_table()
+                                : empty;
+    const toml::table& sk = shipped["device"]["kernels"].as_table() != nullptr
+                                ? *shipped["device"]["kernels"].as_table()
+                                : empty;
     EXPECT_EQ(fk.size(), sk.size());
     for (const auto& [label, node] : fk) {
       SCOPED_TRACE(std::string(label.str()));

@@ -99,12 +99,31 @@ TEST(KernelGrid, FallbacksInsideTheGrid) {
   EXPECT_DOUBLE_EQ(*g.time_s(memory_shape(KernelClass::kLayerNorm, 1024 * 1152, 1536)), 5e-6);
 }
 
-TEST(KernelGrid, OutsideIsNone) {
+TEST(KernelGrid, BeyondTheEndsTheNearestPointsRateFlagged) {
   const KernelGrid g = grid();
-  EXPECT_FALSE(g.time_s(gemm_shape(8192, 3072, 3072, true)));  // beyond the series
+  bool beyond = false;
+  // Above a series: the work's growth at the last point's rate (GEMM m, memory elements: linear).
+  EXPECT_DOUBLE_EQ(*g.time_s(gemm_shape(8192, 3072, 3072, true), &beyond), 320e-6);
+  EXPECT_TRUE(beyond);
+  EXPECT_DOUBLE_EQ(*g.time_s(memory_shape(KernelClass::kLayerNorm, 8192 * 3072, 3072), &beyond),
+                   60e-6);
+  EXPECT_TRUE(beyond);
+  // Below: the smallest point's time (a launch-bound kernel).
+  EXPECT_DOUBLE_EQ(*g.time_s(gemm_shape(16, 3072, 3072, true), &beyond), 40e-6);
+  EXPECT_TRUE(beyond);
+  // Attention: quadratic in tokens, linear in batch x heads.
+  EXPECT_DOUBLE_EQ(*g.time_s(sdpa_shape(1, 8192, 8192, 8, 128), &beyond), 1600e-6);
+  EXPECT_TRUE(beyond);
+  EXPECT_DOUBLE_EQ(*g.time_s(sdpa_shape(1, 4096, 4096, 16, 128), &beyond), 800e-6);
+  EXPECT_TRUE(beyond);
+  EXPECT_DOUBLE_EQ(*g.time_s(sdpa_shape(1, 4096, 4096, 8, 128), &beyond), 400e-6);
+  EXPECT_FALSE(beyond);
+}
+
+TEST(KernelGrid, WhatNoSeriesCoversIsNone) {
+  const KernelGrid g = grid();
   EXPECT_FALSE(g.time_s(gemm_shape(1024, 64, 3072, true)));    // no width below to bracket
   EXPECT_FALSE(g.time_s(sdpa_shape(1, 1024, 1024, 4, 64)));    // head_dim never measured
-  EXPECT_FALSE(g.time_s(sdpa_shape(1, 1024, 1024, 16, 128)));  // beyond the heads measured
   EXPECT_FALSE(g.time_s(memory_shape(KernelClass::kRopeReal, 1024, 128)));  // class not measured
   EXPECT_FALSE(g.time_s(KernelShape{}));
 }
