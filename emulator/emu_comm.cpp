@@ -51,6 +51,7 @@ void EmuComm::compute(const OpCost& cost) {
     // Played as a charge of its device time: the same time and event as Kernel::compute's.
     c->dt = kernel_.device_time(cost);
     c->op_kind = cost.kind;
+    c->kernel = cost.shape.kernel;
     c->label = cost.label.empty() ? op_kind_name(cost.kind) : kernel_.keep_label(cost.label);
   }
   kernel_.compute(self_, cost);
@@ -145,7 +146,7 @@ bool EmuComm::issue_calls(const EmuTape& t, std::size_t& pc, std::vector<detail:
     detail::ReqPtr* const r = c.req >= 0 ? &reqs[static_cast<size_t>(c.req)] : nullptr;
     switch (c.kind) {
       case TapeCall::Kind::kCompute:
-        kernel_.charge_compute(self_, c.dt, c.label, c.op_kind);
+        kernel_.charge_compute(self_, c.dt, c.label, c.op_kind, c.kernel);
         break;
       case TapeCall::Kind::kAllToAll:
         *r = g->issue_uniform(c.schedule, {}, {}, c.count, c.label, c.call);

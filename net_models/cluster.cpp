@@ -417,6 +417,16 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   d.host.step_factor = in.get_double("device.host.step_factor", 1.0, 0.1, 10.0);
   for (const std::string& label : in.subkeys("device.host.ops"))
     d.host.ops.emplace(label, us("device.host.ops." + label));
+  // A framework that captures the step (CUDA graphs, torch.compile) takes the host off the
+  // critical path: no op issue cost; a collective call still costs its issue.
+  d.host.compiled = in.choice("device.host.framework", "eager", {"eager", "compiled"}) == "compiled";
+  for (const std::string& name : in.subkeys("device.host.kernels")) {
+    const std::optional<KernelClass> c = kernel_class_of(name);
+    if (!c)
+      in.fail("device.host.kernels." + name, "a kernel class (gemm, sdpa, layernorm, rms_norm, "
+              "rms_norm_unfused, rope_real, modulate_eager, ...: core/op_cost.hpp)", name);
+    d.host.kernels[static_cast<size_t>(*c)] = us("device.host.kernels." + name);
+  }
   return d;
 }
 

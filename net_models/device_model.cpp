@@ -11,6 +11,8 @@ namespace cocodiff {
 
 bool HostParams::any() const {
   if (op_issue > SimTime{} || collective_issue > SimTime{}) return true;
+  for (const SimTime k : kernels)
+    if (k > SimTime{}) return true;
   return std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second > SimTime{}; });
 }
 
@@ -192,7 +194,11 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
   return roofline(cost);
 }
 
-SimTime RooflineDevice::host_issue(std::string_view label) const {
+SimTime RooflineDevice::host_issue(std::string_view label, KernelClass kernel) const {
+  if (p_.host.compiled) return {};
+  if (const SimTime k = p_.host.kernels[static_cast<size_t>(kernel)];
+      kernel != KernelClass::kNone && k > SimTime{})
+    return k;
   auto it = p_.host.ops.find(label);
   if (it == p_.host.ops.end()) {
     // A strided view's op is issued as the contiguous one is.

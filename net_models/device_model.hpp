@@ -54,7 +54,12 @@ class DeviceModel {
   /// CPU time on every op before the device may start it, and collective_issue() on every
   /// collective call. False (every cost zero): ops start as soon as the device is free.
   virtual bool has_host() const { return false; }
-  virtual SimTime host_issue(std::string_view /*label*/) const { return {}; }
+  /// The op's issue cost: its kernel class's where the host has one (the call sequence the
+  /// reference launches for it), else its label's, else the default.
+  virtual SimTime host_issue(std::string_view /*label*/,
+                             KernelClass /*kernel*/ = KernelClass::kNone) const {
+    return {};
+  }
   virtual SimTime collective_issue() const { return {}; }
   /// How much slower each further rank on a node makes its hosts: op issue costs, measured on
   /// one rank alone, are taken (1 + this x (ranks per node - 1)) times (the ranks share the
@@ -117,9 +122,15 @@ struct HostParams {
   SimTime op_issue;                                 // any op whose label has no cost of its own
   SimTime collective_issue;                         // one collective call
   std::map<std::string, SimTime, std::less<>> ops;  // by op label
+  /// By kernel class (device.host.kernels.CLASS): the eager calls the reference launches for
+  /// one such op, each at its measured issue cost; zero where none is given. Before `ops`.
+  std::array<SimTime, kNumKernelClasses> kernels{};
   double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
   double sync_slowdown = 0.0;                       // DeviceModel::host_sync_slowdown
   double step_factor = 1.0;                         // DeviceModel::host_step_factor
+  /// device.host.framework = "compiled": ops issue at no cost (CUDA graphs, torch.compile);
+  /// collective calls keep collective_issue.
+  bool compiled = false;
   /// device.host.scale: this machine's host against the preset's; every issue cost above (ops
   /// and collectives) was taken this many times when the cluster was read.
   double scale = 1.0;
@@ -199,7 +210,8 @@ class RooflineDevice final : public DeviceModel {
     return p_.overlap_kind_weight[static_cast<size_t>(kind)];
   }
   bool has_host() const override { return has_host_; }
-  SimTime host_issue(std::string_view label) const override;
+  SimTime host_issue(std::string_view label,
+                     KernelClass kernel = KernelClass::kNone) const override;
   SimTime collective_issue() const override { return p_.host.collective_issue; }
   double host_per_rank_slowdown() const override { return p_.host.per_rank_slowdown; }
   double host_sync_slowdown() const override { return p_.host.sync_slowdown; }

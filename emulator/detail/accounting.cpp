@@ -119,7 +119,7 @@ void Accounting::tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimT
 }
 
 SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label,
-                           OpKind kind) {
+                           OpKind kind, KernelClass kernel) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   TileStats& t = tiles_[static_cast<size_t>(rank)];
@@ -130,7 +130,7 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
   if (has_host_) {
     // The host issues ops in program order; the device runs one once it is issued and the
     // compute stream is free.
-    SimTime issue = device_.host_issue(label);
+    SimTime issue = device_.host_issue(label, kernel);
     if (host_scale_ != 1.0)
       issue = SimTime::from_ns(std::llround(static_cast<double>(issue.ns()) * host_scale_));
     t.host += issue;

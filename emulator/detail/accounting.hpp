@@ -84,7 +84,8 @@ class Accounting {
   /// overlap while the tile has a collective open (as much as the kind takes of it:
   /// DeviceModel::overlap_kind_weight), started no earlier than its host has issued it. The
   /// tile's accounting and event; returns the clock after it.
-  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label, OpKind kind);
+  SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label, OpKind kind,
+                 KernelClass kernel = KernelClass::kNone);
   /// Where the device has overlap factors by group size (DeviceModel::overlap_groups), the slot
   /// of a collective of `ranks` ranks (one per group size, then one for every other size), and
   /// notes it open on tile t; compute the tile issues while collectives are open runs the

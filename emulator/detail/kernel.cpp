@@ -275,12 +275,13 @@ ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Gr
 
 void Kernel::compute(FiberState& f, const OpCost& cost) {
   charge_compute(f, device_.time(cost), cost.label.empty() ? op_kind_name(cost.kind) : cost.label,
-                 cost.kind);
+                 cost.kind, cost.shape.kernel);
 }
 
-void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind) {
+void Kernel::charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind,
+                            KernelClass kernel) {
   if (aborting_) throw Cancelled{};
-  f.clock = acct_.charge(f.rank, f.clock, dt, label, kind);
+  f.clock = acct_.charge(f.rank, f.clock, dt, label, kind, kernel);
 }
 
 void Kernel::issue_call(FiberState& f) {

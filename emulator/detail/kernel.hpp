@@ -131,7 +131,8 @@ class Kernel {
   /// The device's time for `cost`, as compute() charges it.
   SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
   /// compute() of an op whose device time `dt` is already known; `label` names its event.
-  void charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind);
+  void charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind,
+                      KernelClass kernel = KernelClass::kNone);
   /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
   void run_math(FiberState& f, const std::function<void()>& work);
   /// A region mark of the world (see Replay::begin_region); main fibers only.

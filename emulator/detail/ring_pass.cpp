@@ -250,7 +250,8 @@ void RingPasses::pass_post_round(PassOp& op, int r) {
   }
   const PassCosts& c = *op.costs[u(r)];
   const size_t at = u(mod(r - round, p));  // by block
-  m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind);
+  m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
+                            c.costs[at].shape.kernel);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   k_.complete(*m.req, m.clock);

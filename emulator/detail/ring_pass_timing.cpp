@@ -73,7 +73,8 @@ void RingPasses::pass_whole(PassOp& op) {
       rows.post[u(r)] = m.clock;
       const PassCosts& c = *op.costs[u(r)];
       const size_t at = u(mod(r - i, p));  // by block
-      m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind);
+      m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
+                                c.costs[at].shape.kernel);
     }
     if (i + 1 == p) break;  // the last round only charges
     pass_whole_hops(op, i, rows);

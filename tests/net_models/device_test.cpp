@@ -224,6 +224,30 @@ TEST(StridedViews, TakeTheContiguousOpsTimeTimesTheKindsFactor) {
   EXPECT_EQ(d.host_issue("_strided").ns(), 5000);
 }
 
+TEST(HostIssue, AKernelClassCostWinsOverTheLabelAndCompiledIssuesNothing) {
+  const auto load = [](const std::string& extra) {
+    return load_cluster(Config::parse("[cluster]\npreset = \"hgx-h200\"\n" + extra, "run.toml"),
+                        kPresets);
+  };
+  const Cluster eager = load(
+      "[cluster.device.host.kernels]\nrms_norm_unfused = 99\nrope_complex = 48\n");
+  const DeviceModel& d = *eager.device;
+  // The class's cost (diffusers' RMSNorm: 8 calls), whatever the label; the label's otherwise.
+  EXPECT_EQ(d.host_issue("q_norm", KernelClass::kRmsNormUnfused).ns(), 99'000);
+  EXPECT_EQ(d.host_issue("q_norm", KernelClass::kRmsNorm), d.host_issue("q_norm"));
+  EXPECT_EQ(d.host_issue("q_rope", KernelClass::kRopeComplex).ns(), 48'000);
+  EXPECT_EQ(d.host_issue("q_rope").ns(), 132'000);
+  // Compiled: no op costs issue time, collectives still do.
+  const Cluster compiled = load("[cluster.device.host]\nframework = \"compiled\"\n");
+  EXPECT_EQ(compiled.device->host_issue("q_rope", KernelClass::kRopeReal).ns(), 0);
+  EXPECT_EQ(compiled.device->host_issue("attention").ns(), 0);
+  EXPECT_EQ(compiled.device->collective_issue(), eager.device->collective_issue());
+  EXPECT_GT(compiled.device->collective_issue().ns(), 0);
+  // Bad names are refused naming the key.
+  EXPECT_THROW(load("[cluster.device.host.kernels]\nnot_a_kernel = 3\n"), ConfigError);
+  EXPECT_THROW(load("[cluster.device.host]\nframework = \"jit\"\n"), ConfigError);
+}
+
 TEST(StridedViews, ClusterKeyIsReadAndBounded) {
   const Config ok = Config::parse(
       "[cluster]\npreset = \"hgx-h100\"\n[cluster.device.strided_factor]\nnorm = 1.25\n",
