@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""What each family's reference implementation issues from the host per transformer block,
+counted, against what it takes: host_profile.py's profile counts (host_ops.csv: top-level aten
+calls per block instance) times the issue cost of each call measured alone (host_issue.csv),
+against the block's host time measured without the profiler, the device kept busy
+(host_blocks.csv).
+
+The gap is the host's work that no aten call accounts for (the Python of nn.Module calls, the
+attention processors, hooks, argument handling): a host model of counted calls alone misses it.
+
+Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR]
+Writes DIR/host_counts.{txt,json} (default bench/fidelity/results).
+"""
+import argparse
+import csv
+import json
+import os
+import statistics
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+
+# Each aten call of the profiles, by the host_issue.csv call that measures its issue cost (the
+# nearest one measured where the call itself was not: a view-like op by `view`, an elementwise
+# op by `mul`, a small dense op by `linear`).
+CALL_COST = {
+    "linear": "linear_bias", "unsqueeze": "unsqueeze_index", "add": "add", "mul": "mul",
+    "to": "to_bf16", "cat": "cat_dim1", "layer_norm": "layer_norm", "silu": "silu",
+    "chunk": "chunk6", "slice": "slice", "reshape": "reshape", "div": "mul",
+    "scaled_dot_product_attention": "sdpa", "flatten": "flatten", "transpose": "transpose",
+    "dropout": "python_noop", "gelu": "gelu_tanh", "pow": "pow", "unflatten": "reshape",
+    "permute": "transpose", "view": "view", "mean": "mean", "rsqrt": "rsqrt",
+    "rms_norm": "rms_norm", "neg": "neg", "stack": "stack", "unbind": "unbind",
+    "contiguous": "contiguous_transposed", "split_with_sizes": "chunk6", "select": "slice",
+    "type_as": "to_bf16", "view_as_complex": "view_as_complex", "view_as_real": "view_as_real",
+    "arange": "add", "cos": "silu", "sin": "silu", "exp": "silu", "embedding": "linear",
+    "conv2d": "linear", "einsum": "linear", "repeat_interleave": "cat_dim1", "outer": "mul",
+    "reciprocal": "rsqrt",
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--measured", default=os.path.join(ROOT, "configs", "measurements",
+                                                       "h200x1-hostprofile"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
+    a = ap.parse_args()
+    issue = {r["op"]: float(r["host_us_median"])
+             for r in csv.DictReader(open(os.path.join(a.measured, "host_issue.csv")))}
+    blocks = {}
+    for r in csv.DictReader(open(os.path.join(a.measured, "host_blocks.csv"))):
+        blocks[(r["model"], int(r["width"]), int(r["batch"]), r["scope"])] = float(r["host_us_median"])
+    counted, calls, unknown = {}, {}, set()
+    for r in csv.DictReader(open(os.path.join(a.measured, "host_ops.csv"))):
+        key = (r["model"], int(r["width"]), int(r["batch"]), r["scope"])
+        if r["op"] == "*total*":
+            calls[key] = float(r["calls_per_instance"])
+            continue
+        op = r["op"].split("::", 1)[-1]
+        if op not in CALL_COST:
+            unknown.add(op)
+            continue
+        counted[key] = counted.get(key, 0.0) + float(r["calls_per_instance"]) * issue[CALL_COST[op]]
+    rows = []
+    for key in sorted(counted):
+        if key not in blocks:
+            continue
+        rows.append({"model": key[0], "size": key[1], "batch": key[2], "scope": key[3],
+                     "calls": calls.get(key, 0.0), "counted_us": round(counted[key], 1),
+                     "measured_us": blocks[key], "ratio": round(blocks[key] / counted[key], 3)})
+    lines = [f"# host time per block: profile counts x issue costs measured alone ({a.measured}), "
+             "against the block's measured host time",
+             f"{'model':<12} {'size':>5} {'batch':>5} {'scope':<26} {'calls':>7} {'counted_us':>11} "
+             f"{'measured_us':>12} {'ratio':>6}"]
+    for r in rows:
+        lines.append(f"{r['model']:<12} {r['size']:>5} {r['batch']:>5} {r['scope']:<26} "
+                     f"{r['calls']:>7.1f} {r['counted_us']:>11.1f} {r['measured_us']:>12.1f} "
+                     f"{r['ratio']:>6.2f}")
+    blk = [r["ratio"] for r in rows if r["scope"] != "outside"]
+    out = [r["ratio"] for r in rows if r["scope"] == "outside"]
+    summary = {"blocks_ratio_median": statistics.median(blk), "blocks_ratio_min": min(blk),
+               "blocks_ratio_max": max(blk), "outside_ratio_median": statistics.median(out)}
+    lines.append(f"# transformer blocks: measured / counted median {summary['blocks_ratio_median']:.2f} "
+                 f"({summary['blocks_ratio_min']:.2f} to {summary['blocks_ratio_max']:.2f}); "
+                 f"outside the blocks {summary['outside_ratio_median']:.2f}")
+    if unknown:
+        lines.append("# calls without a cost (left out): " + ", ".join(sorted(unknown)))
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "host_counts.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(a.out, "host_counts.json"), "w") as f:
+        json.dump({"measured": os.path.relpath(a.measured, ROOT), "summary": summary, "rows": rows},
+                  f, indent=1)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
