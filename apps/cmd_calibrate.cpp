@@ -430,9 +430,10 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
                   c.bytes, p.time_s * 1e6});
   }
   calibrate::KernelFit kf = calibrate::fit_kernels(device, kp);
-  std::printf("# grid: %zu points of %zu files; roofline fitted for what it does not cover: "
-              "launch_overhead_ns = %.0f",
-              kp.size(), m.grid_files.size(), kf.launch_s * 1e9);
+  std::printf(
+      "# grid: %zu points of %zu files; roofline fitted for what it does not cover: "
+      "launch_overhead_ns = %.0f",
+      kp.size(), m.grid_files.size(), kf.launch_s * 1e9);
   calibrate::set_key(table, "device.launch_overhead_ns",
                      toml::value<std::int64_t>(std::llround(kf.launch_s * 1e9)));
   for (int k = 0; k < kNumOpKinds; ++k) {
@@ -462,7 +463,8 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
                    : p.shape.kernel == KernelClass::kSdpa ? 5
                                                           : 2;
     std::string shape;
-    for (int j = 0; j < nd; ++j) shape += (j ? "x" : "") + std::to_string(d[static_cast<size_t>(j)]);
+    for (int j = 0; j < nd; ++j)
+      shape += (j ? "x" : "") + std::to_string(d[static_cast<size_t>(j)]);
     const std::optional<double> h = g.held_out(i);
     const double roof_err = (kf.predicted_us[i] - kp[i].time_us) / kp[i].time_us;
     ClassErrors& e = by_class[kp[i].op];
@@ -481,8 +483,9 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  std::printf("# by kernel: points, |error| held out (median, max), |error| of the roofline "
-              "(median)\n");
+  std::printf(
+      "# by kernel: points, |error| held out (median, max), |error| of the roofline "
+      "(median)\n");
   for (const auto& [cls, e] : by_class)
     std::printf("#   %-21s %5zu  %6.1f%% %6.1f%%  %6.1f%%\n", cls.c_str(), e.roof.size(),
                 100 * median_of(e.held),

@@ -26,10 +26,10 @@ enum class KernelClass : std::uint8_t {
   // memory-bound kernels; dims: elements of the main tensor, its row width
   kLayerNorm,
   kLayerNormAffine,
-  kRmsNorm,          // torch.nn.RMSNorm (fused)
-  kRmsNormUnfused,   // diffusers' RMSNorm: to(fp32), pow, mean, rsqrt, mul, to, mul (8 kernels)
-  kRopeReal,         // diffusers apply_rotary_emb(use_real=True) (FLUX.1, FLUX.2)
-  kRopeComplex,      // Qwen-Image's complex rotation
+  kRmsNorm,         // torch.nn.RMSNorm (fused)
+  kRmsNormUnfused,  // diffusers' RMSNorm: to(fp32), pow, mean, rsqrt, mul, to, mul (8 kernels)
+  kRopeReal,        // diffusers apply_rotary_emb(use_real=True) (FLUX.1, FLUX.2)
+  kRopeComplex,     // Qwen-Image's complex rotation
   kAdd,
   kMul,
   kSilu,

@@ -122,8 +122,8 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
 // ---------------------------------------------------------------------------------------------
 // rms_norm: y = x / sqrt(mean(x^2) + eps) * w              x: [N, C], w: [1, C] -> [N, C]
 // ---------------------------------------------------------------------------------------------
-Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
-                std::string_view label, KernelClass kernel) {
+Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps, std::string_view label,
+                KernelClass kernel) {
   COCO_CHECK(w.cols() == x.cols(), "rms_norm weight width");
   Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
   if (!ex.phantom) {

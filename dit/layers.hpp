@@ -40,8 +40,8 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
 /// y = x / sqrt(mean(x^2) + eps) * w per row.   x: [N, C], w: [1, C] -> [N, C].
 /// `kernel` is how the reference runs it (kRmsNorm: torch.nn.RMSNorm; kRmsNormUnfused:
 /// diffusers' RMSNorm), for the device's grids.
-Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps,
-                std::string_view label, KernelClass kernel = KernelClass::kRmsNormUnfused);
+Tensor rms_norm(const Exec& ex, const Tensor& x, const Tensor& w, float eps, std::string_view label,
+                KernelClass kernel = KernelClass::kRmsNormUnfused);
 
 /// Per-head RMSNorm in place: each head_dim chunk of each row is normalised and scaled by w.
 /// x: [N, h*D], w: [1, D]. (SD3/FLUX/Qwen Q/K norm.) `kernel` as for rms_norm.

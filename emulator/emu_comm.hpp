@@ -38,9 +38,9 @@ struct TapeCall {
   int peer = 0, tag = 0;
   ReduceOp op = ReduceOp::kSum;
   SimTime dt;  // kCompute: the device's time for the cost, whose event `label` names
-  OpKind op_kind = OpKind::kElementwise;  // kCompute: the cost's kind
+  OpKind op_kind = OpKind::kElementwise;    // kCompute: the cost's kind
   KernelClass kernel = KernelClass::kNone;  // kCompute: the cost's kernel class (host issue)
-  std::string_view label;                 // Kernel::keep_label's copy
+  std::string_view label;                   // Kernel::keep_label's copy
   std::string_view call;  // collectives: the call as mismatch checks and reports name it (kept)
   const collectives::Schedule* schedule = nullptr;  // all-to-all, all-gather: the one chosen
   std::unique_ptr<AllToAllvLayout> layout;          // kAllToAllv (the request reads it until done)

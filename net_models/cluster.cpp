@@ -381,7 +381,8 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   if (in.has("device.grid")) {
     d.grid_dirs = in.get_string_list("device.grid", {});
     if (d.grid_dirs.empty() || d.grid_dirs.size() > 16)
-      in.fail("device.grid", "1 to 16 directories of kernel grids (gemm.csv, attention.csv, memory.csv)",
+      in.fail("device.grid",
+              "1 to 16 directories of kernel grids (gemm.csv, attention.csv, memory.csv)",
               std::to_string(d.grid_dirs.size()) + " entries");
     std::vector<std::filesystem::path> dirs;
     for (const std::string& g : d.grid_dirs) {
@@ -419,12 +420,15 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     d.host.ops.emplace(label, us("device.host.ops." + label));
   // A framework that captures the step (CUDA graphs, torch.compile) takes the host off the
   // critical path: no op issue cost; a collective call still costs its issue.
-  d.host.compiled = in.choice("device.host.framework", "eager", {"eager", "compiled"}) == "compiled";
+  d.host.compiled =
+      in.choice("device.host.framework", "eager", {"eager", "compiled"}) == "compiled";
   for (const std::string& name : in.subkeys("device.host.kernels")) {
     const std::optional<KernelClass> c = kernel_class_of(name);
     if (!c)
-      in.fail("device.host.kernels." + name, "a kernel class (gemm, sdpa, layernorm, rms_norm, "
-              "rms_norm_unfused, rope_real, modulate_eager, ...: core/op_cost.hpp)", name);
+      in.fail("device.host.kernels." + name,
+              "a kernel class (gemm, sdpa, layernorm, rms_norm, "
+              "rms_norm_unfused, rope_real, modulate_eager, ...: core/op_cost.hpp)",
+              name);
     d.host.kernels[static_cast<size_t>(*c)] = us("device.host.kernels." + name);
   }
   return d;

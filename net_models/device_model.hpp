@@ -125,9 +125,9 @@ struct HostParams {
   /// By kernel class (device.host.kernels.CLASS): the eager calls the reference launches for
   /// one such op, each at its measured issue cost; zero where none is given. Before `ops`.
   std::array<SimTime, kNumKernelClasses> kernels{};
-  double per_rank_slowdown = 0.0;                   // DeviceModel::host_per_rank_slowdown
-  double sync_slowdown = 0.0;                       // DeviceModel::host_sync_slowdown
-  double step_factor = 1.0;                         // DeviceModel::host_step_factor
+  double per_rank_slowdown = 0.0;  // DeviceModel::host_per_rank_slowdown
+  double sync_slowdown = 0.0;      // DeviceModel::host_sync_slowdown
+  double step_factor = 1.0;        // DeviceModel::host_step_factor
   /// device.host.framework = "compiled": ops issue at no cost (CUDA graphs, torch.compile);
   /// collective calls keep collective_issue.
   bool compiled = false;

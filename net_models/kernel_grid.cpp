@@ -33,7 +33,8 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -102,8 +103,7 @@ std::optional<double> KernelGrid::Series::at(double v) const {
   return log_interp(x[b->first], x[b->second], t[b->first], t[b->second], v);
 }
 
-std::optional<double> KernelGrid::Series::reach(double v, double power,
-                                                bool& extrapolated) const {
+std::optional<double> KernelGrid::Series::reach(double v, double power, bool& extrapolated) const {
   if (x.empty()) return std::nullopt;
   if (v > x.back()) {
     extrapolated = true;
@@ -176,9 +176,10 @@ void KernelGrid::add_text(std::string_view text, const std::string& name) {
                            parse_dim(where, "k", v(2), 1), b == "1");
       p.time_s = parse_us(where, "us_median", v(5)) * 1e-6;
     } else if (kind == Kind::kAttention) {
-      p.shape = sdpa_shape(parse_dim(where, "batch", v(0), 1), parse_dim(where, "q_tokens", v(1), 1),
-                           parse_dim(where, "kv_tokens", v(2), 1),
-                           parse_dim(where, "heads", v(3), 1), parse_dim(where, "head_dim", v(4), 1));
+      p.shape =
+          sdpa_shape(parse_dim(where, "batch", v(0), 1), parse_dim(where, "q_tokens", v(1), 1),
+                     parse_dim(where, "kv_tokens", v(2), 1), parse_dim(where, "heads", v(3), 1),
+                     parse_dim(where, "head_dim", v(4), 1));
       p.time_s = parse_us(where, "us_median", v(5)) * 1e-6;
     } else {
       const std::optional<KernelClass> c = kernel_class_of(v(0));
@@ -197,8 +198,7 @@ void KernelGrid::add_text(std::string_view text, const std::string& name) {
 void KernelGrid::finish() {
   // Merge repeated shapes: the median of their times.
   std::map<std::pair<int, std::array<std::int64_t, 5>>, std::vector<const Point*>> by;
-  for (const Point& p : raw_)
-    by[{static_cast<int>(p.shape.kernel), p.shape.dims}].push_back(&p);
+  for (const Point& p : raw_) by[{static_cast<int>(p.shape.kernel), p.shape.dims}].push_back(&p);
   points_.clear();
   gemm_.clear();
   self_.clear();
@@ -394,8 +394,8 @@ std::optional<double> KernelGrid::attention(const std::array<std::int64_t, 5>& d
   return self_attention(d[4], static_cast<double>(bh), s, extrapolated);
 }
 
-std::optional<double> KernelGrid::memory(KernelClass c, std::int64_t elements,
-                                         std::int64_t width, bool& extrapolated) const {
+std::optional<double> KernelGrid::memory(KernelClass c, std::int64_t elements, std::int64_t width,
+                                         bool& extrapolated) const {
   const Series* best = nullptr;
   double best_d = 0;
   for (auto it = memory_.lower_bound({static_cast<int>(c), 0});
@@ -439,15 +439,17 @@ std::shared_ptr<const KernelGrid> KernelGrid::load(const std::vector<std::filesy
   static std::mutex mu;
   static std::map<std::vector<std::string>, std::shared_ptr<const KernelGrid>> cache;
   std::vector<std::string> key;
-  for (const auto& d : dirs) key.push_back(std::filesystem::absolute(d).lexically_normal().string());
+  for (const auto& d : dirs)
+    key.push_back(std::filesystem::absolute(d).lexically_normal().string());
   std::lock_guard<std::mutex> lock(mu);
   if (const auto it = cache.find(key); it != cache.end()) return it->second;
   auto g = std::make_shared<KernelGrid>();
   for (const auto& dir : dirs) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec))
-      throw InputError(dir.string() + ": expected a directory of kernel grids (gemm.csv, "
-                                      "attention.csv, memory.csv), found none");
+      throw InputError(dir.string() +
+                       ": expected a directory of kernel grids (gemm.csv, "
+                       "attention.csv, memory.csv), found none");
     int found = 0;
     for (const char* f : {"gemm.csv", "attention.csv", "memory.csv"}) {
       const std::filesystem::path file = dir / f;
@@ -469,8 +471,8 @@ std::shared_ptr<const KernelGrid> KernelGrid::load(const std::vector<std::filesy
   }
   g->finish();
   if (g->empty())
-    throw InputError(key.empty() ? std::string("device.grid") : key.front() +
-                                       ": the grid files hold no bf16 point");
+    throw InputError(key.empty() ? std::string("device.grid")
+                                 : key.front() + ": the grid files hold no bf16 point");
   std::shared_ptr<const KernelGrid> done = std::move(g);
   cache.emplace(std::move(key), done);
   return done;

@@ -98,11 +98,11 @@ class KernelGrid {
   int skipped_rows_ = 0;
   std::map<std::array<std::int64_t, 3>, Series> gemm_;  // (n, k, bias) -> over m
   struct AttentionGrid {
-    std::vector<double> bh, s;                       // ascending axes
-    std::map<std::pair<double, double>, double> t;   // (bh, s) -> time
+    std::vector<double> bh, s;                      // ascending axes
+    std::map<std::pair<double, double>, double> t;  // (bh, s) -> time
   };
-  std::map<std::int64_t, AttentionGrid> self_;  // by head_dim
-  std::map<std::array<std::int64_t, 4>, double> cross_;  // (bh, q, kv, head_dim) -> time
+  std::map<std::int64_t, AttentionGrid> self_;             // by head_dim
+  std::map<std::array<std::int64_t, 4>, double> cross_;    // (bh, q, kv, head_dim) -> time
   std::map<std::pair<int, std::int64_t>, Series> memory_;  // (class, width) -> over elements
 };
 

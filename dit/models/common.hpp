@@ -72,8 +72,8 @@ struct StreamQkv {
   /// How the reference runs that norm: torch.nn.RMSNorm (FLUX.1, FLUX.2) or diffusers' own
   /// RMSNorm (SD3.5, Qwen-Image), for the device's grids.
   KernelClass norm_kernel = KernelClass::kRmsNorm;
-  const RopeTable* rope = nullptr;             // RoPE of the local tokens, or null
-  bool wants_output = true;                    // false: attention output unused (SD3 last text)
+  const RopeTable* rope = nullptr;  // RoPE of the local tokens, or null
+  bool wants_output = true;         // false: attention output unused (SD3 last text)
 };
 
 /// The QkvSource of the models: projections with head-sliced weight rows.

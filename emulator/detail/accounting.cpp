@@ -118,8 +118,8 @@ void Accounting::tile_event(int rank, TraceEvent::Kind kind, SimTime start, SimT
   }
 }
 
-SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label,
-                           OpKind kind, KernelClass kernel) {
+SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view label, OpKind kind,
+                           KernelClass kernel) {
   // Overlapped compute runs slower: the factor is decided by the tile's own program order
   // (collectives started and not yet waited for), so the timeline stays deterministic.
   TileStats& t = tiles_[static_cast<size_t>(rank)];

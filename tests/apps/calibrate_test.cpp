@@ -751,9 +751,8 @@ TEST_F(Calibrate, RecoversKnownPerClassEfficienciesFromSyntheticGrids) {
     const double em = c.kind == OpKind::kNorm          ? eff_norm
                       : c.kind == OpKind::kElementwise ? eff_elem
                                                        : eff_copy;
-    const double t = c.kind == OpKind::kGemm || c.kind == OpKind::kAttention
-                         ? c.flops / (peak * ec)
-                         : c.bytes / (hbm * em);
+    const double t = c.kind == OpKind::kGemm || c.kind == OpKind::kAttention ? c.flops / (peak * ec)
+                                                                             : c.bytes / (hbm * em);
     return std::to_string((t + launch) * 1e6);
   };
   std::string gemm = "m,n,k,dtype,bias,us_median,us_min,us_max,reps\n";
@@ -780,11 +779,11 @@ TEST_F(Calibrate, RecoversKnownPerClassEfficienciesFromSyntheticGrids) {
   const fs::path g = write("grid/gemm.csv", gemm), a = write("grid/attention.csv", att),
                  mm = write("grid/memory.csv", mem);
   const fs::path out = dir_ / "fit.toml";
-  const ChildResult r = run_cocodiff(
-      {"calibrate", g.string(), a.string(), mm.string(), "--cluster", "uniform", "--set",
-       "cluster.device.peak_tflops=100", "--set", "cluster.device.hbm_gbytes_per_s=1000", "--out",
-       out.string()},
-      dir_);
+  const ChildResult r =
+      run_cocodiff({"calibrate", g.string(), a.string(), mm.string(), "--cluster", "uniform",
+                    "--set", "cluster.device.peak_tflops=100", "--set",
+                    "cluster.device.hbm_gbytes_per_s=1000", "--out", out.string()},
+                   dir_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("held_out_us"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("gemm                  1024x2048x4096x1"), std::string::npos) << r.out;
@@ -807,8 +806,8 @@ TEST_F(Calibrate, AMalformedGridFileExitsTwoNamingFileAndLine) {
                            "256,512,1024,bf16,1,12.5,0,0,1\n"
                            "256,512,ten,bf16,1,12.5,0,0,1\n");
   const fs::path out = dir_ / "fit.toml";
-  const ChildResult r = run_cocodiff(
-      {"calibrate", g.string(), "--cluster", "uniform", "--out", out.string()}, dir_);
+  const ChildResult r =
+      run_cocodiff({"calibrate", g.string(), "--cluster", "uniform", "--out", out.string()}, dir_);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("gemm.csv:3: expected k as an integer"), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(out));
@@ -1140,9 +1139,9 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
       ASSERT_TRUE(fgrid != nullptr);
       ASSERT_EQ(fgrid->size(), sgrid->size());
       for (size_t i = 0; i < sgrid->size(); ++i)
-        EXPECT_EQ(fs::weakly_canonical(presets / sgrid->at(i).value<std::string>().value()),
-                  fs::weakly_canonical(out.parent_path() /
-                                       fgrid->at(i).value<std::string>().value()));
+        EXPECT_EQ(
+            fs::weakly_canonical(presets / sgrid->at(i).value<std::string>().value()),
+            fs::weakly_canonical(out.parent_path() / fgrid->at(i).value<std::string>().value()));
       EXPECT_FALSE(fit["device"]["kernels"]);
       EXPECT_FALSE(shipped["device"]["kernels"]);
       EXPECT_NEAR(shipped["device"]["launch_overhead_ns"].value<double>().value_or(-1),

@@ -229,8 +229,8 @@ TEST(HostIssue, AKernelClassCostWinsOverTheLabelAndCompiledIssuesNothing) {
     return load_cluster(Config::parse("[cluster]\npreset = \"hgx-h200\"\n" + extra, "run.toml"),
                         kPresets);
   };
-  const Cluster eager = load(
-      "[cluster.device.host.kernels]\nrms_norm_unfused = 99\nrope_complex = 48\n");
+  const Cluster eager =
+      load("[cluster.device.host.kernels]\nrms_norm_unfused = 99\nrope_complex = 48\n");
   const DeviceModel& d = *eager.device;
   // The class's cost (diffusers' RMSNorm: 8 calls), whatever the label; the label's otherwise.
   EXPECT_EQ(d.host_issue("q_norm", KernelClass::kRmsNormUnfused).ns(), 99'000);

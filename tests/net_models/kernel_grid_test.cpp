@@ -122,8 +122,8 @@ TEST(KernelGrid, BeyondTheEndsTheNearestPointsRateFlagged) {
 
 TEST(KernelGrid, WhatNoSeriesCoversIsNone) {
   const KernelGrid g = grid();
-  EXPECT_FALSE(g.time_s(gemm_shape(1024, 64, 3072, true)));    // no width below to bracket
-  EXPECT_FALSE(g.time_s(sdpa_shape(1, 1024, 1024, 4, 64)));    // head_dim never measured
+  EXPECT_FALSE(g.time_s(gemm_shape(1024, 64, 3072, true)));  // no width below to bracket
+  EXPECT_FALSE(g.time_s(sdpa_shape(1, 1024, 1024, 4, 64)));  // head_dim never measured
   EXPECT_FALSE(g.time_s(memory_shape(KernelClass::kRopeReal, 1024, 128)));  // class not measured
   EXPECT_FALSE(g.time_s(KernelShape{}));
 }
@@ -188,8 +188,10 @@ TEST(KernelGrid, AClusterTimesItsOpsByTheGridAndReportsTheRest) {
   const Config cfg = Config::parse(
       "[cluster]\nnodes = 1\n[cluster.topology]\nlevels = [\"gpu\"]\nsizes = [1]\n"
       "tiers = [\"intra-node\"]\n[cluster.device]\npeak_tflops = 1000\nhbm_gbytes_per_s = 4000\n"
-      "grid = [\"" + dir.path.string() + "\"]\n"
-      "[cluster.device.strided_factor]\nnorm = 2.0\n",
+      "grid = [\"" +
+          dir.path.string() +
+          "\"]\n"
+          "[cluster.device.strided_factor]\nnorm = 2.0\n",
       "run.toml");
   const Cluster c = load_cluster(cfg, std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
   const DeviceModel& d = *c.device;
