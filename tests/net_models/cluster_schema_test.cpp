@@ -49,10 +49,13 @@ std::set<std::string> parsed_keys(const Config& run) {
     if (k.rfind("cluster.", 0) != 0) continue;
     const std::string key = std::regex_replace(k.substr(8), link_name, "links.NAME.");
     const std::regex host_op("^device\\.host\\.ops\\.[^.]+$");
+    const std::regex host_kernel("^device\\.host\\.kernels\\.[^.]+$");
     const std::regex group("^device\\.overlap_by_group\\.[0-9]+\\.");
     keys.insert(std::regex_replace(
-        std::regex_replace(std::regex_replace(key, kernel_name, "device.kernels.NAME."), host_op,
-                           "device.host.ops.LABEL"),
+        std::regex_replace(
+            std::regex_replace(std::regex_replace(key, kernel_name, "device.kernels.NAME."),
+                               host_op, "device.host.ops.LABEL"),
+            host_kernel, "device.host.kernels.CLASS"),
         group, "device.overlap_by_group.N."));
   }
   return keys;
@@ -85,6 +88,10 @@ latency_ns = 100
 [cluster.device]
 peak_tflops = 1
 hbm_gbytes_per_s = 1
+[cluster.device.host]
+framework = "compiled"
+[cluster.device.host.kernels]
+rms_norm_unfused = 99
 )");
   // The library files (configs/libraries/*.toml) hold keys of [library] too.
   for (const auto& e : std::filesystem::directory_iterator(kConfigs / "libraries")) {
