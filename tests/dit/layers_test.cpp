@@ -264,5 +264,48 @@ TEST(Layers, PhantomChargesTheSameAsReal) {
   EXPECT_EQ(real_comm.ops(), phantom_comm.ops());
 }
 
+// Every layer charges its kernel's class and shape, and the FLOPs and bytes charged_cost gives
+// that shape (up to the per-row and per-weight terms charged_cost leaves out): what calibrate
+// fits a grid's fallback roofline to is what the layers charge.
+TEST(Layers, EachChargeCarriesItsKernelShapeAndChargedCostAgrees) {
+  LocalComm comm;
+  std::vector<RecordedCharge> rec;
+  Exec ex{comm, true};
+  ex.record = &rec;
+  const Tensor x = Tensor::zeros(64, 96, true), w = Tensor::zeros(48, 96, true);
+  const Tensor b = Tensor::zeros(1, 48, true), nw = Tensor::zeros(1, 32, true);
+  const Tensor gate = Tensor::zeros(1, 96, true), sc = Tensor::zeros(1, 96, true);
+  linear(ex, x, w, &b, "proj");
+  layer_norm(ex, x, 1e-6f, "norm");
+  Tensor h = Tensor::zeros(64, 96, true);
+  rms_norm_heads(ex, h, nw, 32, 1e-6f, "q_norm", KernelClass::kRmsNormUnfused);
+  modulate(ex, h, sc, sc, 1, "modulate");
+  gated_residual(ex, h, x, &gate, 1, "residual");
+  gelu_tanh(ex, h, "gelu");
+  silu(ex, h, "silu");
+  attention(ex, x, x, x, 3, 32, 1, "attention");
+  concat_cols(ex, x, x, "cat");
+  ASSERT_EQ(rec.size(), 9u);
+  const std::vector<KernelShape> want = {
+      gemm_shape(64, 48, 96, true),
+      memory_shape(KernelClass::kLayerNorm, 64 * 96, 96),
+      memory_shape(KernelClass::kRmsNormUnfused, 64 * 96, 32),
+      memory_shape(KernelClass::kModulateEager, 64 * 96, 96),
+      memory_shape(KernelClass::kGatedResidualEager, 64 * 96, 96),
+      memory_shape(KernelClass::kGeluTanh, 64 * 96, 96),
+      memory_shape(KernelClass::kSilu, 64 * 96, 96),
+      sdpa_shape(1, 64, 64, 3, 32),
+      memory_shape(KernelClass::kCatFeat, 64 * 192, 192)};
+  for (size_t i = 0; i < rec.size(); ++i) {
+    SCOPED_TRACE(rec[i].label);
+    EXPECT_EQ(rec[i].shape, want[i]);
+    const OpCost c = charged_cost(rec[i].shape);
+    EXPECT_EQ(c.kind, rec[i].kind);
+    EXPECT_DOUBLE_EQ(c.flops, rec[i].flops);
+    // The per-weight terms (a bias, a norm's weight) are left out of charged_cost.
+    EXPECT_NEAR(c.bytes, rec[i].bytes, 2.0 * 96) << rec[i].label;
+  }
+}
+
 }  // namespace
 }  // namespace cocodiff::dit
