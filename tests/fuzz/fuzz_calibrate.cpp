@@ -1,7 +1,8 @@
 // Fuzz targets for `cocodiff calibrate`'s measurement readers (apps/calibrate/measurements.hpp):
 // fuzz_calibrate_csv reads the input as it is (CSV of collectives, kernels or eager ops,
-// netbench output or its JSON, interference JSON: the reader tells them apart by their
-// contents; eager ops and interference then go through the fit calibrate makes of them),
+// netbench output or its JSON, interference, breakdown and chunks JSON, steps CSV, kernel grids:
+// the reader tells them apart by their contents; eager ops and interference then go through the
+// fit calibrate makes of them, a grid through its lookups),
 // fuzz_nccl_tests reads it as nccl-tests output (after a "# nThread" line). Every point read is
 // placed on a small cluster as calibrate places it. One input in 16 also goes through a real file
 // (the size and line caps of read_measurements), which must read the same points: a file per input
@@ -23,6 +24,7 @@
 #include "apps/calibrate/measurements.hpp"
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
+#include "net_models/kernel_grid.hpp"
 
 #ifndef COCODIFF_FUZZ_NCCL_TESTS
 #define COCODIFF_FUZZ_NCCL_TESTS 0
@@ -95,7 +97,35 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (!parsed) return 0;
   check(!m.collectives.empty() || !m.kernels.empty() || !m.eager_ops.empty() ||
-        !m.interference.empty());
+        !m.interference.empty() || !m.steps.empty() || !m.breakdowns.empty() ||
+        !m.chunks.empty() || !m.grid_files.empty());
+  // A kernel grid: merged, every point returns a positive finite time at its own shape, and so
+  // do shapes between and beyond its points (or none, for what no series covers).
+  if (!m.grid_files.empty()) {
+    cocodiff::KernelGrid g;
+    try {
+      for (const auto& [name, body] : m.grid_files) g.add_text(body, name);
+      g.finish();
+    } catch (const cocodiff::UserError&) {
+      __builtin_trap();  // parse_measurements accepted the same text
+    }
+    const auto finite_or_none = [](std::optional<double> t) {
+      check(!t || (std::isfinite(*t) && *t > 0));
+    };
+    for (size_t i = 0; i < g.points().size() && i < 64; ++i) {
+      const cocodiff::KernelGrid::Point& p = g.points()[i];
+      const std::optional<double> t = g.time_s(p.shape);
+      check(t.has_value() && std::isfinite(*t) && *t > 0);
+      finite_or_none(g.held_out(i));
+      for (const std::int64_t scale : {2, 3, 7}) {
+        cocodiff::KernelShape s = p.shape;
+        s.dims[0] = s.dims[0] * scale + 1;
+        finite_or_none(g.time_s(s));
+        s.dims[1] = s.dims[1] / scale + 1;
+        finite_or_none(g.time_s(s));
+      }
+    }
+  }
   for (const cal::CollectivePoint& p : m.collectives) {
     check(!p.where.empty());
     check(p.ranks >= 1 && p.ranks <= cal::kMaxRanks);
