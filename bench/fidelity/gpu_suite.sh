@@ -68,8 +68,13 @@
 #           steps1c_nvlink_again.csv; about 90 s)
 #   sizes   whole steps of every strategy at 1536^2 and 3072^2, sizes no fit has seen, on 1..all
 #           GPUs over NVLink, then on 2..all over shared memory (about 4 minutes on 2 H200s)
+#   models  every shipped family on GPU 0 (bench/fidelity/models/run.sh OUT all, then OUT host): the
+#           kernel grids by shape a device model is fitted from, whole forwards of every family's
+#           reference (diffusers' classes; the validation set), and the host profile of each
+#           (about 8 minutes on one H200: in three calls of under 10 minutes, run.sh OUT grid,
+#           forwards and host apart)
 set -euo pipefail
-modes=" full repeat pair quad concurrency breakdown blocking callforms profile threes threesteps threesteps1024 interference hostbeside chunks sizes profile1 pace clocks host1 hostx hostrs hostcopy "
+modes=" models full repeat pair quad concurrency breakdown blocking callforms profile threes threesteps threesteps1024 interference hostbeside chunks sizes profile1 pace clocks host1 hostx hostrs hostcopy "
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [[ $modes != *" ${2:-full} "* ]]; then
   echo "usage: bash bench/fidelity/gpu_suite.sh OUT [MODE]; MODE is one of:$modes(default full)" >&2
   exit 2
@@ -78,6 +83,10 @@ out=$1
 mode=${2:-full}
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
+if [ "$mode" = models ]; then  # one GPU, no NCCL: the models' own suite
+  bash "$here/models/run.sh" "$out" all
+  exec bash "$here/models/run.sh" "$out" host
+fi
 gpus=$(nvidia-smi -L | wc -l)
 # NVLink multicast stays off (shared hosts); loopback for the bootstrap and gloo.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
