@@ -249,6 +249,11 @@ void KernelGrid::finish() {
     }
     g.bh.assign(bh.begin(), bh.end());
     g.s.assign(s.begin(), s.end());
+    for (const auto& [k, t] : g.t) {  // ascending in s within each row (the map's order)
+      Series& r = g.rows[k.first];
+      r.x.push_back(k.second);
+      r.t.push_back(t);
+    }
   }
   for (auto& [key, ts] : cross) cross_[key] = median(ts);
   // Points were sorted by shape, so each series is ascending in its size already.
@@ -298,13 +303,8 @@ std::optional<double> KernelGrid::held_out(size_t i) const {
       if (git == self_.end()) return std::nullopt;
       const AttentionGrid& g = git->second;
       const double bh = static_cast<double>(d[0] * d[3]), s = static_cast<double>(d[1]);
-      Series row;  // this batch x heads' times over the tokens
-      for (const double v : g.s)
-        if (const auto it = g.t.find({bh, v}); it != g.t.end()) {
-          row.x.push_back(v);
-          row.t.push_back(it->second);
-        }
-      return between(row, s);
+      const auto row = g.rows.find(bh);  // this batch x heads' times over the tokens
+      return row == g.rows.end() ? std::nullopt : between(row->second, s);
     }
     default: {
       const auto it = memory_.find({static_cast<int>(p.shape.kernel), d[1]});
@@ -359,13 +359,9 @@ std::optional<double> KernelGrid::self_attention(std::int64_t head_dim, double b
   // One batch x heads' row over the tokens (the points measured: large ones may be missing),
   // at s; beyond its ends the nearest point's rate (work grows with s^2).
   const auto along_s = [&](double row) -> std::optional<double> {
-    Series r;
-    for (const double v : g.s)
-      if (const auto it = g.t.find({row, v}); it != g.t.end()) {
-        r.x.push_back(v);
-        r.t.push_back(it->second);
-      }
-    return r.reach(s, 2.0, extrapolated);
+    const auto it = g.rows.find(row);
+    if (it == g.rows.end()) return std::nullopt;
+    return it->second.reach(s, 2.0, extrapolated);
   };
   const double lo_bh = g.bh.front(), hi_bh = g.bh.back();
   if (bh > hi_bh || bh < lo_bh) {  // beyond the heads measured: linear in them above

@@ -100,6 +100,7 @@ class KernelGrid {
   struct AttentionGrid {
     std::vector<double> bh, s;                      // ascending axes
     std::map<std::pair<double, double>, double> t;  // (bh, s) -> time
+    std::map<double, Series> rows;                  // by bh: its times over s (t, by row)
   };
   std::map<std::int64_t, AttentionGrid> self_;             // by head_dim
   std::map<std::array<std::int64_t, 4>, double> cross_;    // (bh, q, kv, head_dim) -> time
