@@ -493,7 +493,7 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
                 100 * median_of(e.roof));
   toml::array list;
   for (const std::string& d : dirs) list.push_back(d);
-  calibrate::set_key(table, "device.grid", std::move(list));
+  calibrate::set_key(table, "device.grid", list);
   if (toml::table* dev = table["device"].as_table()) dev->erase("kernels");
   notes << "# Kernels: timed by shape from the grids of device.grid (" << kp.size()
         << " points); the roofline for what they do not cover fitted to them (rms error of log "

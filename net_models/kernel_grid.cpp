@@ -435,6 +435,7 @@ std::shared_ptr<const KernelGrid> KernelGrid::load(const std::vector<std::filesy
   static std::mutex mu;
   static std::map<std::vector<std::string>, std::shared_ptr<const KernelGrid>> cache;
   std::vector<std::string> key;
+  key.reserve(dirs.size());
   for (const auto& d : dirs)
     key.push_back(std::filesystem::absolute(d).lexically_normal().string());
   std::lock_guard<std::mutex> lock(mu);
