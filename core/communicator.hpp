@@ -159,6 +159,10 @@ class Communicator {
 
   /// Charges the caller's device for one operation (emulator); a no-op on real hardware.
   virtual void compute(const OpCost& cost) = 0;
+  /// Whether this rank's host issues transformer blocks as their reference implementation does
+  /// (DeviceModel::host_reference): the models then charge one KernelClass::kHostBlock op a
+  /// block. False on real hardware and by default.
+  virtual bool host_reference() const { return false; }
   /// The caller's clock: virtual time on the emulator, wall time since start on MPI.
   virtual SimTime now() const = 0;
 

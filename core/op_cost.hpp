@@ -42,8 +42,12 @@ enum class KernelClass : std::uint8_t {
   kLayoutA2a,
   kCatSeq,
   kCatFeat,
+  /// No device work: the host's issue of one transformer block (or of a forward's work outside
+  /// the blocks) as the reference implementation issues it; the label names "model/scope"
+  /// (DeviceModel::host_reference).
+  kHostBlock,
 };
-inline constexpr int kNumKernelClasses = 21;
+inline constexpr int kNumKernelClasses = 22;
 
 /// The grid name of a class ("gemm", "sdpa", "layernorm", ...; "" for kNone).
 std::string_view kernel_class_name(KernelClass c);
@@ -122,6 +126,7 @@ inline constexpr std::array<std::string_view, kNumKernelClasses> kKernelClassNam
     "layout_a2a",
     "cat_seq",
     "cat_feat",
+    "host_block",
 };
 
 inline std::string_view kernel_class_name(KernelClass c) {

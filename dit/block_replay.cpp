@@ -1,6 +1,8 @@
 #include "dit/block_replay.hpp"
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -139,16 +141,49 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
 
 void BlockReplay::end() { replay_.begin_region("blocks end", false); }
 
+namespace {
+
+// "model/scope", kept for the run (a charge's label is a view).
+std::string_view reference_label(std::string_view model, std::string_view scope) {
+  static std::mutex mu;
+  static std::set<std::string, std::less<>> labels;
+  std::string key = std::string(model) + "/" + std::string(scope);
+  const std::lock_guard<std::mutex> lock(mu);
+  return *labels.insert(std::move(key)).first;
+}
+
+// The host's issue of one block (or of the work outside the blocks) as the model's reference
+// implementation issues it, where the rank's host is so modelled.
+void charge_reference_host(const Exec& ex, std::string_view scope) {
+  if (!ex.comm.host_reference()) return;
+  OpCost c;
+  c.label = reference_label(ex.model, scope);
+  c.shape.kernel = KernelClass::kHostBlock;
+  ex.charge(c);
+}
+
+}  // namespace
+
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
                const std::function<void()>& body) {
-  if (ex.blocks == nullptr) {
+  // The reference's ModuleLists: the single-stream blocks of FLUX.1 and FLUX.2, and the rest.
+  // Charged inside the block, so that a replayed block issues it as the block did.
+  const std::string_view scope = kind.find("single") != std::string_view::npos
+                                     ? "single_transformer_blocks"
+                                     : "transformer_blocks";
+  const auto block = [&] {
+    charge_reference_host(ex, scope);
     body();
+  };
+  if (ex.blocks == nullptr) {
+    block();
     return;
   }
-  ex.blocks->run(kind, attention_layers, body);
+  ex.blocks->run(kind, attention_layers, block);
 }
 
 void end_blocks(const Exec& ex) {
+  charge_reference_host(ex, "outside");
   if (ex.blocks != nullptr) ex.blocks->end();
 }
 

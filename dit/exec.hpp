@@ -48,6 +48,9 @@ struct Exec {
   /// projection): the first op to read it charges its `_strided` label
   /// (RooflineParams::strided_factor).
   bool strided_input = false;
+  /// The model's name (ModelConfig::name): which reference implementation's host profile a
+  /// block is issued at (Communicator::host_reference).
+  std::string_view model = {};
 
   /// Runs `work`, arithmetic of about `flops` operations on buffers this tile owns: on one of
   /// the emulator's math threads when it is large enough to pay for the hand-over

@@ -49,7 +49,8 @@ TextConditioning class_conditioning(const ModelConfig& cfg, const Weights& w, in
 
 Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                const std::string& strategy, const ForwardInputs& in, bool phantom) {
-  const Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
+  Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
+  ex.model = cfg.name;
   std::unique_ptr<AttentionStrategy> attn = make_attention_strategy(strategy, comm, cfg);
   return make_model(cfg)->forward(ex, w, *attn, in);
 }
@@ -101,6 +102,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   const bool phantom = st.phantom;
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
   Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
+  ex.model = cfg.name;
   const int cell = cfg.vae_scale * cfg.patch_size;
   for (const int px : {st.pixel_height(), st.pixel_width()})
     if (px <= 0 || px % cell != 0)

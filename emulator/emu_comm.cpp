@@ -46,6 +46,8 @@ Replay::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
   return kernel_.begin_region(self_, key, may_skip);
 }
 
+bool EmuComm::host_reference() const { return kernel_.device().host_reference(); }
+
 void EmuComm::compute(const OpCost& cost) {
   if (TapeCall* c = record(TapeCall::Kind::kCompute, 0, {})) {
     // Played as a charge of its device time: the same time and event as Kernel::compute's.

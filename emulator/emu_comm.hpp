@@ -71,6 +71,7 @@ class EmuComm final : public Communicator, public Replay {
   std::unique_ptr<Communicator> split(int color, int key) override;
   void barrier() override;
   void compute(const OpCost& cost) override;
+  bool host_reference() const override;
   SimTime now() const override { return self_.clock; }
   void run_math(const std::function<void()>& work) override;
   /// World communicator only (sub-groups return {}): see Replay::begin_region.

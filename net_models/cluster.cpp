@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -327,6 +328,44 @@ void add_nics_and_fabric(const Layers& in, ClusterGraph& g) {
   }
 }
 
+// reference_host.csv (bench/fidelity/models/host_counts.py): model,scope,calls,counted_us. Each
+// block's host time: counted_us + calls x per_call, taken `scale` times (device.host.scale).
+std::map<std::string, SimTime, std::less<>> read_reference_host(const std::filesystem::path& file,
+                                                               double per_call, double scale,
+                                                               const std::string& where) {
+  std::ifstream in(file);
+  if (!in)
+    throw ConfigError(where + ": device.host.reference: cannot read " + file.string() +
+                      " (a directory holding reference_host.csv)");
+  std::map<std::string, SimTime, std::less<>> out;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line[0] == '#' || (n == 1 && line == "model,scope,calls,counted_us"))
+      continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string x; std::getline(ss, x, ',');) f.push_back(x);
+    double calls = -1, us = -1;
+    if (f.size() == 4) {
+      const auto num = [](const std::string& s, double& v) {
+        const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+        return ec == std::errc{} && end == s.data() + s.size() && v >= 0 && v < 1e9;
+      };
+      if (!num(f[2], calls) || !num(f[3], us)) calls = -1;
+    }
+    if (calls < 0 || f[0].empty() || f[1].empty())
+      throw ConfigError(file.string() + ":" + std::to_string(n) +
+                        ": expected model,scope,calls,counted_us (names, then two numbers >= 0), "
+                        "found \"" + line.substr(0, 120) + "\"");
+    out[f[0] + "/" + f[1]] = SimTime::from_seconds((us + calls * per_call) * 1e-6 * scale);
+  }
+  if (out.empty()) throw ConfigError(file.string() + ": no rows (model,scope,calls,counted_us)");
+  return out;
+}
+
 RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   RooflineParams d;
   d.name = in.get_string("device.name", cluster_name + " device");
@@ -419,9 +458,25 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   for (const std::string& label : in.subkeys("device.host.ops"))
     d.host.ops.emplace(label, us("device.host.ops." + label));
   // A framework that captures the step (CUDA graphs, torch.compile) takes the host off the
-  // critical path: no op issue cost; a collective call still costs its issue.
-  d.host.compiled =
-      in.choice("device.host.framework", "eager", {"eager", "compiled"}) == "compiled";
+  // critical path: no op issue cost; a collective call still costs its issue. "reference": each
+  // block at the host time its reference implementation takes, counted.
+  const std::string framework =
+      in.choice("device.host.framework", "eager", {"eager", "compiled", "reference"});
+  d.host.framework = framework == "compiled"    ? HostParams::Framework::kCompiled
+                     : framework == "reference" ? HostParams::Framework::kReference
+                                                : HostParams::Framework::kEager;
+  const double per_call = in.get_double("device.host.call_overhead_us", 0.0, 0.0, 1000.0);
+  if (in.has("device.host.reference")) {
+    const std::filesystem::path dir =
+        in.directory("device.host.reference") / in.get_string("device.host.reference", "");
+    d.host.reference = read_reference_host(dir / "reference_host.csv", per_call, d.host.scale,
+                                           in.where("device.host.reference"));
+  }
+  if (d.host.framework == HostParams::Framework::kReference && d.host.reference.empty())
+    in.fail("device.host.framework",
+            "\"eager\" or \"compiled\", or a device.host.reference directory beside "
+            "\"reference\" (the host profile of the models' reference implementations)",
+            "\"reference\" without device.host.reference");
   for (const std::string& name : in.subkeys("device.host.kernels")) {
     const std::optional<KernelClass> c = kernel_class_of(name);
     if (!c)

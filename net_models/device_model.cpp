@@ -13,6 +13,7 @@ bool HostParams::any() const {
   if (op_issue > SimTime{} || collective_issue > SimTime{}) return true;
   for (const SimTime k : kernels)
     if (k > SimTime{}) return true;
+  if (!reference.empty()) return true;
   return std::any_of(ops.begin(), ops.end(), [](const auto& o) { return o.second > SimTime{}; });
 }
 
@@ -144,6 +145,7 @@ std::vector<std::string> RooflineDevice::outside_grid(size_t limit) const {
 }
 
 SimTime RooflineDevice::time(const OpCost& cost) const {
+  if (cost.shape.kernel == KernelClass::kHostBlock) return {};  // host work only
   if (p_.grid != nullptr) {
     // Timed by shape: the grid's time, a strided view's times its kind's factor; the roofline
     // at the fitted efficiencies for what the grid does not cover.
@@ -195,7 +197,18 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
 }
 
 SimTime RooflineDevice::host_issue(std::string_view label, KernelClass kernel) const {
-  if (p_.host.compiled) return {};
+  switch (p_.host.framework) {
+    case HostParams::Framework::kCompiled:
+      return {};
+    case HostParams::Framework::kReference: {
+      if (kernel != KernelClass::kHostBlock) return {};
+      const auto it = p_.host.reference.find(label);
+      return it == p_.host.reference.end() ? SimTime{} : it->second;
+    }
+    case HostParams::Framework::kEager:
+      if (kernel == KernelClass::kHostBlock) return {};
+      break;
+  }
   if (const SimTime k = p_.host.kernels[static_cast<size_t>(kernel)];
       kernel != KernelClass::kNone && k > SimTime{})
     return k;

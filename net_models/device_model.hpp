@@ -54,6 +54,10 @@ class DeviceModel {
   /// CPU time on every op before the device may start it, and collective_issue() on every
   /// collective call. False (every cost zero): ops start as soon as the device is free.
   virtual bool has_host() const { return false; }
+  /// Whether the host issues each transformer block as its reference implementation does
+  /// (device.host.framework = "reference"): the models then charge one KernelClass::kHostBlock
+  /// op a block, its host time host_issue(label, kHostBlock), every other op issuing at no cost.
+  virtual bool host_reference() const { return false; }
   /// The op's issue cost: its kernel class's where the host has one (the call sequence the
   /// reference launches for it), else its label's, else the default.
   virtual SimTime host_issue(std::string_view /*label*/,
@@ -128,9 +132,15 @@ struct HostParams {
   double per_rank_slowdown = 0.0;  // DeviceModel::host_per_rank_slowdown
   double sync_slowdown = 0.0;      // DeviceModel::host_sync_slowdown
   double step_factor = 1.0;        // DeviceModel::host_step_factor
-  /// device.host.framework = "compiled": ops issue at no cost (CUDA graphs, torch.compile);
-  /// collective calls keep collective_issue.
-  bool compiled = false;
+  /// device.host.framework: "eager" (each op at its issue cost below), "compiled" (CUDA graphs,
+  /// torch.compile: ops issue at no cost; collective calls keep collective_issue), "reference"
+  /// (each transformer block at the host time its reference implementation takes: `reference`).
+  enum class Framework : std::uint8_t { kEager, kCompiled, kReference };
+  Framework framework = Framework::kEager;
+  /// By "model/scope" (scope: transformer_blocks, single_transformer_blocks, outside): the host
+  /// time of one block as the reference issues it, counted (device.host.reference: its calls at
+  /// their measured issue costs, plus device.host.call_overhead_us a call).
+  std::map<std::string, SimTime, std::less<>> reference;
   /// device.host.scale: this machine's host against the preset's; every issue cost above (ops
   /// and collectives) was taken this many times when the cluster was read.
   double scale = 1.0;
@@ -210,6 +220,9 @@ class RooflineDevice final : public DeviceModel {
     return p_.overlap_kind_weight[static_cast<size_t>(kind)];
   }
   bool has_host() const override { return has_host_; }
+  bool host_reference() const override {
+    return p_.host.framework == HostParams::Framework::kReference;
+  }
   SimTime host_issue(std::string_view label,
                      KernelClass kernel = KernelClass::kNone) const override;
   SimTime collective_issue() const override { return p_.host.collective_issue; }

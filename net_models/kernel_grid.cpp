@@ -183,7 +183,8 @@ void KernelGrid::add_text(std::string_view text, const std::string& name) {
       p.time_s = parse_us(where, "us_median", v(5)) * 1e-6;
     } else {
       const std::optional<KernelClass> c = kernel_class_of(v(0));
-      if (!c || *c == KernelClass::kGemm || *c == KernelClass::kSdpa || v(2) != "bf16") {
+      if (!c || *c == KernelClass::kGemm || *c == KernelClass::kSdpa ||
+          *c == KernelClass::kHostBlock || v(2) != "bf16") {
         ++skipped_rows_;  // a kernel the device model does not time by shape
         continue;
       }

@@ -43,16 +43,17 @@ void set_key(toml::table& t, std::string_view key, const toml::node& value) {
 }
 
 namespace {
-// device.grid's directories made absolute against `dir` (the file that names them), so that the
-// flattened table reads the same grids wherever it is loaded from.
+// device.grid's and device.host.reference's directories made absolute against `dir` (the file
+// that names them), so that the flattened table reads the same files wherever it is loaded from.
 void absolute_grid(toml::table& cluster, const std::filesystem::path& dir) {
-  toml::array* grid = cluster["device"]["grid"].as_array();
-  if (grid == nullptr) return;
-  for (toml::node& n : *grid)
-    if (toml::value<std::string>* d = n.as_string()) {
-      const std::filesystem::path p(d->get());
-      if (p.is_relative()) *d = std::filesystem::absolute(dir / p).lexically_normal().string();
-    }
+  const auto absolute = [&](toml::value<std::string>* d) {
+    if (d == nullptr) return;
+    const std::filesystem::path p(d->get());
+    if (p.is_relative()) *d = std::filesystem::absolute(dir / p).lexically_normal().string();
+  };
+  if (toml::array* grid = cluster["device"]["grid"].as_array())
+    for (toml::node& n : *grid) absolute(n.as_string());
+  absolute(cluster["device"]["host"]["reference"].as_string());
 }
 }  // namespace
 

@@ -15,8 +15,11 @@ device is synchronised) is at least 90% of its median time: the GPU waited for t
 Both machines measured (h200x1-models, h200x1-models2: two leases) are listed; the error is
 against their mean, and a host-bound row is also held against their range widened by 15%.
 
+The preset runs with cluster.device.host.framework = reference (--framework): the host of
+diffusers' own classes, as the forwards were measured.
+
 Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models,h200x1-models2]
-                          [--out DIR]
+                          [--framework reference|eager|compiled] [--out DIR]
 Writes DIR/models_fidelity.{json,txt} (default bench/fidelity/results).
 """
 import argparse
@@ -34,7 +37,7 @@ ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(
 BATCH_CFG = {"sd3", "dit"}
 
 
-def predict(cocodiff, preset, row, cache):
+def predict(cocodiff, preset, row, cache, framework="reference"):
     """cocodiff's virtual time of the row's forward in ms, or None when it runs no such forward."""
     batch = int(row["batch"])
     if batch == 2 and row["family"] not in BATCH_CFG:
@@ -45,7 +48,8 @@ def predict(cocodiff, preset, row, cache):
         return cache[key]
     sets = [f"model.preset={row['model']}", f"cluster.preset={preset}", "cluster.nodes=1",
             "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
-            "run.math=skip", "run.steps=1", "emulator.trace=false", "emulator.workers=1"]
+            "run.math=skip", "run.steps=1", "emulator.trace=false", "emulator.workers=1",
+            f"cluster.device.host.framework={framework}"]
     sets += [f"run.resolution={w}"] if w == h else [f"run.width={w}", f"run.height={h}"]
     if batch == 1:
         sets.append("run.cfg_scale=1")
@@ -68,6 +72,8 @@ def main():
     p.add_argument("--measured", default="h200x1-models,h200x1-models2",
                    help="measurement folders of configs/measurements/, one per machine")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
+    p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled"],
+                   help="the host the preset times (reference: diffusers' own, as measured)")
     a = p.parse_args()
     machines = a.measured.split(",")
     tables = []
@@ -82,7 +88,7 @@ def main():
         hosts = [float(x["host_ms"]) for x in runs]
         mean = statistics.fmean(measured)
         host_bound = all(h >= 0.9 * m for h, m in zip(hosts, measured))
-        pred = predict(a.cocodiff, a.preset, r, cache)
+        pred = predict(a.cocodiff, a.preset, r, cache, a.framework)
         lo, hi = min(measured), max(measured)
         out_rows.append({
             "family": r["family"], "model": r["model"], "width": int(r["width"]),

@@ -130,6 +130,7 @@ class Kernel {
   const std::int64_t* pass_counts(std::span<const std::int64_t> counts);
   /// The device's time for `cost`, as compute() charges it.
   SimTime device_time(const OpCost& cost) const { return device_.time(cost); }
+  const DeviceModel& device() const { return device_; }
   /// compute() of an op whose device time `dt` is already known; `label` names its event.
   void charge_compute(FiberState& f, SimTime dt, std::string_view label, OpKind kind,
                       KernelClass kernel = KernelClass::kNone);

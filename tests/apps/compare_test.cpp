@@ -20,6 +20,46 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A host-bound model on the reference host: one DiT-XL/2 forward at 256^2 on one H200 takes its
+// 28 blocks' and the outside's counted host time (configs/measurements/h200x1-hostprofile/
+// reference_host.csv, hgx-h200's 4.6 us a call), the device's work behind it, and its compute.
+TEST(Compare, TheReferenceHostTimesEachBlockOfAHostBoundModel) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_reference_host_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  double vt[2] = {0, 0}, compute = 0;
+  for (const int ref : {0, 1}) {
+    const fs::path out = dir / (ref ? "ref" : "eager");
+    std::vector<std::string> args = {"run", config.string(), "--out", out.string(), "-q"};
+    for (const char* s :
+         {"model.preset=dit-xl-2", "cluster.preset=hgx-h200", "cluster.nodes=1",
+          "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
+          "run.math=skip", "run.steps=1", "run.resolution=256", "run.cfg_scale=1",
+          "emulator.trace=false"}) {
+      args.emplace_back("--set");
+      args.emplace_back(s);
+    }
+    if (ref) {
+      args.emplace_back("--set");
+      args.emplace_back("cluster.device.host.framework=reference");
+    }
+    const ChildResult r = run_cocodiff(args, dir);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::ifstream in(out / "report.json");
+    const nlohmann::json rep = nlohmann::json::parse(in);
+    vt[ref] = rep["virtual_time_s"].get<double>();
+    if (ref) compute = rep["breakdown"]["compute_s"].get<double>();
+  }
+  // 28 x (674.9 + 62 x 4.6) + (450 + 39 x 4.6) us of host; the device runs behind it.
+  const double host = (28 * (674.9 + 62 * 4.6) + (450 + 39 * 4.6)) * 1e-6;
+  EXPECT_GE(vt[1], host);
+  EXPECT_LE(vt[1], host + compute);
+  EXPECT_GT(vt[1], 2 * vt[0]);  // this project's FLUX op costs issue DiT's ops far faster
+  fs::remove_all(dir);
+}
+
 TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
   const fs::path dir =
       fs::temp_directory_path() / ("cocodiff_compare_" + std::to_string(::getpid()));

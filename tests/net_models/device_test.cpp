@@ -2,8 +2,10 @@
 // efficiencies, the launch overhead, and the device presets of the cluster files.
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
@@ -246,6 +248,52 @@ TEST(HostIssue, AKernelClassCostWinsOverTheLabelAndCompiledIssuesNothing) {
   // Bad names are refused naming the key.
   EXPECT_THROW(load("[cluster.device.host.kernels]\nnot_a_kernel = 3\n"), ConfigError);
   EXPECT_THROW(load("[cluster.device.host]\nframework = \"jit\"\n"), ConfigError);
+}
+
+TEST(HostIssue, TheReferenceFrameworkIssuesEachBlockAtItsCountedHostTime) {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("device_test_ref_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "reference_host.csv")
+      << "model,scope,calls,counted_us\nm1,transformer_blocks,10,100\nm1,outside,4,40\n";
+  const auto load = [&](const std::string& extra) {
+    return load_cluster(
+        Config::parse("[cluster]\npreset = \"hgx-h200\"\n[cluster.device.host]\nreference = \"" +
+                          dir.string() + "\"\ncall_overhead_us = 5\n" + extra,
+                      "run.toml"),
+        kPresets);
+  };
+  const Cluster ref = load("framework = \"reference\"\nscale = 2.0\n");
+  const DeviceModel& d = *ref.device;
+  EXPECT_TRUE(d.host_reference());
+  // (100 + 10 x 5) us, x 2 (the host's scale); other ops issue at no cost; no device time.
+  EXPECT_EQ(d.host_issue("m1/transformer_blocks", KernelClass::kHostBlock).ns(), 300'000);
+  EXPECT_EQ(d.host_issue("m1/outside", KernelClass::kHostBlock).ns(), 120'000);
+  EXPECT_EQ(d.host_issue("m2/outside", KernelClass::kHostBlock).ns(), 0);
+  EXPECT_EQ(d.host_issue("q_proj", KernelClass::kGemm).ns(), 0);
+  OpCost host_only;
+  host_only.label = "m1/transformer_blocks";
+  host_only.shape.kernel = KernelClass::kHostBlock;
+  EXPECT_EQ(d.time(host_only).ns(), 0);
+  // Eager: the blocks' host ops cost nothing, the ops their labels' costs.
+  const Cluster eager = load("");
+  EXPECT_FALSE(eager.device->host_reference());
+  EXPECT_EQ(eager.device->host_issue("m1/transformer_blocks", KernelClass::kHostBlock).ns(), 0);
+  EXPECT_EQ(eager.device->host_issue("q_rope").ns(), 132'000);
+  // A malformed profile names its file and line; reference without a profile is refused.
+  std::ofstream(dir / "reference_host.csv") << "model,scope,calls,counted_us\nm1,x,ten,1\n";
+  try {
+    load("framework = \"reference\"\n");
+    ADD_FAILURE() << "expected an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("reference_host.csv:2"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(load_cluster(Config::parse("[cluster]\npreset = \"uniform\"\n[cluster.device.host]\n"
+                                          "framework = \"reference\"\n",
+                                          "run.toml"),
+                            kPresets),
+               ConfigError);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(StridedViews, ClusterKeyIsReadAndBounded) {

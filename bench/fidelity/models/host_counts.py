@@ -7,9 +7,15 @@ against the block's host time measured without the profiler, the device kept bus
 
 The gap is the host's work that no aten call accounts for (the Python of nn.Module calls, the
 attention processors, hooks, argument handling): a host model of counted calls alone misses it.
+Taken as a cost per call (the framework's overhead on each call it makes), fitted to FLUX.1-dev's
+blocks alone (both kinds, both batches: least squares on the measured - counted time against the
+calls), it predicts every other family's blocks; the table lists both.
 
 Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR]
-Writes DIR/host_counts.{txt,json} (default bench/fidelity/results).
+Writes DIR/host_counts.{txt,json} (default bench/fidelity/results), and MEASURED/reference_host.csv
+(model,scope,calls,counted_us: each model's batch-1 blocks at its smallest size, derived from the
+two files above), which a cluster names as device.host.reference: a block's host time is then
+counted_us + calls x device.host.call_overhead_us (the per-call cost fitted here).
 """
 import argparse
 import csv
@@ -75,16 +81,41 @@ def main():
         lines.append(f"{r['model']:<12} {r['size']:>5} {r['batch']:>5} {r['scope']:<26} "
                      f"{r['calls']:>7.1f} {r['counted_us']:>11.1f} {r['measured_us']:>12.1f} "
                      f"{r['ratio']:>6.2f}")
+    # The framework's cost per call, fitted to FLUX.1-dev's blocks; every other block predicted.
+    fit = [r for r in rows if r["model"] == "flux1-dev" and r["scope"] != "outside"]
+    per_call = (sum((r["measured_us"] - r["counted_us"]) * r["calls"] for r in fit) /
+                sum(r["calls"] ** 2 for r in fit))
+    for r in rows:
+        r["predicted_us"] = round(r["counted_us"] + per_call * r["calls"], 1)
+        r["error_pct"] = round(100 * (r["predicted_us"] / r["measured_us"] - 1), 1)
+    lines[1] += f" {'predicted_us':>12} {'error':>7}"
+    for i, r in enumerate(rows):
+        lines[2 + i] += f" {r['predicted_us']:>12.1f} {r['error_pct']:>6.1f}%"
+    held = [abs(r["error_pct"]) for r in rows if r["model"] != "flux1-dev" and r["scope"] != "outside"]
     blk = [r["ratio"] for r in rows if r["scope"] != "outside"]
     out = [r["ratio"] for r in rows if r["scope"] == "outside"]
     summary = {"blocks_ratio_median": statistics.median(blk), "blocks_ratio_min": min(blk),
-               "blocks_ratio_max": max(blk), "outside_ratio_median": statistics.median(out)}
+               "blocks_ratio_max": max(blk), "outside_ratio_median": statistics.median(out),
+               "per_call_us_fitted_on_flux1": round(per_call, 2),
+               "other_blocks_abs_error_median_pct": statistics.median(held),
+               "other_blocks_abs_error_max_pct": max(held)}
     lines.append(f"# transformer blocks: measured / counted median {summary['blocks_ratio_median']:.2f} "
                  f"({summary['blocks_ratio_min']:.2f} to {summary['blocks_ratio_max']:.2f}); "
                  f"outside the blocks {summary['outside_ratio_median']:.2f}")
+    lines.append(f"# with {per_call:.2f} us more a call (fitted to FLUX.1-dev's blocks): the other "
+                 f"families' blocks predicted within a median {summary['other_blocks_abs_error_median_pct']:.1f}%, "
+                 f"max {summary['other_blocks_abs_error_max_pct']:.1f}%")
     if unknown:
         lines.append("# calls without a cost (left out): " + ", ".join(sorted(unknown)))
     os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.measured, "reference_host.csv"), "w") as f:
+        f.write("model,scope,calls,counted_us\n")
+        done = set()
+        for r in sorted(rows, key=lambda r: (r["model"], r["scope"], r["batch"], r["size"])):
+            if r["batch"] != 1 or (r["model"], r["scope"]) in done:
+                continue
+            done.add((r["model"], r["scope"]))
+            f.write(f"{r['model']},{r['scope']},{r['calls']:.3f},{r['counted_us']:.1f}\n")
     with open(os.path.join(a.out, "host_counts.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(a.out, "host_counts.json"), "w") as f:
