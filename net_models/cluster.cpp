@@ -331,8 +331,8 @@ void add_nics_and_fabric(const Layers& in, ClusterGraph& g) {
 // reference_host.csv (bench/fidelity/models/host_counts.py): model,scope,calls,counted_us. Each
 // block's host time: counted_us + calls x per_call, taken `scale` times (device.host.scale).
 std::map<std::string, SimTime, std::less<>> read_reference_host(const std::filesystem::path& file,
-                                                               double per_call, double scale,
-                                                               const std::string& where) {
+                                                                double per_call, double scale,
+                                                                const std::string& where) {
   std::ifstream in(file);
   if (!in)
     throw ConfigError(where + ": device.host.reference: cannot read " + file.string() +
@@ -359,7 +359,8 @@ std::map<std::string, SimTime, std::less<>> read_reference_host(const std::files
     if (calls < 0 || f[0].empty() || f[1].empty())
       throw ConfigError(file.string() + ":" + std::to_string(n) +
                         ": expected model,scope,calls,counted_us (names, then two numbers >= 0), "
-                        "found \"" + line.substr(0, 120) + "\"");
+                        "found \"" +
+                        line.substr(0, 120) + "\"");
     out[f[0] + "/" + f[1]] = SimTime::from_seconds((us + calls * per_call) * 1e-6 * scale);
   }
   if (out.empty()) throw ConfigError(file.string() + ": no rows (model,scope,calls,counted_us)");

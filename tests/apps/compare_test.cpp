@@ -33,11 +33,10 @@ TEST(Compare, TheReferenceHostTimesEachBlockOfAHostBoundModel) {
   for (const int ref : {0, 1}) {
     const fs::path out = dir / (ref ? "ref" : "eager");
     std::vector<std::string> args = {"run", config.string(), "--out", out.string(), "-q"};
-    for (const char* s :
-         {"model.preset=dit-xl-2", "cluster.preset=hgx-h200", "cluster.nodes=1",
-          "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
-          "run.math=skip", "run.steps=1", "run.resolution=256", "run.cfg_scale=1",
-          "emulator.trace=false"}) {
+    for (const char* s : {"model.preset=dit-xl-2", "cluster.preset=hgx-h200", "cluster.nodes=1",
+                          "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]",
+                          "run.strategy=serial", "run.math=skip", "run.steps=1",
+                          "run.resolution=256", "run.cfg_scale=1", "emulator.trace=false"}) {
       args.emplace_back("--set");
       args.emplace_back(s);
     }

@@ -97,8 +97,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (!parsed) return 0;
   check(!m.collectives.empty() || !m.kernels.empty() || !m.eager_ops.empty() ||
-        !m.interference.empty() || !m.steps.empty() || !m.breakdowns.empty() ||
-        !m.chunks.empty() || !m.grid_files.empty());
+        !m.interference.empty() || !m.steps.empty() || !m.breakdowns.empty() || !m.chunks.empty() ||
+        !m.grid_files.empty());
   // A kernel grid: merged, every point returns a positive finite time at its own shape, and so
   // do shapes between and beyond its points (or none, for what no series covers).
   if (!m.grid_files.empty()) {
