@@ -1,7 +1,9 @@
 #pragma once
-// Roofline device model: time = max(flops / (peak * eff_kind), bytes / (hbm * eff_kind)) + launch,
-// or a measured kernel table's interpolation where one covers the op (and the roofline scaled to
-// the table's nearest end beyond its range).
+// The device model: an op's time from the measured kernel grids by its shape where the device has
+// them (device.grid, net_models/kernel_grid.hpp), else from a measured kernel table by its label
+// (device.kernels), else the roofline: max(flops / (peak * eff_kind), bytes / (hbm * eff_kind)) +
+// launch. And the host that issues the ops: eager op by op, compiled, or each block as its
+// reference implementation issues it (HostParams).
 
 #include <array>
 #include <map>
