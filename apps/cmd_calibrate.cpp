@@ -407,6 +407,27 @@ class StepRunner {
 // Device-bound steps: the kernels' step factor, fitted by timing the flat 1-GPU step in the
 // emulator; printed per case and set in the cluster table (left as it is when the files hold no
 // such step or the model's step is host-bound).
+// A fitted roofline's launch and the efficiencies its points bound, set in the cluster table and
+// printed after the line the caller began.
+void write_roofline(const calibrate::KernelFit& kf, toml::table& table) {
+  calibrate::set_key(table, "device.launch_overhead_ns",
+                     toml::value<std::int64_t>(std::llround(kf.launch_s * 1e9)));
+  for (int k = 0; k < kNumOpKinds; ++k) {
+    const auto i = static_cast<size_t>(k);
+    const std::string kind(op_kind_name(static_cast<OpKind>(k)));
+    if (kf.fitted_c[i]) {
+      std::printf(", compute_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_c[i]).c_str());
+      calibrate::set_key(table, "device.compute_efficiency." + kind,
+                         toml::value<double>(round6(kf.eff_c[i])));
+    }
+    if (kf.fitted_m[i]) {
+      std::printf(", memory_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_m[i]).c_str());
+      calibrate::set_key(table, "device.memory_efficiency." + kind,
+                         toml::value<double>(round6(kf.eff_m[i])));
+    }
+  }
+}
+
 // Kernel grids by shape: device.grid names their directories, and the roofline that times what
 // they do not cover is fitted to their points (the FLOPs and bytes the layers charge for each
 // shape). Every point is printed, measured against the grid without it (its neighbours along its
@@ -434,22 +455,7 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
       "# grid: %zu points of %zu files; roofline fitted for what it does not cover: "
       "launch_overhead_ns = %.0f",
       kp.size(), m.grid_files.size(), kf.launch_s * 1e9);
-  calibrate::set_key(table, "device.launch_overhead_ns",
-                     toml::value<std::int64_t>(std::llround(kf.launch_s * 1e9)));
-  for (int k = 0; k < kNumOpKinds; ++k) {
-    const auto i = static_cast<size_t>(k);
-    const std::string kind(op_kind_name(static_cast<OpKind>(k)));
-    if (kf.fitted_c[i]) {
-      std::printf(", compute_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_c[i]).c_str());
-      calibrate::set_key(table, "device.compute_efficiency." + kind,
-                         toml::value<double>(round6(kf.eff_c[i])));
-    }
-    if (kf.fitted_m[i]) {
-      std::printf(", memory_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_m[i]).c_str());
-      calibrate::set_key(table, "device.memory_efficiency." + kind,
-                         toml::value<double>(round6(kf.eff_m[i])));
-    }
-  }
+  write_roofline(kf, table);
   std::printf("\n%-21s %-22s %12s %12s %8s %12s %8s\n", "kernel", "shape", "measured_us",
               "held_out_us", "error", "roofline_us", "error");
   struct ClassErrors {
@@ -765,22 +771,7 @@ void run_calibrate(const CalibrateOptions& o) {
     const calibrate::KernelFit kf = calibrate::fit_kernels(c.device_params, m.kernels);
     std::printf("# kernels: %zu points; fitted roofline: launch_overhead_ns = %.0f",
                 m.kernels.size(), kf.launch_s * 1e9);
-    calibrate::set_key(table, "device.launch_overhead_ns",
-                       toml::value<std::int64_t>(std::llround(kf.launch_s * 1e9)));
-    for (int k = 0; k < kNumOpKinds; ++k) {
-      const auto i = static_cast<size_t>(k);
-      const std::string kind(op_kind_name(static_cast<OpKind>(k)));
-      if (kf.fitted_c[i]) {
-        std::printf(", compute_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_c[i]).c_str());
-        calibrate::set_key(table, "device.compute_efficiency." + kind,
-                           toml::value<double>(round6(kf.eff_c[i])));
-      }
-      if (kf.fitted_m[i]) {
-        std::printf(", memory_efficiency.%s = %s", kind.c_str(), fmt(kf.eff_m[i]).c_str());
-        calibrate::set_key(table, "device.memory_efficiency." + kind,
-                           toml::value<double>(round6(kf.eff_m[i])));
-      }
-    }
+    write_roofline(kf, table);
     std::printf("\n%-18s %-11s %12s %12s %12s %12s %8s\n", "op", "kind", "flops", "bytes",
                 "measured_us", "roofline_us", "error");
     for (size_t i = 0; i < m.kernels.size(); ++i) {
