@@ -62,6 +62,18 @@ def write_json(path, obj):
     os.replace(tmp, path)
 
 
+def finish_env(envpath, env, budget, what):
+    """The clocks after, the wall time and whether the budget left cases out, into env.json; and
+    a last line naming the cases that ran."""
+    env["clocks_after"] = smi_query(CLOCK_FIELDS)
+    env["wall_s"] = round(budget.elapsed(), 1)
+    env["budget_reached"] = any(str(c.get("status", "")).startswith("skipped") for c in env["cases"])
+    write_json(envpath, env)
+    n_ok = sum(1 for c in env["cases"] if c.get("status") == "ok")
+    print(f"{what} done in {budget.elapsed():.0f}s: {n_ok}/{len(env['cases'])} cases ok, "
+          f"{len(env['errors'])} errors", flush=True)
+
+
 class CsvOut:
     """A CSV file written row by row (flushed), so a run stopped midway keeps what it measured."""
 

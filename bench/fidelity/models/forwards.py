@@ -444,13 +444,7 @@ def main():
             torch.cuda.empty_cache()
             bc.write_json(envpath, env)
     csv.close()
-    env["clocks_after"] = bc.smi_query(bc.CLOCK_FIELDS)
-    env["wall_s"] = round(budget.elapsed(), 1)
-    env["budget_reached"] = any(str(c.get("status", "")).startswith("skipped") for c in env["cases"])
-    bc.write_json(envpath, env)
-    n_ok = sum(1 for c in env["cases"] if c.get("status") == "ok")
-    print(f"forwards done in {budget.elapsed():.0f}s: {n_ok}/{len(env['cases'])} cases ok, "
-          f"{len(env['errors'])} errors", flush=True)
+    bc.finish_env(envpath, env, budget, "forwards")
 
 
 if __name__ == "__main__":
