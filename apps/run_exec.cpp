@@ -53,6 +53,10 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
 }
 
 namespace {
+
+/// report.json lists at most this many kernel shapes outside the device's grids.
+constexpr size_t kOutsideGridListed = 50;
+
 // A checkpoint whose values cannot be used, as a config error naming run.weights.
 [[noreturn]] void bad_weights(const RunPlan& plan, const InputError& e) {
   throw ConfigError(plan.cfg.where("run.weights"), "run.weights",
@@ -261,7 +265,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   r["bytes_by_tier"] = tiers;
   r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
   // Kernels the device's measured grids do not cover, timed by the fitted roofline instead.
-  r["device_outside_grid"] = plan.cluster.device->outside_grid(50);
+  r["device_outside_grid"] = plan.cluster.device->outside_grid(kOutsideGridListed);
   // The critical tile ends last; its time is exactly compute + exposed communication + the
   // time its device waited for its host (0 on a device without a host).
   size_t crit = 0;
@@ -528,7 +532,7 @@ std::string summarize(const RunRecord& rec) {
   if (r.contains("device_outside_grid") && r["device_outside_grid"].is_array() &&
       !r["device_outside_grid"].empty()) {
     const auto& o = r["device_outside_grid"];
-    os << "warning: " << o.size() << (o.size() == 50 ? " or more" : "")
+    os << "warning: " << o.size() << (o.size() == kOutsideGridListed ? " or more" : "")
        << " kernel shapes lie outside device.grid and were timed by the roofline at its fitted "
           "efficiencies (report.json: device_outside_grid), e.g. "
        << o[0].get<std::string>() << "\n";

@@ -6,7 +6,6 @@
 #include <fstream>
 #include <functional>
 #include <mutex>
-#include <set>
 #include <sstream>
 #include <string_view>
 
@@ -238,24 +237,14 @@ void KernelGrid::finish() {
       }
     }
   }
-  for (auto& [key, ts] : self) {
+  for (auto& [key, ts] : self) {  // by head_dim, then bh, then s: each row ascending in s
     AttentionGrid& g = self_[key.first];
-    g.t[key.second] = median(ts);
+    Series& r = g.rows[key.second.first];
+    r.x.push_back(key.second.second);
+    r.t.push_back(median(ts));
   }
-  for (auto& [hd, g] : self_) {
-    std::set<double> bh, s;
-    for (const auto& [k, t] : g.t) {
-      bh.insert(k.first);
-      s.insert(k.second);
-    }
-    g.bh.assign(bh.begin(), bh.end());
-    g.s.assign(s.begin(), s.end());
-    for (const auto& [k, t] : g.t) {  // ascending in s within each row (the map's order)
-      Series& r = g.rows[k.first];
-      r.x.push_back(k.second);
-      r.t.push_back(t);
-    }
-  }
+  for (auto& [hd, g] : self_)
+    for (const auto& [bh, row] : g.rows) g.bh.push_back(bh);
   for (auto& [key, ts] : cross) cross_[key] = median(ts);
   // Points were sorted by shape, so each series is ascending in its size already.
   const auto sort_series = [](Series& s) {

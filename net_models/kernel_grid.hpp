@@ -98,9 +98,8 @@ class KernelGrid {
   int skipped_rows_ = 0;
   std::map<std::array<std::int64_t, 3>, Series> gemm_;  // (n, k, bias) -> over m
   struct AttentionGrid {
-    std::vector<double> bh, s;                      // ascending axes
-    std::map<std::pair<double, double>, double> t;  // (bh, s) -> time
-    std::map<double, Series> rows;                  // by bh: its times over s (t, by row)
+    std::vector<double> bh;         // the batch x heads measured, ascending
+    std::map<double, Series> rows;  // by batch x heads: its times over the tokens
   };
   std::map<std::int64_t, AttentionGrid> self_;             // by head_dim
   std::map<std::array<std::int64_t, 4>, double> cross_;    // (bh, q, kv, head_dim) -> time
