@@ -309,6 +309,21 @@ def plan(families, quick):
     print(f"total ~{total:.0f} s")
 
 
+def diffusers_env(src, env):
+    """The diffusers source tree into env: its path, commit, attention backend and (imported from
+    src, first on sys.path) version; an import failure is listed in env["errors"]."""
+    commit_file = os.path.join(src, "COMMIT")
+    env.update({"diffusers_src": src,
+                "diffusers_commit": open(commit_file).read().strip() if os.path.exists(commit_file) else None,
+                "attention_backend": os.environ.get("DIFFUSERS_ATTN_BACKEND", "native (default)")})
+    try:
+        sys.path.insert(0, src)
+        import diffusers
+        env["diffusers_version"] = getattr(diffusers, "__version__", None)
+    except Exception as ex:  # noqa: BLE001
+        env["errors"].append(f"import diffusers: {ex!r}"[:600])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -337,18 +352,9 @@ def main():
     torch.manual_seed(0)
     os.makedirs(args.out, exist_ok=True)
     env = bc.env_info(torch, dev)
-    commit_file = os.path.join(src, "COMMIT")
     env.update({"script": "bench/fidelity/models/forwards.py", "argv": sys.argv[1:], "budget_s": args.budget_s,
-                "quick": args.quick, "diffusers_src": src,
-                "diffusers_commit": open(commit_file).read().strip() if os.path.exists(commit_file) else None,
-                "attention_backend": os.environ.get("DIFFUSERS_ATTN_BACKEND", "native (default)"),
-                "models": [], "cases": [], "errors": []})
-    try:
-        sys.path.insert(0, src)
-        import diffusers
-        env["diffusers_version"] = getattr(diffusers, "__version__", None)
-    except Exception as ex:  # noqa: BLE001
-        env["errors"].append(f"import diffusers: {ex!r}"[:600])
+                "quick": args.quick, "models": [], "cases": [], "errors": []})
+    diffusers_env(src, env)
     envpath = os.path.join(args.out, "env.json")
     bc.write_json(envpath, env)
     print({k: env.get(k) for k in ("gpu", "driver", "torch", "cuda", "diffusers_version", "diffusers_commit")},

@@ -642,20 +642,14 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     timer = bc.Timer(torch, dev)        # calibrates torch.cuda._sleep: cycles per us
     env = bc.env_info(torch, dev)
-    commit_file = os.path.join(src, "COMMIT")
     env.update({"script": "bench/fidelity/models/host_profile.py", "argv": sys.argv[1:], "budget_s": args.budget_s,
-                "quick": args.quick, "parts": parts, "diffusers_src": src,
-                "diffusers_commit": open(commit_file).read().strip() if os.path.exists(commit_file) else None,
-                "attention_backend": os.environ.get("DIFFUSERS_ATTN_BACKEND", "native (default)"),
+                "quick": args.quick, "parts": parts,
                 "sleep_cycles_per_us": timer.cycles_per_us, "warmups": WARMUPS, "host_forwards": HOST_FORWARDS,
                 "launch_prefixes": list(LAUNCH_PREFIXES), "models": [], "cases": [], "errors": []})
     if model_parts:
-        try:
-            sys.path.insert(0, src)
-            import diffusers
-            env["diffusers_version"] = getattr(diffusers, "__version__", None)
-        except Exception as ex:  # noqa: BLE001
-            env["errors"].append(f"import diffusers: {ex!r}"[:600])
+        forwards.diffusers_env(src, env)
+    else:
+        env["diffusers_src"] = src
     envpath = os.path.join(args.out, "env.json")
     bc.write_json(envpath, env)
     print({k: env.get(k) for k in ("gpu", "driver", "torch", "cuda", "diffusers_version", "diffusers_commit")},
