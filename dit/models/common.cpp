@@ -179,11 +179,7 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
   txt.rope = rope.text;
   txt.wants_output = !opt.context_pre_only;
   bind_diffusers_qkv(txt, w, p + "attn", true);
-  // FLUX's attention normalises Q/K with torch.nn.RMSNorm, SD3's and Qwen-Image's with
-  // diffusers' own (unfused) RMSNorm.
-  const KernelClass qk_norm =
-      cfg.family == Family::kFlux ? KernelClass::kRmsNorm : KernelClass::kRmsNormUnfused;
-  img.norm_kernel = txt.norm_kernel = qk_norm;
+  img.norm_kernel = txt.norm_kernel = opt.qk_norm_kernel;
   const int img_index = opt.text_first ? 1 : 0;
   std::vector<StreamQkv> streams =
       opt.text_first ? std::vector<StreamQkv>{txt, img} : std::vector<StreamQkv>{img, txt};
@@ -201,7 +197,7 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
     img2.sharded = true;
     img2.total_tokens = image_tokens;
     bind_diffusers_qkv(img2, w, p + "attn2", false);
-    img2.norm_kernel = qk_norm;
+    img2.norm_kernel = opt.qk_norm_kernel;
     const ModelQkv src2({img2}, cfg.head_dim, batch, eps);
     std::vector<Tensor> out2 = attn.attend(ex, src2, {cfg.heads, cfg.head_dim, batch, "sd3_attn2"});
     gated_residual(ex, x, dense(ex, w, p + "attn2.to_out.0", out2[0], "attn2_out"), &mi[8], batch,

@@ -118,6 +118,9 @@ struct JointBlockOptions {
   bool context_pre_only = false;  // SD3 last block: text stream is not updated
   bool dual_attention = false;    // SD3.5 Medium: a second image-only attention (attn2)
   bool qk_norm = true;
+  /// How the reference normalises Q/K: diffusers' own (unfused) RMSNorm (SD3.5, Qwen-Image) or
+  /// torch.nn.RMSNorm (FLUX.1), for the device's grids.
+  KernelClass qk_norm_kernel = KernelClass::kRmsNormUnfused;
   /// > 0: the text stream is sharded over the group (ForwardInputs::text_shard), this many
   /// tokens per batch element in all; 0: replicated.
   std::int64_t sharded_text_tokens = 0;

@@ -189,6 +189,7 @@ class Flux final : public Model {
         rope_table(ex, Eigen::MatrixXd::Zero(c.rows() / batch, 3), cfg_.rope_axes, cfg_.rope_theta);
     const models::StreamRope rope{&img_rope, &txt_rope};
     models::JointBlockOptions opt;
+    opt.qk_norm_kernel = KernelClass::kRmsNorm;  // FluxAttention: torch.nn.RMSNorm
     opt.qk_norm = cfg_.qk_norm;
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
     for (int i = 0; i < cfg_.double_blocks; ++i) {
