@@ -889,7 +889,7 @@ void add_calibrate_command(CLI::App& app) {
   cmd->add_option("--rounds", o->rounds,
                   "how each all-to-all posts its messages (as netbench --rounds; library: what "
                   "runs use)")
-      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
+      ->check(CLI::IsMember(emu::all_to_all_choices()));
   cmd->add_option("-w,--warmup-iters", o->warmup,
                   "calls before the timed ones, per point (default: 1 where the cluster's device "
                   "has a host, else 0)")

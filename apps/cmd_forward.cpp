@@ -24,6 +24,7 @@
 #include "dit/layers.hpp"
 #include "dit/local_comm.hpp"
 #include "dit/model.hpp"
+#include "dit/model_family.hpp"
 #include "dit/pipeline.hpp"
 #include "dit/safetensors.hpp"
 
@@ -69,7 +70,7 @@ void run_forward(const ForwardOptions& o) {
 
   dit::SafetensorsFile in(o.input);
   // Every tensor of IN must be one the model takes: a silently ignored input is a wrong result.
-  const bool class_tokens = mc.family == dit::Family::kFlux && mc.num_classes > 0;
+  const bool class_tokens = dit::model_family(mc.family).class_tokens && mc.num_classes > 0;
   std::vector<std::string> takes = {"latent", "sigma"};
   if (mc.text_tokens > 0) takes.push_back("text");
   if (mc.pooled_dim > 0) takes.push_back("pooled");

@@ -46,6 +46,7 @@
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "emulator/collectives/registry.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
 
@@ -367,11 +368,13 @@ void add_netbench_command(CLI::App& app) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--algo", o->algo, "flat: one world all-to-all; tapa: one phase per level")
       ->check(CLI::IsMember({"flat", "tapa"}));
-  cmd->add_option("--rounds", o->a2a,
-                  "how each all-to-all posts its messages: library (the cluster library's "
-                  "schedule, as runs and calibrate use it), pairwise (p-1 rounds), xor, "
-                  "concurrent or bruck")
-      ->check(CLI::IsMember({"pairwise", "xor", "concurrent", "bruck", "library"}));
+  cmd->add_option(
+         "--rounds", o->a2a,
+         "how each all-to-all posts its messages: library (the cluster library's "
+         "schedule, as runs and calibrate use it) or a registered algorithm (" +
+             emu::collectives::algorithm_list(emu::collectives::CollectiveKind::kAllToAll, ", ") +
+             "; pairwise is shift)")
+      ->check(CLI::IsMember(emu::all_to_all_choices()));
   cmd->add_option("-b,--min-bytes", o->min_bytes, "smallest send buffer per rank (e.g. 1K, 4MB)")
       ->transform(CLI::AsSizeValue(false));
   cmd->add_option("-e,--max-bytes", o->max_bytes, "largest send buffer per rank (e.g. 64M)")

@@ -13,6 +13,7 @@
 #include "core/errors.hpp"
 #include "dit/image.hpp"
 #include "dit/model.hpp"
+#include "dit/model_family.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
 
@@ -353,8 +354,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   e.call_tapes = cfg.get_bool("emulator.call_tapes", true);
   e.trace_limit = static_cast<std::size_t>(cfg.get_int("emulator.trace_limit", 2'000'000, 0));
   plan.trace_steps = static_cast<int>(cfg.get_int("emulator.trace_steps", 1, 0, 1'000'000));
-  e.all_to_all_algorithm = cfg.get_choice("emulator.all_to_all", "library",
-                                          {"library", "pairwise", "xor", "concurrent", "bruck"});
+  e.all_to_all_algorithm =
+      cfg.get_choice("emulator.all_to_all", "library", emu::all_to_all_choices());
   e.wire_bytes_per_element = cfg.get_double("emulator.wire_bytes_per_element", 2, 0.125, 16);
   e.library = plan.cluster.library;
   e.stack_bytes = static_cast<std::size_t>(cfg.get_int("emulator.stack_kib", 1024, 256, 1 << 20))
@@ -544,7 +545,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
   if (s.strategy_options.shard_text) {
     const dit::ModelConfig& m = plan.model;
-    if (m.family == dit::Family::kDiT)
+    if (!dit::model_family(m.family).text_conditioned)
       throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
                         "false for " + m.name + " (it has no text stream)", "true");
     if (user_strategy)
@@ -722,9 +723,9 @@ std::string describe(const RunPlan& p, const std::string& backend,
   if (p.settings.cfg_degree > 1)
     strategy += " on each half of the ranks (CFG-parallel: conditional | unconditional)";
   const Topology& t = p.cluster.topology;
-  os << "model      " << p.model.name << " (" << dit::family_name(p.model.family) << ", "
-     << p.model.heads << " heads x " << p.model.head_dim << ", " << p.model.double_blocks
-     << " double + " << p.model.single_blocks << " single blocks)\n";
+  os << "model      " << p.model.name << " (" << p.model.family << ", " << p.model.heads
+     << " heads x " << p.model.head_dim << ", " << p.model.double_blocks << " double + "
+     << p.model.single_blocks << " single blocks)\n";
   os << "run        "
      << (p.settings.resolution > 0 && p.settings.height == p.settings.width
              ? std::to_string(p.settings.resolution) + "^2 px, "

@@ -18,6 +18,7 @@
 #include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "dit/model_family.hpp"
 #include "emulator/timeline_plot.hpp"
 
 namespace cocodiff::apps {
@@ -98,7 +99,7 @@ Base resolve_base(const TuneOptions& o) {
   const dit::ModelConfig& m = b.plan.model;
   const double scale = b.plan.settings.cfg_scale >= 0 ? b.plan.settings.cfg_scale : m.cfg_scale;
   b.cfg_capable = m.cfg_mode != dit::CfgMode::kNone && scale != 1.0;
-  b.has_text = m.family != dit::Family::kDiT && m.text_tokens > 0;
+  b.has_text = dit::model_family(m.family).text_conditioned && m.text_tokens > 0;
   Config raw = Config::load(o.config);
   for (const std::string& s : o.sets) raw.set(s);
   b.raw_shard_text = raw.get_bool("parallel.shard_text", false);

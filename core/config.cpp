@@ -475,11 +475,17 @@ std::string Config::require_string(std::string_view key) const {
 
 std::string Config::get_choice(std::string_view key, std::string def,
                                std::initializer_list<std::string_view> choices) const {
+  const std::vector<std::string> list(choices.begin(), choices.end());
+  return get_choice(key, std::move(def), list);
+}
+
+std::string Config::get_choice(std::string_view key, std::string def,
+                               std::span<const std::string> choices) const {
   std::string v = get_string(key, std::move(def));
   std::string list;
-  for (std::string_view c : choices) {
+  for (const std::string& c : choices) {
     if (c == v) return v;
-    list += (list.empty() ? "" : " | ") + std::string(c);
+    list += (list.empty() ? "" : " | ") + c;
   }
   throw ConfigError(where(key), key, "one of " + list, "\"" + v + "\"");
 }

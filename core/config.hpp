@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -75,6 +76,8 @@ class Config {
   /// A string that must be one of `choices`.
   std::string get_choice(std::string_view key, std::string def,
                          std::initializer_list<std::string_view> choices) const;
+  std::string get_choice(std::string_view key, std::string def,
+                         std::span<const std::string> choices) const;
   std::vector<std::int64_t> get_int_list(std::string_view key, std::vector<std::int64_t> def) const;
   std::vector<double> get_double_list(std::string_view key, std::vector<double> def) const;
   std::vector<std::string> get_string_list(std::string_view key,

@@ -1,21 +1,11 @@
 #include "dit/model.hpp"
 
+#include "dit/model_family.hpp"
+
 namespace cocodiff::dit {
 
 std::unique_ptr<Model> make_model(const ModelConfig& cfg) {
-  switch (cfg.family) {
-    case Family::kDiT:
-      return make_dit_xl(cfg);
-    case Family::kSD3:
-      return make_sd3(cfg);
-    case Family::kFlux:
-      return make_flux(cfg);
-    case Family::kFlux2:
-      return make_flux2(cfg);
-    case Family::kQwenImage:
-      return make_qwen_image(cfg);
-  }
-  return nullptr;
+  return model_family(cfg.family).make(cfg);
 }
 
 }  // namespace cocodiff::dit

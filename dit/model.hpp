@@ -52,13 +52,7 @@ class Model {
   ModelConfig cfg_;
 };
 
+/// The model of cfg.family (its registered make function: dit/model_family.hpp).
 std::unique_ptr<Model> make_model(const ModelConfig& cfg);
-
-// One factory per family file (dit/models/).
-std::unique_ptr<Model> make_dit_xl(const ModelConfig& cfg);
-std::unique_ptr<Model> make_sd3(const ModelConfig& cfg);
-std::unique_ptr<Model> make_flux(const ModelConfig& cfg);
-std::unique_ptr<Model> make_flux2(const ModelConfig& cfg);
-std::unique_ptr<Model> make_qwen_image(const ModelConfig& cfg);
 
 }  // namespace cocodiff::dit

@@ -7,28 +7,13 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "dit/model_family.hpp"
 
 #ifndef COCODIFF_MODEL_DIR
 #define COCODIFF_MODEL_DIR "configs/models"
 #endif
 
 namespace cocodiff::dit {
-
-std::string family_name(Family f) {
-  switch (f) {
-    case Family::kDiT:
-      return "dit";
-    case Family::kSD3:
-      return "sd3";
-    case Family::kFlux:
-      return "flux";
-    case Family::kFlux2:
-      return "flux2";
-    case Family::kQwenImage:
-      return "qwen-image";
-  }
-  return "?";
-}
 
 std::int64_t ModelConfig::image_tokens(int height, int width) const {
   return std::int64_t{latent_side(height) / patch_size} * (latent_side(width) / patch_size);
@@ -64,6 +49,10 @@ class Reader {
   }
   std::string get_choice(const std::string& key, std::string def,
                          std::initializer_list<std::string_view> choices) const {
+    return pick(key).get_choice(name(key), std::move(def), choices);
+  }
+  std::string get_choice(const std::string& key, std::string def,
+                         std::span<const std::string> choices) const {
     return pick(key).get_choice(name(key), std::move(def), choices);
   }
   std::vector<std::int64_t> get_int_list(const std::string& key) const {
@@ -128,13 +117,9 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   const Reader cfg_reader(cfg, preset ? &*preset : nullptr);
   ModelConfig m;
   m.name = cfg_reader.get_string("name", "custom");
-  const std::string family =
-      cfg_reader.get_choice("family", "flux", {"dit", "sd3", "flux", "flux2", "qwen-image"});
-  m.family = family == "dit"     ? Family::kDiT
-             : family == "sd3"   ? Family::kSD3
-             : family == "flux"  ? Family::kFlux
-             : family == "flux2" ? Family::kFlux2
-                                 : Family::kQwenImage;
+  const std::vector<std::string> families = model_family_names();
+  m.family = cfg_reader.get_choice("family", "flux", families);
+  const ModelFamily& fam = model_family(m.family);
   m.heads = cfg_reader.get_int("heads", m.heads, 1, 1024);
   m.head_dim = cfg_reader.get_int("head_dim", m.head_dim, 2, 1024);
   if (m.head_dim % 2 != 0)
@@ -148,11 +133,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.out_channels = cfg_reader.get_int("out_channels", m.latent_channels, m.latent_channels, 4096);
   m.patch_size = cfg_reader.get_int("patch_size", m.patch_size, 1, 16);
   m.vae_scale = cfg_reader.get_int("vae_scale", m.vae_scale, 1, 64);
-  m.text_tokens = cfg_reader.get_int("text_tokens", m.family == Family::kDiT ? 0 : 512, 0, 1 << 20);
+  m.text_tokens = cfg_reader.get_int("text_tokens", fam.default_text_tokens, 0, 1 << 20);
   m.text_dim = cfg_reader.get_int("text_dim", m.text_dim, 1, 1 << 20);
-  m.pooled_dim = cfg_reader.get_int("pooled_dim", m.family == Family::kFlux ? 768 : 0, 0, 1 << 20);
-  m.num_classes =
-      cfg_reader.get_int("num_classes", m.family == Family::kDiT ? 1000 : 0, 0, 1 << 24);
+  m.pooled_dim = cfg_reader.get_int("pooled_dim", fam.default_pooled_dim, 0, 1 << 20);
+  m.num_classes = cfg_reader.get_int("num_classes", fam.default_num_classes, 0, 1 << 24);
   m.guidance_embed = cfg_reader.get_bool("guidance_embed", false);
   m.pixel_space = cfg_reader.get_bool("pixel_space", false);
   m.timestep_dim = cfg_reader.get_int("timestep_dim", m.timestep_dim, 2, 1 << 16);
@@ -173,7 +157,7 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.rope_theta = cfg_reader.get_double("rope_theta", m.rope_theta, 1.0, 1e9);
   m.pos_embed_max_size = cfg_reader.get_int("pos_embed_max_size", 0, 0, 1 << 16);
   m.pos_embed_base_size = cfg_reader.get_int("pos_embed_base_size", 0, 0, 1 << 16);
-  m.qk_norm = cfg_reader.get_bool("qk_norm", m.family != Family::kDiT);
+  m.qk_norm = cfg_reader.get_bool("qk_norm", fam.default_qk_norm);
   m.norm_eps = static_cast<float>(cfg_reader.get_double("norm_eps", 1e-6, 1e-12, 1.0));
   m.default_steps = cfg_reader.get_int("steps", m.default_steps, 1, 10000);
   const std::string cfg_mode = cfg_reader.get_choice("cfg", "none", {"none", "batch", "true"});
@@ -203,26 +187,13 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
     throw ConfigError(cfg_reader.where("latent_channels"), "model.latent_channels",
                       "1 (gray) or 3 (RGB) channels for a pixel-space model",
                       std::to_string(m.latent_channels));
-  if (m.family == Family::kDiT && m.num_classes < 1)
+  if (!fam.text_conditioned && m.num_classes < 1)
     throw ConfigError(cfg_reader.where("num_classes"), "model.num_classes",
-                      "at least 1 class for a DiT model", std::to_string(m.num_classes));
-  if (m.family != Family::kDiT && m.text_tokens < 1)
+                      "at least 1 class for family " + m.family, std::to_string(m.num_classes));
+  if (fam.text_conditioned && m.text_tokens < 1)
     throw ConfigError(cfg_reader.where("text_tokens"), "model.text_tokens",
-                      "at least 1 text token for family " + family, std::to_string(m.text_tokens));
-  if ((m.family == Family::kFlux || m.family == Family::kQwenImage) && m.rope_axes.size() != 3)
-    throw ConfigError(cfg_reader.where("rope_axes"), "model.rope_axes",
-                      "3 RoPE axis widths (frame, row, column) for family " + family,
-                      std::to_string(m.rope_axes.size()) + " axes");
-  if (m.family == Family::kFlux2 && m.rope_axes.size() != 4)
-    throw ConfigError(cfg_reader.where("rope_axes"), "model.rope_axes",
-                      "4 RoPE axis widths (frame, row, column, text index) for family flux2",
-                      std::to_string(m.rope_axes.size()) + " axes");
-  if (m.family == Family::kFlux2 && !m.guidance_embed)
-    throw ConfigError(cfg_reader.where("guidance_embed"), "model.guidance_embed",
-                      "true (FLUX.2 always embeds the guidance value)", "false");
-  if (m.family == Family::kFlux2 && m.pooled_dim != 0)
-    throw ConfigError(cfg_reader.where("pooled_dim"), "model.pooled_dim",
-                      "0 (FLUX.2 has no pooled text embedding)", std::to_string(m.pooled_dim));
+                      "at least 1 text token for family " + m.family,
+                      std::to_string(m.text_tokens));
   if (m.double_blocks + m.single_blocks == 0) {
     const std::string key = "double_blocks";
     throw ConfigError(cfg_reader.where(key), "model." + key,
@@ -230,17 +201,14 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
                       ">= 1): a model of no blocks computes nothing to time",
                       "0 blocks");
   }
-  if (m.dual_attention_blocks > 0 && m.family != Family::kSD3)
+  if (m.dual_attention_blocks > 0 && !fam.dual_attention)
     throw ConfigError(cfg_reader.where("dual_attention_blocks"), "model.dual_attention_blocks",
-                      "0 (only the sd3 family has dual attention)",
+                      "0 (family " + m.family + " has no dual attention)",
                       std::to_string(m.dual_attention_blocks));
-  if (m.family == Family::kSD3 && m.pooled_dim < 1)
-    throw ConfigError(cfg_reader.where("pooled_dim"), "model.pooled_dim",
-                      "a pooled text width for family sd3", std::to_string(m.pooled_dim));
-  if (m.family == Family::kDiT && (m.hidden() % 4 != 0))
-    throw ConfigError(cfg_reader.where("head_dim"), "model.heads * model.head_dim",
-                      "a multiple of 4 (2-D sin-cos position embedding)",
-                      std::to_string(m.hidden()));
+  if (fam.check)
+    if (const std::optional<ModelConfigProblem> bad = fam.check(m))
+      throw ConfigError(cfg_reader.where(bad->at.empty() ? bad->key : bad->at), "model." + bad->key,
+                        bad->expected, bad->found);
   if (preset) {
     cfg.merge_under("model", *preset);  // the resolved config shows every value
     cfg.adopt_effective("model", *preset);

@@ -15,11 +15,6 @@
 
 namespace cocodiff::dit {
 
-enum class Family { kDiT, kSD3, kFlux, kFlux2, kQwenImage };
-
-/// "dit" | "sd3" | "flux" | "flux2" | "qwen-image".
-std::string family_name(Family f);
-
 /// How the sampler applies classifier-free guidance.
 enum class CfgMode {
   kNone,   // one forward per step (FLUX.1-dev: guidance-distilled, guidance is an input)
@@ -29,7 +24,7 @@ enum class CfgMode {
 
 struct ModelConfig {
   std::string name;  // model.name, e.g. "flux1-dev"
-  Family family = Family::kFlux;
+  std::string family = "flux";  // a registered family (dit/model_family.hpp)
   // Transformer shapes.
   int heads = 24;
   int head_dim = 128;

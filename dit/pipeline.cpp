@@ -4,6 +4,7 @@
 #include "core/replay.hpp"
 #include "dit/block_replay.hpp"
 #include "dit/layers.hpp"
+#include "dit/model_family.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
 #include "dit/sampler.hpp"
@@ -177,7 +178,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
 
   // Conditioning (replicated on every rank): learned class tokens where the model has them,
   // else seeded stand-ins for the text encoder's output.
-  const bool class_tokens = cfg.family == Family::kFlux && cfg.num_classes > 0;
+  const bool class_tokens = model_family(cfg.family).class_tokens && cfg.num_classes > 0;
   if (class_tokens && (st.class_label < 0 || st.class_label >= cfg.num_classes))
     throw ConfigError("run.class_label " + std::to_string(st.class_label) + " is out of range: " +
                       cfg.name + " has classes 0.." + std::to_string(cfg.num_classes - 1));
@@ -188,7 +189,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
                           : make_text_conditioning(cfg, st.seed, true, phantom);
   // Text sharded over the strategy's Ulysses group (xDiT): this rank keeps its tokens only.
-  const bool text_stream = cfg.family != Family::kDiT && cfg.text_tokens > 0;
+  const bool text_stream = model_family(cfg.family).text_conditioned && cfg.text_tokens > 0;
   const std::optional<TokenShard> text_shard =
       text_stream ? attn->text_shard(cfg.text_tokens) : std::nullopt;
   if (st.strategy_options.shard_text && text_stream && !text_shard && attn->degree() > 1)

@@ -283,65 +283,26 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
   return req;
 }
 
-const collectives::Schedule* EmuComm::schedule(Algorithm a) {
-  const collectives::Schedule*& s = schedules_[static_cast<size_t>(a)];
+const collectives::Schedule* EmuComm::schedule(collectives::AlgorithmId a) {
+  const auto i = static_cast<std::size_t>(a);
+  if (i >= schedules_.size()) schedules_.resize(i + 1, nullptr);
+  const collectives::Schedule*& s = schedules_[i];
   if (s == nullptr) {
-    s = &kernel_.group_schedule(group_->ctx, static_cast<int>(a), [&] { return make_schedule(a); });
+    s = &kernel_.group_schedule(group_->ctx, a, size(), [&] {
+      std::vector<std::vector<int>> coords(static_cast<std::size_t>(size()));
+      for (int r = 0; r < size(); ++r) coords[static_cast<std::size_t>(r)] = this->coords(r);
+      return coords;
+    });
     COCO_CHECK(s->size() == size(), "two groups of one context differ in size");
   }
   return s;
 }
 
-std::unique_ptr<const collectives::Schedule> EmuComm::make_schedule(Algorithm a) const {
-  std::unique_ptr<const collectives::Schedule> s;
-  const int p = size();
-  switch (a) {
-    case Algorithm::kAllToAllShift:
-      s = collectives::make_pairwise_shift(p);
-      break;
-    case Algorithm::kAllToAllXor:
-      s = collectives::make_pairwise_xor(p);
-      break;
-    case Algorithm::kAllToAllConcurrent:
-      s = collectives::make_concurrent(p);
-      break;
-    case Algorithm::kAllToAllBruck:
-      s = collectives::make_bruck(p);
-      break;
-    case Algorithm::kAllGather: {
-      if (kernel_.options().library.all_gather == AllGatherAlgorithm::kHierarchical) {
-        std::vector<std::vector<int>> coords(static_cast<size_t>(p));
-        for (int r = 0; r < p; ++r) coords[static_cast<size_t>(r)] = this->coords(r);
-        s = collectives::make_hierarchical_all_gather(coords);
-      }
-      // Members that are not a grid of the levels they span have no hierarchy to follow.
-      if (s == nullptr) s = collectives::make_ring_all_gather(p);
-      break;
-    }
-    case Algorithm::kAllReduce:
-      s = collectives::make_ring_all_reduce(p);
-      break;
-    case Algorithm::kBarrier:
-      s = collectives::make_dissemination_barrier(p);
-      break;
-    case Algorithm::kCount:
-      break;
-  }
-  return s;
-}
-
-EmuComm::Algorithm EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const {
-  switch (choose_all_to_all(kernel_.options().library, size(), wire_bytes_per_peer)) {
-    case AllToAllAlgorithm::kShift:
-      return Algorithm::kAllToAllShift;
-    case AllToAllAlgorithm::kXor:
-      return Algorithm::kAllToAllXor;
-    case AllToAllAlgorithm::kConcurrent:
-      return Algorithm::kAllToAllConcurrent;
-    case AllToAllAlgorithm::kBruck:
-      return Algorithm::kAllToAllBruck;
-  }
-  return Algorithm::kAllToAllShift;
+collectives::AlgorithmId EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const {
+  const LibraryModel& lib = kernel_.options().library;
+  const detail::Kernel::LibraryAlgorithms& ids = kernel_.algorithms();
+  return wire_bytes_per_peer <= lib.all_to_all_small_max_bytes ? ids.all_to_all_small
+                                                               : ids.all_to_all_large;
 }
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
@@ -377,11 +338,11 @@ Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> r
 detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span<float> recv,
                                           const AllToAllvLayout& layout, std::string_view label) {
   // Ranks know only their own counts, so every size takes the large-message schedule (a rank
-  // choosing by its own counts could pair with a peer running another schedule). Bruck's
-  // forwards blocks through ranks that do not know their sizes: an all-to-allv runs the shift
-  // order instead (MPICH's MPI_Alltoallv has no Bruck either).
-  Algorithm a = all_to_all_algorithm(std::int64_t{1} << 62);
-  if (a == Algorithm::kAllToAllBruck) a = Algorithm::kAllToAllShift;
+  // choosing by its own counts could pair with a peer running another schedule). An algorithm
+  // that needs equal counts runs its fallback (Bruck forwards blocks through ranks that do not
+  // know their sizes; MPICH's MPI_Alltoallv has no Bruck either).
+  const collectives::AlgorithmId a =
+      collectives::variable_counts_algorithm(kernel_.algorithms().all_to_all_large);
   detail::CollectiveSpec spec;
   spec.schedule = schedule(a);
   spec.sizes.send_counts = layout.send_counts.data();
@@ -396,7 +357,7 @@ detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
   const std::string_view call = call_text("all_gather(", count);
-  const collectives::Schedule* s = schedule(Algorithm::kAllGather);
+  const collectives::Schedule* s = schedule(kernel_.algorithms().all_gather);
   if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) {
     c->call = call;
     c->schedule = s;
@@ -418,7 +379,7 @@ Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, Reduc
 detail::ReqPtr EmuComm::issue_all_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                          std::string_view label, std::string_view call) {
   detail::CollectiveSpec spec;
-  spec.schedule = schedule(Algorithm::kAllReduce);
+  spec.schedule = schedule(kernel_.algorithms().all_reduce);
   spec.sizes = collectives::Sizes::uniform(count);
   spec.send = data;
   spec.recv = data;
@@ -430,7 +391,7 @@ void EmuComm::barrier() {
   spoil_tape();
   const Untaped untaped(self_);
   detail::CollectiveSpec spec;
-  spec.schedule = schedule(Algorithm::kBarrier);
+  spec.schedule = schedule(kernel_.algorithms().barrier);
   request(start_collective("barrier", "barrier", spec, /*fiber_only=*/true)).wait();
   // The caller's host waited for the barrier (and, with it, for its device): the next call is
   // issued from here, not from where the host was before.

@@ -123,20 +123,9 @@ class EmuComm final : public Communicator, public Replay {
   detail::ReqPtr start_collective(std::string_view call, std::string_view label,
                                   const detail::CollectiveSpec& spec, bool fiber_only = false);
   /// The schedules this group runs, made once for the group (Kernel::group_schedule).
-  enum class Algorithm : std::uint8_t {
-    kAllToAllShift,
-    kAllToAllXor,
-    kAllToAllConcurrent,
-    kAllToAllBruck,
-    kAllGather,  // the library's (LibraryModel::all_gather)
-    kAllReduce,
-    kBarrier,
-    kCount
-  };
-  const collectives::Schedule* schedule(Algorithm a);
-  std::unique_ptr<const collectives::Schedule> make_schedule(Algorithm a) const;
-  /// The library's all-to-all for this group and size (choose_all_to_all).
-  Algorithm all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const;
+  const collectives::Schedule* schedule(collectives::AlgorithmId a);
+  /// The library's all-to-all for this size (choose_all_to_all), as Kernel::algorithms holds it.
+  collectives::AlgorithmId all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const;
   // The collectives as do_* and play_tape issue them; `call` is kept for the run.
   /// An all-to-all or all-gather of `count` elements per member, by `schedule`.
   detail::ReqPtr issue_uniform(const collectives::Schedule* schedule, std::span<const float> send,
@@ -156,7 +145,7 @@ class EmuComm final : public Communicator, public Replay {
   std::uint64_t next_seq_ = 0;
   std::uint64_t next_pass_ = 0;         // ring passes started on this group
   std::unique_ptr<EmuTape> recording_;  // begin_tape on this communicator: the tape
-  std::array<const collectives::Schedule*, static_cast<size_t>(Algorithm::kCount)> schedules_{};
+  std::vector<const collectives::Schedule*> schedules_;  // by algorithm id, filled as asked
 };
 
 /// What a collective algorithm sees: one fiber's point-to-point view of one group, with tags

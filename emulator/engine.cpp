@@ -1,6 +1,7 @@
 #include "emulator/engine.hpp"
 
 #include "core/errors.hpp"
+#include "emulator/collectives/registry.hpp"
 #include "emulator/detail/kernel.hpp"
 
 namespace cocodiff::emu {
@@ -13,20 +14,41 @@ Engine::Engine(Topology topo, std::unique_ptr<NetworkModel> net,
       options_(std::move(options)) {
   COCO_CHECK(net_ != nullptr && device_ != nullptr, "engine needs a network and a device model");
   // A forced schedule replaces the library's choice at every size; "library" keeps it.
+  using collectives::CollectiveKind;
   const std::string& a2a = options_.all_to_all_algorithm;
-  AllToAllAlgorithm forced{};
-  if (a2a == "pairwise") {
-    forced = AllToAllAlgorithm::kShift;
-  } else if (a2a != "library" && !parse_all_to_all_algorithm(a2a, forced)) {
-    throw ConfigError(
-        "emulator.all_to_all: expected pairwise, xor, concurrent, bruck or library, found \"" +
-        a2a + "\"");
+  if (a2a != "library") {
+    const collectives::AlgorithmId forced =
+        collectives::find_algorithm(CollectiveKind::kAllToAll, a2a);
+    if (forced < 0)
+      throw ConfigError("emulator.all_to_all: expected " +
+                        collectives::algorithm_list(CollectiveKind::kAllToAll, ", ") +
+                        " or library, found \"" + a2a + "\"");
+    options_.library.all_to_all_large = options_.library.all_to_all_small =
+        collectives::algorithm(forced).name;
   }
-  if (a2a != "library")
-    options_.library.all_to_all_large = options_.library.all_to_all_small = forced;
+  // A library model built in code names its algorithms too: each must be registered.
+  const LibraryModel& lib = options_.library;
+  for (const auto& [kind, name] : {std::pair{CollectiveKind::kAllToAll, &lib.all_to_all_large},
+                                   std::pair{CollectiveKind::kAllToAll, &lib.all_to_all_small},
+                                   std::pair{CollectiveKind::kAllGather, &lib.all_gather},
+                                   std::pair{CollectiveKind::kAllReduce, &lib.all_reduce},
+                                   std::pair{CollectiveKind::kBarrier, &lib.barrier}})
+    if (collectives::find_algorithm(kind, *name) < 0)
+      throw ConfigError("library \"" + lib.name + "\": no " +
+                        std::string(collectives::collective_kind_name(kind)) +
+                        " algorithm is called \"" + *name +
+                        "\" (registered: " + collectives::algorithm_list(kind, ", ") + ")");
 }
 
 Engine::~Engine() = default;
+
+std::vector<std::string> all_to_all_choices() {
+  std::vector<std::string> out{"library"};
+  for (std::string& n :
+       collectives::algorithm_names(collectives::CollectiveKind::kAllToAll, /*with_aliases=*/true))
+    out.push_back(std::move(n));
+  return out;
+}
 
 RunResult Engine::run(const std::function<void(Communicator&)>& tile_main) {
   check_fiber_stack_limit(topo_.num_ranks());  // refused before a fiber starts

@@ -50,10 +50,9 @@ struct EngineOptions {
   bool trace = true;
   /// At most this many trace events are stored; the timeline hash covers all of them anyway.
   std::size_t trace_limit = 2'000'000;
-  /// All-to-all algorithm: "pairwise" (p-1 synchronised rounds, shift order, MPI's
-  /// large-message default), "xor" (pairwise, XOR order for power-of-two groups), "concurrent"
-  /// (every pair at once, NCCL-style), "bruck" (log2 p rounds, equal counts; all-to-allv runs
-  /// shift) or "library" (the library model's choice by size).
+  /// All-to-all algorithm: a registered name (emulator/collectives/registry.hpp: "pairwise" is
+  /// shift's p-1 synchronised rounds, MPI's large-message default; "xor", "concurrent", "bruck"
+  /// and any a user registers) at every size, or "library" (the library model's choice by size).
   std::string all_to_all_algorithm = "pairwise";
   /// Software costs of the collective library (per call, per message, protocol, schedule); the
   /// default is free, which keeps the network model's exact times.
@@ -119,6 +118,10 @@ std::int64_t fiber_stack_mappings(int ranks);
 /// mappings (vm.max_map_count) leaves too few for `ranks` tiles' fiber stacks: it names the limit,
 /// what the run needs and how to raise it. Engine::run calls it; validate does too.
 void check_fiber_stack_limit(int ranks);
+
+/// Every value EngineOptions::all_to_all_algorithm accepts: "library", then each registered
+/// all-to-all algorithm's name and aliases.
+std::vector<std::string> all_to_all_choices();
 
 class Engine {
  public:

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "emulator/collectives/registry.hpp"
 #include "net_models/maxmin_model.hpp"
 
 namespace cocodiff {
@@ -516,17 +517,19 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
   auto bytes = [&](const std::string& k) {
     return static_cast<std::int64_t>(num(k, -1, -1, 1e18));
   };
-  auto algo = [&](const std::string& k, AllToAllAlgorithm def) {
+  // An algorithm's name, checked against the registry, stored as it is registered.
+  auto algo = [&](const std::string& k, emu::collectives::CollectiveKind kind,
+                  const std::string& def) {
     if (!has(k)) return def;
     const bool mine = in.has("library." + k);
     const std::string v = mine ? in.get_string("library." + k, "") : file->get_string(k, "");
-    AllToAllAlgorithm a{};
-    if (!parse_all_to_all_algorithm(v, a)) {
-      const std::string expected = "shift | xor | concurrent | bruck";
+    const emu::collectives::AlgorithmId id = emu::collectives::find_algorithm(kind, v);
+    if (id < 0) {
+      const std::string expected = emu::collectives::algorithm_list(kind);
       if (mine) in.fail("library." + k, expected, "\"" + v + "\"");
       throw ConfigError(file->where(k), k, expected, "\"" + v + "\"");
     }
-    return a;
+    return emu::collectives::algorithm(id).name;
   };
   if (has("name"))
     lib.name = in.has("library.name") ? in.get_string("library.name", lib.name)
@@ -540,25 +543,20 @@ LibraryModel read_library(const Layers& in, const std::filesystem::path& preset_
   lib.rendezvous_overhead = us("rendezvous_overhead_us");
   lib.chunk_bytes = std::max<std::int64_t>(0, bytes("chunk_bytes"));
   lib.chunk_overhead = us("chunk_overhead_us");
-  lib.all_to_all_large = algo("all_to_all", AllToAllAlgorithm::kShift);
-  lib.all_to_all_small = algo("all_to_all_small", lib.all_to_all_large);
+  using emu::collectives::CollectiveKind;
+  lib.all_to_all_large = algo("all_to_all", CollectiveKind::kAllToAll, lib.all_to_all_large);
+  lib.all_to_all_small = algo("all_to_all_small", CollectiveKind::kAllToAll, lib.all_to_all_large);
   lib.all_to_all_small_max_bytes = bytes("all_to_all_small_max_bytes");
-  if (has("all_gather")) {
-    const bool mine = in.has("library.all_gather");
-    const std::string v =
-        mine ? in.get_string("library.all_gather", "") : file->get_string("all_gather", "");
-    if (!parse_all_gather_algorithm(v, lib.all_gather)) {
-      const std::string expected = "ring | hierarchical";
-      if (mine) in.fail("library.all_gather", expected, "\"" + v + "\"");
-      throw ConfigError(file->where("all_gather"), "all_gather", expected, "\"" + v + "\"");
-    }
-  }
+  lib.all_gather = algo("all_gather", CollectiveKind::kAllGather, lib.all_gather);
+  lib.all_reduce = algo("all_reduce", CollectiveKind::kAllReduce, lib.all_reduce);
+  lib.barrier = algo("barrier", CollectiveKind::kBarrier, lib.barrier);
   // Keys that [library] overrides count as read in the preset file too.
   for (std::string_view k :
        {"description", "source", "name", "call_overhead_us", "message_overhead_us",
         "eager_max_bytes", "eager_overhead_us", "eager_copy_gbytes_per_s", "rendezvous_overhead_us",
         "chunk_bytes", "chunk_overhead_us", "all_to_all", "all_to_all_small",
-        "all_to_all_small_max_bytes", "all_gather", "local_copy_gbytes_per_s"})
+        "all_to_all_small_max_bytes", "all_gather", "all_reduce", "barrier",
+        "local_copy_gbytes_per_s"})
     if (file && file->has(k)) file->mark_used(k);
   if (file) {
     file->check_no_unknown_keys();

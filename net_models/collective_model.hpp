@@ -2,13 +2,10 @@
 // Software costs of a collective library, as data: what a real NCCL / oneCCL / MPI spends on
 // top of the wire. The emulator's collective algorithms (emulator/collectives/) ask this model
 // which schedule to run and how long each call and each message costs the sender before the
-// network sees it; a fast path that skips the algorithms charges the same numbers through
-// all_to_all_time_contention_free(). `ideal` (every cost zero, shift pairwise) is the exact
-// network-only model.
+// network sees it. `ideal` (every cost zero, shift pairwise) is the exact network-only model.
 //
 //   LibraryModel nccl{.name = "nccl", .call_overhead = SimTime::from_ns(20'000), ...};
-//   AllToAllAlgorithm a = choose_all_to_all(nccl, /*ranks=*/16, /*wire_bytes_per_peer=*/1 << 20);
-//   for (int k = 1; k < 16; ++k) send_to(pairwise_send_peer(a, 16, rank, k));
+//   const std::string& a = choose_all_to_all(nccl, /*wire_bytes_per_peer=*/1 << 20);  // "shift"
 //   SimTime sw = message_software_time(nccl, 1 << 20);   // before each send is posted
 
 #include <cstdint>
@@ -18,32 +15,6 @@
 #include "core/sim_time.hpp"
 
 namespace cocodiff {
-
-/// How an all-to-all orders its messages.
-enum class AllToAllAlgorithm : std::uint8_t {
-  kShift,       // p-1 synchronised rounds, round k: send to r+k, receive from r-k
-  kXor,         // p-1 synchronised rounds, round k: exchange with r XOR k (p a power of two)
-  kConcurrent,  // every message posted at once (grouped send/recv)
-  kBruck,       // ceil(log2 p) rounds, round k: send every block whose distance has bit k to
-                // r + 2^k (MPICH's short-message algorithm); equal counts only
-};
-
-/// "shift" | "xor" | "concurrent" | "bruck".
-std::string_view all_to_all_algorithm_name(AllToAllAlgorithm a);
-/// Parses a name of all_to_all_algorithm_name(); false when unknown.
-bool parse_all_to_all_algorithm(std::string_view name, AllToAllAlgorithm& out);
-
-/// How an all-gather moves its blocks.
-enum class AllGatherAlgorithm : std::uint8_t {
-  kRing,          // p-1 rounds passing one block to the right neighbour
-  kHierarchical,  // one ring per topology level the group spans, innermost first, each
-                  // passing everything gathered so far (NCCL's intra/inter split, TAPA's phases)
-};
-
-/// "ring" | "hierarchical".
-std::string_view all_gather_algorithm_name(AllGatherAlgorithm a);
-/// Parses a name of all_gather_algorithm_name(); false when unknown.
-bool parse_all_gather_algorithm(std::string_view name, AllGatherAlgorithm& out);
 
 /// One library's software costs. Every time is charged on the sending rank, serially: a rank
 /// posts its messages one after another, each after its own software time.
@@ -64,12 +35,15 @@ struct LibraryModel {
   /// the first costing chunk_overhead more.
   std::int64_t chunk_bytes = 0;
   SimTime chunk_overhead;
-  /// All-to-all schedule for messages above all_to_all_small_max_bytes, and at or below it.
-  AllToAllAlgorithm all_to_all_large = AllToAllAlgorithm::kShift;
-  AllToAllAlgorithm all_to_all_small = AllToAllAlgorithm::kShift;
+  /// The algorithms it runs, by their registered names (emulator/collectives/registry.hpp):
+  /// all-to-all above all_to_all_small_max_bytes per peer, and at or below it; all-gather,
+  /// all-reduce and barrier at every size.
+  std::string all_to_all_large = "shift";
+  std::string all_to_all_small = "shift";
   std::int64_t all_to_all_small_max_bytes = -1;
-  /// All-gather schedule.
-  AllGatherAlgorithm all_gather = AllGatherAlgorithm::kRing;
+  std::string all_gather = "ring";
+  std::string all_reduce = "ring";
+  std::string barrier = "dissemination";
   /// A ring kernel's work on the caller's own block (all-gather: copying it into place;
   /// reduce-scatter and all-reduce: its own chunk), done in line with its messages: its wire
   /// bytes at this rate, charged once per call before the first message (0: free). NCCL's ring
@@ -88,23 +62,8 @@ SimTime message_software_time(const LibraryModel& lib, std::int64_t wire_bytes);
 /// zero when it is 0).
 SimTime local_copy_time(const LibraryModel& lib, std::int64_t wire_bytes);
 
-/// The all-to-all schedule the library runs for `ranks` ranks and at most `wire_bytes_per_peer`
-/// bytes to any one peer. XOR pairing needs a power-of-two rank count; otherwise shift.
-AllToAllAlgorithm choose_all_to_all(const LibraryModel& lib, int ranks,
-                                    std::int64_t wire_bytes_per_peer);
-
-/// The peer rank r sends to in round k (1 <= k < ranks) of a pairwise schedule.
-int pairwise_send_peer(AllToAllAlgorithm a, int ranks, int r, int k);
-/// The peer rank r receives from in round k of a pairwise schedule.
-int pairwise_recv_peer(AllToAllAlgorithm a, int ranks, int r, int k);
-
-/// Time of an all-to-all of `wire_bytes_per_peer` among `ranks` ranks that all start together,
-/// on a network where every message takes `alpha + bytes / bytes_per_s` whatever else runs.
-/// Pairwise: call + (p-1) (sw + alpha + m/B); concurrent: call + (p-1) sw + alpha + m/B;
-/// Bruck: call + sum over rounds k of (sw + alpha + n_k m/B), n_k the blocks whose distance
-/// 1..p-1 has bit k set.
-SimTime all_to_all_time_contention_free(const LibraryModel& lib, int ranks,
-                                        std::int64_t wire_bytes_per_peer, SimTime alpha,
-                                        double bytes_per_s);
+/// The name of the all-to-all algorithm the library runs for at most `wire_bytes_per_peer`
+/// bytes to any one peer (one that cannot run on the group runs its fallback).
+const std::string& choose_all_to_all(const LibraryModel& lib, std::int64_t wire_bytes_per_peer);
 
 }  // namespace cocodiff

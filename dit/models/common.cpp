@@ -184,10 +184,8 @@ void joint_block(const Exec& ex, const Weights& w, AttentionStrategy& attn, cons
   std::vector<StreamQkv> streams =
       opt.text_first ? std::vector<StreamQkv>{txt, img} : std::vector<StreamQkv>{img, txt};
   const ModelQkv src(std::move(streams), cfg.head_dim, batch, eps);
-  // Layer kind for strategy statistics: "flux_double", "sd3_joint", "qwen-image_joint".
-  const std::string kind =
-      cfg.family == Family::kFlux ? "flux_double" : family_name(cfg.family) + "_joint";
-  std::vector<Tensor> out = attn.attend(ex, src, {cfg.heads, cfg.head_dim, batch, kind});
+  std::vector<Tensor> out =
+      attn.attend(ex, src, {cfg.heads, cfg.head_dim, batch, opt.attention_kind});
   gated_residual(ex, x,
                  dense(ex, w, p + "attn.to_out.0", out[static_cast<size_t>(img_index)], "attn_out"),
                  &mi[2], batch, "residual");

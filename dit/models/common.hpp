@@ -124,6 +124,8 @@ struct JointBlockOptions {
   /// > 0: the text stream is sharded over the group (ForwardInputs::text_shard), this many
   /// tokens per batch element in all; 0: replicated.
   std::int64_t sharded_text_tokens = 0;
+  /// The attention layer's kind for strategy statistics (AttentionShape::kind).
+  std::string attention_kind = "joint";
 };
 
 /// JointBlockOptions::sharded_text_tokens of a forward pass's inputs.

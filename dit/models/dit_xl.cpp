@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -104,6 +105,25 @@ class DitXl final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_dit_xl(const ModelConfig& cfg) { return std::make_unique<DitXl>(cfg); }
+ModelFamily dit_family() {
+  ModelFamily f;
+  f.name = "dit";
+  f.summary =
+      "DiT-XL/2 (Peebles & Xie): class-conditioned adaLN-Zero blocks, 2-D sin-cos positions";
+  f.text_conditioned = false;
+  f.default_text_tokens = 0;
+  f.default_num_classes = 1000;
+  f.default_qk_norm = false;
+  f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
+    if (m.hidden() % 4 == 0) return std::nullopt;
+    return ModelConfigProblem{"heads * model.head_dim",
+                              "a multiple of 4 (2-D sin-cos position embedding)",
+                              std::to_string(m.hidden()), "head_dim"};
+  };
+  f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
+    return std::make_unique<DitXl>(cfg);
+  };
+  return f;
+}
 
 }  // namespace cocodiff::dit

@@ -8,6 +8,7 @@
 
 #include "dit/block_replay.hpp"
 #include "dit/math_cache.hpp"
+#include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -191,6 +192,7 @@ class Flux final : public Model {
     models::JointBlockOptions opt;
     opt.qk_norm_kernel = KernelClass::kRmsNorm;  // FluxAttention: torch.nn.RMSNorm
     opt.qk_norm = cfg_.qk_norm;
+    opt.attention_kind = "flux_double";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
     for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "flux double", 1, [&] {
@@ -210,8 +212,26 @@ class Flux final : public Model {
   }
 };
 
+std::optional<ModelConfigProblem> three_rope_axes(const ModelConfig& m) {
+  if (m.rope_axes.size() == 3) return std::nullopt;
+  return ModelConfigProblem{"rope_axes",
+                            "3 RoPE axis widths (frame, row, column) for family " + m.family,
+                            std::to_string(m.rope_axes.size()) + " axes"};
+}
+
 }  // namespace
 
-std::unique_ptr<Model> make_flux(const ModelConfig& cfg) { return std::make_unique<Flux>(cfg); }
+ModelFamily flux_family() {
+  ModelFamily f;
+  f.name = "flux";
+  f.summary = "FLUX.1: double-stream then single-stream blocks, 3-axis RoPE, pooled CLIP text";
+  f.class_tokens = true;
+  f.default_pooled_dim = 768;
+  f.check = three_rope_axes;
+  f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
+    return std::make_unique<Flux>(cfg);
+  };
+  return f;
+}
 
 }  // namespace cocodiff::dit

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -230,6 +231,27 @@ class Flux2 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_flux2(const ModelConfig& cfg) { return std::make_unique<Flux2>(cfg); }
+ModelFamily flux2_family() {
+  ModelFamily f;
+  f.name = "flux2";
+  f.summary = "FLUX.2: shared modulation, 4-axis RoPE, embedded guidance, no pooled text";
+  f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
+    if (m.rope_axes.size() != 4)
+      return ModelConfigProblem{
+          "rope_axes", "4 RoPE axis widths (frame, row, column, text index) for family flux2",
+          std::to_string(m.rope_axes.size()) + " axes"};
+    if (!m.guidance_embed)
+      return ModelConfigProblem{"guidance_embed", "true (FLUX.2 always embeds the guidance value)",
+                                "false"};
+    if (m.pooled_dim != 0)
+      return ModelConfigProblem{"pooled_dim", "0 (FLUX.2 has no pooled text embedding)",
+                                std::to_string(m.pooled_dim)};
+    return std::nullopt;
+  };
+  f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
+    return std::make_unique<Flux2>(cfg);
+  };
+  return f;
+}
 
 }  // namespace cocodiff::dit

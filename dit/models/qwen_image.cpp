@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -73,6 +74,7 @@ class QwenImage final : public Model {
     txt_rope.kernel = KernelClass::kRopeComplex;
     models::JointBlockOptions opt;
     opt.qk_norm = cfg_.qk_norm;
+    opt.attention_kind = "qwen-image_joint";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
     for (int i = 0; i < cfg_.double_blocks; ++i) {
       run_block(ex, "qwen-image joint", 1, [&] {
@@ -88,10 +90,24 @@ class QwenImage final : public Model {
   }
 };
 
+std::optional<ModelConfigProblem> three_rope_axes(const ModelConfig& m) {
+  if (m.rope_axes.size() == 3) return std::nullopt;
+  return ModelConfigProblem{"rope_axes",
+                            "3 RoPE axis widths (frame, row, column) for family " + m.family,
+                            std::to_string(m.rope_axes.size()) + " axes"};
+}
+
 }  // namespace
 
-std::unique_ptr<Model> make_qwen_image(const ModelConfig& cfg) {
-  return std::make_unique<QwenImage>(cfg);
+ModelFamily qwen_image_family() {
+  ModelFamily f;
+  f.name = "qwen-image";
+  f.summary = "Qwen-Image: double-stream MMDiT blocks, 3-axis RoPE, true CFG";
+  f.check = three_rope_axes;
+  f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
+    return std::make_unique<QwenImage>(cfg);
+  };
+  return f;
 }
 
 }  // namespace cocodiff::dit

@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "dit/block_replay.hpp"
+#include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
 namespace cocodiff::dit {
@@ -28,6 +29,7 @@ class Sd3 final : public Model {
     o.context_pre_only = i == cfg_.double_blocks - 1;
     o.dual_attention = i < cfg_.dual_attention_blocks;
     o.qk_norm = cfg_.qk_norm;
+    o.attention_kind = "sd3_joint";
     return o;
   }
 
@@ -109,6 +111,20 @@ class Sd3 final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_sd3(const ModelConfig& cfg) { return std::make_unique<Sd3>(cfg); }
+ModelFamily sd3_family() {
+  ModelFamily f;
+  f.name = "sd3";
+  f.summary = "SD3 / SD3.5: MMDiT joint blocks, sin-cos crop positions, pooled text";
+  f.dual_attention = true;
+  f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
+    if (m.pooled_dim >= 1) return std::nullopt;
+    return ModelConfigProblem{"pooled_dim", "a pooled text width for family sd3",
+                              std::to_string(m.pooled_dim)};
+  };
+  f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
+    return std::make_unique<Sd3>(cfg);
+  };
+  return f;
+}
 
 }  // namespace cocodiff::dit

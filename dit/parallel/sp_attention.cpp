@@ -4,6 +4,7 @@
 
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
+#include "dit/model_family.hpp"
 
 namespace cocodiff::dit {
 
@@ -184,7 +185,7 @@ std::optional<TokenShard> SpAttention::text_shard(std::int64_t text_tokens) cons
 
 void check_text_shards(const ModelConfig& cfg, const StrategyOptions& options, int degree) {
   if (!options.shard_text) return;
-  if (cfg.family == Family::kDiT)
+  if (!model_family(cfg.family).text_conditioned)
     throw ConfigError("parallel.shard_text: " + cfg.name + " has no text stream to shard");
   if (cfg.text_tokens % degree != 0)
     throw ConfigError("parallel.shard_text: the " + std::to_string(cfg.text_tokens) +

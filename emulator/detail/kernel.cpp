@@ -36,15 +36,30 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       tapes_(std::make_unique<TapeRuns>(*this)) {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
+  using collectives::CollectiveKind;
+  using collectives::find_algorithm;
+  const LibraryModel& lib = options.library;  // its names are checked by the Engine
+  algorithms_.all_to_all_large = find_algorithm(CollectiveKind::kAllToAll, lib.all_to_all_large);
+  algorithms_.all_to_all_small = find_algorithm(CollectiveKind::kAllToAll, lib.all_to_all_small);
+  algorithms_.all_gather = find_algorithm(CollectiveKind::kAllGather, lib.all_gather);
+  algorithms_.all_reduce = find_algorithm(CollectiveKind::kAllReduce, lib.all_reduce);
+  algorithms_.barrier = find_algorithm(CollectiveKind::kBarrier, lib.barrier);
+  for (collectives::AlgorithmId id :
+       {algorithms_.all_to_all_large, algorithms_.all_to_all_small, algorithms_.all_gather,
+        algorithms_.all_reduce, algorithms_.barrier})
+    if (id < 0) throw ConfigError("library \"" + lib.name + "\" names an unregistered algorithm");
 }
 
 Kernel::~Kernel() = default;
 
 const collectives::Schedule& Kernel::group_schedule(
-    std::uint64_t ctx, int algorithm,
-    const std::function<std::unique_ptr<const collectives::Schedule>()>& make) {
+    std::uint64_t ctx, collectives::AlgorithmId algorithm, int size,
+    const std::function<std::vector<std::vector<int>>()>& coords) {
   std::unique_ptr<const collectives::Schedule>& s = group_schedules_[{ctx, algorithm}];
-  if (s == nullptr) s = make();
+  if (s == nullptr) {
+    const std::vector<std::vector<int>> c = coords();
+    s = collectives::make_schedule(algorithm, collectives::GroupShape{size, c});
+  }
   return *s;
 }
 

@@ -28,6 +28,7 @@
 #include "core/communicator.hpp"
 #include "core/errors.hpp"
 #include "core/replay.hpp"
+#include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/accounting.hpp"
 #include "emulator/detail/fabric.hpp"
@@ -158,12 +159,19 @@ class Kernel {
   /// the timeline of the per-message pass. Returns when this rank's part is done.
   void ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                  std::uint64_t seq, const RingPass& pass, PassRows kept = {});
-  /// Schedule number `algorithm` of the group with context `ctx`, made by `make` the first time
-  /// a member asks and kept for the run: every member of a group, and every collective it runs,
-  /// reads the same one.
+  /// The registered algorithms the library model names, looked up once for the run.
+  struct LibraryAlgorithms {
+    collectives::AlgorithmId all_to_all_large = -1, all_to_all_small = -1;
+    collectives::AlgorithmId all_gather = -1, all_reduce = -1, barrier = -1;
+  };
+  const LibraryAlgorithms& algorithms() const { return algorithms_; }
+  /// The schedule of registered algorithm `algorithm` for the group with context `ctx`, of
+  /// `size` members whose topology coordinates `coords` lists (asked only when it is made),
+  /// made the first time a member asks and kept for the run: every member of a group, and every
+  /// collective it runs, reads the same one.
   const collectives::Schedule& group_schedule(
-      std::uint64_t ctx, int algorithm,
-      const std::function<std::unique_ptr<const collectives::Schedule>()>& make);
+      std::uint64_t ctx, collectives::AlgorithmId algorithm, int size,
+      const std::function<std::vector<std::vector<int>>()>& coords);
   /// Checks that every member's `seq`-th collective on ctx is the same call.
   void register_collective(const Group& g, int group_rank, std::uint64_t seq,
                            std::string_view call);
@@ -250,6 +258,7 @@ class Kernel {
   Accounting acct_;              // every tile's and flow's counts, and the timeline hash
   Fabric fabric_;                // point-to-point matching and the transfers in the network model
   std::int64_t wire_whole_ = 0;  // wire_bytes_per_element when it is a whole number up to 64
+  LibraryAlgorithms algorithms_;
   StackPool main_stacks_;
   StackPool comm_stacks_;
 

@@ -6,12 +6,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <numbers>
 
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "dit/local_comm.hpp"
 #include "dit/model.hpp"
+#include "dit/model_family.hpp"
 #include "dit/normal_fill.hpp"
 #include "dit/pipeline.hpp"
 
@@ -154,6 +156,56 @@ TEST(ModelConfig, RunConfigOverridesPresetAndErrorsNameFileLineKey) {
     FAIL();
   } catch (const ConfigError& e) {
     EXPECT_NE(std::string(e.what()).find("broken.toml:3"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelFamily, TheBuiltInsAreRegisteredAndAUsersFamilyLoadsAsTheyDo) {
+  EXPECT_EQ(model_family_names(),
+            (std::vector<std::string>{"dit", "sd3", "flux", "flux2", "qwen-image"}));
+  EXPECT_FALSE(model_family("dit").text_conditioned);
+  EXPECT_EQ(find_model_family("nope"), nullptr);
+  // A user's family, registered as a built-in is: FLUX.1's blocks, its own defaults and check.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    ModelFamily f = flux_family();
+    f.name = "test-flux-variant";
+    f.default_pooled_dim = 32;
+    f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
+      if (m.double_blocks <= 4) return std::nullopt;
+      return ModelConfigProblem{"double_blocks", "at most 4 for this family",
+                                std::to_string(m.double_blocks)};
+    };
+    register_model_family(std::move(f));
+  });
+  Config cfg = Config::parse("[model]\npreset = \"flux1-tiny\"\n", "run.toml");
+  const ModelConfig flux = load_model_config(cfg);
+  Config mine_cfg = Config::parse("[model]\npreset = \"flux1-tiny\"\n", "run.toml");
+  mine_cfg.set("model.family=\"test-flux-variant\"");
+  const ModelConfig mine = load_model_config(mine_cfg);
+  EXPECT_EQ(mine.family, "test-flux-variant");
+  const auto names = [](const ModelConfig& m) {
+    std::vector<std::string> out;
+    for (const TensorSpec& t : make_model(m)->tensor_specs()) out.push_back(t.name);
+    return out;
+  };
+  EXPECT_EQ(names(mine), names(flux));
+  mine_cfg.set("model.double_blocks=5");
+  try {
+    load_model_config(mine_cfg);
+    FAIL() << "the family's own check did not run";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.double_blocks"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("at most 4"), std::string::npos) << e.what();
+  }
+  // Taken names and unknown families are errors that name them.
+  EXPECT_THROW(register_model_family(flux_family()), ConfigError);
+  Config unknown = Config::parse("[model]\npreset = \"flux1-tiny\"\nfamily = \"sd4\"\n", "r.toml");
+  try {
+    load_model_config(unknown);
+    FAIL() << "an unknown family was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("r.toml:3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("qwen-image"), std::string::npos) << e.what();
   }
 }
 

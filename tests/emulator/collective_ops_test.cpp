@@ -32,7 +32,7 @@ std::int64_t uneven(int i, int j) { return (i * 7 + j * 3) % 5 == 0 ? 0 : 1 + (i
 // own block, a device whose compute and transfers slow down beside each other.
 emu::Engine engine(const std::string& a2a, int workers, bool collective_ops, bool trace = true,
                    int nodes = 2, const std::string& preset = "aurora",
-                   AllGatherAlgorithm all_gather = AllGatherAlgorithm::kRing) {
+                   const std::string& all_gather = "ring") {
   Config cfg = Config::parse(
       "[cluster]\npreset = \"" + preset + "\"\nnodes = " + std::to_string(nodes) + "\n",
       "run.toml");
@@ -472,13 +472,13 @@ TEST(CollectiveOps, EveryScheduleOnTwoTo96RanksGivesItsPerMessageRun) {
   // Eight Aurora nodes under max-min. Per message (the schedule run on a collective fiber)
   // against the collective level (messages that travel alone timed in closed form): the same
   // timeline and received bytes.
-  for (const auto& pair : std::vector<std::pair<std::string, AllGatherAlgorithm>>{
-           {"pairwise", AllGatherAlgorithm::kRing},
-           {"xor", AllGatherAlgorithm::kHierarchical},
-           {"concurrent", AllGatherAlgorithm::kRing},
-           {"bruck", AllGatherAlgorithm::kHierarchical}}) {
+  for (const auto& pair :
+       std::vector<std::pair<std::string, std::string>>{{"pairwise", "ring"},
+                                                        {"xor", "hierarchical"},
+                                                        {"concurrent", "ring"},
+                                                        {"bruck", "hierarchical"}}) {
     const std::string& a2a = pair.first;
-    const AllGatherAlgorithm ag = pair.second;
+    const std::string& ag = pair.second;
     SCOPED_TRACE(a2a);
     const auto run_sizes = [&](bool ops, bool trace) {
       emu::Engine e = engine(a2a, 1, ops, trace, 8, "aurora", ag);
