@@ -134,8 +134,7 @@ void run_forward(const ForwardOptions& o) {
   dit::ForwardInputs fi;
   fi.batch = 1;
   fi.x = &tokens;
-  fi.grid_h = h / mc.patch_size;
-  fi.grid_w = wd / mc.patch_size;
+  fi.grid = {1, h / mc.patch_size, wd / mc.patch_size};
   fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
   fi.sigmas = {scalar(in, "sigma", -1)};
   if (fi.sigmas[0] < 0 || fi.sigmas[0] > 1)

@@ -332,6 +332,7 @@ int run_mpi_main(const RunCommandOptions& opt) {
                                : nlohmann::ordered_json(sha256_hex(result.latent.data()));
       r["timeline_sha256"] = nullptr;
       rec.latent = std::move(result.latent);
+      rec.latent_frames = result.latent_frames;
       rec.latent_height = result.latent_height;
       rec.latent_width = result.latent_width;
       {

@@ -46,6 +46,8 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
                                                  : nlohmann::ordered_json(nullptr);
   r["height"] = plan.settings.pixel_height();
   r["width"] = plan.settings.pixel_width();
+  r["frames"] = plan.settings.frames;  // video frames (1: an image)
+  r["latent_frames"] = plan.model.latent_frames(plan.settings.frames);
   r["tokens"] = plan.tokens();
   r["seed"] = plan.settings.seed;
   r["status"] = "ok";
@@ -243,6 +245,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
     if (comm.rank() == 0) {
       std::lock_guard<std::mutex> lk(mutex);
       rec.latent = std::move(out.latent);
+      rec.latent_frames = out.latent_frames;
       rec.latent_height = out.latent_height;
       rec.latent_width = out.latent_width;
     }
@@ -404,23 +407,38 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
   if (!rec.latent.phantom()) {
     // image.png at the latent's own size (a pixel-space model's picture, pixel for pixel, so it
     // can be fed back as run.inpaint_image); preview.png enlarged to about 256 px wide.
+    // A video's image.png is its frames top to bottom (a [C, F*H*W] latent is an F*H x W
+    // picture), and each frame is frame_K.png too.
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    auto draw = [&](const Tensor& latent, const std::string& name, int scale) {
-      dit::write_png(dir / name,
-                     plan.model.pixel_space
-                         ? dit::pixel_image(latent, rec.latent_height, rec.latent_width, scale)
-                         : dit::latent_preview(latent, rec.latent_height, rec.latent_width, scale));
+    auto draw_rows = [&](const Tensor& latent, int rows, const std::string& name, int scale) {
+      dit::write_png(dir / name, plan.model.pixel_space
+                                     ? dit::pixel_image(latent, rows, rec.latent_width, scale)
+                                     : dit::latent_preview(latent, rows, rec.latent_width, scale));
       output_test_point();
+    };
+    auto draw = [&](const Tensor& latent, const std::string& name, int scale) {
+      draw_rows(latent, rec.latent_frames * rec.latent_height, name, scale);
     };
     draw(rec.latent, "image.png", 1);
     if (upscale > 1) draw(rec.latent, "preview.png", upscale);
+    if (rec.latent_frames > 1) {
+      const std::int64_t plane = std::int64_t{rec.latent_height} * rec.latent_width;
+      for (int f = 0; f < rec.latent_frames; ++f)
+        draw_rows(Tensor::from(rec.latent.mat().middleCols(f * plane, plane)), rec.latent_height,
+                  "frame_" + std::to_string(f) + ".png", std::max(1, upscale));
+    }
     if (rec.images.size() > 1)  // a batch: image.png is image_0.png
       for (size_t i = 0; i < rec.images.size(); ++i)
         draw(rec.images[i], "image_" + std::to_string(i) + ".png", 1);
     if (plan.save_latent) {
       dit::write_safetensors(
           dir / "latent.safetensors",
-          {{"latent", {rec.latent.rows(), rec.latent_height, rec.latent_width}, &rec.latent}});
+          {{"latent",
+            rec.latent_frames > 1
+                ? std::vector<std::int64_t>{rec.latent.rows(), rec.latent_frames, rec.latent_height,
+                                            rec.latent_width}
+                : std::vector<std::int64_t>{rec.latent.rows(), rec.latent_height, rec.latent_width},
+            &rec.latent}});
       output_test_point();
     }
   }
@@ -464,7 +482,8 @@ bool is_injected_fault(const RunPlan& plan, int rank, const std::string& message
 namespace {
 // The preview image as a [3, H*W] tensor of 0..255 values.
 Tensor preview_tensor(const RunRecord& rec) {
-  const dit::Rgb img = dit::latent_preview(rec.latent, rec.latent_height, rec.latent_width, 1);
+  const dit::Rgb img =
+      dit::latent_preview(rec.latent, rec.latent_frames * rec.latent_height, rec.latent_width, 1);
   Mat m(3, static_cast<Eigen::Index>(img.width) * img.height);
   for (Eigen::Index i = 0; i < m.cols(); ++i)
     for (int c = 0; c < 3; ++c) m(c, i) = img.pixels[static_cast<size_t>(3 * i + c)];
@@ -481,7 +500,7 @@ nlohmann::ordered_json quality_json(const RunRecord& exact, const RunRecord& rec
   if (rec.latent.phantom() || exact.latent.phantom()) return nullptr;
   const Tensor a = preview_tensor(exact), b = preview_tensor(rec);
   const double range = dit::data_range(exact.latent);
-  const int h = rec.latent_height, w = rec.latent_width;
+  const int h = rec.latent_frames * rec.latent_height, w = rec.latent_width;
   return {{"reference", reference},
           {"latent_relative_l2", dit::relative_l2(exact.latent, rec.latent)},
           {"latent_psnr_db", finite_or_inf(dit::psnr(exact.latent, rec.latent, range))},

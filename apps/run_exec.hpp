@@ -16,9 +16,9 @@ namespace cocodiff::apps {
 
 struct RunRecord {
   nlohmann::ordered_json report;  // the fields of report.json
-  Tensor latent;                  // final latent [C, H*W] (phantom: shape only); image 0
+  Tensor latent;                  // final latent [C, F*H*W] (phantom: shape only); image 0
   std::vector<Tensor> images;     // run.batch_size > 1: every image's final latent, in order
-  int latent_height = 0, latent_width = 0;
+  int latent_frames = 1, latent_height = 0, latent_width = 0;
   std::optional<emu::RunResult> emulated;  // the timeline (emulator backend only)
   /// Where trace.json starts: rank 0's clock at the start of the first step of the window that
   /// emulator.trace_steps keeps (zero: the whole run).

@@ -26,6 +26,32 @@
 
 namespace cocodiff::apps {
 
+namespace {
+
+// Video frames: run.frames, or run.num_frames as xDiT spells it (not both). The model's VAE keeps
+// the first frame and compresses the rest in time; an image model takes one frame.
+void read_frames(const Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s) {
+  const bool xdit = cfg.has("run.num_frames");
+  if (xdit && cfg.has("run.frames"))
+    throw ConfigError(cfg.where("run.num_frames"), "run.num_frames",
+                      "run.frames or run.num_frames (xDiT's name for it), not both", "both");
+  const std::string key = xdit ? "run.num_frames" : "run.frames";
+  s.frames = static_cast<int>(cfg.get_int(key, 1, 1, 1 << 16));
+  const int ts = m.vae_temporal_scale;
+  if ((s.frames - 1) % ts != 0)
+    throw ConfigError(cfg.where(key), key,
+                      "1 + a multiple of " + std::to_string(ts) + " (" + m.name +
+                          "'s VAE keeps the first frame and compresses every " +
+                          std::to_string(ts) + " after it into one latent frame)",
+                      std::to_string(s.frames));
+  if (m.latent_frames(s.frames) > 1 && !dit::model_family(m.family).video)
+    throw ConfigError(cfg.where(key), key,
+                      "1 for " + m.name + " (family " + m.family + " makes images, not video)",
+                      std::to_string(s.frames));
+}
+
+}  // namespace
+
 std::filesystem::path config_dir() {
   namespace fs = std::filesystem;
   const char* env = std::getenv("COCODIFF_CONFIG_DIR");
@@ -274,6 +300,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
     s.height = s.width = s.resolution;
   }
+  read_frames(cfg, plan.model, s);
   s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
   s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
   plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
@@ -545,9 +572,11 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
   if (s.strategy_options.shard_text) {
     const dit::ModelConfig& m = plan.model;
-    if (!dit::model_family(m.family).text_conditioned)
+    const dit::ModelFamily& fam = dit::model_family(m.family);
+    if (!fam.text_conditioned || !fam.joint_text)
       throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
-                        "false for " + m.name + " (it has no text stream)", "true");
+                        "false for " + m.name + " (it has no text stream in its attention)",
+                        "true");
     if (user_strategy)
       throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
                         "false with the registered strategy \"" + s.strategy + "\"", "true");

@@ -102,7 +102,8 @@ struct RunPlan {
   std::string attention_note;
   int ranks() const { return cluster.topology.num_ranks(); }
   std::int64_t tokens() const {
-    return model.image_tokens(settings.pixel_height(), settings.pixel_width());
+    return model.image_tokens(settings.pixel_height(), settings.pixel_width()) *
+           model.latent_frames(settings.frames);
   }
 };
 

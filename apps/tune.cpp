@@ -99,7 +99,8 @@ Base resolve_base(const TuneOptions& o) {
   const dit::ModelConfig& m = b.plan.model;
   const double scale = b.plan.settings.cfg_scale >= 0 ? b.plan.settings.cfg_scale : m.cfg_scale;
   b.cfg_capable = m.cfg_mode != dit::CfgMode::kNone && scale != 1.0;
-  b.has_text = dit::model_family(m.family).text_conditioned && m.text_tokens > 0;
+  b.has_text = dit::model_family(m.family).text_conditioned &&
+               dit::model_family(m.family).joint_text && m.text_tokens > 0;
   Config raw = Config::load(o.config);
   for (const std::string& s : o.sets) raw.set(s);
   b.raw_shard_text = raw.get_bool("parallel.shard_text", false);

@@ -34,6 +34,14 @@ struct TokenShard {
   std::int64_t count = 0;
   std::int64_t total = 0;
 };
+/// The image tokens of one sample: frames x height x width patches, frame-major, then
+/// row-major (token g is frame g / (h w), row g / w % h, column g % w). An image is frames = 1.
+struct TokenGrid {
+  int frames = 1, height = 0, width = 0;
+  std::int64_t tokens() const { return std::int64_t{frames} * height * width; }
+  std::int64_t frame_tokens() const { return std::int64_t{height} * width; }
+};
+
 /// Rank `index` of `parts` gets total/parts tokens, the first total%parts ranks one more.
 TokenShard shard_tokens(std::int64_t total, int parts, int index);
 

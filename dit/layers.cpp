@@ -119,6 +119,25 @@ Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view l
   return y;
 }
 
+Tensor layer_norm_affine(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor& b,
+                         float eps, std::string_view label) {
+  COCO_CHECK(w.cols() == x.cols() && b.cols() == x.cols(), "layer_norm_affine weight width");
+  Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
+  if (!ex.phantom) {
+    const Mat& xm = x.mat();
+    const Eigen::VectorXf mean = xm.rowwise().mean();
+    y.mat() = xm.colwise() - mean;
+    const Eigen::VectorXf var = y.mat().array().square().rowwise().mean();
+    const Eigen::VectorXf inv = (var.array() + eps).rsqrt();
+    y.mat() =
+        ((y.mat().array().colwise() * inv.array()).rowwise() * w.mat().row(0).array()).rowwise() +
+        b.mat().row(0).array();
+  }
+  ex.charge(OpKind::kNorm, 8.0 * n(x.numel()), 2.0 * n(x.numel()) + 2.0 * n(w.numel()), label,
+            memory_shape(KernelClass::kLayerNormAffine, x.numel(), x.cols()));
+  return y;
+}
+
 // ---------------------------------------------------------------------------------------------
 // rms_norm: y = x / sqrt(mean(x^2) + eps) * w              x: [N, C], w: [1, C] -> [N, C]
 // ---------------------------------------------------------------------------------------------
@@ -371,35 +390,40 @@ void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, in
 }
 
 // ---------------------------------------------------------------------------------------------
-// patchify: latent [C, H*W] -> tokens [(H/p)(W/p), C*p*p], features (c, py, px)
+// patchify: latent [C, F*H*W] -> tokens [F(H/p)(W/p), C*p*p], features (c, py, px)
 // ---------------------------------------------------------------------------------------------
-Tensor patchify(const Tensor& latent, int channels, int height, int width, int p) {
-  COCO_CHECK(latent.rows() == channels && latent.cols() == std::int64_t{height} * width &&
-                 height % p == 0 && width % p == 0,
+Tensor patchify(const Tensor& latent, int channels, int height, int width, int p, int frames) {
+  const std::int64_t plane = std::int64_t{height} * width;
+  COCO_CHECK(latent.rows() == channels && latent.cols() == frames * plane && height % p == 0 &&
+                 width % p == 0 && frames >= 1,
              "patchify: latent " + latent.shape_str());
   const int gh = height / p, gw = width / p;
-  Tensor t = Tensor::zeros(std::int64_t{gh} * gw, std::int64_t{channels} * p * p, latent.phantom());
+  const std::int64_t per_frame = std::int64_t{gh} * gw;
+  Tensor t = Tensor::zeros(frames * per_frame, std::int64_t{channels} * p * p, latent.phantom());
   if (latent.phantom()) return t;
-  for (int c = 0; c < channels; ++c)
-    for (int y = 0; y < height; ++y)
-      for (int x = 0; x < width; ++x)
-        t.mat()((y / p) * gw + x / p, (c * p + y % p) * p + x % p) =
-            latent.mat()(c, std::int64_t{y} * width + x);
+  for (int f = 0; f < frames; ++f)
+    for (int c = 0; c < channels; ++c)
+      for (int y = 0; y < height; ++y)
+        for (int x = 0; x < width; ++x)
+          t.mat()(f * per_frame + (y / p) * gw + x / p, (c * p + y % p) * p + x % p) =
+              latent.mat()(c, f * plane + std::int64_t{y} * width + x);
   return t;
 }
 
-Tensor unpatchify(const Tensor& tokens, int channels, int height, int width, int p) {
+Tensor unpatchify(const Tensor& tokens, int channels, int height, int width, int p, int frames) {
   const int gh = height / p, gw = width / p;
-  COCO_CHECK(
-      tokens.rows() == std::int64_t{gh} * gw && tokens.cols() == std::int64_t{channels} * p * p,
-      "unpatchify: tokens " + tokens.shape_str());
-  Tensor l = Tensor::zeros(channels, std::int64_t{height} * width, tokens.phantom());
+  const std::int64_t plane = std::int64_t{height} * width, per_frame = std::int64_t{gh} * gw;
+  COCO_CHECK(tokens.rows() == frames * per_frame &&
+                 tokens.cols() == std::int64_t{channels} * p * p && frames >= 1,
+             "unpatchify: tokens " + tokens.shape_str());
+  Tensor l = Tensor::zeros(channels, frames * plane, tokens.phantom());
   if (tokens.phantom()) return l;
-  for (int c = 0; c < channels; ++c)
-    for (int y = 0; y < height; ++y)
-      for (int x = 0; x < width; ++x)
-        l.mat()(c, std::int64_t{y} * width + x) =
-            tokens.mat()((y / p) * gw + x / p, (c * p + y % p) * p + x % p);
+  for (int f = 0; f < frames; ++f)
+    for (int c = 0; c < channels; ++c)
+      for (int y = 0; y < height; ++y)
+        for (int x = 0; x < width; ++x)
+          l.mat()(c, f * plane + std::int64_t{y} * width + x) =
+              tokens.mat()(f * per_frame + (y / p) * gw + x / p, (c * p + y % p) * p + x % p);
   return l;
 }
 

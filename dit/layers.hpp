@@ -37,6 +37,10 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
 /// y = (x - mean) / sqrt(var + eps) per row, no affine.   x: [N, C] -> [N, C].
 Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view label);
 
+/// y = (x - mean) / sqrt(var + eps) * w + b per row.   x: [N, C], w, b: [1, C] -> [N, C].
+Tensor layer_norm_affine(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor& b,
+                         float eps, std::string_view label);
+
 /// y = x / sqrt(mean(x^2) + eps) * w per row.   x: [N, C], w: [1, C] -> [N, C].
 /// `kernel` is how the reference runs it (kRmsNorm: torch.nn.RMSNorm; kRmsNormUnfused:
 /// diffusers' RMSNorm), for the device's grids.
@@ -105,11 +109,12 @@ RopeTable rope_table(const Exec& ex, const Eigen::MatrixXd& positions,
 void apply_rope(const Exec& ex, Tensor& x, const RopeTable& table, int heads, int batch,
                 std::string_view label, std::int64_t token0 = 0);
 
-/// 2x2 (p x p) packing: latent [C, H*W] (channel-major) -> tokens [(H/p)(W/p), C*p*p], each
-/// token's features in (c, py, px) order (FLUX pack, and DiT/SD3 conv patch embedding).
-Tensor patchify(const Tensor& latent, int channels, int height, int width, int p);
-/// Inverse of patchify: tokens [(H/p)(W/p), C*p*p] in (c, py, px) order -> latent [C, H*W].
-Tensor unpatchify(const Tensor& tokens, int channels, int height, int width, int p);
+/// 2x2 (p x p) packing: latent [C, F*H*W] (channel-major, then frame-major) -> tokens
+/// [F(H/p)(W/p), C*p*p], frame after frame, each token's features in (c, py, px) order (FLUX
+/// pack, DiT/SD3 conv patch embedding, Wan's 1 x p x p patch). Images: frames = 1.
+Tensor patchify(const Tensor& latent, int channels, int height, int width, int p, int frames = 1);
+/// Inverse of patchify: tokens [F(H/p)(W/p), C*p*p] in (c, py, px) order -> latent [C, F*H*W].
+Tensor unpatchify(const Tensor& tokens, int channels, int height, int width, int p, int frames = 1);
 /// Reorders token features from (py, px, c) (DiT/SD3 final layer) to (c, py, px), keeping the
 /// first `keep_channels` of `channels` (DiT's learned sigma is dropped). [N, p*p*C] -> [N,
 /// keep*p*p].

@@ -22,8 +22,8 @@ namespace cocodiff::dit {
 struct ForwardInputs {
   int batch = 1;
   const Tensor* x = nullptr;     // [B * shard.count, token_features], local image tokens
-  int grid_h = 0, grid_w = 0;    // image tokens per side (latent side / patch)
-  TokenShard shard;              // this rank's image tokens (row-major over the grid)
+  TokenGrid grid;                // image tokens: frames x rows x columns of patches
+  TokenShard shard;              // this rank's image tokens (in the grid's order)
   std::vector<float> sigmas;     // B noise levels in [0, 1]
   std::vector<float> guidance;   // B distilled-guidance values (FLUX.1-dev), else empty
   const Tensor* text = nullptr;  // [B * text tokens here, text_dim]: all of them, or text_shard's

@@ -133,6 +133,7 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.out_channels = cfg_reader.get_int("out_channels", m.latent_channels, m.latent_channels, 4096);
   m.patch_size = cfg_reader.get_int("patch_size", m.patch_size, 1, 16);
   m.vae_scale = cfg_reader.get_int("vae_scale", m.vae_scale, 1, 64);
+  m.vae_temporal_scale = cfg_reader.get_int("vae_temporal_scale", 1, 1, 64);
   m.text_tokens = cfg_reader.get_int("text_tokens", fam.default_text_tokens, 0, 1 << 20);
   m.text_dim = cfg_reader.get_int("text_dim", m.text_dim, 1, 1 << 20);
   m.pooled_dim = cfg_reader.get_int("pooled_dim", fam.default_pooled_dim, 0, 1 << 20);
@@ -165,6 +166,7 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
                : cfg_mode == "batch" ? CfgMode::kBatch
                                      : CfgMode::kTrue;
   m.cfg_scale = cfg_reader.get_double("cfg_scale", 1.0, 0.0, 100.0);
+  m.cfg_rescale = cfg_reader.get_bool("cfg_rescale", true);
   m.shift = cfg_reader.get_double("shift", 1.0, 1e-3, 1e3);
   m.dynamic_shift = cfg_reader.get_bool("dynamic_shift", false);
   m.base_shift = cfg_reader.get_double("base_shift", m.base_shift, -10, 10);

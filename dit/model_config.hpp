@@ -23,7 +23,7 @@ enum class CfgMode {
 };
 
 struct ModelConfig {
-  std::string name;  // model.name, e.g. "flux1-dev"
+  std::string name;             // model.name, e.g. "flux1-dev"
   std::string family = "flux";  // a registered family (dit/model_family.hpp)
   // Transformer shapes.
   int heads = 24;
@@ -37,8 +37,9 @@ struct ModelConfig {
   int latent_channels = 16;  // VAE latent channels
   int out_channels = 16;     // channels the model predicts (DiT learn_sigma: 8)
   int patch_size = 2;
-  int vae_scale = 8;         // pixels per latent cell
-  bool pixel_space = false;  // the latent is the image: 1 (gray) or 3 (RGB) channels in [-1, 1]
+  int vae_scale = 8;           // pixels per latent cell
+  int vae_temporal_scale = 1;  // video frames per latent frame after the first (Wan-VAE: 4)
+  bool pixel_space = false;    // the latent is the image: 1 (gray) or 3 (RGB) channels in [-1, 1]
   // Conditioning.
   int text_tokens = 512;
   int text_dim = 4096;          // text encoder width (joint_attention_dim)
@@ -58,6 +59,7 @@ struct ModelConfig {
   int default_steps = 28;
   CfgMode cfg_mode = CfgMode::kNone;
   double cfg_scale = 1.0;      // CFG scale, or FLUX distilled guidance value
+  bool cfg_rescale = true;     // true CFG: rescale to the conditional norm (Qwen-Image; Wan: no)
   double shift = 1.0;          // static sigma shift (SD3: 3.0)
   bool dynamic_shift = false;  // resolution-dependent shift (FLUX, Qwen-Image)
   double base_shift = 0.5, max_shift = 1.15;
@@ -68,6 +70,8 @@ struct ModelConfig {
   std::int64_t image_tokens(int resolution) const;
   /// Image tokens of one height x width (pixels) sample.
   std::int64_t image_tokens(int height, int width) const;
+  /// Latent frames of `frames` video frames (the VAE keeps the first and compresses the rest).
+  int latent_frames(int frames) const { return (frames - 1) / vae_temporal_scale + 1; }
   /// Latent cells per side at `resolution`.
   int latent_side(int resolution) const { return resolution / vae_scale; }
   /// Features of one packed latent token (latent_channels * patch^2).

@@ -34,7 +34,7 @@ Registry& registry() {
   static const bool ready = [] {
     std::lock_guard<std::mutex> lock(r.mu);
     for (ModelFamily (*builtin)() :
-         {dit_family, sd3_family, flux_family, flux2_family, qwen_image_family})
+         {dit_family, sd3_family, flux_family, flux2_family, qwen_image_family, wan_family})
       add_locked(r, builtin());
     return true;
   }();

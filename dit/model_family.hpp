@@ -49,6 +49,11 @@ struct ModelFamily {
   bool class_tokens = false;
   /// Blocks may add SD3.5 Medium's second, image-only attention (model.dual_attention_blocks).
   bool dual_attention = false;
+  /// Its models take several frames (run.frames > 1): their positions know the frame.
+  bool video = false;
+  /// The text is a stream of the image's attention (joint attention), which a strategy may
+  /// shard (parallel.shard_text). False: the text enters another way (Wan's cross-attention).
+  bool joint_text = true;
   /// Defaults where a config is silent.
   int default_text_tokens = 512;
   int default_pooled_dim = 0;
@@ -78,5 +83,6 @@ ModelFamily sd3_family();
 ModelFamily flux_family();
 ModelFamily flux2_family();
 ModelFamily qwen_image_family();
+ModelFamily wan_family();
 
 }  // namespace cocodiff::dit

@@ -57,18 +57,19 @@ Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
 }
 
 void write_latent_safetensors(const std::filesystem::path& path, const RunOutput& out) {
-  write_safetensors(path, {{"latent",
-                            {out.latent.rows(), std::int64_t{out.latent_height}, out.latent_width},
-                            &out.latent}});
+  std::vector<std::int64_t> shape = {out.latent.rows(), std::int64_t{out.latent_height},
+                                     out.latent_width};
+  if (out.latent_frames > 1) shape.insert(shape.begin() + 1, out.latent_frames);
+  write_safetensors(path, {{"latent", shape, &out.latent}});
 }
 
 namespace {
 
-// Rows of a [C, H*W] latent-resolution tensor as packed tokens, this rank's shard only.
-Tensor local_tokens(const Tensor& latent, int channels, int h, int w, int p,
+// Rows of a [C, F*H*W] latent-resolution tensor as packed tokens, this rank's shard only.
+Tensor local_tokens(const Tensor& latent, int channels, int h, int w, int p, int frames,
                     const TokenShard& shard, bool phantom) {
   if (phantom) return Tensor::zeros(shard.count, std::int64_t{channels} * p * p, true);
-  const Tensor all = patchify(latent, channels, h, w, p);
+  const Tensor all = patchify(latent, channels, h, w, p, frames);
   return Tensor::from(all.mat().middleRows(shard.begin, shard.count));
 }
 
@@ -110,14 +111,26 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       throw ConfigError("image side " + std::to_string(px) + " is not a positive multiple of " +
                         std::to_string(cell) + " pixels (VAE scale x patch size) for model " +
                         cfg.name);
-  // [C, lh*lw] latents, row-major (row = y); tokens are the gh x gw patch grid in row-major order.
+  // Video: the VAE keeps the first frame and compresses the others in time.
+  const int ts = cfg.vae_temporal_scale;
+  if (st.frames < 1 || (st.frames - 1) % ts != 0)
+    throw ConfigError("run.frames " + std::to_string(st.frames) + ": expected 1 + a multiple of " +
+                      std::to_string(ts) + " (the temporal compression of " + cfg.name + "'s VAE)");
+  const int lf = (st.frames - 1) / ts + 1;
+  if (lf > 1 && !model_family(cfg.family).video)
+    throw ConfigError("run.frames " + std::to_string(st.frames) + ": " + cfg.name + " (family " +
+                      cfg.family + ") makes images; set run.frames = 1");
+  // [C, lf*lh*lw] latents, frame-major then row-major (row = y); tokens are the lf x gh x gw
+  // patch grid in the same order.
   const int lh = st.pixel_height() / cfg.vae_scale, lw = st.pixel_width() / cfg.vae_scale;
   const int p = cfg.patch_size;
-  const int gh = lh / p, gw = lw / p;
+  const TokenGrid grid{lf, lh / p, lw / p};
   const int c = cfg.latent_channels;
-  const std::int64_t total = std::int64_t{gh} * gw;
+  const std::int64_t total = grid.tokens();
+  const std::int64_t cells = std::int64_t{lf} * lh * lw;
   const double scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
   const bool use_cfg = cfg.cfg_mode != CfgMode::kNone && scale != 1.0;
+  const bool rescale = cfg.cfg_mode == CfgMode::kTrue && cfg.cfg_rescale;
   // CFG-parallel: two halves of the ranks, one per guidance branch, each sequence-parallel.
   if (st.cfg_degree != 1 && st.cfg_degree != 2)
     throw ConfigError("parallel.cfg_degree " + std::to_string(st.cfg_degree) + ": expected 1 or 2");
@@ -139,6 +152,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   const int features = cfg.token_features();
 
   RunOutput out;
+  out.latent_frames = lf;
   out.latent_height = lh;
   out.latent_width = lw;
   out.tokens = total;
@@ -157,23 +171,22 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   // so every rank draws exactly its rows of the same full tensor.
   const Tensor noise = seeded_normal_rows(shard.begin, shard.count, features, st.seed,
                                           "latent_noise", 1.0f, phantom);
-  Tensor x =
-      st.initial_latent ? local_tokens(*st.initial_latent, c, lh, lw, p, shard, phantom) : noise;
+  Tensor x = st.initial_latent ? local_tokens(*st.initial_latent, c, lh, lw, p, lf, shard, phantom)
+                               : noise;
   if (st.known_latent.has_value() != st.mask.has_value())
     throw ConfigError("inpainting needs both a known latent and a mask");
   Tensor known, mask;
   if (st.known_latent) {
     const Tensor& kl = *st.known_latent;
     const Tensor& mk = *st.mask;
-    if (kl.rows() != c || kl.cols() != std::int64_t{lh} * lw || mk.rows() != 1 ||
-        mk.cols() != std::int64_t{lh} * lw)
+    if (kl.rows() != c || kl.cols() != cells || mk.rows() != 1 || mk.cols() != cells)
       throw ConfigError("inpainting: known latent must be [" + std::to_string(c) + " x " +
-                        std::to_string(lh * lw) + "] and mask [1 x " + std::to_string(lh * lw) +
+                        std::to_string(cells) + "] and mask [1 x " + std::to_string(cells) +
                         "], found " + kl.shape_str() + " and " + mk.shape_str());
-    known = local_tokens(kl, c, lh, lw, p, shard, phantom);
-    Tensor mask_c = Tensor::zeros(c, std::int64_t{lh} * lw, phantom);
+    known = local_tokens(kl, c, lh, lw, p, lf, shard, phantom);
+    Tensor mask_c = Tensor::zeros(c, cells, phantom);
     if (!phantom) mask_c.mat() = mk.mat().replicate(c, 1);
-    mask = local_tokens(mask_c, c, lh, lw, p, shard, phantom);
+    mask = local_tokens(mask_c, c, lh, lw, p, lf, shard, phantom);
   }
 
   // Conditioning (replicated on every rank): learned class tokens where the model has them,
@@ -189,7 +202,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
                           : make_text_conditioning(cfg, st.seed, true, phantom);
   // Text sharded over the strategy's Ulysses group (xDiT): this rank keeps its tokens only.
-  const bool text_stream = model_family(cfg.family).text_conditioned && cfg.text_tokens > 0;
+  const bool text_stream = model_family(cfg.family).text_conditioned &&
+                           model_family(cfg.family).joint_text && cfg.text_tokens > 0;
   const std::optional<TokenShard> text_shard =
       text_stream ? attn->text_shard(cfg.text_tokens) : std::nullopt;
   if (st.strategy_options.shard_text && text_stream && !text_shard && attn->degree() > 1)
@@ -216,8 +230,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     const double next = out.sigmas[static_cast<size_t>(i) + 1];
     int pass = 0;
     ForwardInputs in;
-    in.grid_h = gh;
-    in.grid_w = gw;
+    in.grid = grid;
     in.shard = shard;
     in.text_shard = text_shard;
     auto run = [&](int batch, const Tensor& xb, const Tensor* text, const Tensor* pooled,
@@ -257,8 +270,8 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       Request sr = comm.isend(vb.data(), n, peer, kCfgTag, "cfg_branch_output");
       rr.wait();
       sr.wait();
-      v = branch == 0 ? cfg_combine(ex, vb, vo, scale, cfg.cfg_mode == CfgMode::kTrue)
-                      : cfg_combine(ex, vo, vb, scale, cfg.cfg_mode == CfgMode::kTrue);
+      v = branch == 0 ? cfg_combine(ex, vb, vo, scale, rescale)
+                      : cfg_combine(ex, vo, vb, scale, rescale);
     } else if (cfg.cfg_mode == CfgMode::kBatch) {
       // [cond; uncond] as one batch of 2.
       const Tensor x2 = repeat_rows(ex, x, 2);
@@ -277,7 +290,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
           run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
       const Tensor vu =
           run(1, x, &uncond.text, cfg.pooled_dim > 0 ? &uncond.pooled : nullptr, {null_class});
-      v = cfg_combine(ex, vc, vu, scale, true);
+      v = cfg_combine(ex, vc, vu, scale, rescale);
     }
     euler_step(ex, x, v, sigma, next);
     if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
@@ -305,7 +318,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       tokens.mat().middleRows(s.begin, s.count) =
           ConstMatMap(recv.data() + r * max_rows * features, s.count, features);
     }
-  out.latent = unpatchify(tokens, c, lh, lw, p);
+  out.latent = unpatchify(tokens, c, lh, lw, p, lf);
   out.strategy_stats = attn->stats();
   if (blocks)
     out.strategy_stats.merge(blocks->replayed());  // sums only: its ranks and cache size are 0

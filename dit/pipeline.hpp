@@ -31,6 +31,10 @@ struct RunSettings {
   int height = 0, width = 0;  // pixels of a non-square image; 0: resolution
   int pixel_height() const { return height > 0 ? height : resolution; }
   int pixel_width() const { return width > 0 ? width : resolution; }
+  /// Video frames in pixel space (1: an image). The model's VAE keeps the first frame and
+  /// compresses the rest by ModelConfig::vae_temporal_scale: F frames are
+  /// (F - 1) / scale + 1 latent frames, F - 1 a multiple of the scale.
+  int frames = 1;
   int steps = 0;                     // denoising steps; 0 = the model's default
   std::uint64_t seed = 0;            // noise and text embeddings (weights have their own seed)
   bool phantom = false;              // math = "skip": shapes and costs only
@@ -43,11 +47,11 @@ struct RunSettings {
   /// runs on a group (not usp, whose ring spans the whole cluster).
   int cfg_degree = 1;
   int class_label = 0;  // DiT class
-  /// Inpainting: latent [C, H*W] to keep where mask is 0, and mask [1, H*W] (1 = generate),
-  /// both at latent resolution. Either both or neither.
+  /// Inpainting: latent [C, F*H*W] to keep where mask is 0, and mask [1, F*H*W] (1 =
+  /// generate), both at latent resolution (F latent frames; images: 1). Either both or neither.
   std::optional<Tensor> known_latent;
   std::optional<Tensor> mask;
-  /// Start from this latent [C, H*W] instead of seeded noise (the noise is still drawn for
+  /// Start from this latent [C, F*H*W] instead of seeded noise (the noise is still drawn for
   /// inpainting's re-noising).
   std::optional<Tensor> initial_latent;
   /// Called on every rank at the start of each denoising step with (comm rank, step index):
@@ -65,7 +69,8 @@ struct RunSettings {
 };
 
 struct RunOutput {
-  Tensor latent;            // [C, H*W] final latent, all tokens, on every rank (phantom: shape)
+  Tensor latent;            // [C, F*H*W] final latent, all tokens, on every rank (phantom: shape)
+  int latent_frames = 1;    // F (images: 1)
   int latent_height = 0;    // H
   int latent_width = 0;     // W
   std::int64_t tokens = 0;  // image tokens per sample
@@ -104,7 +109,8 @@ TextConditioning class_conditioning(const ModelConfig& cfg, const Weights& w, in
 Tensor forward(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                const std::string& strategy, const ForwardInputs& in, bool phantom);
 
-/// Writes out.latent as safetensors tensor "latent" [C, H, W] (fp32), atomically.
+/// Writes out.latent as safetensors tensor "latent" [C, H, W] (fp32; video [C, F, H, W]),
+/// atomically.
 void write_latent_safetensors(const std::filesystem::path& path, const RunOutput& out);
 
 /// The full sampling loop on every rank of `comm` (collective). Image tokens are sharded over

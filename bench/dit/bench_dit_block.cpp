@@ -56,9 +56,10 @@ Row run(const Size& s, int reps) {
   const int side = static_cast<int>(std::lround(std::sqrt(static_cast<double>(s.image_tokens))));
   LocalComm comm;
   const Exec ex{comm, false};
-  const RopeTable img_rope =
-      rope_table(ex, models::image_positions({0, s.image_tokens, s.image_tokens}, side, 0, 0),
-                 cfg.rope_axes, cfg.rope_theta);
+  const RopeTable img_rope = rope_table(
+      ex,
+      models::image_positions({0, s.image_tokens, s.image_tokens}, TokenGrid{1, side, side}, 0, 0),
+      cfg.rope_axes, cfg.rope_theta);
   const RopeTable txt_rope =
       rope_table(ex, Eigen::MatrixXd::Zero(s.text_tokens, 3), cfg.rope_axes, cfg.rope_theta);
   SerialAttention attn;

@@ -15,6 +15,10 @@ void SpecBuilder::conv(const std::string& name, std::int64_t out, std::int64_t i
   specs_.push_back({name + ".bias", {out}, InitKind::kBias});
 }
 
+void SpecBuilder::tensor(const std::string& name, std::vector<std::int64_t> shape, InitKind init) {
+  specs_.push_back({name, std::move(shape), init});
+}
+
 void SpecBuilder::norm(const std::string& name, std::int64_t dim) {
   specs_.push_back({name + ".weight", {dim}, InitKind::kNorm});
 }
@@ -82,6 +86,13 @@ Tensor norm_modulate(const Exec& ex, const Tensor& x, const Tensor& shift, const
 Tensor ModelQkv::project(const Exec& ex, int s, QkvPart part, int h0, int h1) const {
   const StreamQkv& st = at(s);
   const int p = static_cast<int>(part);
+  // A view of a projection made before (a column slice in PyTorch: not charged).
+  if (const Tensor* pre = st.projected[p]) {
+    const std::int64_t c0 = std::int64_t{h0} * head_dim_, c1 = std::int64_t{h1} * head_dim_;
+    if (c0 == 0 && c1 == pre->cols()) return *pre;
+    if (pre->phantom()) return Tensor::zeros(pre->rows(), c1 - c0, true);
+    return Tensor::from(pre->mat().middleCols(c0, c1 - c0));
+  }
   static constexpr std::string_view kLabels[3] = {"q_proj", "k_proj", "v_proj"};
   const std::int64_t off = st.row_offset[p];
   return linear(ex, *st.x, *st.w[p], st.b[p], kLabels[p],
@@ -99,7 +110,7 @@ void ModelQkv::prepare(const Exec& ex, int s, QkvPart part, Tensor& x, int h0, i
                                                    {"k_norm", "k_norm_strided"}};
   static constexpr std::string_view kRope[2][2] = {{"q_rope", "q_rope_strided"},
                                                    {"k_rope", "k_rope_strided"}};
-  const bool has_norm = st.norm[p] != nullptr;
+  const bool has_norm = st.norm[p] != nullptr && st.projected[p] == nullptr;
   if (has_norm)
     rms_norm_heads(ex, x, *st.norm[p], head_dim_, eps_, kNorm[p][ex.strided_input], st.norm_kernel);
   if (st.rope != nullptr)
@@ -260,14 +271,16 @@ Tensor embedding_lookup(const Exec& ex, const Tensor& table, const std::vector<i
   return y;
 }
 
-Eigen::MatrixXd image_positions(const TokenShard& shard, int grid_w, double row_offset,
+Eigen::MatrixXd image_positions(const TokenShard& shard, const TokenGrid& grid, double row_offset,
                                 double col_offset) {
   Eigen::MatrixXd pos(shard.count, 3);
+  const std::int64_t plane = grid.frame_tokens();
   for (std::int64_t t = 0; t < shard.count; ++t) {
     const std::int64_t g = shard.begin + t;
-    pos(t, 0) = 0;
-    pos(t, 1) = static_cast<double>(g / grid_w) + row_offset;
-    pos(t, 2) = static_cast<double>(g % grid_w) + col_offset;
+    const std::int64_t in_frame = g % plane;
+    pos(t, 0) = static_cast<double>(g / plane);
+    pos(t, 1) = static_cast<double>(in_frame / grid.width) + row_offset;
+    pos(t, 2) = static_cast<double>(in_frame % grid.width) + col_offset;
   }
   return pos;
 }

@@ -22,6 +22,8 @@ class SpecBuilder {
   void linear(const std::string& name, std::int64_t out, std::int64_t in, bool bias = true);
   /// A conv patch embedding name.weight [out, in, p, p] + name.bias [out].
   void conv(const std::string& name, std::int64_t out, std::int64_t in, std::int64_t p);
+  /// Any tensor: its upstream name, shape and initialisation.
+  void tensor(const std::string& name, std::vector<std::int64_t> shape, InitKind init);
   /// name.weight [dim] (RMSNorm scale).
   void norm(const std::string& name, std::int64_t dim);
   void embedding(const std::string& name, std::int64_t rows, std::int64_t cols);
@@ -69,6 +71,10 @@ struct StreamQkv {
   const Tensor* b[3] = {nullptr, nullptr, nullptr};
   std::int64_t row_offset[3] = {0, 0, 0};      // a fused qkv weight's row offset of q, k, v
   const Tensor* norm[2] = {nullptr, nullptr};  // per-head RMSNorm of q and k, or null
+  /// Projections made before the strategy runs, [rows, heads * head_dim] (Wan normalises Q and
+  /// K across all heads of a token, which a head range cannot do): project() hands out their
+  /// columns, and `w`, `b` and `norm` are unused. Null: projected from `x` as asked.
+  const Tensor* projected[3] = {nullptr, nullptr, nullptr};
   /// How the reference runs that norm: torch.nn.RMSNorm (FLUX.1, FLUX.2) or diffusers' own
   /// RMSNorm (SD3.5, Qwen-Image), for the device's grids.
   KernelClass norm_kernel = KernelClass::kRmsNorm;
@@ -164,8 +170,9 @@ void add_positional(const Exec& ex, Tensor& x, const Tensor& pos, int batch);
 /// Rows of an embedding table: y[b] = table[ids[b]].   -> [B, D].
 Tensor embedding_lookup(const Exec& ex, const Tensor& table, const std::vector<int>& ids);
 
-/// Image positions of the local tokens as [count, 3] rows (frame, row, col) + offsets.
-Eigen::MatrixXd image_positions(const TokenShard& shard, int grid_w, double row_offset,
+/// Positions of the local image tokens of `grid` as [count, 3] rows (frame, row, col), the
+/// offsets added to row and column.
+Eigen::MatrixXd image_positions(const TokenShard& shard, const TokenGrid& grid, double row_offset,
                                 double col_offset);
 
 }  // namespace cocodiff::dit::models

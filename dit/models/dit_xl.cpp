@@ -49,10 +49,11 @@ class DitXl final : public Model {
     const int batch = in.batch;
     const std::int64_t d = cfg_.hidden();
     Tensor h = models::dense(ex, w, "x_embedder.proj", *in.x, "patch_embed");  // [B*n, D]
-    models::add_positional(ex, h,
-                           sincos_pos_embed_2d(ex, static_cast<int>(d), in.grid_h, in.grid_w,
-                                               in.shard.begin, in.shard.count, 1.0, 0, 0),
-                           batch);
+    models::add_positional(
+        ex, h,
+        sincos_pos_embed_2d(ex, static_cast<int>(d), in.grid.height, in.grid.width, in.shard.begin,
+                            in.shard.count, 1.0, 0, 0),
+        batch);
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
     Tensor c = models::embed_mlp(ex, w, "t_embedder.mlp.0", "t_embedder.mlp.2",

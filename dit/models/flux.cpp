@@ -184,7 +184,7 @@ class Flux final : public Model {
     models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
 
     // RoPE ids: text tokens all at (0, 0, 0); image token (0, row, col).
-    const RopeTable img_rope = rope_table(ex, models::image_positions(in.shard, in.grid_w, 0, 0),
+    const RopeTable img_rope = rope_table(ex, models::image_positions(in.shard, in.grid, 0, 0),
                                           cfg_.rope_axes, cfg_.rope_theta);
     const RopeTable txt_rope =
         rope_table(ex, Eigen::MatrixXd::Zero(c.rows() / batch, 3), cfg_.rope_axes, cfg_.rope_theta);

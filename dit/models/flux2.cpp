@@ -106,7 +106,7 @@ class Flux2 final : public Model {
     // RoPE ids (t, h, w, l): image token (0, row, col, 0), text token (0, 0, 0, index).
     const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;
     Eigen::MatrixXd img_pos = Eigen::MatrixXd::Zero(in.shard.count, 4);
-    img_pos.leftCols(3) = models::image_positions(in.shard, in.grid_w, 0, 0);
+    img_pos.leftCols(3) = models::image_positions(in.shard, in.grid, 0, 0);
     Eigen::MatrixXd txt_pos = Eigen::MatrixXd::Zero(nt, 4);
     for (std::int64_t i = 0; i < nt; ++i) txt_pos(i, 3) = static_cast<double>(i);
     const RopeTable img_rope = rope_table(ex, img_pos, cfg_.rope_axes, cfg_.rope_theta);

@@ -59,10 +59,10 @@ class QwenImage final : public Model {
     models::check_finite(ex, "img_in", {&h});
     models::check_finite(ex, "txt_in and time_text_embed", {&c, &temb});
 
-    const int gh = in.grid_h, gw = in.grid_w;
+    const int gh = in.grid.height, gw = in.grid.width;
     // Qwen-Image rotates in complex arithmetic (its apply_rotary_emb_qwen).
     RopeTable img_rope =
-        rope_table(ex, models::image_positions(in.shard, gw, -(gh - gh / 2), -(gw - gw / 2)),
+        rope_table(ex, models::image_positions(in.shard, in.grid, -(gh - gh / 2), -(gw - gw / 2)),
                    cfg_.rope_axes, cfg_.rope_theta);
     img_rope.kernel = KernelClass::kRopeComplex;
     const std::int64_t nt = in.text_shard ? in.text_shard->total : c.rows() / batch;

@@ -62,18 +62,19 @@ class Sd3 final : public Model {
     Tensor h = models::dense(ex, w, "pos_embed.proj", *in.x, "patch_embed");
     // PatchEmbed: the sin-cos table of a max x max grid (positions scaled by base/max),
     // centre-cropped to the image's grid.
-    const int max =
-        cfg_.pos_embed_max_size > 0 ? cfg_.pos_embed_max_size : std::max(in.grid_h, in.grid_w);
-    if (in.grid_h > max || in.grid_w > max)
-      throw ConfigError("model " + cfg_.name + ": image of " + std::to_string(in.grid_h) + "x" +
-                        std::to_string(in.grid_w) + " patches exceeds pos_embed_max_size " +
-                        std::to_string(max));
+    const int max = cfg_.pos_embed_max_size > 0 ? cfg_.pos_embed_max_size
+                                                : std::max(in.grid.height, in.grid.width);
+    if (in.grid.height > max || in.grid.width > max)
+      throw ConfigError("model " + cfg_.name + ": image of " + std::to_string(in.grid.height) +
+                        "x" + std::to_string(in.grid.width) +
+                        " patches exceeds pos_embed_max_size " + std::to_string(max));
     const int base = cfg_.pos_embed_base_size > 0 ? cfg_.pos_embed_base_size : max;
-    models::add_positional(ex, h,
-                           sincos_pos_embed_2d(ex, d, in.grid_h, in.grid_w, in.shard.begin,
-                                               in.shard.count, static_cast<double>(base) / max,
-                                               (max - in.grid_h) / 2, (max - in.grid_w) / 2),
-                           batch);
+    models::add_positional(
+        ex, h,
+        sincos_pos_embed_2d(ex, d, in.grid.height, in.grid.width, in.shard.begin, in.shard.count,
+                            static_cast<double>(base) / max, (max - in.grid.height) / 2,
+                            (max - in.grid.width) / 2),
+        batch);
     Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));

@@ -185,8 +185,10 @@ std::optional<TokenShard> SpAttention::text_shard(std::int64_t text_tokens) cons
 
 void check_text_shards(const ModelConfig& cfg, const StrategyOptions& options, int degree) {
   if (!options.shard_text) return;
-  if (!model_family(cfg.family).text_conditioned)
-    throw ConfigError("parallel.shard_text: " + cfg.name + " has no text stream to shard");
+  const ModelFamily& fam = model_family(cfg.family);
+  if (!fam.text_conditioned || !fam.joint_text)
+    throw ConfigError("parallel.shard_text: " + cfg.name +
+                      " has no text stream in its attention to shard");
   if (cfg.text_tokens % degree != 0)
     throw ConfigError("parallel.shard_text: the " + std::to_string(cfg.text_tokens) +
                       " text tokens of " + cfg.name + " are not divisible by the Ulysses degree " +

@@ -161,7 +161,7 @@ TEST(ModelConfig, RunConfigOverridesPresetAndErrorsNameFileLineKey) {
 
 TEST(ModelFamily, TheBuiltInsAreRegisteredAndAUsersFamilyLoadsAsTheyDo) {
   EXPECT_EQ(model_family_names(),
-            (std::vector<std::string>{"dit", "sd3", "flux", "flux2", "qwen-image"}));
+            (std::vector<std::string>{"dit", "sd3", "flux", "flux2", "qwen-image", "wan"}));
   EXPECT_FALSE(model_family("dit").text_conditioned);
   EXPECT_EQ(find_model_family("nope"), nullptr);
   // A user's family, registered as a built-in is: FLUX.1's blocks, its own defaults and check.

@@ -50,8 +50,7 @@ TEST(Forward, CommandMatchesTheLibrary) {
   const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
   dit::ForwardInputs fi;
   fi.x = &tokens;
-  fi.grid_h = h / mc.patch_size;
-  fi.grid_w = wd / mc.patch_size;
+  fi.grid = {1, h / mc.patch_size, wd / mc.patch_size};
   fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
   fi.sigmas = {0.7f};
   fi.guidance = {static_cast<float>(mc.cfg_scale)};
@@ -110,8 +109,7 @@ TEST(Forward, WritesEveryOutputChannel) {
   const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
   dit::ForwardInputs fi;
   fi.x = &tokens;
-  fi.grid_h = h / mc.patch_size;
-  fi.grid_w = wd / mc.patch_size;
+  fi.grid = {1, h / mc.patch_size, wd / mc.patch_size};
   fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
   fi.sigmas = {0.5f};
   fi.class_labels = {3};
@@ -178,8 +176,7 @@ TEST(Forward, ClassLabelIsHonouredOrRefused) {
     const dit::TextConditioning c = dit::class_conditioning(mc, *w, label, false);
     dit::ForwardInputs fi;
     fi.x = &tokens;
-    fi.grid_h = h / mc.patch_size;
-    fi.grid_w = wd / mc.patch_size;
+    fi.grid = {1, h / mc.patch_size, wd / mc.patch_size};
     fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
     fi.sigmas = {0.6f};
     fi.text = &c.text;

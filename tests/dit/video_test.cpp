@@ -1,0 +1,220 @@
+// Video DiTs: the token grid with frames (patchify, positions), the tiny Wan model through every
+// strategy against the serial run, CFG-parallel and inpainting over frames, the same timeline
+// on 1, 2 and 4 workers, frames = 1 as an image, and the errors for frames a model cannot take.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "core/errors.hpp"
+#include "dit/layers.hpp"
+#include "dit/local_comm.hpp"
+#include "dit/model_family.hpp"
+#include "dit/models/common.hpp"
+#include "dit/pipeline.hpp"
+#include "dit/quality.hpp"
+#include "emulator/engine.hpp"
+#include "net_models/device_model.hpp"
+#include "net_models/network_model.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+emu::Engine make_engine(int tiles, int gpus, int nodes, int workers = 2) {
+  Topology topo(
+      {{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
+  std::vector<LinkCost> tiers{{SimTime::from_ns(2000), 196e9},
+                              {SimTime::from_ns(5000), 15e9},
+                              {SimTime::from_ns(10000), 25e9}};
+  RooflineParams p;
+  p.name = "test-tile";
+  p.peak_flops_per_s = 273e12;
+  p.hbm_bytes_per_s = 1e12;
+  p.launch_overhead = SimTime::from_ns(5000);
+  emu::EngineOptions o;
+  o.workers = workers;
+  o.trace = false;
+  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers),
+                     std::make_shared<RooflineDevice>(p), o);
+}
+
+struct Outcome {
+  Tensor latent;  // rank 0's
+  emu::RunResult result;
+  int latent_frames = 0;
+};
+
+Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w, const RunSettings& st) {
+  Outcome out;
+  std::mutex mu;
+  out.result = engine.run([&](Communicator& comm) {
+    RunOutput o = generate(comm, cfg, w, st);
+    if (comm.rank() == 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      out.latent = std::move(o.latent);
+      out.latent_frames = o.latent_frames;
+    }
+  });
+  return out;
+}
+
+Tensor serial(const ModelConfig& cfg, const Weights& w, RunSettings st) {
+  st.strategy = "serial";
+  LocalComm comm;
+  return generate(comm, cfg, w, st).latent;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  return a.numel() == b.numel() &&
+         std::memcmp(a.data().data(), b.data().data(), a.data().size_bytes()) == 0;
+}
+
+// 9 frames (3 latent frames) of 64 x 64 pixels: 3 x 4 x 4 = 48 video tokens.
+RunSettings video_run(int steps) {
+  RunSettings st;
+  st.resolution = 64;
+  st.frames = 9;
+  st.steps = steps;
+  st.seed = 4;
+  return st;
+}
+
+TEST(TokenGrid, PatchifyFramesAndPositionsFollowTheGridOrder) {
+  // Two frames of a 4 x 4 latent, 2 channels, 2 x 2 patches: frame after frame.
+  const int c = 2, h = 4, wd = 4, p = 2, f = 2;
+  Mat m(c, f * h * wd);
+  for (Eigen::Index i = 0; i < m.size(); ++i) m.data()[i] = static_cast<float>(i);
+  const Tensor latent = Tensor::from(m);
+  const Tensor tokens = patchify(latent, c, h, wd, p, f);
+  ASSERT_EQ(tokens.rows(), f * (h / p) * (wd / p));
+  // The first token of frame 1 is frame 1's top-left patch.
+  const Tensor frame1 = Tensor::from(Mat(m.middleCols(h * wd, h * wd)));
+  EXPECT_EQ(Mat(tokens.mat().middleRows(4, 4)), patchify(frame1, c, h, wd, p).mat());
+  EXPECT_EQ(unpatchify(tokens, c, h, wd, p, f).mat(), m);
+  // Positions (frame, row, column) of tokens 5..9 of a 3 x 2 x 3 grid.
+  const Eigen::MatrixXd pos = models::image_positions({5, 5, 18}, TokenGrid{3, 2, 3}, 0, 0);
+  EXPECT_EQ(pos.row(0), Eigen::RowVector3d(0, 1, 2));  // token 5
+  EXPECT_EQ(pos.row(1), Eigen::RowVector3d(1, 0, 0));  // token 6: frame 1 starts
+  EXPECT_EQ(pos.row(4), Eigen::RowVector3d(1, 1, 0));  // token 9
+}
+
+TEST(Video, EveryStrategyOnTheTinyWanMatchesSerial) {
+  const ModelConfig cfg = load_model_preset("wan-tiny");
+  EXPECT_TRUE(model_family(cfg.family).video);
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = video_run(2);
+  const Tensor ref = serial(cfg, *w, st);
+  ASSERT_TRUE(ref.mat().allFinite());
+  ASSERT_EQ(ref.cols(), 3 * 8 * 8);  // [C, F*H*W] at latent resolution
+  // 12 ranks (one head each: pipeline chunks split tokens) over 2 nodes.
+  emu::Engine engine = make_engine(2, 3, 2);
+  st.strategy = "flat";
+  const Outcome flat = run(engine, cfg, *w, st);
+  EXPECT_EQ(flat.latent_frames, 3);
+  EXPECT_LT(relative_l2(ref, flat.latent), 1e-5);
+  st.strategy_options.v_major_threshold = 0;  // exact
+  for (const char* name : {"tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp"}) {
+    st.strategy = name;
+    const Outcome r = run(engine, cfg, *w, st);
+    EXPECT_LT(relative_l2(ref, r.latent), 1e-5) << name;
+    if (std::string(name) == "tapa") {
+      EXPECT_TRUE(bitwise_equal(flat.latent, r.latent));
+    }
+  }
+  // V-Major above zero sends less across nodes and says what it lost.
+  st.strategy = "v_major";
+  st.steps = 4;
+  st.strategy_options.v_major_warmup_steps = 1;
+  st.strategy_options.v_major_threshold = 0.5;
+  st.strategy_options.v_major_block_tokens = 4;
+  const Outcome lossy = run(engine, cfg, *w, st);
+  st.strategy = "tapa";
+  const Outcome exact = run(engine, cfg, *w, st);
+  EXPECT_LT(lossy.result.bytes_by_tier[2], exact.result.bytes_by_tier[2]);
+  const double e = relative_l2(exact.latent, lossy.latent);
+  EXPECT_GT(e, 0.0);
+  EXPECT_LT(e, 0.5);
+}
+
+TEST(Video, CfgParallelAndInpaintingOverFramesMatchSerial) {
+  const ModelConfig cfg = load_model_preset("wan-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = video_run(2);
+  // Keep the first latent frame, generate the other two.
+  const int cells = 3 * 8 * 8, plane = 8 * 8;
+  Mat known = Mat::Constant(cfg.latent_channels, cells, 0.25f);
+  Mat mask = Mat::Ones(1, cells);
+  mask.leftCols(plane).setZero();
+  st.known_latent = Tensor::from(known);
+  st.mask = Tensor::from(mask);
+  const Tensor ref = serial(cfg, *w, st);
+  EXPECT_EQ((ref.mat().leftCols(plane).array() - 0.25f).abs().maxCoeff(), 0.0f);
+  EXPECT_GT((ref.mat().rightCols(cells - plane).array() - 0.25f).abs().maxCoeff(), 0.1f);
+  emu::Engine engine = make_engine(2, 3, 2);  // 12 ranks: two halves of 6
+  st.strategy = "flat";
+  EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5);
+  st.cfg_degree = 2;
+  EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), 1e-5);
+}
+
+TEST(Video, TheSameTimelineOnOneTwoAndFourWorkers) {
+  const ModelConfig cfg = load_model_preset("wan-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = video_run(2);
+  st.strategy = "cocodiff";
+  Outcome first;
+  for (int workers : {1, 2, 4}) {
+    emu::Engine engine = make_engine(2, 3, 2, workers);
+    const Outcome r = run(engine, cfg, *w, st);
+    if (workers == 1) {
+      first = r;
+      continue;
+    }
+    EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
+    EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
+  }
+}
+
+TEST(Video, OneFrameIsAnImageAndFramesTheModelCannotTakeAreErrors) {
+  const ModelConfig cfg = load_model_preset("wan-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = video_run(1);
+  st.frames = 1;
+  LocalComm comm;
+  st.strategy = "serial";
+  const RunOutput one = generate(comm, cfg, *w, st);
+  EXPECT_EQ(one.latent_frames, 1);
+  EXPECT_EQ(one.tokens, 16);
+  st.frames = 8;  // not 1 + a multiple of the VAE's 4
+  EXPECT_THROW(generate(comm, cfg, *w, st), ConfigError);
+  const ModelConfig image = load_model_preset("flux1-tiny");
+  const auto wi = make_weights(image, 5, false);
+  st.frames = 5;
+  try {
+    generate(comm, image, *wi, st);
+    FAIL() << "an image model accepted 5 frames";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("run.frames"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Video, FullSizeWanHasThePublishedShapes) {
+  auto params = [](const std::string& preset) {
+    std::int64_t n = 0;
+    for (const TensorSpec& s : make_model(load_model_preset(preset))->tensor_specs())
+      n += s.numel();
+    return n;
+  };
+  // Wan2.1-T2V-1.3B and -14B: the published configs' shapes summed by hand (patch embedding,
+  // condition embedder, 30 or 40 blocks of two attentions, norm2, FFN and table, proj_out and
+  // table), which the model cards round to 1.3B and 14B.
+  EXPECT_EQ(params("wan2.1-t2v-1.3b"), 1418996800);
+  EXPECT_EQ(params("wan2.1-t2v-14b"), 14288491584);
+  const ModelConfig big = load_model_preset("wan2.1-t2v-14b");
+  EXPECT_EQ(big.latent_frames(81), 21);
+  EXPECT_EQ(big.image_tokens(720, 1280) * big.latent_frames(81), 75600);
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
