@@ -94,17 +94,24 @@ void run_forward(const ForwardOptions& o) {
                      " either class_label (its learned class tokens) or text and pooled, not both");
   const dit::SafetensorsEntry* le = in.find("latent");
   if (le == nullptr) throw InputError(o.input + ": missing input tensor 'latent' [C, H, W]");
-  if (le->shape.size() != 3 || le->shape[0] != mc.latent_channels)
+  // A video model's latent may have frames: [C, F, H, W].
+  const bool video = dit::model_family(mc.family).video;
+  const std::string shape_text = video ? ", H, W] or [C, F, H, W]" : ", H, W]";
+  if ((le->shape.size() != 3 && !(video && le->shape.size() == 4)) ||
+      le->shape[0] != mc.latent_channels)
     throw InputError(o.input + ": 'latent' must be [" + std::to_string(mc.latent_channels) +
-                     ", H, W]");
+                     shape_text);
   const Tensor latent = in.read("latent");  // its shape checked against its data
-  if (le->shape[1] > (1 << 20) || le->shape[2] > (1 << 20))
-    throw InputError(o.input + ": 'latent' H and W must be at most 1048576");
-  const int h = static_cast<int>(le->shape[1]), wd = static_cast<int>(le->shape[2]);
-  if (h % mc.patch_size != 0 || wd % mc.patch_size != 0)
+  const std::size_t hd_at = le->shape.size() - 2;
+  if (le->shape[hd_at] > (1 << 20) || le->shape[hd_at + 1] > (1 << 20) ||
+      (hd_at == 2 && le->shape[1] > (1 << 16)))
+    throw InputError(o.input + ": 'latent' H and W must be at most 1048576, F at most 65536");
+  const int frames = hd_at == 2 ? static_cast<int>(le->shape[1]) : 1;
+  const int h = static_cast<int>(le->shape[hd_at]), wd = static_cast<int>(le->shape[hd_at + 1]);
+  if (h % mc.patch_size != 0 || wd % mc.patch_size != 0 || frames < 1)
     throw InputError(o.input + ": latent H and W must be multiples of the patch size " +
                      std::to_string(mc.patch_size));
-  const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size);
+  const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size, frames);
   // A class label of a class-conditional model: an index into its class embedding table,
   // num_classes rows then the null class.
   int label = 0;
@@ -134,7 +141,7 @@ void run_forward(const ForwardOptions& o) {
   dit::ForwardInputs fi;
   fi.batch = 1;
   fi.x = &tokens;
-  fi.grid = {1, h / mc.patch_size, wd / mc.patch_size};
+  fi.grid = {frames, h / mc.patch_size, wd / mc.patch_size};
   fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
   fi.sigmas = {scalar(in, "sigma", -1)};
   if (fi.sigmas[0] < 0 || fi.sigmas[0] > 1)
@@ -149,16 +156,22 @@ void run_forward(const ForwardOptions& o) {
   dit::LocalComm comm;
   const Tensor out = dit::forward(comm, mc, *w, "serial", fi, /*phantom=*/false);
   const int out_channels = static_cast<int>(out.cols()) / (mc.patch_size * mc.patch_size);
-  const Tensor all = dit::unpatchify(out, out_channels, h, wd, mc.patch_size);
+  const Tensor all = dit::unpatchify(out, out_channels, h, wd, mc.patch_size, frames);
   // "output": every predicted channel; "velocity": the latent channels the sampler steps with
   // (the first latent_channels of "output"; the two are equal unless the model predicts more).
   Tensor velocity = Tensor::from(all.mat().topRows(mc.latent_channels));
-  dit::write_safetensors(o.output, {{"velocity", {mc.latent_channels, h, wd}, &velocity},
-                                    {"output", {out_channels, h, wd}, &all}});
-  std::cout << "forward " << mc.name << ": latent [" << mc.latent_channels << ", " << h << ", "
-            << wd << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (output ["
-            << out_channels << ", " << h << ", " << wd << "], velocity = its first "
-            << mc.latent_channels << " channels, " << comm.flops() / 1e9 << " GFLOP)\n";
+  auto shape = [&](std::int64_t c) {
+    return frames > 1 ? std::vector<std::int64_t>{c, frames, h, wd}
+                      : std::vector<std::int64_t>{c, h, wd};
+  };
+  dit::write_safetensors(o.output, {{"velocity", shape(mc.latent_channels), &velocity},
+                                    {"output", shape(out_channels), &all}});
+  const std::string dims = (frames > 1 ? std::to_string(frames) + ", " : std::string()) +
+                           std::to_string(h) + ", " + std::to_string(wd);
+  std::cout << "forward " << mc.name << ": latent [" << mc.latent_channels << ", " << dims
+            << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (output [" << out_channels
+            << ", " << dims << "], velocity = its first " << mc.latent_channels << " channels, "
+            << comm.flops() / 1e9 << " GFLOP)\n";
 }
 
 }  // namespace

@@ -760,8 +760,13 @@ std::string describe(const RunPlan& p, const std::string& backend,
              ? std::to_string(p.settings.resolution) + "^2 px, "
              : std::to_string(p.settings.width) + " x " + std::to_string(p.settings.height) +
                    " px (width x height), ")
-     << p.tokens() << " image tokens, " << p.settings.steps << " steps, seed " << p.settings.seed
-     << ", math " << p.math << ", " << strategy << "\n";
+     << (p.settings.frames > 1
+             ? std::to_string(p.settings.frames) + " frames (" +
+                   std::to_string(p.model.latent_frames(p.settings.frames)) + " latent), "
+             : std::string())
+     << p.tokens() << (p.settings.frames > 1 ? " video tokens, " : " image tokens, ")
+     << p.settings.steps << " steps, seed " << p.settings.seed << ", math " << p.math << ", "
+     << strategy << "\n";
   os << "cluster    " << p.cluster.name << ": " << t.num_nodes() << " node(s), " << t.num_ranks()
      << " ranks (";
   for (int k = t.num_levels() - 1; k >= 0; --k)

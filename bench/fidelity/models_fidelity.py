@@ -18,9 +18,12 @@ against their mean, and a host-bound row is also held against their range widene
 The preset runs with cluster.device.host.framework = reference (--framework): the host of
 diffusers' own classes, as the forwards were measured.
 
+A row with frames > 1 (Wan 2.1: h200x1-video) is a video forward, run with run.frames.
+
 Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models,h200x1-models2]
-                          [--framework reference|eager|compiled] [--out DIR]
-Writes DIR/models_fidelity.{json,txt} (default bench/fidelity/results).
+                          [--framework reference|eager|compiled] [--out DIR] [--name models_fidelity]
+Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
+forwards: --measured h200x1-video --name video_fidelity).
 """
 import argparse
 import csv
@@ -43,7 +46,8 @@ def predict(cocodiff, preset, row, cache, framework="reference"):
     if batch == 2 and row["family"] not in BATCH_CFG:
         return None
     w, h = int(row["width"]), int(row["height"])
-    key = (row["model"], w, h, batch)
+    frames = int(row.get("frames") or 1)  # video frames (older files: images only)
+    key = (row["model"], w, h, batch, frames)
     if key in cache:
         return cache[key]
     sets = [f"model.preset={row['model']}", f"cluster.preset={preset}", "cluster.nodes=1",
@@ -53,6 +57,8 @@ def predict(cocodiff, preset, row, cache, framework="reference"):
     sets += [f"run.resolution={w}"] if w == h else [f"run.width={w}", f"run.height={h}"]
     if batch == 1:
         sets.append("run.cfg_scale=1")
+    if frames > 1:
+        sets.append(f"run.frames={frames}")
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "run")
         cmd = [cocodiff, "run", os.path.join(ROOT, "configs", "quickstart.toml"), "--out", out, "-q"]
@@ -74,12 +80,13 @@ def main():
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
     p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled"],
                    help="the host the preset times (reference: diffusers' own, as measured)")
+    p.add_argument("--name", default="models_fidelity", help="the results' file name")
     a = p.parse_args()
     machines = a.measured.split(",")
     tables = []
     for m in machines:
         path = os.path.join(ROOT, "configs", "measurements", m, "forwards.csv")
-        tables.append({(r["model"], r["width"], r["height"], r["batch"]): r
+        tables.append({(r["model"], r["width"], r["height"], r["batch"], r.get("frames") or "1"): r
                        for r in csv.DictReader(open(path))})
     cache, out_rows = {}, []
     for key, r in tables[0].items():
@@ -92,20 +99,21 @@ def main():
         lo, hi = min(measured), max(measured)
         out_rows.append({
             "family": r["family"], "model": r["model"], "width": int(r["width"]),
-            "height": int(r["height"]), "batch": int(r["batch"]), "measured_ms": measured,
+            "height": int(r["height"]), "batch": int(r["batch"]),
+            "frames": int(r.get("frames") or 1), "measured_ms": measured,
             "host_ms": hosts, "host_bound": host_bound, "predicted_ms": pred,
             "error": None if pred is None else (pred - mean) / mean,
             # Where the host is the bottleneck: inside the machines' range widened by 15%.
             "in_range_15": None if pred is None else 0.85 * lo <= pred <= 1.15 * hi})
     lines = [f"# {a.preset} against {', '.join(machines)} (configs/measurements/: one H200 each, "
              "one forward; error = predicted / mean measured - 1)",
-             f"{'model':<12} {'size':>9} {'batch':>5} {'measured_ms (each machine)':>27} "
+             f"{'model':<12} {'size':>9} {'frames':>6} {'batch':>5} {'measured_ms (each machine)':>27} "
              f"{'host_ms':>8} {'predicted_ms':>12} {'error':>7}  bound"]
     for o in out_rows:
         pred = "-" if o["predicted_ms"] is None else f"{o['predicted_ms']:.2f}"
         err = "-" if o["error"] is None else f"{100 * o['error']:+.1f}%"
         meas = " / ".join(f"{m:.2f}" for m in o["measured_ms"])
-        lines.append(f"{o['model']:<12} {o['width']:>4}x{o['height']:<4} {o['batch']:>5} "
+        lines.append(f"{o['model']:<12} {o['width']:>4}x{o['height']:<4} {o['frames']:>6} {o['batch']:>5} "
                      f"{meas:>27} {max(o['host_ms']):>8.2f} {pred:>12} {err:>7}  "
                      f"{'host' if o['host_bound'] else 'gpu'}")
     spread = [abs(o["measured_ms"][0] - o["measured_ms"][-1]) / min(o["measured_ms"])
@@ -132,9 +140,9 @@ def main():
     text = "\n".join(lines) + "\n"
     print(text, end="")
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "models_fidelity.txt"), "w") as f:
+    with open(os.path.join(a.out, a.name + ".txt"), "w") as f:
         f.write(text)
-    with open(os.path.join(a.out, "models_fidelity.json"), "w") as f:
+    with open(os.path.join(a.out, a.name + ".json"), "w") as f:
         json.dump({"preset": a.preset, "measured": machines, "rows": out_rows,
                    "summary": summary}, f, indent=1)
         f.write("\n")

@@ -34,6 +34,21 @@ Tensor add_table(const Exec& ex, const Tensor& table_row, const Tensor& y) {
   return out;
 }
 
+// diffusers' WanTransformerBlock runs its norms, modulations and residuals in float32 on a bf16
+// model (FP32LayerNorm, `.float()` before each norm and residual, `.type_as()` after): kernels
+// that this model's bf16 charges leave out. `casts` conversions between bf16 and float32 of
+// `like`'s shape (6 bytes an element: a bf16 copy of 1.5x the elements), and the extra bytes of
+// one float32 op of class `twice` (a second op of its bf16 shape).
+void charge_fp32(const Exec& ex, const Tensor& like, int casts, KernelClass twice,
+                 std::string_view label) {
+  const std::int64_t e = like.numel(), cast = e + e / 2;
+  for (int i = 0; i < casts; ++i)
+    ex.charge(OpKind::kCopy, 0, static_cast<double>(cast), label,
+              memory_shape(KernelClass::kCopy, cast, like.cols()));
+  ex.charge(OpKind::kElementwise, 0, 2.0 * static_cast<double>(e), label,
+            memory_shape(twice, e, like.cols()));
+}
+
 class Wan final : public Model {
  public:
   explicit Wan(const ModelConfig& cfg) : Model(cfg) {}
@@ -133,6 +148,9 @@ class Wan final : public Model {
 
     // Self-attention through the strategy; Q and K normalised over all heads first.
     const Tensor hn = models::norm_modulate(ex, h, m[0], m[1], batch, eps, "norm1");
+    // norm1(h.float()) * (1 + scale) + shift, .type_as(h): 2 casts, norm and modulation at fp32.
+    charge_fp32(ex, h, 2, KernelClass::kLayerNorm, "norm1_fp32");
+    charge_fp32(ex, h, 0, KernelClass::kModulateEager, "norm1_fp32");
     const Tensor q =
         rms_norm(ex, models::dense(ex, w, b + "attn1.to_q", hn, "q_proj"),
                  w.get(b + "attn1.norm_q.weight"), eps, "q_norm", KernelClass::kRmsNorm);
@@ -153,11 +171,15 @@ class Wan final : public Model {
         attn.attend(ex, src, {cfg_.heads, cfg_.head_dim, batch, "wan_self"});
     gated_residual(ex, h, models::dense(ex, w, b + "attn1.to_out.0", o[0], "attn_out"), &m[2],
                    batch, "residual");
+    // (h.float() + attn * gate).type_as(h): 2 casts, the residual at float32.
+    charge_fp32(ex, h, 2, KernelClass::kGatedResidualEager, "residual_fp32");
 
     // Cross-attention of the local tokens to the whole text; the text's keys and values are
     // the same on every tile.
     const Tensor n2 =
         layer_norm_affine(ex, h, w.get(b + "norm2.weight"), w.get(b + "norm2.bias"), eps, "norm2");
+    // norm2(h.float()).type_as(h): 2 casts, the norm at float32.
+    charge_fp32(ex, h, 2, KernelClass::kLayerNormAffine, "norm2_fp32");
     const Tensor q2 =
         rms_norm(ex, models::dense(ex, w, b + "attn2.to_q", n2, "cross_q_proj"),
                  w.get(b + "attn2.norm_q.weight"), eps, "cross_q_norm", KernelClass::kRmsNorm);
@@ -174,8 +196,12 @@ class Wan final : public Model {
                    batch, "residual");
 
     const Tensor n3 = models::norm_modulate(ex, h, m[3], m[4], batch, eps, "norm3");
+    charge_fp32(ex, h, 2, KernelClass::kLayerNorm, "norm3_fp32");
+    charge_fp32(ex, h, 0, KernelClass::kModulateEager, "norm3_fp32");
     gated_residual(ex, h, models::mlp_gelu(ex, w, b + "ffn.net.0.proj", b + "ffn.net.2", n3), &m[5],
                    batch, "residual");
+    // (h.float() + ff.float() * gate).type_as(h): 3 casts, the residual at float32.
+    charge_fp32(ex, h, 3, KernelClass::kGatedResidualEager, "residual_fp32");
   }
 };
 

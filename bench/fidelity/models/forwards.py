@@ -17,7 +17,7 @@ synchronize: when it equals the device time the host issued the forward no faste
 ran it (host-bound), or the launch queue was full.
 
 Writes OUT/forwards.csv (family,model,width,height,batch,image_tokens,text_tokens,median_ms,min_ms,
-max_ms,host_ms,reps) and OUT/env.json (versions, the diffusers commit, each model's config,
+max_ms,host_ms,reps,frames; frames: video frames in pixel space, 1 for an image) and OUT/env.json (versions, the diffusers commit, each model's config,
 parameter count and build time, every case with its status: ok, skipped for the budget, or the
 exception it raised).
 
@@ -35,11 +35,16 @@ Models (configs/models/*.toml; the published transformer/config.json of each che
   qwen-image   QwenImageTransformer2DModel  60 blocks, 24 heads x 128, text 512 x 3584 (the preset's
                upper bound; no mask, as the pipeline passes for an unpadded prompt), img_shapes
                [(1, H/16, W/16)]; the pipeline's true CFG runs two batch-1 forwards a step
+  wan2.1-t2v-1.3b, wan2.1-t2v-14b
+               WanTransformer3DModel        30 / 40 blocks, 12 / 40 heads x 128, FFN 8960 / 13824, text
+               512 x 4096 (umT5), patch (1, 2, 2); pipeline (WanPipeline): latents [B, 16, (F-1)/4+1,
+               H/8, W/8], timestep t in [0, 1000], two batch-1 forwards a step (prompt, negative);
+               832x480 with 33 and 81 frames (9 and 21 latent frames: 14,040 and 32,760 tokens)
   dit-xl-2     DiTTransformer2DModel        28 blocks, 16 heads x 72, class labels (class, null 1000),
                latents [B, 4, H/8, W/8]; 256^2 with DiT-XL-2-256's config (sample_size 32) and 512^2
                with DiT-XL-2-512's (sample_size 64) only
-Sizes: 512^2, 1024x768 (width x height), 1024^2, 2048^2 (DiT: 256^2, 512^2); batch 1 and 2 for every
-family (2 is the CFG batch of SD3.5 and DiT and the CFG-parallel pair of Qwen-Image; FLUX.1-dev and
+Sizes: 512^2, 1024x768 (width x height), 1024^2, 2048^2 (DiT: 256^2, 512^2; Wan: above); batch 1 and 2
+for every image family (Wan: batch 1) (2 is the CFG batch of SD3.5 and DiT and the CFG-parallel pair of Qwen-Image; FLUX.1-dev and
 FLUX.2-dev are guidance-distilled and run batch 1, batch 2 is timed for comparison).
 """
 import argparse
@@ -115,17 +120,44 @@ FAMILIES = {
         "sizes": SIZES, "params": 32.2e9,
     },
 }
+WAN = {"patch_size": [1, 2, 2], "attention_head_dim": 128, "in_channels": 16, "out_channels": 16,
+       "text_dim": 4096, "freq_dim": 256, "cross_attn_norm": True, "qk_norm": "rms_norm_across_heads",
+       "eps": 1e-6, "image_dim": None, "added_kv_proj_dim": None, "rope_max_seq_len": 1024}
+FAMILIES["wan2.1-t2v-1.3b"] = {
+    "family": "wan", "module": "transformer_wan", "cls": "WanTransformer3DModel", "text": 512,
+    "config": dict(WAN, num_attention_heads=12, ffn_dim=8960, num_layers=30),
+    "quick": {"num_layers": 1, "num_attention_heads": 2, "ffn_dim": 512},
+    "sizes": [(832, 480)], "frames": [33, 81], "quick_sizes": [(256, 256)], "quick_frames": [5],
+    "batches": (1,), "params": 1.42e9,
+}
+FAMILIES["wan2.1-t2v-14b"] = dict(FAMILIES["wan2.1-t2v-1.3b"],
+                                  config=dict(WAN, num_attention_heads=40, ffn_dim=13824, num_layers=40),
+                                  params=14.3e9)
 ORDER = list(FAMILIES)      # cheapest first: a budget that runs out drops the largest models
 QUICK_SIZES = [(256, 256), (512, 256)]
 
 
 # ---- inputs, as the pipelines shape them -----------------------------------------------------------
 
-def make_inputs(torch, name, spec, b, w, h, dev):
+def latent_frames(frames):
+    """Wan-VAE: the first frame kept, every 4 after it one latent frame."""
+    return (frames - 1) // 4 + 1
+
+
+def tokens_of(spec, w, h, frames):
+    return (latent_frames(frames) if spec["family"] == "wan" else 1) * (h // 16) * (w // 16)
+
+
+def make_inputs(torch, name, spec, b, w, h, dev, frames=1):
     dt = torch.bfloat16
     cfg = spec["cfg"]
     r = lambda *s: torch.randn(*s, device=dev, dtype=dt)  # noqa: E731
     fam = spec["family"]
+    if fam == "wan":        # WanPipeline: latents [B, 16, (F-1)/4+1, H/8, W/8], timestep t in [0, 1000]
+        kw = {"hidden_states": r(b, cfg["in_channels"], latent_frames(frames), h // 8, w // 8),
+              "timestep": torch.full((b,), 500.0, device=dev, dtype=torch.float32),
+              "encoder_hidden_states": r(b, spec["text"], cfg["text_dim"]), "return_dict": False}
+        return kw, tokens_of(spec, w, h, frames)
     if fam == "flux":       # FluxPipeline: prepare_latents / _pack_latents / _prepare_latent_image_ids
         hh, ww = h // 16, w // 16
         ids = torch.zeros(hh, ww, 3)
@@ -184,6 +216,8 @@ def est_forward_s(spec, params, b, img, txt):
     s = img + txt
     inner = cfg["num_attention_heads"] * cfg["attention_head_dim"]
     layers = cfg.get("num_layers", 0) + cfg.get("num_single_layers", 0) + len(cfg.get("dual_attention_layers") or [])
+    if spec["family"] == "wan":   # self-attention over the video only; cross-attention is small
+        s = img
     flops = 2.0 * params * b * s + 4.0 * b * s * s * inner * layers
     return max(flops / 400e12, 0.04 if not spec.get("quick_mode") else 0.005)
 
@@ -274,10 +308,12 @@ def time_case(torch, model, kw, budget):
 
 def cases_of(name, spec, quick):
     sizes = spec.get("quick_sizes", QUICK_SIZES) if quick else spec["sizes"]
+    frames = spec.get("quick_frames", [1]) if quick else spec.get("frames", [1])
     out = []
     for w, h in sorted(sizes, key=lambda s: s[0] * s[1]):
-        for b in (1, 2):
-            out.append((w, h, b))
+        for f in frames:
+            for b in spec.get("batches", (1, 2)):
+                out.append((w, h, b, f))
     return out
 
 
@@ -296,13 +332,13 @@ def plan(families, quick):
         spec = dict(FAMILIES[name])
         spec["quick_mode"] = quick
         fam_s = 0.0
-        for w, h, b in cases_of(name, spec, quick):
+        for w, h, b, f in cases_of(name, spec, quick):
             spec["cfg"] = config_of(spec, quick, w, h)
-            img = (h // 16) * (w // 16)
+            img = tokens_of(spec, w, h, f)
             t = est_forward_s(spec, spec["params"] if not quick else 1e7, b, img, spec["text"])
             warm, reps = reps_for(t)
             fam_s += (warm + reps) * t
-            print(f"  {name} {w}x{h} b{b}: ~{t * 1e3:.0f} ms a forward, {warm}+{reps} calls")
+            print(f"  {name} {w}x{h} f{f} b{b}: ~{t * 1e3:.0f} ms a forward, {warm}+{reps} calls")
         fam_s += spec["params"] * 2 / 40e9 if not quick else 1.0    # build: about 40 GB/s of weights
         print(f"{name}: ~{fam_s:.0f} s")
         total += fam_s
@@ -361,25 +397,25 @@ def main():
           flush=True)
     csv = bc.CsvOut(os.path.join(args.out, "forwards.csv"),
                     ["family", "model", "width", "height", "batch", "image_tokens", "text_tokens", "median_ms",
-                     "min_ms", "max_ms", "host_ms", "reps"])
+                     "min_ms", "max_ms", "host_ms", "reps", "frames"])
     for name in fams:
         spec = dict(FAMILIES[name])
         spec["quick_mode"] = args.quick
         groups = {}   # one model per distinct config (DiT: one per sample_size)
-        for w, h, b in cases_of(name, spec, args.quick):
+        for w, h, b, f in cases_of(name, spec, args.quick):
             cfg = config_of(spec, args.quick, w, h)
-            groups.setdefault(repr(sorted(cfg.items())), (cfg, []))[1].append((w, h, b))
+            groups.setdefault(repr(sorted(cfg.items())), (cfg, []))[1].append((w, h, b, f))
         for cfg, cases in groups.values():
             spec["cfg"] = cfg
             rec = {"model": name, "class": spec["cls"], "config": cfg}
             env["models"].append(rec)
             first_est = est_forward_s(spec, spec["params"] if not args.quick else 1e7, cases[0][2],
-                                      (cases[0][1] // 16) * (cases[0][0] // 16), spec["text"])
+                                      tokens_of(spec, cases[0][0], cases[0][1], cases[0][3]), spec["text"])
             build_est = 5.0 + spec["params"] * 2 / 40e9 if not args.quick else 5.0
             if budget.left() < build_est + 3 * first_est:
                 rec["status"] = f"skipped: budget ({budget.left():.0f} s left)"
-                for w, h, b in cases:
-                    env["cases"].append({"model": name, "width": w, "height": h, "batch": b,
+                for w, h, b, f in cases:
+                    env["cases"].append({"model": name, "width": w, "height": h, "batch": b, "frames": f,
                                          "status": "skipped: budget before building the model"})
                 print(f"{name}: skipped, {budget.left():.0f} s left", flush=True)
                 continue
@@ -401,46 +437,46 @@ def main():
                 rec["status"] = f"error: {ex!r}"[:600]
                 env["errors"].append(f"{name} build: {ex!r}"[:600])
                 print(f"{name}: build failed: {ex!r}", flush=True)
-                for w, h, b in cases:
-                    env["cases"].append({"model": name, "width": w, "height": h, "batch": b,
+                for w, h, b, f in cases:
+                    env["cases"].append({"model": name, "width": w, "height": h, "batch": b, "frames": f,
                                          "status": "error: the model was not built"})
                 model = None
                 gc.collect()
                 torch.cuda.empty_cache()
                 bc.write_json(envpath, env)
                 continue
-            for w, h, b in cases:
-                case = {"model": name, "width": w, "height": h, "batch": b}
+            for w, h, b, f in cases:
+                case = {"model": name, "width": w, "height": h, "batch": b, "frames": f}
                 env["cases"].append(case)
-                img = (h // 16) * (w // 16)
+                img = tokens_of(spec, w, h, f)
                 est = est_forward_s(spec, rec["params"], b, img, spec["text"])
                 warm, reps = reps_for(est)
                 if budget.left() < (warm + 2) * est + 5.0:
                     case["status"] = f"skipped: budget ({budget.left():.0f} s left, ~{est:.1f} s a call)"
-                    print(f"{name} {w}x{h} b{b}: {case['status']}", flush=True)
+                    print(f"{name} {w}x{h} f{f} b{b}: {case['status']}", flush=True)
                     continue
                 try:
                     torch.cuda.reset_peak_memory_stats()
                     with torch.inference_mode():
-                        kw, img = make_inputs(torch, name, spec, b, w, h, dev)
+                        kw, img = make_inputs(torch, name, spec, b, w, h, dev, f)
                         res, why = time_case(torch, model, kw, budget)
                     kw = None
                     if res is None:
                         case["status"] = f"skipped: {why}"
-                        print(f"{name} {w}x{h} b{b}: {case['status']}", flush=True)
+                        print(f"{name} {w}x{h} f{f} b{b}: {case['status']}", flush=True)
                         continue
                     case.update(res)
                     case["status"] = "ok"
                     case["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
                     case["image_tokens"], case["text_tokens"] = img, spec["text"]
                     csv.row([spec["family"], name, w, h, b, img, spec["text"], res["median_ms"], res["min_ms"],
-                             res["max_ms"], res["host_ms"], res["reps"]])
-                    print(f"{name} {w}x{h} b{b}: {res['median_ms']:.2f} ms (host {res['host_ms']:.2f} ms, "
+                             res["max_ms"], res["host_ms"], res["reps"], f])
+                    print(f"{name} {w}x{h} f{f} b{b}: {res['median_ms']:.2f} ms (host {res['host_ms']:.2f} ms, "
                           f"{res['reps']} reps, finite={res['finite']}) at {budget.elapsed():.0f}s", flush=True)
                 except Exception as ex:  # noqa: BLE001
                     case["status"] = f"error: {ex!r}"[:600]
-                    env["errors"].append(f"{name} {w}x{h} b{b}: {ex!r}"[:600])
-                    print(f"{name} {w}x{h} b{b}: failed: {ex!r}", flush=True)
+                    env["errors"].append(f"{name} {w}x{h} f{f} b{b}: {ex!r}"[:600])
+                    print(f"{name} {w}x{h} f{f} b{b}: failed: {ex!r}", flush=True)
                     kw = None
                     gc.collect()
                     torch.cuda.empty_cache()
