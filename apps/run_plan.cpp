@@ -108,7 +108,7 @@ namespace {
 // pixel-space models) and the region to generate, either run.inpaint_rect = [x, y, width,
 // height] in pixels or run.inpaint_mask, a PNG of the image's size whose nonzero (white) pixels
 // are generated and whose black pixels are kept. Everything outside the region is kept from the
-// known picture.
+// known picture (in every frame of a video).
 void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s) {
   const bool has_image = cfg.has("run.inpaint_image"), has_rect = cfg.has("run.inpaint_rect"),
              has_mask = cfg.has("run.inpaint_mask");
@@ -167,8 +167,11 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
     for (std::int64_t y = r[1]; y < r[1] + r[3]; ++y)
       for (std::int64_t x = r[0]; x < r[0] + r[2]; ++x) mask.mat()(0, y * wn + x) = 1.0f;
   }
-  s.known_latent = dit::pixel_latent(img, m.latent_channels);
-  s.mask = std::move(mask);
+  // A video keeps the known picture outside the region in every frame.
+  const int frames = m.latent_frames(s.frames);
+  const Tensor known = dit::pixel_latent(img, m.latent_channels);
+  s.known_latent = Tensor::from(Mat(known.mat().replicate(1, frames)));
+  s.mask = Tensor::from(Mat(mask.mat().replicate(1, frames)));
 }
 
 }  // namespace

@@ -304,6 +304,50 @@ TEST(Run, HeightAndWidthMakeANonSquareImage) {
   fs::remove_all(dir);
 }
 
+// run.frames: a video of the tiny Wan (9 frames: 3 latent frames of 8 x 8 latent pixels, 48
+// tokens on 4 tiles) writes each latent frame and its frames top to bottom, and reports frames
+// and tokens; xDiT's run.num_frames is the same key; frames the VAE cannot take, frames for an
+// image model and both spellings at once exit 2 naming the key, writing nothing.
+TEST(Run, FramesMakeAVideoWithAFramePerLatentFrame) {
+  const fs::path dir = temp_dir("video_cfg"), out = temp_dir("video"), out2 = temp_dir("video2");
+  fs::create_directories(dir);
+  {
+    std::ofstream f(dir / "video.toml");
+    f << "[model]\npreset = \"wan-tiny\"\n[run]\nsteps = 1\nseed = 7\nresolution = 64\n"
+         "[cluster]\npreset = \"aurora\"\nnodes = 1\n[cluster.topology]\nsizes = [2, 2]\n"
+         "[cluster.nic]\nrank_nic = [0, 1, 2, 3]\n";
+  }
+  const std::string base =
+      std::string(COCODIFF_BIN) + " run " + (dir / "video.toml").string() + " -q --out ";
+  Result r = sh(base + out.string() + " --set run.frames=9");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json rep = nlohmann::json::parse(read_all(out / "report.json"));
+  EXPECT_EQ(rep["frames"], 9);
+  EXPECT_EQ(rep["latent_frames"], 3);
+  EXPECT_EQ(rep["tokens"], 48);
+  EXPECT_EQ(png_size(out / "image.png"), std::make_pair(8, 24));  // 3 frames of 8 x 8
+  for (int k = 0; k < 3; ++k)
+    EXPECT_TRUE(fs::exists(out / ("frame_" + std::to_string(k) + ".png")));
+  EXPECT_FALSE(fs::exists(out / "frame_3.png"));
+  Result alias = sh(base + out2.string() + " --set run.num_frames=9");
+  ASSERT_EQ(alias.exit_code, 0) << alias.output;
+  EXPECT_EQ(nlohmann::json::parse(read_all(out2 / "report.json"))["output_sha256"],
+            rep["output_sha256"]);
+  fs::remove_all(out);
+  fs::remove_all(out2);
+  for (const auto& [sets, key] : std::vector<std::pair<std::string, std::string>>{
+           {" --set run.frames=8", "key 'run.frames': expected 1 + a multiple of 4"},
+           {" --set run.frames=9 --set run.num_frames=9", "key 'run.num_frames'"},
+           {" --set run.frames=5 --set model.preset=\\\"flux1-tiny\\\"",
+            "key 'run.frames': expected 1 for flux1-tiny"}}) {
+    Result bad = sh(base + out.string() + sets);
+    EXPECT_EQ(bad.exit_code, 2) << sets << "\n" << bad.output;
+    EXPECT_NE(bad.output.find(key), std::string::npos) << sets << "\n" << bad.output;
+    EXPECT_FALSE(fs::exists(out)) << sets;
+  }
+  fs::remove_all(dir);
+}
+
 // run.batch_size = 2 (--batch-size 2): the same images as two single runs seeded 7 and 8, for
 // flat and cocodiff; the report sums their virtual times and lists each image.
 TEST(Run, BatchOfTwoEqualsTwoSingleRunsWithTheNextSeeds) {
