@@ -422,10 +422,20 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
     draw(rec.latent, "image.png", 1);
     if (upscale > 1) draw(rec.latent, "preview.png", upscale);
     if (rec.latent_frames > 1) {
+      // Each latent frame as frame_K.png, and all of them as an animated video.gif (10 a second).
       const std::int64_t plane = std::int64_t{rec.latent_height} * rec.latent_width;
-      for (int f = 0; f < rec.latent_frames; ++f)
-        draw_rows(Tensor::from(rec.latent.mat().middleCols(f * plane, plane)), rec.latent_height,
-                  "frame_" + std::to_string(f) + ".png", std::max(1, upscale));
+      std::vector<dit::Rgb> frames;
+      for (int f = 0; f < rec.latent_frames; ++f) {
+        const Tensor frame = Tensor::from(rec.latent.mat().middleCols(f * plane, plane));
+        frames.push_back(
+            plan.model.pixel_space
+                ? dit::pixel_image(frame, rec.latent_height, rec.latent_width, upscale)
+                : dit::latent_preview(frame, rec.latent_height, rec.latent_width, upscale));
+        dit::write_png(dir / ("frame_" + std::to_string(f) + ".png"), frames.back());
+        output_test_point();
+      }
+      dit::write_gif(dir / "video.gif", frames, 10);
+      output_test_point();
     }
     if (rec.images.size() > 1)  // a batch: image.png is image_0.png
       for (size_t i = 0; i < rec.images.size(); ++i)

@@ -1,5 +1,6 @@
 #include "dit/image.hpp"
 
+#include <gif_lib.h>
 #include <png.h>
 #include <unistd.h>
 
@@ -219,6 +220,93 @@ void write_png(const std::filesystem::path& path, const Rgb& image) {
   std::filesystem::rename(tmp, path, ec);
   if (ec) std::filesystem::remove(tmp, ec);
   if (ec) throw InputError(path.string() + ": cannot rename into place (" + ec.message() + ")");
+}
+
+}  // namespace cocodiff::dit
+
+namespace cocodiff::dit {
+
+namespace {
+
+// The palette index of one pixel: gray levels as they are, colours in a 6 x 7 x 6 cube.
+std::uint8_t palette_index(const std::uint8_t* p, bool gray) {
+  if (gray) return p[0];
+  const int r = (p[0] * 5 + 127) / 255, g = (p[1] * 6 + 127) / 255, b = (p[2] * 5 + 127) / 255;
+  return static_cast<std::uint8_t>((r * 7 + g) * 6 + b);
+}
+
+}  // namespace
+
+void write_gif(const std::filesystem::path& path, const std::vector<Rgb>& frames, int delay_cs) {
+  COCO_CHECK(!frames.empty(), "write_gif: no frames");
+  const int w = frames[0].width, h = frames[0].height;
+  bool gray = true;
+  for (const Rgb& f : frames) {
+    COCO_CHECK(f.width == w && f.height == h && f.pixels.size() == static_cast<size_t>(w) * h * 3,
+               "write_gif: frames of different sizes");
+    for (size_t i = 0; i < f.pixels.size() && gray; i += 3)
+      gray = f.pixels[i] == f.pixels[i + 1] && f.pixels[i] == f.pixels[i + 2];
+  }
+  std::vector<GifColorType> colours(256, GifColorType{0, 0, 0});
+  for (int i = 0; i < 256; ++i) {
+    const auto v = static_cast<GifByteType>(i);
+    if (gray) {
+      colours[static_cast<size_t>(i)] = {v, v, v};
+    } else if (i < 6 * 7 * 6) {
+      colours[static_cast<size_t>(i)] = {static_cast<GifByteType>((i / 42) * 255 / 5),
+                                         static_cast<GifByteType>((i / 6 % 7) * 255 / 6),
+                                         static_cast<GifByteType>((i % 6) * 255 / 5)};
+    }
+  }
+  std::filesystem::path tmp;
+  const int fd = create_exclusive_temp(path, tmp);  // never through a planted symlink
+  int err = 0;
+  GifFileType* gif = EGifOpenFileHandle(fd, &err);
+  if (gif == nullptr) {
+    ::close(fd);
+    std::remove(tmp.c_str());
+    throw InputError(path.string() + ": giflib cannot open it (" + GifErrorString(err) + ")");
+  }
+  ColorMapObject* map = GifMakeMapObject(256, colours.data());
+  bool ok = map != nullptr;
+  EGifSetGifVersion(gif, true);
+  ok = ok && EGifPutScreenDesc(gif, w, h, 8, 0, map) == GIF_OK;
+  // NETSCAPE2.0: loop forever.
+  static const GifByteType kApp[] = {'N', 'E', 'T', 'S', 'C', 'A', 'P', 'E', '2', '.', '0'};
+  static const GifByteType kLoop[] = {1, 0, 0};
+  ok = ok && EGifPutExtensionLeader(gif, APPLICATION_EXT_FUNC_CODE) == GIF_OK &&
+       EGifPutExtensionBlock(gif, sizeof kApp, kApp) == GIF_OK &&
+       EGifPutExtensionBlock(gif, sizeof kLoop, kLoop) == GIF_OK &&
+       EGifPutExtensionTrailer(gif) == GIF_OK;
+  std::vector<GifByteType> row(static_cast<size_t>(w));
+  for (const Rgb& f : frames) {
+    if (!ok) break;
+    GraphicsControlBlock gcb{DISPOSE_DO_NOT, false, delay_cs, NO_TRANSPARENT_COLOR};
+    GifByteType ext[4];
+    const size_t len = EGifGCBToExtension(&gcb, ext);
+    ok = EGifPutExtension(gif, GRAPHICS_EXT_FUNC_CODE, static_cast<int>(len), ext) == GIF_OK &&
+         EGifPutImageDesc(gif, 0, 0, w, h, false, nullptr) == GIF_OK;
+    for (int y = 0; y < h && ok; ++y) {
+      for (int x = 0; x < w; ++x)
+        row[static_cast<size_t>(x)] =
+            palette_index(f.pixels.data() + (static_cast<size_t>(y) * w + x) * 3, gray);
+      ok = EGifPutLine(gif, row.data(), w) == GIF_OK;
+    }
+  }
+  const int write_err = gif->Error;
+  ok = EGifCloseFile(gif, &err) == GIF_OK && ok;
+  GifFreeMapObject(map);
+  if (!ok) {
+    std::remove(tmp.c_str());
+    throw InputError(path.string() + ": GIF write failed (" +
+                     GifErrorString(write_err != 0 ? write_err : err) + ")");
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp, ec);
+    throw InputError(path.string() + ": cannot move the GIF into place");
+  }
 }
 
 }  // namespace cocodiff::dit

@@ -54,4 +54,9 @@ inline constexpr std::int64_t kMaxPngPixels = std::int64_t{1} << 24;
 /// Writes an 8-bit RGB PNG atomically (temp file + rename). InputError on failure.
 void write_png(const std::filesystem::path& path, const Rgb& image);
 
+/// Writes `frames` (one size) as an animated GIF that loops, each frame shown `delay_cs`
+/// hundredths of a second (giflib), atomically. Gray frames keep 256 gray levels; colour frames
+/// are mapped to a 6 x 7 x 6 colour cube.
+void write_gif(const std::filesystem::path& path, const std::vector<Rgb>& frames, int delay_cs);
+
 }  // namespace cocodiff::dit

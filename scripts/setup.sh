@@ -3,7 +3,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake ninja-build pkg-config
   libeigen3-dev libboost-fiber-dev libboost-context-dev libboost-thread-dev
-  libopenmpi-dev openmpi-bin libpng-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
+  libopenmpi-dev openmpi-bin libpng-dev libgif-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libgoogle-perftools-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox clang-14 libclang-rt-14-dev clang-format
   clang-tidy)
 missing=()

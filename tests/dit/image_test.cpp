@@ -1,5 +1,6 @@
 // Latent previews and the PNG writer.
 
+#include <gif_lib.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -82,6 +83,55 @@ TEST(Image, WritePngProducesAValidHeaderAndNoTempFile) {
   EXPECT_EQ(b[19], 5);  // width, big-endian
   EXPECT_EQ(b[23], 3);  // height
   EXPECT_THROW(write_png("/nonexistent-dir/x.png", img), InputError);
+}
+
+// Three gray frames and two colour ones read back with giflib: their sizes, a looping
+// animation, each frame's delay, and their pixels (gray exactly, colour to the cube's step).
+TEST(Image, WriteGifIsALoopingAnimationOfEveryFrame) {
+  const std::filesystem::path p = std::filesystem::temp_directory_path() / "cocodiff_test.gif";
+  std::vector<Rgb> gray(3);
+  for (int f = 0; f < 3; ++f) {
+    gray[f].width = 4;
+    gray[f].height = 2;
+    for (int i = 0; i < 8; ++i) gray[f].pixels.insert(gray[f].pixels.end(), 3, 30 * f + i);
+  }
+  write_gif(p, gray, 10);
+  int err = 0;
+  GifFileType* g = DGifOpenFileName(p.c_str(), &err);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(DGifSlurp(g), GIF_OK);
+  EXPECT_EQ(g->SWidth, 4);
+  EXPECT_EQ(g->SHeight, 2);
+  ASSERT_EQ(g->ImageCount, 3);
+  // giflib keeps the extensions before an image with that image (the loop: with the first).
+  bool loops = false;
+  const SavedImage& first = g->SavedImages[0];
+  for (int i = 0; i < first.ExtensionBlockCount; ++i)
+    loops |=
+        first.ExtensionBlocks[i].ByteCount == 11 &&
+        std::string(reinterpret_cast<char*>(first.ExtensionBlocks[i].Bytes), 11) == "NETSCAPE2.0";
+  EXPECT_TRUE(loops);
+  for (int f = 0; f < 3; ++f) {
+    GraphicsControlBlock gcb;
+    ASSERT_EQ(DGifSavedExtensionToGCB(g, f, &gcb), GIF_OK);
+    EXPECT_EQ(gcb.DelayTime, 10);
+    const SavedImage& im = g->SavedImages[f];
+    for (int i = 0; i < 8; ++i)
+      EXPECT_EQ(g->SColorMap->Colors[im.RasterBits[i]].Red, 30 * f + i) << f << " " << i;
+  }
+  DGifCloseFile(g, &err);
+  std::vector<Rgb> colour(2, Rgb{1, 1, {250, 10, 128}});
+  write_gif(p, colour, 5);
+  g = DGifOpenFileName(p.c_str(), &err);
+  ASSERT_NE(g, nullptr);
+  ASSERT_EQ(DGifSlurp(g), GIF_OK);
+  const GifColorType c = g->SColorMap->Colors[g->SavedImages[1].RasterBits[0]];
+  EXPECT_NEAR(c.Red, 250, 26);
+  EXPECT_NEAR(c.Green, 10, 22);
+  EXPECT_NEAR(c.Blue, 128, 26);
+  DGifCloseFile(g, &err);
+  std::filesystem::remove(p);
+  EXPECT_THROW(write_gif("/nonexistent-dir/x.gif", gray, 10), InputError);
 }
 
 std::string read_bytes(const std::filesystem::path& p) {

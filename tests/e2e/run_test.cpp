@@ -329,6 +329,7 @@ TEST(Run, FramesMakeAVideoWithAFramePerLatentFrame) {
   for (int k = 0; k < 3; ++k)
     EXPECT_TRUE(fs::exists(out / ("frame_" + std::to_string(k) + ".png")));
   EXPECT_FALSE(fs::exists(out / "frame_3.png"));
+  EXPECT_EQ(read_all(out / "video.gif").substr(0, 6), "GIF89a");
   Result alias = sh(base + out2.string() + " --set run.num_frames=9");
   ASSERT_EQ(alias.exit_code, 0) << alias.output;
   EXPECT_EQ(nlohmann::json::parse(read_all(out2 / "report.json"))["output_sha256"],
