@@ -85,7 +85,8 @@ AlgorithmId add_locked(Registry& r, Algorithm a) {
   names.push_back(a.name);
   for (const std::string& n : names)
     if (find_locked(r, a.kind, n) >= 0)
-      throw ConfigError(kind + " algorithm \"" + n + "\" is registered already");
+      throw ConfigError(
+          std::string(kind).append(" algorithm \"").append(n).append("\" is registered already"));
   if (!a.fallback.empty() && find_locked(r, a.kind, a.fallback) < 0)
     throw ConfigError(kind + " algorithm \"" + a.name + "\": its fallback \"" + a.fallback +
                       "\" is not registered");
