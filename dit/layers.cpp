@@ -104,16 +104,20 @@ Tensor linear(const Exec& ex, const Tensor& x, const Tensor& w, const Tensor* b,
 // ---------------------------------------------------------------------------------------------
 // layer_norm: y = (x - mean_row) / sqrt(var_row + eps)      x: [N, C] -> [N, C]
 // ---------------------------------------------------------------------------------------------
+namespace {
+// y = (x - mean) / sqrt(var + eps) per row, into y (shaped as x).
+void normalize_rows(const Mat& xm, float eps, Mat& y) {
+  const Eigen::VectorXf mean = xm.rowwise().mean();
+  y = xm.colwise() - mean;
+  const Eigen::VectorXf var = y.array().square().rowwise().mean();
+  const Eigen::VectorXf inv = (var.array() + eps).rsqrt();
+  y = y.array().colwise() * inv.array();
+}
+}  // namespace
+
 Tensor layer_norm(const Exec& ex, const Tensor& x, float eps, std::string_view label) {
   Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
-  if (!ex.phantom) {
-    const Mat& xm = x.mat();
-    const Eigen::VectorXf mean = xm.rowwise().mean();
-    y.mat() = xm.colwise() - mean;
-    const Eigen::VectorXf var = y.mat().array().square().rowwise().mean();
-    const Eigen::VectorXf inv = (var.array() + eps).rsqrt();
-    y.mat() = y.mat().array().colwise() * inv.array();
-  }
+  if (!ex.phantom) normalize_rows(x.mat(), eps, y.mat());
   ex.charge(OpKind::kNorm, 8.0 * n(x.numel()), 2.0 * n(x.numel()), label,
             memory_shape(KernelClass::kLayerNorm, x.numel(), x.cols()));
   return y;
@@ -124,14 +128,9 @@ Tensor layer_norm_affine(const Exec& ex, const Tensor& x, const Tensor& w, const
   COCO_CHECK(w.cols() == x.cols() && b.cols() == x.cols(), "layer_norm_affine weight width");
   Tensor y = Tensor::uninitialized(x.rows(), x.cols(), ex.phantom);
   if (!ex.phantom) {
-    const Mat& xm = x.mat();
-    const Eigen::VectorXf mean = xm.rowwise().mean();
-    y.mat() = xm.colwise() - mean;
-    const Eigen::VectorXf var = y.mat().array().square().rowwise().mean();
-    const Eigen::VectorXf inv = (var.array() + eps).rsqrt();
+    normalize_rows(x.mat(), eps, y.mat());
     y.mat() =
-        ((y.mat().array().colwise() * inv.array()).rowwise() * w.mat().row(0).array()).rowwise() +
-        b.mat().row(0).array();
+        (y.mat().array().rowwise() * w.mat().row(0).array()).rowwise() + b.mat().row(0).array();
   }
   ex.charge(OpKind::kNorm, 8.0 * n(x.numel()), 2.0 * n(x.numel()) + 2.0 * n(w.numel()), label,
             memory_shape(KernelClass::kLayerNormAffine, x.numel(), x.cols()));

@@ -17,58 +17,16 @@
 #include "emulator/engine.hpp"
 #include "net_models/device_model.hpp"
 #include "net_models/network_model.hpp"
+#include "tests/dit/emulated_runs.hpp"
 
 namespace cocodiff::dit {
 namespace {
 
-emu::Engine make_engine(int tiles, int gpus, int nodes, int workers = 2) {
-  Topology topo(
-      {{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
-  std::vector<LinkCost> tiers{{SimTime::from_ns(2000), 196e9},
-                              {SimTime::from_ns(5000), 15e9},
-                              {SimTime::from_ns(10000), 25e9}};
-  RooflineParams p;
-  p.name = "test-tile";
-  p.peak_flops_per_s = 273e12;
-  p.hbm_bytes_per_s = 1e12;
-  p.launch_overhead = SimTime::from_ns(5000);
-  emu::EngineOptions o;
-  o.workers = workers;
-  o.trace = false;
-  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers),
-                     std::make_shared<RooflineDevice>(p), o);
-}
-
-struct Outcome {
-  Tensor latent;  // rank 0's
-  emu::RunResult result;
-  int latent_frames = 0;
-};
-
-Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w, const RunSettings& st) {
-  Outcome out;
-  std::mutex mu;
-  out.result = engine.run([&](Communicator& comm) {
-    RunOutput o = generate(comm, cfg, w, st);
-    if (comm.rank() == 0) {
-      std::lock_guard<std::mutex> lock(mu);
-      out.latent = std::move(o.latent);
-      out.latent_frames = o.latent_frames;
-    }
-  });
-  return out;
-}
-
-Tensor serial(const ModelConfig& cfg, const Weights& w, RunSettings st) {
-  st.strategy = "serial";
-  LocalComm comm;
-  return generate(comm, cfg, w, st).latent;
-}
-
-bool bitwise_equal(const Tensor& a, const Tensor& b) {
-  return a.numel() == b.numel() &&
-         std::memcmp(a.data().data(), b.data().data(), a.data().size_bytes()) == 0;
-}
+using test::bitwise_equal;
+using test::make_engine;
+using test::Outcome;
+using test::run;
+using test::serial;
 
 // 9 frames (3 latent frames) of 64 x 64 pixels: 3 x 4 x 4 = 48 video tokens.
 RunSettings video_run(int steps) {
