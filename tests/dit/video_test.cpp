@@ -166,7 +166,8 @@ TEST(Video, FullSizeWanHasThePublishedShapes) {
   };
   // Wan2.1-T2V-1.3B and -14B: the published configs' shapes summed by hand (patch embedding,
   // condition embedder, 30 or 40 blocks of two attentions, norm2, FFN and table, proj_out and
-  // table), which the model cards round to 1.3B and 14B.
+  // table), which the model cards round to 1.3B and 14B; diffusers' class counts the same
+  // (configs/measurements/h200x1-video/env.json).
   EXPECT_EQ(params("wan2.1-t2v-1.3b"), 1418996800);
   EXPECT_EQ(params("wan2.1-t2v-14b"), 14288491584);
   const ModelConfig big = load_model_preset("wan2.1-t2v-14b");
