@@ -410,14 +410,13 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
     // A video's image.png is its frames top to bottom (a [C, F*H*W] latent is an F*H x W
     // picture), and each frame is frame_K.png too.
     const int upscale = std::max(1, 256 / std::max(1, rec.latent_width));
-    auto draw_rows = [&](const Tensor& latent, int rows, const std::string& name, int scale) {
-      dit::write_png(dir / name, plan.model.pixel_space
-                                     ? dit::pixel_image(latent, rows, rec.latent_width, scale)
-                                     : dit::latent_preview(latent, rows, rec.latent_width, scale));
-      output_test_point();
+    auto render = [&](const Tensor& latent, int rows, int scale) {
+      return plan.model.pixel_space ? dit::pixel_image(latent, rows, rec.latent_width, scale)
+                                    : dit::latent_preview(latent, rows, rec.latent_width, scale);
     };
     auto draw = [&](const Tensor& latent, const std::string& name, int scale) {
-      draw_rows(latent, rec.latent_frames * rec.latent_height, name, scale);
+      dit::write_png(dir / name, render(latent, rec.latent_frames * rec.latent_height, scale));
+      output_test_point();
     };
     draw(rec.latent, "image.png", 1);
     if (upscale > 1) draw(rec.latent, "preview.png", upscale);
@@ -427,10 +426,7 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
       std::vector<dit::Rgb> frames;
       for (int f = 0; f < rec.latent_frames; ++f) {
         const Tensor frame = Tensor::from(rec.latent.mat().middleCols(f * plane, plane));
-        frames.push_back(
-            plan.model.pixel_space
-                ? dit::pixel_image(frame, rec.latent_height, rec.latent_width, upscale)
-                : dit::latent_preview(frame, rec.latent_height, rec.latent_width, upscale));
+        frames.push_back(render(frame, rec.latent_height, upscale));
         dit::write_png(dir / ("frame_" + std::to_string(f) + ".png"), frames.back());
         output_test_point();
       }

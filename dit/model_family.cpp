@@ -44,6 +44,15 @@ Registry& registry() {
 
 }  // namespace
 
+std::optional<ModelConfigProblem> rope_axes_problem(const ModelConfig& m, std::size_t axes,
+                                                    std::string_view names) {
+  if (m.rope_axes.size() == axes) return std::nullopt;
+  return ModelConfigProblem{"rope_axes",
+                            std::to_string(axes) + " RoPE axis widths (" + std::string(names) +
+                                ") for family " + m.family,
+                            std::to_string(m.rope_axes.size()) + " axes"};
+}
+
 void register_model_family(ModelFamily f) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);

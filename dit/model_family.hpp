@@ -65,6 +65,11 @@ struct ModelFamily {
   std::function<std::unique_ptr<Model>(const ModelConfig& cfg)> make;
 };
 
+/// The problem of a config whose model.rope_axes does not hold `axes` widths (`names`: what
+/// they rotate, for the message), for a family's check; nullopt when it does.
+std::optional<ModelConfigProblem> rope_axes_problem(const ModelConfig& m, std::size_t axes,
+                                                    std::string_view names);
+
 /// Adds `f`; throws ConfigError when its name is taken or it has no `make`.
 void register_model_family(ModelFamily f);
 

@@ -299,10 +299,9 @@ const collectives::Schedule* EmuComm::schedule(collectives::AlgorithmId a) {
 }
 
 collectives::AlgorithmId EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_per_peer) const {
-  const LibraryModel& lib = kernel_.options().library;
   const detail::Kernel::LibraryAlgorithms& ids = kernel_.algorithms();
-  return wire_bytes_per_peer <= lib.all_to_all_small_max_bytes ? ids.all_to_all_small
-                                                               : ids.all_to_all_large;
+  return kernel_.options().library.small_all_to_all(wire_bytes_per_peer) ? ids.all_to_all_small
+                                                                         : ids.all_to_all_large;
 }
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,

@@ -33,8 +33,7 @@ SimTime message_software_time(const LibraryModel& lib, std::int64_t wire_bytes) 
 }
 
 const std::string& choose_all_to_all(const LibraryModel& lib, std::int64_t wire_bytes_per_peer) {
-  return wire_bytes_per_peer <= lib.all_to_all_small_max_bytes ? lib.all_to_all_small
-                                                               : lib.all_to_all_large;
+  return lib.small_all_to_all(wire_bytes_per_peer) ? lib.all_to_all_small : lib.all_to_all_large;
 }
 
 }  // namespace cocodiff

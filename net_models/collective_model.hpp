@@ -51,6 +51,11 @@ struct LibraryModel {
   /// concurrent copy beside its sends and costs nothing here.
   double local_copy_bytes_per_s = 0;
 
+  /// True when an all-to-all of at most `wire_bytes_per_peer` bytes to any one peer runs the
+  /// small-message algorithm.
+  bool small_all_to_all(std::int64_t wire_bytes_per_peer) const {
+    return wire_bytes_per_peer <= all_to_all_small_max_bytes;
+  }
   /// True when the library adds nothing to the network's time (today's exact model).
   bool is_free() const;
 };

@@ -212,13 +212,6 @@ class Flux final : public Model {
   }
 };
 
-std::optional<ModelConfigProblem> three_rope_axes(const ModelConfig& m) {
-  if (m.rope_axes.size() == 3) return std::nullopt;
-  return ModelConfigProblem{"rope_axes",
-                            "3 RoPE axis widths (frame, row, column) for family " + m.family,
-                            std::to_string(m.rope_axes.size()) + " axes"};
-}
-
 }  // namespace
 
 ModelFamily flux_family() {
@@ -227,7 +220,7 @@ ModelFamily flux_family() {
   f.summary = "FLUX.1: double-stream then single-stream blocks, 3-axis RoPE, pooled CLIP text";
   f.class_tokens = true;
   f.default_pooled_dim = 768;
-  f.check = three_rope_axes;
+  f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<Flux>(cfg);
   };

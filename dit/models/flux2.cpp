@@ -236,10 +236,7 @@ ModelFamily flux2_family() {
   f.name = "flux2";
   f.summary = "FLUX.2: shared modulation, 4-axis RoPE, embedded guidance, no pooled text";
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
-    if (m.rope_axes.size() != 4)
-      return ModelConfigProblem{
-          "rope_axes", "4 RoPE axis widths (frame, row, column, text index) for family flux2",
-          std::to_string(m.rope_axes.size()) + " axes"};
+    if (auto bad = rope_axes_problem(m, 4, "frame, row, column, text index")) return bad;
     if (!m.guidance_embed)
       return ModelConfigProblem{"guidance_embed", "true (FLUX.2 always embeds the guidance value)",
                                 "false"};

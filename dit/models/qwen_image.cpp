@@ -90,20 +90,13 @@ class QwenImage final : public Model {
   }
 };
 
-std::optional<ModelConfigProblem> three_rope_axes(const ModelConfig& m) {
-  if (m.rope_axes.size() == 3) return std::nullopt;
-  return ModelConfigProblem{"rope_axes",
-                            "3 RoPE axis widths (frame, row, column) for family " + m.family,
-                            std::to_string(m.rope_axes.size()) + " axes"};
-}
-
 }  // namespace
 
 ModelFamily qwen_image_family() {
   ModelFamily f;
   f.name = "qwen-image";
   f.summary = "Qwen-Image: double-stream MMDiT blocks, 3-axis RoPE, true CFG";
-  f.check = three_rope_axes;
+  f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<QwenImage>(cfg);
   };

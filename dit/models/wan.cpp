@@ -214,10 +214,7 @@ ModelFamily wan_family() {
   f.video = true;
   f.joint_text = false;
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
-    if (m.rope_axes.size() != 3)
-      return ModelConfigProblem{"rope_axes",
-                                "3 RoPE axis widths (frame, row, column) for family wan",
-                                std::to_string(m.rope_axes.size()) + " axes"};
+    if (auto bad = rope_axes_problem(m, 3, "frame, row, column")) return bad;
     if (m.pooled_dim != 0)
       return ModelConfigProblem{"pooled_dim", "0 (Wan has no pooled text embedding)",
                                 std::to_string(m.pooled_dim)};

@@ -47,7 +47,7 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
   for (collectives::AlgorithmId id :
        {algorithms_.all_to_all_large, algorithms_.all_to_all_small, algorithms_.all_gather,
         algorithms_.all_reduce, algorithms_.barrier})
-    if (id < 0) throw ConfigError("library \"" + lib.name + "\" names an unregistered algorithm");
+    COCO_CHECK(id >= 0, "the Engine let an unregistered algorithm through");
 }
 
 Kernel::~Kernel() = default;

@@ -12,6 +12,7 @@
 #include "emulator/engine.hpp"
 #include "net_models/device_model.hpp"
 #include "net_models/network_model.hpp"
+#include "tests/dit/emulated_runs.hpp"
 
 namespace cocodiff::dit {
 namespace {
@@ -22,21 +23,7 @@ emu::Engine make_engine(int ranks) {
   const int gpus = std::min(ranks / tiles, 6);
   const int nodes = ranks / (tiles * gpus);
   COCO_CHECK(tiles * gpus * nodes == ranks, "test topology");
-  Topology topo(
-      {{"tile", tiles, "die-to-die"}, {"gpu", gpus, "intra-node"}, {"node", nodes, "inter-node"}});
-  std::vector<LinkCost> tiers{{SimTime::from_ns(2000), 196e9},
-                              {SimTime::from_ns(5000), 15e9},
-                              {SimTime::from_ns(10000), 25e9}};
-  RooflineParams p;
-  p.name = "test-tile";
-  p.peak_flops_per_s = 273e12;
-  p.hbm_bytes_per_s = 1e12;
-  p.launch_overhead = SimTime::from_ns(5000);
-  emu::EngineOptions o;
-  o.workers = 2;
-  o.trace = false;
-  return emu::Engine(topo, std::make_unique<AlphaBetaModel>(topo, tiers),
-                     std::make_shared<RooflineDevice>(p), o);
+  return test::make_engine(tiles, gpus, nodes);
 }
 
 struct Parallel {
