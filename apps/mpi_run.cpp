@@ -331,6 +331,8 @@ int run_mpi_main(const RunCommandOptions& opt) {
                                ? nlohmann::ordered_json(nullptr)
                                : nlohmann::ordered_json(sha256_hex(result.latent.data()));
       r["timeline_sha256"] = nullptr;
+      // The step cache's skips are the same on every rank; V-Major's rates are rank 0's.
+      add_measured(plan, result.step_cache, result.strategy_stats, r);
       rec.latent = std::move(result.latent);
       rec.latent_frames = result.latent_frames;
       rec.latent_height = result.latent_height;

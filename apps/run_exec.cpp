@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "apps/measured_rates.hpp"
 #include "apps/memory_estimate.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
@@ -87,6 +88,25 @@ void check_weight_values(const RunPlan& plan) {
   } catch (const InputError& e) {
     bad_weights(plan, e);
   }
+}
+
+void add_measured(const RunPlan& plan, const dit::StepCacheStats& cache,
+                  const dit::StrategyStats& stats, nlohmann::ordered_json& report) {
+  if (nlohmann::ordered_json c = step_cache_json(cache); !c.is_null()) report["step_cache"] = c;
+  if (plan.measured_rates_from) {
+    const RunPlan::RatesSource& m = *plan.measured_rates_from;
+    report["measured_rates_from"] = {
+        {"file", m.file},
+        {"model", m.model},
+        {"steps", m.steps},
+        {"tokens", m.tokens},
+        {"note", m.model == plan.model.name && m.tokens == plan.tokens()
+                     ? "measured at this model and shape"
+                     : "measured on another model or shape: its step-to-step change stands in "
+                       "for this one's"}};
+  }
+  if (nlohmann::ordered_json m = measured_rates_json(plan, cache, stats); !m.is_null())
+    report["measured_rates"] = m;
 }
 
 namespace {
@@ -232,6 +252,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   RunRecord rec;
   std::mutex mutex;
   std::vector<dit::StrategyStats> stats(static_cast<size_t>(plan.ranks()));
+  dit::StepCacheStats cache;  // the same on every rank: rank 0's
   emu::RunResult res = engine.run([&](Communicator& comm) {
     dit::RunOutput out =
         building("the activations of rank " + std::to_string(comm.rank()) + " (" + plan.model.name +
@@ -244,6 +265,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
     stats[static_cast<size_t>(comm.rank())] = std::move(out.strategy_stats);
     if (comm.rank() == 0) {
       std::lock_guard<std::mutex> lk(mutex);
+      cache = std::move(out.step_cache);
       rec.latent = std::move(out.latent);
       rec.latent_frames = out.latent_frames;
       rec.latent_height = out.latent_height;
@@ -327,6 +349,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   dit::StrategyStats merged = stats.at(0);
   for (size_t i = 1; i < stats.size(); ++i) merged.merge(stats[i]);
   r["strategy_stats"] = strategy_stats_json(plan, merged);
+  add_measured(plan, cache, merged, r);
   rec.report = std::move(r);
   rec.emulated = std::move(res);
   return rec;
@@ -458,6 +481,11 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
         {.title = plan.model.name + ", " + plan.settings.strategy + ", " + plan.cluster.name +
                   " x " + std::to_string(plan.cluster.topology.num_nodes()) + " node(s), " +
                   plan.math + " math, " + std::to_string(plan.settings.steps) + " step(s)"});
+    output_test_point();
+  }
+  if (rec.report.contains("measured_rates")) {
+    // What a phantom run takes as run.measured_rates.
+    write_file_atomic(dir / "rates.json", rec.report["measured_rates"].dump(2) + "\n");
     output_test_point();
   }
   write_file_atomic(dir / "report.json", rec.report.dump(2) + "\n");

@@ -25,6 +25,10 @@ struct RunRecord {
   SimTime trace_from;
 };
 
+/// Adds what the run measured of its data (step_cache, measured_rates, measured_rates_from) to
+/// its report; rates.json is report["measured_rates"].
+void add_measured(const RunPlan& plan, const dit::StepCacheStats& cache,
+                  const dit::StrategyStats& stats, nlohmann::ordered_json& report);
 /// The report fields every backend writes (config, sizes, backend name).
 nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backend);
 /// The run's weights: the plan's checkpoint, or seeded by tensor name.

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "apps/measured_rates.hpp"
 #include "apps/memory_estimate.hpp"
 #include "core/errors.hpp"
 #include "dit/image.hpp"
@@ -98,6 +99,23 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
   o.usp_ring_levels = static_cast<int>(cfg.get_int("usp.ring_levels", o.usp_ring_levels, 0, 16));
   o.usp_tapa = cfg.get_bool("usp.tapa", o.usp_tapa);
   o.shard_text = cfg.get_bool("parallel.shard_text", o.shard_text);
+}
+
+// [step_cache]: dit::StepCacheOptions. The thresholds default to the published ones for FLUX:
+// ParaAttention's 0.08 (First-Block-Cache) and TeaCache's 0.4 (1.8x).
+void read_step_cache(Config& cfg, dit::StepCacheOptions& o, int steps) {
+  o.policy = cfg.get_choice("step_cache.policy", o.policy, dit::step_cache_policies());
+  const double def = o.policy == "first_block" ? 0.08 : o.policy == "teacache" ? 0.4 : 0.0;
+  o.threshold = cfg.get_double("step_cache.threshold", def, 0, 1e6);
+  o.coefficients = cfg.get_double_list("step_cache.coefficients", o.coefficients);
+  for (const std::int64_t v : cfg.get_int_list("step_cache.phantom_skipped", {})) {
+    if (v <= 0 || v >= steps)
+      throw ConfigError(cfg.where("step_cache.phantom_skipped"), "step_cache.phantom_skipped",
+                        "steps from 1 to " + std::to_string(steps - 1) +
+                            " (the first step always runs)",
+                        std::to_string(v));
+    o.phantom_skipped.push_back(static_cast<int>(v));
+  }
 }
 
 }  // namespace
@@ -320,6 +338,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                       "one of " + list + " (or features joined by '+')", "\"" + s.strategy + "\"");
   }
   read_strategy_options(cfg, s.strategy_options);
+  read_step_cache(cfg, s.step_cache, s.steps);
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
   if (s.cfg_scale < 0)  // -1: the model's own scale, which the resolved config names
     cfg.set_effective("run.cfg_scale", toml::value<double>(plan.model.cfg_scale));
@@ -370,6 +389,7 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   plan.save_latent = cfg.get_bool("run.save_latent", false);
   plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
+  read_measured_rates(cfg, plan);
 
   emu::EngineOptions& e = plan.engine;
   // Workers beyond the first run the tiles' arithmetic while the fibers go on (EngineOptions::

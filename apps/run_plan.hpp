@@ -100,6 +100,13 @@ struct RunPlan {
   /// How heads split when they do not divide the Ulysses degree (ulysses.uneven_heads): which
   /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
   std::string attention_note;
+  /// Where run.measured_rates came from (phantom runs that name one: apps/measured_rates.hpp).
+  struct RatesSource {
+    std::string file, model;
+    int steps = 0;
+    std::int64_t tokens = 0;
+  };
+  std::optional<RatesSource> measured_rates_from;
   int ranks() const { return cluster.topology.num_ranks(); }
   std::int64_t tokens() const {
     return model.image_tokens(settings.pixel_height(), settings.pixel_width()) *

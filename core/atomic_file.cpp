@@ -146,12 +146,17 @@ bool is_output_file_name(const std::string& n) {
   static const char* const kNames[] = {"report.json",  "image.png",     "preview.png",
                                        "trace.json",   "timeline.png",  "latent.safetensors",
                                        "compare.json", "tune.json",     "tune.txt",
-                                       "pareto.png",   kOutputSetMarker};
+                                       "pareto.png",   "rates.json",    "video.gif",
+                                       kOutputSetMarker};
   for (const char* k : kNames)
     if (n == k) return true;
-  // image_N.png: a batch's images.
-  return n.size() > 10 && n.rfind("image_", 0) == 0 && n.compare(n.size() - 4, 4, ".png") == 0 &&
-         n.find_first_not_of("0123456789", 6) == n.size() - 4;
+  // image_N.png: a batch's images; frame_N.png: a video's frames.
+  for (const std::string prefix : {"image_", "frame_"})
+    if (n.size() > prefix.size() + 4 && n.rfind(prefix, 0) == 0 &&
+        n.compare(n.size() - 4, 4, ".png") == 0 &&
+        n.find_first_not_of("0123456789", prefix.size()) == n.size() - 4)
+      return true;
+  return false;
 }
 
 // Whether `dir` holds nothing but what cocodiff writes into an output set: its files, and

@@ -60,6 +60,8 @@ void StrategyStats::merge(const StrategyStats& o) {
     m.sent_elements += v.sent_elements;
     m.blocks += v.blocks;
     m.active_blocks += v.active_blocks;
+    m.selective_blocks += v.selective_blocks;
+    m.selective_active_blocks += v.selective_active_blocks;
   }
   v_major_cache_bytes += o.v_major_cache_bytes;
   v_major_phantom = v_major_phantom || o.v_major_phantom;

@@ -121,6 +121,10 @@ struct VMajorTierStats {
   double sent_elements = 0;  // elements actually sent (active blocks + masks)
   std::int64_t blocks = 0;   // blocks considered
   std::int64_t active_blocks = 0;
+  /// The blocks of selective exchanges only (after the warm-up, between refreshes): what
+  /// `v_major.phantom_active_fraction` stands for, measured (StrategyStats of a real run).
+  std::int64_t selective_blocks = 0;
+  std::int64_t selective_active_blocks = 0;
 };
 
 /// What a strategy measured during a run (rank-local; merge() sums ranks).

@@ -32,6 +32,8 @@ StrategyStats stats_added(const StrategyStats& after, const StrategyStats& befor
     v.sent_elements -= it->second.sent_elements;
     v.blocks -= it->second.blocks;
     v.active_blocks -= it->second.active_blocks;
+    v.selective_blocks -= it->second.selective_blocks;
+    v.selective_active_blocks -= it->second.selective_active_blocks;
   }
   d.v_major_cache_bytes = 0;
   d.ranks = 0;
@@ -61,6 +63,8 @@ StrategyStats scaled(StrategyStats s, std::int64_t n) {
     v.sent_elements *= x;
     v.blocks *= n;
     v.active_blocks *= n;
+    v.selective_blocks *= n;
+    v.selective_active_blocks *= n;
   }
   return s;
 }

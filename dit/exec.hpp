@@ -25,6 +25,7 @@ inline constexpr double kBytesPerElement = 2.0;
 
 class MathCache;
 class BlockReplay;
+class StepCache;
 
 /// One charge of a computation shared by tiles, kept to be charged again on another tile.
 struct RecordedCharge {
@@ -42,6 +43,7 @@ struct Exec {
   MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
   std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
   BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
+  StepCache* step_cache = nullptr;  // skips a step's blocks (dit/step_cache.hpp), or none
   bool hand_over = true;          // math() may hand work to a math thread
   bool deferred = false;          // charges are only recorded (inside a handed-over section)
   /// The tensor handed to the next ops is a strided view (a head group sliced from a

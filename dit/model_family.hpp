@@ -59,6 +59,9 @@ struct ModelFamily {
   int default_pooled_dim = 0;
   int default_num_classes = 0;
   bool default_qk_norm = true;
+  /// TeaCache's published rescale polynomial for the family (dit/step_cache.hpp), highest power
+  /// first; empty: none published here (the raw change is accumulated).
+  std::vector<double> teacache_coefficients;
   /// Checks of several keys together, after the shared ones; nullopt: nothing wrong.
   std::function<std::optional<ModelConfigProblem>(const ModelConfig&)> check;
   /// The model for `cfg` (cfg.family is this family's name).

@@ -219,6 +219,16 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   // kind, of the strategy's state and of its start state, so the emulator may replay one it has
   // already simulated from the same state instead of running it again (BlockReplay). What lies
   // between blocks is simulated.
+  // Step caching: the image stream's change is measured over the sequence-parallel group;
+  // under CFG-parallel the conditional half decides for the other.
+  StepCacheOptions cache_opts = st.step_cache;
+  if (cache_opts.policy == "teacache" && cache_opts.coefficients.empty())
+    cache_opts.coefficients = model_family(cfg.family).teacache_coefficients;
+  StepCache step_cache(sp, comm,
+                       cfg_parallel ? (branch == 0 ? comm.rank() + half : comm.rank() - half) : -1,
+                       branch == 0, std::move(cache_opts), out.steps, phantom);
+  ex.step_cache = &step_cache;
+
   Replay* const replay = replay_of(comm);
   std::optional<BlockReplay> blocks;
   if (replay != nullptr) ex.blocks = &blocks.emplace(*attn, *replay, phantom);
@@ -245,6 +255,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
       in.pooled = pooled;
       in.class_labels = std::move(labels);
       ++out.forwards;
+      step_cache.begin_forward(i, cfg_parallel ? branch : pass);
       attn->begin_forward(i, pass++);
       try {
         return model->forward(ex, w, *attn, in);
@@ -320,6 +331,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
     }
   out.latent = unpatchify(tokens, c, lh, lw, p, lf);
   out.strategy_stats = attn->stats();
+  out.step_cache = step_cache.stats();
   if (blocks)
     out.strategy_stats.merge(blocks->replayed());  // sums only: its ranks and cache size are 0
   return out;

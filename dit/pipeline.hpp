@@ -22,6 +22,7 @@
 #include "dit/model.hpp"
 #include "dit/model_config.hpp"
 #include "dit/parallel/strategies.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/weights.hpp"
 
 namespace cocodiff::dit {
@@ -40,6 +41,7 @@ struct RunSettings {
   bool phantom = false;              // math = "skip": shapes and costs only
   std::string strategy = "flat";     // attention strategy (dit/parallel/strategies.hpp)
   StrategyOptions strategy_options;  // [pipeline], [v_major], [usp] settings
+  StepCacheOptions step_cache;       // [step_cache]: skip steps whose blocks would change little
   double cfg_scale = -1;             // < 0: the model's default (CFG scale or FLUX guidance)
   /// CFG-parallel (xDiT's cfg degree): 2 runs the conditional pass on the first half of the
   /// ranks and the unconditional one on the second half, each half sequence-parallel on its own,
@@ -80,6 +82,7 @@ struct RunOutput {
   int batch = 1;                 // sequences per forward (batch CFG: 2)
   std::vector<double> sigmas;    // steps + 1 values
   StrategyStats strategy_stats;  // what the attention strategy measured on this rank
+  StepCacheStats step_cache;     // which steps the step cache skipped (the same on every rank)
 };
 
 /// Seeded random weights for the model; no data when phantom. Call once, outside the ranks.

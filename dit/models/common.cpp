@@ -83,6 +83,13 @@ Tensor norm_modulate(const Exec& ex, const Tensor& x, const Tensor& shift, const
   return h;
 }
 
+Tensor first_block_modulated_input(const Exec& ex, const Weights& w, const std::string& prefix,
+                                   const Tensor& c_silu, int chunks, const Tensor& x, int batch,
+                                   float eps) {
+  const std::vector<Tensor> m = modulation(ex, w, prefix, c_silu, chunks);
+  return norm_modulate(ex, x, m[0], m[1], batch, eps, "teacache_norm1");
+}
+
 Tensor ModelQkv::project(const Exec& ex, int s, QkvPart part, int h0, int h1) const {
   const StreamQkv& st = at(s);
   const int p = static_cast<int>(part);

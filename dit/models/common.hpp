@@ -57,6 +57,13 @@ Tensor embed_mlp(const Exec& ex, const Weights& w, const std::string& lin1, cons
 std::vector<Tensor> modulation(const Exec& ex, const Weights& w, const std::string& prefix,
                                const Tensor& c_silu, int n);
 
+/// TeaCache's indicator (dit/step_cache.hpp): the first block's norm1 output, LN(x) * (1 +
+/// scale) + shift with (shift, scale) the first two of the `chunks` vectors of modulation
+/// `prefix`.
+Tensor first_block_modulated_input(const Exec& ex, const Weights& w, const std::string& prefix,
+                                   const Tensor& c_silu, int chunks, const Tensor& x, int batch,
+                                   float eps);
+
 /// Per-token layer norm followed by x * (1 + scale) + shift.
 Tensor norm_modulate(const Exec& ex, const Tensor& x, const Tensor& shift, const Tensor& scale,
                      int batch, float eps, std::string_view label);

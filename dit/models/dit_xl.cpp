@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
@@ -67,7 +68,7 @@ class DitXl final : public Model {
     models::check_finite(ex, "x_embedder", {&h});
     models::check_finite(ex, "t_embedder and y_embedder", {&c});
 
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
+    auto block = [&](int i) {
       run_block(ex, "dit", 1, [&] {
         const std::string b = "blocks." + std::to_string(i) + ".";
         const std::vector<Tensor> m =
@@ -91,8 +92,12 @@ class DitXl final : public Model {
                        batch, "residual");
       });
       models::check_finite(ex, "blocks", {&h}, i);
-    }
-    end_blocks(ex);
+    };
+    auto tea_input = [&] {
+      return models::first_block_modulated_input(ex, w, "blocks.0.adaLN_modulation.1", c_silu, 6,
+                                                 h, batch, cfg_.norm_eps);
+    };
+    run_blocks(ex, cfg_.double_blocks, block, {&h}, tea_input);
     const std::vector<Tensor> m =
         models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
     const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");

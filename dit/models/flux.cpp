@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/math_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
@@ -194,18 +195,29 @@ class Flux final : public Model {
     opt.qk_norm = cfg_.qk_norm;
     opt.attention_kind = "flux_double";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
-      run_block(ex, "flux double", 1, [&] {
-        models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
-                            opt, temb, rope, in.shard.total, batch, h, c);
-      });
-      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
-    }
-    for (int i = 0; i < cfg_.single_blocks; ++i) {
-      run_block(ex, "flux single", 1, [&] { single_block(ex, w, attn, i, temb, rope, in, c, h); });
-      models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i);
-    }
-    end_blocks(ex);
+    const int nd = cfg_.double_blocks;
+    auto block = [&](int i) {
+      if (i < nd) {
+        run_block(ex, "flux double", 1, [&] {
+          models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
+                              opt, temb, rope, in.shard.total, batch, h, c);
+        });
+        models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
+      } else {
+        run_block(ex, "flux single", 1,
+                  [&] { single_block(ex, w, attn, i - nd, temb, rope, in, c, h); });
+        models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i - nd);
+      }
+    };
+    // TeaCache4FLUX: transformer_blocks[0].norm1 of the image stream.
+    auto tea_input = [&] {
+      return nd > 0 ? models::first_block_modulated_input(ex, w, "transformer_blocks.0.norm1.linear",
+                                                          temb, 6, h, batch, cfg_.norm_eps)
+                    : models::first_block_modulated_input(
+                          ex, w, "single_transformer_blocks.0.norm.linear", temb, 3, h, batch,
+                          cfg_.norm_eps);
+    };
+    run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;
@@ -220,6 +232,9 @@ ModelFamily flux_family() {
   f.summary = "FLUX.1: double-stream then single-stream blocks, 3-axis RoPE, pooled CLIP text";
   f.class_tokens = true;
   f.default_pooled_dim = 768;
+  // TeaCache4FLUX/teacache_flux.py
+  f.teacache_coefficients = {4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00,
+                             2.64230861e-01};
   f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<Flux>(cfg);

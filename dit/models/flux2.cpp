@@ -13,6 +13,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
@@ -114,17 +115,24 @@ class Flux2 final : public Model {
         rope_table(ex, models::text_positions(in, txt_pos), cfg_.rope_axes, cfg_.rope_theta);
     const models::StreamRope rope{&img_rope, &txt_rope};
 
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
-      run_block(ex, "flux2 double", 1,
-                [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
-      models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
-    }
-    for (int i = 0; i < cfg_.single_blocks; ++i) {
-      run_block(ex, "flux2 single", 1,
-                [&] { single_block(ex, w, attn, i, m_single, rope, in, c, h); });
-      models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i);
-    }
-    end_blocks(ex);
+    const int nd = cfg_.double_blocks;
+    auto block = [&](int i) {
+      if (i < nd) {
+        run_block(ex, "flux2 double", 1,
+                  [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
+        models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
+      } else {
+        run_block(ex, "flux2 single", 1,
+                  [&] { single_block(ex, w, attn, i - nd, m_single, rope, in, c, h); });
+        models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i - nd);
+      }
+    };
+    // The first block's norm1 of the image stream, with the shared modulation.
+    auto tea_input = [&] {
+      const std::vector<Tensor>& m = nd > 0 ? m_img : m_single;
+      return models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "teacache_norm1");
+    };
+    run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
@@ -76,14 +77,18 @@ class QwenImage final : public Model {
     opt.qk_norm = cfg_.qk_norm;
     opt.attention_kind = "qwen-image_joint";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
+    auto block = [&](int i) {
       run_block(ex, "qwen-image joint", 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
       });
       models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
-    }
-    end_blocks(ex);
+    };
+    auto tea_input = [&] {
+      return models::first_block_modulated_input(ex, w, "transformer_blocks.0.img_mod.1", temb, 6,
+                                                 h, batch, cfg_.norm_eps);
+    };
+    run_blocks(ex, cfg_.double_blocks, block, {&h, &c}, tea_input);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;

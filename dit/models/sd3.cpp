@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
 
@@ -88,7 +89,7 @@ class Sd3 final : public Model {
     silu(ex, temb, "temb_silu");
     models::check_finite(ex, "pos_embed", {&h});
     models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
+    auto block = [&](int i) {
       models::JointBlockOptions o = block_options(i);
       o.sharded_text_tokens = models::sharded_text_tokens(in);
       // The last block (text not updated) and SD3.5 Medium's dual-attention blocks differ.
@@ -100,8 +101,13 @@ class Sd3 final : public Model {
                             temb, {}, in.shard.total, batch, h, c);
       });
       models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
-    }
-    end_blocks(ex);
+    };
+    auto tea_input = [&] {
+      return models::first_block_modulated_input(ex, w, "transformer_blocks.0.norm1.linear", temb,
+                                                 block_options(0).dual_attention ? 9 : 6, h, batch,
+                                                 cfg_.norm_eps);
+    };
+    run_blocks(ex, cfg_.double_blocks, block, {&h, &c}, tea_input);
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,

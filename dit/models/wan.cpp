@@ -14,6 +14,7 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
+#include "dit/step_cache.hpp"
 #include "dit/math_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
@@ -115,11 +116,12 @@ class Wan final : public Model {
     models::check_finite(ex, "patch_embedding", {&h});
     models::check_finite(ex, "condition_embedder", {&temb, &tp, &text});
 
-    for (int i = 0; i < cfg_.double_blocks; ++i) {
+    auto one_block = [&](int i) {
       run_block(ex, "wan", 1, [&] { block(ex, w, attn, in, i, tp, text, rope, h); });
       models::check_finite(ex, "blocks", {&h}, i);
-    }
-    end_blocks(ex);
+    };
+    // TeaCache4Wan2.1 reads the timestep projection (its e0) rather than a norm's output.
+    run_blocks(ex, cfg_.double_blocks, one_block, {&h}, [&] { return tp; });
     const Tensor& table = w.get("scale_shift_table");
     const Tensor shift = add_table(ex, chunk(table, 0, 2), temb);
     const Tensor scale = add_table(ex, chunk(table, 1, 2), temb);

@@ -95,6 +95,8 @@ void VMajorCache::add_to(StrategyStats& s) const {
     m.sent_elements += t.sent_elements;
     m.blocks += t.blocks;
     m.active_blocks += t.active_blocks;
+    m.selective_blocks += t.selective_blocks;
+    m.selective_active_blocks += t.selective_active_blocks;
   }
   s.v_major_cache_bytes += cache_elements_ * kBytesPerElement;
   s.v_major_phantom = s.v_major_phantom || phantom_;
@@ -206,7 +208,11 @@ void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
                 }
             }
             ++ts.blocks;
-            if (active) ++ts.active_blocks;
+            ++ts.selective_blocks;
+            if (active) {
+              ++ts.active_blocks;
+              ++ts.selective_active_blocks;
+            }
             ++idx;
           });
     }
