@@ -160,6 +160,7 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
   if (opts_.policy == "first_block") {
     const Tensor in0 = copy_of(ex, *state[0]);
     block(0);
+    end_blocks(ex);  // what follows is not part of the block (replayed blocks hold only theirs)
     first = 1;
     measured = difference(ex, *state[0], in0);
     if (measures && s.has_reference) {
@@ -190,6 +191,7 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
   }
   const std::vector<Tensor> before = snapshot();
   for (int i = first; i < n_blocks; ++i) block(i);
+  end_blocks(ex);
   stats_.blocks_run += n_blocks - first;
   keep_residuals(before);
   if (opts_.policy == "first_block" && measures) {

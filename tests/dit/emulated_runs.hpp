@@ -37,6 +37,7 @@ struct Outcome {
   emu::RunResult result;
   StrategyStats stats;  // merged over ranks
   int latent_frames = 0;
+  StepCacheStats cache;  // rank 0's
 };
 
 inline Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w,
@@ -51,6 +52,7 @@ inline Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w
       std::lock_guard<std::mutex> lock(mu);
       out.latent = std::move(o.latent);
       out.latent_frames = o.latent_frames;
+      out.cache = o.step_cache;
     }
   });
   out.stats = stats[0];
@@ -58,10 +60,14 @@ inline Outcome run(emu::Engine& engine, const ModelConfig& cfg, const Weights& w
   return out;
 }
 
-inline Tensor serial(const ModelConfig& cfg, const Weights& w, RunSettings st) {
+inline RunOutput serial_output(const ModelConfig& cfg, const Weights& w, RunSettings st) {
   st.strategy = "serial";
   LocalComm comm;
-  return generate(comm, cfg, w, st).latent;
+  return generate(comm, cfg, w, st);
+}
+
+inline Tensor serial(const ModelConfig& cfg, const Weights& w, RunSettings st) {
+  return serial_output(cfg, w, std::move(st)).latent;
 }
 
 inline bool bitwise_equal(const Tensor& a, const Tensor& b) {

@@ -25,6 +25,12 @@ if [ -z "$emu" ] || [ "$emu" != "$mpi" ]; then
   echo "FAIL: the backends disagree"
   exit 1
 fi
+# A step cache skips the same steps on both backends.
+skips() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1])).get("step_cache", {}).get("skipped_steps"))' "$1/report.json"; }
+if [ "$(skips "$work/emu")" != "$(skips "$work/mpi")" ]; then
+  echo "FAIL: the step cache skipped $(skips "$work/emu") on the emulator, $(skips "$work/mpi") on MPI"
+  exit 1
+fi
 # The MPI report has the emulator's fields, measured.
 for key in bytes_by_tier breakdown exposed_comm_s wire_bytes_per_element phases_wall_s; do
   grep -q "\"$key\"" "$work/mpi/report.json" || { echo "FAIL: the MPI report has no $key"; exit 1; }

@@ -560,6 +560,53 @@ TEST(Run, TraceTracksNeverOverlapOnAnyStrategy) {
 }
 
 // A class label the model does not have is a config error (exit 2), with nothing written.
+// A real run with a step cache writes the steps it skipped to rates.json; a phantom run named
+// to it skips the same steps and moves the same bytes; the ways to misuse the file exit 2.
+TEST(Run, StepCacheRatesFeedAPhantomRunOfTheSameBytes) {
+  const fs::path dir = temp_dir("rates");
+  const std::string base = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                           "/quickstart.toml --set run.steps=8 --set emulator.trace=false "
+                           "--set step_cache.policy=teacache -q";
+  Result real = sh(base + " --out " + (dir / "real").string());
+  ASSERT_EQ(real.exit_code, 0) << real.output;
+  std::ifstream rin(dir / "real" / "report.json");
+  const nlohmann::json r = nlohmann::json::parse(rin);
+  ASSERT_TRUE(fs::exists(dir / "real" / "rates.json"));
+  const nlohmann::json& sc = r["step_cache"];
+  EXPECT_EQ(sc["policy"], "teacache");
+  EXPECT_EQ(sc["threshold"], 0.4);
+  EXPECT_FALSE(sc["skipped_steps"].empty());
+  EXPECT_EQ(r["measured_rates"]["step_cache"]["skipped"], sc["skipped_steps"]);
+  const std::string rates = (dir / "real" / "rates.json").string();
+  Result ph = sh(base + " --set run.math=skip --set run.measured_rates=" + rates + " --out " +
+                 (dir / "phantom").string());
+  ASSERT_EQ(ph.exit_code, 0) << ph.output;
+  std::ifstream pin(dir / "phantom" / "report.json");
+  const nlohmann::json p = nlohmann::json::parse(pin);
+  EXPECT_EQ(p["step_cache"]["skipped_steps"], sc["skipped_steps"]);
+  EXPECT_EQ(p["bytes_by_tier"], r["bytes_by_tier"]);
+  EXPECT_EQ(p["virtual_time_s"], r["virtual_time_s"]);
+  EXPECT_EQ(p["measured_rates_from"]["model"], "flux1-fmnist");
+  EXPECT_FALSE(fs::exists(dir / "phantom" / "rates.json"));  // a phantom run measures nothing
+  // Misuse: no rates in a phantom run, rates in a real run, another policy, not a rates file.
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {" --set run.math=skip", "a phantom run has no values to decide which steps to skip"},
+      {" --set run.measured_rates=" + rates, "no measured rates in a real-math run"},
+      {" --set run.math=skip --set step_cache.policy=first_block --set run.measured_rates=" +
+           rates,
+       "step_cache measured with policy \"teacache\""},
+      {" --set run.math=skip --set run.measured_rates=" + (dir / "real" / "image.png").string(),
+       "not JSON"}};
+  for (const auto& [sets, message] : bad) {
+    const fs::path out = dir / "bad";
+    Result b = sh(base + sets + " --out " + out.string());
+    EXPECT_EQ(b.exit_code, 2) << sets << "\n" << b.output;
+    EXPECT_NE(b.output.find(message), std::string::npos) << sets << "\n" << b.output;
+    EXPECT_FALSE(fs::exists(out)) << sets;
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Run, ClassLabelOutOfRangeExitsTwoAndWritesNothing) {
   const fs::path out = temp_dir("bad_class");
   const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +

@@ -1,0 +1,233 @@
+// Step caching (dit/step_cache.hpp): threshold 0 is the exact run, bit for bit and byte for
+// byte; every strategy skips the steps the serial run skips and matches it; CFG-parallel's
+// halves skip alike; the rules' bounds (First-Block-Cache runs the first block, TeaCache the
+// first and last steps); the same timeline on 1, 2 and 4 workers; a phantom run given the
+// skipped steps moves the real run's bytes; every family's TeaCache input.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dit/model_family.hpp"
+#include "dit/pipeline.hpp"
+#include "dit/quality.hpp"
+#include "dit/step_cache.hpp"
+#include "tests/dit/emulated_runs.hpp"
+
+namespace cocodiff::dit {
+namespace {
+
+using test::bitwise_equal;
+using test::make_engine;
+using test::Outcome;
+using test::run;
+using test::serial_output;
+
+RunSettings image_run(const ModelConfig& cfg, int steps) {
+  RunSettings st;
+  st.resolution = 8 * cfg.vae_scale * cfg.patch_size;  // 64 tokens
+  st.steps = steps;
+  st.seed = 3;
+  return st;
+}
+
+// A threshold between two of the serial run's measured changes, so that some steps skip and
+// some run, with a margin far above the strategies' rounding differences.
+double middle_threshold(const StepCacheStats& s) {
+  std::vector<double> c;
+  for (const double v : s.change)
+    if (v >= 0) c.push_back(v);
+  std::sort(c.begin(), c.end());
+  if (c.size() < 2) return 0;
+  const size_t i = c.size() / 2;
+  return (c[i - 1] + c[i]) / 2;
+}
+
+TEST(StepCache, ThresholdZeroIsTheExactRunBitForBitAndByteForByte) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = image_run(cfg, 4);
+  st.strategy = "cocodiff";
+  emu::Engine engine = make_engine(2, 2, 2);
+  const Outcome exact = run(engine, cfg, *w, st);
+  for (const char* policy : {"first_block", "teacache"}) {
+    st.step_cache.policy = policy;
+    st.step_cache.threshold = 0;
+    const Outcome r = run(engine, cfg, *w, st);
+    EXPECT_TRUE(bitwise_equal(exact.latent, r.latent)) << policy;
+    EXPECT_EQ(r.result.bytes_by_tier, exact.result.bytes_by_tier) << policy;
+    EXPECT_EQ(r.result.timeline_sha256, exact.result.timeline_sha256) << policy;
+    EXPECT_TRUE(r.cache.skipped.empty());
+  }
+}
+
+TEST(StepCache, EveryStrategySkipsTheSerialRunsStepsAndMatchesIt) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  emu::Engine engine = make_engine(2, 2, 2);
+  for (const char* policy : {"first_block", "teacache"}) {
+    RunSettings st = image_run(cfg, 8);
+    st.step_cache.policy = policy;
+    st.step_cache.threshold = 1e6;  // measure every change
+    st.step_cache.threshold = middle_threshold(serial_output(cfg, *w, st).step_cache);
+    ASSERT_GT(st.step_cache.threshold, 0) << policy;
+    const RunOutput ref = serial_output(cfg, *w, st);
+    ASSERT_FALSE(ref.step_cache.skipped.empty()) << policy;
+    ASSERT_LT(ref.step_cache.skipped.size(), 7u) << policy;
+    RunSettings exact = st;
+    exact.step_cache = {};
+    // A skip changes the output: the error against the exact run is measurable, and bounded.
+    const double lost = relative_l2(serial_output(cfg, *w, exact).latent, ref.latent);
+    EXPECT_GT(lost, 0.0) << policy;
+    EXPECT_LT(lost, 0.5) << policy;
+    st.strategy_options.v_major_threshold = 0;
+    for (const char* name : {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp"}) {
+      st.strategy = name;
+      const Outcome r = run(engine, cfg, *w, st);
+      EXPECT_EQ(r.cache.skipped, ref.step_cache.skipped) << policy << " " << name;
+      EXPECT_LT(relative_l2(ref.latent, r.latent), 1e-5) << policy << " " << name;
+      EXPECT_EQ(r.cache.blocks_run, ref.step_cache.blocks_run) << policy << " " << name;
+    }
+  }
+}
+
+TEST(StepCache, TheRulesBoundsFirstBlockAlwaysRunsTeaCacheFirstAndLastSteps) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  const int blocks = cfg.double_blocks + cfg.single_blocks, steps = 5;
+  RunSettings st = image_run(cfg, steps);
+  st.step_cache.threshold = 1e9;  // skip whatever the rule lets skip
+  st.step_cache.policy = "first_block";
+  const StepCacheStats fb = serial_output(cfg, *w, st).step_cache;
+  EXPECT_EQ(fb.skipped, (std::vector<int>{1, 2, 3, 4}));
+  EXPECT_EQ(fb.blocks_run, blocks + (steps - 1));  // step 0 whole, then the first block only
+  EXPECT_EQ(fb.blocks_total, blocks * steps);
+  st.step_cache.policy = "teacache";
+  const StepCacheStats tc = serial_output(cfg, *w, st).step_cache;
+  EXPECT_EQ(tc.skipped, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(tc.blocks_run, 2 * blocks);
+}
+
+TEST(StepCache, TeaCacheRescalesWithTheFamilysPolynomial) {
+  // FLUX.1's published polynomial; a family without one accumulates the raw change.
+  EXPECT_EQ(model_family("flux").teacache_coefficients.size(), 5u);
+  EXPECT_TRUE(model_family("sd3").teacache_coefficients.empty());
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = image_run(cfg, 4);
+  st.step_cache.policy = "teacache";
+  st.step_cache.threshold = 1e9;
+  st.step_cache.coefficients = {1, 0};  // identity: the accumulated raw change
+  const StepCacheStats raw = serial_output(cfg, *w, st).step_cache;
+  st.step_cache.coefficients = {2, 1};  // 2x + 1
+  const StepCacheStats lin = serial_output(cfg, *w, st).step_cache;
+  ASSERT_GE(raw.change[1], 0);
+  EXPECT_NEAR(lin.change[1], 2 * raw.change[1] + 1, 1e-12);
+  EXPECT_NEAR(lin.change[2], lin.change[1] + 2 * (raw.change[2] - raw.change[1]) + 1, 1e-9);
+}
+
+TEST(StepCache, CfgParallelHalvesSkipTheStepsTheSequentialPassesSkip) {
+  const ModelConfig cfg = load_model_preset("qwen-image-tiny");  // true CFG
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = image_run(cfg, 6);
+  st.step_cache.policy = "first_block";
+  st.step_cache.threshold = 1e6;
+  st.step_cache.threshold = middle_threshold(serial_output(cfg, *w, st).step_cache);
+  const RunOutput ref = serial_output(cfg, *w, st);
+  ASSERT_FALSE(ref.step_cache.skipped.empty());
+  emu::Engine engine = make_engine(2, 2, 2);
+  st.strategy = "flat";
+  st.cfg_degree = 2;
+  const Outcome r = run(engine, cfg, *w, st);
+  EXPECT_EQ(r.cache.skipped, ref.step_cache.skipped);
+  EXPECT_LT(relative_l2(ref.latent, r.latent), 1e-5);
+}
+
+TEST(StepCache, TheSameTimelineOnOneTwoAndFourWorkers) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = image_run(cfg, 6);
+  st.strategy = "cocodiff";
+  st.step_cache.policy = "teacache";
+  st.step_cache.threshold = 1.0;
+  Outcome first;
+  for (int workers : {1, 2, 4}) {
+    emu::Engine engine = make_engine(2, 2, 2, workers);
+    const Outcome r = run(engine, cfg, *w, st);
+    if (workers == 1) {
+      first = r;
+      continue;
+    }
+    EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
+    EXPECT_EQ(r.cache.skipped, first.cache.skipped) << workers;
+    EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
+  }
+}
+
+TEST(StepCache, APhantomRunGivenTheSkippedStepsMovesTheRealRunsBytes) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto real_w = make_weights(cfg, 5, false);
+  const auto phantom_w = make_weights(cfg, 5, true);
+  emu::Engine engine = make_engine(2, 2, 2);
+  for (const char* policy : {"first_block", "teacache"}) {
+    RunSettings st = image_run(cfg, 6);
+    st.strategy = "tapa";  // bytes that depend on the steps run alone
+    st.step_cache.policy = policy;
+    st.step_cache.threshold = 1e6;
+    st.step_cache.threshold = middle_threshold(serial_output(cfg, *real_w, st).step_cache);
+    const Outcome real = run(engine, cfg, *real_w, st);
+    ASSERT_FALSE(real.cache.skipped.empty()) << policy;
+    RunSettings ps = st;
+    ps.phantom = true;
+    ps.step_cache.phantom_skipped = real.cache.skipped;
+    const Outcome ph = run(engine, cfg, *phantom_w, ps);
+    EXPECT_EQ(ph.cache.skipped, real.cache.skipped) << policy;
+    EXPECT_TRUE(ph.cache.phantom);
+    EXPECT_EQ(ph.result.bytes_by_tier, real.result.bytes_by_tier) << policy;
+    EXPECT_EQ(ph.result.makespan, real.result.makespan) << policy;
+    // With V-Major too, the phantom run takes the measured share of blocks sent: the same
+    // bytes by tier within 1%.
+    st.strategy = ps.strategy = "cocodiff";
+    st.strategy_options.v_major_threshold = ps.strategy_options.v_major_threshold = 1.0;
+    st.strategy_options.v_major_block_tokens = ps.strategy_options.v_major_block_tokens = 4;
+    st.strategy_options.v_major_warmup_steps = ps.strategy_options.v_major_warmup_steps = 1;
+    const Outcome rv = run(engine, cfg, *real_w, st);
+    double blocks = 0, active = 0;
+    for (const auto& [tier, t] : rv.stats.v_major) {
+      blocks += static_cast<double>(t.selective_blocks);
+      active += static_cast<double>(t.selective_active_blocks);
+    }
+    ASSERT_GT(blocks, 0);
+    ASSERT_LT(active, blocks);
+    ps.step_cache.phantom_skipped = rv.cache.skipped;
+    ps.strategy_options.v_major_phantom_active_fraction = active / blocks;
+    const Outcome pv = run(engine, cfg, *phantom_w, ps);
+    for (size_t k = 0; k < rv.result.bytes_by_tier.size(); ++k)
+      EXPECT_NEAR(static_cast<double>(pv.result.bytes_by_tier[k]),
+                  static_cast<double>(rv.result.bytes_by_tier[k]),
+                  0.01 * static_cast<double>(rv.result.bytes_by_tier[k]))
+          << policy << " tier " << k;
+  }
+}
+
+TEST(StepCache, EveryFamilyRunsBothPoliciesAndSkips) {
+  for (const char* preset : {"flux1-tiny", "flux2-tiny", "sd35-tiny", "qwen-image-tiny",
+                             "dit-xl-2-tiny", "wan-tiny"}) {
+    const ModelConfig cfg = load_model_preset(preset);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = image_run(cfg, 4);
+    if (model_family(cfg.family).video) st.resolution = 32;
+    for (const char* policy : {"first_block", "teacache"}) {
+      st.step_cache.policy = policy;
+      st.step_cache.threshold = 1e9;
+      const RunOutput o = serial_output(cfg, *w, st);
+      EXPECT_TRUE(o.latent.mat().allFinite()) << preset << " " << policy;
+      EXPECT_FALSE(o.step_cache.skipped.empty()) << preset << " " << policy;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
