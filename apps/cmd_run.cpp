@@ -89,20 +89,30 @@ void add_run_command(CLI::App& app) {
                    opt->out.c_str());
       std::exit(kExitInjectedFault);
     }
-    // A lossy run (V-Major above threshold 0) reports its quality against the exact run of the
-    // same config: the same strategy at threshold 0, which is bitwise exact.
-    if (!plan.settings.phantom &&
-        dit::attention_strategy_is_lossy(plan.settings.strategy, plan.settings.strategy_options,
-                                         plan.settings.strategies.get())) {
+    // A lossy run (V-Major above threshold 0, a step cache, a compressed exchange) reports its
+    // quality against the exact run of the same config: the same strategy with each lossy
+    // setting off, which is bitwise exact.
+    const bool lossy_strategy = dit::attention_strategy_is_lossy(
+        plan.settings.strategy, plan.settings.strategy_options, plan.settings.strategies.get());
+    const bool cached = plan.settings.step_cache.active();
+    const bool compressed = plan.settings.strategy_options.compress != "none";
+    if (!plan.settings.phantom && (lossy_strategy || cached || compressed)) {
       std::vector<std::string> sets = opt->sets;
-      sets.insert(sets.end(), {"v_major.threshold=0", "emulator.trace=false"});
+      std::string off;
+      auto exact = [&](const char* set, const char* name) {
+        sets.emplace_back(set);
+        off += (off.empty() ? "" : ", ") + std::string(name);
+      };
+      if (lossy_strategy) exact("v_major.threshold=0", "v_major.threshold = 0");
+      if (cached) exact("step_cache.policy=none", "step_cache.policy = \"none\"");
+      if (compressed) exact("compress.all_to_all=none", "compress.all_to_all = \"none\"");
+      sets.emplace_back("emulator.trace=false");
       RunPlan exact_plan = resolve_run_plan(opt->config, sets);
       if (!opt->quiet)
-        std::cout << "quality reference: the same run with v_major.threshold = 0 (exact)\n"
-                  << std::flush;
-      const RunRecord exact = run_emulated(exact_plan);
+        std::cout << "quality reference: the same run with " << off << " (exact)\n" << std::flush;
+      const RunRecord exact_rec = run_emulated(exact_plan);
       rec.report["quality"] =
-          quality_json(exact, rec, plan.settings.strategy + " with v_major.threshold = 0 (exact)");
+          quality_json(exact_rec, rec, plan.settings.strategy + " with " + off + " (exact)");
     }
     {
       const std::unique_lock<std::mutex> hold = hold_interrupts();

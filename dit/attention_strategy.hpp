@@ -101,6 +101,10 @@ struct StrategyOptions {
   /// parallel.shard_text: text tokens sharded over the Ulysses group (xDiT's split of the text
   /// embeddings) instead of replicated; the Ulysses degree must divide them (ConfigError).
   bool shard_text = false;
+  /// compress.all_to_all: the Ulysses exchanges' payload on the wire. "none": as computed;
+  /// "fp8": FP8 e4m3 with one fp32 scale per row (dit/parallel/fp8.hpp). V-Major's selective V
+  /// exchange is V-Major's own and is not compressed.
+  std::string compress = "none";
 };
 
 /// V-First on one kind of layer, summed over layers (and over ranks when merged).

@@ -144,6 +144,7 @@ Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
 SpAttention::SpAttention(std::string name, Communicator& group, const ModelConfig& cfg,
                          SpFeatures features, const StrategyOptions& options)
     : name_(std::move(name)), group_(group, features.tapa), f_(features), opt_(options) {
+  group_.set_fp8(options.compress == "fp8");
   if (cfg.heads % group.size() != 0 && !opt_.uneven_heads)
     throw ConfigError(name_ + ": " + std::to_string(cfg.heads) +
                       " attention heads are not divisible by the sequence-parallel degree " +

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "dit/parallel/fp8.hpp"
 #include "dit/parallel/v_major.hpp"
 
 namespace cocodiff::dit {
@@ -166,30 +167,52 @@ BlockExchange::BlockExchange(const SpGroup& g, ShapeFn shape, bool phantom, std:
       shape_(std::move(shape)),
       phantom_(phantom),
       label_(std::move(label)),
-      v_major_(v_major) {}
+      v_major_(v_major),
+      fp8_(g.fp8() && v_major == nullptr) {}
+
+BlockShape BlockExchange::wire(int s, int d) const {
+  const BlockShape b = shape_(s, d);
+  return fp8_ ? BlockShape{b.rows, fp8_row_words(b.cols)} : b;
+}
 
 void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   const SpGroup::Phase& ph = g_->phases()[0];
   // Phase 0 is packed straight from the caller's tensor in the phase's send order.
-  std::int64_t total = 0;
-  for (const auto& [s, d] : ph.send) total += shape_(s, d).numel();
+  std::int64_t total = 0, elements = 0;
+  for (const auto& [s, d] : ph.send) {
+    total += wire(s, d).numel();
+    elements += shape_(s, d).numel();
+  }
   cur_.clear();
   cur_offset_.assign(ph.send.size(), 0);
   if (!phantom_) cur_.resize(static_cast<size_t>(total));
   // cur_ holds the blocks in phase-0 send order; send_from is then the identity.
   std::int64_t at = 0;
+  Mat staged;  // FP8: a block before it is encoded
   for (size_t i = 0; i < ph.send.size(); ++i) {
     const BlockShape b = shape_(ph.send[i].first, ph.send[i].second);
-    if (!phantom_ && b.numel() > 0)
-      fill(ph.send[i].second, MatMap(cur_.data() + at, b.rows, b.cols));
+    if (!phantom_ && b.numel() > 0) {
+      if (fp8_) {
+        staged.resize(b.rows, b.cols);
+        fill(ph.send[i].second, MatMap(staged.data(), b.rows, b.cols));
+        fp8_encode(ConstMatMap(staged.data(), b.rows, b.cols), cur_.data() + at);
+      } else {
+        fill(ph.send[i].second, MatMap(cur_.data() + at, b.rows, b.cols));
+      }
+    }
     cur_offset_[static_cast<size_t>(ph.send_from[i])] = at;
-    at += b.numel();
+    at += wire(ph.send[i].first, ph.send[i].second).numel();
   }
-  ex.charge(OpKind::kCopy, 0, 2.0 * n(total), "a2a_pack",
-            memory_shape(KernelClass::kLayoutA2a, total, 0));
+  ex.charge(OpKind::kCopy, 0, 2.0 * n(elements), "a2a_pack",
+            memory_shape(KernelClass::kLayoutA2a, elements, 0));
+  // FP8: a row's absolute maximum, then scale, round and pack (reads it twice, writes a byte).
+  if (fp8_)
+    ex.charge(OpKind::kElementwise, 4.0 * n(elements), 2.5 * n(elements), "fp8_quantize",
+              memory_shape(KernelClass::kMul, elements, 0));
   phase_ = 0;
   sub_step_ = 0;
   awaiting_launch_ = false;
+  decoded_ready_ = false;
   phase_done_.clear();
   waited_ = SimTime();
   launch_phase(ex);
@@ -217,9 +240,9 @@ void BlockExchange::launch_phase(const Exec& ex) {
   send_off_.assign(ph.send.size() + 1, 0);
   recv_off_.assign(ph.recv.size() + 1, 0);
   for (size_t i = 0; i < ph.send.size(); ++i)
-    send_off_[i + 1] = send_off_[i] + shape_(ph.send[i].first, ph.send[i].second).numel();
+    send_off_[i + 1] = send_off_[i] + wire(ph.send[i].first, ph.send[i].second).numel();
   for (size_t i = 0; i < ph.recv.size(); ++i)
-    recv_off_[i + 1] = recv_off_[i] + shape_(ph.recv[i].first, ph.recv[i].second).numel();
+    recv_off_[i + 1] = recv_off_[i] + wire(ph.recv[i].first, ph.recv[i].second).numel();
   const std::int64_t send_total = send_off_.back(), recv_total = recv_off_.back();
   // Re-pack the current buffer into this phase's send order (phase 0: start() packed it in
   // this order already, so it becomes the send buffer as it is).
@@ -342,12 +365,35 @@ void BlockExchange::finish(const Exec& ex) {
   send_ = {};
   mask_send_ = {};
   mask_recv_ = {};
+  if (!fp8_ || decoded_ready_) return;
+  decoded_ready_ = true;
+  // Every block that arrived, decoded once, in source order.
+  const int me = g_->rank(), p = g_->size();
+  decoded_off_.assign(static_cast<size_t>(p) + 1, 0);
+  for (int s = 0; s < p; ++s)
+    decoded_off_[static_cast<size_t>(s) + 1] =
+        decoded_off_[static_cast<size_t>(s)] + shape_(s, me).numel();
+  const std::int64_t elements = decoded_off_.back();
+  if (!phantom_) {
+    decoded_.resize(static_cast<size_t>(elements));
+    for (int s = 0; s < p; ++s) {
+      const BlockShape b = shape_(s, me);
+      if (b.numel() > 0)
+        fp8_decode(cur_.data() + cur_offset_[static_cast<size_t>(s)],
+                   MatMap(decoded_.data() + decoded_off_[static_cast<size_t>(s)], b.rows, b.cols));
+    }
+  }
+  ex.charge(OpKind::kElementwise, n(elements), 1.5 * n(elements), "fp8_dequantize",
+            memory_shape(KernelClass::kMul, elements, 0));
 }
 
 ConstMatMap BlockExchange::block(int s) const {
-  COCO_CHECK(done() && !phantom_, "block() before finish() or in phantom mode");
+  COCO_CHECK(done() && !phantom_ && (!fp8_ || decoded_ready_),
+             "block() before finish() or in phantom mode");
   const int me = g_->rank();
   const BlockShape b = shape_(s, me);
+  if (fp8_)
+    return ConstMatMap(decoded_.data() + decoded_off_[static_cast<size_t>(s)], b.rows, b.cols);
   return ConstMatMap(cur_.data() + cur_offset_[static_cast<size_t>(s)], b.rows, b.cols);
 }
 

@@ -41,6 +41,10 @@ class SpGroup {
   /// only in some topology levels, in rank order (as split() by the other coordinates gives).
   SpGroup(Communicator& group, bool tapa);
   Communicator& comm() const { return group_; }
+  /// The exchanges' payload on the wire (StrategyOptions::compress): FP8 when true
+  /// (dit/parallel/fp8.hpp), except for exchanges with a V-Major channel.
+  void set_fp8(bool on) { fp8_ = on; }
+  bool fp8() const { return fp8_; }
   int size() const { return group_.size(); }
   int rank() const { return group_.rank(); }
   bool tapa() const { return tapa_; }
@@ -61,6 +65,7 @@ class SpGroup {
  private:
   Communicator& group_;
   bool tapa_;
+  bool fp8_ = false;
   std::vector<std::unique_ptr<Communicator>> level_comms_;
   std::vector<Phase> phases_;
 };
@@ -175,6 +180,8 @@ class BlockExchange {
   SimTime waited() const { return waited_; }
 
  private:
+  // Block (s, d) as it travels: its shape, or its FP8 rows' words.
+  BlockShape wire(int s, int d) const;
   void launch_phase(const Exec& ex);
   void complete_phase(const Exec& ex);
   PhaseIo io();
@@ -184,6 +191,10 @@ class BlockExchange {
   bool phantom_ = false;
   std::string label_;
   VMajorChannel* v_major_ = nullptr;
+  bool fp8_ = false;               // the payload is FP8 (decoded_ holds what arrived)
+  bool decoded_ready_ = false;     // FP8: finish() decoded what arrived
+  FloatBuffer decoded_;            // FP8: the received blocks, decoded, in source order
+  std::vector<std::int64_t> decoded_off_;
   int phase_ = 0;                 // phase in flight (== phases().size() when done)
   int sub_step_ = 0;              // V-Major phases: 0 mask exchange, 1 data exchange
   bool awaiting_launch_ = false;  // phase_ is complete-ready but not launched yet

@@ -65,6 +65,7 @@ UlyssesRing::UlyssesRing(Communicator& world, const ModelConfig& cfg,
   ulysses_comm_ = world.split(t.rank_of(outer), me);
   ring_comm_ = world.split(t.rank_of(inner), me);
   ulysses_ = std::make_unique<SpGroup>(*ulysses_comm_, options.usp_tapa);
+  ulysses_->set_fp8(options.compress == "fp8");
   if (cfg.heads % ulysses_comm_->size() != 0 && !options.uneven_heads)
     throw ConfigError("usp: " + std::to_string(cfg.heads) +
                       " attention heads are not divisible by the Ulysses degree " +
