@@ -13,6 +13,7 @@
 #include "dit/model_family.hpp"
 #include "dit/pipeline.hpp"
 #include "dit/quality.hpp"
+#include "dit/parallel/fp8.hpp"
 #include "dit/step_cache.hpp"
 #include "tests/dit/emulated_runs.hpp"
 
@@ -226,6 +227,76 @@ TEST(StepCache, EveryFamilyRunsBothPoliciesAndSkips) {
       EXPECT_TRUE(o.latent.mat().allFinite()) << preset << " " << policy;
       EXPECT_FALSE(o.step_cache.skipped.empty()) << preset << " " << policy;
     }
+  }
+}
+
+}  // namespace
+}  // namespace cocodiff::dit
+
+namespace cocodiff::dit {
+namespace {
+
+TEST(Fp8, E4m3RoundsToNearestEvenAndClampsAtItsLargestValue) {
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;  // NaN
+    const float v = e4m3_decode(static_cast<std::uint8_t>(c));
+    if (v == 0.0f) continue;  // -0 and +0
+    EXPECT_EQ(e4m3_encode(v), c) << c;  // every value is its own code
+  }
+  EXPECT_EQ(e4m3_decode(e4m3_encode(1000.0f)), kE4m3Max);
+  EXPECT_EQ(e4m3_decode(0x7E), 448.0f);
+  EXPECT_EQ(e4m3_decode(0x01), 0.001953125f);  // the smallest subnormal, 2^-9
+  // 1.0625 lies halfway between 1.0 (code 0x38, even) and 1.125 (0x39): ties to even.
+  EXPECT_EQ(e4m3_encode(1.0625f), 0x38);
+  EXPECT_EQ(e4m3_encode(1.1875f), 0x3A);  // between 1.125 (odd) and 1.25 (even)
+}
+
+TEST(Fp8, RowsRoundTripWithinTheFormatsErrorAndZeroRowsStayZero) {
+  Mat x(3, 5);
+  x << 1, -2, 3, 0.5, 448, 0, 0, 0, 0, 0, 1e-3f, -7, 2.5f, 100, -0.01f;
+  std::vector<float> words(static_cast<size_t>(3 * fp8_row_words(5)));
+  EXPECT_EQ(fp8_row_words(5), 4);  // a scale and three words of two codes
+  fp8_encode(ConstMatMap(x.data(), 3, 5), words.data());
+  Mat y(3, 5);
+  fp8_decode(words.data(), MatMap(y.data(), 3, 5));
+  EXPECT_EQ(y.row(1), x.row(1));
+  EXPECT_EQ(y(0, 4), 448.0f);  // a row's largest element is exact
+  for (Eigen::Index r = 0; r < 3; ++r) {
+    const float amax = x.row(r).cwiseAbs().maxCoeff();
+    for (Eigen::Index c = 0; c < 5; ++c)  // 3 mantissa bits: within 1/16 of the value, or of
+      EXPECT_LE(std::abs(y(r, c) - x(r, c)),  // the row's smallest normal step
+                std::max(std::abs(x(r, c)) / 16, amax / kE4m3Max * 0.002f))
+          << r << " " << c;
+  }
+}
+
+TEST(Fp8, EveryUlyssesStrategyCompressedSendsLessAndStaysNearSerial) {
+  const ModelConfig cfg = load_model_preset("flux1-tiny");
+  const auto w = make_weights(cfg, 5, false);
+  RunSettings st = image_run(cfg, 3);
+  const Tensor ref = test::serial(cfg, *w, st);
+  emu::Engine engine = make_engine(2, 2, 2);
+  st.strategy_options.v_major_threshold = 0;
+  for (const char* name : {"flat", "tapa", "v_first", "pipeline", "cocodiff", "usp"}) {
+    st.strategy = name;
+    st.strategy_options.compress = "none";
+    const Outcome exact = run(engine, cfg, *w, st);
+    st.strategy_options.compress = "fp8";
+    const Outcome r = run(engine, cfg, *w, st);
+    const double e = relative_l2(ref, r.latent);
+    EXPECT_GT(e, 1e-5) << name;  // lossy, and it shows
+    EXPECT_LT(e, 0.1) << name;
+    // Less on every tier the Ulysses exchanges cross (usp's ring passes are not compressed).
+    std::int64_t sent = 0, sent_exact = 0;
+    for (size_t k = 0; k < exact.result.bytes_by_tier.size(); ++k) {
+      EXPECT_LE(r.result.bytes_by_tier[k], exact.result.bytes_by_tier[k]) << name << " " << k;
+      sent += r.result.bytes_by_tier[k];
+      sent_exact += exact.result.bytes_by_tier[k];
+    }
+    EXPECT_LT(sent, sent_exact) << name;
+    // Deterministic: the same bytes again.
+    const Outcome again = run(engine, cfg, *w, st);
+    EXPECT_TRUE(bitwise_equal(r.latent, again.latent)) << name;
   }
 }
 
