@@ -79,9 +79,8 @@ nlohmann::ordered_json measured_rates_json(const RunPlan& plan, const dit::StepC
       {"seed", plan.settings.seed},
   };
   if (cached)
-    j["step_cache"] = {{"policy", cache.policy},
-                       {"threshold", cache.threshold},
-                       {"skipped", cache.skipped}};
+    j["step_cache"] = {
+        {"policy", cache.policy}, {"threshold", cache.threshold}, {"skipped", cache.skipped}};
   if (active >= 0)
     j["v_major"] = {{"threshold", plan.settings.strategy_options.v_major_threshold},
                     {"block_tokens", plan.settings.strategy_options.v_major_block_tokens},
@@ -139,18 +138,17 @@ void read_measured_rates(Config& cfg, RunPlan& plan) {
                   std::to_string(sc.threshold));
       const int measured_steps = j.at("steps").get<int>();
       if (!cfg.has("step_cache.phantom_skipped"))
-        sc.phantom_skipped = map_skips(c.at("skipped").get<std::vector<int>>(), measured_steps,
-                                       plan.settings.steps);
+        sc.phantom_skipped =
+            map_skips(c.at("skipped").get<std::vector<int>>(), measured_steps, plan.settings.steps);
     }
     if (j.contains("v_major") && !cfg.has("v_major.phantom_active_fraction")) {
       const double f = j.at("v_major").at("active_fraction").get<double>();
       if (!(f >= 0 && f <= 1)) throw bad("v_major.active_fraction " + std::to_string(f));
       plan.settings.strategy_options.v_major_phantom_active_fraction = f;
     }
-    plan.measured_rates_from = RunPlan::RatesSource{file.string(),
-                                                    j.value("model", std::string()),
-                                                    j.value("steps", 0),
-                                                    j.value("tokens", std::int64_t{0})};
+    plan.measured_rates_from =
+        RunPlan::RatesSource{file.string(), j.value("model", std::string()), j.value("steps", 0),
+                             j.value("tokens", std::int64_t{0})};
   } catch (const nlohmann::json::exception& e) {
     throw bad(std::string("malformed (") + e.what() + ")");
   }

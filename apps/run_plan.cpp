@@ -111,10 +111,10 @@ void read_step_cache(Config& cfg, dit::StepCacheOptions& o, int steps) {
   o.coefficients = cfg.get_double_list("step_cache.coefficients", o.coefficients);
   for (const std::int64_t v : cfg.get_int_list("step_cache.phantom_skipped", {})) {
     if (v <= 0 || v >= steps)
-      throw ConfigError(cfg.where("step_cache.phantom_skipped"), "step_cache.phantom_skipped",
-                        "steps from 1 to " + std::to_string(steps - 1) +
-                            " (the first step always runs)",
-                        std::to_string(v));
+      throw ConfigError(
+          cfg.where("step_cache.phantom_skipped"), "step_cache.phantom_skipped",
+          "steps from 1 to " + std::to_string(steps - 1) + " (the first step always runs)",
+          std::to_string(v));
     o.phantom_skipped.push_back(static_cast<int>(v));
   }
 }

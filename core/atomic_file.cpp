@@ -143,11 +143,10 @@ bool is_within(const std::filesystem::path& inner, const std::filesystem::path& 
 
 // A file name an output set of cocodiff holds (run, compare, tune).
 bool is_output_file_name(const std::string& n) {
-  static const char* const kNames[] = {"report.json",  "image.png",     "preview.png",
-                                       "trace.json",   "timeline.png",  "latent.safetensors",
-                                       "compare.json", "tune.json",     "tune.txt",
-                                       "pareto.png",   "rates.json",    "video.gif",
-                                       kOutputSetMarker};
+  static const char* const kNames[] = {
+      "report.json",        "image.png",    "preview.png",   "trace.json", "timeline.png",
+      "latent.safetensors", "compare.json", "tune.json",     "tune.txt",   "pareto.png",
+      "rates.json",         "video.gif",    kOutputSetMarker};
   for (const char* k : kNames)
     if (n == k) return true;
   // image_N.png: a batch's images; frame_N.png: a video's frames.

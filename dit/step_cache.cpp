@@ -28,8 +28,9 @@ Tensor copy_of(const Exec& ex, const Tensor& t) {
 Tensor difference(const Exec& ex, const Tensor& a, const Tensor& b) {
   Tensor d = Tensor::uninitialized(a.rows(), a.cols(), ex.phantom);
   if (!ex.phantom) d.mat() = a.mat() - b.mat();
-  ex.charge(OpKind::kElementwise, static_cast<double>(a.numel()), 3.0 * static_cast<double>(a.numel()),
-            "cache_residual", memory_shape(KernelClass::kAdd, a.numel(), a.cols()));
+  ex.charge(OpKind::kElementwise, static_cast<double>(a.numel()),
+            3.0 * static_cast<double>(a.numel()), "cache_residual",
+            memory_shape(KernelClass::kAdd, a.numel(), a.cols()));
   return d;
 }
 
@@ -37,8 +38,9 @@ void add_into(const Exec& ex, Tensor& x, const Tensor& r) {
   COCO_CHECK(x.rows() == r.rows() && x.cols() == r.cols(),
              "step cache: residual " + r.shape_str() + " for a stream of " + x.shape_str());
   if (!ex.phantom) x.mat() += r.mat();
-  ex.charge(OpKind::kElementwise, static_cast<double>(x.numel()), 3.0 * static_cast<double>(x.numel()),
-            "cache_apply", memory_shape(KernelClass::kAdd, x.numel(), x.cols()));
+  ex.charge(OpKind::kElementwise, static_cast<double>(x.numel()),
+            3.0 * static_cast<double>(x.numel()), "cache_apply",
+            memory_shape(KernelClass::kAdd, x.numel(), x.cols()));
 }
 
 }  // namespace
@@ -57,8 +59,8 @@ StepCache::StepCache(Communicator& sp, Communicator& world, int peer, bool decid
       opts_(std::move(opts)),
       steps_(steps),
       phantom_(phantom) {
-  COCO_CHECK(std::find(step_cache_policies().begin(), step_cache_policies().end(),
-                       opts_.policy) != step_cache_policies().end(),
+  COCO_CHECK(std::find(step_cache_policies().begin(), step_cache_policies().end(), opts_.policy) !=
+                 step_cache_policies().end(),
              "step cache policy " + opts_.policy);
   stats_.policy = opts_.policy;
   stats_.threshold = opts_.threshold;

@@ -70,11 +70,11 @@ struct StepCacheStats {
   std::string policy = "none";
   double threshold = 0;
   int steps = 0;
-  std::vector<int> skipped;     // steps whose blocks were skipped (first-block: but the first)
-  std::vector<double> change;   // per step: the measured change (TeaCache: accumulated), or -1
-  int blocks_run = 0;           // transformer blocks run, all passes
-  int blocks_total = 0;         // blocks an exact run runs
-  bool phantom = false;         // skipped steps came from phantom_skipped
+  std::vector<int> skipped;    // steps whose blocks were skipped (first-block: but the first)
+  std::vector<double> change;  // per step: the measured change (TeaCache: accumulated), or -1
+  int blocks_run = 0;          // transformer blocks run, all passes
+  int blocks_total = 0;        // blocks an exact run runs
+  bool phantom = false;        // skipped steps came from phantom_skipped
 };
 
 class StepCache {

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
-#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
+#include "dit/step_cache.hpp"
 
 namespace cocodiff::dit {
 
@@ -94,8 +94,8 @@ class DitXl final : public Model {
       models::check_finite(ex, "blocks", {&h}, i);
     };
     auto tea_input = [&] {
-      return models::first_block_modulated_input(ex, w, "blocks.0.adaLN_modulation.1", c_silu, 6,
-                                                 h, batch, cfg_.norm_eps);
+      return models::first_block_modulated_input(ex, w, "blocks.0.adaLN_modulation.1", c_silu, 6, h,
+                                                 batch, cfg_.norm_eps);
     };
     run_blocks(ex, cfg_.double_blocks, block, {&h}, tea_input);
     const std::vector<Tensor> m =

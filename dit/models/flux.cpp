@@ -7,10 +7,10 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
-#include "dit/step_cache.hpp"
 #include "dit/math_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
+#include "dit/step_cache.hpp"
 
 namespace cocodiff::dit {
 
@@ -211,11 +211,12 @@ class Flux final : public Model {
     };
     // TeaCache4FLUX: transformer_blocks[0].norm1 of the image stream.
     auto tea_input = [&] {
-      return nd > 0 ? models::first_block_modulated_input(ex, w, "transformer_blocks.0.norm1.linear",
-                                                          temb, 6, h, batch, cfg_.norm_eps)
-                    : models::first_block_modulated_input(
-                          ex, w, "single_transformer_blocks.0.norm.linear", temb, 3, h, batch,
-                          cfg_.norm_eps);
+      return nd > 0
+                 ? models::first_block_modulated_input(ex, w, "transformer_blocks.0.norm1.linear",
+                                                       temb, 6, h, batch, cfg_.norm_eps)
+                 : models::first_block_modulated_input(ex, w,
+                                                       "single_transformer_blocks.0.norm.linear",
+                                                       temb, 3, h, batch, cfg_.norm_eps);
     };
     run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
-#include "dit/step_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
+#include "dit/step_cache.hpp"
 
 namespace cocodiff::dit {
 

@@ -14,10 +14,10 @@
 #include <string>
 
 #include "dit/block_replay.hpp"
-#include "dit/step_cache.hpp"
 #include "dit/math_cache.hpp"
 #include "dit/model_family.hpp"
 #include "dit/models/common.hpp"
+#include "dit/step_cache.hpp"
 
 namespace cocodiff::dit {
 

@@ -191,9 +191,9 @@ class BlockExchange {
   bool phantom_ = false;
   std::string label_;
   VMajorChannel* v_major_ = nullptr;
-  bool fp8_ = false;               // the payload is FP8 (decoded_ holds what arrived)
-  bool decoded_ready_ = false;     // FP8: finish() decoded what arrived
-  FloatBuffer decoded_;            // FP8: the received blocks, decoded, in source order
+  bool fp8_ = false;            // the payload is FP8 (decoded_ holds what arrived)
+  bool decoded_ready_ = false;  // FP8: finish() decoded what arrived
+  FloatBuffer decoded_;         // FP8: the received blocks, decoded, in source order
   std::vector<std::int64_t> decoded_off_;
   int phase_ = 0;                 // phase in flight (== phases().size() when done)
   int sub_step_ = 0;              // V-Major phases: 0 mask exchange, 1 data exchange

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "dit/model_family.hpp"
+#include "dit/parallel/fp8.hpp"
 #include "dit/pipeline.hpp"
 #include "dit/quality.hpp"
-#include "dit/parallel/fp8.hpp"
 #include "dit/step_cache.hpp"
 #include "tests/dit/emulated_runs.hpp"
 
@@ -214,8 +214,8 @@ TEST(StepCache, APhantomRunGivenTheSkippedStepsMovesTheRealRunsBytes) {
 }
 
 TEST(StepCache, EveryFamilyRunsBothPoliciesAndSkips) {
-  for (const char* preset : {"flux1-tiny", "flux2-tiny", "sd35-tiny", "qwen-image-tiny",
-                             "dit-xl-2-tiny", "wan-tiny"}) {
+  for (const char* preset :
+       {"flux1-tiny", "flux2-tiny", "sd35-tiny", "qwen-image-tiny", "dit-xl-2-tiny", "wan-tiny"}) {
     const ModelConfig cfg = load_model_preset(preset);
     const auto w = make_weights(cfg, 5, false);
     RunSettings st = image_run(cfg, 4);
@@ -240,7 +240,7 @@ TEST(Fp8, E4m3RoundsToNearestEvenAndClampsAtItsLargestValue) {
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) continue;  // NaN
     const float v = e4m3_decode(static_cast<std::uint8_t>(c));
-    if (v == 0.0f) continue;  // -0 and +0
+    if (v == 0.0f) continue;            // -0 and +0
     EXPECT_EQ(e4m3_encode(v), c) << c;  // every value is its own code
   }
   EXPECT_EQ(e4m3_decode(e4m3_encode(1000.0f)), kE4m3Max);
@@ -263,7 +263,7 @@ TEST(Fp8, RowsRoundTripWithinTheFormatsErrorAndZeroRowsStayZero) {
   EXPECT_EQ(y(0, 4), 448.0f);  // a row's largest element is exact
   for (Eigen::Index r = 0; r < 3; ++r) {
     const float amax = x.row(r).cwiseAbs().maxCoeff();
-    for (Eigen::Index c = 0; c < 5; ++c)  // 3 mantissa bits: within 1/16 of the value, or of
+    for (Eigen::Index c = 0; c < 5; ++c)      // 3 mantissa bits: within 1/16 of the value, or of
       EXPECT_LE(std::abs(y(r, c) - x(r, c)),  // the row's smallest normal step
                 std::max(std::abs(x(r, c)) / 16, amax / kE4m3Max * 0.002f))
           << r << " " << c;

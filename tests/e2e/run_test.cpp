@@ -592,8 +592,7 @@ TEST(Run, StepCacheRatesFeedAPhantomRunOfTheSameBytes) {
   const std::vector<std::pair<std::string, std::string>> bad = {
       {" --set run.math=skip", "a phantom run has no values to decide which steps to skip"},
       {" --set run.measured_rates=" + rates, "no measured rates in a real-math run"},
-      {" --set run.math=skip --set step_cache.policy=first_block --set run.measured_rates=" +
-           rates,
+      {" --set run.math=skip --set step_cache.policy=first_block --set run.measured_rates=" + rates,
        "step_cache measured with policy \"teacache\""},
       {" --set run.math=skip --set run.measured_rates=" + (dir / "real" / "image.png").string(),
        "not JSON"}};
