@@ -93,7 +93,7 @@ double StepCache::relative_change(const Exec& ex, const Tensor& a, const Tensor&
                       b.mat().cwiseAbs().cast<double>().sum()};
     send.resize(4);
     std::memcpy(send.data(), sums, sizeof sums);
-    recv.resize(static_cast<size_t>(4 * sp_.size()));
+    recv.resize(4 * static_cast<size_t>(sp_.size()));
   }
   ex.charge(OpKind::kElementwise, 3.0 * static_cast<double>(a.numel()),
             2.0 * static_cast<double>(a.numel()), "cache_change",
@@ -103,7 +103,7 @@ double StepCache::relative_change(const Exec& ex, const Tensor& a, const Tensor&
   double num = 0, den = 0;
   for (int r = 0; r < sp_.size(); ++r) {
     double sums[2];
-    std::memcpy(sums, recv.data() + 4 * r, sizeof sums);
+    std::memcpy(sums, recv.data() + 4 * static_cast<std::ptrdiff_t>(r), sizeof sums);
     num += sums[0];
     den += sums[1];
   }
@@ -143,11 +143,13 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
                                 step_) != opts_.phantom_skipped.end();
   auto keep_residuals = [&](const std::vector<Tensor>& before) {
     s.residual.clear();
+    s.residual.reserve(state.size());
     for (size_t k = 0; k < state.size(); ++k)
       s.residual.push_back(difference(ex, *state[k], before[k]));
   };
   auto snapshot = [&] {
     std::vector<Tensor> c;
+    c.reserve(state.size());
     for (Tensor* t : state) c.push_back(copy_of(ex, *t));
     return c;
   };
@@ -181,7 +183,7 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
         wants = phantom_ ? listed : s.accumulated < opts_.threshold;
       }
       if (!wants) s.accumulated = 0;
-      s.reference = std::move(measured);  // TeaCache compares consecutive steps
+      s.reference = measured;  // TeaCache compares consecutive steps
       s.has_reference = true;
     }
   }
