@@ -42,10 +42,10 @@ struct Exec {
   bool phantom = false;
   MathCache* cache = nullptr;  // shared by the tiles of a process (packed weights), or none
   std::vector<RecordedCharge>* record = nullptr;  // also keeps every charge here, or none
-  BlockReplay* blocks = nullptr;  // transformer blocks as regions of the run, or none
+  BlockReplay* blocks = nullptr;    // transformer blocks as regions of the run, or none
   StepCache* step_cache = nullptr;  // skips a step's blocks (dit/step_cache.hpp), or none
-  bool hand_over = true;          // math() may hand work to a math thread
-  bool deferred = false;          // charges are only recorded (inside a handed-over section)
+  bool hand_over = true;            // math() may hand work to a math thread
+  bool deferred = false;            // charges are only recorded (inside a handed-over section)
   /// The tensor handed to the next ops is a strided view (a head group sliced from a
   /// projection): the first op to read it charges its `_strided` label
   /// (RooflineParams::strided_factor).
