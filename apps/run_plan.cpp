@@ -102,12 +102,11 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
   o.compress = cfg.get_choice("compress.all_to_all", o.compress, {"none", "fp8"});
 }
 
-// [step_cache]: dit::StepCacheOptions. The thresholds default to the published ones for FLUX:
-// ParaAttention's 0.08 (First-Block-Cache) and TeaCache's 0.4 (1.8x).
+// [step_cache]: dit::StepCacheOptions; the threshold defaults to the policy's published one.
 void read_step_cache(Config& cfg, dit::StepCacheOptions& o, int steps) {
   o.policy = cfg.get_choice("step_cache.policy", o.policy, dit::step_cache_policies());
-  const double def = o.policy == "first_block" ? 0.08 : o.policy == "teacache" ? 0.4 : 0.0;
-  o.threshold = cfg.get_double("step_cache.threshold", def, 0, 1e6);
+  o.threshold =
+      cfg.get_double("step_cache.threshold", dit::step_cache_default_threshold(o.policy), 0, 1e6);
   o.coefficients = cfg.get_double_list("step_cache.coefficients", o.coefficients);
   for (const std::int64_t v : cfg.get_int_list("step_cache.phantom_skipped", {})) {
     if (v <= 0 || v >= steps)

@@ -15,11 +15,9 @@ namespace {
 // Tag of the CFG-parallel decision message (point-to-point on the world group).
 constexpr int kDecisionTag = 7002;
 
-std::int64_t n(std::int64_t x) { return x; }
-
 Tensor copy_of(const Exec& ex, const Tensor& t) {
   Tensor c = t;
-  ex.charge(OpKind::kCopy, 0, 2.0 * static_cast<double>(n(t.numel())), "cache_copy",
+  ex.charge(OpKind::kCopy, 0, 2.0 * static_cast<double>(t.numel()), "cache_copy",
             memory_shape(KernelClass::kCopy, t.numel(), t.cols()));
   return c;
 }
@@ -44,6 +42,10 @@ void add_into(const Exec& ex, Tensor& x, const Tensor& r) {
 }
 
 }  // namespace
+
+double step_cache_default_threshold(const std::string& policy) {
+  return policy == "first_block" ? 0.08 : policy == "teacache" ? 0.4 : 0.0;
+}
 
 const std::vector<std::string>& step_cache_policies() {
   static const std::vector<std::string> names = {"none", "first_block", "teacache"};

@@ -64,6 +64,9 @@ struct StepCacheOptions {
 
 /// The policy names, for config errors.
 const std::vector<std::string>& step_cache_policies();
+/// The published threshold of a policy for FLUX: ParaAttention's 0.08 (First-Block-Cache),
+/// TeaCache's 0.4 (1.8x); 0 for "none".
+double step_cache_default_threshold(const std::string& policy);
 
 /// What the cache did on this rank (the same on every rank).
 struct StepCacheStats {

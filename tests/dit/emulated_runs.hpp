@@ -75,4 +75,20 @@ inline bool bitwise_equal(const Tensor& a, const Tensor& b) {
          std::memcmp(a.data().data(), b.data().data(), a.data().size_bytes()) == 0;
 }
 
+/// The run on tiles x gpus x nodes with 1, 2 and 4 workers: calls check(first, other, workers)
+/// with the 1-worker outcome and each other one.
+template <class Check>
+void on_one_two_and_four_workers(int tiles, int gpus, int nodes, const ModelConfig& cfg,
+                                 const Weights& w, const RunSettings& st, const Check& check) {
+  Outcome first;
+  for (int workers : {1, 2, 4}) {
+    emu::Engine engine = make_engine(tiles, gpus, nodes, workers);
+    Outcome r = run(engine, cfg, w, st);
+    if (workers == 1)
+      first = std::move(r);
+    else
+      check(first, r, workers);
+  }
+}
+
 }  // namespace cocodiff::dit::test

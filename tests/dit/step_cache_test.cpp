@@ -153,18 +153,12 @@ TEST(StepCache, TheSameTimelineOnOneTwoAndFourWorkers) {
   st.strategy = "cocodiff";
   st.step_cache.policy = "teacache";
   st.step_cache.threshold = 1.0;
-  Outcome first;
-  for (int workers : {1, 2, 4}) {
-    emu::Engine engine = make_engine(2, 2, 2, workers);
-    const Outcome r = run(engine, cfg, *w, st);
-    if (workers == 1) {
-      first = r;
-      continue;
-    }
-    EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
-    EXPECT_EQ(r.cache.skipped, first.cache.skipped) << workers;
-    EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
-  }
+  test::on_one_two_and_four_workers(
+      2, 2, 2, cfg, *w, st, [](const Outcome& first, const Outcome& r, int workers) {
+        EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
+        EXPECT_EQ(r.cache.skipped, first.cache.skipped) << workers;
+        EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
+      });
 }
 
 TEST(StepCache, APhantomRunGivenTheSkippedStepsMovesTheRealRunsBytes) {

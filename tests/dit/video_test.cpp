@@ -121,17 +121,11 @@ TEST(Video, TheSameTimelineOnOneTwoAndFourWorkers) {
   const auto w = make_weights(cfg, 5, false);
   RunSettings st = video_run(2);
   st.strategy = "cocodiff";
-  Outcome first;
-  for (int workers : {1, 2, 4}) {
-    emu::Engine engine = make_engine(2, 3, 2, workers);
-    const Outcome r = run(engine, cfg, *w, st);
-    if (workers == 1) {
-      first = r;
-      continue;
-    }
-    EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
-    EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
-  }
+  test::on_one_two_and_four_workers(
+      2, 3, 2, cfg, *w, st, [](const Outcome& first, const Outcome& r, int workers) {
+        EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << workers;
+        EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << workers;
+      });
 }
 
 TEST(Video, OneFrameIsAnImageAndFramesTheModelCannotTakeAreErrors) {
