@@ -463,10 +463,28 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   // critical path: no op issue cost; a collective call still costs its issue. "reference": each
   // block at the host time its reference implementation takes, counted.
   const std::string framework =
-      in.choice("device.host.framework", "eager", {"eager", "compiled", "reference"});
+      in.choice("device.host.framework", "eager", {"eager", "compiled", "inductor", "reference"});
   d.host.framework = framework == "compiled"    ? HostParams::Framework::kCompiled
+                     : framework == "inductor"  ? HostParams::Framework::kInductor
                      : framework == "reference" ? HostParams::Framework::kReference
                                                 : HostParams::Framework::kEager;
+  // torch.compile's default mode: memory-bound kernels fused, each op launched by the compiled
+  // graph's wrapper. Both figures are a device's own measurement; none is assumed.
+  const bool fusion_given = in.has("device.host.inductor.fusion");
+  const bool launch_given = in.has("device.host.inductor.launch_us");
+  if (fusion_given != launch_given)
+    in.fail(fusion_given ? "device.host.inductor.launch_us" : "device.host.inductor.fusion",
+            "both device.host.inductor.fusion and device.host.inductor.launch_us", "one of them");
+  d.host.has_inductor = fusion_given;
+  if (fusion_given) {
+    d.host.inductor_fusion = in.get_double("device.host.inductor.fusion", 1.0, 0.05, 1.0);
+    d.host.inductor_launch = us("device.host.inductor.launch_us");
+  }
+  if (d.host.framework == HostParams::Framework::kInductor && !d.host.has_inductor)
+    in.fail("device.host.framework",
+            "\"eager\", \"compiled\" or \"reference\" on a device without [device.host.inductor] "
+            "(fusion and launch_us, fitted to torch.compile forwards on that device)",
+            "\"inductor\"");
   const double per_call = in.get_double("device.host.call_overhead_us", 0.0, 0.0, 1000.0);
   if (in.has("device.host.reference")) {
     const std::filesystem::path dir =
@@ -476,7 +494,7 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   }
   if (d.host.framework == HostParams::Framework::kReference && d.host.reference.empty())
     in.fail("device.host.framework",
-            "\"eager\" or \"compiled\", or a device.host.reference directory beside "
+            "\"eager\", \"compiled\" or \"inductor\", or a device.host.reference directory beside "
             "\"reference\" (the host profile of the models' reference implementations)",
             "\"reference\" without device.host.reference");
   for (const std::string& name : in.subkeys("device.host.kernels")) {

@@ -10,7 +10,8 @@
 namespace cocodiff {
 
 bool HostParams::any() const {
-  if (op_issue > SimTime{} || collective_issue > SimTime{}) return true;
+  if (op_issue > SimTime{} || collective_issue > SimTime{} || inductor_launch > SimTime{})
+    return true;
   for (const SimTime k : kernels)
     if (k > SimTime{}) return true;
   if (!reference.empty()) return true;
@@ -144,7 +145,26 @@ std::vector<std::string> RooflineDevice::outside_grid(size_t limit) const {
   return out;
 }
 
+namespace {
+
+/// A kernel torch.compile's inductor fuses into its neighbours: any measured class but the
+/// GEMMs and attention it calls out to (cuBLAS, SDPA).
+bool fused_by_inductor(KernelClass k) {
+  return k != KernelClass::kNone && k != KernelClass::kGemm && k != KernelClass::kSdpa &&
+         k != KernelClass::kHostBlock;
+}
+
+}  // namespace
+
 SimTime RooflineDevice::time(const OpCost& cost) const {
+  const SimTime t = eager_time(cost);
+  if (p_.host.framework != HostParams::Framework::kInductor ||
+      !fused_by_inductor(cost.shape.kernel) || p_.host.inductor_fusion == 1.0)
+    return t;
+  return SimTime::from_ns(std::llround(static_cast<double>(t.ns()) * p_.host.inductor_fusion));
+}
+
+SimTime RooflineDevice::eager_time(const OpCost& cost) const {
   if (cost.shape.kernel == KernelClass::kHostBlock) return {};  // host work only
   if (p_.grid != nullptr) {
     // Timed by shape: the grid's time, a strided view's times its kind's factor; the roofline
@@ -167,7 +187,7 @@ SimTime RooflineDevice::time(const OpCost& cost) const {
     OpCost contiguous = cost;
     contiguous.label = base;
     const double f = p_.strided_factor[static_cast<size_t>(cost.kind)];
-    const SimTime t = time(contiguous);
+    const SimTime t = eager_time(contiguous);
     return f == 1.0 ? t : SimTime::from_ns(std::llround(static_cast<double>(t.ns()) * f));
   }
   if (!p_.kernels.empty()) {
@@ -200,6 +220,8 @@ SimTime RooflineDevice::host_issue(std::string_view label, KernelClass kernel) c
   switch (p_.host.framework) {
     case HostParams::Framework::kCompiled:
       return {};
+    case HostParams::Framework::kInductor:
+      return kernel == KernelClass::kHostBlock ? SimTime{} : p_.host.inductor_launch;
     case HostParams::Framework::kReference: {
       if (kernel != KernelClass::kHostBlock) return {};
       const auto it = p_.host.reference.find(label);

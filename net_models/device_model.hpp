@@ -134,11 +134,20 @@ struct HostParams {
   double per_rank_slowdown = 0.0;  // DeviceModel::host_per_rank_slowdown
   double sync_slowdown = 0.0;      // DeviceModel::host_sync_slowdown
   double step_factor = 1.0;        // DeviceModel::host_step_factor
-  /// device.host.framework: "eager" (each op at its issue cost below), "compiled" (CUDA graphs,
-  /// torch.compile: ops issue at no cost; collective calls keep collective_issue), "reference"
-  /// (each transformer block at the host time its reference implementation takes: `reference`).
-  enum class Framework : std::uint8_t { kEager, kCompiled, kReference };
+  /// device.host.framework: "eager" (each op at its issue cost below), "compiled" (the eager
+  /// kernels replayed from a CUDA graph: ops issue at no cost; collective calls keep
+  /// collective_issue), "inductor" (torch.compile's default mode: memory-bound kernels fused,
+  /// each op launched at inductor_launch), "reference" (each transformer block at the host time
+  /// its reference implementation takes: `reference`).
+  enum class Framework : std::uint8_t { kEager, kCompiled, kInductor, kReference };
   Framework framework = Framework::kEager;
+  /// device.host.inductor.fusion: under "inductor", a memory-bound kernel (a norm, RoPE, an
+  /// elementwise op: any class but GEMM and attention) takes this fraction of its eager time,
+  /// fused into its neighbours. device.host.inductor.launch_us: what the compiled graph's
+  /// wrapper takes to launch one op. Both fitted to torch.compile forwards (the preset says which).
+  double inductor_fusion = 1.0;
+  SimTime inductor_launch;
+  bool has_inductor = false;  // the cluster gave both
   /// By "model/scope" (scope: transformer_blocks, single_transformer_blocks, outside): the host
   /// time of one block as the reference issues it, counted (device.host.reference: its calls at
   /// their measured issue costs, plus device.host.call_overhead_us a call).
@@ -212,6 +221,8 @@ class RooflineDevice final : public DeviceModel {
  public:
   explicit RooflineDevice(RooflineParams p);
   SimTime time(const OpCost& cost) const override;
+  /// The op's time as eager PyTorch runs it (time() before inductor's fusion).
+  SimTime eager_time(const OpCost& cost) const;
   std::string name() const override { return p_.name; }
   double overlap_compute_factor() const override { return p_.overlap_compute_factor; }
   double overlap_transfer_factor() const override { return p_.overlap_transfer_factor; }

@@ -21,7 +21,7 @@ diffusers' own classes, as the forwards were measured.
 A row with frames > 1 (Wan 2.1: h200x1-video) is a video forward, run with run.frames.
 
 Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models,h200x1-models2]
-                          [--framework reference|eager|compiled] [--out DIR] [--name models_fidelity]
+                          [--framework reference|eager|compiled|inductor] [--out DIR] [--name models_fidelity]
 Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
 forwards: --measured h200x1-video --name video_fidelity).
 """
@@ -40,20 +40,21 @@ ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(
 BATCH_CFG = {"sd3", "dit"}
 
 
-def predict(cocodiff, preset, row, cache, framework="reference"):
-    """cocodiff's virtual time of the row's forward in ms, or None when it runs no such forward."""
+def predict(cocodiff, preset, row, cache, framework="reference", extra=()):
+    """cocodiff's virtual time of the row's forward in ms, or None when it runs no such forward.
+    EXTRA: further --set assignments (a fit's trial values)."""
     batch = int(row["batch"])
     if batch == 2 and row["family"] not in BATCH_CFG:
         return None
     w, h = int(row["width"]), int(row["height"])
     frames = int(row.get("frames") or 1)  # video frames (older files: images only)
-    key = (row["model"], w, h, batch, frames)
+    key = (row["model"], w, h, batch, frames, framework, tuple(extra))
     if key in cache:
         return cache[key]
     sets = [f"model.preset={row['model']}", f"cluster.preset={preset}", "cluster.nodes=1",
             "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
             "run.math=skip", "run.steps=1", "emulator.trace=false", "emulator.workers=1",
-            f"cluster.device.host.framework={framework}"]
+            f"cluster.device.host.framework={framework}", *extra]
     sets += [f"run.resolution={w}"] if w == h else [f"run.width={w}", f"run.height={h}"]
     if batch == 1:
         sets.append("run.cfg_scale=1")
@@ -78,7 +79,7 @@ def main():
     p.add_argument("--measured", default="h200x1-models,h200x1-models2",
                    help="measurement folders of configs/measurements/, one per machine")
     p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-    p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled"],
+    p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled", "inductor"],
                    help="the host the preset times (reference: diffusers' own, as measured)")
     p.add_argument("--name", default="models_fidelity", help="the results' file name")
     a = p.parse_args()

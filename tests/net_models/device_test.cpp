@@ -250,6 +250,65 @@ TEST(HostIssue, AKernelClassCostWinsOverTheLabelAndCompiledIssuesNothing) {
   EXPECT_THROW(load("[cluster.device.host]\nframework = \"jit\"\n"), ConfigError);
 }
 
+TEST(HostIssue, InductorFusesMemoryBoundKernelsAndLaunchesEveryOpAtItsCost) {
+  const auto load = [](const std::string& extra) {
+    return load_cluster(Config::parse("[cluster]\npreset = \"hgx-h200\"\n" + extra, "run.toml"),
+                        kPresets);
+  };
+  const Cluster eager = load("");
+  const Cluster ind = load(
+      "[cluster.device.host]\nframework = \"inductor\"\n"
+      "[cluster.device.host.inductor]\nfusion = 0.5\nlaunch_us = 10\n");
+  OpCost norm{OpKind::kNorm, 4096.0 * 3072 * 5, 4096.0 * 3072 * 4, "q_norm",
+              {KernelClass::kRmsNormUnfused, {4096 * 3072, 128, 0, 0, 0}}};
+  OpCost gemm{OpKind::kGemm, 2.0 * 4096 * 3072 * 3072, 3.0 * 4096 * 3072 * 2, "attn_out",
+              gemm_shape(4096, 3072, 3072, true)};
+  // A memory-bound kernel takes the fused fraction of its eager time; a GEMM keeps its time.
+  const std::int64_t eager_norm = eager.device->time(norm).ns();
+  ASSERT_GT(eager_norm, 0);
+  EXPECT_NEAR(static_cast<double>(ind.device->time(norm).ns()), 0.5 * eager_norm, 1.0);
+  EXPECT_EQ(ind.device->time(gemm), eager.device->time(gemm));
+  // Every op launches at the wrapper's cost, whatever its class; collectives keep theirs.
+  EXPECT_EQ(ind.device->host_issue("q_norm", KernelClass::kRmsNormUnfused).ns(), 10'000);
+  EXPECT_EQ(ind.device->host_issue("attn_out", KernelClass::kGemm).ns(), 10'000);
+  EXPECT_EQ(ind.device->host_issue("m/transformer_blocks", KernelClass::kHostBlock).ns(), 0);
+  EXPECT_EQ(ind.device->collective_issue(), eager.device->collective_issue());
+  // The preset's fitted figures apply when the run names only the framework; eager is unfused.
+  const Cluster fitted = load("[cluster.device.host]\nframework = \"inductor\"\n");
+  EXPECT_LT(fitted.device->time(norm), eager.device->time(norm));
+  EXPECT_EQ(eager.device->host_issue("q_norm", KernelClass::kRmsNormUnfused),
+            load("[cluster.device.host.inductor]\nfusion = 0.5\nlaunch_us = 10\n")
+                .device->host_issue("q_norm", KernelClass::kRmsNormUnfused));
+  // One figure without the other, and a fusion outside (0.05, 1], are refused naming the key.
+  const auto message = [&](const std::string& extra) {
+    try {
+      load(extra);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message("[cluster.device.host.inductor]\nfusion = 1.5\nlaunch_us = 1\n")
+                .find("device.host.inductor.fusion"),
+            std::string::npos);
+  // On a device with no torch.compile measurement (hgx-h100): one figure alone is refused
+  // naming the other, and so is the framework.
+  const auto h100 = [&](const std::string& extra) {
+    try {
+      load_cluster(Config::parse("[cluster]\npreset = \"hgx-h100\"\n" + extra, "run.toml"),
+                   kPresets);
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(h100("[cluster.device.host.inductor]\nfusion = 0.5\n").find("launch_us"),
+            std::string::npos);
+  EXPECT_NE(h100("[cluster.device.host]\nframework = \"inductor\"\n").find("torch.compile"),
+            std::string::npos);
+  EXPECT_EQ(h100("[cluster.device.host]\nframework = \"compiled\"\n"), "");
+}
+
 TEST(HostIssue, TheReferenceFrameworkIssuesEachBlockAtItsCountedHostTime) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / ("device_test_ref_" + std::to_string(::getpid()));

@@ -284,8 +284,31 @@ def call_once(torch, model, kw):
     return s.elapsed_time(e), host, out
 
 
-def time_case(torch, model, kw, budget):
+class Graphed:
+    """The forward captured once into a CUDA graph (static inputs: the same tensors every call) and
+    replayed: the device runs eager PyTorch's kernels with no host issue between them."""
+
+    def __init__(self, torch, model, kw):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):     # warm-up off the capture stream, as torch.cuda.graph asks
+            model(**kw)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self.out = model(**kw)
+        torch.cuda.synchronize()
+
+    def __call__(self, **_):
+        self.graph.replay()
+        return self.out
+
+
+def time_case(torch, model, kw, budget, warm_extra=0):
     dev_ms, host_ms, _ = call_once(torch, model, kw)         # first warm-up
+    for _ in range(warm_extra):                               # compile: the first calls compile
+        dev_ms, host_ms, _ = call_once(torch, model, kw)
     warm, reps = reps_for(dev_ms / 1e3)
     for _ in range(warm - 1):
         dev_ms, host_ms, _ = call_once(torch, model, kw)
@@ -304,6 +327,33 @@ def time_case(torch, model, kw, budget):
     hs.sort()
     return {"median_ms": d[len(d) // 2], "min_ms": d[0], "max_ms": d[-1], "host_ms": hs[len(hs) // 2],
             "reps": reps, "finite": finite, "output_shape": list(o.shape)}, None
+
+
+def run_case(torch, model, kw, budget, mode):
+    """One case timed as MODE runs it: eager calls, replays of a CUDA graph of the eager forward,
+    or torch.compile's (inductor, default mode) forward after it compiled for this shape."""
+    if mode == "eager":
+        return time_case(torch, model, kw, budget)
+    if mode == "graph":
+        g = Graphed(torch, model, kw)
+        try:
+            return time_case(torch, g, kw, budget)
+        finally:
+            g.graph.reset()
+    torch._dynamo.reset()                 # one compiled graph per case, compiled for its shapes alone
+    compiled = torch.compile(model, dynamic=False)
+    t0 = time.time()
+    call_once(torch, compiled, kw)
+    compile_s = time.time() - t0
+    res, why = time_case(torch, compiled, kw, budget, warm_extra=1)
+    if res is not None:
+        res["compile_s"] = round(compile_s, 1)
+    return res, why
+
+
+def case_wanted(only, w, h, b, f):
+    """--cases WxH:B[:F],... (empty: every case)."""
+    return not only or f"{w}x{h}:{b}" in only or f"{w}x{h}:{b}:{f}" in only
 
 
 def cases_of(name, spec, quick):
@@ -368,7 +418,11 @@ def main():
     ap.add_argument("--quick", action="store_true", help="tiny configs (few layers, small hidden) of every class")
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--plan", action="store_true", help="print the cases and their estimated time, run nothing")
+    ap.add_argument("--mode", default="eager", choices=["eager", "graph", "compile"],
+                    help="eager calls (default), replays of a CUDA graph of the eager forward, or torch.compile")
+    ap.add_argument("--cases", default="", help="only these cases: WxH:BATCH[:FRAMES],... (default: all)")
     args = ap.parse_args()
+    only = {c for c in args.cases.split(",") if c}
     fams = [f for f in args.families.split(",") if f]
     bad = [f for f in fams if f not in FAMILIES]
     if bad:
@@ -389,7 +443,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     env = bc.env_info(torch, dev)
     env.update({"script": "bench/fidelity/models/forwards.py", "argv": sys.argv[1:], "budget_s": args.budget_s,
-                "quick": args.quick, "models": [], "cases": [], "errors": []})
+                "quick": args.quick, "mode": args.mode, "models": [], "cases": [], "errors": []})
     diffusers_env(src, env)
     envpath = os.path.join(args.out, "env.json")
     bc.write_json(envpath, env)
@@ -403,6 +457,8 @@ def main():
         spec["quick_mode"] = args.quick
         groups = {}   # one model per distinct config (DiT: one per sample_size)
         for w, h, b, f in cases_of(name, spec, args.quick):
+            if not case_wanted(only, w, h, b, f):
+                continue
             cfg = config_of(spec, args.quick, w, h)
             groups.setdefault(repr(sorted(cfg.items())), (cfg, []))[1].append((w, h, b, f))
         for cfg, cases in groups.values():
@@ -459,7 +515,7 @@ def main():
                     torch.cuda.reset_peak_memory_stats()
                     with torch.inference_mode():
                         kw, img = make_inputs(torch, name, spec, b, w, h, dev, f)
-                        res, why = time_case(torch, model, kw, budget)
+                        res, why = run_case(torch, model, kw, budget, args.mode)
                     kw = None
                     if res is None:
                         case["status"] = f"skipped: {why}"
@@ -467,6 +523,7 @@ def main():
                         continue
                     case.update(res)
                     case["status"] = "ok"
+                    case["mode"] = args.mode
                     case["peak_memory_bytes"] = torch.cuda.max_memory_allocated()
                     case["image_tokens"], case["text_tokens"] = img, spec["text"]
                     csv.row([spec["family"], name, w, h, b, img, spec["text"], res["median_ms"], res["min_ms"],

@@ -9,6 +9,11 @@
 #   forwards-a  DiT-XL/2, SD3.5 Medium, FLUX.1-dev, SD3.5 Large (forwards_a.csv, env_forwards_a.json)
 #   forwards-b  Qwen-Image, FLUX.2-dev (forwards_b.csv, env_forwards_b.json); after either half,
 #               forwards.csv is rebuilt from the halves present
+#   graph       forwards.py --mode graph, every family: each forward captured into a CUDA graph and
+#               replayed (forwards.csv, env_graph.json; budget 420 s)
+#   compile     forwards.py --mode compile: torch.compile (inductor, default mode) at one size a family,
+#               batch 1 (1024^2; DiT 256^2 and 512^2; Wan 832x480, 33 frames) (forwards.csv,
+#               env_compile.json; budget 480 s; each case compiles for its shape)
 #   host        host_profile.py, every family (host_ops.csv, host_blocks.csv, host_issue.csv,
 #               env_host.json; budget 300 s, stopped at 6 minutes; time not yet measured)
 #   all         grid, then forwards (about 6 minutes on one H200, at most 17 with both deadlines;
@@ -18,7 +23,7 @@
 # The diffusers source tree is DIFFUSERS_SRC (default: .cache/diffusers-src of this repository,
 # holding diffusers/ and COMMIT); PYTHON picks the interpreter (default python3).
 set -euo pipefail
-modes=" grid forwards forwards-a forwards-b host all smoke "
+modes=" grid forwards forwards-a forwards-b graph compile host all smoke "
 if [ $# -lt 1 ] || [ $# -gt 2 ] || [[ $modes != *" ${2:-all} "* ]]; then
   echo "usage: bash bench/fidelity/models/run.sh OUT [MODE]; MODE is one of:$modes(default all)" >&2
   exit 2
@@ -71,6 +76,10 @@ case $mode in
   forwards) part forwards 540 forwards.py --diffusers "$src" --budget-s 480 ;;
   forwards-a) part forwards_a 540 forwards.py --diffusers "$src" --budget-s 480 --families "$half_a"; merge_halves ;;
   forwards-b) part forwards_b 540 forwards.py --diffusers "$src" --budget-s 480 --families "$half_b"; merge_halves ;;
+  graph) part graph 480 forwards.py --diffusers "$src" --budget-s 420 --mode graph ;;
+  compile)
+    part compile 560 forwards.py --diffusers "$src" --budget-s 480 --mode compile \
+      --cases 1024x1024:1,256x256:1,512x512:1,832x480:1:33 ;;
   host) part host 360 host_profile.py --diffusers "$src" --budget-s 300 ;;
   all)
     part grid 480 microbench.py --budget-s 420
@@ -82,6 +91,9 @@ case $mode in
     part grid 60 microbench.py --quick --budget-s 45
     part forwards 90 forwards.py --diffusers "$src" --quick --budget-s 70
     part host 90 host_profile.py --diffusers "$src" --quick --budget-s 70
+    part graph 60 forwards.py --diffusers "$src" --quick --budget-s 45 --mode graph
+    part compile 150 forwards.py --diffusers "$src" --quick --budget-s 120 --mode compile \
+      --families dit-xl-2,flux1-dev,wan2.1-t2v-1.3b
     ;;
 esac
 ls -l "$out"
