@@ -75,9 +75,11 @@ stage_fuzz() {
     -DCMAKE_CXX_COMPILER=clang++-14 -DCOCODIFF_FUZZ=ON -DCOCODIFF_SANITIZE=address,undefined \
     -DCOCODIFF_BUILD_BENCH=OFF -DCOCODIFF_WITH_MPI=OFF
   cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors \
-    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests
+    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests fuzz_steps_csv \
+    fuzz_interference_json
   local t
-  for t in config safetensors safetensors_index png calibrate_csv nccl_tests; do
+  for t in config safetensors safetensors_index png calibrate_csv nccl_tests steps_csv \
+    interference_json; do
     # New inputs go to a scratch corpus (listed first); the checked-in seeds are only read.
     local work="build-fuzz/corpus-$t"
     mkdir -p "$work"

@@ -3,7 +3,9 @@
 // netbench output or its JSON, interference, breakdown and chunks JSON, steps CSV, kernel grids:
 // the reader tells them apart by their contents; eager ops and interference then go through the
 // fit calibrate makes of them, a grid through its lookups),
-// fuzz_nccl_tests reads it as nccl-tests output (after a "# nThread" line). Every point read is
+// fuzz_nccl_tests reads it as nccl-tests output (after a "# nThread" line), fuzz_steps_csv as the
+// rows of a steps CSV (after measure_multi.py's header), fuzz_interference_json as an
+// interference JSON object (after a "{" where it has none). Every point read is
 // placed on a small cluster as calibrate places it. One input in 16 also goes through a real file
 // (the size and line caps of read_measurements), which must read the same points: a file per input
 // would make the target ten times slower. Bad input must end in a UserError; anything else (another
@@ -28,6 +30,12 @@
 
 #ifndef COCODIFF_FUZZ_NCCL_TESTS
 #define COCODIFF_FUZZ_NCCL_TESTS 0
+#endif
+#ifndef COCODIFF_FUZZ_STEPS
+#define COCODIFF_FUZZ_STEPS 0
+#endif
+#ifndef COCODIFF_FUZZ_INTERFERENCE
+#define COCODIFF_FUZZ_INTERFERENCE 0
 #endif
 
 namespace {
@@ -66,6 +74,14 @@ void check(bool ok) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string text(reinterpret_cast<const char*>(data), size);
   if (COCODIFF_FUZZ_NCCL_TESTS) text = "# nThread 1 nGpus 1 minBytes 8\n" + text;
+  if (COCODIFF_FUZZ_STEPS)
+    text =
+        "strategy,gpus,resolution,image_tokens,median_ms,min_ms,max_ms,host_issue_ms,transport,"
+        "timed_steps\n" +
+        text;
+  if (COCODIFF_FUZZ_INTERFERENCE && text.find_first_not_of(" \t\r\n") != std::string::npos &&
+      text[text.find_first_not_of(" \t\r\n")] != '{')
+    text = "{" + text;
   cal::Measurements m;
   bool parsed = true;
   try {
@@ -155,8 +171,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(in_range_or_unmeasured(p.device_us) && in_range_or_unmeasured(p.host_us));
     check(p.device_us > 0 || p.host_us > 0);
   }
+  for (const cal::StepPoint& p : m.steps) {
+    check(!p.where.empty() && !p.strategy.empty());
+    check(p.gpus >= 1 && p.gpus <= cal::kMaxRanks);
+    check(p.resolution >= 16 && p.resolution <= (1 << 16) && p.resolution % 16 == 0);
+    check(std::isfinite(p.median_ms) && p.median_ms >= cal::kMinTimeUs / 1e3 &&
+          p.median_ms <= cal::kMaxTimeUs / 1e3);
+  }
   for (const cal::InterferencePoint& p : m.interference) {
     check(p.bytes >= 1 && p.bytes <= cal::kMaxBytes);
+    check(!p.kernel.empty() && !p.where.empty());
     for (double t : {p.kernel_alone_us, p.kernel_with_us, p.a2a_alone_us, p.a2a_with_us})
       check(t >= cal::kMinTimeUs && t <= cal::kMaxTimeUs);
   }
