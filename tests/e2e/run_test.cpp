@@ -588,6 +588,21 @@ TEST(Run, StepCacheRatesFeedAPhantomRunOfTheSameBytes) {
   EXPECT_EQ(p["virtual_time_s"], r["virtual_time_s"]);
   EXPECT_EQ(p["measured_rates_from"]["model"], "flux1-fmnist");
   EXPECT_FALSE(fs::exists(dir / "phantom" / "rates.json"));  // a phantom run measures nothing
+  // At another step count the measured skips land on the same places of the schedule: step j
+  // of 15 takes the decision of step round(j x 7 / 14) of the 8 measured; step 0 always runs.
+  Result ph15 = sh(base + " --set run.math=skip --set run.steps=15 --set run.measured_rates=" +
+                   rates + " --out " + (dir / "phantom15").string());
+  ASSERT_EQ(ph15.exit_code, 0) << ph15.output;
+  std::ifstream p15in(dir / "phantom15" / "report.json");
+  const nlohmann::json p15 = nlohmann::json::parse(p15in);
+  const std::vector<int> measured = sc["skipped_steps"].get<std::vector<int>>();
+  std::vector<int> expected;
+  for (int j = 1; j < 15; ++j)
+    if (std::find(measured.begin(), measured.end(), (j * 7 + 7) / 14) != measured.end())
+      expected.push_back(j);
+  EXPECT_EQ(p15["step_cache"]["skipped_steps"].get<std::vector<int>>(), expected);
+  EXPECT_FALSE(expected.empty());
+  EXPECT_EQ(std::find(expected.begin(), expected.end(), 14), expected.end());  // the last runs
   // Misuse: no rates in a phantom run, rates in a real run, another policy, not a rates file.
   const std::vector<std::pair<std::string, std::string>> bad = {
       {" --set run.math=skip", "a phantom run has no values to decide which steps to skip"},
