@@ -751,15 +751,18 @@ void run_calibrate(const CalibrateOptions& o) {
             v.key.substr(0, v.key.find('.')) + "... to its figure; or --keep " + v.key);
     for (const calibrate::FittedValue& v : cfit.values) {
       const std::string shown = v.integer ? std::to_string(std::llround(v.value)) : fmt(v.value);
-      std::printf("#   %-40s = %-12s (was %s) %s: %s\n", v.key.c_str(), shown.c_str(),
+      std::printf("#   %-40s = %-12s (was %s) %s: %s%s\n", v.key.c_str(), shown.c_str(),
                   fmt(v.initial).c_str(),
                   v.fitted ? "fitted"
                   : v.held ? "held (--keep)"
                            : "kept, not determined by the points",
-                  v.what.c_str());
+                  v.what.c_str(),
+                  v.determined_by.empty() ? "" : ("; set by " + v.determined_by).c_str());
       notes << "#   " << v.key << " = " << shown << " ("
             << (v.fitted ? "fitted" : "kept: the points do not determine it") << "; was "
-            << fmt(v.initial) << ")\n";
+            << fmt(v.initial)
+            << (v.determined_by.empty() ? std::string() : "; set by " + v.determined_by)
+            << ")\n";
       if (v.integer)
         calibrate::set_key(table, v.key, toml::value<std::int64_t>(std::llround(v.value)));
       else

@@ -458,7 +458,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         if (k.kind == Knob::Kind::kBandwidth) v = knobs[k.knobs[n]].bandwidth_gbytes_per_s;
         if (k.kind == Knob::Kind::kLatency) v = static_cast<double>(knobs[k.knobs[n]].latency_ns);
         if (k.kind == Knob::Kind::kLocalCopy) v = c.library.local_copy_bytes_per_s / 1e9;
-        held.push_back({keys[n], p.name, v, v, k.kind == Knob::Kind::kLatency, false, true});
+        held.push_back({keys[n], p.name, v, v, k.kind == Knob::Kind::kLatency, false, true,
+                        "no point (held at its value by --keep)"});
       }
       return;
     }
@@ -698,6 +699,45 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     }
   }
 
+  // Which region of the sweep determines each figure: at the fitted values, the points whose
+  // predicted time it moves most (each figure changed by 10%: a factor on a bandwidth or a
+  // latency, 10% of its value for a cost, at least its step).
+  std::vector<std::string> regions(ks.size());
+  {
+    const ResidualFn f = residuals_for(best_threshold);
+    const std::vector<double> r0 = f(best.x);
+    const std::vector<std::vector<double>> jac = jacobian(f, best_ps, best.x, r0, fit.simulations);
+    std::vector<std::vector<size_t>> owned(ks.size());
+    for (size_t i = 0; i < points.size(); ++i) {
+      size_t top = ks.size();
+      double top_s = 0;
+      for (size_t j = 0; j < ks.size(); ++j) {
+        const bool log_scale =
+            ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency;
+        const double delta = log_scale ? 0.1 : std::max(0.1 * std::abs(best.x[j]), best_ps[j].step);
+        const double sens = std::abs(jac[i][j]) * delta;
+        if (sens > top_s) {
+          top_s = sens;
+          top = j;
+        }
+      }
+      if (top < ks.size() && top_s > 1e-4) owned[top].push_back(i);  // moves it by 0.01% or more
+    }
+    for (size_t j = 0; j < ks.size(); ++j) {
+      if (owned[j].empty()) {
+        regions[j] = "no point: no region of the sweep moves it most";
+        continue;
+      }
+      std::int64_t lo = points[owned[j].front()].bytes, hi = lo;
+      for (size_t i : owned[j]) {
+        lo = std::min(lo, points[i].bytes);
+        hi = std::max(hi, points[i].bytes);
+      }
+      regions[j] = std::to_string(owned[j].size()) + (owned[j].size() == 1 ? " point, " : " points, ") +
+                   std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi)) + " bytes";
+    }
+  }
+
   // The figures, as the cluster file will hold them.
   const Trial t = trial(best.x, best_threshold);
   fit.eager_max_bytes = t.library.eager_max_bytes;
@@ -708,7 +748,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     // one it started from); fitted when some fit moved it.
     auto value = [&](std::string key, std::string what, double initial, double v, bool integer) {
       const bool moved = free || std::abs(v - initial) > 1e-9 * std::max(1.0, std::abs(initial));
-      fit.values.push_back({std::move(key), std::move(what), initial, v, integer, moved});
+      fit.values.push_back({std::move(key), std::move(what), initial, v, integer, moved, false,
+                            regions[j]});
     };
     switch (k.kind) {
       case Knob::Kind::kBandwidth:
@@ -754,9 +795,11 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
   if (fit.protocol_fitted) {
     fit.values.push_back({"library.eager_max_bytes", "protocol threshold (bytes per message)",
                           static_cast<double>(lib0.eager_max_bytes),
-                          static_cast<double>(best_threshold), true, true});
+                          static_cast<double>(best_threshold), true, true, false,
+                          "the split of the measured sizes that lowers the sum of squares most"});
     fit.values.push_back({"library.eager_overhead_us", "eager extra per message (us)",
-                          lib0.eager_overhead.us(), 0, false, true});
+                          lib0.eager_overhead.us(), 0, false, true, false,
+                          "no point (none under the fitted protocol)"});
   }
   const std::vector<std::vector<double>> us =
       run_plan(plan, trial(best.x, best_threshold), options.rounds, fit.simulations);

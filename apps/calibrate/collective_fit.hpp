@@ -87,6 +87,11 @@ struct FittedValue {
   bool integer = false;  // written as an integer (latency_ns, eager_max_bytes)
   bool fitted = false;   // false: kept (the points do not determine it, or held by keep)
   bool held = false;     // held at its value by CollectiveFitOptions::keep
+  /// The region of the sweep that determines it: the points where this figure moves the
+  /// predicted time most of all the fitted figures (its change by 10%, or by 10% of its value
+  /// for a cost), "N points, B1-B2 bytes"; "no point" where it moves none most. Empty for a
+  /// held figure and the protocol's.
+  std::string determined_by;
 };
 
 struct CollectiveFit {

@@ -104,6 +104,22 @@ TEST(CalibrateFit, RecoversHostAndLibraryCostsFromBackToBackCalls) {
   EXPECT_NEAR(value_of(f, "library.call_overhead_us"), 10, 0.1);
   EXPECT_NEAR(value_of(f, "links.nvswitch.bandwidth_gbytes_per_s"), 80, 0.8);
   EXPECT_LT(f.rms_log, 1e-3);
+  // Each figure names the region of the sweep that sets it: the bandwidth the largest
+  // messages, the host's issue the smallest calls (which it binds); no region is claimed twice.
+  std::string bandwidth, issue;
+  for (const FittedValue& v : f.values) {
+    if (v.key == "links.nvswitch.bandwidth_gbytes_per_s") bandwidth = v.determined_by;
+    if (v.key == "device.host.collective_issue_us") issue = v.determined_by;
+  }
+  EXPECT_NE(bandwidth.find("-67108864 bytes"), std::string::npos) << bandwidth;
+  EXPECT_EQ(issue.rfind("1024", issue.find(" bytes")), issue.find(", ") + 2) << issue;
+  int owned = 0;
+  for (const FittedValue& v : f.values) {
+    ASSERT_FALSE(v.determined_by.empty()) << v.key;
+    if (v.determined_by.find("no point") == std::string::npos)
+      owned += std::stoi(v.determined_by);
+  }
+  EXPECT_LE(owned, static_cast<int>(points.size()));
 }
 
 EagerOpPoint eager(const std::string& op, const std::string& label, double flops, double device_us,
