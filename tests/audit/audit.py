@@ -275,6 +275,39 @@ for sig, code in [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 1
     results.append(('signal %s' % sig.name, p.returncode == code and 'interrupted by' in e and not (os.path.exists(o2) and os.listdir(o2)),
                     'exit %s: %s' % (p.returncode, e.strip()[:120])))
 
+# signals at the other phases: start-up (0.2 s after the launch: the config read and the run
+# planned) and the write phase (the staging directory beside --out has appeared), each over an
+# earlier output set that must stay as it was, with no staging directory left beside it
+o4 = os.path.join(WORK, 'sig_phase', 'out')
+shutil.rmtree(os.path.dirname(o4), ignore_errors=True); os.makedirs(os.path.dirname(o4))
+phase_args = ['run', GOOD, '--out', o4, '-q', '--set', 'model.preset=flux1-dev', '--set', 'cluster.preset=aurora',
+              '--set', 'cluster.nodes=2', '--set', 'run.resolution=1024', '--set', 'emulator.trace=true']
+run(phase_args + ['--set', 'run.steps=6', '--set', 'run.seed=1'])
+old_report = open(os.path.join(o4, 'report.json')).read() if os.path.exists(os.path.join(o4, 'report.json')) else None
+staging = lambda: [f for f in os.listdir(os.path.dirname(o4)) if f.startswith('.out.tmp.')]
+for phase in ['start-up', 'write']:
+    for sig, code in [(signal.SIGINT, 130), (signal.SIGTERM, 143), (signal.SIGHUP, 129)]:
+        p = subprocess.Popen([BIN] + phase_args + ['--set', 'run.steps=6', '--set', 'run.seed=2'],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        seen = True
+        if phase == 'start-up':
+            time.sleep(0.2)
+        else:
+            deadline = time.time() + 120
+            while not staging() and time.time() < deadline and p.poll() is None: time.sleep(0.005)
+            seen = bool(staging())
+        t0 = time.time(); p.send_signal(sig)
+        try:
+            e = p.communicate(timeout=60)[1]
+        except subprocess.TimeoutExpired:
+            p.kill(); e = 'hang'
+        dt = time.time() - t0
+        kept = os.path.exists(os.path.join(o4, 'report.json')) and open(os.path.join(o4, 'report.json')).read() == old_report
+        results.append(('signal %s at %s' % (sig.name, phase),
+                        old_report is not None and seen and p.returncode == code and kept and not staging() and dt < 5,
+                        'exit %s in %.2f s, previous set %s: %s' % (p.returncode, dt, 'kept' if kept else 'CHANGED',
+                                                                 e.strip()[:120])))
+
 # --- 7. MPI: mismatched runs, a stopped rank, an injected fault --------------------------------
 mpirun = shutil.which('mpirun')
 if mpirun:
