@@ -292,18 +292,27 @@ int run_mpi_main(const RunCommandOptions& opt) {
       r["wall_time_s"] =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
       r["phases_wall_s"] = {{"setup_s", t0.seconds()}, {"sampling_s", (t1 - t0).seconds()}};
-      // Measured counterparts of the emulator's fields: payload bytes each rank sent, summed
-      // per tier (fp32 on the wire), and each rank's sampling time split into time blocked in
-      // communication and the rest (computing, packing, posting).
+      // Measured counterparts of the emulator's fields: the elements each rank handed MPI for
+      // each destination, summed per tier, in the emulator's unit (the run's
+      // emulator.wire_bytes_per_element an element, not the fp32 MPI moves), and each rank's
+      // sampling time split into time blocked in communication and the rest (computing,
+      // packing, posting). The emulator counts each hop of the algorithm it emulates (a ring
+      // all-gather's neighbour hops); MPI's own routing is not seen here, so the tiers of a
+      // collective MPI routes otherwise can differ, while the total is the same.
       const size_t w = mine.size();
+      const double wire = plan.engine.wire_bytes_per_element;
       nlohmann::ordered_json per_tier = nlohmann::ordered_json::object();
+      double fp32_total = 0;
       for (int k = 0; k < tiers; ++k) {
         double b = 0;
         for (int i = 0; i < world->size(); ++i) b += all[static_cast<size_t>(i) * w + 2 + k];
-        per_tier[plan.cluster.topology.tier_name(k)] = static_cast<std::int64_t>(b);
+        fp32_total += b;
+        per_tier[plan.cluster.topology.tier_name(k)] = std::llround(b / 4.0 * wire);
       }
       r["bytes_by_tier"] = per_tier;
-      r["wire_bytes_per_element"] = 4;
+      r["wire_bytes_per_element"] = wire;
+      r["bytes_by_tier_counts"] = "the payload each rank handed MPI for each destination";
+      r["mpi_fp32_bytes"] = static_cast<std::int64_t>(fp32_total);
       size_t crit = 0;
       double compute_sum = 0, wait_sum = 0, wait_min = all[1], wait_max = all[1];
       const auto busy = [&](size_t i) { return all[i * w] - all[i * w + 1]; };

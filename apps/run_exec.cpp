@@ -289,6 +289,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
     tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
   r["bytes_by_tier"] = tiers;
   r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
+  r["bytes_by_tier_counts"] = "each hop of the emulated algorithm";
   // Kernels the device's measured grids do not cover, timed by the fitted roofline instead.
   r["device_outside_grid"] = plan.cluster.device->outside_grid(kOutsideGridListed);
   // The critical tile ends last; its time is exactly compute + exposed communication + the

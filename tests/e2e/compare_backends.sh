@@ -35,4 +35,17 @@ fi
 for key in bytes_by_tier breakdown exposed_comm_s wire_bytes_per_element phases_wall_s; do
   grep -q "\"$key\"" "$work/mpi/report.json" || { echo "FAIL: the MPI report has no $key"; exit 1; }
 done
+# Bytes by tier in one unit on both backends (the run's wire bytes an element), and the same
+# total: the tiers may differ where the emulated algorithm routes through other peers than MPI.
+python3 - "$work/emu/report.json" "$work/mpi/report.json" <<'PY' || exit 1
+import json, sys
+e, m = (json.load(open(p)) for p in sys.argv[1:3])
+if e["wire_bytes_per_element"] != m["wire_bytes_per_element"]:
+    sys.exit("FAIL: bytes_by_tier in %s bytes an element on the emulator, %s on MPI"
+             % (e["wire_bytes_per_element"], m["wire_bytes_per_element"]))
+te, tm = sum(e["bytes_by_tier"].values()), sum(m["bytes_by_tier"].values())
+if abs(te - tm) > 1e-3 * max(te, tm):
+    sys.exit("FAIL: %d bytes on the emulator's tiers, %d on MPI's" % (te, tm))
+print("bytes by tier: emulator %d, MPI %d, %s bytes an element" % (te, tm, e["wire_bytes_per_element"]))
+PY
 echo "1 passed, 0 failed"
