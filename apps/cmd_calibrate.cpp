@@ -761,8 +761,7 @@ void run_calibrate(const CalibrateOptions& o) {
       notes << "#   " << v.key << " = " << shown << " ("
             << (v.fitted ? "fitted" : "kept: the points do not determine it") << "; was "
             << fmt(v.initial)
-            << (v.determined_by.empty() ? std::string() : "; set by " + v.determined_by)
-            << ")\n";
+            << (v.determined_by.empty() ? std::string() : "; set by " + v.determined_by) << ")\n";
       if (v.integer)
         calibrate::set_key(table, v.key, toml::value<std::int64_t>(std::llround(v.value)));
       else

@@ -733,8 +733,9 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         lo = std::min(lo, points[i].bytes);
         hi = std::max(hi, points[i].bytes);
       }
-      regions[j] = std::to_string(owned[j].size()) + (owned[j].size() == 1 ? " point, " : " points, ") +
-                   std::to_string(lo) + (lo == hi ? "" : "-" + std::to_string(hi)) + " bytes";
+      regions[j] = std::to_string(owned[j].size()) +
+                   (owned[j].size() == 1 ? " point, " : " points, ") + std::to_string(lo) +
+                   (lo == hi ? "" : "-" + std::to_string(hi)) + " bytes";
     }
   }
 
@@ -748,8 +749,8 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     // one it started from); fitted when some fit moved it.
     auto value = [&](std::string key, std::string what, double initial, double v, bool integer) {
       const bool moved = free || std::abs(v - initial) > 1e-9 * std::max(1.0, std::abs(initial));
-      fit.values.push_back({std::move(key), std::move(what), initial, v, integer, moved, false,
-                            regions[j]});
+      fit.values.push_back(
+          {std::move(key), std::move(what), initial, v, integer, moved, false, regions[j]});
     };
     switch (k.kind) {
       case Knob::Kind::kBandwidth:

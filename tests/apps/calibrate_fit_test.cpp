@@ -116,8 +116,7 @@ TEST(CalibrateFit, RecoversHostAndLibraryCostsFromBackToBackCalls) {
   int owned = 0;
   for (const FittedValue& v : f.values) {
     ASSERT_FALSE(v.determined_by.empty()) << v.key;
-    if (v.determined_by.find("no point") == std::string::npos)
-      owned += std::stoi(v.determined_by);
+    if (v.determined_by.find("no point") == std::string::npos) owned += std::stoi(v.determined_by);
   }
   EXPECT_LE(owned, static_cast<int>(points.size()));
 }

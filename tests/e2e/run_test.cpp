@@ -590,8 +590,9 @@ TEST(Run, StepCacheRatesFeedAPhantomRunOfTheSameBytes) {
   EXPECT_FALSE(fs::exists(dir / "phantom" / "rates.json"));  // a phantom run measures nothing
   // At another step count the measured skips land on the same places of the schedule: step j
   // of 15 takes the decision of step round(j x 7 / 14) of the 8 measured; step 0 always runs.
-  Result ph15 = sh(base + " --set run.math=skip --set run.steps=15 --set run.measured_rates=" +
-                   rates + " --out " + (dir / "phantom15").string());
+  Result ph15 =
+      sh(base + " --set run.math=skip --set run.steps=15 --set run.measured_rates=" + rates +
+         " --out " + (dir / "phantom15").string());
   ASSERT_EQ(ph15.exit_code, 0) << ph15.output;
   std::ifstream p15in(dir / "phantom15" / "report.json");
   const nlohmann::json p15 = nlohmann::json::parse(p15in);

@@ -259,7 +259,10 @@ TEST(HostIssue, InductorFusesMemoryBoundKernelsAndLaunchesEveryOpAtItsCost) {
   const Cluster ind = load(
       "[cluster.device.host]\nframework = \"inductor\"\n"
       "[cluster.device.host.inductor]\nfusion = 0.5\nlaunch_us = 10\n");
-  OpCost norm{OpKind::kNorm, 4096.0 * 3072 * 5, 4096.0 * 3072 * 4, "q_norm",
+  OpCost norm{OpKind::kNorm,
+              4096.0 * 3072 * 5,
+              4096.0 * 3072 * 4,
+              "q_norm",
               {KernelClass::kRmsNormUnfused, {4096 * 3072, 128, 0, 0, 0}}};
   OpCost gemm{OpKind::kGemm, 2.0 * 4096 * 3072 * 3072, 3.0 * 4096 * 3072 * 2, "attn_out",
               gemm_shape(4096, 3072, 3072, true)};
