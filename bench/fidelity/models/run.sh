@@ -11,9 +11,9 @@
 #               forwards.csv is rebuilt from the halves present
 #   graph       forwards.py --mode graph, every family: each forward captured into a CUDA graph and
 #               replayed (forwards.csv, env_graph.json; budget 420 s)
-#   compile     forwards.py --mode compile: torch.compile (inductor, default mode) at one size a family,
-#               batch 1 (1024^2; DiT 256^2 and 512^2; Wan 832x480, 33 frames) (forwards.csv,
-#               env_compile.json; budget 480 s; each case compiles for its shape)
+#   compile     forwards.py --mode compile: torch.compile (inductor, default mode) at batch 1, 512^2 and
+#               1024^2 (DiT: 256^2 and 512^2; Wan: 832x480, 33 frames) (forwards.csv,
+#               env_compile.json; budget 480 s; each case compiles for its shape, 23-78 s)
 #   host        host_profile.py, every family (host_ops.csv, host_blocks.csv, host_issue.csv,
 #               env_host.json; budget 300 s, stopped at 6 minutes; time not yet measured)
 #   all         grid, then forwards (about 6 minutes on one H200, at most 17 with both deadlines;
