@@ -2,7 +2,12 @@
 """Whole transformer forwards of the shipped DiT families with diffusers' own classes, on one GPU.
 
 Usage: python3 bench/fidelity/models/forwards.py OUT --diffusers SRC_DIR [--families a,b] [--quick]
-       [--budget-s 480] [--plan]
+       [--budget-s 480] [--plan] [--mode eager|graph|compile] [--cases WxH:B[:F],...]
+
+--mode graph captures each case's forward once into a CUDA graph (torch.cuda.graph, the same
+input tensors every call) and times its replays: diffusers' kernels with no host issue between
+them. --mode compile times torch.compile(model, dynamic=False) (inductor's default mode, no CUDA
+graphs), compiled afresh for each case (env.json: compile_s). --cases keeps only the cases named.
 
 SRC_DIR holds a diffusers source tree (SRC_DIR/diffusers/...) and optionally SRC_DIR/COMMIT; the
 classes are imported from it, nothing is installed. Each model is built from its published config
