@@ -99,7 +99,7 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
   o.usp_ring_levels = static_cast<int>(cfg.get_int("usp.ring_levels", o.usp_ring_levels, 0, 16));
   o.usp_tapa = cfg.get_bool("usp.tapa", o.usp_tapa);
   o.shard_text = cfg.get_bool("parallel.shard_text", o.shard_text);
-  o.compress = cfg.get_choice("compress.all_to_all", o.compress, {"none", "fp8"});
+  o.compress = cfg.get_choice("compress.all_to_all", o.compress, {"none", "fp8", "residual"});
 }
 
 // [step_cache]: dit::StepCacheOptions; the threshold defaults to the policy's published one.

@@ -102,7 +102,9 @@ struct StrategyOptions {
   /// embeddings) instead of replicated; the Ulysses degree must divide them (ConfigError).
   bool shard_text = false;
   /// compress.all_to_all: the Ulysses exchanges' payload on the wire. "none": as computed;
-  /// "fp8": FP8 e4m3 with one fp32 scale per row (dit/parallel/fp8.hpp). V-Major's selective V
+  /// "fp8": FP8 e4m3 with one fp32 scale per row (dit/parallel/fp8.hpp); "residual": from the
+  /// second step on, each exchange's change since the step before, 4-bit with one fp32 scale per
+  /// row, against a reconstruction both ends keep (SpGroup::set_residual). V-Major's selective V
   /// exchange is V-Major's own and is not compressed.
   std::string compress = "none";
 };

@@ -78,4 +78,37 @@ void fp8_decode(const float* in, MatMap y) {
   }
 }
 
+void int4_encode(ConstMatMap x, float* out) {
+  const std::int64_t cols = x.cols(), words = int4_row_words(cols);
+  for (Eigen::Index r = 0; r < x.rows(); ++r) {
+    float* row = out + r * words;
+    const float amax = cols > 0 ? x.row(r).cwiseAbs().maxCoeff() : 0.0f;
+    const float scale = amax > 0 && std::isfinite(amax) ? amax / 7.0f : 1.0f;
+    row[0] = scale;
+    for (std::int64_t j = 0; j < cols; j += 4) {
+      std::uint32_t w = 0;
+      for (std::int64_t k = 0; k < 4 && j + k < cols; ++k) {
+        const float q = std::nearbyint(std::clamp(x(r, j + k) / scale, -7.0f, 7.0f));  // ties even
+        const auto code = static_cast<std::uint32_t>(static_cast<int>(q) + 8);
+        w |= code << (4 * k);
+      }
+      std::memcpy(row + 1 + j / 4, &w, sizeof w);
+    }
+  }
+}
+
+void int4_decode(const float* in, MatMap y) {
+  const std::int64_t cols = y.cols(), words = int4_row_words(cols);
+  for (Eigen::Index r = 0; r < y.rows(); ++r) {
+    const float* row = in + r * words;
+    const float scale = row[0];
+    for (std::int64_t j = 0; j < cols; j += 4) {
+      std::uint32_t w = 0;
+      std::memcpy(&w, row + 1 + j / 4, sizeof w);
+      for (std::int64_t k = 0; k < 4 && j + k < cols; ++k)
+        y(r, j + k) = scale * static_cast<float>(static_cast<int>((w >> (4 * k)) & 0xF) - 8);
+    }
+  }
+}
+
 }  // namespace cocodiff::dit

@@ -37,4 +37,19 @@ void fp8_encode(ConstMatMap x, float* out);
 /// The inverse: rows * fp8_row_words(cols) words at `in` -> y [rows, cols].
 void fp8_decode(const float* in, MatMap y);
 
+// 4-bit residuals (StrategyOptions::compress = "residual": the residual compression of
+// CompactFusion, "Accelerating Parallel Diffusion Model Serving with Residual Compression", which
+// sends each step's change of an exchanged activation, compressed, and keeps the receiver's
+// reconstruction on the sender too, so that the compression error does not build up): a
+// row r is sent as scale = max |r| / 7 and round(r / scale) in [-7, 7] (ties to even), stored as
+// that plus 8 in a nibble, four nibbles in a word's low 16 bits after the row's scale word. A row
+// of n values is 1 + ceil(n / 4) words: 2 + n / 2 bytes at 2 bytes a word (bf16: 2n).
+
+/// Words a row of `cols` values takes on the wire as 4-bit codes.
+inline std::int64_t int4_row_words(std::int64_t cols) { return cols == 0 ? 0 : 1 + (cols + 3) / 4; }
+/// x [rows, cols] -> rows * int4_row_words(cols) words at `out`.
+void int4_encode(ConstMatMap x, float* out);
+/// The inverse: rows * int4_row_words(cols) words at `in` -> y [rows, cols].
+void int4_decode(const float* in, MatMap y);
+
 }  // namespace cocodiff::dit

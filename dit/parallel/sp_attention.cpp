@@ -145,6 +145,7 @@ SpAttention::SpAttention(std::string name, Communicator& group, const ModelConfi
                          SpFeatures features, const StrategyOptions& options)
     : name_(std::move(name)), group_(group, features.tapa), f_(features), opt_(options) {
   group_.set_fp8(options.compress == "fp8");
+  group_.set_residual(options.compress == "residual");
   if (cfg.heads % group.size() != 0 && !opt_.uneven_heads)
     throw ConfigError(name_ + ": " + std::to_string(cfg.heads) +
                       " attention heads are not divisible by the sequence-parallel degree " +
@@ -159,12 +160,17 @@ SpAttention::SpAttention(std::string name, Communicator& group, const ModelConfi
 void SpAttention::begin_forward(int step, int pass) {
   step_ = step;
   pass_ = pass;
+  group_.begin_forward(step, pass);
   if (v_major_) v_major_->begin_forward(step, pass);
 }
 
 std::string SpAttention::step_key(int step) const {
-  if (!f_.v_major) return {};
-  return VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective";
+  // Residual exchanges send the blocks themselves in the first step, residuals after it.
+  const std::string residual = !group_.residual() ? ""
+                               : step == 0        ? "residual exact "
+                                                  : "residual ";
+  if (!f_.v_major) return residual;
+  return residual + (VMajorCache::full_step_at(opt_, step) ? "v_major full" : "v_major selective");
 }
 
 std::optional<AttentionStrategy::BlockDeps> SpAttention::next_block() const {

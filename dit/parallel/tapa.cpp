@@ -156,6 +156,18 @@ SpGroup::SpGroup(Communicator& group, bool tapa) : group_(group), tapa_(tapa) {
     COCO_CHECK(prev[static_cast<size_t>(s)] == std::make_pair(s, me), "TAPA final order");
 }
 
+void SpGroup::begin_forward(int step, int pass) const {
+  residual_state_->step = step;
+  residual_state_->pass = pass;
+  residual_state_->next = 0;
+}
+
+SpGroup::ResidualSite& SpGroup::next_residual_site(bool& coded) const {
+  ResidualState& st = *residual_state_;
+  coded = st.step > 0;
+  return st.sites[{st.pass, st.next++}];
+}
+
 int SpGroup::tier_to(int m) const {
   const int a = group_.world_rank(group_.rank()), b = group_.world_rank(m);
   return a == b ? -1 : group_.topology().tier(a, b);
@@ -168,15 +180,20 @@ BlockExchange::BlockExchange(const SpGroup& g, ShapeFn shape, bool phantom, std:
       phantom_(phantom),
       label_(std::move(label)),
       v_major_(v_major),
-      fp8_(g.fp8() && v_major == nullptr) {}
+      fp8_(g.fp8() && v_major == nullptr),
+      residual_(g.residual() && v_major == nullptr) {}
 
 BlockShape BlockExchange::wire(int s, int d) const {
   const BlockShape b = shape_(s, d);
+  if (int4_) return BlockShape{b.rows, int4_row_words(b.cols)};
   return fp8_ ? BlockShape{b.rows, fp8_row_words(b.cols)} : b;
 }
 
 void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   const SpGroup::Phase& ph = g_->phases()[0];
+  // Residuals: this exchange's site, matched with the same exchange of the step before.
+  int4_ = false;
+  site_ = residual_ ? &g_->next_residual_site(int4_) : nullptr;
   // Phase 0 is packed straight from the caller's tensor in the phase's send order.
   std::int64_t total = 0, elements = 0;
   for (const auto& [s, d] : ph.send) {
@@ -186,12 +203,30 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   cur_.clear();
   cur_offset_.assign(ph.send.size(), 0);
   if (!phantom_) cur_.resize(static_cast<size_t>(total));
+  if (site_ != nullptr && !phantom_ &&
+      site_->sent.size() != static_cast<size_t>(elements))  // new, or another shape: from zero
+    site_->sent.assign(static_cast<size_t>(elements), 0.0f);
   // cur_ holds the blocks in phase-0 send order; send_from is then the identity.
-  std::int64_t at = 0;
-  Mat staged;  // FP8: a block before it is encoded
+  std::int64_t at = 0, sent_at = 0;
+  Mat staged;  // FP8, residuals: a block before it is encoded
   for (size_t i = 0; i < ph.send.size(); ++i) {
     const BlockShape b = shape_(ph.send[i].first, ph.send[i].second);
-    if (!phantom_ && b.numel() > 0) {
+    if (!phantom_ && b.numel() > 0 && site_ != nullptr) {
+      MatMap sent(site_->sent.data() + sent_at, b.rows, b.cols);
+      if (int4_) {
+        // The change since the reconstruction both ends hold, coded; the reconstruction moves
+        // by what the receiver will decode.
+        staged.resize(b.rows, b.cols);
+        fill(ph.send[i].second, MatMap(staged.data(), b.rows, b.cols));
+        staged -= sent;
+        int4_encode(ConstMatMap(staged.data(), b.rows, b.cols), cur_.data() + at);
+        int4_decode(cur_.data() + at, MatMap(staged.data(), b.rows, b.cols));
+        sent += staged;
+      } else {
+        fill(ph.send[i].second, MatMap(cur_.data() + at, b.rows, b.cols));
+        sent = ConstMatMap(cur_.data() + at, b.rows, b.cols);
+      }
+    } else if (!phantom_ && b.numel() > 0) {
       if (fp8_) {
         staged.resize(b.rows, b.cols);
         fill(ph.send[i].second, MatMap(staged.data(), b.rows, b.cols));
@@ -202,9 +237,15 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
     }
     cur_offset_[static_cast<size_t>(ph.send_from[i])] = at;
     at += wire(ph.send[i].first, ph.send[i].second).numel();
+    sent_at += b.numel();
   }
   ex.charge(OpKind::kCopy, 0, 2.0 * n(elements), "a2a_pack",
             memory_shape(KernelClass::kLayoutA2a, elements, 0));
+  // Residuals: subtract, a row's absolute maximum, scale, round and pack, decode and add back to
+  // the reconstruction (reads the block and the reconstruction, writes both and a nibble).
+  if (int4_)
+    ex.charge(OpKind::kElementwise, 7.0 * n(elements), 4.25 * n(elements), "residual_quantize",
+              memory_shape(KernelClass::kMul, elements, 0));
   // FP8: a row's absolute maximum, then scale, round and pack (reads it twice, writes a byte).
   if (fp8_)
     ex.charge(OpKind::kElementwise, 4.0 * n(elements), 2.5 * n(elements), "fp8_quantize",
@@ -365,6 +406,10 @@ void BlockExchange::finish(const Exec& ex) {
   send_ = {};
   mask_send_ = {};
   mask_recv_ = {};
+  if (site_ != nullptr) {
+    finish_residual(ex);
+    return;
+  }
   if (!fp8_ || decoded_ready_) return;
   decoded_ready_ = true;
   // Every block that arrived, decoded once, in source order.
@@ -387,11 +432,49 @@ void BlockExchange::finish(const Exec& ex) {
             memory_shape(KernelClass::kMul, elements, 0));
 }
 
+void BlockExchange::finish_residual(const Exec& ex) {
+  if (decoded_ready_) return;
+  decoded_ready_ = true;
+  // What arrived, added to (residuals) or taken as (the first step) the reconstruction of what
+  // each source sent; that reconstruction is the exchange's result.
+  const int me = g_->rank(), p = g_->size();
+  decoded_off_.assign(static_cast<size_t>(p) + 1, 0);
+  for (int s = 0; s < p; ++s)
+    decoded_off_[static_cast<size_t>(s) + 1] =
+        decoded_off_[static_cast<size_t>(s)] + shape_(s, me).numel();
+  const std::int64_t elements = decoded_off_.back();
+  if (!phantom_) {
+    std::vector<float>& got = site_->received;
+    if (got.size() != static_cast<size_t>(elements))
+      got.assign(static_cast<size_t>(elements), 0.0f);
+    Mat change;
+    for (int s = 0; s < p; ++s) {
+      const BlockShape b = shape_(s, me);
+      if (b.numel() == 0) continue;
+      MatMap recon(got.data() + decoded_off_[static_cast<size_t>(s)], b.rows, b.cols);
+      const float* in = cur_.data() + cur_offset_[static_cast<size_t>(s)];
+      if (int4_) {
+        change.resize(b.rows, b.cols);
+        int4_decode(in, MatMap(change.data(), b.rows, b.cols));
+        recon += change;
+      } else {
+        recon = ConstMatMap(in, b.rows, b.cols);
+      }
+    }
+  }
+  if (int4_)
+    ex.charge(OpKind::kElementwise, 2.0 * n(elements), 2.25 * n(elements), "residual_dequantize",
+              memory_shape(KernelClass::kMul, elements, 0));
+}
+
 ConstMatMap BlockExchange::block(int s) const {
-  COCO_CHECK(done() && !phantom_ && (!fp8_ || decoded_ready_),
+  COCO_CHECK(done() && !phantom_ && (!(fp8_ || site_ != nullptr) || decoded_ready_),
              "block() before finish() or in phantom mode");
   const int me = g_->rank();
   const BlockShape b = shape_(s, me);
+  if (site_ != nullptr)
+    return ConstMatMap(site_->received.data() + decoded_off_[static_cast<size_t>(s)], b.rows,
+                       b.cols);
   if (fp8_)
     return ConstMatMap(decoded_.data() + decoded_off_[static_cast<size_t>(s)], b.rows, b.cols);
   return ConstMatMap(cur_.data() + cur_offset_[static_cast<size_t>(s)], b.rows, b.cols);

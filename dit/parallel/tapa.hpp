@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -45,6 +46,22 @@ class SpGroup {
   /// (dit/parallel/fp8.hpp), except for exchanges with a V-Major channel.
   void set_fp8(bool on) { fp8_ = on; }
   bool fp8() const { return fp8_; }
+  /// Residual exchanges (StrategyOptions::compress = "residual", dit/parallel/fp8.hpp): from the
+  /// second step on, each exchange sends its blocks' change since the same exchange of the step
+  /// before as 4-bit codes, against the reconstruction both ends keep; the first step sends the
+  /// blocks themselves. Not for exchanges with a V-Major channel.
+  void set_residual(bool on) { residual_ = on; }
+  bool residual() const { return residual_; }
+  /// The forward that starts (AttentionStrategy::begin_forward): its exchanges are matched, in
+  /// the order they start, with those of the same pass of the step before.
+  void begin_forward(int step, int pass) const;
+  /// The reconstructions of one exchange of a forward: what this rank sent (phase-0 send order)
+  /// and what it received (source order), as both ends hold them.
+  struct ResidualSite {
+    std::vector<float> sent, received;
+  };
+  /// The next exchange's site; whether it sends residuals (a step after the first).
+  ResidualSite& next_residual_site(bool& coded) const;
   int size() const { return group_.size(); }
   int rank() const { return group_.rank(); }
   bool tapa() const { return tapa_; }
@@ -66,6 +83,12 @@ class SpGroup {
   Communicator& group_;
   bool tapa_;
   bool fp8_ = false;
+  bool residual_ = false;
+  struct ResidualState {
+    int step = 0, pass = 0, next = 0;
+    std::map<std::pair<int, int>, ResidualSite> sites;  // by (pass, exchange of the forward)
+  };
+  std::unique_ptr<ResidualState> residual_state_ = std::make_unique<ResidualState>();
   std::vector<std::unique_ptr<Communicator>> level_comms_;
   std::vector<Phase> phases_;
 };
@@ -183,6 +206,7 @@ class BlockExchange {
   // Block (s, d) as it travels: its shape, or its FP8 rows' words.
   BlockShape wire(int s, int d) const;
   void launch_phase(const Exec& ex);
+  void finish_residual(const Exec& ex);
   void complete_phase(const Exec& ex);
   PhaseIo io();
 
@@ -191,7 +215,10 @@ class BlockExchange {
   bool phantom_ = false;
   std::string label_;
   VMajorChannel* v_major_ = nullptr;
-  bool fp8_ = false;            // the payload is FP8 (decoded_ holds what arrived)
+  bool fp8_ = false;       // the payload is FP8 (decoded_ holds what arrived)
+  bool residual_ = false;  // the group sends residuals (site_ is this exchange's)
+  bool int4_ = false;      // this exchange's payload is 4-bit residuals
+  SpGroup::ResidualSite* site_ = nullptr;
   bool decoded_ready_ = false;  // FP8: finish() decoded what arrived
   FloatBuffer decoded_;         // FP8: the received blocks, decoded, in source order
   std::vector<std::int64_t> decoded_off_;

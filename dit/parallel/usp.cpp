@@ -66,6 +66,7 @@ UlyssesRing::UlyssesRing(Communicator& world, const ModelConfig& cfg,
   ring_comm_ = world.split(t.rank_of(inner), me);
   ulysses_ = std::make_unique<SpGroup>(*ulysses_comm_, options.usp_tapa);
   ulysses_->set_fp8(options.compress == "fp8");
+  ulysses_->set_residual(options.compress == "residual");
   if (cfg.heads % ulysses_comm_->size() != 0 && !options.uneven_heads)
     throw ConfigError("usp: " + std::to_string(cfg.heads) +
                       " attention heads are not divisible by the Ulysses degree " +

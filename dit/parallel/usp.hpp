@@ -40,6 +40,13 @@ class UlyssesRing final : public AttentionStrategy {
     return BlockDeps{.key = {}, .first_exchange = false, .calls_fixed = true};
   }
   std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
+  /// Residual exchanges (compress.all_to_all = "residual") match each forward's Ulysses
+  /// exchanges with the step before's, and send the blocks themselves in the first step.
+  void begin_forward(int step, int pass) override { ulysses_->begin_forward(step, pass); }
+  std::string step_key(int step) const override {
+    if (!ulysses_->residual()) return {};
+    return step == 0 ? "residual exact" : "residual";
+  }
   int ulysses_degree() const { return ulysses_comm_->size(); }
   int ring_degree() const { return ring_comm_->size(); }
 
