@@ -64,6 +64,8 @@ VMajorSum v_major_sum(const nlohmann::ordered_json& report) {
 // Notes under the table: a lossy V-Major that saved nothing, and an entry slower than another
 // entry that runs only some of its mechanisms (cocodiff against tapa alone, say).
 std::string compare_notes(const std::vector<std::string>& order,
+                          const std::vector<std::string>& strategy,
+                          const std::vector<std::string>& technique,
                           const std::vector<nlohmann::ordered_json>& reports,
                           const std::vector<RunPlan>& plans) {
   std::ostringstream notes;
@@ -106,10 +108,10 @@ std::string compare_notes(const std::vector<std::string>& order,
     }
   }
   for (size_t i = 0; i < order.size(); ++i) {
-    const std::vector<std::string> fi = dit::attention_strategy_features(order[i]);
+    const std::vector<std::string> fi = dit::attention_strategy_features(strategy[i]);
     for (size_t j = 0; j < order.size(); ++j) {
-      if (i == j) continue;
-      const std::vector<std::string> fj = dit::attention_strategy_features(order[j]);
+      if (i == j || technique[i] != technique[j]) continue;
+      const std::vector<std::string> fj = dit::attention_strategy_features(strategy[j]);
       // j runs a strict subset of i's mechanisms, on the same exchange.
       const bool subset = !fi.empty() && !fj.empty() && fj.size() < fi.size() &&
                           fi.front() == fj.front() &&
@@ -132,6 +134,27 @@ std::string compare_notes(const std::vector<std::string>& order,
   return notes.str();
 }
 
+// A technique of --techniques as run keys: "fp8", "residual" (compress.all_to_all), "teacache"
+// or "first_block" (step_cache.policy), the last two with "=THRESHOLD" optionally.
+std::vector<std::string> technique_sets(const std::string& t) {
+  const size_t eq = t.find('=');
+  const std::string name = t.substr(0, eq);
+  if (name == "fp8" || name == "residual") {
+    if (eq != std::string::npos)
+      throw ConfigError("--techniques: " + t + ": " + name + " takes no value");
+    return {"compress.all_to_all=" + name};
+  }
+  if (name == "teacache" || name == "first_block") {
+    std::vector<std::string> sets = {"step_cache.policy=" + name};
+    if (eq != std::string::npos) sets.push_back("step_cache.threshold=" + t.substr(eq + 1));
+    return sets;
+  }
+  throw ConfigError(
+      "--techniques: expected fp8, residual, teacache[=THRESHOLD] or "
+      "first_block[=THRESHOLD], found \"" +
+      t + "\"");
+}
+
 }  // namespace
 
 void add_compare_command(CLI::App& app) {
@@ -142,6 +165,8 @@ void add_compare_command(CLI::App& app) {
     std::string out = "out/compare";
     bool outputs = false;
     bool force = false;
+    std::string techniques;
+    double lossy_db = -1;
   };
   auto opt = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
@@ -154,6 +179,13 @@ void add_compare_command(CLI::App& app) {
                   "Output directory (compare.json), replaced as a whole by the new set");
   cmd->add_flag("--force", opt->force,
                 "Replace --out even when it is not an earlier output set of cocodiff");
+  cmd->add_option("--techniques", opt->techniques,
+                  "Also run each strategy with each of these data-dependent accelerations, "
+                  "comma-separated: fp8, residual (compressed exchanges), teacache[=T], "
+                  "first_block[=T] (step caching); entries STRATEGY+TECHNIQUE");
+  cmd->add_option("--lossy", opt->lossy_db,
+                  "Name the fastest entry whose preview keeps at least this PSNR (dB) against "
+                  "the exact run (real math)");
   cmd->add_flag("--outputs", opt->outputs,
                 "Also write each strategy's run outputs (report.json, image.png, trace.json) to "
                 "OUT/STRATEGY/ (OUT is replaced as one set)");
@@ -168,27 +200,48 @@ void add_compare_command(CLI::App& app) {
       if (const std::string e = dit::attention_strategy_error(n); !e.empty())
         throw ConfigError("--strategies: " + e);
     const bool flat_listed = std::find(names.begin(), names.end(), "flat") != names.end();
-    std::vector<std::string> order = names;
+    std::vector<std::string> strategy = names;
     if (!flat_listed)
-      order.insert(order.begin(), "flat");
+      strategy.insert(strategy.begin(), "flat");
     else {
-      order.erase(std::find(order.begin(), order.end(), "flat"));
-      order.insert(order.begin(), "flat");
+      strategy.erase(std::find(strategy.begin(), strategy.end(), "flat"));
+      strategy.insert(strategy.begin(), "flat");
+    }
+    // Each technique on each listed strategy, after the exact entries.
+    std::vector<std::string> order = strategy, technique(strategy.size());
+    std::vector<std::vector<std::string>> extra(strategy.size());
+    {
+      std::stringstream ts(opt->techniques);
+      for (std::string t; std::getline(ts, t, ',');) {
+        if (t.empty()) continue;
+        const std::vector<std::string> sets = technique_sets(t);
+        for (const std::string& n : names) {
+          order.push_back(n + "+" + t);
+          strategy.push_back(n);
+          technique.push_back(t);
+          extra.push_back(sets);
+        }
+      }
     }
     // Resolve every plan before running anything: a bad config fails at once.
     std::vector<RunPlan> plans;
-    for (const std::string& n : order) {
+    for (size_t i = 0; i < order.size(); ++i) {
       std::vector<std::string> sets = {"emulator.trace=" +
                                        std::string(opt->outputs ? "true" : "false")};
       sets.insert(sets.end(), opt->sets.begin(), opt->sets.end());
-      sets.push_back("run.strategy=" + n);
+      sets.push_back("run.strategy=" + strategy[i]);
+      sets.insert(sets.end(), extra[i].begin(), extra[i].end());
       plans.push_back(resolve_run_plan(opt->config, sets));
       // Each entry shows its steps, one whole line each: entries run side by side, and a pipe
       // or a log file must get lines, not one line rewritten with \r.
       plans.back().progress = true;
       plans.back().progress_lines = true;
-      plans.back().progress_label = "[" + n + "] ";
+      plans.back().progress_label = "[" + order[i] + "] ";
     }
+    if (opt->lossy_db >= 0 && plans[0].math != "real")
+      throw ConfigError(
+          "--lossy: quality needs real math (run.math = \"real\"); this config "
+          "runs phantom");
     std::cout << describe(plans[0], "emulator", order) << std::flush;
     // The strategies' runs are independent: they run side by side, each on its own engine,
     // as many at once as the hardware threads hold their workers. Unless emulator.workers is
@@ -208,7 +261,7 @@ void add_compare_command(CLI::App& app) {
     std::mutex io;
     size_t finished = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "running %zu strategies, %zu at a time\n", plans.size(), jobs);
+    std::fprintf(stderr, "running %zu entries, %zu at a time\n", plans.size(), jobs);
     auto work = [&] {
       for (size_t i; (i = next++) < plans.size();) {
         const auto ts = std::chrono::steady_clock::now();
@@ -279,12 +332,16 @@ void add_compare_command(CLI::App& app) {
     }
     tab << "\n";
     for (size_t i = 0; i < recs.size(); ++i) {
-      const bool listed = std::find(names.begin(), names.end(), order[i]) != names.end();
+      const bool listed =
+          !technique[i].empty() || std::find(names.begin(), names.end(), order[i]) != names.end();
       nlohmann::ordered_json e = recs[i].report;
       const double vt = e["virtual_time_s"].get<double>();
       e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
       e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
       e["reference_only"] = !listed;
+      e["entry"] = order[i];
+      e["technique"] = technique[i].empty() ? nlohmann::ordered_json(nullptr)
+                                            : nlohmann::ordered_json(technique[i]);
       const nlohmann::ordered_json& b = e["breakdown"];
       std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,
                     e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
@@ -328,12 +385,37 @@ void add_compare_command(CLI::App& app) {
       std::vector<nlohmann::ordered_json> reports;
       reports.reserve(recs.size());
       for (const nlohmann::ordered_json& e : entries) reports.push_back(e);  // with quality
-      std::cout << compare_notes(order, reports, plans);
+      std::cout << compare_notes(order, strategy, technique, reports, plans);
     }
     nlohmann::ordered_json doc;
     doc["config"] = opt->config;
     doc["sets"] = opt->sets;
     doc["reference"] = "flat";
+    doc["techniques"] = opt->techniques;
+    if (opt->lossy_db >= 0) {
+      // The fastest entry whose preview keeps the PSNR asked for (exact entries keep any).
+      size_t best = entries.size();
+      for (size_t i = 0; i < entries.size(); ++i) {
+        if (entries[i]["reference_only"].get<bool>()) continue;
+        const nlohmann::ordered_json& q = entries[i]["quality"];
+        const bool keeps =
+            q["preview_psnr_db"].is_string() || q["preview_psnr_db"].get<double>() >= opt->lossy_db;
+        if (keeps && (best == entries.size() || entries[i]["virtual_time_s"].get<double>() <
+                                                    entries[best]["virtual_time_s"].get<double>()))
+          best = i;
+      }
+      nlohmann::ordered_json l = {{"psnr_db", opt->lossy_db}, {"fastest", nullptr}};
+      if (best < entries.size()) {
+        l["fastest"] = order[best];
+        std::cout << "fastest with a preview of at least " << fmt("%.1f", opt->lossy_db)
+                  << " dB PSNR: " << order[best] << " ("
+                  << fmt("%.6f", entries[best]["virtual_time_s"].get<double>()) << " s, "
+                  << fmt("%.3f", entries[best]["speedup_vs_flat"].get<double>()) << "x flat)\n";
+      } else {
+        std::cout << "no entry keeps a preview of " << fmt("%.1f", opt->lossy_db) << " dB PSNR\n";
+      }
+      doc["lossy"] = l;
+    }
     doc["entries"] = entries;
     // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
     // staged together and moved into place in one step, so a full disk or a kill leaves the

@@ -104,6 +104,65 @@ TEST(Compare, TableAndJsonWithSpeedupAndQuality) {
   fs::remove_all(dir);
 }
 
+// Data-dependent accelerations beside the strategies: each technique on each listed strategy,
+// with its bytes and its quality against the exact run, and --lossy naming the fastest entry
+// that keeps the PSNR asked for.
+TEST(Compare, TechniquesRunOnEveryStrategyAndLossyNamesTheFastestThatKeepsItsPsnr) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_compare_tech_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  const ChildResult r = run_cocodiff({"compare", config.string(), "--strategies", "flat,tapa",
+                                      "--techniques", "residual,teacache=0.4", "--lossy", "30",
+                                      "--set", "run.steps=8", "--out", (dir / "out").string()},
+                                     dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(dir / "out" / "compare.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  const nlohmann::json& e = doc["entries"];
+  ASSERT_EQ(e.size(), 6u);
+  const std::vector<std::string> want = {
+      "flat", "tapa", "flat+residual", "tapa+residual", "flat+teacache=0.4", "tapa+teacache=0.4"};
+  double best_time = 1e30;
+  std::string best;
+  for (size_t i = 0; i < e.size(); ++i) {
+    EXPECT_EQ(e[i]["entry"], want[i]);
+    const nlohmann::json& q = e[i]["quality"];
+    const bool keeps = q["preview_psnr_db"].is_string() || q["preview_psnr_db"].get<double>() >= 30;
+    if (keeps && e[i]["virtual_time_s"].get<double>() < best_time) {
+      best_time = e[i]["virtual_time_s"].get<double>();
+      best = want[i];
+    }
+  }
+  const auto total = [](const nlohmann::json& x) {
+    double t = 0;
+    for (const auto& [tier, b] : x["bytes_by_tier"].items()) t += b.get<double>();
+    return t;
+  };
+  EXPECT_LT(total(e[3]), total(e[1]));  // residuals send less than TAPA's exact exchanges
+  EXPECT_FALSE(e[3]["quality"]["bitwise_equal"].get<bool>());
+  EXPECT_FALSE(e[5]["step_cache"]["skipped_steps"].empty());  // TeaCache skipped steps
+  EXPECT_LT(e[5]["virtual_time_s"].get<double>(), e[1]["virtual_time_s"].get<double>());
+  EXPECT_EQ(doc["lossy"]["fastest"], best);
+  EXPECT_NE(r.out.find("fastest with a preview of at least 30.0 dB PSNR: " + best),
+            std::string::npos)
+      << r.out;
+  // A technique it does not know, and --lossy on phantom math, are refused before any run.
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--techniques", "int2"},
+        std::vector<std::string>{"--lossy", "30", "--set", "run.math=skip"}}) {
+    std::vector<std::string> args = {"compare", config.string(), "--out", (dir / "bad").string()};
+    args.insert(args.end(), bad.begin(), bad.end());
+    const ChildResult b = run_cocodiff(args, dir);
+    EXPECT_EQ(b.exit_code, 2) << b.err;
+    EXPECT_NE(b.err.find(bad[0]), std::string::npos) << b.err;
+    EXPECT_EQ(b.err.find("done in"), std::string::npos) << b.err;  // nothing ran
+    EXPECT_FALSE(fs::exists(dir / "bad"));
+  }
+  fs::remove_all(dir);
+}
+
 // What V-Major did, per entry: the V bytes it saved and the fraction of blocks it sent. With
 // every block active (phantom_active_fraction = 1) it saves nothing and sends its block masks on
 // top: the table shows a negative saving, a note says so, and another says that v_major is
