@@ -94,8 +94,9 @@ std::string compare_notes(const std::vector<std::string>& order,
     // Lossy for little: quality lost where the bytes saved were a small share of V.
     const nlohmann::ordered_json* q =
         reports[i].contains("quality") ? &reports[i]["quality"] : nullptr;
+    // (An entry with a technique loses quality to it too: not V-Major's to answer for.)
     if (q != nullptr && q->is_object() && q->contains("preview_psnr_db") &&
-        (*q)["preview_psnr_db"].is_number() && v.full_bytes > 0) {
+        (*q)["preview_psnr_db"].is_number() && v.full_bytes > 0 && technique[i].empty()) {
       const double psnr = (*q)["preview_psnr_db"].get<double>();
       const double saved = v.saved_bytes / v.full_bytes;
       if (psnr < 35)

@@ -35,5 +35,14 @@ for thr in 0.05 0.2 0.5 1.0; do
     --set run.steps=12 --set v_major.threshold="$thr" --set v_major.block_tokens=16 \
     --out "$out/$name" > "$out/$name.txt"
 done
+# Real math, the trained quickstart model: each data-dependent acceleration on each strategy, with
+# its bytes and quality, and the fastest entry that keeps a 33 dB preview.
+name="quickstart_techniques"
+if [ ! -f "$out/$name/compare.json" ]; then
+  echo "== $name" >&2
+  "$bin" compare "$root/configs/quickstart.toml" --strategies flat,tapa,cocodiff \
+    --techniques fp8,residual,teacache,teacache=0.25,first_block=0.12 --lossy 33 \
+    --out "$out/$name" > "$out/$name.txt"
+fi
 python3 "$here/summarize.py" "$out" > "$out/summary.md"
 cat "$out/summary.md"

@@ -24,11 +24,11 @@ for name, e in rows:
     psnr = q.get("preview_psnr_db", "") if q else ""
     psnr = f"{psnr:.2f}" if isinstance(psnr, float) else psnr
     ssim = f"{q['preview_ssim']:.4f}" if q else ""
-    print(f"| {name} | {e['strategy']} | {e['ranks']} | {e['steps']} | {e['virtual_time_s']:.4f} | "
+    print(f"| {name} | {e.get('entry', e['strategy'])} | {e['ranks']} | {e['steps']} | {e['virtual_time_s']:.4f} | "
           f"{e['virtual_time_s'] / e['steps']:.4f} | {e['speedup_vs_flat']:.2f} | "
           f"{100 * b['exposed_comm_fraction']:.1f}% | {e['bytes_by_tier']['inter-node'] / 1e9:.3f} | "
           f"{saved} | {rel} | {psnr} | {ssim} |")
-    if e["strategy"] == "cocodiff" and e["math"] == "skip":
+    if e["strategy"] == "cocodiff" and e["math"] == "skip" and not e.get("technique"):
         speedups.append((name, e["speedup_vs_flat"]))
 if speedups:
     vals = [s for _, s in speedups]
