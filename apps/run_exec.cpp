@@ -327,6 +327,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   r["events"] = res.events;
   r["trace_truncated"] = res.trace_truncated;
   const int steps = static_cast<int>(step_starts.size());
+  rec.step_starts = step_starts;
   if (plan.engine.trace && plan.trace_steps > 0 && plan.trace_steps < steps) {
     const int first = steps - plan.trace_steps;
     rec.trace_from = step_starts[static_cast<size_t>(first)];
@@ -481,7 +482,8 @@ void write_outputs(const RunPlan& plan, const RunRecord& rec, const std::filesys
         *rec.emulated, plan.cluster.topology, dir / "timeline.png",
         {.title = plan.model.name + ", " + plan.settings.strategy + ", " + plan.cluster.name +
                   " x " + std::to_string(plan.cluster.topology.num_nodes()) + " node(s), " +
-                  plan.math + " math, " + std::to_string(plan.settings.steps) + " step(s)"});
+                  plan.math + " math, " + std::to_string(plan.settings.steps) + " step(s)",
+         .step_starts = rec.step_starts});
     output_test_point();
   }
   if (rec.report.contains("measured_rates")) {

@@ -23,6 +23,7 @@ struct RunRecord {
   /// Where trace.json starts: rank 0's clock at the start of the first step of the window that
   /// emulator.trace_steps keeps (zero: the whole run).
   SimTime trace_from;
+  std::vector<SimTime> step_starts;  // rank 0's clock at the start of each step
 };
 
 /// Adds what the run measured of its data (step_cache, measured_rates, measured_rates_from) to

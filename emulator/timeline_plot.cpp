@@ -492,7 +492,7 @@ std::string key_entries(const Topology& topo) {
 // names the first tile's operations where they are wide enough.
 void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
                 const TimelineLayout& layout, int bins, const std::string& keys,
-                const std::vector<TimelineLabel>& labels) {
+                const std::vector<TimelineLabel>& labels, const std::vector<SimTime>& steps) {
   const Panel& p = panels[i];
   const int panel_px = layout.lanes * lane_px(layout.lanes) + kPanelExtraPx;
   const double H = layout.height_px;
@@ -503,16 +503,39 @@ void panel_plot(std::ostream& s, const std::vector<Panel>& panels, size_t i,
   s << "set tmargin at screen " << fmt(1 - top / H) << "\nset bmargin at screen "
     << fmt(1 - bottom / H) << "\n"
     << "set title "
-    << gnuplot_string(i == 0 ? p.title + " (each lane: compute stream above, its sends below)"
-                             : p.title)
-    << " offset 0,-0.5\n"
-    << "set xrange [" << fmt(x0) << ":" << fmt(x1) << "]\n";
+    << gnuplot_string(i == 0
+                          ? p.title + " (each lane: compute stream above, its sends below" +
+                                (steps.size() > 1 ? "; dashed: each step's start, numbered)" : ")")
+                          : p.title)
+    << (i == 0 && steps.size() > 1 ? " offset 0,0.2\n" : " offset 0,-0.5\n") << "set xrange ["
+    << fmt(x0) << ":" << fmt(x1) << "]\n";
   if (i == 0 && panels.size() > 1)
     s << "set object 1 rect from " << fmt(panels[1].begin.seconds() * 1e3) << ", graph 0 to "
       << fmt(panels[1].end.seconds() * 1e3)
       << ", graph 1 front fillstyle empty border lc rgb '#000000' lw 1.5\n";
   else
     s << "unset object 1\n";
+  // The whole run: a line at the start of each step, numbered where the numbers fit (at least
+  // 18 pixels apart), so that the steps read apart however alike they are.
+  const double plot_px = layout.width_px - kLeftPx - kRightPx;
+  const double px_per_ms = x1 > x0 ? plot_px / (x1 - x0) : 0;
+  double last_px = -1e9;
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const double at = steps[k].seconds() * 1e3;
+    if (i == 0 && k > 0)
+      s << "set arrow " << 1 + k << " from " << fmt(at) << ", graph 0 to " << fmt(at)
+        << ", graph 1 nohead front lc rgb '#000000' lw 1.5 dt 2\n";
+    else
+      s << "unset arrow " << 1 + k << "\n";
+    const double px = at * px_per_ms;
+    if (i == 0 && px - last_px >= 18) {
+      s << "set label " << 1000 + k << " " << gnuplot_string(std::to_string(k)) << " at " << fmt(at)
+        << ", graph 1.008 left offset 0.2,0 font 'sans,7'\n";
+      last_px = px;
+    } else {
+      s << "unset label " << 1000 + k << "\n";
+    }
+  }
   if (i > 0) {
     s << "unset key\nunset label 1\nunset label 2\n";
     for (size_t k = 0; k < labels.size(); ++k)
@@ -623,7 +646,8 @@ std::string write_timeline_png(const RunResult& result, const Topology& topo,
     panels[1].title = head + list;
   }
   const std::string keys = key_entries(topo);
-  for (size_t i = 0; i < panels.size(); ++i) panel_plot(s, panels, i, layout, bins, keys, labels);
+  for (size_t i = 0; i < panels.size(); ++i)
+    panel_plot(s, panels, i, layout, bins, keys, labels, options.step_starts);
   s << "unset multiplot\n";
   const std::string terminal = "pngcairo size " + std::to_string(layout.width_px) + "," +
                                std::to_string(layout.height_px) + " noenhanced font 'sans,9'";

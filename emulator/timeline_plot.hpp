@@ -31,6 +31,9 @@ struct TimelineOptions {
   int max_lanes = 48;    // more tiles than this: adjacent tiles share a lane
   int bins = 1200;       // time bins per panel (the image's horizontal resolution)
   int zoom_events = 48;  // the zoom panel spans about this many compute spans of rank 0
+  /// Rank 0's clock at the start of each denoising step: the whole-run panel marks them (a
+  /// line and the step's number), so a run of identical steps reads as steps, not a stripe.
+  std::vector<SimTime> step_starts;
 };
 
 /// How the tiles map to lanes and how large the PNG is, for a topology and options.

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -142,6 +143,21 @@ TEST(TimelinePlot, WritesAValidPngOfTheLayoutSize) {
   EXPECT_EQ(w, static_cast<std::uint32_t>(layout.width_px));
   EXPECT_EQ(h, static_cast<std::uint32_t>(layout.height_px));
   EXPECT_GT(std::filesystem::file_size(png), 10000u);  // a drawn chart, not an empty canvas
+  // The steps' starts mark the whole-run panel: the same layout, another picture.
+  emu::TimelineOptions with_steps = o;
+  const SimTime end = r.makespan;
+  for (int k = 0; k < 4; ++k) with_steps.step_starts.push_back(SimTime::from_ns(end.ns() * k / 4));
+  const std::filesystem::path png2 = dir / "steps.png";
+  EXPECT_EQ(emu::write_timeline_png(r, topo, png2, with_steps), "");
+  ASSERT_TRUE(png_size(png2, w, h));
+  EXPECT_EQ(w, static_cast<std::uint32_t>(layout.width_px));
+  EXPECT_EQ(h, static_cast<std::uint32_t>(layout.height_px));
+  const auto bytes = [](const std::filesystem::path& f) {
+    std::ifstream in(f, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  EXPECT_NE(bytes(png), bytes(png2));
+  std::filesystem::remove(png2);
   // Only timeline.png is left: no temporaries beside it.
   int files = 0;
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(dir)) ++files;
