@@ -217,7 +217,9 @@ void add_compare_command(CLI::App& app) {
         if (t.empty()) continue;
         const std::vector<std::string> sets = technique_sets(t);
         for (const std::string& n : names) {
-          order.push_back(n + "+" + t);
+          std::string label = n;
+          label.append("+").append(t);
+          order.push_back(std::move(label));
           strategy.push_back(n);
           technique.push_back(t);
           extra.push_back(sets);
