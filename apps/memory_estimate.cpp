@@ -114,6 +114,20 @@ double tile_v_major_bytes(const RunPlan& plan) {
   return 2.0 * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
 }
 
+// Residual exchanges' reconstructions on one tile (compress.all_to_all = "residual"): for every
+// Ulysses exchange of a forward (Q, K, V and the output of each attention layer, each pass of a
+// step), what the tile sent and what it received, kept from one step to the next; each is at
+// most the tile's rows (its image tokens and the text) x hidden.
+double tile_residual_bytes(const RunPlan& plan) {
+  if (plan.settings.strategy_options.compress != "residual") return 0;
+  const dit::ModelConfig& m = plan.model;
+  const double p = sp_ranks(plan), n = static_cast<double>(plan.tokens());
+  const double rows = batch_of(plan) * (ceil_div(n, p) + m.text_tokens);
+  const double passes =
+      m.cfg_mode == dit::CfgMode::kTrue && plan.settings.cfg_degree == 1 ? 2.0 : 1.0;
+  return passes * attention_layers(m) * 4 * 2 * rows * m.hidden() * kFloatBytes;
+}
+
 // Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
 // about 16 compute and wait spans and one flow per peer for each of the four exchanges.
 double trace_events(const RunPlan& plan) {
@@ -172,6 +186,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
   }
   const double activations = phantom ? 0 : tile_activation_bytes(plan);
   const double v_major = phantom ? 0 : tile_v_major_bytes(plan);
+  const double residual = phantom ? 0 : tile_residual_bytes(plan);
   MemoryEstimate e;
   if (backend == "mpi") {
     // One process per tile: each loads its own weights; no fibers, no trace.
@@ -181,6 +196,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
     e.parts = {{"weights", bytes(here * weights)},
                {"activations", bytes(here * activations)},
                {"v_major caches", bytes(here * v_major)},
+               {"residual exchanges", bytes(here * residual)},
                {"token positions", bytes(here * tile_positions_bytes(plan))},
                {"program", bytes(here * kMpiProgramBytes)}};
     return e;
@@ -198,6 +214,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"math threads", bytes(workers * kMathWorkerBytes)},
       {"activations", bytes(p * activations)},
       {"v_major caches", bytes(p * v_major)},
+      {"residual exchanges", bytes(p * residual)},
       {"token positions", bytes(tile_positions_bytes(plan))},  // one tile at a time
       {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
       {"fiber stacks", bytes(p * stack)},  // resident pages of p stacks
