@@ -44,5 +44,12 @@ if [ ! -f "$out/$name/compare.json" ]; then
     --techniques fp8,residual,teacache,teacache=0.25,first_block=0.12 --lossy 33 \
     --out "$out/$name" > "$out/$name.txt"
 fi
+# The same on video: wan-tiny (seeded random weights), 9 frames of 64 x 64, one node.
+name="wan-tiny_video_techniques"
+if [ ! -f "$out/$name/compare.json" ]; then
+  echo "== $name" >&2
+  "$bin" compare "$here/wan-tiny-video.toml" --strategies flat,tapa,cocodiff \
+    --techniques fp8,residual,teacache,first_block --lossy 33 --out "$out/$name" > "$out/$name.txt"
+fi
 python3 "$here/summarize.py" "$out" > "$out/summary.md"
 cat "$out/summary.md"
