@@ -21,7 +21,8 @@ diffusers' own classes, as the forwards were measured.
 A row with frames > 1 (Wan 2.1: h200x1-video) is a video forward, run with run.frames.
 
 Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models,h200x1-models2]
-                          [--framework reference|eager|compiled|inductor] [--out DIR] [--name models_fidelity]
+                          [--framework reference|eager|compiled|inductor] [--set KEY=VALUE ...]
+                          [--out DIR] [--name models_fidelity]
 Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
 forwards: --measured h200x1-video --name video_fidelity).
 """
@@ -82,6 +83,8 @@ def main():
     p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled", "inductor"],
                    help="the host the preset times (reference: diffusers' own, as measured)")
     p.add_argument("--name", default="models_fidelity", help="the results' file name")
+    p.add_argument("--set", dest="sets", action="append", default=[],
+                   help="a further --set for every prediction (repeatable)")
     a = p.parse_args()
     machines = a.measured.split(",")
     tables = []
@@ -96,7 +99,7 @@ def main():
         hosts = [float(x["host_ms"]) for x in runs]
         mean = statistics.fmean(measured)
         host_bound = all(h >= 0.9 * m for h, m in zip(hosts, measured))
-        pred = predict(a.cocodiff, a.preset, r, cache, a.framework)
+        pred = predict(a.cocodiff, a.preset, r, cache, a.framework, tuple(a.sets))
         lo, hi = min(measured), max(measured)
         out_rows.append({
             "family": r["family"], "model": r["model"], "width": int(r["width"]),

@@ -2,12 +2,14 @@
 """Whole transformer forwards of the shipped DiT families with diffusers' own classes, on one GPU.
 
 Usage: python3 bench/fidelity/models/forwards.py OUT --diffusers SRC_DIR [--families a,b] [--quick]
-       [--budget-s 480] [--plan] [--mode eager|graph|compile] [--cases WxH:B[:F],...]
+       [--budget-s 480] [--plan] [--mode eager|graph|compile|compile-graphs] [--cases WxH:B[:F],...]
 
 --mode graph captures each case's forward once into a CUDA graph (torch.cuda.graph, the same
 input tensors every call) and times its replays: diffusers' kernels with no host issue between
 them. --mode compile times torch.compile(model, dynamic=False) (inductor's default mode, no CUDA
-graphs), compiled afresh for each case (env.json: compile_s). --cases keeps only the cases named.
+graphs), compiled afresh for each case (env.json: compile_s); --mode compile-graphs the same with
+mode="reduce-overhead" (inductor's kernels replayed from CUDA graphs). --cases keeps only the cases
+named.
 
 SRC_DIR holds a diffusers source tree (SRC_DIR/diffusers/...) and optionally SRC_DIR/COMMIT; the
 classes are imported from it, nothing is installed. Each model is built from its published config
@@ -336,7 +338,8 @@ def time_case(torch, model, kw, budget, warm_extra=0):
 
 def run_case(torch, model, kw, budget, mode):
     """One case timed as MODE runs it: eager calls, replays of a CUDA graph of the eager forward,
-    or torch.compile's (inductor, default mode) forward after it compiled for this shape."""
+    or torch.compile's forward (inductor's default mode, or reduce-overhead: with CUDA graphs)
+    after it compiled for this shape."""
     if mode == "eager":
         return time_case(torch, model, kw, budget)
     if mode == "graph":
@@ -346,7 +349,8 @@ def run_case(torch, model, kw, budget, mode):
         finally:
             g.graph.reset()
     torch._dynamo.reset()                 # one compiled graph per case, compiled for its shapes alone
-    compiled = torch.compile(model, dynamic=False)
+    compiled = (torch.compile(model, dynamic=False) if mode == "compile" else
+                torch.compile(model, dynamic=False, mode="reduce-overhead"))
     t0 = time.time()
     call_once(torch, compiled, kw)
     compile_s = time.time() - t0
@@ -423,8 +427,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="tiny configs (few layers, small hidden) of every class")
     ap.add_argument("--budget-s", type=float, default=480.0)
     ap.add_argument("--plan", action="store_true", help="print the cases and their estimated time, run nothing")
-    ap.add_argument("--mode", default="eager", choices=["eager", "graph", "compile"],
-                    help="eager calls (default), replays of a CUDA graph of the eager forward, or torch.compile")
+    ap.add_argument("--mode", default="eager", choices=["eager", "graph", "compile", "compile-graphs"],
+                    help="eager calls (default), replays of a CUDA graph of the eager forward, torch.compile, "
+                         "or torch.compile with CUDA graphs (mode reduce-overhead)")
     ap.add_argument("--cases", default="", help="only these cases: WxH:BATCH[:FRAMES],... (default: all)")
     args = ap.parse_args()
     only = {c for c in args.cases.split(",") if c}
