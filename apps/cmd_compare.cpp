@@ -156,6 +156,219 @@ std::vector<std::string> technique_sets(const std::string& t) {
       t + "\"");
 }
 
+// The entries of a compare: flat first (the reference, run on demand), the listed strategies,
+// then each technique on each listed strategy ("STRATEGY+TECHNIQUE", with its keys).
+struct Entries {
+  std::vector<std::string> order, strategy, technique;
+  std::vector<std::vector<std::string>> extra;
+};
+
+Entries plan_entries(const std::vector<std::string>& names, const std::string& techniques) {
+  Entries en;
+  std::vector<std::string>& strategy = en.strategy;
+  strategy = names;
+  if (std::find(names.begin(), names.end(), "flat") == names.end()) {
+    strategy.insert(strategy.begin(), "flat");
+  } else {
+    strategy.erase(std::find(strategy.begin(), strategy.end(), "flat"));
+    strategy.insert(strategy.begin(), "flat");
+  }
+  en.order = strategy;
+  en.technique.assign(strategy.size(), "");
+  en.extra.assign(strategy.size(), {});
+  std::stringstream ts(techniques);
+  for (std::string t; std::getline(ts, t, ',');) {
+    if (t.empty()) continue;
+    const std::vector<std::string> sets = technique_sets(t);
+    for (const std::string& n : names) {
+      std::string label = n;
+      label.append("+").append(t);
+      en.order.push_back(std::move(label));
+      strategy.push_back(n);
+      en.technique.push_back(t);
+      en.extra.push_back(sets);
+    }
+  }
+  return en;
+}
+
+// Runs the entries' plans side by side (the first failure, in entry order, is rethrown), with
+// a line on stderr as each ends.
+std::vector<RunRecord> run_side_by_side(std::vector<RunPlan>& plans,
+                                        const std::vector<std::string>& order) {
+  // The strategies' runs are independent: they run side by side, each on its own engine,
+  // as many at once as the hardware threads hold their workers. Unless emulator.workers is
+  // given, runs side by side come first (they share nothing) and each run takes its share of
+  // the threads for its arithmetic.
+  const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  if (!plans[0].workers_set) {
+    const int side_by_side = static_cast<int>(std::min(plans.size(), static_cast<size_t>(cores)));
+    for (RunPlan& p : plans) p.engine.workers = std::max(1, cores / side_by_side);
+  }
+  const size_t jobs = std::min(
+      plans.size(), static_cast<size_t>(std::max(1, cores / std::max(1, plans[0].engine.workers))));
+  std::vector<std::optional<RunRecord>> results(plans.size());
+  std::vector<std::exception_ptr> errors(plans.size());
+  std::atomic<size_t> next{0};
+  std::mutex io;
+  size_t finished = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::fprintf(stderr, "running %zu entries, %zu at a time\n", plans.size(), jobs);
+  auto work = [&] {
+    for (size_t i; (i = next++) < plans.size();) {
+      const auto ts = std::chrono::steady_clock::now();
+      try {
+        results[i] = run_emulated(plans[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      const double el =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
+      const double total =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      std::lock_guard<std::mutex> lk(io);
+      ++finished;
+      if (results[i])
+        std::fprintf(stderr, "[%zu/%zu] %-24s done in %.1f s (virtual %.6f s; %.1f s elapsed)\n",
+                     finished, plans.size(), order[i].c_str(), el,
+                     results[i]->report["virtual_time_s"].get<double>(), total);
+      else
+        std::fprintf(stderr, "[%zu/%zu] %-24s failed\n", finished, plans.size(), order[i].c_str());
+    }
+  };
+  {
+    std::vector<std::thread> threads;
+    for (size_t j = 1; j < jobs; ++j) threads.emplace_back(work);
+    work();
+    for (std::thread& t : threads) t.join();
+  }
+  // The first failure in strategy order is the one reported.
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  std::vector<RunRecord> recs;
+  for (size_t i = 0; i < plans.size(); ++i) recs.push_back(std::move(*results[i]));
+  return recs;
+}
+
+// --lossy: the fastest listed entry whose preview keeps `db` dB PSNR against the exact run
+// (exact entries keep any), printed and as compare.json's "lossy".
+nlohmann::ordered_json fastest_within(const nlohmann::ordered_json& entries,
+                                      const std::vector<std::string>& order, double db) {
+  size_t best = entries.size();
+  for (size_t i = 0; i < entries.size(); ++i) {
+    if (entries[i]["reference_only"].get<bool>()) continue;
+    const nlohmann::ordered_json& q = entries[i]["quality"];
+    const bool keeps = q["preview_psnr_db"].is_string() || q["preview_psnr_db"].get<double>() >= db;
+    if (keeps && (best == entries.size() || entries[i]["virtual_time_s"].get<double>() <
+                                                entries[best]["virtual_time_s"].get<double>()))
+      best = i;
+  }
+  nlohmann::ordered_json l = {{"psnr_db", db}, {"fastest", nullptr}};
+  if (best < entries.size()) {
+    l["fastest"] = order[best];
+    std::cout << "fastest with a preview of at least " << fmt("%.1f", db)
+              << " dB PSNR: " << order[best] << " ("
+              << fmt("%.6f", entries[best]["virtual_time_s"].get<double>()) << " s, "
+              << fmt("%.3f", entries[best]["speedup_vs_flat"].get<double>()) << "x flat)\n";
+  } else {
+    std::cout << "no entry keeps a preview of " << fmt("%.1f", db) << " dB PSNR\n";
+  }
+  return l;
+}
+
+// The compare table, one row an entry (virtual time, speedup over flat, exposed communication,
+// the host's wait where a device has one, bytes per tier, V-Major's saving where an entry runs
+// it, quality with real math), and each entry's compare.json record appended to `entries`.
+std::string entries_table(const std::vector<RunRecord>& recs, const std::vector<RunPlan>& plans,
+                          const std::vector<std::string>& names,
+                          const std::vector<std::string>& order,
+                          const std::vector<std::string>& technique,
+                          nlohmann::ordered_json& entries) {
+  const double flat_s = recs[0].report["virtual_time_s"].get<double>();
+  const Topology& topo = plans[0].cluster.topology;
+  // Table header.
+  std::ostringstream tab;
+  char line[512];
+  std::snprintf(line, sizeof line, "%-24s %12s %8s %12s %6s", "strategy", "virtual_s", "speedup",
+                "exposed_s", "exp%");
+  tab << line;
+  // The host's column when a device has one: the critical tile waiting for its host.
+  bool any_host = false;
+  for (const RunRecord& rec : recs)
+    any_host = any_host || rec.report["breakdown"].value("host_wait_s", 0.0) > 0;
+  if (any_host) {
+    std::snprintf(line, sizeof line, " %12s %6s", "host_wait_s", "host%");
+    tab << line;
+  }
+  for (int k = 0; k < topo.num_tiers(); ++k) {
+    std::snprintf(line, sizeof line, " %12s", (topo.tier_name(k) + "_GB").c_str());
+    tab << line;
+  }
+  // V-Major's columns when an entry runs it: V bytes saved (negative: sent more) and the
+  // fraction of V blocks sent.
+  bool any_v_major = false;
+  for (const RunRecord& rec : recs) any_v_major = any_v_major || v_major_sum(rec.report).present;
+  if (any_v_major) {
+    std::snprintf(line, sizeof line, " %11s %7s", "V_saved_GB", "active");
+    tab << line;
+  }
+  const bool real = plans[0].math == "real";
+  if (real) {
+    std::snprintf(line, sizeof line, " %11s %9s %7s", "rel_l2", "psnr_db", "ssim");
+    tab << line;
+  }
+  tab << "\n";
+  for (size_t i = 0; i < recs.size(); ++i) {
+    const bool listed =
+        !technique[i].empty() || std::find(names.begin(), names.end(), order[i]) != names.end();
+    nlohmann::ordered_json e = recs[i].report;
+    const double vt = e["virtual_time_s"].get<double>();
+    e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
+    e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
+    e["reference_only"] = !listed;
+    e["entry"] = order[i];
+    e["technique"] = technique[i].empty() ? nlohmann::ordered_json(nullptr)
+                                          : nlohmann::ordered_json(technique[i]);
+    const nlohmann::ordered_json& b = e["breakdown"];
+    std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,
+                  e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
+                  100 * b["exposed_comm_fraction"].get<double>());
+    tab << line;
+    if (any_host) {
+      std::snprintf(line, sizeof line, " %12.6f %5.1f%%", b.value("host_wait_s", 0.0),
+                    100 * b.value("host_wait_fraction", 0.0));
+      tab << line;
+    }
+    for (int k = 0; k < topo.num_tiers(); ++k) {
+      std::snprintf(line, sizeof line, " %12.4f",
+                    e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
+      tab << line;
+    }
+    if (any_v_major) {
+      const VMajorSum v = v_major_sum(e);
+      if (v.present)
+        std::snprintf(line, sizeof line, " %11.4f %6.1f%%",
+                      std::abs(v.saved_bytes) < 5e4 ? 0.0 : v.saved_bytes / 1e9,  // no -0.0000
+                      v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
+      else
+        std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
+      tab << line;
+    }
+    if (real) {
+      const nlohmann::ordered_json& q = e["quality"];
+      const std::string psnr = q["preview_psnr_db"].is_string()
+                                   ? std::string("inf")
+                                   : fmt("%.2f", q["preview_psnr_db"].get<double>());
+      std::snprintf(line, sizeof line, " %11.3e %9s %7.4f", q["latent_relative_l2"].get<double>(),
+                    psnr.c_str(), q["preview_ssim"].get<double>());
+      tab << line;
+    }
+    tab << "\n";
+    entries.push_back(std::move(e));
+  }
+  return tab.str();
+}
+
 }  // namespace
 
 void add_compare_command(CLI::App& app) {
@@ -200,32 +413,10 @@ void add_compare_command(CLI::App& app) {
     for (const std::string& n : names)
       if (const std::string e = dit::attention_strategy_error(n); !e.empty())
         throw ConfigError("--strategies: " + e);
-    const bool flat_listed = std::find(names.begin(), names.end(), "flat") != names.end();
-    std::vector<std::string> strategy = names;
-    if (!flat_listed)
-      strategy.insert(strategy.begin(), "flat");
-    else {
-      strategy.erase(std::find(strategy.begin(), strategy.end(), "flat"));
-      strategy.insert(strategy.begin(), "flat");
-    }
-    // Each technique on each listed strategy, after the exact entries.
-    std::vector<std::string> order = strategy, technique(strategy.size());
-    std::vector<std::vector<std::string>> extra(strategy.size());
-    {
-      std::stringstream ts(opt->techniques);
-      for (std::string t; std::getline(ts, t, ',');) {
-        if (t.empty()) continue;
-        const std::vector<std::string> sets = technique_sets(t);
-        for (const std::string& n : names) {
-          std::string label = n;
-          label.append("+").append(t);
-          order.push_back(std::move(label));
-          strategy.push_back(n);
-          technique.push_back(t);
-          extra.push_back(sets);
-        }
-      }
-    }
+    const Entries en = plan_entries(names, opt->techniques);
+    const std::vector<std::string>&order = en.order, &strategy = en.strategy,
+          &technique = en.technique;
+    const std::vector<std::vector<std::string>>& extra = en.extra;
     // Resolve every plan before running anything: a bad config fails at once.
     std::vector<RunPlan> plans;
     for (size_t i = 0; i < order.size(); ++i) {
@@ -246,143 +437,11 @@ void add_compare_command(CLI::App& app) {
           "--lossy: quality needs real math (run.math = \"real\"); this config "
           "runs phantom");
     std::cout << describe(plans[0], "emulator", order) << std::flush;
-    // The strategies' runs are independent: they run side by side, each on its own engine,
-    // as many at once as the hardware threads hold their workers. Unless emulator.workers is
-    // given, runs side by side come first (they share nothing) and each run takes its share of
-    // the threads for its arithmetic.
-    const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-    if (!plans[0].workers_set) {
-      const int side_by_side = static_cast<int>(std::min(plans.size(), static_cast<size_t>(cores)));
-      for (RunPlan& p : plans) p.engine.workers = std::max(1, cores / side_by_side);
-    }
-    const size_t jobs =
-        std::min(plans.size(),
-                 static_cast<size_t>(std::max(1, cores / std::max(1, plans[0].engine.workers))));
-    std::vector<std::optional<RunRecord>> results(plans.size());
-    std::vector<std::exception_ptr> errors(plans.size());
-    std::atomic<size_t> next{0};
-    std::mutex io;
-    size_t finished = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    std::fprintf(stderr, "running %zu entries, %zu at a time\n", plans.size(), jobs);
-    auto work = [&] {
-      for (size_t i; (i = next++) < plans.size();) {
-        const auto ts = std::chrono::steady_clock::now();
-        try {
-          results[i] = run_emulated(plans[i]);
-        } catch (...) {
-          errors[i] = std::current_exception();
-        }
-        const double el =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - ts).count();
-        const double total =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::lock_guard<std::mutex> lk(io);
-        ++finished;
-        if (results[i])
-          std::fprintf(stderr, "[%zu/%zu] %-24s done in %.1f s (virtual %.6f s; %.1f s elapsed)\n",
-                       finished, plans.size(), order[i].c_str(), el,
-                       results[i]->report["virtual_time_s"].get<double>(), total);
-        else
-          std::fprintf(stderr, "[%zu/%zu] %-24s failed\n", finished, plans.size(),
-                       order[i].c_str());
-      }
-    };
-    {
-      std::vector<std::thread> threads;
-      for (size_t j = 1; j < jobs; ++j) threads.emplace_back(work);
-      work();
-      for (std::thread& t : threads) t.join();
-    }
-    // The first failure in strategy order is the one reported.
-    for (const std::exception_ptr& e : errors)
-      if (e) std::rethrow_exception(e);
-    std::vector<RunRecord> recs;
-    for (size_t i = 0; i < plans.size(); ++i) recs.push_back(std::move(*results[i]));
-    const double flat_s = recs[0].report["virtual_time_s"].get<double>();
+    std::vector<RunRecord> recs = run_side_by_side(plans, order);
     nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    const Topology& topo = plans[0].cluster.topology;
-    // Table header.
-    std::ostringstream tab;
-    char line[512];
-    std::snprintf(line, sizeof line, "%-24s %12s %8s %12s %6s", "strategy", "virtual_s", "speedup",
-                  "exposed_s", "exp%");
-    tab << line;
-    // The host's column when a device has one: the critical tile waiting for its host.
-    bool any_host = false;
-    for (const RunRecord& rec : recs)
-      any_host = any_host || rec.report["breakdown"].value("host_wait_s", 0.0) > 0;
-    if (any_host) {
-      std::snprintf(line, sizeof line, " %12s %6s", "host_wait_s", "host%");
-      tab << line;
-    }
-    for (int k = 0; k < topo.num_tiers(); ++k) {
-      std::snprintf(line, sizeof line, " %12s", (topo.tier_name(k) + "_GB").c_str());
-      tab << line;
-    }
-    // V-Major's columns when an entry runs it: V bytes saved (negative: sent more) and the
-    // fraction of V blocks sent.
-    bool any_v_major = false;
-    for (const RunRecord& rec : recs) any_v_major = any_v_major || v_major_sum(rec.report).present;
-    if (any_v_major) {
-      std::snprintf(line, sizeof line, " %11s %7s", "V_saved_GB", "active");
-      tab << line;
-    }
+    const std::string tab = entries_table(recs, plans, names, order, technique, entries);
     const bool real = plans[0].math == "real";
-    if (real) {
-      std::snprintf(line, sizeof line, " %11s %9s %7s", "rel_l2", "psnr_db", "ssim");
-      tab << line;
-    }
-    tab << "\n";
-    for (size_t i = 0; i < recs.size(); ++i) {
-      const bool listed =
-          !technique[i].empty() || std::find(names.begin(), names.end(), order[i]) != names.end();
-      nlohmann::ordered_json e = recs[i].report;
-      const double vt = e["virtual_time_s"].get<double>();
-      e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
-      e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
-      e["reference_only"] = !listed;
-      e["entry"] = order[i];
-      e["technique"] = technique[i].empty() ? nlohmann::ordered_json(nullptr)
-                                            : nlohmann::ordered_json(technique[i]);
-      const nlohmann::ordered_json& b = e["breakdown"];
-      std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,
-                    e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
-                    100 * b["exposed_comm_fraction"].get<double>());
-      tab << line;
-      if (any_host) {
-        std::snprintf(line, sizeof line, " %12.6f %5.1f%%", b.value("host_wait_s", 0.0),
-                      100 * b.value("host_wait_fraction", 0.0));
-        tab << line;
-      }
-      for (int k = 0; k < topo.num_tiers(); ++k) {
-        std::snprintf(line, sizeof line, " %12.4f",
-                      e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
-        tab << line;
-      }
-      if (any_v_major) {
-        const VMajorSum v = v_major_sum(e);
-        if (v.present)
-          std::snprintf(line, sizeof line, " %11.4f %6.1f%%",
-                        std::abs(v.saved_bytes) < 5e4 ? 0.0 : v.saved_bytes / 1e9,  // no -0.0000
-                        v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
-        else
-          std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
-        tab << line;
-      }
-      if (real) {
-        const nlohmann::ordered_json& q = e["quality"];
-        const std::string psnr = q["preview_psnr_db"].is_string()
-                                     ? std::string("inf")
-                                     : fmt("%.2f", q["preview_psnr_db"].get<double>());
-        std::snprintf(line, sizeof line, " %11.3e %9s %7.4f", q["latent_relative_l2"].get<double>(),
-                      psnr.c_str(), q["preview_ssim"].get<double>());
-        tab << line;
-      }
-      tab << "\n";
-      entries.push_back(std::move(e));
-    }
-    std::cout << tab.str();
+    std::cout << tab;
     if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
     {
       std::vector<nlohmann::ordered_json> reports;
@@ -395,30 +454,7 @@ void add_compare_command(CLI::App& app) {
     doc["sets"] = opt->sets;
     doc["reference"] = "flat";
     doc["techniques"] = opt->techniques;
-    if (opt->lossy_db >= 0) {
-      // The fastest entry whose preview keeps the PSNR asked for (exact entries keep any).
-      size_t best = entries.size();
-      for (size_t i = 0; i < entries.size(); ++i) {
-        if (entries[i]["reference_only"].get<bool>()) continue;
-        const nlohmann::ordered_json& q = entries[i]["quality"];
-        const bool keeps =
-            q["preview_psnr_db"].is_string() || q["preview_psnr_db"].get<double>() >= opt->lossy_db;
-        if (keeps && (best == entries.size() || entries[i]["virtual_time_s"].get<double>() <
-                                                    entries[best]["virtual_time_s"].get<double>()))
-          best = i;
-      }
-      nlohmann::ordered_json l = {{"psnr_db", opt->lossy_db}, {"fastest", nullptr}};
-      if (best < entries.size()) {
-        l["fastest"] = order[best];
-        std::cout << "fastest with a preview of at least " << fmt("%.1f", opt->lossy_db)
-                  << " dB PSNR: " << order[best] << " ("
-                  << fmt("%.6f", entries[best]["virtual_time_s"].get<double>()) << " s, "
-                  << fmt("%.3f", entries[best]["speedup_vs_flat"].get<double>()) << "x flat)\n";
-      } else {
-        std::cout << "no entry keeps a preview of " << fmt("%.1f", opt->lossy_db) << " dB PSNR\n";
-      }
-      doc["lossy"] = l;
-    }
+    if (opt->lossy_db >= 0) doc["lossy"] = fastest_within(entries, order, opt->lossy_db);
     doc["entries"] = entries;
     // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
     // staged together and moved into place in one step, so a full disk or a kill leaves the
