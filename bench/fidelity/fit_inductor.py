@@ -22,14 +22,13 @@ Writes DIR/NAME.{txt,json} (default bench/fidelity/results/).
 """
 import argparse
 import csv
-import json
 import math
 import os
 import statistics
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models_fidelity import ROOT, predict  # noqa: E402
+from models_fidelity import ROOT, predict, write_results  # noqa: E402
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -117,15 +116,8 @@ def main():
     sel = [abs(o["compiled_error"]) for o in out_rows]
     lines.append(f"# framework = \"compiled\" (no fusion, no launch cost) on the same rows: |error| median "
                  f"{100 * statistics.median(sel):.1f}%, max {100 * max(sel):.1f}%")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, a.name + ".txt"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, a.name + ".json"), "w") as f:
-        json.dump({"preset": a.preset, "measured": a.measured, "fusion": fusion, "launch_us": launch,
-                   "held_out": sorted(held), "rows": out_rows}, f, indent=1)
-        f.write("\n")
+    write_results(a.out, a.name, lines, {"preset": a.preset, "measured": a.measured, "fusion": fusion,
+                                         "launch_us": launch, "held_out": sorted(held), "rows": out_rows})
 
 
 if __name__ == "__main__":

@@ -73,6 +73,18 @@ def predict(cocodiff, preset, row, cache, framework="reference", extra=()):
     return cache[key]
 
 
+def write_results(out, name, lines, doc):
+    """Prints the table's lines and writes them to OUT/NAME.txt, and DOC to OUT/NAME.json."""
+    text = "\n".join(lines) + "\n"
+    print(text, end="")
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, name + ".txt"), "w") as f:
+        f.write(text)
+    with open(os.path.join(out, name + ".json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("cocodiff")
@@ -141,15 +153,8 @@ def main():
             lines.append(f"#   {model:<12} {bound:<4}-bound: {len(errs):2d} cases, median "
                          f"{100 * statistics.median(errs):5.1f}%, max {100 * max(errs):5.1f}%"
                          + (f", {inside} inside the range +-15%" if bound == "host" else ""))
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, a.name + ".txt"), "w") as f:
-        f.write(text)
-    with open(os.path.join(a.out, a.name + ".json"), "w") as f:
-        json.dump({"preset": a.preset, "measured": machines, "rows": out_rows,
-                   "summary": summary}, f, indent=1)
-        f.write("\n")
+    write_results(a.out, a.name, lines, {"preset": a.preset, "measured": machines, "rows": out_rows,
+                                         "summary": summary})
 
 
 if __name__ == "__main__":

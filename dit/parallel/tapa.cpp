@@ -414,11 +414,7 @@ void BlockExchange::finish(const Exec& ex) {
   decoded_ready_ = true;
   // Every block that arrived, decoded once, in source order.
   const int me = g_->rank(), p = g_->size();
-  decoded_off_.assign(static_cast<size_t>(p) + 1, 0);
-  for (int s = 0; s < p; ++s)
-    decoded_off_[static_cast<size_t>(s) + 1] =
-        decoded_off_[static_cast<size_t>(s)] + shape_(s, me).numel();
-  const std::int64_t elements = decoded_off_.back();
+  const std::int64_t elements = set_decoded_offsets();
   if (!phantom_) {
     decoded_.resize(static_cast<size_t>(elements));
     for (int s = 0; s < p; ++s) {
@@ -432,17 +428,22 @@ void BlockExchange::finish(const Exec& ex) {
             memory_shape(KernelClass::kMul, elements, 0));
 }
 
+std::int64_t BlockExchange::set_decoded_offsets() {
+  const int me = g_->rank(), p = g_->size();
+  decoded_off_.assign(static_cast<size_t>(p) + 1, 0);
+  for (int s = 0; s < p; ++s)
+    decoded_off_[static_cast<size_t>(s) + 1] =
+        decoded_off_[static_cast<size_t>(s)] + shape_(s, me).numel();
+  return decoded_off_.back();
+}
+
 void BlockExchange::finish_residual(const Exec& ex) {
   if (decoded_ready_) return;
   decoded_ready_ = true;
   // What arrived, added to (residuals) or taken as (the first step) the reconstruction of what
   // each source sent; that reconstruction is the exchange's result.
   const int me = g_->rank(), p = g_->size();
-  decoded_off_.assign(static_cast<size_t>(p) + 1, 0);
-  for (int s = 0; s < p; ++s)
-    decoded_off_[static_cast<size_t>(s) + 1] =
-        decoded_off_[static_cast<size_t>(s)] + shape_(s, me).numel();
-  const std::int64_t elements = decoded_off_.back();
+  const std::int64_t elements = set_decoded_offsets();
   if (!phantom_) {
     std::vector<float>& got = site_->received;
     if (got.size() != static_cast<size_t>(elements))

@@ -207,6 +207,9 @@ class BlockExchange {
   BlockShape wire(int s, int d) const;
   void launch_phase(const Exec& ex);
   void finish_residual(const Exec& ex);
+  // decoded_off_: where each source's block starts among what arrived (source order); returns
+  // the elements of all of them.
+  std::int64_t set_decoded_offsets();
   void complete_phase(const Exec& ex);
   PhaseIo io();
 
