@@ -35,6 +35,11 @@ fuzz_seconds=${COCODIFF_FUZZ_SECONDS:-180}
 common=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCOCODIFF_NATIVE=OFF -DCOCODIFF_BUILD_BENCH=OFF
   -DCOCODIFF_WITH_MPI=OFF)
 
+# Every libFuzzer target in tests/fuzz: the fuzz stage runs them, and the asan stage builds them so
+# that ctest's fuzz_replay_* tests (each target over its corpus) find their executables.
+fuzz_targets=(fuzz_config fuzz_safetensors fuzz_safetensors_index fuzz_png fuzz_calibrate_csv
+  fuzz_nccl_tests fuzz_steps_csv fuzz_interference_json)
+
 stage_asan() {
   # clang-14 at -O1 (the level ASan's documentation recommends): g++ -O2 with ASan + UBSan took
   # 3.5x as long to compile (23 s against 6.5 s for net_models/cluster.cpp) and its build alone
@@ -42,8 +47,7 @@ stage_asan() {
   cmake -S . -B build-asan "${common[@]}" -DCMAKE_CXX_COMPILER=clang++-14 \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g -DNDEBUG" -DCOCODIFF_SANITIZE=address,undefined
   cmake --build build-asan -j "$jobs" --target cocodiff emulator_test net_models_test dit_test \
-    apps_test e2e_forward_test safetensors_limits_test fuzz_config fuzz_safetensors \
-    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests
+    apps_test e2e_forward_test safetensors_limits_test "${fuzz_targets[@]}"
   # halt_on_error makes every UBSan report fatal. The emulator declares each fiber's stack to
   # ASan when the fiber gains control (emulator/detail/stack_pool.hpp), which is enough for
   # exceptions thrown on fiber stacks; detect_stack_use_after_return stays off because the fake
@@ -74,12 +78,9 @@ stage_fuzz() {
   cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_COMPILER=clang++-14 -DCOCODIFF_FUZZ=ON -DCOCODIFF_SANITIZE=address,undefined \
     -DCOCODIFF_BUILD_BENCH=OFF -DCOCODIFF_WITH_MPI=OFF
-  cmake --build build-fuzz -j "$jobs" --target fuzz_config fuzz_safetensors \
-    fuzz_safetensors_index fuzz_png fuzz_calibrate_csv fuzz_nccl_tests fuzz_steps_csv \
-    fuzz_interference_json
+  cmake --build build-fuzz -j "$jobs" --target "${fuzz_targets[@]}"
   local t
-  for t in config safetensors safetensors_index png calibrate_csv nccl_tests steps_csv \
-    interference_json; do
+  for t in "${fuzz_targets[@]#fuzz_}"; do
     # New inputs go to a scratch corpus (listed first); the checked-in seeds are only read.
     local work="build-fuzz/corpus-$t"
     mkdir -p "$work"
