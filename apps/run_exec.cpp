@@ -49,6 +49,10 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["width"] = plan.settings.pixel_width();
   r["frames"] = plan.settings.frames;  // video frames (1: an image)
   r["latent_frames"] = plan.model.latent_frames(plan.settings.frames);
+  if (!plan.motion.empty()) {  // the condition row names the class and the motion
+    r["class_label"] = plan.settings.class_label % plan.model.classes();
+    r["motion"] = plan.motion;
+  }
   r["tokens"] = plan.tokens();
   r["seed"] = plan.settings.seed;
   r["status"] = "ok";

@@ -29,6 +29,22 @@ namespace cocodiff::apps {
 
 namespace {
 
+// A model conditioned on (motion, class) pairs (model.motions) takes run.motion, one of its
+// motions (the first by default); the condition row is motion * classes + class.
+void read_motion(const Config& cfg, RunPlan& plan) {
+  const std::vector<std::string>& motions = plan.model.motions;
+  if (motions.empty()) {
+    if (cfg.has("run.motion"))
+      throw ConfigError(cfg.where("run.motion"), "run.motion",
+                        "no motion: " + plan.model.name + " is not conditioned on one",
+                        cfg.require_string("run.motion"));
+    return;
+  }
+  plan.motion = cfg.get_choice("run.motion", motions.front(), motions);
+  const auto at = std::find(motions.begin(), motions.end(), plan.motion) - motions.begin();
+  plan.settings.class_label += static_cast<int>(at) * plan.model.classes();
+}
+
 // Video frames: run.frames, or run.num_frames as xDiT spells it (not both). The model's VAE keeps
 // the first frame and compresses the rest in time; an image model takes one frame.
 void read_frames(const Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s) {
@@ -370,11 +386,12 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
   // A model with class labels has classes 0 .. num_classes - 1 (num_classes is its null class);
   // a model without them is conditioned on seeded text embeddings and ignores the key.
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
-  if (plan.model.num_classes > 0 && s.class_label >= plan.model.num_classes)
+  if (plan.model.num_classes > 0 && s.class_label >= plan.model.classes())
     throw ConfigError(cfg.where("run.class_label"), "run.class_label",
                       "a class of " + plan.model.name + " (0 to " +
-                          std::to_string(plan.model.num_classes - 1) + ")",
+                          std::to_string(plan.model.classes() - 1) + ")",
                       std::to_string(s.class_label) + " (out of range)");
+  read_motion(cfg, plan);
   // An empty path is refused by its key before any file is looked for.
   for (const char* key :
        {"run.weights", "run.initial_latent", "run.inpaint_image", "run.inpaint_mask"})

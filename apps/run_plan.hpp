@@ -61,7 +61,8 @@ struct RunPlan {
   emu::EngineOptions engine;
   bool workers_set = false;  // emulator.workers was given (else engine.workers is the default)
   std::string math;          // "real" | "skip"
-  std::uint64_t weights_seed = 0;                       // model.weights_seed
+  std::uint64_t weights_seed = 0;  // model.weights_seed
+  std::string motion;              // run.motion of a model conditioned on motions (else empty)
   std::optional<std::filesystem::path> weights_file;    // run.weights (safetensors)
   std::optional<std::filesystem::path> initial_latent;  // run.initial_latent (safetensors)
   bool save_latent = false;                             // run.save_latent: write latent.safetensors

@@ -58,6 +58,9 @@ class Reader {
   std::vector<std::int64_t> get_int_list(const std::string& key) const {
     return pick(key).get_int_list(name(key), {});
   }
+  std::vector<std::string> get_string_list(const std::string& key) const {
+    return pick(key).get_string_list(name(key), {});
+  }
 
  private:
   bool from_preset(const std::string& key) const {
@@ -138,6 +141,13 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.text_dim = cfg_reader.get_int("text_dim", m.text_dim, 1, 1 << 20);
   m.pooled_dim = cfg_reader.get_int("pooled_dim", fam.default_pooled_dim, 0, 1 << 20);
   m.num_classes = cfg_reader.get_int("num_classes", fam.default_num_classes, 0, 1 << 24);
+  m.motions = cfg_reader.get_string_list("motions");
+  if (!m.motions.empty() &&
+      (m.num_classes == 0 || m.num_classes % static_cast<int>(m.motions.size()) != 0))
+    throw ConfigError(cfg_reader.where("motions"), "model.motions",
+                      "motions that divide model.num_classes (" + std::to_string(m.num_classes) +
+                          " conditions: motion x class)",
+                      std::to_string(m.motions.size()) + " motions");
   m.guidance_embed = cfg_reader.get_bool("guidance_embed", false);
   m.pixel_space = cfg_reader.get_bool("pixel_space", false);
   m.timestep_dim = cfg_reader.get_int("timestep_dim", m.timestep_dim, 2, 1 << 16);

@@ -42,12 +42,14 @@ struct ModelConfig {
   bool pixel_space = false;    // the latent is the image: 1 (gray) or 3 (RGB) channels in [-1, 1]
   // Conditioning.
   int text_tokens = 512;
-  int text_dim = 4096;          // text encoder width (joint_attention_dim)
-  int pooled_dim = 768;         // pooled text embedding width (0: none)
-  int num_classes = 0;          // class labels (a null class is added for CFG); FLUX: learned
-                                // class tokens (class_embedding.*) replace the text embeddings
-  bool guidance_embed = false;  // FLUX.1-dev distilled guidance input
-  int timestep_dim = 256;       // sinusoidal embedding width
+  int text_dim = 4096;               // text encoder width (joint_attention_dim)
+  int pooled_dim = 768;              // pooled text embedding width (0: none)
+  int num_classes = 0;               // class labels (a null class is added for CFG); FLUX: learned
+                                     // class tokens (class_embedding.*) replace the text embeddings
+  std::vector<std::string> motions;  // a video model's motions: its num_classes conditions are
+                                     // (motion, class) pairs, row motion * classes() + class
+  bool guidance_embed = false;       // FLUX.1-dev distilled guidance input
+  int timestep_dim = 256;            // sinusoidal embedding width
   // Positions.
   std::vector<int> rope_axes;  // empty: no RoPE
   double rope_theta = 10000.0;
@@ -71,6 +73,10 @@ struct ModelConfig {
   /// Image tokens of one height x width (pixels) sample.
   std::int64_t image_tokens(int height, int width) const;
   /// Latent frames of `frames` video frames (the VAE keeps the first and compresses the rest).
+  /// Item classes of a model conditioned on (motion, class) pairs; num_classes otherwise.
+  int classes() const {
+    return motions.empty() ? num_classes : num_classes / static_cast<int>(motions.size());
+  }
   int latent_frames(int frames) const { return (frames - 1) / vae_temporal_scale + 1; }
   /// Latent cells per side at `resolution`.
   int latent_side(int resolution) const { return resolution / vae_scale; }

@@ -83,6 +83,10 @@ class Wan final : public Model {
     }
     sb.linear("proj_out", p * p * cfg_.out_channels, d);
     sb.tensor("scale_shift_table", {1, 2, d}, InitKind::kBias);
+    if (cfg_.num_classes > 0)  // learned conditioning tokens in place of a text encoder, as
+                               // flux1-fmnist's; row num_classes is the null condition of CFG
+      sb.embedding("class_embedding.text", cfg_.num_classes + 1,
+                   std::int64_t{cfg_.text_tokens} * cfg_.text_dim);
     return sb.take();
   }
 
@@ -215,6 +219,7 @@ ModelFamily wan_family() {
   f.summary = "Wan 2.1: video self-attention with 3-D RoPE, cross-attention to the text";
   f.video = true;
   f.joint_text = false;
+  f.class_tokens = true;
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
     if (auto bad = rope_axes_problem(m, 3, "frame, row, column")) return bad;
     if (m.pooled_dim != 0)
