@@ -44,12 +44,13 @@ CALL_COST = {
 }
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--measured", default=os.path.join(ROOT, "configs", "measurements",
                                                        "h200x1-hostprofile"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-    a = ap.parse_args()
+    ap.add_argument("--reference", help="where reference_host.csv goes (default: MEASURED/reference_host.csv)")
+    a = ap.parse_args(argv)
     issue = {r["op"]: float(r["host_us_median"])
              for r in csv.DictReader(open(os.path.join(a.measured, "host_issue.csv")))}
     blocks = {}
@@ -73,7 +74,8 @@ def main():
         rows.append({"model": key[0], "size": key[1], "batch": key[2], "scope": key[3],
                      "calls": calls.get(key, 0.0), "counted_us": round(counted[key], 1),
                      "measured_us": blocks[key], "ratio": round(blocks[key] / counted[key], 3)})
-    lines = [f"# host time per block: profile counts x issue costs measured alone ({a.measured}), "
+    measured = os.path.relpath(a.measured, ROOT)
+    lines = [f"# host time per block: profile counts x issue costs measured alone ({measured}), "
              "against the block's measured host time",
              f"{'model':<12} {'size':>5} {'batch':>5} {'scope':<26} {'calls':>7} {'counted_us':>11} "
              f"{'measured_us':>12} {'ratio':>6}"]
@@ -108,7 +110,7 @@ def main():
     if unknown:
         lines.append("# calls without a cost (left out): " + ", ".join(sorted(unknown)))
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.measured, "reference_host.csv"), "w") as f:
+    with open(a.reference or os.path.join(a.measured, "reference_host.csv"), "w") as f:
         f.write("model,scope,calls,counted_us\n")
         done = set()
         for r in sorted(rows, key=lambda r: (r["model"], r["scope"], r["batch"], r["size"])):
@@ -119,7 +121,7 @@ def main():
     with open(os.path.join(a.out, "host_counts.txt"), "w") as f:
         f.write("\n".join(lines) + "\n")
     with open(os.path.join(a.out, "host_counts.json"), "w") as f:
-        json.dump({"measured": os.path.relpath(a.measured, ROOT), "summary": summary, "rows": rows},
+        json.dump({"measured": measured, "summary": summary, "rows": rows},
                   f, indent=1)
     print("\n".join(lines))
 
