@@ -11,7 +11,7 @@ Taken as a cost per call (the framework's overhead on each call it makes), fitte
 blocks alone (both kinds, both batches: least squares on the measured - counted time against the
 calls), it predicts every other family's blocks; the table lists both.
 
-Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR]
+Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR] [--reference CSV]
 Writes DIR/host_counts.{txt,json} (default bench/fidelity/results), and MEASURED/reference_host.csv
 (model,scope,calls,counted_us: each model's batch-1 blocks at its smallest size, derived from the
 two files above), which a cluster names as device.host.reference: a block's host time is then
