@@ -28,13 +28,12 @@ def read_json(path):
         return json.load(f)
 
 
-def read_steps(root=None, machines="h[12]00x*"):
+def read_steps(machines="h[12]00x*"):
     """Every measured step of configs/measurements/MACHINES/steps_*.csv: {(machine, transport,
     gpus, resolution, strategy): [median_ms of each row]} (a step measured in several launches
-    has a row from each). ROOT: another checkout's root (default this one's)."""
-    base = os.path.join(root, "configs", "measurements") if root else paths.MEASUREMENTS
+    has a row from each)."""
     measured = {}
-    for path in sorted(glob.glob(os.path.join(base, machines, "steps_*.csv"))):
+    for path in measured_files(os.path.join(machines, "steps_*.csv")):
         machine = machine_of(path)
         for r in read_csv(path):
             measured.setdefault((machine, r["transport"], int(r["gpus"]), int(r["resolution"]), r["strategy"]),
