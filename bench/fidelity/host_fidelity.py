@@ -27,9 +27,9 @@ without it (TORCH_NCCL_AVOID_RECORD_STREAMS=1, configs/measurements/h200x1-hostr
 Usage: host_fidelity.py COCODIFF [--out DIR]
 Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import csv, glob, json, math, os, statistics, subprocess, sys, tempfile
+import glob, json, math, os, statistics, subprocess, sys, tempfile
 
-from cocodiff_fidelity import cli, paths, report
+from cocodiff_fidelity import cli, paths, readers, report
 from cocodiff_fidelity.phantom import STRATEGY, preset_for, run_phantom_step
 from cocodiff_fidelity.readers import read_steps
 
@@ -96,7 +96,7 @@ def one_rank(predict, lines, summary):
         if "_avoid" in os.path.basename(path) or os.path.basename(path).startswith("steps1c_"):
             continue  # record-stream bookkeeping off, or copies for exchanges (sections below)
         into = exch if os.path.basename(path).startswith("steps1x_") else plain
-        for r in csv.DictReader(open(path)):
+        for r in readers.read_csv(path):
             into.setdefault((machine, int(r["resolution"]), r["strategy"]), []).append(
                 (float(r["median_ms"]), float(r["host_issue_ms"])))
     if not plain:
@@ -223,7 +223,7 @@ def launches(d, files):
         for name in names:
             path = os.path.join(d, name)
             if os.path.exists(path):
-                for r in csv.DictReader(open(path)):
+                for r in readers.read_csv(path):
                     by.setdefault((int(r["resolution"]), r["strategy"]), {}).setdefault(kind, []).append(
                         float(r["host_issue_ms"]))
     return by
@@ -329,7 +329,7 @@ def exchange_parts(lines, summary, each):
         machine = os.path.basename(os.path.dirname(path))
         launch = os.path.basename(path)[len("hostx_nvlink"):-len(".json")] or "1"
         by = {}
-        for c in json.load(open(path))["cases"]:
+        for c in readers.read_json(path)["cases"]:
             by.setdefault(c["tokens"], {})[c["case"]] = c
         for tokens, cases in sorted(by.items()):
             if any(c not in cases for c in HOSTX_CASES):
@@ -362,7 +362,7 @@ def spread(lines, summary):
     by, one = {}, {}
     for path in glob.glob(os.path.join(paths.ROOT, "configs/measurements/h[12]00x*/steps_*.csv")):
         gpu = os.path.basename(os.path.dirname(path))[:4]
-        for r in csv.DictReader(open(path)):
+        for r in readers.read_csv(path):
             if int(r["gpus"]) == 1 and int(r["resolution"]) == RES:
                 one.setdefault(gpu, []).append(float(r["host_issue_ms"]))
             if int(r["gpus"]) > 1:

@@ -26,7 +26,7 @@ Writes DIR/pace_fidelity.{txt,json} (default bench/fidelity/results).
 """
 import csv, datetime, glob, json, os, statistics, tomllib
 
-from cocodiff_fidelity import cli, paths, report
+from cocodiff_fidelity import cli, paths, readers, report
 from cocodiff_fidelity.phantom import run_phantom_step
 
 M = paths.MEASUREMENTS
@@ -40,7 +40,9 @@ def samples(directory):
     """(unix time, SM MHz, power W, reasons) of smi_samples.csv (nvidia-smi's local time is UTC
     on the measured machines: smi_clock.txt holds both clocks at the sampler's start)."""
     out = []
-    for r in list(csv.reader(open(os.path.join(directory, "smi_samples.csv"))))[1:]:
+    with open(os.path.join(directory, "smi_samples.csv"), newline="") as f:
+        lines = list(csv.reader(f))[1:]
+    for r in lines:
         try:
             t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
             out.append((t.replace(tzinfo=datetime.timezone.utc).timestamp(), int(r[1]), float(r[3]),
@@ -86,7 +88,7 @@ def pace_kernels(lines):
     for d in dirs:
         lease = os.path.basename(d)
         smi = samples(d)
-        pace = json.load(open(os.path.join(d, "pace.json")))
+        pace = readers.read_json(os.path.join(d, "pace.json"))
         for k in pace["kernels"]:
             st = gpu_state([s for s in smi if k["t1"] - 1.0 <= s[0] <= k["t1"]])
             row = {"lease": lease, "label": k["label"], "op": k["op"], "warm_us": k["warm_us"],
@@ -101,7 +103,7 @@ def pace_kernels(lines):
         end = pace["kernels"][-1]["t1"] if pace["kernels"] else 0
         window = [s for s in smi if s[0] > end + 0.5 and s[2] > 400]
         measured = {int(r["resolution"]): float(r["median_ms"])
-                    for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv")))}
+                    for r in readers.read_csv(os.path.join(d, "steps_nvlink.csv"))}
         steps.append({"lease": lease, "steps_ms": measured, "samples": len(window), **gpu_state(window)})
     lines += ["", "# The GPU while the flat 1-GPU steps ran (samples above 400 W after the kernels)",
               f"{'lease':<14}{'steps (ms)':<28}{'samples':>8}{'SM MHz':>8}{'W':>6}{'capped':>7}"]
@@ -124,7 +126,7 @@ def profiled_by_kind(cocodiff, lines, factor):
     for d in leases:
         lease = os.path.basename(d)
         smi = samples(d) if os.path.exists(os.path.join(d, "smi_samples.csv")) else []
-        profile = json.load(open(os.path.join(d, "profile_nvlink.json")))["cases"]
+        profile = readers.read_json(os.path.join(d, "profile_nvlink.json"))["cases"]
         for c in sorted(profile.values(), key=lambda c: c["resolution"]):
             res = c["resolution"]
             if res not in tables_by_res:
@@ -157,8 +159,8 @@ def clocked_steps(cocodiff, lines):
     for d in sorted(glob.glob(os.path.join(M, "h200x1-clocks*"))):
         lease = os.path.basename(d)
         smi = samples(d)
-        rows = {int(r["resolution"]): r for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv")))}
-        for sp in json.load(open(os.path.join(d, "steps_spans_nvlink.json"))):
+        rows = {int(r["resolution"]): r for r in readers.read_csv(os.path.join(d, "steps_nvlink.csv"))}
+        for sp in readers.read_json(os.path.join(d, "steps_spans_nvlink.json")):
             res = sp["resolution"]
             r = rows[res]
             ms = float(r["median_ms"])

@@ -24,7 +24,7 @@ measured cost exceeds even the whole window's, "below" that it is less than the 
 Usage: profile_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import csv, functools, json, os, tomllib
+import functools, json, os, tomllib
 
 from cocodiff_fidelity import cli, paths, readers, report
 from cocodiff_fidelity.phantom import STRATEGY, preset_for, run_phantom_step
@@ -59,7 +59,7 @@ def unprofiled(directory, transport):
     if not os.path.exists(path):
         return {}
     return {(int(r["gpus"]), int(r["resolution"]), r["strategy"]): float(r["median_ms"])
-            for r in csv.DictReader(open(path))}
+            for r in readers.read_csv(path)}
 
 
 def overlap_window(gains):

@@ -67,7 +67,7 @@ def predict(a, w, res, strategy, transport, machine, scale=None, cache={}):
     key = (w, res, strategy, transport, h200, scale)
     if key in cache:
         return cache[key]
-    # phantom_step.preset_for chooses the preset (as profile_fidelity.py does); the options
+    # phantom.preset_for chooses the preset (as profile_fidelity.py does); the options
     # replace its choice, and an empty shared-memory one takes the NVLink preset with the link at
     # the shared-memory bandwidth.
     chosen = {"hgx-h100": a.preset, "h100-shm": a.shm_preset, "hgx-h200": a.h200_preset,
