@@ -22,22 +22,19 @@ counted in the device-bound summary).
 Usage: breakdown_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/breakdown_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, glob, json, os, statistics
+import os
+import statistics
 
-from phantom_step import preset_for, run_phantom_step
+from cocodiff_fidelity import cli, readers, report
+from cocodiff_fidelity.phantom import preset_for, run_phantom_step
 
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-P.add_argument("--set", action="append", default=[])
-A = P.parse_args()
 STEPS = 2
 
 
-def predict(w, res, machine, transport):
-    r = run_phantom_step(A.cocodiff, ROOT, w, res, "flat", STEPS,
-                         [f"cluster.preset={preset_for(machine, transport)}"] + A.set)
+def predict(a, w, res, machine, transport):
+    """The emulator's breakdown of the same flat step, in ms a step."""
+    r = run_phantom_step(a.cocodiff, w, res, "flat", STEPS,
+                         [f"cluster.preset={preset_for(machine, transport)}"] + a.set)
     b = r["breakdown"]
     ms = lambda s: s / STEPS * 1e3  # noqa: E731
     return {"step_ms": ms(r["virtual_time_s"]), "exchanges_ms_min": ms(b["min_exposed_comm_s"]),
@@ -46,13 +43,14 @@ def predict(w, res, machine, transport):
             "preset": preset_for(machine, transport)}
 
 
-def main():
+def compare(a):
+    """Every measured case beside its prediction, with the errors."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/breakdown_*.json"))):
-        machine = os.path.basename(os.path.dirname(path))
+    for path in readers.measured_files("h[12]00x*/breakdown_*.json"):
+        machine = readers.machine_of(path)
         transport = os.path.basename(path)[len("breakdown_"):-len(".json")]
-        for key, c in sorted(json.load(open(path))["cases"].items()):
-            pred = predict(c["gpus"], c["resolution"], machine, transport)
+        for key, c in sorted(readers.read_json(path)["cases"].items()):
+            pred = predict(a, c["gpus"], c["resolution"], machine, transport)
             row = {"machine": machine, "transport": transport, "gpus": c["gpus"],
                    "resolution": c["resolution"],
                    "host_bound": (c["host_late_ms_max"] > 0.01 * c["step_ms"]
@@ -67,12 +65,16 @@ def main():
             row["exchanges_ratio"] = round(mean_ex / pred_ex, 3) if pred_ex > 0 else None
             row["rest_error_pct"] = round(100 * (pred["rest_ms_mean"] / row["rest_ms_mean"] - 1), 1)
             rows.append(row)
-    os.makedirs(A.out, exist_ok=True)
+    return rows
+
+
+def table(rows, sets):
+    """The text table's lines."""
     head = (f"{'machine':<22}{'transport':<10}{'gpus':>4}{'res':>6}{'step m/p':>16}{'error':>8}"
             f"{'exchanges m (ranks)':>22}{'p (tiles)':>14}{'m/p':>7}{'rest m/p':>16}{'error':>8}"
             f"{'wait m/p':>14}")
     lines = ["# Flat FLUX.1-dev steps split into exchanges and the rest (configs/measurements/*/breakdown_*.json) "
-             "against cocodiff's breakdown (ms a step" + (", " + ", ".join(A.set) if A.set else "") + ")", head]
+             "against cocodiff's breakdown (ms a step" + (", " + ", ".join(sets) if sets else "") + ")", head]
     for r in rows:
         p = r["predicted"]
         wait = f"{r['wait_ms']:.1f}/{p['wait_ms']:.1f}" if r["wait_ms"] is not None else f"-/{p['wait_ms']:.1f}"
@@ -83,6 +85,11 @@ def main():
             f"{p['exchanges_ms_min']:>7.1f}-{p['exchanges_ms_max']:<6.1f}{r['exchanges_ratio']:>7.2f}"
             f"{r['rest_ms_mean']:>8.1f}/{p['rest_ms_mean']:<7.1f}{r['rest_error_pct']:>7.1f}%{wait:>14}"
             + {True: "  host-bound", False: "", None: "  (host wait not timed)"}[r["host_bound"]])
+    return lines
+
+
+def summarize(rows, lines):
+    """The device-bound cases' summary (appended to LINES as a comment)."""
     dev = [r for r in rows if r["host_bound"] is False]
     summary = {}
     if dev:
@@ -98,11 +105,17 @@ def main():
             f"# device-bound cases: {len(dev)}; step error median {summary['step_median_abs_error_pct']:.1f}%, "
             f"the rest (compute) {summary['rest_median_abs_error_pct']:.1f}%, exchanges measured / predicted "
             f"{summary['exchanges_measured_over_predicted_median']:.2f} (median)")
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    open(os.path.join(A.out, "breakdown_fidelity.txt"), "w").write(text)
-    json.dump({"rows": rows, "summary": summary, "set": A.set}, open(os.path.join(A.out, "breakdown_fidelity.json"), "w"),
-              indent=1)
+    return summary
+
+
+def main(argv=None):
+    p = cli.analysis_parser(__doc__)
+    p.add_argument("--set", action="append", default=[])
+    a = p.parse_args(argv)
+    rows = compare(a)
+    lines = table(rows, a.set)
+    summary = summarize(rows, lines)
+    report.write_table(a.out, "breakdown_fidelity", lines, {"rows": rows, "summary": summary, "set": a.set})
 
 
 if __name__ == "__main__":

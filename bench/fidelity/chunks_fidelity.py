@@ -19,27 +19,24 @@ The model also unpacks each received group (a2a_unpack), which the measured PyTo
 Usage: chunks_fidelity.py COCODIFF [--out DIR]
 Writes DIR/chunks_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, glob, json, os, statistics
+import json
+import statistics
 
-from phantom_step import run_phantom_step
+from cocodiff_fidelity import cli, readers, report
+from cocodiff_fidelity.phantom import run_phantom_step
 
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-A = P.parse_args()
 SETS = ["cluster.preset=hgx-h200", "cluster.device.step_factor=1", "cluster.device.overlap_compute_factor=1",
         "cluster.device.overlap_by_group.2.compute_factor=1"]
 
 
-def model_prep(w, res, chunks, cache={}):
+def model_prep(cocodiff, w, res, chunks, cache={}):
     """us of the first double block's image Q preparation on rank 0, by part."""
     key = (w, res, chunks)
     if key in cache:
         return cache[key]
     strategy = "flat" if chunks == 1 else "flat+pipeline"
     sets = SETS + ([f"pipeline.chunks={chunks}"] if chunks > 1 else [])
-    r = run_phantom_step(A.cocodiff, ROOT, w, res, strategy, 1, sets, trace=True)
+    r = run_phantom_step(cocodiff, w, res, strategy, 1, sets, trace=True)
     ev = [e for e in r["trace_events"] if e.get("ph") == "X" and e.get("cat") == "compute" and e.get("tid") == 0]
     names = [e["name"] for e in ev]
     # the image Q projection is the block's second q_proj (the text's comes first); its
@@ -63,12 +60,13 @@ def model_prep(w, res, chunks, cache={}):
     return out
 
 
-def main():
+def compare(cocodiff):
+    """Every measured case beside its prediction, part by part."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h200-chunks*/chunks.json"))):
-        lease = os.path.basename(os.path.dirname(path))
-        for c in json.load(open(path))["cases"]:
-            m = model_prep(c["ranks"], c["resolution"], c["chunks"])
+    for path in readers.measured_files("h200-chunks*/chunks.json"):
+        lease = readers.machine_of(path)
+        for c in readers.read_json(path)["cases"]:
+            m = model_prep(cocodiff, c["ranks"], c["resolution"], c["chunks"])
             row = {"lease": lease, "ranks": c["ranks"], "resolution": c["resolution"], "chunks": c["chunks"]}
             for part in ("send", "norm", "rope", "layout", "assemble"):
                 row[part + "_us"] = c[part + "_us"]
@@ -76,6 +74,10 @@ def main():
                 row[part + "_error_pct"] = round(100 * (m[part] / c[part + "_us"] - 1), 1)
             row["unpack_us_model_only"] = round(m["unpack"], 3)
             rows.append(row)
+    return rows
+
+
+def table(rows):
     lines = ["# A rank's image Q preparation (configs/measurements/h200-chunks*/chunks.json) against cocodiff "
              "(hgx-h200, step and overlap factors 1), us: measured / predicted error",
              f"{'lease':<20}{'W':>2}{'res':>6}{'c':>3}" + "".join(f"{p:>20}" for p in
@@ -86,7 +88,10 @@ def main():
                      + "".join(f"{r[p + '_us']:>9.1f}/{r[p + '_us_predicted']:<7.1f}{r[p + '_error_pct']:>+4.0f}%"
                                for p in ("send", "norm", "rope", "layout", "assemble"))
                      + f"{r['unpack_us_model_only']:>16.1f}")
+    return lines
 
+
+def summarize(rows):
     def cost_of_split(r, part):  # what splitting adds over the same case whole, measured and predicted
         whole = next(x for x in rows if x["lease"] == r["lease"] and x["ranks"] == r["ranks"]
                      and x["resolution"] == r["resolution"] and x["chunks"] == 1)
@@ -104,13 +109,16 @@ def main():
         "split_assemble_added_us_median_measured_predicted": [statistics.median(a for a, _ in added["assemble"]),
                                                               statistics.median(b for _, b in added["assemble"])],
     }
-    lines += ["", json.dumps(summary, indent=1)]
-    txt = "\n".join(lines)
-    print(txt)
-    os.makedirs(A.out, exist_ok=True)
-    open(os.path.join(A.out, "chunks_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"rows": rows, "summary": summary, "set": SETS},
-              open(os.path.join(A.out, "chunks_fidelity.json"), "w"), indent=1)
+    return summary
 
 
-main()
+def main(argv=None):
+    a = cli.analysis_parser(__doc__).parse_args(argv)
+    rows = compare(a.cocodiff)
+    summary = summarize(rows)
+    lines = table(rows) + ["", json.dumps(summary, indent=1)]
+    report.write_table(a.out, "chunks_fidelity", lines, {"rows": rows, "summary": summary, "set": SETS})
+
+
+if __name__ == "__main__":
+    main()

@@ -16,46 +16,51 @@ the cluster.
 Usage: fit_host_sync.py COCODIFF [--preset hgx-h100] [--machines h100x4,h100x4-repeat,...]
        fit_host_sync.py COCODIFF --preset hgx-h200 --machines h200x2,h200x4
 """
-import argparse, os, statistics, subprocess, sys, tempfile
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
 
-from phantom_step import read_steps, run_phantom_step
-
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--preset", default="hgx-h100")
-P.add_argument("--machines", default="h100x4,h100x4-repeat,h100x4-spread,h100x2-spread")
-A = P.parse_args()
+from cocodiff_fidelity import paths
+from cocodiff_fidelity.phantom import run_phantom_step
+from cocodiff_fidelity.readers import read_steps
 
 
-def measured():
+def measured(machines):
     """{(machine, gpus): median ms} of the flat NVLink 1024^2 steps of every machine of the
     fitted machines' GPU (h100x* or h200x*, by the first machine named)."""
-    gpu = A.machines.split(",")[0][:5]
+    gpu = machines.split(",")[0][:5]
     return {(machine, w): statistics.median(ms)
-            for (machine, tr, w, res, st), ms in read_steps(ROOT, gpu + "*").items()
+            for (machine, tr, w, res, st), ms in read_steps(machines=gpu + "*").items()
             if tr == "nvlink" and res == 1024 and st == "flat" and w > 1}
 
 
-def main():
-    files = [os.path.join("configs/measurements", m, "steps_nvlink.csv") for m in A.machines.split(",")]
-    missing = [f for f in files if not os.path.exists(os.path.join(ROOT, f))]
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("cocodiff")
+    p.add_argument("--preset", default="hgx-h100")
+    p.add_argument("--machines", default="h100x4,h100x4-repeat,h100x4-spread,h100x2-spread")
+    a = p.parse_args(argv)
+    files = [os.path.join("configs/measurements", m, "steps_nvlink.csv") for m in a.machines.split(",")]
+    missing = [f for f in files if not os.path.exists(os.path.join(paths.ROOT, f))]
     if missing:
         raise SystemExit("no steps file: " + ", ".join(missing))
     with tempfile.TemporaryDirectory() as d:
         fit = os.path.join(d, "fit.toml")
-        cmd = [os.path.abspath(A.cocodiff), "calibrate", *files, "--cluster", A.preset, "--out", fit]
-        p = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        if p.returncode != 0:
-            sys.exit(f"cocodiff calibrate failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr}")
-        print("\n".join(l for l in p.stdout.splitlines() if not l.startswith("# Written")))
-        m = measured()
+        cmd = [os.path.abspath(a.cocodiff), "calibrate", *files, "--cluster", a.preset, "--out", fit]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=paths.ROOT)
+        if proc.returncode != 0:
+            sys.exit(f"cocodiff calibrate failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr}")
+        print("\n".join(l for l in proc.stdout.splitlines() if not l.startswith("# Written")))
+        m = measured(a.machines)
         print("\nevery machine of that GPU (fitted and held out), median of the machines' flat 1024^2 steps "
               "against the fitted file's:")
         print(f"{'gpus':>5}{'machines':>9}{'min':>8}{'median':>8}{'max':>8}{'predicted':>11}{'vs median':>10}")
         for w in sorted({w for _, w in m}):
             v = sorted(ms for (_, ww), ms in m.items() if ww == w)
-            pred = run_phantom_step(A.cocodiff, ROOT, w, 1024, "flat", 2,
+            pred = run_phantom_step(a.cocodiff, w, 1024, "flat", 2,
                                     [f"cluster.preset={fit}"])["virtual_time_s"] / 2 * 1e3
             med = statistics.median(v)
             print(f"{w:>5}{len(v):>9}{v[0]:>8.1f}{med:>8.1f}{v[-1]:>8.1f}{pred:>11.1f}{100 * (pred / med - 1):>9.1f}%")

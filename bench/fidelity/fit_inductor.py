@@ -12,7 +12,7 @@ every kernel from a generated Python wrapper. cocodiff models it with two figure
 Each is determined by its own rows: `fusion` by the forwards where the GPU is the bottleneck
 (host_ms under 90% of the device time), `launch_us` by the host-bound ones. Both are found by a
 golden-section search on the median absolute log error of cocodiff's phantom forward
-(models_fidelity.predict) against the measured median, one after the other, then `fusion` again
+(cocodiff_fidelity.phantom.predict_forward) against the measured median, one after the other, then `fusion` again
 with the fitted launch cost. The rows of HOLD_OUT families (default: Wan 2.1) are not fitted and
 are reported as held out.
 
@@ -20,15 +20,12 @@ Usage: fit_inductor.py COCODIFF [--preset hgx-h200] [--measured h200x1-compiled]
                        [--hold-out wan] [--out DIR] [--name inductor_fit]
 Writes DIR/NAME.{txt,json} (default bench/fidelity/results/).
 """
-import argparse
-import csv
 import math
-import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from models_fidelity import ROOT, predict, write_results  # noqa: E402
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import predict_forward as predict
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 
@@ -50,18 +47,15 @@ def golden(f, lo, hi, iters=24):
     return (a + b) / 2
 
 
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("cocodiff")
+def main(argv=None):
+    p = cli.analysis_parser(__doc__)
     p.add_argument("--preset", default="hgx-h200")
     p.add_argument("--measured", default="h200x1-compiled")
     p.add_argument("--hold-out", default="wan", help="comma-separated families not fitted")
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
     p.add_argument("--name", default="inductor_fit")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     held = {f for f in a.hold_out.split(",") if f}
-    rows = list(csv.DictReader(open(os.path.join(ROOT, "configs", "measurements", a.measured,
-                                                 "forwards.csv"))))
+    rows = readers.read_csv(paths.measurement(a.measured, "forwards.csv"))
     for r in rows:
         r["host_bound"] = float(r["host_ms"]) >= 0.9 * float(r["median_ms"])
     fit = [r for r in rows if r["family"] not in held]
@@ -116,8 +110,9 @@ def main():
     sel = [abs(o["compiled_error"]) for o in out_rows]
     lines.append(f"# framework = \"compiled\" (no fusion, no launch cost) on the same rows: |error| median "
                  f"{100 * statistics.median(sel):.1f}%, max {100 * max(sel):.1f}%")
-    write_results(a.out, a.name, lines, {"preset": a.preset, "measured": a.measured, "fusion": fusion,
-                                         "launch_us": launch, "held_out": sorted(held), "rows": out_rows})
+    report.write_table(a.out, a.name, lines, {"preset": a.preset, "measured": a.measured, "fusion": fusion,
+                                              "launch_us": launch, "held_out": sorted(held), "rows": out_rows},
+                       json_newline=True)
 
 
 if __name__ == "__main__":

@@ -27,15 +27,11 @@ without it (TORCH_NCCL_AVOID_RECORD_STREAMS=1, configs/measurements/h200x1-hostr
 Usage: host_fidelity.py COCODIFF [--out DIR]
 Writes DIR/host_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, glob, json, math, os, statistics, subprocess, sys, tempfile
+import glob, json, math, os, statistics, subprocess, sys, tempfile
 
-from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
-
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-A = P.parse_args()
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import STRATEGY, preset_for, run_phantom_step
+from cocodiff_fidelity.readers import read_steps
 
 STEPS = 2
 RES = 1024
@@ -46,23 +42,35 @@ EXCHANGES = {"flat": 5, "v_first": 5, "pipeline": 7, "cocodiff": 7}
 LOW, HIGH = 0.5, 4.0  # the host factors searched (the shipped presets: 1.71 on H200, 1.85 on H100)
 
 
-def predict(machine, transport, w, strategy, factor, res=RES, issue_us=None, preset=None, cache={}):
-    """One step's ms with the host step factor `factor` (None: the preset's), each collective
-    call's host cost `issue_us` (None: the preset's device.host.collective_issue_us) and the
-    cluster file `preset` (None: the shipped preset of the machine's GPU and transport)."""
-    key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res, issue_us, preset)
-    if key not in cache:
+class StepModel:
+    """Phantom steps of one cocodiff binary, each run once."""
+
+    def __init__(self, cocodiff):
+        self.cocodiff = cocodiff
+        self.cache = {}
+
+    def __call__(self, machine, transport, w, strategy, factor, res=RES, issue_us=None, preset=None):
+        """One step's ms with the host step factor `factor` (None: the preset's), each collective
+        call's host cost `issue_us` (None: the preset's device.host.collective_issue_us) and the
+        cluster file `preset` (None: the shipped preset of the machine's GPU and transport)."""
+        return self.step_ms(machine, transport, w, strategy, factor, res, issue_us, preset)
+
+    def step_ms(self, machine, transport, w, strategy, factor, res, issue_us, preset):
+        cache = self.cache
+        key = (machine[:4], transport, w, strategy, factor and round(factor, 6), res, issue_us, preset)
+        if key in cache:
+            return cache[key]
         sets = [f"cluster.preset={preset or preset_for(machine, transport)}"]
         if issue_us is not None:
             sets.append(f"cluster.device.host.collective_issue_us={issue_us}")
         if factor is not None:
             sets.append(f"cluster.device.host.step_factor={factor:.6f}")
-        r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
+        r = run_phantom_step(self.cocodiff, w, res, STRATEGY[strategy], STEPS, sets)
         cache[key] = r["virtual_time_s"] / STEPS * 1e3
-    return cache[key]
+        return cache[key]
 
 
-def fit(machine, transport, w, target, issue_us=None):
+def fit(predict, machine, transport, w, target, issue_us=None):
     """The host step factor at which the flat step on w GPUs takes `target` ms, by bisection
     (the step grows with the factor); LOW or HIGH when the target is outside their range."""
     lo, hi = LOW, HIGH
@@ -79,16 +87,16 @@ def fit(machine, transport, w, target, issue_us=None):
     return (lo + hi) / 2
 
 
-def one_rank(lines, summary):
+def one_rank(predict, lines, summary):
     """The one-rank sections: host-bound 1-GPU steps against the preset, and what exchanges over
     a group of one rank add to them."""
     plain, exch = {}, {}
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-host*/steps*_nvlink*.csv"))):
+    for path in sorted(glob.glob(os.path.join(paths.ROOT, "configs/measurements/h*x1-host*/steps*_nvlink*.csv"))):
         machine = os.path.basename(os.path.dirname(path))
         if "_avoid" in os.path.basename(path) or os.path.basename(path).startswith("steps1c_"):
             continue  # record-stream bookkeeping off, or copies for exchanges (sections below)
         into = exch if os.path.basename(path).startswith("steps1x_") else plain
-        for r in csv.DictReader(open(path)):
+        for r in readers.read_csv(path):
             into.setdefault((machine, int(r["resolution"]), r["strategy"]), []).append(
                 (float(r["median_ms"]), float(r["host_issue_ms"])))
     if not plain:
@@ -107,7 +115,7 @@ def one_rank(lines, summary):
         lines.append(f"{machine:<16}{res:>5}{len(runs):>9}{' / '.join(f'{t:.1f}' for t, _ in runs):>22}"
                      f"{' / '.join(f'{h:.1f}' for _, h in runs):>22}{pred:>11.1f}{err:>15.1f}%")
     summary["one_rank_host_bound"] = {"steps": len(errs), "errors_pct": sorted(round(e, 1) for e in errs)}
-    own_op_costs(lines, summary, plain)
+    own_op_costs(predict, lines, summary, plain)
     if not exch:
         return
     lines += ["", "## one rank, exchanging over a group of one rank (steps1x_nvlink.csv) against the plain "
@@ -133,18 +141,18 @@ def one_rank(lines, summary):
     return each
 
 
-def own_op_costs(lines, summary, plain):
+def own_op_costs(predict, lines, summary, plain):
     """The host-bound 1-GPU steps predicted with their own lease's op issue costs: `cocodiff
     calibrate` fits hgx-h200's [device.host] to the lease's host_nvlink.csv, and the step runs on
     the file it writes. Does timing the ops on a machine predict its host-bound step?"""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for machine in sorted({m for m, res, st in plain if res <= 512}):
-            csv_path = os.path.join(ROOT, "configs/measurements", machine, "host_nvlink.csv")
+            csv_path = os.path.join(paths.ROOT, "configs/measurements", machine, "host_nvlink.csv")
             if not os.path.exists(csv_path):
                 continue
             fit_path = os.path.join(tmp, f"{machine}.toml")
-            p = subprocess.run([A.cocodiff, "calibrate", "--cluster", preset_for(machine, "nvlink"), "--out",
+            p = subprocess.run([predict.cocodiff, "calibrate", "--cluster", preset_for(machine, "nvlink"), "--out",
                                 fit_path, csv_path], capture_output=True, text=True)
             if p.returncode != 0:
                 sys.exit(f"cocodiff calibrate failed ({p.returncode}) on {csv_path}\n{p.stderr}")
@@ -180,7 +188,7 @@ def own_op_costs(lines, summary, plain):
 ISSUE_SWEEP = (100.0, 150.0, 200.0)  # us: a collective call's host cost tried in place of the preset's
 
 
-def issue_sweep(lines, summary, groups):
+def issue_sweep(predict, lines, summary, groups):
     """Does a larger host cost of its own for each collective call (device.host.collective_issue_us,
     which the step factor does not scale) predict a machine's other strategies better? Each value
     is tried with every machine's step factor fitted again, as above."""
@@ -191,7 +199,7 @@ def issue_sweep(lines, summary, groups):
               f"{'speedups within 5 pts':>23}{'all steps within 10%':>22}"]
     sweep = [("shipped", {g: summary[g] for g in ("h100", "h200") if g in summary})]
     for us in ISSUE_SWEEP:
-        sweep.append((f"{us:.0f}", fit_summary(*machine_fits(groups, us))))
+        sweep.append((f"{us:.0f}", fit_summary(*machine_fits(predict, groups, us))))
     for label, by_gpu in sweep:
         for gpu, s in sorted(by_gpu.items()):
             same, every = s["same_gpus"], s["all"]
@@ -215,7 +223,7 @@ def launches(d, files):
         for name in names:
             path = os.path.join(d, name)
             if os.path.exists(path):
-                for r in csv.DictReader(open(path)):
+                for r in readers.read_csv(path):
                     by.setdefault((int(r["resolution"]), r["strategy"]), {}).setdefault(kind, []).append(
                         float(r["host_issue_ms"]))
     return by
@@ -229,7 +237,7 @@ def record_streams(lines, summary):
     files = {"with": ["steps1x_nvlink.csv", "steps1x_nvlink_again.csv"],
              "without": ["steps1x_nvlink_avoid.csv", "steps1x_nvlink_avoid2.csv"]}
     rows = []
-    for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostrs*"))):
+    for d in sorted(glob.glob(os.path.join(paths.ROOT, "configs/measurements/h*x1-hostrs*"))):
         for (res, st), x in sorted(launches(d, files).items()):
             rows.append((os.path.basename(d), res, st, x.get("with", []), x.get("without", [])))
     if not rows:
@@ -261,7 +269,7 @@ def exchange_copies(lines, summary):
     same tensors and kernels, no collective), launched in turn, against the plain flat step of the
     first launch: what each exchange adds to the host, by the collective and by its tensors."""
     rows = []
-    for d in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostcopy*"))):
+    for d in sorted(glob.glob(os.path.join(paths.ROOT, "configs/measurements/h*x1-hostcopy*"))):
         plain = {res: x["plain"][0] for (res, _), x in launches(d, {"plain": ["steps_nvlink.csv"]}).items()}
         by = launches(d, {"nccl": ["steps1x_nvlink.csv", "steps1x_nvlink_again.csv"],
                           "copy": ["steps1c_nvlink.csv", "steps1c_nvlink_again.csv"]})
@@ -308,7 +316,7 @@ def exchange_parts(lines, summary, each):
     """The exchange's host path on one rank part by part (hostx_nvlink*.json of h*x1-hostx*/):
     the NCCL call alone against what each exchange adds to a step on the same lease (`each`, from
     one_rank), and a RoPE followed by the exchange against the two apart."""
-    files = sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h*x1-hostx*/hostx_nvlink*.json")))
+    files = sorted(glob.glob(os.path.join(paths.ROOT, "configs/measurements/h*x1-hostx*/hostx_nvlink*.json")))
     if not files:
         return
     lines += ["", "## the exchange's host path on one rank, part by part (hostx_nvlink*.json): CPU time of the "
@@ -321,7 +329,7 @@ def exchange_parts(lines, summary, each):
         machine = os.path.basename(os.path.dirname(path))
         launch = os.path.basename(path)[len("hostx_nvlink"):-len(".json")] or "1"
         by = {}
-        for c in json.load(open(path))["cases"]:
+        for c in readers.read_json(path)["cases"]:
             by.setdefault(c["tokens"], {})[c["case"]] = c
         for tokens, cases in sorted(by.items()):
             if any(c not in cases for c in HOSTX_CASES):
@@ -352,9 +360,9 @@ def spread(lines, summary):
     """How far the timed steps of one measurement spread: (max - min) / median of each row of the
     multi-GPU steps files, by GPU and resolution."""
     by, one = {}, {}
-    for path in glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/steps_*.csv")):
+    for path in glob.glob(os.path.join(paths.ROOT, "configs/measurements/h[12]00x*/steps_*.csv")):
         gpu = os.path.basename(os.path.dirname(path))[:4]
-        for r in csv.DictReader(open(path)):
+        for r in readers.read_csv(path):
             if int(r["gpus"]) == 1 and int(r["resolution"]) == RES:
                 one.setdefault(gpu, []).append(float(r["host_issue_ms"]))
             if int(r["gpus"]) > 1:
@@ -374,7 +382,7 @@ def spread(lines, summary):
         summary.setdefault("one_gpu_1024_host_issue_ms", {})[gpu] = [min(v), max(v)]
 
 
-def machine_fits(groups, issue_us=None):
+def machine_fits(predict, groups, issue_us=None):
     """Each machine's host step factor fitted to its flat step on the most GPUs it ran, and its
     other 1024^2 steps predicted with it: (factors, rows)."""
     rows, factors = [], []
@@ -383,7 +391,7 @@ def machine_fits(groups, issue_us=None):
         if wref is None:
             continue
         ref = steps[(wref, "flat")]
-        f = fit(machine, tr, wref, ref, issue_us)
+        f = fit(predict, machine, tr, wref, ref, issue_us)
         factors.append({"machine": machine, "transport": tr, "gpus": wref, "reference_ms": round(ref, 3),
                         "host_step_factor": round(f, 3), "at_bound": f in (LOW, HIGH)})
         for (w, st), ms in sorted(steps.items()):
@@ -429,13 +437,15 @@ def fit_summary(factors, rows):
     return summary
 
 
-def main():
-    measured = read_steps(ROOT)
+def main(argv=None):
+    a = cli.analysis_parser(__doc__).parse_args(argv)
+    predict = StepModel(a.cocodiff)
+    measured = read_steps()
     groups = {}
     for (machine, tr, w, res, st), runs in measured.items():
         if res == RES and w > 1:
             groups.setdefault((machine, tr), {})[(w, st)] = statistics.median(runs)
-    factors, rows = machine_fits(groups)
+    factors, rows = machine_fits(predict, groups)
 
     lines = ["# 1024^2 steps, each machine's host step factor fitted to its flat step on the most GPUs it ran "
              "(the preset's other figures as shipped), its other steps predicted with it",
@@ -453,19 +463,15 @@ def main():
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
 
     summary = fit_summary(factors, rows)
-    issue_sweep(lines, summary, groups)
-    each = one_rank(lines, summary) or {}
+    issue_sweep(predict, lines, summary, groups)
+    each = one_rank(predict, lines, summary) or {}
     exchange_parts(lines, summary, each)
     record_streams(lines, summary)
     exchange_copies(lines, summary)
     spread(lines, summary)
     lines += ["", json.dumps(summary, indent=1)]
-    txt = "\n".join(lines)
-    print(txt)
-    os.makedirs(A.out, exist_ok=True)
-    open(os.path.join(A.out, "host_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"factors": factors, "rows": rows, "summary": summary},
-              open(os.path.join(A.out, "host_fidelity.json"), "w"), indent=1)
+    report.write_table(a.out, "host_fidelity", lines, {"factors": factors, "rows": rows, "summary": summary})
 
 
-main()
+if __name__ == "__main__":
+    main()

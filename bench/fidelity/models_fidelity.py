@@ -26,84 +26,37 @@ Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models
 Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
 forwards: --measured h200x1-video --name video_fidelity).
 """
-import argparse
-import csv
-import json
-import os
 import statistics
-import subprocess
-import tempfile
 
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(
-    os.path.join(os.path.dirname(__file__), "..", ".."))
-
-# The families whose pipeline batches the conditional and unconditional passes into one forward.
-BATCH_CFG = {"sd3", "dit"}
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import predict_forward
 
 
-def predict(cocodiff, preset, row, cache, framework="reference", extra=()):
-    """cocodiff's virtual time of the row's forward in ms, or None when it runs no such forward.
-    EXTRA: further --set assignments (a fit's trial values)."""
-    batch = int(row["batch"])
-    if batch == 2 and row["family"] not in BATCH_CFG:
-        return None
-    w, h = int(row["width"]), int(row["height"])
-    frames = int(row.get("frames") or 1)  # video frames (older files: images only)
-    key = (row["model"], w, h, batch, frames, framework, tuple(extra))
-    if key in cache:
-        return cache[key]
-    sets = [f"model.preset={row['model']}", f"cluster.preset={preset}", "cluster.nodes=1",
-            "cluster.topology.sizes=[1]", "cluster.nic.rank_nic=[0]", "run.strategy=serial",
-            "run.math=skip", "run.steps=1", "emulator.trace=false", "emulator.workers=1",
-            f"cluster.device.host.framework={framework}", *extra]
-    sets += [f"run.resolution={w}"] if w == h else [f"run.width={w}", f"run.height={h}"]
-    if batch == 1:
-        sets.append("run.cfg_scale=1")
-    if frames > 1:
-        sets.append(f"run.frames={frames}")
-    with tempfile.TemporaryDirectory() as tmp:
-        out = os.path.join(tmp, "run")
-        cmd = [cocodiff, "run", os.path.join(ROOT, "configs", "quickstart.toml"), "--out", out, "-q"]
-        for s in sets:
-            cmd += ["--set", s]
-        subprocess.run(cmd, check=True)
-        with open(os.path.join(out, "report.json")) as f:
-            report = json.load(f)
-    cache[key] = report["virtual_time_s"] * 1e3
-    return cache[key]
-
-
-def write_results(out, name, lines, doc):
-    """Prints the table's lines and writes them to OUT/NAME.txt, and DOC to OUT/NAME.json."""
-    text = "\n".join(lines) + "\n"
-    print(text, end="")
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, name + ".txt"), "w") as f:
-        f.write(text)
-    with open(os.path.join(out, name + ".json"), "w") as f:
-        json.dump(doc, f, indent=1)
-        f.write("\n")
-
-
-def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("cocodiff")
+def main(argv=None):
+    p = cli.analysis_parser(__doc__)
     p.add_argument("--preset", default="hgx-h200")
     p.add_argument("--measured", default="h200x1-models,h200x1-models2",
                    help="measurement folders of configs/measurements/, one per machine")
-    p.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
     p.add_argument("--framework", default="reference", choices=["reference", "eager", "compiled", "inductor"],
                    help="the host the preset times (reference: diffusers' own, as measured)")
     p.add_argument("--name", default="models_fidelity", help="the results' file name")
     p.add_argument("--set", dest="sets", action="append", default=[],
                    help="a further --set for every prediction (repeatable)")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     machines = a.measured.split(",")
+    out_rows = compare(a, machines)
+    lines = table(a.preset, machines, out_rows)
+    summary = summarize(out_rows, lines)
+    report.write_table(a.out, a.name, lines, {"preset": a.preset, "measured": machines, "rows": out_rows,
+                                              "summary": summary}, json_newline=True)
+
+
+def compare(a, machines):
+    """Every forward of the first machine's file, measured on each machine and predicted."""
     tables = []
     for m in machines:
-        path = os.path.join(ROOT, "configs", "measurements", m, "forwards.csv")
         tables.append({(r["model"], r["width"], r["height"], r["batch"], r.get("frames") or "1"): r
-                       for r in csv.DictReader(open(path))})
+                       for r in readers.read_csv(paths.measurement(m, "forwards.csv"))})
     cache, out_rows = {}, []
     for key, r in tables[0].items():
         runs = [t[key] for t in tables if key in t]
@@ -111,7 +64,7 @@ def main():
         hosts = [float(x["host_ms"]) for x in runs]
         mean = statistics.fmean(measured)
         host_bound = all(h >= 0.9 * m for h, m in zip(hosts, measured))
-        pred = predict(a.cocodiff, a.preset, r, cache, a.framework, tuple(a.sets))
+        pred = predict_forward(a.cocodiff, a.preset, r, cache, a.framework, tuple(a.sets))
         lo, hi = min(measured), max(measured)
         out_rows.append({
             "family": r["family"], "model": r["model"], "width": int(r["width"]),
@@ -121,7 +74,11 @@ def main():
             "error": None if pred is None else (pred - mean) / mean,
             # Where the host is the bottleneck: inside the machines' range widened by 15%.
             "in_range_15": None if pred is None else 0.85 * lo <= pred <= 1.15 * hi})
-    lines = [f"# {a.preset} against {', '.join(machines)} (configs/measurements/: one H200 each, "
+    return out_rows
+
+
+def table(preset, machines, out_rows):
+    lines = [f"# {preset} against {', '.join(machines)} (configs/measurements/: one H200 each, "
              "one forward; error = predicted / mean measured - 1)",
              f"{'model':<12} {'size':>9} {'frames':>6} {'batch':>5} {'measured_ms (each machine)':>27} "
              f"{'host_ms':>8} {'predicted_ms':>12} {'error':>7}  bound"]
@@ -132,6 +89,11 @@ def main():
         lines.append(f"{o['model']:<12} {o['width']:>4}x{o['height']:<4} {o['frames']:>6} {o['batch']:>5} "
                      f"{meas:>27} {max(o['host_ms']):>8.2f} {pred:>12} {err:>7}  "
                      f"{'host' if o['host_bound'] else 'gpu'}")
+    return lines
+
+
+def summarize(out_rows, lines):
+    """Per model and bound, the errors (appended to LINES as comments)."""
     spread = [abs(o["measured_ms"][0] - o["measured_ms"][-1]) / min(o["measured_ms"])
               for o in out_rows if len(o["measured_ms"]) > 1 and not o["host_bound"]]
     if spread:
@@ -153,8 +115,7 @@ def main():
             lines.append(f"#   {model:<12} {bound:<4}-bound: {len(errs):2d} cases, median "
                          f"{100 * statistics.median(errs):5.1f}%, max {100 * max(errs):5.1f}%"
                          + (f", {inside} inside the range +-15%" if bound == "host" else ""))
-    write_results(a.out, a.name, lines, {"preset": a.preset, "measured": machines, "rows": out_rows,
-                                         "summary": summary})
+    return summary
 
 
 if __name__ == "__main__":

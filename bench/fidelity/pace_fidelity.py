@@ -24,16 +24,12 @@ steps_nvlink.csv) and h200x1-profile/profile_nvlink.json, and prints:
 Usage: pace_fidelity.py COCODIFF [--out DIR]
 Writes DIR/pace_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, datetime, glob, json, os, statistics, tomllib
+import csv, datetime, glob, json, os, statistics, tomllib
 
-from phantom_step import run_phantom_step
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import run_phantom_step
 
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-A = P.parse_args()
-M = os.path.join(ROOT, "configs", "measurements")
+M = paths.MEASUREMENTS
 POWER_CAP = 0x4  # nvidia-smi clocks_event_reasons: SW power cap
 # cocodiff's FLUX.1-dev op labels that are GEMMs (dit/layers.cpp charges them as OpKind::kGemm)
 GEMMS = {"adaln", "attn_add_out", "attn_out", "context_embedder", "embed_fc1", "embed_fc2", "k_proj",
@@ -44,7 +40,9 @@ def samples(directory):
     """(unix time, SM MHz, power W, reasons) of smi_samples.csv (nvidia-smi's local time is UTC
     on the measured machines: smi_clock.txt holds both clocks at the sampler's start)."""
     out = []
-    for r in list(csv.reader(open(os.path.join(directory, "smi_samples.csv"))))[1:]:
+    with open(os.path.join(directory, "smi_samples.csv"), newline="") as f:
+        lines = list(csv.reader(f))[1:]
+    for r in lines:
         try:
             t = datetime.datetime.strptime(r[0].strip(), "%Y/%m/%d %H:%M:%S.%f")
             out.append((t.replace(tzinfo=datetime.timezone.utc).timestamp(), int(r[1]), float(r[3]),
@@ -62,10 +60,10 @@ def gpu_state(window):
             "capped": round(sum(bool(s[3] & POWER_CAP) for s in window) / len(window), 2)}
 
 
-def model_by_kind(res):
+def model_by_kind(cocodiff, res):
     """The kernel tables' time of a 1-GPU flat step by kind (ms): cocodiff's hgx-h200 step with
     the step factor at 1, its trace summed by op label."""
-    r = run_phantom_step(A.cocodiff, ROOT, 1, res, "flat", 1,
+    r = run_phantom_step(cocodiff, 1, res, "flat", 1,
                          ["cluster.preset=hgx-h200", "cluster.device.step_factor=1"], trace=True)
     kinds = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     for e in r["trace_events"]:
@@ -76,12 +74,13 @@ def model_by_kind(res):
 
 
 def preset_step_factor():
-    with open(os.path.join(ROOT, "configs/clusters/hgx-h200.toml"), "rb") as f:
+    with open(paths.cluster("hgx-h200"), "rb") as f:
         return tomllib.load(f).get("device", {}).get("step_factor", 1.0)
 
 
-def main():
-    lines, kernels, steps = [], [], []
+def pace_kernels(lines):
+    """The kernels timed warm, cold and sustained, and the GPU during the 1-GPU steps after them."""
+    kernels, steps = [], []
     dirs = sorted(glob.glob(os.path.join(M, "h200x1-pace*")))
     lines.append("# Kernels of a 4,608-token block on one H200 (configs/measurements/h200x1-pace*/pace.json), us a call")
     lines.append(f"{'lease':<14}{'kernel':<17}{'warm':>8}{'cold':>8}{'c/w':>7}{'first':>9}{'sustained':>10}"
@@ -89,7 +88,7 @@ def main():
     for d in dirs:
         lease = os.path.basename(d)
         smi = samples(d)
-        pace = json.load(open(os.path.join(d, "pace.json")))
+        pace = readers.read_json(os.path.join(d, "pace.json"))
         for k in pace["kernels"]:
             st = gpu_state([s for s in smi if k["t1"] - 1.0 <= s[0] <= k["t1"]])
             row = {"lease": lease, "label": k["label"], "op": k["op"], "warm_us": k["warm_us"],
@@ -104,7 +103,7 @@ def main():
         end = pace["kernels"][-1]["t1"] if pace["kernels"] else 0
         window = [s for s in smi if s[0] > end + 0.5 and s[2] > 400]
         measured = {int(r["resolution"]): float(r["median_ms"])
-                    for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv")))}
+                    for r in readers.read_csv(os.path.join(d, "steps_nvlink.csv"))}
         steps.append({"lease": lease, "steps_ms": measured, "samples": len(window), **gpu_state(window)})
     lines += ["", "# The GPU while the flat 1-GPU steps ran (samples above 400 W after the kernels)",
               f"{'lease':<14}{'steps (ms)':<28}{'samples':>8}{'SM MHz':>8}{'W':>6}{'capped':>7}"]
@@ -112,8 +111,11 @@ def main():
         ms = ", ".join(f"{r}^2 {v:.1f}" for r, v in sorted(s["steps_ms"].items()))
         lines.append(f"{s['lease']:<14}{ms:<28}{s['samples']:>8}{s['sm_mhz'] or 0:>8.0f}{s['power_w'] or 0:>6.0f}"
                      f"{s['capped'] or 0:>7.2f}")
+    return kernels, steps
 
-    factor = preset_step_factor()
+
+def profiled_by_kind(cocodiff, lines, factor):
+    """The profiled 1-GPU steps' kernels by kind against the tables'."""
     by_kind, tables_by_res = [], {}
     lines += ["", f"# The profiled 1-GPU flat steps by kind, ms a step: in the step / the kernel"
               f" tables' (hgx-h200, step factor 1) = ratio; the preset's device.step_factor is {factor};"
@@ -124,11 +126,11 @@ def main():
     for d in leases:
         lease = os.path.basename(d)
         smi = samples(d) if os.path.exists(os.path.join(d, "smi_samples.csv")) else []
-        profile = json.load(open(os.path.join(d, "profile_nvlink.json")))["cases"]
+        profile = readers.read_json(os.path.join(d, "profile_nvlink.json"))["cases"]
         for c in sorted(profile.values(), key=lambda c: c["resolution"]):
             res = c["resolution"]
             if res not in tables_by_res:
-                tables_by_res[res] = model_by_kind(res)
+                tables_by_res[res] = model_by_kind(cocodiff, res)
                 tables_by_res[res]["all compute"] = sum(tables_by_res[res].values())
             tables = tables_by_res[res]
             step = {"gemm": c["gemm_ms_max"], "attention": c["attention_ms_max"], "other": c["other_ms_max"]}
@@ -143,7 +145,11 @@ def main():
             mhz = f"{st['sm_mhz']:.0f}" if st["sm_mhz"] else ""
             lines.append(f"{lease:<16}{res:>6}" + "".join(
                 f"{step[k]:>10.1f} /{tables[k]:>7.1f} ={row['ratio'][k]:>6.3f}" for k in step) + f"{mhz:>8}")
+    return by_kind
 
+
+def clocked_steps(cocodiff, lines):
+    """The 1-GPU steps with the GPU's clocks, measured against predicted."""
     clocks, predicted = [], {}
     lines += ["", "# The flat 1-GPU steps at 512^2-2048^2 with the GPU's clocks (configs/measurements/h200x1-clocks*/:"
               " 2 warm-up and 30 timed steps each), ms a step measured / predicted (hgx-h200), and the GPU over the"
@@ -153,8 +159,8 @@ def main():
     for d in sorted(glob.glob(os.path.join(M, "h200x1-clocks*"))):
         lease = os.path.basename(d)
         smi = samples(d)
-        rows = {int(r["resolution"]): r for r in csv.DictReader(open(os.path.join(d, "steps_nvlink.csv")))}
-        for sp in json.load(open(os.path.join(d, "steps_spans_nvlink.json"))):
+        rows = {int(r["resolution"]): r for r in readers.read_csv(os.path.join(d, "steps_nvlink.csv"))}
+        for sp in readers.read_json(os.path.join(d, "steps_spans_nvlink.json")):
             res = sp["resolution"]
             r = rows[res]
             ms = float(r["median_ms"])
@@ -162,7 +168,7 @@ def main():
             window = [s for s in smi if start <= s[0] <= sp["t1"]]
             st = gpu_state(window[len(window) // 3:])
             if res not in predicted:  # the same prediction for every lease
-                predicted[res] = run_phantom_step(A.cocodiff, ROOT, 1, res, "flat", 1,
+                predicted[res] = run_phantom_step(cocodiff, 1, res, "flat", 1,
                                                   ["cluster.preset=hgx-h200"])["virtual_time_s"] * 1e3
             pred = predicted[res]
             row = {"lease": lease, "resolution": res, "step_ms": ms, "step_ms_predicted": round(pred, 2),
@@ -171,6 +177,16 @@ def main():
             lines.append(f"{lease:<16}{res:>6}{ms:>10.1f}{pred:>10.1f}{100 * (pred / ms - 1):>7.1f}%"
                          f"{row['host_issue_ms']:>9.1f}{st['sm_mhz'] or 0:>8.0f}{st['power_w'] or 0:>6.0f}"
                          f"{st['capped'] or 0:>7.2f}")
+    return clocks
+
+
+def main(argv=None):
+    a = cli.analysis_parser(__doc__).parse_args(argv)
+    lines = []
+    kernels, steps = pace_kernels(lines)
+    factor = preset_step_factor()
+    by_kind = profiled_by_kind(a.cocodiff, lines, factor)
+    clocks = clocked_steps(a.cocodiff, lines)
     summary = {
         "gemm_attention_sustained_over_first": sorted(
             r["sustained_over_first"] for r in kernels if r["op"] in ("linear", "sdpa")),
@@ -180,12 +196,9 @@ def main():
         "preset_step_factor": factor,
     }
     lines += ["", json.dumps(summary, indent=1)]
-    txt = "\n".join(lines)
-    print(txt)
-    os.makedirs(A.out, exist_ok=True)
-    open(os.path.join(A.out, "pace_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"kernels": kernels, "steps": steps, "by_kind": by_kind, "clocks": clocks, "summary": summary},
-              open(os.path.join(A.out, "pace_fidelity.json"), "w"), indent=1)
+    report.write_table(a.out, "pace_fidelity", lines,
+                       {"kernels": kernels, "steps": steps, "by_kind": by_kind, "clocks": clocks, "summary": summary})
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -24,16 +24,11 @@ measured cost exceeds even the whole window's, "below" that it is less than the 
 Usage: profile_fidelity.py COCODIFF [--out DIR] [--set KEY=VALUE ...]
 Writes DIR/profile_fidelity.{txt,json} (default bench/fidelity/results).
 """
-import argparse, csv, functools, glob, json, os, tomllib
+import functools, json, os, tomllib
 
-from phantom_step import STRATEGY, preset_for, run_phantom_step
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import STRATEGY, preset_for, run_phantom_step
 
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-P.add_argument("--set", action="append", default=[])
-A = P.parse_args()
 STEPS = 2
 
 
@@ -41,17 +36,19 @@ STEPS = 2
 def no_overlap_slowdown(preset):
     """The --set values that leave compute beside a collective unslowed on `preset`: its overlap
     compute factor and those of its group sizes at 1."""
-    device = tomllib.load(open(os.path.join(ROOT, "configs", "clusters", f"{preset}.toml"), "rb"))["device"]
+    with open(paths.cluster(preset), "rb") as f:
+        device = tomllib.load(f)["device"]
     return tuple(["cluster.device.overlap_compute_factor=1"]
                  + [f"cluster.device.overlap_by_group.{g}.compute_factor=1"
                     for g, t in device.get("overlap_by_group", {}).items() if "compute_factor" in t])
 
 
-def predict(w, res, strategy, preset, free=False, cache={}):
+def predict(a, w, res, strategy, preset, free=False, cache={}):
+    """The step and its mean compute in ms, with the overlap slowdown or (FREE) without it."""
     key = (w, res, strategy, preset, free)
     if key not in cache:
-        sets = [f"cluster.preset={preset}", *(no_overlap_slowdown(preset) if free else ()), *A.set]
-        r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
+        sets = [f"cluster.preset={preset}", *(no_overlap_slowdown(preset) if free else ()), *a.set]
+        r = run_phantom_step(a.cocodiff, w, res, STRATEGY[strategy], STEPS, sets)
         cache[key] = {"step_ms": r["virtual_time_s"] / STEPS * 1e3,
                       "compute_ms": r["breakdown"]["mean_compute_s"] / STEPS * 1e3}
     return cache[key]
@@ -62,7 +59,7 @@ def unprofiled(directory, transport):
     if not os.path.exists(path):
         return {}
     return {(int(r["gpus"]), int(r["resolution"]), r["strategy"]): float(r["median_ms"])
-            for r in csv.DictReader(open(path))}
+            for r in readers.read_csv(path)}
 
 
 def overlap_window(gains):
@@ -89,17 +86,18 @@ def overlap_window(gains):
     return out
 
 
-def main():
+def compare(a):
+    """Every profiled case beside its predictions."""
     rows = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "configs/measurements/h[12]00x*/profile_*.json"))):
-        machine = os.path.basename(os.path.dirname(path))
+    for path in readers.measured_files("h[12]00x*/profile_*.json"):
+        machine = readers.machine_of(path)
         transport = os.path.basename(path)[len("profile_"):-len(".json")]
         steps = unprofiled(os.path.dirname(path), transport)
         preset = preset_for(machine, transport)
-        for c in json.load(open(path))["cases"].values():
+        for c in readers.read_json(path)["cases"].values():
             w, res, st = c["gpus"], c["resolution"], c["strategy"]
-            pred = predict(w, res, st, preset)
-            free = predict(w, res, st, preset, free=True)
+            pred = predict(a, w, res, st, preset)
+            free = predict(a, w, res, st, preset, free=True)
             rows.append({"machine": machine, "transport": transport, "gpus": w, "resolution": res,
                          "strategy": st, "preset": preset,
                          "step_ms": round(steps.get((w, res, st), c["step_ms"]), 2),
@@ -109,6 +107,11 @@ def main():
                          "compute_ms_predicted": round(pred["compute_ms"], 2),
                          "compute_ms_predicted_no_slowdown": round(free["compute_ms"], 2),
                          "nccl_ms_fastest_rank": round(c["nccl_ms_min"], 2)})
+    return rows
+
+
+def add_gains(rows):
+    """Each strategy's gain over flat and what it adds to compute and NCCL, measured and predicted."""
     flat = {(r["machine"], r["transport"], r["gpus"], r["resolution"]): r
             for r in rows if r["strategy"] == "flat"}
     mean = lambda r: 0.5 * (r["compute_ms_min"] + r["compute_ms_max"])  # noqa: E731
@@ -124,8 +127,11 @@ def main():
         r["compute_added_pct_predicted_no_slowdown"] = round(
             100 * (r["compute_ms_predicted_no_slowdown"] / f["compute_ms_predicted_no_slowdown"] - 1), 1)
         r["nccl_added_pct"] = round(100 * (r["nccl_ms_fastest_rank"] / f["nccl_ms_fastest_rank"] - 1), 1)
+
+
+def table(rows, sets):
     lines = ["# Profiled FLUX.1-dev steps (configs/measurements/h[12]00x*/profile_*.json) against cocodiff"
-             + (f" ({', '.join(A.set)})" if A.set else ""),
+             + (f" ({', '.join(sets)})" if sets else ""),
              f"{'machine':<18}{'tr':<7}{'gpus':>4}{'res':>6} {'strategy':<9}{'step m/p':>16}{'error':>8}"
              f"{'gain m/p':>16}{'compute (range)':>20}{'added m/p':>15}{'nccl':>8}{'added':>8}"]
     for r in rows:
@@ -138,17 +144,31 @@ def main():
                      f"{r['step_ms']:>8.1f}/{r['step_ms_predicted']:<7.1f}{err:>7.1f}%{gain:>16}"
                      f"{r['compute_ms_min']:>9.1f}-{r['compute_ms_max']:<6.1f}/{r['compute_ms_predicted']:<5.0f}"
                      f"{added:>13}{r['nccl_ms_fastest_rank']:>8.1f}{nccl_added:>8}")
-    gains = [r for r in rows if "gain_ms" in r]
-    window = overlap_window(gains)
-    lines += ["", "## The overlap slowdown's window: compute added over flat's, measured (least-most over the machines) / "
-              "the model slowing compute to the wait / the model not slowing it",
-              f"{'gpu':<5}{'tr':<7}{'gpus':>4}{'res':>6} {'strategy':<9}{'machines':>9}{'measured':>16}"
-              f"{'to wait':>9}{'none':>7}{'share':>7}  window"]
+    return lines
+
+
+def window_table(window):
+    lines = ["", "## The overlap slowdown's window: compute added over flat's, measured (least-most over the machines) / "
+             "the model slowing compute to the wait / the model not slowing it",
+             f"{'gpu':<5}{'tr':<7}{'gpus':>4}{'res':>6} {'strategy':<9}{'machines':>9}{'measured':>16}"
+             f"{'to wait':>9}{'none':>7}{'share':>7}  window"]
     for k in window:
         lines.append(f"{k['gpu']:<5}{k['transport']:<7}{k['gpus']:>4}{k['resolution']:>6} {k['strategy']:<9}"
                      f"{k['machines']:>9}{k['measured_low']:>+9.1f} to {k['measured_high']:+.1f}%"
                      f"{k['predicted']:>+8.1f}%{k['predicted_no_slowdown']:>+6.1f}%"
                      f"{'' if k['share'] is None else format(k['share'], '.2f'):>7}  {k['window']}")
+    return lines
+
+
+def main(argv=None):
+    p = cli.analysis_parser(__doc__)
+    p.add_argument("--set", action="append", default=[])
+    a = p.parse_args(argv)
+    rows = compare(a)
+    add_gains(rows)
+    gains = [r for r in rows if "gain_ms" in r]
+    window = overlap_window(gains)
+    lines = table(rows, a.set) + window_table(window)
     summary = {
         "cases": len(rows),
         "gain_median_abs_diff_ms": sorted(abs(r["gain_ms"] - r["gain_ms_predicted"]) for r in gains)[len(gains) // 2]
@@ -160,12 +180,9 @@ def main():
                                        for v in ("between", "above", "below")],
     }
     lines += ["", json.dumps(summary, indent=1)]
-    txt = "\n".join(lines)
-    print(txt)
-    os.makedirs(A.out, exist_ok=True)
-    open(os.path.join(A.out, "profile_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"rows": rows, "window": window, "summary": summary, "set": A.set},
-              open(os.path.join(A.out, "profile_fidelity.json"), "w"), indent=1)
+    report.write_table(a.out, "profile_fidelity", lines,
+                       {"rows": rows, "window": window, "summary": summary, "set": a.set})
 
 
-main()
+if __name__ == "__main__":
+    main()

@@ -26,20 +26,14 @@ Usage: steps_fidelity.py COCODIFF [--preset hgx-h100] [--shm-preset h100-shm] [-
                           [--set KEY=VALUE ...]
 Writes DIR/steps_fidelity.{csv,json,txt} (default bench/fidelity/results).
 """
-import argparse, csv, json, math, os, statistics
+import json
+import math
+import os
+import statistics
 
-from phantom_step import STRATEGY, preset_for, read_steps, run_phantom_step
-
-ROOT = os.environ.get("COCODIFF_ROOT") or os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-P = argparse.ArgumentParser()
-P.add_argument("cocodiff")
-P.add_argument("--preset", default="hgx-h100")
-P.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-P.add_argument("--set", action="append", default=[])
-P.add_argument("--shm-preset", default="h100-shm")  # "": the NVLink link at the shm bandwidth
-P.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machines (h200x*)
-P.add_argument("--h200-shm-preset", default="h200-shm")  # "": hgx-h200's link at the shm bandwidth
-A = P.parse_args()
+from cocodiff_fidelity import cli, paths, readers, report
+from cocodiff_fidelity.phantom import STRATEGY, preset_for, run_phantom_step
+from cocodiff_fidelity.readers import read_steps
 
 STEPS = 2
 FITTED = {"h100x4", "h100x4-repeat", "h100x4-spread", "h100x2-spread"}  # the machines hgx-h100 was fitted to (host costs; rank_spread)
@@ -49,42 +43,55 @@ FITTED_H200 = {"h200x2", "h200x2-breakdown", "h200x4", "h200x4-breakdown"}
 
 
 def shm_bandwidth():
-    rows = list(csv.DictReader(open(os.path.join(ROOT, "configs/measurements/h100x4/collectives_shm.csv"))))
+    rows = readers.read_csv(paths.measurement("h100x4", "collectives_shm.csv"))
     big = [r for r in rows if r["op"] == "all_to_all" and r["ranks"] == "4" and int(r["bytes"]) == 1 << 30]
     r = big[0]
     busbw = int(r["bytes"]) / (float(r["time_us"]) * 1e-6) * 3 / 4 / 1e9
     return busbw
 
 
-def predict(w, res, strategy, transport, machine, scale=None, cache={}):
+def parser():
+    p = cli.analysis_parser(__doc__)
+    p.add_argument("--preset", default="hgx-h100")
+    p.add_argument("--set", action="append", default=[])
+    p.add_argument("--shm-preset", default="h100-shm")  # "": the NVLink link at the shm bandwidth
+    p.add_argument("--h200-preset", default="hgx-h200")  # for the H200 machines (h200x*)
+    p.add_argument("--h200-shm-preset", default="h200-shm")  # "": hgx-h200's link at the shm bandwidth
+    return p
+
+
+def predict(a, w, res, strategy, transport, machine, scale=None, cache={}):
+    """One step's ms under the preset the options choose for the machine and transport; SCALE:
+    device.host.scale (None: the preset's)."""
     h200 = machine.startswith("h200")
     key = (w, res, strategy, transport, h200, scale)
     if key in cache:
         return cache[key]
-    # phantom_step.preset_for chooses the preset (as profile_fidelity.py does); the options
+    # phantom.preset_for chooses the preset (as profile_fidelity.py does); the options
     # replace its choice, and an empty shared-memory one takes the NVLink preset with the link at
     # the shared-memory bandwidth.
-    chosen = {"hgx-h100": A.preset, "h100-shm": A.shm_preset, "hgx-h200": A.h200_preset,
-              "h200-shm": A.h200_shm_preset}[preset_for(machine, transport)]
-    nvlink = A.h200_preset if h200 else A.preset
-    sets = [f"cluster.preset={chosen or nvlink}"] + A.set
+    chosen = {"hgx-h100": a.preset, "h100-shm": a.shm_preset, "hgx-h200": a.h200_preset,
+              "h200-shm": a.h200_shm_preset}[preset_for(machine, transport)]
+    nvlink = a.h200_preset if h200 else a.preset
+    sets = [f"cluster.preset={chosen or nvlink}"] + a.set
     if not chosen:
         sets.append(f"cluster.links.nvlink.bandwidth_gbytes_per_s={shm_bandwidth():.4g}")
     if scale is not None:
         sets.append(f"cluster.device.host.scale={scale}")
-    r = run_phantom_step(A.cocodiff, ROOT, w, res, STRATEGY[strategy], STEPS, sets)
+    r = run_phantom_step(a.cocodiff, w, res, STRATEGY[strategy], STEPS, sets)
     cache[key] = r["virtual_time_s"] / STEPS * 1e3
     return cache[key]
 
 
-def main():
-    measured = read_steps(ROOT)  # (machine, transport, w, res, strategy) -> ms, each run of it
+def compare(a):
+    """Every measured step beside its prediction, with the speedups over flat."""
+    measured = read_steps()  # (machine, transport, w, res, strategy) -> ms, each run of it
     rows = []
     for (machine, tr, w, res, st), runs in sorted(measured.items()):
         ms = statistics.median(runs)  # a step measured twice in one launch: the median of both
         if w == 1 and tr == "shm":
             continue
-        pred = predict(w, res, st, tr, machine)
+        pred = predict(a, w, res, st, tr, machine)
         rows.append({"machine": machine, "transport": tr, "gpus": w, "resolution": res, "strategy": st,
                      "measured_ms": round(ms, 3), "predicted_ms": round(pred, 3),
                      "error_pct": round(100 * (pred / ms - 1), 1)})
@@ -96,34 +103,44 @@ def main():
             r["speedup_measured"] = round(b["measured_ms"] / r["measured_ms"], 3)
             r["speedup_predicted"] = round(b["predicted_ms"] / r["predicted_ms"], 3)
             r["speedup_diff_points"] = round(100 * (r["speedup_predicted"] - r["speedup_measured"]), 1)
-    os.makedirs(A.out, exist_ok=True)
+    return rows
+
+
+def table(a, rows):
     lines = [f"# FLUX.1-dev steps on H100 (configs/measurements/h100x*/steps_*.csv) against cocodiff "
-             f"(preset {A.preset}{', ' + ', '.join(A.set) if A.set else ''})",
+             f"(preset {a.preset}{', ' + ', '.join(a.set) if a.set else ''})",
              f"{'machine':<22}{'transport':<10}{'gpus':>4}{'res':>6} {'strategy':<9}{'measured':>10}"
              f"{'predicted':>11}{'error':>8}{'speedup m/p':>16}"]
     for r in rows:
         sp = f"{r['speedup_measured']:.3f}/{r['speedup_predicted']:.3f}" if "speedup_measured" in r else ""
         lines.append(f"{r['machine']:<22}{r['transport']:<10}{r['gpus']:>4}{r['resolution']:>6} {r['strategy']:<9}"
                      f"{r['measured_ms']:>10.1f}{r['predicted_ms']:>11.1f}{r['error_pct']:>7.1f}%{sp:>16}")
-    def stats(subset):
-        out = {}
-        for res in sorted({r["resolution"] for r in subset}):
-            errs = [abs(r["error_pct"]) for r in subset if r["resolution"] == res]
-            if not errs:
-                continue
-            sd = [abs(r["speedup_diff_points"]) for r in subset if r["resolution"] == res
-                  and "speedup_diff_points" in r and r["strategy"] != "flat"]
-            sign = [r for r in subset if r["resolution"] == res and "speedup_diff_points" in r
-                    and r["strategy"] != "flat"
-                    and (r["speedup_measured"] - 1) * (r["speedup_predicted"] - 1) < 0
-                    and abs(r["speedup_measured"] - 1) > 0.01]
-            out[res] = {"steps": len(errs), "median_abs_error_pct": statistics.median(errs),
-                        "max_abs_error_pct": max(errs), "within_10pct": sum(e <= 10 for e in errs),
-                        "speedup_median_abs_diff_points": statistics.median(sd) if sd else None,
-                        "speedup_within_5_points": sum(d <= 5 for d in sd), "speedups": len(sd),
-                        "speedup_sign_disagreements": len(sign)}
-        return out
+    return lines
 
+
+def stats(subset):
+    """Per resolution: the errors and the speedups' agreement of SUBSET's rows."""
+    out = {}
+    for res in sorted({r["resolution"] for r in subset}):
+        errs = [abs(r["error_pct"]) for r in subset if r["resolution"] == res]
+        if not errs:
+            continue
+        sd = [abs(r["speedup_diff_points"]) for r in subset if r["resolution"] == res
+              and "speedup_diff_points" in r and r["strategy"] != "flat"]
+        sign = [r for r in subset if r["resolution"] == res and "speedup_diff_points" in r
+                and r["strategy"] != "flat"
+                and (r["speedup_measured"] - 1) * (r["speedup_predicted"] - 1) < 0
+                and abs(r["speedup_measured"] - 1) > 0.01]
+        out[res] = {"steps": len(errs), "median_abs_error_pct": statistics.median(errs),
+                    "max_abs_error_pct": max(errs), "within_10pct": sum(e <= 10 for e in errs),
+                    "speedup_median_abs_diff_points": statistics.median(sd) if sd else None,
+                    "speedup_within_5_points": sum(d <= 5 for d in sd), "speedups": len(sd),
+                    "speedup_sign_disagreements": len(sign)}
+    return out
+
+
+def summarize(rows):
+    """The fitted and held-out machines' errors, per GPU."""
     fitted = [r for r in rows if r["machine"] in FITTED]
     summary = stats(fitted)
     held = [r for r in rows if r["machine"].startswith("h100x") and r["machine"] not in FITTED]
@@ -134,8 +151,12 @@ def main():
                                            and r["machine"] not in FITTED_H200])):
         if h200:
             summary[name + "_".join(sorted({r["machine"] for r in h200}))] = stats(h200)
-    # 1024^2: is each prediction inside the range measured across the machines of its GPU that ran
-    # the step, widened by 15%?
+    return summary
+
+
+def machine_ranges(rows, lines, summary):
+    """1024^2: is each prediction inside the range measured across the machines of its GPU that
+    ran the step, widened by 15%?"""
     for gpu in ("h100", "h200"):
         inside = total = 0
         same = [r for r in rows if r["machine"].startswith(gpu + "x")]
@@ -156,10 +177,13 @@ def main():
                          f"{'yes' if ok else 'NO'}")
         summary[("" if gpu == "h100" else gpu + "_") + "1024_inside_machine_range_widened_15pct"] = \
             f"{inside}/{total}"
-    # The hosts of the machines: device.host.range as `cocodiff calibrate` defines it (the lowest
-    # and highest measured / predicted of the flat host-bound steps of 2 or more GPUs, here over
-    # every machine of the GPU, rounded outwards to 0.01), then every 1024^2 configuration
-    # predicted with device.host.scale at both ends against the range the machines measured.
+
+
+def host_ranges(a, rows, lines, summary):
+    """The hosts of the machines: device.host.range as `cocodiff calibrate` defines it (the lowest
+    and highest measured / predicted of the flat host-bound steps of 2 or more GPUs, here over
+    every machine of the GPU, rounded outwards to 0.01), then every 1024^2 configuration
+    predicted with device.host.scale at both ends against the range the machines measured."""
     for gpu in ("h100", "h200"):
         flat = [r for r in rows if r["machine"].startswith(gpu + "x") and r["resolution"] == 1024
                 and r["strategy"] == "flat" and r["transport"] == "nvlink" and r["gpus"] >= 2]
@@ -178,8 +202,8 @@ def main():
         for key in sorted({(r["transport"], r["gpus"], r["strategy"]) for r in same}):
             vals = [r["measured_ms"] for r in same if (r["transport"], r["gpus"], r["strategy"]) == key]
             machine = next(r["machine"] for r in same if (r["transport"], r["gpus"], r["strategy"]) == key)
-            p_lo = predict(key[1], 1024, key[2], key[0], machine, f"{low:.2f}")
-            p_hi = predict(key[1], 1024, key[2], key[0], machine, f"{high:.2f}")
+            p_lo = predict(a, key[1], 1024, key[2], key[0], machine, f"{low:.2f}")
+            p_hi = predict(a, key[1], 1024, key[2], key[0], machine, f"{high:.2f}")
             ins = p_lo <= min(vals) and max(vals) <= p_hi
             ovl = p_lo <= max(vals) and min(vals) <= p_hi
             total += 1
@@ -191,18 +215,24 @@ def main():
                                          "configurations": total,
                                          "measured_range_inside_predicted": inside,
                                          "measured_range_overlaps_predicted": overlap}
+
+
+def main(argv=None):
+    a = parser().parse_args(argv)
+    rows = compare(a)
+    lines = table(a, rows)
+    summary = summarize(rows)
+    machine_ranges(rows, lines, summary)
+    host_ranges(a, rows, lines, summary)
     lines.append("")
     lines.append(json.dumps(summary, indent=1))
-    txt = "\n".join(lines)
-    print(txt)
-    open(os.path.join(A.out, "steps_fidelity.txt"), "w").write(txt + "\n")
-    json.dump({"rows": rows, "summary": summary, "preset": A.preset, "set": A.set},
-              open(os.path.join(A.out, "steps_fidelity.json"), "w"), indent=1)
-    with open(os.path.join(A.out, "steps_fidelity.csv"), "w", newline="") as f:
-        wr = csv.DictWriter(f, fieldnames=list(rows[0].keys()) + ["speedup_measured", "speedup_predicted",
-                                                                  "speedup_diff_points"], extrasaction="ignore")
-        wr.writeheader()
-        wr.writerows(rows)
+    report.write_table(a.out, "steps_fidelity", lines,
+                       {"rows": rows, "summary": summary, "preset": a.preset, "set": a.set})
+    report.write_csv_dicts(os.path.join(a.out, "steps_fidelity.csv"),
+                           list(rows[0].keys()) + ["speedup_measured", "speedup_predicted", "speedup_diff_points"],
+                           rows)
 
 
-main()
+if __name__ == "__main__":
+    main()
+

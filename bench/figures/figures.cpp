@@ -511,7 +511,8 @@ int rerun_cheap(const Args& a, const fs::path& study, const Data& d) {
     }
     if (!found) ++moved;
   }
-  // One compare run again: FLUX.1-dev 1024^2 on one Aurora node, as run_study.sh runs it.
+  // One compare run again: FLUX.1-dev 1024^2 on one Aurora node, as bench/study/run_study.sh
+  // runs it.
   const std::string name = "flux1-dev_1024_1n";
   const auto stored = d.compare.find(name);
   if (stored == d.compare.end()) return moved + 1;

@@ -1,8 +1,8 @@
 #pragma once
-// The message-by-message runner: any schedule (schedule.hpp) as straight-line code on one fiber
-// over Port point-to-point. It is the reference the collective level
-// (detail/collective_runner.hpp) is checked against, and runs what the collective level does
-// not (all-reduce, barrier).
+// The message-by-message runner: any schedule (emulator/collectives/schedule.hpp) as straight-line
+// code on one fiber over Port point-to-point. It is the reference the collective level
+// (emulator/detail/collective_runner.hpp) is checked against, and runs what the collective level
+// does not (all-reduce, barrier).
 
 #include <span>
 

@@ -11,7 +11,7 @@ Taken as a cost per call (the framework's overhead on each call it makes), fitte
 blocks alone (both kinds, both batches: least squares on the measured - counted time against the
 calls), it predicts every other family's blocks; the table lists both.
 
-Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR]
+Usage: host_counts.py [--measured configs/measurements/h200x1-hostprofile] [--out DIR] [--reference CSV]
 Writes DIR/host_counts.{txt,json} (default bench/fidelity/results), and MEASURED/reference_host.csv
 (model,scope,calls,counted_us: each model's batch-1 blocks at its smallest size, derived from the
 two files above), which a cluster names as device.host.reference: a block's host time is then
@@ -44,19 +44,35 @@ CALL_COST = {
 }
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--measured", default=os.path.join(ROOT, "configs", "measurements",
                                                        "h200x1-hostprofile"))
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "fidelity", "results"))
-    a = ap.parse_args()
+    ap.add_argument("--reference", help="where reference_host.csv goes (default: MEASURED/reference_host.csv)")
+    a = ap.parse_args(argv)
+    rows, unknown = counted_rows(a.measured)
+    measured = os.path.relpath(a.measured, ROOT)
+    lines, summary = fit_and_table(rows, unknown, measured)
+    os.makedirs(a.out, exist_ok=True)
+    write_reference(a.reference or os.path.join(a.measured, "reference_host.csv"), rows)
+    with open(os.path.join(a.out, "host_counts.txt"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    with open(os.path.join(a.out, "host_counts.json"), "w") as f:
+        json.dump({"measured": measured, "summary": summary, "rows": rows}, f, indent=1)
+    print("\n".join(lines))
+
+
+def counted_rows(measured_dir):
+    """Per block (model, size, batch, scope): its calls, their issue costs summed and its measured
+    host time; and the calls that have no measured cost."""
     issue = {r["op"]: float(r["host_us_median"])
-             for r in csv.DictReader(open(os.path.join(a.measured, "host_issue.csv")))}
+             for r in csv.DictReader(open(os.path.join(measured_dir, "host_issue.csv")))}
     blocks = {}
-    for r in csv.DictReader(open(os.path.join(a.measured, "host_blocks.csv"))):
+    for r in csv.DictReader(open(os.path.join(measured_dir, "host_blocks.csv"))):
         blocks[(r["model"], int(r["width"]), int(r["batch"]), r["scope"])] = float(r["host_us_median"])
     counted, calls, unknown = {}, {}, set()
-    for r in csv.DictReader(open(os.path.join(a.measured, "host_ops.csv"))):
+    for r in csv.DictReader(open(os.path.join(measured_dir, "host_ops.csv"))):
         key = (r["model"], int(r["width"]), int(r["batch"]), r["scope"])
         if r["op"] == "*total*":
             calls[key] = float(r["calls_per_instance"])
@@ -73,7 +89,13 @@ def main():
         rows.append({"model": key[0], "size": key[1], "batch": key[2], "scope": key[3],
                      "calls": calls.get(key, 0.0), "counted_us": round(counted[key], 1),
                      "measured_us": blocks[key], "ratio": round(blocks[key] / counted[key], 3)})
-    lines = [f"# host time per block: profile counts x issue costs measured alone ({a.measured}), "
+    return rows, unknown
+
+
+def fit_and_table(rows, unknown, measured):
+    """The per-call cost fitted to FLUX.1-dev's blocks, each block predicted with it (added to
+    ROWS): the table's lines and the summary."""
+    lines = [f"# host time per block: profile counts x issue costs measured alone ({measured}), "
              "against the block's measured host time",
              f"{'model':<12} {'size':>5} {'batch':>5} {'scope':<26} {'calls':>7} {'counted_us':>11} "
              f"{'measured_us':>12} {'ratio':>6}"]
@@ -107,8 +129,12 @@ def main():
                  f"max {summary['other_blocks_abs_error_max_pct']:.1f}%")
     if unknown:
         lines.append("# calls without a cost (left out): " + ", ".join(sorted(unknown)))
-    os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.measured, "reference_host.csv"), "w") as f:
+    return lines, summary
+
+
+def write_reference(path, rows):
+    """reference_host.csv: each model's batch-1 blocks at their smallest size."""
+    with open(path, "w") as f:
         f.write("model,scope,calls,counted_us\n")
         done = set()
         for r in sorted(rows, key=lambda r: (r["model"], r["scope"], r["batch"], r["size"])):
@@ -116,12 +142,6 @@ def main():
                 continue
             done.add((r["model"], r["scope"]))
             f.write(f"{r['model']},{r['scope']},{r['calls']:.3f},{r['counted_us']:.1f}\n")
-    with open(os.path.join(a.out, "host_counts.txt"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    with open(os.path.join(a.out, "host_counts.json"), "w") as f:
-        json.dump({"measured": os.path.relpath(a.measured, ROOT), "summary": summary, "rows": rows},
-                  f, indent=1)
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":
