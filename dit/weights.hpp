@@ -3,7 +3,7 @@
 // safetensors checkpoint) and shared read-only by every rank: all emulated ranks live in one
 // process, so ranks hold a `std::shared_ptr<const Weights>`. Phantom weights hold shapes only.
 //
-//   std::vector<TensorSpec> specs = model_tensor_specs(model_cfg);
+//   std::vector<TensorSpec> specs = make_model(model_cfg)->tensor_specs();  // dit/model.hpp
 //   std::shared_ptr<const Weights> w = init_weights(specs, /*seed=*/42, /*phantom=*/false);
 //   const Tensor& qkv = w->get("blocks.0.attn.qkv.weight");    // [3456, 1152]
 
