@@ -10,14 +10,15 @@
 #   tsan  TSan build (gcc) of the emulator and network-model tests, which run the engine with
 #         1, 2 and 4 worker threads; tile fibers migrate between the workers, and the emulator
 #         announces every switch to TSan (emulator/detail/scheduler.hpp, fiber_launch.hpp).
-#   pgo   scripts/build_pgo.sh (an instrumented build, its training runs, the build from their
-#         profile) into build-pgo/, then the same runs with it and with build/'s program: real
-#         math (the quickstart's picture, flat and cocodiff) and phantom (usp, cocodiff on 8
-#         Aurora nodes) give the same output and timeline hashes.
+#   pgo   scripts/build_pgo.sh (an instrumented build, its training runs without the 128-node
+#         ones, the build from their profile) into build-pgo/, then the same runs with it and
+#         with build/'s program: real math (the quickstart's picture, flat and cocodiff) and
+#         phantom (usp, cocodiff on 8 Aurora nodes) give the same output and timeline hashes.
 #   asan  ASan + UBSan build (clang-14, -O1) without benchmarks and MPI, then every CTest test but the
 #         strategy-equivalence and whole-run suites (Strategies, Run, Compare, FlatUlysses,
 #         Pipeline, Weights, the trained video model's, smoke_*, e2e_*; the corpus replays, which
-#         the fuzz stage runs under the same sanitizers): those repeat the same kernels over real-math runs,
+#         the fuzz stage runs under the same sanitizers): those repeat the same kernels over
+#         real-math runs,
 #         take ~70% of the Release suite's time and would take ~5x that under ASan; they run in
 #         Release (scripts/test.sh). Under ASan run the parsers and every error path (config,
 #         cluster, safetensors, CLI), the emulator, network models and layers.
@@ -102,7 +103,7 @@ stage_fuzz() {
 }
 
 stage_pgo() {
-  bash scripts/build_pgo.sh build-pgo
+  COCODIFF_PGO_QUICK=1 bash scripts/build_pgo.sh build-pgo
   # The training wrote a profile of the program's objects, and the program was built from it.
   compgen -G 'build-pgo/pgo-profile/*cocodiff_emulator*.gcda' >/dev/null ||
     { echo "pgo: no profile of the emulator in build-pgo/pgo-profile" >&2; return 1; }
