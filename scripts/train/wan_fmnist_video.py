@@ -275,9 +275,10 @@ def sample(model, rows, steps, cfg_scale, shift, g):
     null = torch.full_like(rows, model.cfg["num_conditions"])
     for i in range(steps):
         sig = torch.full((n,), s[i])
-        vc = model.velocity(x, sig, rows)
-        v = vc if cfg_scale == 1.0 else model.velocity(x, sig, null) + cfg_scale * (
-            vc - model.velocity(x, sig, null))
+        v = model.velocity(x, sig, rows)
+        if cfg_scale != 1.0:
+            vu = model.velocity(x, sig, null)
+            v = vu + cfg_scale * (v - vu)
         x = x + (s[i + 1] - s[i]) * v
     return x
 

@@ -836,4 +836,31 @@ TEST(Run, BadInpaintMasksExitTwoAndWriteNothing) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// run.motion belongs to a model conditioned on motions (wan-fmnist): one of its motions, named in
+// report.json beside the item's class; another name, or the key for a model without motions, is
+// refused naming the key (exit 2, nothing written).
+TEST(Run, MotionIsOneOfTheModelsMotionsAndOnlyForAModelWithThem) {
+  const std::string video = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                            "/video.toml --set run.math=skip --set run.steps=1 -q";
+  const fs::path out = temp_dir("motion");
+  const Result up = sh(video + " --set run.motion=\\\"up\\\" --out " + out.string());
+  ASSERT_EQ(up.exit_code, 0) << up.output;
+  std::ifstream in(out / "report.json");
+  const nlohmann::json r = nlohmann::json::parse(in);
+  EXPECT_EQ(r["motion"], "up");
+  EXPECT_EQ(r["class_label"], 9);
+  EXPECT_EQ(r["frames"], 8);
+  fs::remove_all(out);
+  const Result bad = sh(video + " --set run.motion=\\\"sideways\\\" --out " + out.string());
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("run.motion"), std::string::npos) << bad.output;
+  EXPECT_NE(bad.output.find("right"), std::string::npos) << bad.output;
+  const Result image = sh(std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
+                          "/quickstart.toml --set run.math=skip --set run.motion=\\\"up\\\" -q" +
+                          " --out " + out.string());
+  EXPECT_EQ(image.exit_code, 2) << image.output;
+  EXPECT_NE(image.output.find("run.motion"), std::string::npos) << image.output;
+  EXPECT_FALSE(fs::exists(out));
+}
+
 }  // namespace
