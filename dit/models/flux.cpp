@@ -165,7 +165,11 @@ class Flux final : public Model {
   Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
-    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
+    // A pipeline stage after the first starts from the hidden states the stage before left.
+    const StagePass* stage = in.stage;
+    const bool embed = stage == nullptr || stage->first;
+    Tensor h =
+        embed ? models::dense(ex, w, "x_embedder", *in.x, "x_embedder") : std::move(*stage->image);
     // Text and timestep embeddings: the same on every tile, computed once per process.
     Mat key_values(1, in.sigmas.size() + in.guidance.size() + 1);
     {
@@ -179,7 +183,9 @@ class Flux final : public Model {
     std::vector<Tensor> ct =
         shared_work(ex, "flux_embeddings", {in.text, in.pooled ? in.pooled : &no_pooled, &key},
                     [&](const Exec& e) { return embeddings(e, w, in); });
-    Tensor c = std::move(ct[0]);
+    // Every stage embeds the timestep (its blocks' modulation needs it); the text embedding of
+    // a later stage is the one that shared computation makes anyway, and is replaced.
+    Tensor c = embed ? std::move(ct[0]) : std::move(*stage->text);
     Tensor temb = std::move(ct[1]);
     models::check_finite(ex, "x_embedder", {&h});
     models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
@@ -218,7 +224,15 @@ class Flux final : public Model {
                                                        "single_transformer_blocks.0.norm.linear",
                                                        temb, 3, h, batch, cfg_.norm_eps);
     };
-    run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : nd + cfg_.single_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      *stage->text = std::move(c);
+      return Tensor();
+    }
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;
@@ -236,6 +250,7 @@ ModelFamily flux_family() {
   // TeaCache4FLUX/teacache_flux.py
   f.teacache_coefficients = {4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00,
                              2.64230861e-01};
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks + m.single_blocks; };
   f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<Flux>(cfg);
