@@ -244,6 +244,26 @@ int largest_divisor_up_to(int ranks, int most) {
   return 1;
 }
 
+// What PipeFusion's sampling loop does not run, refused before the run as generate() would.
+void check_pipefusion_settings(const RunPlan& plan) {
+  const Config& cfg = plan.cfg;
+  const dit::RunSettings& s = plan.settings;
+  const std::string with = " with run.strategy \"pipefusion\"";
+  if (s.known_latent) {
+    const char* key = cfg.has("run.inpaint_mask") ? "run.inpaint_mask" : "run.inpaint_rect";
+    throw ConfigError(cfg.where(key), key, "no inpainting" + with, "a region to regenerate");
+  }
+  if (s.step_cache.active())
+    throw ConfigError(cfg.where("step_cache.policy"), "step_cache.policy", "\"none\"" + with,
+                      "\"" + s.step_cache.policy + "\"");
+  const double scale = s.cfg_scale >= 0 ? s.cfg_scale : plan.model.cfg_scale;
+  if (plan.model.cfg_mode == dit::CfgMode::kTrue && scale != 1.0 && s.cfg_degree == 1)
+    throw ConfigError(
+        cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
+        "2 for the true CFG of " + plan.model.name + with + " (a pipeline runs one pass a step)",
+        "1");
+}
+
 // PipeFusion (dit/parallel/pipefusion.hpp): parallel.pipefusion_degree stages (xDiT's
 // --pipefusion_parallel_degree), each a Ulysses group of the other ranks. A degree above 1
 // turns the config's flat Ulysses into "pipefusion", as a ring degree turns it into usp. Without
@@ -290,6 +310,7 @@ int resolve_pipefusion(RunPlan& plan, int sp_ranks) {
   if (std::optional<dit::ModelConfigProblem> bad =
           dit::pipefusion_problem(plan.model, o, sp_ranks, grid))
     throw ConfigError(cfg.where(bad->key), bad->key, bad->expected, bad->found);
+  check_pipefusion_settings(plan);
   if (o.pipefusion_patches == 0) o.pipefusion_patches = degree;
   cfg.set_effective("pipefusion.patches", toml::value<std::int64_t>(o.pipefusion_patches));
   plan.pipefusion_degree = degree;

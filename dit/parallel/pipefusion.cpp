@@ -97,10 +97,7 @@ std::optional<ModelConfigProblem> pipefusion_problem(const ModelConfig& cfg,
   return std::nullopt;
 }
 
-PipeFusionAttention::PipeFusionAttention(Communicator& ulysses, const ModelConfig& cfg)
-    : group_(ulysses, false) {
-  (void)cfg;
-}
+PipeFusionAttention::PipeFusionAttention(Communicator& ulysses) : group_(ulysses, false) {}
 
 void PipeFusionAttention::begin_forward(int /*step*/, int pass) {
   pass_ = pass;
@@ -539,7 +536,7 @@ void place(Pipe& pp, int lh, int lw) {
   pp.whole = {TokenShard{0, pp.grid.tokens(), pp.grid.tokens()}};
   for (int m = 0; m < patches; ++m)
     pp.patches.push_back(pipefusion_patch(pp.grid.height, pp.grid.width, patches, m));
-  pp.attn = std::make_unique<PipeFusionAttention>(*pp.stage_comm, cfg);
+  pp.attn = std::make_unique<PipeFusionAttention>(*pp.stage_comm);
   pp.model = make_model(cfg);
 }
 

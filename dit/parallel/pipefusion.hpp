@@ -80,7 +80,7 @@ std::optional<ModelConfigProblem> pipefusion_problem(const ModelConfig& cfg,
 class PipeFusionAttention final : public AttentionStrategy {
  public:
   /// `ulysses` is the stage's group (borrowed, must outlive this object).
-  PipeFusionAttention(Communicator& ulysses, const ModelConfig& cfg);
+  explicit PipeFusionAttention(Communicator& ulysses);
   std::string name() const override { return "pipefusion"; }
   int degree() const override { return group_.size(); }
   int index() const override { return group_.rank(); }

@@ -356,8 +356,34 @@ TEST_F(Cli, PipeFusionRefusalsNameTheirKeys) {
   expect_user_error(
       run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "run.strategy=tapa"}),
       {"key 'parallel.pipefusion_degree'", "run.strategy \"tapa\""});
+  expect_user_error(run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "run.math=real",
+                                   "--set", "step_cache.policy=teacache"}),
+                    {"key 'step_cache.policy'", "\"none\" with run.strategy \"pipefusion\""});
   const ChildResult ok = run_config(g, {"--pipefusion_parallel_degree", "2"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// A PipeFusion run with fewer warm-up steps than steps is lossy: report.json records its
+// degrees and its quality against the same run with every step a warm-up step, which is exact.
+TEST_F(Cli, PipeFusionReportsItsQualityAgainstItsExactRun) {
+  const std::string quick = std::string(COCODIFF_SOURCE_DIR) + "/configs/quickstart.toml";
+  const std::vector<std::string> small = {"--set",           "run.steps=6", "--set",
+                                          "cluster.nodes=1", "--set",       "emulator.trace=false"};
+  auto pipefusion = [&](const std::string& warmup) {
+    std::vector<std::string> a = small;
+    for (const char* x : {"--pipefusion_parallel_degree", "4", "--warmup_steps"}) a.emplace_back(x);
+    a.push_back(warmup);
+    return a;
+  };
+  ASSERT_EQ(run_config(quick, pipefusion("1")).exit_code, 0);
+  const std::string lossy = read_text(out_ / "report.json");
+  EXPECT_NE(lossy.find("\"degree\": 4"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("\"ulysses_degree\": 3"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("pipefusion.warmup_steps = run.steps (exact)"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("\"bitwise_equal\": false"), std::string::npos) << lossy;
+  ASSERT_EQ(run_config(quick, pipefusion("6")).exit_code, 0);
+  const std::string exact = read_text(out_ / "report.json");
+  EXPECT_EQ(exact.find("\"quality\""), std::string::npos) << exact;  // exact: nothing to report
 }
 
 // A model of no blocks, an empty checkpoint name and an empty --out are refused, not run.
