@@ -116,6 +116,31 @@ TEST(PipeFusion, StaleKvIsLossyAndBoundedOnTheTrainedModel) {
   EXPECT_LT(relative_l2(ref, run(engine, cfg, *w, st).latent), e);
 }
 
+// Ulysses inside a stage is exact, stale K/V included: the lossy run on stages of 1, 2 and 4
+// ranks gives one output (uneven shards of the patches among them), and CFG-parallel gives the
+// output of batch CFG.
+TEST(PipeFusion, UlyssesInsideStagesAndCfgParallelKeepThePatchedOutput) {
+  const ModelConfig tiny = load_model_preset("flux1-tiny");
+  const auto w = make_weights(tiny, 5, false);
+  RunSettings st = pipefusion_run(2, 4, 1);
+  st.resolution = 112;  // 7 x 7 tokens: patches of 2, 2, 2, 1 rows
+  st.strategy_options.pipefusion_patches = 4;
+  emu::Engine two = make_engine(2, 1, 1);
+  const Tensor ref = run(two, tiny, *w, st).latent;
+  EXPECT_GT(relative_l2(serial(tiny, *w, st), ref), 1e-4) << "stale K/V must change the output";
+  for (const int gpus : {2, 4}) {
+    emu::Engine engine = make_engine(2, gpus, 1);
+    EXPECT_LT(relative_l2(ref, run(engine, tiny, *w, st).latent), 1e-5) << 2 * gpus << " ranks";
+  }
+  const ModelConfig fmnist = load_model_preset("flux1-fmnist");
+  const auto wf = make_weights(fmnist, 5, false);
+  st.resolution = 28;
+  emu::Engine four = make_engine(2, 2, 1);
+  const Tensor batch_cfg = run(four, fmnist, *wf, st).latent;
+  st.cfg_degree = 2;
+  EXPECT_LT(relative_l2(batch_cfg, run(four, fmnist, *wf, st).latent), 1e-5);
+}
+
 TEST(PipeFusion, SameTimelineAndBytesOnOneTwoAndFourWorkers) {
   const ModelConfig cfg = load_model_preset("flux1-tiny");
   const auto w = make_weights(cfg, 5, false);
