@@ -131,9 +131,13 @@ class Flux final : public Model {
 
   // Embeddings: c = context_embedder(text) [B*Nt, D];
   //   temb = silu(t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)) [B, D]
-  std::vector<Tensor> embeddings(const Exec& ex, const Weights& w, const ForwardInputs& in) const {
+  // (`text` false: a pipeline stage after the first, whose text stream arrives from the stage
+  // before: c is left empty.)
+  std::vector<Tensor> embeddings(const Exec& ex, const Weights& w, const ForwardInputs& in,
+                                 bool text) const {
     const int batch = in.batch;
-    Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    Tensor c =
+        text ? models::dense(ex, w, "context_embedder", *in.text, "context_embedder") : Tensor();
     const float ts = static_cast<float>(cfg_.timestep_scale);
     std::vector<float> t, g;
     for (float s : in.sigmas) t.push_back(s * ts);
@@ -181,10 +185,11 @@ class Flux final : public Model {
     const Tensor key = Tensor::from(std::move(key_values));
     const Tensor no_pooled;
     std::vector<Tensor> ct =
-        shared_work(ex, "flux_embeddings", {in.text, in.pooled ? in.pooled : &no_pooled, &key},
-                    [&](const Exec& e) { return embeddings(e, w, in); });
-    // Every stage embeds the timestep (its blocks' modulation needs it); the text embedding of
-    // a later stage is the one that shared computation makes anyway, and is replaced.
+        shared_work(ex, embed ? "flux_embeddings" : "flux_time_embeddings",
+                    {in.text, in.pooled ? in.pooled : &no_pooled, &key},
+                    [&](const Exec& e) { return embeddings(e, w, in, embed); });
+    // Every stage embeds the timestep (its blocks' modulation needs it); a later stage's text
+    // stream is the stage before's.
     Tensor c = embed ? std::move(ct[0]) : std::move(*stage->text);
     Tensor temb = std::move(ct[1]);
     models::check_finite(ex, "x_embedder", {&h});
