@@ -96,16 +96,22 @@ void add_run_command(CLI::App& app) {
         plan.settings.strategy, plan.settings.strategy_options, plan.settings.strategies.get());
     const bool cached = plan.settings.step_cache.active();
     const bool compressed = plan.settings.strategy_options.compress != "none";
-    if (!plan.settings.phantom && (lossy_strategy || cached || compressed)) {
+    // PipeFusion is exact while every step is a warm-up step (no stale K/V).
+    const bool stale = plan.settings.strategy == "pipefusion" &&
+                       plan.settings.strategy_options.pipefusion_warmup_steps < plan.settings.steps;
+    if (!plan.settings.phantom && (lossy_strategy || cached || compressed || stale)) {
       std::vector<std::string> sets = opt->sets;
       std::string off;
-      auto exact = [&](const char* set, const char* name) {
+      auto exact = [&](const std::string& set, const std::string& name) {
         sets.emplace_back(set);
-        off += (off.empty() ? "" : ", ") + std::string(name);
+        off += (off.empty() ? "" : ", ") + name;
       };
       if (lossy_strategy) exact("v_major.threshold=0", "v_major.threshold = 0");
       if (cached) exact("step_cache.policy=none", "step_cache.policy = \"none\"");
       if (compressed) exact("compress.all_to_all=none", "compress.all_to_all = \"none\"");
+      if (stale)
+        exact("pipefusion.warmup_steps=" + std::to_string(plan.settings.steps),
+              "pipefusion.warmup_steps = run.steps");
       sets.emplace_back("emulator.trace=false");
       RunPlan exact_plan = resolve_run_plan(opt->config, sets);
       if (!opt->quiet)

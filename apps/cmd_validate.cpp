@@ -58,16 +58,17 @@ void add_degree_options(CLI::App* cmd, std::vector<std::string>& sets) {
       "Classifier-free guidance scale (run.cfg_scale; 1 runs no unconditional pass). A "
       "guidance-distilled model (FLUX.1-dev) takes guidance as an input of its transformer: "
       "its time does not depend on it");
-  cmd->add_option_function<int>(
-      "--pipefusion-parallel-degree,--pipefusion_parallel_degree",
-      [](int n) {
-        if (n != 1)
-          throw ConfigError("--pipefusion_parallel_degree " + std::to_string(n) +
-                            ": PipeFusion (patch-pipelined layers) is not a strategy of cocodiff; "
-                            "its sequence parallelism is Ulysses, ring (usp) and CFG-parallel: "
-                            "--ulysses_degree, --ring_degree, --use_cfg_parallel");
-      },
-      "xDiT's PipeFusion degree: only 1 (PipeFusion is not a strategy here)");
+  int_option("--pipefusion-parallel-degree,--pipefusion_parallel_degree",
+             "parallel.pipefusion_degree",
+             "PipeFusion's pipeline stages: above 1 runs \"pipefusion\" in place of the config's "
+             "flat, each stage a Ulysses group of the other ranks (parallel.pipefusion_degree)")
+      ->check(CLI::PositiveNumber);
+  int_option("--num-pipeline-patch,--num_pipeline_patch", "pipefusion.patches",
+             "PipeFusion's patches of the image (pipefusion.patches; default: the degree)")
+      ->check(CLI::PositiveNumber);
+  int_option("--warmup-steps,--warmup_steps", "pipefusion.warmup_steps",
+             "PipeFusion's first steps run whole and exact (pipefusion.warmup_steps; 1)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option_function<std::string>(
       "--prompt",
       [](const std::string&) {

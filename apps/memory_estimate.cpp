@@ -128,6 +128,18 @@ double tile_residual_bytes(const RunPlan& plan) {
   return passes * attention_layers(m) * 4 * 2 * rows * m.hidden() * kFloatBytes;
 }
 
+// PipeFusion's state on one tile (dit/parallel/pipefusion.hpp): for every attention layer of
+// its stage, keys and values of every image token for its heads (B x N x heads / Ulysses
+// degree x head_dim, twice), and the whole latent the first and last stages hold.
+double tile_pipefusion_bytes(const RunPlan& plan) {
+  if (plan.settings.strategy != "pipefusion") return 0;
+  const dit::ModelConfig& m = plan.model;
+  const double n = static_cast<double>(plan.tokens());
+  const double layers = ceil_div(attention_layers(m), plan.pipefusion_degree);
+  const double width = ceil_div(m.heads, std::max(1, plan.ulysses_degree)) * m.head_dim;
+  return (2 * layers * batch_of(plan) * n * width + n * m.token_features()) * kFloatBytes;
+}
+
 // Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
 // about 16 compute and wait spans and one flow per peer for each of the four exchanges.
 double trace_events(const RunPlan& plan) {
@@ -187,6 +199,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
   const double activations = phantom ? 0 : tile_activation_bytes(plan);
   const double v_major = phantom ? 0 : tile_v_major_bytes(plan);
   const double residual = phantom ? 0 : tile_residual_bytes(plan);
+  const double pipefusion = phantom ? 0 : tile_pipefusion_bytes(plan);
   MemoryEstimate e;
   if (backend == "mpi") {
     // One process per tile: each loads its own weights; no fibers, no trace.
@@ -199,6 +212,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
                {"residual exchanges", bytes(here * residual)},
                {"token positions", bytes(here * tile_positions_bytes(plan))},
                {"program", bytes(here * kMpiProgramBytes)}};
+    if (pipefusion > 0) e.parts.push_back({"pipefusion caches", bytes(here * pipefusion)});
     return e;
   }
   const double p = plan.ranks();
@@ -227,6 +241,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
       {"program", kProgramBytes},
   };
+  if (pipefusion > 0) e.parts.push_back({"pipefusion caches", bytes(p * pipefusion)});
   // What the allocator holds beyond what the parts ask for (its caches, fragmentation, the
   // transient copies of a step): 15% over the parts above keeps the estimate above the measured
   // peak on every config of bench/README.md, "Memory estimate" (closest: 1.07x).

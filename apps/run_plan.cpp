@@ -15,6 +15,7 @@
 #include "dit/image.hpp"
 #include "dit/model.hpp"
 #include "dit/model_family.hpp"
+#include "dit/parallel/pipefusion.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
 
@@ -116,6 +117,12 @@ void read_strategy_options(Config& cfg, dit::StrategyOptions& o) {
   o.usp_tapa = cfg.get_bool("usp.tapa", o.usp_tapa);
   o.shard_text = cfg.get_bool("parallel.shard_text", o.shard_text);
   o.compress = cfg.get_choice("compress.all_to_all", o.compress, {"none", "fp8", "residual"});
+  o.pipefusion_degree =
+      static_cast<int>(cfg.get_int("parallel.pipefusion_degree", o.pipefusion_degree, 1, 1 << 20));
+  o.pipefusion_patches =
+      static_cast<int>(cfg.get_int("pipefusion.patches", o.pipefusion_patches, 1, 4096));
+  o.pipefusion_warmup_steps = static_cast<int>(
+      cfg.get_int("pipefusion.warmup_steps", o.pipefusion_warmup_steps, 1, 100000));
 }
 
 // [step_cache]: dit::StepCacheOptions; the threshold defaults to the policy's published one.
@@ -238,10 +245,92 @@ void record_derived_values(RunPlan& plan, int ulysses_degree) {
   }
   const int sp_ranks = plan.ranks() / plan.settings.cfg_degree;
   plan.ulysses_degree = ulysses_degree;
-  plan.ring_degree = sp_ranks / std::max(1, ulysses_degree);
+  plan.ring_degree = sp_ranks / std::max(1, ulysses_degree * plan.pipefusion_degree);
   cfg.set_effective("parallel.ulysses_degree", toml::value<std::int64_t>(ulysses_degree));
   cfg.set_effective("parallel.ring_degree", toml::value<std::int64_t>(plan.ring_degree));
   cfg.set_effective("parallel.cfg_degree", toml::value<std::int64_t>(plan.settings.cfg_degree));
+  cfg.set_effective("parallel.pipefusion_degree",
+                    toml::value<std::int64_t>(plan.pipefusion_degree));
+}
+
+// The largest divisor of `ranks` that is at most `most` (at least 1).
+int largest_divisor_up_to(int ranks, int most) {
+  for (int d = std::min(ranks, most); d > 1; --d)
+    if (ranks % d == 0) return d;
+  return 1;
+}
+
+// What PipeFusion's sampling loop does not run, refused before the run as generate() would.
+void check_pipefusion_settings(const RunPlan& plan) {
+  const Config& cfg = plan.cfg;
+  const dit::RunSettings& s = plan.settings;
+  const std::string with = " with run.strategy \"pipefusion\"";
+  if (s.known_latent) {
+    const char* key = cfg.has("run.inpaint_mask") ? "run.inpaint_mask" : "run.inpaint_rect";
+    throw ConfigError(cfg.where(key), key, "no inpainting" + with, "a region to regenerate");
+  }
+  if (s.step_cache.active())
+    throw ConfigError(cfg.where("step_cache.policy"), "step_cache.policy", "\"none\"" + with,
+                      "\"" + s.step_cache.policy + "\"");
+  const double scale = s.cfg_scale >= 0 ? s.cfg_scale : plan.model.cfg_scale;
+  if (plan.model.cfg_mode == dit::CfgMode::kTrue && scale != 1.0 && s.cfg_degree == 1)
+    throw ConfigError(
+        cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
+        "2 for the true CFG of " + plan.model.name + with + " (a pipeline runs one pass a step)",
+        "1");
+}
+
+// PipeFusion (dit/parallel/pipefusion.hpp): parallel.pipefusion_degree stages (xDiT's
+// --pipefusion_parallel_degree), each a Ulysses group of the other ranks. A degree above 1
+// turns the config's flat Ulysses into "pipefusion", as a ring degree turns it into usp. Without
+// a degree, "pipefusion" takes parallel.ulysses_degree's complement, else the largest divisor of
+// the ranks that is at most the model's blocks. Returns the Ulysses degree; 0: not PipeFusion.
+int resolve_pipefusion(RunPlan& plan, int sp_ranks) {
+  Config& cfg = plan.cfg;
+  dit::RunSettings& s = plan.settings;
+  dit::StrategyOptions& o = s.strategy_options;
+  const char* key = "parallel.pipefusion_degree";
+  if (o.pipefusion_degree > 1 && s.strategy != "pipefusion") {
+    if (s.strategy != "flat" || (cfg.has("run.strategy") && cfg.is_override("run.strategy")))
+      throw ConfigError(cfg.where(key), key,
+                        "1 with run.strategy \"" + s.strategy +
+                            "\" (patch pipelining runs in the strategy \"pipefusion\")",
+                        std::to_string(o.pipefusion_degree));
+    s.strategy = "pipefusion";
+    cfg.set_effective("run.strategy", toml::value<std::string>("pipefusion"));
+  }
+  if (s.strategy != "pipefusion") return 0;
+  if (cfg.has("parallel.ring_degree") && cfg.get_int("parallel.ring_degree", 1, 1, 1 << 20) > 1)
+    throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+                      "1 with run.strategy \"pipefusion\" (its stages run Ulysses)",
+                      std::to_string(cfg.get_int("parallel.ring_degree", 1, 1, 1 << 20)));
+  const dit::ModelFamily& fam = dit::model_family(plan.model.family);
+  if (o.pipefusion_degree == 0) {
+    const int u = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
+    o.pipefusion_degree = u > 0 ? std::max(1, sp_ranks / u)
+                          : fam.stage_blocks
+                              ? largest_divisor_up_to(sp_ranks, fam.stage_blocks(plan.model))
+                              : sp_ranks;
+  }
+  const int degree = o.pipefusion_degree;
+  if (cfg.has("parallel.ulysses_degree")) {
+    const int u = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
+    if (static_cast<std::int64_t>(u) * degree != sp_ranks)
+      throw ConfigError(cfg.where("parallel.ulysses_degree"), "parallel.ulysses_degree",
+                        "parallel.ulysses_degree x parallel.pipefusion_degree = the " +
+                            std::to_string(sp_ranks) + " ranks of a pipeline",
+                        std::to_string(u) + " x " + std::to_string(degree));
+  }
+  const dit::TokenGrid grid{1, plan.model.latent_side(s.pixel_height()) / plan.model.patch_size,
+                            plan.model.latent_side(s.pixel_width()) / plan.model.patch_size};
+  if (std::optional<dit::ModelConfigProblem> bad =
+          dit::pipefusion_problem(plan.model, o, sp_ranks, grid))
+    throw ConfigError(cfg.where(bad->key), bad->key, bad->expected, bad->found);
+  check_pipefusion_settings(plan);
+  if (o.pipefusion_patches == 0) o.pipefusion_patches = degree;
+  cfg.set_effective("pipefusion.patches", toml::value<std::int64_t>(o.pipefusion_patches));
+  plan.pipefusion_degree = degree;
+  return sp_ranks / degree;
 }
 
 }  // namespace
@@ -523,7 +612,9 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
     }
     return list;
   };
-  if (cfg.has("parallel.ulysses_degree") || cfg.has("parallel.ring_degree")) {
+  const int pipefusion_ulysses = resolve_pipefusion(plan, sp_ranks);
+  if (pipefusion_ulysses == 0 &&
+      (cfg.has("parallel.ulysses_degree") || cfg.has("parallel.ring_degree"))) {
     const bool has_u = cfg.has("parallel.ulysses_degree");
     const bool has_r = cfg.has("parallel.ring_degree");
     const int u_in = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
@@ -575,12 +666,13 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
       s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
   }
   // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
-  int ulysses_degree = sp_ranks;
+  int ulysses_degree = pipefusion_ulysses > 0 ? pipefusion_ulysses : sp_ranks;
   if (s.strategy == "usp")
     for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
          k < plan.cluster.topology.num_levels(); ++k)
       ulysses_degree /= std::max(1, plan.cluster.topology.level(std::max(0, k)).size);
-  const bool ulysses_split = s.strategy != "serial" && !user_strategy;
+  // PipeFusion's stages check their own Ulysses degree (dit::pipefusion_problem).
+  const bool ulysses_split = s.strategy != "serial" && pipefusion_ulysses == 0 && !user_strategy;
   if (ulysses_split && plan.model.heads % ulysses_degree != 0) {
     const std::string fits = split_list(true);
     const std::string hint = fits.empty() ? "" : "; degree splits that divide them: " + fits;
@@ -647,7 +739,8 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
             " sequence-parallel ranks (\"serial\" runs on one rank: cluster.nodes = 1 with "
             "topology.sizes = [1], or --set run.strategy=flat)",
         "\"serial\"");
-  if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" && !user_strategy)
+  if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" &&
+      s.strategy != "pipefusion" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
   for (const std::string& tier : s.strategy_options.v_major_tiers) {
@@ -788,6 +881,12 @@ std::string describe(const RunPlan& p, const std::string& backend,
   if (!strategies.empty()) {
     strategy = "strategies ";
     for (size_t i = 0; i < strategies.size(); ++i) strategy += (i ? ", " : "") + strategies[i];
+  }
+  if (p.settings.strategy == "pipefusion" && strategies.empty()) {
+    const dit::StrategyOptions& o = p.settings.strategy_options;
+    strategy += " (" + std::to_string(p.pipefusion_degree) + " stages of Ulysses degree " +
+                std::to_string(p.ulysses_degree) + ", " + std::to_string(o.pipefusion_patches) +
+                " patches, " + std::to_string(o.pipefusion_warmup_steps) + " warm-up steps)";
   }
   if (p.settings.cfg_degree > 1)
     strategy += " on each half of the ranks (CFG-parallel: conditional | unconditional)";

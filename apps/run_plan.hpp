@@ -69,9 +69,11 @@ struct RunPlan {
   /// emulator.trace_steps: trace.json holds the last this many denoising steps (0: all of them).
   int trace_steps = 1;
   int batch_size = 1;  // run.batch_size: images per run, image i seeded with run.seed + i
-  // The xDiT degrees the run resolved to: ulysses x ring x settings.cfg_degree = ranks.
+  // The xDiT degrees the run resolved to: ulysses x ring x pipefusion x settings.cfg_degree =
+  // ranks.
   int ulysses_degree = 1;
   int ring_degree = 1;
+  int pipefusion_degree = 1;
   std::optional<FaultSpec> fault;  // --inject-fault
   bool progress = false;           // "step i/N" on stderr (rank 0)
   // How progress is shown: false rewrites one line with \r (a terminal); true prints whole

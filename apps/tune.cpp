@@ -19,6 +19,7 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/model_family.hpp"
+#include "dit/parallel/pipefusion.hpp"
 #include "emulator/timeline_plot.hpp"
 
 namespace cocodiff::apps {
@@ -141,6 +142,36 @@ int spanned_levels(const std::vector<int>& sizes, int group) {
   return spanned;
 }
 
+// PipeFusion with every step whole (exact: dit/parallel/pipefusion.hpp): 2 stages or more, each
+// a Ulysses group of the other ranks, with or without CFG-parallel, where the family runs
+// stages and the image has a patch of tokens for every rank of a stage.
+template <class Finish>
+void pipefusion_points(const Base& b, const TunePoint& base, int ranks, const Finish& finish) {
+  const dit::ModelConfig& m = b.plan.model;
+  const dit::ModelFamily& fam = dit::model_family(m.family);
+  if (!fam.stage_blocks) return;
+  const dit::RunSettings& s = b.plan.settings;
+  const dit::TokenGrid grid{1, m.latent_side(s.pixel_height()) / m.patch_size,
+                            m.latent_side(s.pixel_width()) / m.patch_size};
+  for (int cfg : {1, 2}) {
+    if (cfg == 2 && (!b.cfg_capable || ranks % 2 != 0)) continue;
+    const int sp = ranks / cfg;
+    for (int d = 2; d <= std::min(sp, fam.stage_blocks(m)); ++d) {
+      dit::StrategyOptions o;
+      o.pipefusion_degree = d;
+      o.uneven_heads = true;
+      if (sp % d != 0 || dit::pipefusion_problem(m, o, sp, grid)) continue;
+      TunePoint p = base;
+      p.strategy = "pipefusion";
+      p.ulysses = sp / d;
+      p.cfg = cfg;
+      p.pipefusion = d;
+      p.uneven_heads = m.heads % p.ulysses != 0;
+      finish(p);
+    }
+  }
+}
+
 // Every point of one shape (nodes x GPUs per node).
 std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality>& lossy, int nodes,
                                     int gpus) {
@@ -163,6 +194,10 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
     if (p.cfg > 1) p.sets.push_back("parallel.cfg_degree=" + std::to_string(p.cfg));
     if (p.chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(p.chunks));
     if (p.usp_tapa) p.sets.push_back("usp.tapa=true");
+    if (p.pipefusion > 0) {
+      p.sets.push_back("parallel.pipefusion_degree=" + std::to_string(p.pipefusion));
+      p.sets.push_back("pipefusion.warmup_steps=" + std::to_string(b.plan.settings.steps));
+    }
     if (p.uneven_heads) p.sets.push_back("ulysses.uneven_heads=true");
     if (p.shard_text || b.raw_shard_text)
       p.sets.push_back(std::string("parallel.shard_text=") + (p.shard_text ? "true" : "false"));
@@ -217,6 +252,7 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
             finish(p);
           }
   }
+  pipefusion_points(b, base, ranks, finish);
   // Ulysses x Ring (usp): rings over the outer levels (nodes; nodes x GPUs; ...).
   int ring = 1, last_ring = 1;
   for (int k = static_cast<int>(sizes.size()) - 1; k >= 1; --k) {
@@ -440,6 +476,8 @@ std::string TunePoint::describe() const {
     if (usp_tapa) s += ", tapa";
   }
   if (chunks > 0) s += ", " + std::to_string(chunks) + " chunks";
+  if (pipefusion > 0)
+    s += " " + std::to_string(pipefusion) + " stages x " + std::to_string(ulysses);
   if (cfg > 1) s += ", cfg 2";
   if (shard_text) s += ", text sharded";
   if (uneven_heads) s += ", uneven heads";
@@ -948,6 +986,7 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
     e["ring_degree"] = p.ring;
     e["cfg_degree"] = p.cfg;
     e["pipeline_chunks"] = p.chunks;
+    if (p.pipefusion > 0) e["pipefusion_degree"] = p.pipefusion;
     e["shard_text"] = p.shard_text;
     e["uneven_heads"] = p.uneven_heads;
     if (p.v_major)

@@ -81,6 +81,7 @@ struct TunePoint {
   std::string strategy;                // run.strategy
   int ulysses = 1, ring = 1, cfg = 1;  // parallel degrees
   int chunks = 0;                      // pipeline chunks (0: no pipelining)
+  int pipefusion = 0;                  // PipeFusion stages, every step whole (0: not PipeFusion)
   bool usp_tapa = false, shard_text = false, uneven_heads = false;
   std::optional<TuneQuality> v_major;     // lossy: the threshold and what was measured at it
   std::vector<std::string> sets;          // the --set keys that make this point (after common ones)

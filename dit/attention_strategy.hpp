@@ -107,6 +107,10 @@ struct StrategyOptions {
   /// row, against a reconstruction both ends keep (SpGroup::set_residual). V-Major's selective V
   /// exchange is V-Major's own and is not compressed.
   std::string compress = "none";
+  // PipeFusion (dit/parallel/pipefusion.hpp).
+  int pipefusion_degree = 0;        // pipeline stages (parallel.pipefusion_degree); 0: every rank
+  int pipefusion_patches = 0;       // patches of the image (pipefusion.patches); 0: the degree
+  int pipefusion_warmup_steps = 1;  // first steps run whole, exact (pipefusion.warmup_steps)
 };
 
 /// V-First on one kind of layer, summed over layers (and over ranks when merged).

@@ -18,6 +18,20 @@
 
 namespace cocodiff::dit {
 
+/// One pipeline stage's share of a forward pass (PipeFusion, dit/parallel/pipefusion.hpp):
+/// blocks [first_block, last_block) of the model's sequence of transformer blocks (FLUX: the
+/// double-stream blocks, then the single-stream ones).
+struct StagePass {
+  int first_block = 0;
+  int last_block = 0;
+  bool first = true;  // embeds ForwardInputs::x and the text; else starts from image and text
+  bool last = true;   // returns the model's prediction; else leaves image and text for the next
+  /// The hidden states between stages, borrowed: image [B * shard.count, hidden] and text
+  /// [B * text tokens, hidden]. Read when not first, written when not last.
+  Tensor* image = nullptr;
+  Tensor* text = nullptr;
+};
+
 /// Inputs of one forward pass. Image tokens are packed latent patches in (c, py, px) order.
 struct ForwardInputs {
   int batch = 1;
@@ -35,6 +49,8 @@ struct ForwardInputs {
   /// true: return every channel the final layer predicts (out_channels: DiT's learned sigma
   /// too); false: the latent_channels the sampler steps with.
   bool all_channels = false;
+  /// A pipeline stage's blocks only (ModelFamily::stage_blocks); null: the whole model.
+  const StagePass* stage = nullptr;
 };
 
 class Model {

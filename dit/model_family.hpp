@@ -62,6 +62,9 @@ struct ModelFamily {
   /// TeaCache's published rescale polynomial for the family (dit/step_cache.hpp), highest power
   /// first; empty: none published here (the raw change is accumulated).
   std::vector<double> teacache_coefficients;
+  /// The transformer blocks a forward runs in order, for families whose forward honours
+  /// ForwardInputs::stage (a pipeline stage's share of them: PipeFusion); null: it does not.
+  std::function<int(const ModelConfig&)> stage_blocks;
   /// Checks of several keys together, after the shared ones; nullopt: nothing wrong.
   std::function<std::optional<ModelConfigProblem>(const ModelConfig&)> check;
   /// The model for `cfg` (cfg.family is this family's name).

@@ -5,6 +5,7 @@
 #include "dit/block_replay.hpp"
 #include "dit/layers.hpp"
 #include "dit/model_family.hpp"
+#include "dit/parallel/pipefusion.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
 #include "dit/sampler.hpp"
@@ -103,6 +104,9 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                    const RunSettings& st) {
   const bool phantom = st.phantom;
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
+  // PipeFusion splits the blocks, not one layer's attention: it runs its own sampling loop.
+  if (st.strategy == "pipefusion" && !st.make_strategy)
+    return generate_pipefusion(comm, cfg, w, st);
   Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
   ex.model = cfg.name;
   const int cell = cfg.vae_scale * cfg.patch_size;

@@ -131,9 +131,13 @@ class Flux final : public Model {
 
   // Embeddings: c = context_embedder(text) [B*Nt, D];
   //   temb = silu(t_mlp(temb(sigma*1000)) + g_mlp(temb(guidance*1000)) + text_mlp(pooled)) [B, D]
-  std::vector<Tensor> embeddings(const Exec& ex, const Weights& w, const ForwardInputs& in) const {
+  // (`text` false: a pipeline stage after the first, whose text stream arrives from the stage
+  // before: c is left empty.)
+  std::vector<Tensor> embeddings(const Exec& ex, const Weights& w, const ForwardInputs& in,
+                                 bool text) const {
     const int batch = in.batch;
-    Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    Tensor c =
+        text ? models::dense(ex, w, "context_embedder", *in.text, "context_embedder") : Tensor();
     const float ts = static_cast<float>(cfg_.timestep_scale);
     std::vector<float> t, g;
     for (float s : in.sigmas) t.push_back(s * ts);
@@ -165,7 +169,11 @@ class Flux final : public Model {
   Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
-    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
+    // A pipeline stage after the first starts from the hidden states the stage before left.
+    const StagePass* stage = in.stage;
+    const bool embed = stage == nullptr || stage->first;
+    Tensor h =
+        embed ? models::dense(ex, w, "x_embedder", *in.x, "x_embedder") : std::move(*stage->image);
     // Text and timestep embeddings: the same on every tile, computed once per process.
     Mat key_values(1, in.sigmas.size() + in.guidance.size() + 1);
     {
@@ -177,9 +185,12 @@ class Flux final : public Model {
     const Tensor key = Tensor::from(std::move(key_values));
     const Tensor no_pooled;
     std::vector<Tensor> ct =
-        shared_work(ex, "flux_embeddings", {in.text, in.pooled ? in.pooled : &no_pooled, &key},
-                    [&](const Exec& e) { return embeddings(e, w, in); });
-    Tensor c = std::move(ct[0]);
+        shared_work(ex, embed ? "flux_embeddings" : "flux_time_embeddings",
+                    {in.text, in.pooled ? in.pooled : &no_pooled, &key},
+                    [&](const Exec& e) { return embeddings(e, w, in, embed); });
+    // Every stage embeds the timestep (its blocks' modulation needs it); a later stage's text
+    // stream is the stage before's.
+    Tensor c = embed ? std::move(ct[0]) : std::move(*stage->text);
     Tensor temb = std::move(ct[1]);
     models::check_finite(ex, "x_embedder", {&h});
     models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
@@ -218,7 +229,15 @@ class Flux final : public Model {
                                                        "single_transformer_blocks.0.norm.linear",
                                                        temb, 3, h, batch, cfg_.norm_eps);
     };
-    run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : nd + cfg_.single_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      *stage->text = std::move(c);
+      return Tensor();
+    }
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;
@@ -236,6 +255,7 @@ ModelFamily flux_family() {
   // TeaCache4FLUX/teacache_flux.py
   f.teacache_coefficients = {4.98651651e+02, -2.83781631e+02, 5.58554382e+01, -3.82021401e+00,
                              2.64230861e-01};
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks + m.single_blocks; };
   f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<Flux>(cfg);

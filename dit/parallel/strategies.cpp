@@ -116,15 +116,15 @@ bool StrategyRegistry::lossy(const std::string& name) const {
 }
 
 std::vector<std::string> attention_strategy_names(const StrategyRegistry* user) {
-  std::vector<std::string> out = {"serial",   "flat",    "tapa",     "v_first",
-                                  "pipeline", "v_major", "cocodiff", "usp"};
+  std::vector<std::string> out = {"serial",  "flat",     "tapa", "v_first",   "pipeline",
+                                  "v_major", "cocodiff", "usp",  "pipefusion"};
   if (user != nullptr)
     for (const std::string& n : user->names()) out.push_back(n);
   return out;
 }
 
 std::string attention_strategy_error(const std::string& name, const StrategyRegistry* user) {
-  if (name == "serial" || name == "usp") return {};
+  if (name == "serial" || name == "usp" || name == "pipefusion") return {};
   if (user != nullptr && user->contains(name)) return {};
   const Parsed p = parse(name);
   if (p.ok) return {};
@@ -155,6 +155,11 @@ std::unique_ptr<AttentionStrategy> make_attention_strategy(const std::string& na
     return std::make_unique<SerialAttention>();
   }
   if (name == "usp") return std::make_unique<UlyssesRing>(comm, cfg, options);
+  // Its stages run blocks, not a layer's attention: generate() runs it (dit/parallel/pipefusion).
+  if (name == "pipefusion")
+    throw ConfigError(
+        "strategy \"pipefusion\" splits the model's blocks into pipeline stages: it runs "
+        "whole sampling loops (generate), not one forward pass");
   Parsed p = parse(name);
   if (!p.ok) throw ConfigError(attention_strategy_error(name));
   if (p.features.chunks > 1) p.features.chunks = options.pipeline_chunks;

@@ -6,7 +6,8 @@
 //
 // Names: serial (one rank), flat (Ulysses, one all-to-all per tensor), tapa (TAPA phases),
 // v_first (tapa + V-First), pipeline (tapa + chunked Q/K preparation), v_major (tapa + V-Major),
-// cocodiff (tapa + v_first + pipeline + v_major), usp (Ulysses x Ring). Compositions join
+// cocodiff (tapa + v_first + pipeline + v_major), usp (Ulysses x Ring), pipefusion (patch
+// pipeline over the blocks, dit/parallel/pipefusion.hpp: generate() runs it). Compositions join
 // features with '+': "flat+v_first", "tapa+v_first+pipeline", ... (features: flat | tapa,
 // v_first, pipeline, v_major).
 

@@ -302,8 +302,9 @@ TEST_F(Cli, XdiTSpellingsOfSizeStepsAndSeed) {
   EXPECT_NE(again.out.find("128 x 64 px (width x height)"), std::string::npos) << again.out;
 }
 
-// xDiT's spellings of CFG-parallel, guidance, PipeFusion and the prompt: the first two set
-// their keys, PipeFusion above 1 is refused naming what exists, the prompt gets a note.
+// xDiT's spellings of CFG-parallel, guidance, PipeFusion and the prompt: the first three set
+// their keys (PipeFusion is refused for SD3.5, naming the families that run it), the prompt gets
+// a note.
 TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
   const std::string sd = (kData / "good.toml").string();
   const std::vector<std::string> sd35 = {"--set", "model.preset=sd35-tiny"};
@@ -320,11 +321,69 @@ TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
   EXPECT_EQ(run(with({"validate", sd, "--pipefusion_parallel_degree", "1"})).exit_code, 0);
   const ChildResult pf = run(with({"validate", sd, "--pipefusion_parallel_degree", "2"}));
   EXPECT_EQ(pf.exit_code, 2) << pf.err;
-  EXPECT_NE(pf.err.find("PipeFusion (patch-pipelined layers) is not a strategy"), std::string::npos)
-      << pf.err;
+  EXPECT_NE(pf.err.find("run.strategy"), std::string::npos) << pf.err;
+  EXPECT_NE(pf.err.find("(flux)"), std::string::npos) << pf.err;
+  const ChildResult fx = run({"validate", sd, "--pipefusion_parallel_degree", "2",
+                              "--num_pipeline_patch", "4", "--warmup_steps", "2", "--dump"});
+  EXPECT_EQ(fx.exit_code, 0) << fx.err;
+  EXPECT_NE(fx.out.find("strategy = 'pipefusion'"), std::string::npos) << fx.out;
+  EXPECT_NE(fx.out.find("pipefusion_degree = 2"), std::string::npos) << fx.out;
+  EXPECT_NE(fx.out.find("ulysses_degree = 2"), std::string::npos) << fx.out;
+  EXPECT_NE(fx.out.find("patches = 4"), std::string::npos) << fx.out;
   const ChildResult pr = run(with({"validate", sd, "--prompt", "a cat"}));
   EXPECT_EQ(pr.exit_code, 0) << pr.err;
   EXPECT_NE(pr.err.find("--prompt is not encoded"), std::string::npos) << pr.err;
+}
+
+// PipeFusion's degree must divide the ranks and leave every stage a block, its patches be 1 to
+// the token rows; each refusal names its key, exits 2 and writes nothing. A good one runs.
+TEST_F(Cli, PipeFusionRefusalsNameTheirKeys) {
+  const std::string g = (kData / "good.toml").string();  // flux1-tiny, 4 blocks, 4 ranks, 8 rows
+  expect_user_error(run_config(g, {"--pipefusion_parallel_degree", "3"}),
+                    {"key 'parallel.pipefusion_degree'", "a divisor of the 4 ranks"});
+  expect_user_error(
+      run_config(g, {"--pipefusion_parallel_degree", "4", "--set", "model.single_blocks=1"}),
+      {"key 'parallel.pipefusion_degree'", "at most the 3 transformer blocks"});
+  expect_user_error(
+      run_config(g, {"--set", "run.strategy=pipefusion", "--num_pipeline_patch", "9"}),
+      {"key 'pipefusion.patches'", "token rows"});
+  expect_user_error(
+      run_config(g, {"--set", "run.strategy=pipefusion", "--set", "pipefusion.patches=0"}),
+      {"key 'pipefusion.patches'"});
+  expect_user_error(
+      run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "model.preset=sd35-tiny"}),
+      {"key 'run.strategy'", "(flux)"});
+  expect_user_error(
+      run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "run.strategy=tapa"}),
+      {"key 'parallel.pipefusion_degree'", "run.strategy \"tapa\""});
+  expect_user_error(run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "run.math=real",
+                                   "--set", "step_cache.policy=teacache"}),
+                    {"key 'step_cache.policy'", "\"none\" with run.strategy \"pipefusion\""});
+  const ChildResult ok = run_config(g, {"--pipefusion_parallel_degree", "2"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// A PipeFusion run with fewer warm-up steps than steps is lossy: report.json records its
+// degrees and its quality against the same run with every step a warm-up step, which is exact.
+TEST_F(Cli, PipeFusionReportsItsQualityAgainstItsExactRun) {
+  const std::string quick = std::string(COCODIFF_SOURCE_DIR) + "/configs/quickstart.toml";
+  const std::vector<std::string> small = {"--set",           "run.steps=6", "--set",
+                                          "cluster.nodes=1", "--set",       "emulator.trace=false"};
+  auto pipefusion = [&](const std::string& warmup) {
+    std::vector<std::string> a = small;
+    for (const char* x : {"--pipefusion_parallel_degree", "4", "--warmup_steps"}) a.emplace_back(x);
+    a.push_back(warmup);
+    return a;
+  };
+  ASSERT_EQ(run_config(quick, pipefusion("1")).exit_code, 0);
+  const std::string lossy = read_text(out_ / "report.json");
+  EXPECT_NE(lossy.find("\"degree\": 4"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("\"ulysses_degree\": 3"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("pipefusion.warmup_steps = run.steps (exact)"), std::string::npos) << lossy;
+  EXPECT_NE(lossy.find("\"bitwise_equal\": false"), std::string::npos) << lossy;
+  ASSERT_EQ(run_config(quick, pipefusion("6")).exit_code, 0);
+  const std::string exact = read_text(out_ / "report.json");
+  EXPECT_EQ(exact.find("\"quality\""), std::string::npos) << exact;  // exact: nothing to report
 }
 
 // A model of no blocks, an empty checkpoint name and an empty --out are refused, not run.

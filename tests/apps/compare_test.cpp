@@ -291,5 +291,33 @@ TEST(Compare, SideBySideRunsEqualSeparateRuns) {
   fs::remove_all(dir);
 }
 
+// PipeFusion beside flat on the trained model: its quality against flat (lossy, stale K/V after
+// its warm-up step), and the techniques on every other strategy, none on it.
+TEST(Compare, PipeFusionReportsItsQualityAndTakesNoTechnique) {
+  const fs::path dir =
+      fs::temp_directory_path() / ("cocodiff_compare_pf_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const fs::path config = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "quickstart.toml";
+  const ChildResult r = run_cocodiff(
+      {"compare", config.string(), "--strategies", "flat,pipefusion", "--techniques", "fp8",
+       "--set", "run.steps=4", "--set", "cluster.nodes=1", "--out", (dir / "out").string()},
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  std::ifstream in(dir / "out" / "compare.json");
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  std::vector<std::string> names;
+  for (const nlohmann::json& e : doc["entries"])
+    names.push_back(e["strategy"].get<std::string>() +
+                    (e["technique"].is_null() ? "" : "+" + e["technique"].get<std::string>()));
+  EXPECT_EQ(names, (std::vector<std::string>{"flat", "pipefusion", "flat+fp8"}));
+  const nlohmann::json& pf = doc["entries"][1];
+  EXPECT_EQ(pf["pipefusion"]["degree"], 4) << pf.dump();  // 12 tiles, 5 blocks: 4 x 3
+  const double psnr = pf["quality"]["preview_psnr_db"].get<double>();
+  EXPECT_GT(psnr, 20.0);
+  EXPECT_LT(psnr, 80.0);  // lossy: not the exact run
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cocodiff::test

@@ -120,6 +120,35 @@ TEST(Tune, PredictedTimeIsWhatTheRunCommandReports) {
   fs::remove_all(dir);
 }
 
+// PipeFusion's stage counts are searched for FLUX.1 (every step whole: exact), with and
+// without CFG-parallel where the model has it, and a point's printed command reports its time.
+TEST(Tune, PipeFusionStagesAreSearchedAndTheirCommandsReproduceThem) {
+  const fs::path dir = scratch("pipefusion");
+  TuneOptions o = small_search({"cluster.preset=aurora", "run.steps=2"}, {1}, {2});
+  o.prune = false;  // every point to its end
+  const TuneResult r = apps::tune(o);
+  std::set<int> degrees;
+  const TunePoint* timed = nullptr;
+  for (const TunePoint& p : r.points) {
+    if (p.strategy != "pipefusion") continue;
+    EXPECT_EQ(p.status, TunePoint::Status::kRun) << p.describe();
+    EXPECT_EQ(p.ulysses * p.pipefusion * p.cfg, p.ranks) << p.describe();
+    degrees.insert(p.pipefusion);
+    if (timed == nullptr || p.pipefusion > timed->pipefusion) timed = &p;
+  }
+  EXPECT_EQ(degrees, (std::set<int>{2, 4})) << "4 ranks, 4 blocks";  // flux1-tiny
+  ASSERT_NE(timed, nullptr);
+  EXPECT_EQ(run_printed(apps::run_command(o, *timed), dir), timed->time_s) << timed->describe();
+  // The trained model has an unconditional pass: its halves run a pipeline each.
+  o.sets = {"cluster.preset=aurora", "run.steps=2", "model.preset=flux1-fmnist",
+            "run.resolution=28"};
+  bool cfg_parallel = false;
+  for (const TunePoint& p : apps::tune(o).points)
+    cfg_parallel = cfg_parallel || (p.strategy == "pipefusion" && p.cfg == 2);
+  EXPECT_TRUE(cfg_parallel);
+  fs::remove_all(dir);
+}
+
 // On a grid where the compute bound prunes (a model whose compute dominates) and slow runs are
 // stopped, the search finds the exhaustive search's best point and front.
 TEST(Tune, PruningNeverDropsTheBestPoint) {

@@ -93,6 +93,24 @@ RunSettings phantom_settings(const std::string& strategy, int steps) {
   return st;
 }
 
+// PipeFusion marks no regions (its stages run different blocks on different patches at once),
+// so nothing is replayed; its all-to-alls run at the collective level or message by message,
+// with the same timeline, on any worker count.
+TEST(Replay, PipeFusionGivesThePerMessageTimelineWithEveryShortcut) {
+  const ModelConfig cfg = small_flux();
+  RunSettings st = phantom_settings("pipefusion", 3);
+  st.strategy_options.pipefusion_degree = 2;  // 2 stages of 12 tiles over 2 nodes
+  st.strategy_options.pipefusion_patches = 4;
+  emu::Engine off = aurora(2, "maxmin", 1, false, false, false);
+  const Outcome ref = run(off, cfg, st);
+  for (const int workers : {1, 2, 4}) {
+    emu::Engine on = aurora(2, "maxmin", workers, true, true, true);
+    const Outcome got = run(on, cfg, st);
+    expect_same_timeline(got.result, ref.result);
+    EXPECT_EQ(got.result.regions_replayed, 0u);
+  }
+}
+
 TEST(Replay, EveryStrategyGivesTheSimulatedPerMessageTimelineOnAnyWorkerCount) {
   const ModelConfig cfg = small_flux();
   for (const std::string strategy :

@@ -481,7 +481,7 @@ TEST(Run, ShippedWeightsOn24TilesReproduceThePinnedOutput) {
 // as the report's flows. A trace cut at emulator.trace_limit says so on the console.
 TEST(Run, TraceTracksNeverOverlapOnAnyStrategy) {
   for (const char* strategy :
-       {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp"}) {
+       {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff", "usp", "pipefusion"}) {
     SCOPED_TRACE(strategy);
     const fs::path out = temp_dir(std::string("trace_") + strategy);
     const std::string cmd = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR +
