@@ -12,6 +12,7 @@ copy() {  # a fresh copy of what `figures --check --source` reads
   cp "$src/bench/fidelity/README.md" "$work/src/bench/fidelity/"
   cp -r "$src/bench/figures/data" "$work/src/bench/figures/"
   cp -r "$src/bench/study/results" "$work/src/bench/study/"
+  cp -r "$src/bench/results" "$work/src/bench/"
 }
 expect_stale() {  # what, then the text the failure must show
   local rc=0
