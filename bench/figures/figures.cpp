@@ -1,16 +1,23 @@
 // The emulated figures the READMEs quote, regenerated from the shipped presets, and the check
 // that they still match what the presets and the engine give.
 //
-//   figures --write [--jobs N]   runs `study` (speedup, breakdown, a2a) on every cluster of
-//                                kClusters, keeps its JSON in bench/figures/data/, and rewrites
-//                                every marked block of the READMEs from it
+//   figures --write [--parts study,paper-scale] [--jobs N]
+//                                study: runs `study` (speedup, breakdown, a2a) on every cluster
+//                                of kClusters and keeps its JSON in bench/figures/data/;
+//                                paper-scale: runs the paper-scale image's commands (kPaperScale,
+//                                a second) into bench/figures/data/paper_scale.json; then
+//                                rewrites every marked block of the READMEs from the data
 //   figures --render             rewrites the blocks from the data kept (no runs)
 //   figures --check              every marked block against the data (no runs), then the cheap
 //                                part of the data run again (per cluster: the one-node
 //                                all-to-all sweep and the FLUX.1-dev 1024^2 one-node cell; one
-//                                compare run of bench/study/run_study.sh)
+//                                compare run of bench/study/run_study.sh; the paper-scale runs)
+//   figures --check --blocks-only  the blocks against the data alone (no runs)
 // The `cocodiff compare` blocks come from bench/study/results/*/compare.json, which
-// bench/study/run_study.sh writes (scripts/figures.sh runs it afresh first).
+// bench/study/run_study.sh writes (scripts/figures.sh runs it afresh first). The emulator_scale
+// blocks of bench/README.md (kResults) come from bench/results/NAME.json, which
+// `emulator_scale --parts ... --out bench/results` writes; those runs take minutes to half an
+// hour, so no check runs them again.
 //
 // A block in a README is the lines between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
 // each names the cluster preset and collective library its numbers come from.

@@ -40,3 +40,14 @@ json.dump(d, open(sys.argv[1], "w"), indent=1)
 PY
 "$figures" --render --source "$work/src" --out "$work/out" >/dev/null
 expect_stale "data the presets no longer give" "aurora all-to-all at"
+# A paper-scale figure the commands no longer give (usp's virtual time), with the block rendered
+# from it: only the rerun of the paper-scale commands can catch it.
+copy
+python3 - "$work/src/bench/figures/data/paper_scale.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["rows"][0]["virtual_time_s"] *= 0.75
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+PY
+"$figures" --render --source "$work/src" --out "$work/out" >/dev/null
+expect_stale "a paper-scale figure the commands no longer give" "paper-scale usp: virtual time"
