@@ -122,7 +122,9 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 // take minutes to half an hour to run again, so the check compares the blocks with these files.
 const std::vector<std::string> kResults = {"emulator_phantom", "emulator_replay",
                                            "emulator_collective", "emulator_grid",
-                                           "emulator_large", "emulator_large_usp"};
+                                           "emulator_large", "emulator_large_usp",
+                                           "emulator_workers", "emulator_math",
+                                           "net_models_flows", "mpi_vs_emulator"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -583,6 +585,57 @@ std::string emulator_large(const Data& d) {
          "`bench/results/emulator_large_usp.json` by `figures --render`.\n";
 }
 
+std::string emulator_workers(const Data& d) {
+  std::string s =
+      "| run | default workers | wall s: 1 / default / 2 workers | CPU s: 1 / default / 2 | "
+      "default / 1 (wall) |\n|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("emulator_workers")["rows"]) {
+    const nlohmann::json &w = r["median_wall_s"], &c = r["median_cpu_s"];
+    s += fmt("| %s | %d | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f | %.2f |\n",
+             r["run"].get<std::string>().c_str(), r["default_workers"].get<int>(),
+             w["1"].get<double>(), w["default"].get<double>(), w["2"].get<double>(),
+             c["1"].get<double>(), c["default"].get<double>(), c["2"].get<double>(),
+             w["default"].get<double>() / w["1"].get<double>());
+  }
+  return s + "\n" + results_source("emulator_workers");
+}
+
+std::string emulator_math(const Data& d) {
+  std::string s =
+      "| size | hidden | tokens | block GFLOP | block GFLOP/s | Eigen GEMM GFLOP/s | ratio "
+      "|\n|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("emulator_math")["rows"])
+    s += fmt("| %s | %d | %d | %.2f | %.1f | %.1f | %.2f |\n",
+             r["size"].get<std::string>().c_str(), r["hidden"].get<int>(),
+             r["tokens"].get<int>(), r["block_gflop"].get<double>(),
+             r["block_gflops"].get<double>(), r["gemm_gflops"].get<double>(),
+             r["block_gflops"].get<double>() / r["gemm_gflops"].get<double>());
+  return s + "\n" + results_source("emulator_math");
+}
+
+std::string net_models_flows(const Data& d) {
+  std::string s = "| what | network | ranks | flows | wall s | flows/s |\n|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("net_models_flows"))
+    s += fmt("| %s | %s | %d | %s | %.3f | %s |\n", r["what"].get<std::string>().c_str(),
+             r["network"].get<std::string>().c_str(), r["ranks"].get<int>(),
+             grouped(r["flows"]).c_str(), r["wall_seconds"].get<double>(),
+             grouped(r["flows_per_wall_second"]).c_str());
+  return s + "\n" + results_source("net_models_flows");
+}
+
+std::string mpi_vs_emulator(const Data& d) {
+  std::string s =
+      "| ranks | emulator run s | emulator CPU s | mpirun process s | mpi run s | mpi sampling s | "
+      "mpi / emulator | virtual ms |\n|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("mpi_vs_emulator")["rows"])
+    s += fmt("| %d | %.3f | %.2f | %.3f | %.3f | %.3f | %.2f | %.3f |\n", r["ranks"].get<int>(),
+             r["emulator_run_wall_s"].get<double>(), r["emulator_cpu_s"].get<double>(),
+             r["mpirun_process_wall_s"].get<double>(), r["mpi_run_wall_s"].get<double>(),
+             r["mpi_sampling_wall_s"].get<double>(), r["mpi_over_emulator"].get<double>(),
+             1e3 * r["virtual_time_s"].get<double>());
+  return s + "\n" + results_source("mpi_vs_emulator");
+}
+
 std::map<std::string, Render> blocks() {
   std::map<std::string, Render> b;
   b["headline"] = headline;
@@ -595,6 +648,10 @@ std::map<std::string, Render> blocks() {
   b["emulator-collective"] = emulator_collective;
   b["emulator-grid"] = emulator_grid;
   b["emulator-large"] = emulator_large;
+  b["emulator-workers"] = emulator_workers;
+  b["emulator-math"] = emulator_math;
+  b["net-models-flows"] = net_models_flows;
+  b["mpi-vs-emulator"] = mpi_vs_emulator;
   for (const ClusterRun& c : kClusters) {
     const std::string n = c.cluster;
     b[n + "-speedup"] = [n](const Data& d) { return speedup_table(d, n); };
