@@ -102,7 +102,7 @@ struct PaperScaleRun {
 const std::vector<PaperScaleRun> kPaperScale = {
     {"usp", "usp", {}}, {"cocodiff", "cocodiff, uneven heads", {"ulysses.uneven_heads=true"}}};
 const std::vector<std::string> kPaperScaleSets = {
-    "run.math=skip",   "model.preset=flux1-dev", "run.resolution=2048",   "run.steps=28",
+    "run.math=skip",   "model.preset=flux1-dev", "run.resolution=2048", "run.steps=28",
     "cluster.nodes=8", "emulator.trace=false",   "emulator.workers=1"};
 
 // `cocodiff run configs/quickstart.toml --set ...` for one paper-scale strategy (no --out).
@@ -120,11 +120,10 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 
 // The tables of section B that an emulator_scale part writes: bench/results/NAME.json. They
 // take minutes to half an hour to run again, so the check compares the blocks with these files.
-const std::vector<std::string> kResults = {"emulator_phantom", "emulator_replay",
-                                           "emulator_collective", "emulator_grid",
-                                           "emulator_large", "emulator_large_usp",
-                                           "emulator_workers", "emulator_math",
-                                           "net_models_flows", "mpi_vs_emulator"};
+const std::vector<std::string> kResults = {
+    "emulator_phantom", "emulator_replay",    "emulator_collective", "emulator_grid",
+    "emulator_large",   "emulator_large_usp", "emulator_workers",    "emulator_math",
+    "net_models_flows", "mpi_vs_emulator"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -450,9 +449,11 @@ std::string paper_scale(const Data& d) {
     cmd += (wrap ? " \\\n    " : " ") + a;
   }
   std::string s =
-      "```sh\n" + cmd + "\n```\n\n(`--set run.strategy=cocodiff --set ulysses.uneven_heads=true` "
-      "for the second row.) " + ps["meta"]["measured"].get<std::string>() +
-      ", 1 worker, trace off, replay on (the default); run wall s is report.json's "
+      "```sh\n" + cmd +
+      "\n```\n\n(`--set run.strategy=cocodiff --set ulysses.uneven_heads=true` "
+      "for the second row.)\n" +
+      ps["meta"]["measured"].get<std::string>() +
+      ", 1 worker, trace off, replay on (the default); run wall s is report.json's\n"
       "`wall_time_s`, CPU s and peak RSS are the `cocodiff` process's (`wait4`).\n\n"
       "| strategy | Ulysses x ring | virtual s | run wall s | process CPU s | events | flows | "
       "peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n";
@@ -468,17 +469,18 @@ std::string paper_scale(const Data& d) {
     if (r["strategy"] == "usp") usp = &r;
     if (r["strategy"] == "cocodiff") cc = &r;
   }
-  if (usp == nullptr || cc == nullptr) throw std::runtime_error("paper_scale.json: usp or cocodiff missing");
+  if (usp == nullptr || cc == nullptr)
+    throw std::runtime_error("paper_scale.json: usp or cocodiff missing");
   const int heads = ps["meta"]["heads"];
   const int u_usp = (*usp)["ulysses_degree"], r_usp = (*usp)["ring_degree"];
   const int u_cc = (*cc)["ulysses_degree"];
-  s += fmt(
-      "\nusp's report says Ulysses %d x ring %d: %d of FLUX.1-dev's %d heads per tile in "
-      "%d-tile Ulysses groups, one per node, with K/V passed around a ring of %d nodes. "
-      "cocodiff's Ulysses spans %d tiles, so with uneven heads %d of them hold no head in "
-      "attention. usp is %.2fx faster than cocodiff here (virtual time).\n",
-      u_usp, r_usp, heads / u_usp, heads, u_usp, r_usp, u_cc, std::max(0, u_cc - heads),
-      (*cc)["virtual_time_s"].get<double>() / (*usp)["virtual_time_s"].get<double>());
+  s +=
+      fmt("\nusp's report says Ulysses %d x ring %d: %d of FLUX.1-dev's %d heads per tile in\n"
+          "%d-tile Ulysses groups, one per node, with K/V passed around a ring of %d nodes.\n"
+          "cocodiff's Ulysses spans %d tiles, so with uneven heads %d of them hold no head in\n"
+          "attention. usp is %.2fx faster than cocodiff here (virtual time).\n",
+          u_usp, r_usp, heads / u_usp, heads, u_usp, r_usp, u_cc, std::max(0, u_cc - heads),
+          (*cc)["virtual_time_s"].get<double>() / (*usp)["virtual_time_s"].get<double>());
   return s;
 }
 
@@ -510,8 +512,8 @@ std::string emulator_replay(const Data& d) {
   for (const nlohmann::json& r : p["rows"]) {
     const double off = r["median_cpu_s_replay_off"], on = r["median_cpu_s_replay_on"];
     s += fmt("| %s | %.3f | %.2f | %.2f | %.1f | %.2f / %.2f | %s | %s | %.0f |\n",
-             r["strategy"].get<std::string>().c_str(), r["virtual_time_s"].get<double>(), off,
-             on, off / on, median_of(r["wall_s_replay_off"]), median_of(r["wall_s_replay_on"]),
+             r["strategy"].get<std::string>().c_str(), r["virtual_time_s"].get<double>(), off, on,
+             off / on, median_of(r["wall_s_replay_off"]), median_of(r["wall_s_replay_on"]),
              r["issue_cpu_s_before_replay"].get<std::string>().c_str(),
              grouped(r["regions_replayed"]).c_str(), r["peak_rss_mib_replay_on"].get<double>());
   }
@@ -533,8 +535,7 @@ std::string emulator_collective(const Data& d) {
 
 std::string emulator_grid(const Data& d) {
   const nlohmann::json& p = d.results.at("emulator_grid");
-  std::string s =
-      "| model | runs | CPU s | wall s | largest run, CPU s |\n|---|---|---|---|---|\n";
+  std::string s = "| model | runs | CPU s | wall s | largest run, CPU s |\n|---|---|---|---|---|\n";
   std::string total;
   std::vector<std::string> rows;
   for (const nlohmann::json& r : p["rows"]) {
@@ -546,15 +547,15 @@ std::string emulator_grid(const Data& d) {
     const std::string where =
         res + "^2, " + nodes + (nodes == "1" ? " node, " : " nodes, ") + strategy;
     if (r["model"] == "all") {
-      total = fmt("**%d runs in %.1f CPU s, %.1f s of wall time**; the largest, %s %s, took %.2f "
-                  "CPU s.",
-                  r["runs"].get<int>(), r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
-                  model_name(model).c_str(), where.c_str(), r["largest_cpu_s"].get<double>());
+      total =
+          fmt("**%d runs in %.1f CPU s, %.1f s of wall time**; the largest, %s %s, took %.2f "
+              "CPU s.",
+              r["runs"].get<int>(), r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
+              model_name(model).c_str(), where.c_str(), r["largest_cpu_s"].get<double>());
       continue;
     }
-    rows.push_back(fmt("| %s | %d | %.1f | %.1f | %.2f (%s) |\n",
-                       model_name(r["model"]).c_str(), r["runs"].get<int>(),
-                       r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
+    rows.push_back(fmt("| %s | %d | %.1f | %.1f | %.2f (%s) |\n", model_name(r["model"]).c_str(),
+                       r["runs"].get<int>(), r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
                        r["largest_cpu_s"].get<double>(), where.c_str()));
   }
   std::sort(rows.begin(), rows.end());
@@ -605,16 +606,16 @@ std::string emulator_math(const Data& d) {
       "| size | hidden | tokens | block GFLOP | block GFLOP/s | Eigen GEMM GFLOP/s | ratio "
       "|\n|---|---|---|---|---|---|---|\n";
   for (const nlohmann::json& r : d.results.at("emulator_math")["rows"])
-    s += fmt("| %s | %d | %d | %.2f | %.1f | %.1f | %.2f |\n",
-             r["size"].get<std::string>().c_str(), r["hidden"].get<int>(),
-             r["tokens"].get<int>(), r["block_gflop"].get<double>(),
+    s += fmt("| %s | %d | %d | %.2f | %.1f | %.1f | %.2f |\n", r["size"].get<std::string>().c_str(),
+             r["hidden"].get<int>(), r["tokens"].get<int>(), r["block_gflop"].get<double>(),
              r["block_gflops"].get<double>(), r["gemm_gflops"].get<double>(),
              r["block_gflops"].get<double>() / r["gemm_gflops"].get<double>());
   return s + "\n" + results_source("emulator_math");
 }
 
 std::string net_models_flows(const Data& d) {
-  std::string s = "| what | network | ranks | flows | wall s | flows/s |\n|---|---|---|---|---|---|\n";
+  std::string s =
+      "| what | network | ranks | flows | wall s | flows/s |\n|---|---|---|---|---|---|\n";
   for (const nlohmann::json& r : d.results.at("net_models_flows"))
     s += fmt("| %s | %s | %d | %s | %.3f | %s |\n", r["what"].get<std::string>().c_str(),
              r["network"].get<std::string>().c_str(), r["ranks"].get<int>(),
