@@ -123,7 +123,7 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 const std::vector<std::string> kResults = {
     "emulator_phantom", "emulator_replay",    "emulator_collective", "emulator_grid",
     "emulator_large",   "emulator_large_usp", "emulator_workers",    "emulator_math",
-    "net_models_flows", "mpi_vs_emulator"};
+    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -637,6 +637,42 @@ std::string mpi_vs_emulator(const Data& d) {
   return s + "\n" + results_source("mpi_vs_emulator");
 }
 
+// 1.19e-03 -> "1.19e-3"; 0 -> "0".
+std::string short_exp(double v) {
+  if (v == 0) return "0";
+  std::string t = fmt("%.2e", v);
+  const size_t e = t.find('e');
+  size_t d = e + 2;  // after the sign
+  while (d + 1 < t.size() && t[d] == '0') t.erase(d, 1);
+  return t;
+}
+
+// The V-Major threshold sweep; thresholds that give the same row share it ("0 - 0.2").
+std::string vmajor_quality(const Data& d) {
+  std::string s =
+      "| threshold | rel L2 | PSNR dB | SSIM | V bytes saved % | virtual ms | x exact "
+      "|\n|---|---|---|---|---|---|---|\n";
+  const nlohmann::json& rows = d.results.at("study_vmajor_quality")["rows"];
+  const auto figures_of = [](const nlohmann::json& r) {
+    return short_exp(r["relative_l2"].get<double>()) + " | " +
+           (r["psnr_db"].is_number() ? fmt("%.2f", r["psnr_db"].get<double>())
+                                     : std::string("inf")) +
+           " | " + fmt("%.5f", r["ssim"].get<double>()) + " | " +
+           fmt("%.1f", 100 * r["v_bytes_saved_fraction"].get<double>()) + " | " +
+           fmt("%.3f", 1e3 * r["virtual_s"].get<double>()) + " | " +
+           fmt("%.3f", r["speedup_vs_exact"].get<double>());
+  };
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && figures_of(rows[j]) == figures_of(rows[i])) ++j;
+    std::string th = fmt("%g", rows[i]["threshold"].get<double>());
+    if (j > i + 1) th += fmt(" - %g", rows[j - 1]["threshold"].get<double>());
+    s += "| " + th + " | " + figures_of(rows[i]) + " |\n";
+    i = j;
+  }
+  return s + "\n" + results_source("study_vmajor_quality");
+}
+
 std::map<std::string, Render> blocks() {
   std::map<std::string, Render> b;
   b["headline"] = headline;
@@ -653,6 +689,7 @@ std::map<std::string, Render> blocks() {
   b["emulator-math"] = emulator_math;
   b["net-models-flows"] = net_models_flows;
   b["mpi-vs-emulator"] = mpi_vs_emulator;
+  b["vmajor-quality"] = vmajor_quality;
   for (const ClusterRun& c : kClusters) {
     const std::string n = c.cluster;
     b[n + "-speedup"] = [n](const Data& d) { return speedup_table(d, n); };
