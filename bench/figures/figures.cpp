@@ -24,6 +24,7 @@
 // `bash scripts/figures.sh` builds what it needs and runs `figures --write`.
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -121,9 +122,9 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 // The tables of section B that an emulator_scale part writes: bench/results/NAME.json. They
 // take minutes to half an hour to run again, so the check compares the blocks with these files.
 const std::vector<std::string> kResults = {
-    "emulator_phantom", "emulator_replay",    "emulator_collective", "emulator_grid",
-    "emulator_large",   "emulator_large_usp", "emulator_workers",    "emulator_math",
-    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality"};
+    "emulator_phantom", "emulator_replay",    "emulator_collective",  "emulator_grid",
+    "emulator_large",   "emulator_large_usp", "emulator_workers",     "emulator_math",
+    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality", "runtime"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -673,6 +674,43 @@ std::string vmajor_quality(const Data& d) {
   return s + "\n" + results_source("study_vmajor_quality");
 }
 
+// bench_runtime's Google Benchmark JSON: the medians, one row per benchmark and worker count.
+std::string runtime_table(const Data& d) {
+  std::string s =
+      "| benchmark | ranks | workers | wall per iteration | figure |\n|---|---|---|---|---|\n";
+  for (const nlohmann::json& b : d.results.at("runtime")["benchmarks"]) {
+    if (b.value("aggregate_name", "") != "median") continue;
+    // "AllToAll/ranks:12/workers:1/real_time_median", "Handoff/2/real_time_median"
+    std::vector<std::string> parts;
+    std::stringstream ss(b["name"].get<std::string>());
+    for (std::string x; std::getline(ss, x, '/');) parts.push_back(x);
+    std::string ranks = "2", workers;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string& p = parts[i];
+      if (p.rfind("ranks:", 0) == 0) ranks = p.substr(6);
+      if (p.rfind("workers:", 0) == 0) workers = p.substr(8);
+      if (i == 1 && !p.empty() && std::isdigit(static_cast<unsigned char>(p[0]))) workers = p;
+    }
+    const double ms = b["real_time"].get<double>() * (b["time_unit"] == "us"   ? 1e-3
+                                                      : b["time_unit"] == "ns" ? 1e-6
+                                                                               : 1);
+    std::string figure;
+    if (b.contains("wall_us_per_handoff"))
+      figure = fmt("%.2f us per hand-off", b["wall_us_per_handoff"].get<double>());
+    else if (b.contains("wall_us_per_flow"))
+      figure = fmt("%.2f us per flow", b["wall_us_per_flow"].get<double>());
+    else if (b.contains("bytes_per_second"))
+      figure = fmt("%.1f GiB/s of payload, %.0fk flows/s",
+                   b["bytes_per_second"].get<double>() / (1 << 30),
+                   b["flows_per_s"].get<double>() / 1e3);
+    s += fmt("| %s | %s | %s | %.3g ms | %s |\n", parts.at(0).c_str(), ranks.c_str(),
+             workers.c_str(), ms, figure.c_str());
+  }
+  return s +
+         "\nMedians of the repetitions; rendered from `bench/results/runtime.json` by "
+         "`figures --render`.\n";
+}
+
 std::map<std::string, Render> blocks() {
   std::map<std::string, Render> b;
   b["headline"] = headline;
@@ -690,6 +728,7 @@ std::map<std::string, Render> blocks() {
   b["net-models-flows"] = net_models_flows;
   b["mpi-vs-emulator"] = mpi_vs_emulator;
   b["vmajor-quality"] = vmajor_quality;
+  b["runtime"] = runtime_table;
   for (const ClusterRun& c : kClusters) {
     const std::string n = c.cluster;
     b[n + "-speedup"] = [n](const Data& d) { return speedup_table(d, n); };

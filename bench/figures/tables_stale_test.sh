@@ -32,7 +32,7 @@ check || { echo "tables_stale_test: the unchanged copy does not pass:" >&2; cat 
 # its table's first row gets a 9 in front of it), all in one copy: the check must name each block.
 blocks="paper-scale emulator-phantom emulator-replay emulator-collective emulator-grid
   emulator-large emulator-workers emulator-math net-models-flows mpi-vs-emulator
-  vmajor-quality"
+  vmajor-quality runtime"
 copy
 python3 - "$work/src/bench/README.md" $blocks <<'PY'
 import re, sys
