@@ -30,11 +30,11 @@ copy
 check || { echo "tables_stale_test: the unchanged copy does not pass:" >&2; cat "$work/log" >&2; exit 1; }
 # A figure edited by hand inside each block of bench/README.md's section B (the first number of
 # its table's first row gets a 9 in front of it), all in one copy: the check must name each block.
-blocks="paper-scale emulator-phantom emulator-replay emulator-collective emulator-grid
+blocks=(paper-scale emulator-phantom emulator-replay emulator-collective emulator-grid
   emulator-large emulator-workers emulator-math net-models-flows mpi-vs-emulator
-  vmajor-quality runtime"
+  vmajor-quality runtime)
 copy
-python3 - "$work/src/bench/README.md" $blocks <<'PY'
+python3 - "$work/src/bench/README.md" "${blocks[@]}" <<'PY'
 import re, sys
 path = sys.argv[1]
 text = open(path).read()
@@ -50,7 +50,7 @@ open(path, "w").write(text)
 PY
 rc=0
 check || rc=$?
-for block in $blocks; do
+for block in "${blocks[@]}"; do
   if [ "$rc" -ne 1 ] || ! grep -q "block '$block' does not match" "$work/log"; then
     echo "tables_stale_test: a hand edit in block $block was not caught (exit $rc):" >&2
     cat "$work/log" >&2
