@@ -2,8 +2,8 @@
 # Regenerates every emulated figure the READMEs quote from the shipped presets: builds cocodiff,
 # the study and the figures program in build/, runs bench/study/run_study.sh (the `cocodiff
 # compare` tables, about 10 minutes) and the study on each cluster preset (Aurora, HGX H100;
-# about 5-15 minutes each on a 2-core machine), keeps its JSON in bench/figures/data/ and
-# rewrites the marked blocks of README.md, bench/README.md and bench/fidelity/README.md.
+# about 5-15 minutes each on a 2-core machine) and the paper-scale image (two runs of a second),
+# keeps their JSON in bench/figures/data/ and rewrites the marked blocks of README.md, bench/README.md and bench/fidelity/README.md.
 # CTest's readme_figures then checks them. Extra arguments go to the program (e.g. --jobs 4).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,24 +1,33 @@
 // The emulated figures the READMEs quote, regenerated from the shipped presets, and the check
 // that they still match what the presets and the engine give.
 //
-//   figures --write [--jobs N]   runs `study` (speedup, breakdown, a2a) on every cluster of
-//                                kClusters, keeps its JSON in bench/figures/data/, and rewrites
-//                                every marked block of the READMEs from it
+//   figures --write [--parts study,paper-scale] [--jobs N]
+//                                study: runs `study` (speedup, breakdown, a2a) on every cluster
+//                                of kClusters and keeps its JSON in bench/figures/data/;
+//                                paper-scale: runs the paper-scale image's commands (kPaperScale,
+//                                a second) into bench/figures/data/paper_scale.json; then
+//                                rewrites every marked block of the READMEs from the data
 //   figures --render             rewrites the blocks from the data kept (no runs)
 //   figures --check              every marked block against the data (no runs), then the cheap
 //                                part of the data run again (per cluster: the one-node
 //                                all-to-all sweep and the FLUX.1-dev 1024^2 one-node cell; one
-//                                compare run of bench/study/run_study.sh)
+//                                compare run of bench/study/run_study.sh; the paper-scale runs)
+//   figures --check --blocks-only  the blocks against the data alone (no runs)
 // The `cocodiff compare` blocks come from bench/study/results/*/compare.json, which
-// bench/study/run_study.sh writes (scripts/figures.sh runs it afresh first).
+// bench/study/run_study.sh writes (scripts/figures.sh runs it afresh first). The emulator_scale
+// blocks of bench/README.md (kResults) come from bench/results/NAME.json, which
+// `emulator_scale --parts ... --out bench/results` writes; those runs take minutes to half an
+// hour, so no check runs them again.
 //
 // A block in a README is the lines between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
 // each names the cluster preset and collective library its numbers come from.
 // `bash scripts/figures.sh` builds what it needs and runs `figures --write`.
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -81,7 +90,41 @@ struct Data {
   std::map<std::string, nlohmann::json> speedup, breakdown, a2a;  // by cluster
   std::map<std::string, std::string> library;                     // by cluster
   std::map<std::string, nlohmann::json> compare;  // bench/study/results/NAME/compare.json
+  nlohmann::json paper_scale;                     // bench/figures/data/paper_scale.json
+  std::map<std::string, nlohmann::json> results;  // bench/results/NAME.json, by NAME
 };
+
+// The whole image at the paper's scale: FLUX.1-dev 2048^2, 28 steps, 8 Aurora nodes (96 tiles),
+// phantom, one worker, trace off; `cocodiff run` once per strategy (a fraction of a second each).
+struct PaperScaleRun {
+  std::string strategy, label;
+  std::vector<std::string> extra;  // --set pairs beyond the common ones
+};
+const std::vector<PaperScaleRun> kPaperScale = {
+    {"usp", "usp", {}}, {"cocodiff", "cocodiff, uneven heads", {"ulysses.uneven_heads=true"}}};
+const std::vector<std::string> kPaperScaleSets = {
+    "run.math=skip",   "model.preset=flux1-dev", "run.resolution=2048", "run.steps=28",
+    "cluster.nodes=8", "emulator.trace=false",   "emulator.workers=1"};
+
+// `cocodiff run configs/quickstart.toml --set ...` for one paper-scale strategy (no --out).
+std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
+  std::vector<std::string> argv = {"run", "configs/quickstart.toml"};
+  std::vector<std::string> sets = kPaperScaleSets;
+  sets.insert(sets.begin() + 5, "run.strategy=" + r.strategy);
+  sets.insert(sets.end(), r.extra.begin(), r.extra.end());
+  for (const std::string& kv : sets) {
+    argv.push_back("--set");
+    argv.push_back(kv);
+  }
+  return argv;
+}
+
+// The tables of section B that an emulator_scale part writes: bench/results/NAME.json. They
+// take minutes to half an hour to run again, so the check compares the blocks with these files.
+const std::vector<std::string> kResults = {
+    "emulator_phantom", "emulator_replay",    "emulator_collective",  "emulator_grid",
+    "emulator_large",   "emulator_large_usp", "emulator_workers",     "emulator_math",
+    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality", "runtime"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -110,6 +153,9 @@ Data load_data(const fs::path& source, const fs::path& config_dir) {
     d.library[c.cluster] = library_of(config_dir, c.cluster);
   }
   d.compare = load_compare(source);
+  d.paper_scale = read_json(source / "bench" / "figures" / "data" / "paper_scale.json");
+  for (const std::string& name : kResults)
+    d.results[name] = read_json(source / "bench" / "results" / (name + ".json"));
   return d;
 }
 
@@ -377,12 +423,312 @@ std::string compare_techniques(const Data& d) {
          "`; regenerated by `bash scripts/figures.sh`.\n";
 }
 
+// 1234567 -> "1,234,567".
+std::string grouped(double v) {
+  std::string digits = fmt("%.0f", v), out;
+  const size_t n = digits.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i > 0 && (n - i) % 3 == 0 && digits[i - 1] != '-') out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+double median_of(const nlohmann::json& values) {
+  std::vector<double> v = values.get<std::vector<double>>();
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+// The paper-scale image: the command, the table and what the reports say.
+std::string paper_scale(const Data& d) {
+  const nlohmann::json& ps = d.paper_scale;
+  std::string cmd = "cocodiff";
+  for (const std::string& a : paper_scale_args(kPaperScale.at(0))) {
+    const bool wrap = a == "--set" && cmd.size() - cmd.rfind('\n') > 64;
+    cmd += (wrap ? " \\\n    " : " ") + a;
+  }
+  std::string s =
+      "```sh\n" + cmd +
+      "\n```\n\n(`--set run.strategy=cocodiff --set ulysses.uneven_heads=true` "
+      "for the second row.)\n" +
+      ps["meta"]["measured"].get<std::string>() +
+      ", 1 worker, trace off, replay on (the default); run wall s is report.json's\n"
+      "`wall_time_s`, CPU s and peak RSS are the `cocodiff` process's (`wait4`).\n\n"
+      "| strategy | Ulysses x ring | virtual s | run wall s | process CPU s | events | flows | "
+      "peak RSS MiB |\n|---|---|---|---|---|---|---|---|\n";
+  const nlohmann::json* usp = nullptr;
+  const nlohmann::json* cc = nullptr;
+  for (const nlohmann::json& r : ps["rows"]) {
+    s += fmt("| %s | %d x %d | %.3f | %.2f | %.2f | %.1f M | %.1f M | %.0f |\n",
+             r["label"].get<std::string>().c_str(), r["ulysses_degree"].get<int>(),
+             r["ring_degree"].get<int>(), r["virtual_time_s"].get<double>(),
+             r["wall_time_s"].get<double>(), r["cpu_s"].get<double>(),
+             r["events"].get<double>() / 1e6, r["flows"].get<double>() / 1e6,
+             r["peak_rss_mib"].get<double>());
+    if (r["strategy"] == "usp") usp = &r;
+    if (r["strategy"] == "cocodiff") cc = &r;
+  }
+  if (usp == nullptr || cc == nullptr)
+    throw std::runtime_error("paper_scale.json: usp or cocodiff missing");
+  const int heads = ps["meta"]["heads"];
+  const int u_usp = (*usp)["ulysses_degree"], r_usp = (*usp)["ring_degree"];
+  const int u_cc = (*cc)["ulysses_degree"];
+  s +=
+      fmt("\nusp's report says Ulysses %d x ring %d: %d of FLUX.1-dev's %d heads per tile in\n"
+          "%d-tile Ulysses groups, one per node, with K/V passed around a ring of %d nodes.\n"
+          "cocodiff's Ulysses spans %d tiles, so with uneven heads %d of them hold no head in\n"
+          "attention. usp is %.2fx faster than cocodiff here (virtual time).\n",
+          u_usp, r_usp, heads / u_usp, heads, u_usp, r_usp, u_cc, std::max(0, u_cc - heads),
+          (*cc)["virtual_time_s"].get<double>() / (*usp)["virtual_time_s"].get<double>());
+  return s;
+}
+
+// The command an emulator_scale table came from, and where its data is.
+std::string results_source(const std::string& name) {
+  return "Rendered from `bench/results/" + name + ".json` by `figures --render`.\n";
+}
+
+std::string emulator_phantom(const Data& d) {
+  const nlohmann::json& p = d.results.at("emulator_phantom");
+  std::string s =
+      "| nodes | tiles | virtual ms | events | flows | run wall s | Mevents/s | us/flow | peak RSS "
+      "MiB |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : p["rows"])
+    s += fmt("| %d | %d | %.3f | %s | %s | %.2f | %.3f | %.2f | %.0f |\n", r["nodes"].get<int>(),
+             r["tiles"].get<int>(), 1e3 * r["virtual_time_s"].get<double>(),
+             grouped(r["events"]).c_str(), grouped(r["flows"]).c_str(),
+             r["run_wall_s"].get<double>(), r["events_per_s"].get<double>() / 1e6,
+             r["wall_us_per_flow"].get<double>(), r["peak_rss_mib"].get<double>());
+  return s + "\n" + results_source("emulator_phantom");
+}
+
+std::string emulator_replay(const Data& d) {
+  const nlohmann::json& p = d.results.at("emulator_replay");
+  std::string s =
+      "| strategy | virtual s | CPU s, replay off | CPU s, replay on | speedup | wall s off / on | "
+      "the issue's CPU s (before replay) | regions replayed | peak RSS MiB "
+      "|\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : p["rows"]) {
+    const double off = r["median_cpu_s_replay_off"], on = r["median_cpu_s_replay_on"];
+    s += fmt("| %s | %.3f | %.2f | %.2f | %.1f | %.2f / %.2f | %s | %s | %.0f |\n",
+             r["strategy"].get<std::string>().c_str(), r["virtual_time_s"].get<double>(), off, on,
+             off / on, median_of(r["wall_s_replay_off"]), median_of(r["wall_s_replay_on"]),
+             r["issue_cpu_s_before_replay"].get<std::string>().c_str(),
+             grouped(r["regions_replayed"]).c_str(), r["peak_rss_mib_replay_on"].get<double>());
+  }
+  return s + "\n" + results_source("emulator_replay");
+}
+
+std::string emulator_collective(const Data& d) {
+  const nlohmann::json& p = d.results.at("emulator_collective");
+  std::string s =
+      "| strategy | flows | CPU s per message | CPU s collective level | speedup "
+      "|\n|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : p["rows"]) {
+    const double msg = r["median_cpu_s_per_message"], coll = r["median_cpu_s_collective_level"];
+    s += fmt("| %s | %s | %.2f | %.2f | %.2f |\n", r["strategy"].get<std::string>().c_str(),
+             grouped(r["flows"]).c_str(), msg, coll, msg / coll);
+  }
+  return s + "\n" + results_source("emulator_collective");
+}
+
+std::string emulator_grid(const Data& d) {
+  const nlohmann::json& p = d.results.at("emulator_grid");
+  std::string s = "| model | runs | CPU s | wall s | largest run, CPU s |\n|---|---|---|---|---|\n";
+  std::string total;
+  std::vector<std::string> rows;
+  for (const nlohmann::json& r : p["rows"]) {
+    // "flux1-dev 4096px 8 node(s) cocodiff" -> "4096^2, 8 nodes, cocodiff"
+    std::istringstream at(r["largest_at"].get<std::string>());
+    std::string model, res, nodes, word, strategy;
+    at >> model >> res >> nodes >> word >> strategy;
+    if (res.size() > 2 && res.substr(res.size() - 2) == "px") res.resize(res.size() - 2);
+    const std::string where =
+        res + "^2, " + nodes + (nodes == "1" ? " node, " : " nodes, ") + strategy;
+    if (r["model"] == "all") {
+      total =
+          fmt("**%d runs in %.1f CPU s, %.1f s of wall time**; the largest, %s %s, took %.2f "
+              "CPU s.",
+              r["runs"].get<int>(), r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
+              model_name(model).c_str(), where.c_str(), r["largest_cpu_s"].get<double>());
+      continue;
+    }
+    rows.push_back(fmt("| %s | %d | %.1f | %.1f | %.2f (%s) |\n", model_name(r["model"]).c_str(),
+                       r["runs"].get<int>(), r["cpu_s"].get<double>(), r["wall_s"].get<double>(),
+                       r["largest_cpu_s"].get<double>(), where.c_str()));
+  }
+  std::sort(rows.begin(), rows.end());
+  for (const std::string& r : rows) s += r;
+  return total + "\n\n" + s + "\n" + results_source("emulator_grid");
+}
+
+std::string emulator_large(const Data& d) {
+  std::string s =
+      "| strategy | steps | virtual s | CPU s | CPU s, range | wall s | peak RSS MiB | regions "
+      "replayed | goal (<= 60 s, <= 1 GiB) |\n|---|---|---|---|---|---|---|---|---|\n";
+  for (const char* name : {"emulator_large", "emulator_large_usp"})
+    for (const nlohmann::json& r : d.results.at(name)["rows"]) {
+      const std::vector<double> cpu = r["cpu_s"].get<std::vector<double>>();
+      const std::string range =
+          cpu.size() < 2 ? std::string("(1 run)")
+                         : fmt("%.1f-%.1f (%zu runs)", *std::min_element(cpu.begin(), cpu.end()),
+                               *std::max_element(cpu.begin(), cpu.end()), cpu.size());
+      s += fmt("| %s | %d | %.3f | %.1f | %s | %.1f | %.0f | %s | %s |\n",
+               r["strategy"].get<std::string>().c_str(), r["steps"].get<int>(),
+               r["virtual_time_s"].get<double>(), r["median_cpu_s"].get<double>(), range.c_str(),
+               r["median_wall_s"].get<double>(), r["peak_rss_mib"].get<double>(),
+               grouped(r["regions_replayed"]).c_str(),
+               r["goal_met"].get<bool>() ? "met" : "not met");
+    }
+  return s +
+         "\nRendered from `bench/results/emulator_large.json` and "
+         "`bench/results/emulator_large_usp.json` by `figures --render`.\n";
+}
+
+std::string emulator_workers(const Data& d) {
+  std::string s =
+      "| run | default workers | wall s: 1 / default / 2 workers | CPU s: 1 / default / 2 | "
+      "default / 1 (wall) |\n|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("emulator_workers")["rows"]) {
+    const nlohmann::json &w = r["median_wall_s"], &c = r["median_cpu_s"];
+    s += fmt("| %s | %d | %.2f / %.2f / %.2f | %.2f / %.2f / %.2f | %.2f |\n",
+             r["run"].get<std::string>().c_str(), r["default_workers"].get<int>(),
+             w["1"].get<double>(), w["default"].get<double>(), w["2"].get<double>(),
+             c["1"].get<double>(), c["default"].get<double>(), c["2"].get<double>(),
+             w["default"].get<double>() / w["1"].get<double>());
+  }
+  return s + "\n" + results_source("emulator_workers");
+}
+
+std::string emulator_math(const Data& d) {
+  std::string s =
+      "| size | hidden | tokens | block GFLOP | block GFLOP/s | Eigen GEMM GFLOP/s | ratio "
+      "|\n|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("emulator_math")["rows"])
+    s += fmt("| %s | %d | %d | %.2f | %.1f | %.1f | %.2f |\n", r["size"].get<std::string>().c_str(),
+             r["hidden"].get<int>(), r["tokens"].get<int>(), r["block_gflop"].get<double>(),
+             r["block_gflops"].get<double>(), r["gemm_gflops"].get<double>(),
+             r["block_gflops"].get<double>() / r["gemm_gflops"].get<double>());
+  return s + "\n" + results_source("emulator_math");
+}
+
+std::string net_models_flows(const Data& d) {
+  std::string s =
+      "| what | network | ranks | flows | wall s | flows/s |\n|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("net_models_flows"))
+    s += fmt("| %s | %s | %d | %s | %.3f | %s |\n", r["what"].get<std::string>().c_str(),
+             r["network"].get<std::string>().c_str(), r["ranks"].get<int>(),
+             grouped(r["flows"]).c_str(), r["wall_seconds"].get<double>(),
+             grouped(r["flows_per_wall_second"]).c_str());
+  return s + "\n" + results_source("net_models_flows");
+}
+
+std::string mpi_vs_emulator(const Data& d) {
+  std::string s =
+      "| ranks | emulator run s | emulator CPU s | mpirun process s | mpi run s | mpi sampling s | "
+      "mpi / emulator | virtual ms |\n|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("mpi_vs_emulator")["rows"])
+    s += fmt("| %d | %.3f | %.2f | %.3f | %.3f | %.3f | %.2f | %.3f |\n", r["ranks"].get<int>(),
+             r["emulator_run_wall_s"].get<double>(), r["emulator_cpu_s"].get<double>(),
+             r["mpirun_process_wall_s"].get<double>(), r["mpi_run_wall_s"].get<double>(),
+             r["mpi_sampling_wall_s"].get<double>(), r["mpi_over_emulator"].get<double>(),
+             1e3 * r["virtual_time_s"].get<double>());
+  return s + "\n" + results_source("mpi_vs_emulator");
+}
+
+// 1.19e-03 -> "1.19e-3"; 0 -> "0".
+std::string short_exp(double v) {
+  if (v == 0) return "0";
+  std::string t = fmt("%.2e", v);
+  const size_t e = t.find('e');
+  size_t d = e + 2;  // after the sign
+  while (d + 1 < t.size() && t[d] == '0') t.erase(d, 1);
+  return t;
+}
+
+// The V-Major threshold sweep; thresholds that give the same row share it ("0 - 0.2").
+std::string vmajor_quality(const Data& d) {
+  std::string s =
+      "| threshold | rel L2 | PSNR dB | SSIM | V bytes saved % | virtual ms | x exact "
+      "|\n|---|---|---|---|---|---|---|\n";
+  const nlohmann::json& rows = d.results.at("study_vmajor_quality")["rows"];
+  const auto figures_of = [](const nlohmann::json& r) {
+    return short_exp(r["relative_l2"].get<double>()) + " | " +
+           (r["psnr_db"].is_number() ? fmt("%.2f", r["psnr_db"].get<double>())
+                                     : std::string("inf")) +
+           " | " + fmt("%.5f", r["ssim"].get<double>()) + " | " +
+           fmt("%.1f", 100 * r["v_bytes_saved_fraction"].get<double>()) + " | " +
+           fmt("%.3f", 1e3 * r["virtual_s"].get<double>()) + " | " +
+           fmt("%.3f", r["speedup_vs_exact"].get<double>());
+  };
+  for (size_t i = 0; i < rows.size();) {
+    size_t j = i + 1;
+    while (j < rows.size() && figures_of(rows[j]) == figures_of(rows[i])) ++j;
+    std::string th = fmt("%g", rows[i]["threshold"].get<double>());
+    if (j > i + 1) th += fmt(" - %g", rows[j - 1]["threshold"].get<double>());
+    s += "| " + th + " | " + figures_of(rows[i]) + " |\n";
+    i = j;
+  }
+  return s + "\n" + results_source("study_vmajor_quality");
+}
+
+// bench_runtime's Google Benchmark JSON: the medians, one row per benchmark and worker count.
+std::string runtime_table(const Data& d) {
+  std::string s =
+      "| benchmark | ranks | workers | wall per iteration | figure |\n|---|---|---|---|---|\n";
+  for (const nlohmann::json& b : d.results.at("runtime")["benchmarks"]) {
+    if (b.value("aggregate_name", "") != "median") continue;
+    // "AllToAll/ranks:12/workers:1/real_time_median", "Handoff/2/real_time_median"
+    std::vector<std::string> parts;
+    std::stringstream ss(b["name"].get<std::string>());
+    for (std::string x; std::getline(ss, x, '/');) parts.push_back(x);
+    std::string ranks = "2", workers;
+    for (size_t i = 1; i < parts.size(); ++i) {
+      const std::string& p = parts[i];
+      if (p.rfind("ranks:", 0) == 0) ranks = p.substr(6);
+      if (p.rfind("workers:", 0) == 0) workers = p.substr(8);
+      if (i == 1 && !p.empty() && std::isdigit(static_cast<unsigned char>(p[0]))) workers = p;
+    }
+    const double ms = b["real_time"].get<double>() * (b["time_unit"] == "us"   ? 1e-3
+                                                      : b["time_unit"] == "ns" ? 1e-6
+                                                                               : 1);
+    std::string figure;
+    if (b.contains("wall_us_per_handoff"))
+      figure = fmt("%.2f us per hand-off", b["wall_us_per_handoff"].get<double>());
+    else if (b.contains("wall_us_per_flow"))
+      figure = fmt("%.2f us per flow", b["wall_us_per_flow"].get<double>());
+    else if (b.contains("bytes_per_second"))
+      figure = fmt("%.1f GiB/s of payload, %.0fk flows/s",
+                   b["bytes_per_second"].get<double>() / (1 << 30),
+                   b["flows_per_s"].get<double>() / 1e3);
+    s += fmt("| %s | %s | %s | %.3g ms | %s |\n", parts.at(0).c_str(), ranks.c_str(),
+             workers.c_str(), ms, figure.c_str());
+  }
+  return s +
+         "\nMedians of the repetitions; rendered from `bench/results/runtime.json` by "
+         "`figures --render`.\n";
+}
+
 std::map<std::string, Render> blocks() {
   std::map<std::string, Render> b;
   b["headline"] = headline;
   b["compare-phantom"] = compare_phantom;
   b["compare-real"] = compare_real;
   b["compare-techniques"] = compare_techniques;
+  b["paper-scale"] = paper_scale;
+  b["emulator-phantom"] = emulator_phantom;
+  b["emulator-replay"] = emulator_replay;
+  b["emulator-collective"] = emulator_collective;
+  b["emulator-grid"] = emulator_grid;
+  b["emulator-large"] = emulator_large;
+  b["emulator-workers"] = emulator_workers;
+  b["emulator-math"] = emulator_math;
+  b["net-models-flows"] = net_models_flows;
+  b["mpi-vs-emulator"] = mpi_vs_emulator;
+  b["vmajor-quality"] = vmajor_quality;
+  b["runtime"] = runtime_table;
   for (const ClusterRun& c : kClusters) {
     const std::string n = c.cluster;
     b[n + "-speedup"] = [n](const Data& d) { return speedup_table(d, n); };
@@ -472,6 +818,14 @@ ChildRun run_study(const Args& a, const fs::path& study, const fs::path& out,
   return r;
 }
 
+// "a,b" -> {"a", "b"}.
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) out.push_back(x);
+  return out;
+}
+
 // Two step times agree: the same presets and engine give the same virtual nanoseconds.
 bool same(double a, double b) { return std::fabs(a - b) <= 1e-12 + 1e-9 * std::fabs(b); }
 
@@ -556,12 +910,94 @@ int rerun_cheap(const Args& a, const fs::path& study, const Data& d) {
   return moved;
 }
 
+// The paper-scale commands, run again: one row per strategy, as paper_scale.json keeps them.
+nlohmann::json run_paper_scale(const Args& a, const fs::path& out) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const PaperScaleRun& p : kPaperScale) {
+    std::vector<std::string> argv = paper_scale_args(p);
+    argv[1] = (a.config_dir / fs::path(argv[1]).filename()).string();
+    argv.insert(argv.begin(), a.cocodiff.string());
+    const fs::path dir = out / ("paper_scale_" + p.strategy);
+    fs::remove_all(dir);
+    argv.insert(argv.end(), {"--out", dir.string(), "-q"});
+    const ChildRun r = run_report(argv, dir);
+    if (!r.ok())
+      throw std::runtime_error("paper-scale run (" + p.strategy + ") failed: " + r.error);
+    const nlohmann::json& rep = r.report;
+    rows.push_back({{"strategy", p.strategy},
+                    {"label", p.label},
+                    {"ulysses_degree", rep["ulysses_degree"]},
+                    {"ring_degree", rep["ring_degree"]},
+                    {"virtual_time_s", rep["virtual_time_s"]},
+                    {"wall_time_s", rep["wall_time_s"]},
+                    {"cpu_s", r.cpu_s},
+                    {"peak_rss_mib", static_cast<double>(r.maxrss_kib) / 1024},
+                    {"events", rep["events"]},
+                    {"flows", rep["flows"]},
+                    {"regions_replayed", rep["regions_replayed"]},
+                    {"timeline_sha256", rep["timeline_sha256"]}});
+  }
+  return rows;
+}
+
+// Writes bench/figures/data/paper_scale.json from a fresh run of the paper-scale commands.
+void write_paper_scale(const Args& a, const fs::path& source) {
+  std::fprintf(stderr, "figures: the paper-scale image (%zu runs)\n", kPaperScale.size());
+  const std::time_t now = std::time(nullptr);
+  char day[16];
+  std::strftime(day, sizeof day, "%Y-%m-%d", std::gmtime(&now));
+  const ChildRun version =
+      run_command({a.cocodiff.string(), "--version"}, a.out / "paper_scale_version.txt");
+  std::string program = read_file(a.out / "paper_scale_version.txt");
+  program = program.substr(0, program.find('\n'));  // "cocodiff X.Y.Z", without local paths
+  const Config model = Config::load(a.config_dir / "models" / "flux1-dev.toml");
+  nlohmann::json ps;
+  ps["meta"] = {{"measured", std::string("Measured on ") + day},
+                {"program", version.exit_code == 0 ? program : std::string("unknown")},
+                {"heads", model.get_int("heads", 0)}};
+  ps["rows"] = run_paper_scale(a, a.out);
+  write_text(source / "bench" / "figures" / "data" / "paper_scale.json", ps.dump(1) + "\n");
+}
+
+// The paper-scale commands again against paper_scale.json: the figures the engine decides
+// (virtual time, events, flows, layout, timeline hash); wall, CPU and memory are the host's.
+int recheck_paper_scale(const Args& a, const Data& d) {
+  int moved = 0;
+  const nlohmann::json now = run_paper_scale(a, a.out);
+  const nlohmann::json& kept = d.paper_scale["rows"];
+  for (const nlohmann::json& r : now) {
+    const nlohmann::json* want = nullptr;
+    for (const nlohmann::json& k : kept)
+      if (k["strategy"] == r["strategy"]) want = &k;
+    if (want == nullptr) {
+      ++moved;
+      continue;
+    }
+    const std::string st = r["strategy"];
+    if (!same(r["virtual_time_s"].get<double>(), (*want)["virtual_time_s"].get<double>())) {
+      ++moved;
+      std::fprintf(stderr, "paper-scale %s: virtual time %.9f s now, %.9f s in the data\n",
+                   st.c_str(), r["virtual_time_s"].get<double>(),
+                   (*want)["virtual_time_s"].get<double>());
+    }
+    for (const char* f : {"events", "flows", "ulysses_degree", "ring_degree", "regions_replayed",
+                          "timeline_sha256"})
+      if (r[f] != (*want)[f]) {
+        ++moved;
+        std::fprintf(stderr, "paper-scale %s: %s %s now, %s in the data\n", st.c_str(), f,
+                     r[f].dump().c_str(), (*want)[f].dump().c_str());
+      }
+  }
+  return moved;
+}
+
 int main_impl(int argc, char** argv) {
   Args a = parse_args(argc, argv,
-                      "--write | --render | --check [--jobs N] [--source DIR] [--study BIN]");
+                      "--write [--parts study,paper-scale] | --render | --check [--blocks-only] "
+                      "[--jobs N] [--source DIR] [--study BIN]");
   fs::path source = COCODIFF_SOURCE_DIR, study = COCODIFF_STUDY_BIN;
-  bool write = false, check = false, render = false;
-  std::string jobs = "0";
+  bool write = false, check = false, render = false, blocks_only = false;
+  std::string jobs = "0", parts = "study,paper-scale";
   for (size_t i = 0; i < a.rest.size(); ++i) {
     const std::string& k = a.rest[i];
     if (k == "--write") {
@@ -570,8 +1006,12 @@ int main_impl(int argc, char** argv) {
       check = true;
     } else if (k == "--render") {
       render = true;
-    } else if ((k == "--jobs" || k == "--source" || k == "--study") && i + 1 < a.rest.size()) {
+    } else if (k == "--blocks-only") {
+      blocks_only = true;
+    } else if ((k == "--jobs" || k == "--source" || k == "--study" || k == "--parts") &&
+               i + 1 < a.rest.size()) {
       const std::string v = a.rest[++i];
+      if (k == "--parts") parts = v;
       if (k == "--jobs") jobs = v;
       if (k == "--source") source = v;
       if (k == "--study") study = v;
@@ -589,7 +1029,19 @@ int main_impl(int argc, char** argv) {
     return 0;
   }
   if (write) {
+    for (const std::string& part : split_list(parts))
+      if (part != "study" && part != "paper-scale") {
+        std::fprintf(stderr, "figures: unknown part %s (study, paper-scale)\n", part.c_str());
+        return 2;
+      }
+    fs::create_directories(a.out);
+    const std::vector<std::string> chosen = split_list(parts);
+    const auto has = [&](const char* part) {
+      return std::find(chosen.begin(), chosen.end(), part) != chosen.end();
+    };
+    if (has("paper-scale")) write_paper_scale(a, source);
     for (const ClusterRun& c : kClusters) {
+      if (!has("study")) break;
       std::fprintf(stderr, "figures: study on %s (%s)\n", c.title.c_str(), c.cluster.c_str());
       const fs::path out = a.out / c.cluster;
       run_study(a, study, out,
@@ -613,7 +1065,18 @@ int main_impl(int argc, char** argv) {
   }
   const Data d = load_data(source, a.config_dir);
   const int stale = render_readmes(source, d, false);
-  const int moved = rerun_cheap(a, study, d);
+  if (blocks_only) {
+    if (stale > 0) {
+      std::fprintf(stderr,
+                   "figures: %d README block(s) do not match the data; render them with "
+                   "`figures --render`, or regenerate the data with `bash scripts/figures.sh`\n",
+                   stale);
+      return 1;
+    }
+    return 0;
+  }
+  fs::create_directories(a.out);
+  const int moved = rerun_cheap(a, study, d) + recheck_paper_scale(a, d);
   if (stale + moved > 0) {
     std::fprintf(stderr,
                  "figures: %d README block(s) and %d rerun figure(s) do not match; regenerate "

@@ -12,6 +12,7 @@ copy() {  # a fresh copy of what `figures --check --source` reads
   cp "$src/bench/fidelity/README.md" "$work/src/bench/fidelity/"
   cp -r "$src/bench/figures/data" "$work/src/bench/figures/"
   cp -r "$src/bench/study/results" "$work/src/bench/study/"
+  cp -r "$src/bench/results" "$work/src/bench/"
 }
 expect_stale() {  # what, then the text the failure must show
   local rc=0
@@ -39,3 +40,14 @@ json.dump(d, open(sys.argv[1], "w"), indent=1)
 PY
 "$figures" --render --source "$work/src" --out "$work/out" >/dev/null
 expect_stale "data the presets no longer give" "aurora all-to-all at"
+# A paper-scale figure the commands no longer give (usp's virtual time), with the block rendered
+# from it: only the rerun of the paper-scale commands can catch it.
+copy
+python3 - "$work/src/bench/figures/data/paper_scale.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+d["rows"][0]["virtual_time_s"] *= 0.75
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+PY
+"$figures" --render --source "$work/src" --out "$work/out" >/dev/null
+expect_stale "a paper-scale figure the commands no longer give" "paper-scale usp: virtual time"
