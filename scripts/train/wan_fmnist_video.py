@@ -102,18 +102,19 @@ def make_clips(items, motion, across):
     ar = torch.arange(CANVAS)
     r = (CANVAS - rows)[:, :, None] + ar  # [B, F, CANVAS]
     c = (CANVAS - cols)[:, :, None] + ar
-    bi = torch.arange(b)[:, None, None, None]
+    bi = torch.arange(b, device=items.device)[:, None, None, None]
     out = pad[bi, r[:, :, :, None].to(items.device), c[:, :, None, :].to(items.device)]
     return out[:, None]
 
 
 def random_clips(items, labels, g, n):
     """n clips of random items, motions and positions -> (clips, condition rows, motions)."""
-    idx = torch.randint(0, items.shape[0], (n,), generator=g)
-    motion = torch.randint(0, len(MOTIONS), (n,), generator=g)
-    across = torch.randint(0, TRAVEL + 1, (n,), generator=g)
+    dev = items.device  # the draws come from g (CPU), the clips are built where the items are
+    idx = torch.randint(0, items.shape[0], (n,), generator=g).to(dev)
+    motion = torch.randint(0, len(MOTIONS), (n,), generator=g).to(dev)
+    across = torch.randint(0, TRAVEL + 1, (n,), generator=g).to(dev)
     it = items[idx]
-    flip = torch.rand(n, generator=g) < 0.5  # mirrored items are still of their class
+    flip = (torch.rand(n, generator=g) < 0.5).to(dev)  # mirrored items are still of their class
     it = torch.where(flip[:, None, None], it.flip(-1), it)
     cond = motion * 10 + labels[idx]
     return make_clips(it, motion, across), cond, motion
@@ -269,12 +270,13 @@ class WanFmnist(nn.Module):
 @torch.no_grad()
 def sample(model, rows, steps, cfg_scale, shift, g):
     """Euler sampling from noise (the flow shift as cocodiff's static shift), true CFG."""
-    n = rows.shape[0]
-    x = torch.randn(n, 1, FRAMES, CANVAS, CANVAS, generator=g)
+    n, dev = rows.shape[0], next(model.parameters()).device
+    rows = rows.to(dev)
+    x = torch.randn(n, 1, FRAMES, CANVAS, CANVAS, generator=g).to(dev)
     s = [shift * v / (1 + (shift - 1) * v) for v in sigma_schedule(steps)]
     null = torch.full_like(rows, model.cfg["num_conditions"])
     for i in range(steps):
-        sig = torch.full((n,), s[i])
+        sig = torch.full((n,), s[i], device=dev)
         v = model.velocity(x, sig, rows)
         if cfg_scale != 1.0:
             vu = model.velocity(x, sig, null)
@@ -345,8 +347,10 @@ def score(model, clf, per_condition, steps, cfg_scale, shift, seed):
     rows = torch.arange(40).repeat_interleave(per_condition)
     g = torch.Generator().manual_seed(seed)
     clips = torch.cat([sample(model, r, steps, cfg_scale, shift, g) for r in rows.split(40)])
+    dev = next(clf.parameters()).device
     with torch.no_grad():
-        pred = clf(clips[:, 0].reshape(-1, 1, CANVAS, CANVAS)).argmax(1).view(-1, FRAMES)
+        pred = clf(clips[:, 0].reshape(-1, 1, CANVAS, CANVAS).to(dev)).argmax(1).view(-1, FRAMES)
+    pred, clips = pred.cpu(), clips.cpu()
     frame_acc = (pred == (rows % 10)[:, None]).float().mean().item()
     motion_acc = (motion_of(clips) == rows // 10).float().mean().item()
     diff = (clips[:, 0, 1:] - clips[:, 0, :-1]).abs().mean().item()
@@ -386,15 +390,14 @@ def lr_at(a, step, frac):
 
 def flow_loss(model, x0, cond, g, a):
     """Flow matching: x_s = (1 - s) x0 + s e, target v = e - x0; s logit-normal (SD3, Wan)."""
-    n = x0.shape[0]
-    drop = torch.rand(n, generator=g) < a.label_dropout
+    n, dev = x0.shape[0], x0.device
+    drop = (torch.rand(n, generator=g) < a.label_dropout).to(dev)
     cond = torch.where(drop, torch.full_like(cond, CFG["num_conditions"]), cond)
-    s = torch.sigmoid(torch.randn(n, generator=g))
-    e = torch.randn(x0.shape, generator=g)
+    s = torch.sigmoid(torch.randn(n, generator=g)).to(dev)
+    e = torch.randn(x0.shape, generator=g).to(dev)
     sb = s[:, None, None, None, None]
-    dev = a.device
-    xs, target = ((1 - sb) * x0 + sb * e).to(dev), (e - x0).to(dev)
-    return F.mse_loss(model.velocity(xs, s.to(dev), cond.to(dev)), target)
+    xs, target = (1 - sb) * x0 + sb * e, e - x0
+    return F.mse_loss(model.velocity(xs, s, cond), target)
 
 
 def train_step(model, opt, items, labels, g, a):
@@ -405,8 +408,9 @@ def train_step(model, opt, items, labels, g, a):
     loss = flow_loss(model, x0, cond, g, a)
     if a.frame_batch > 0:
         clips, fcond, _ = random_clips(items, labels, g, a.frame_batch)
-        frame = torch.randint(0, FRAMES, (a.frame_batch,), generator=g)
-        frames = clips[torch.arange(a.frame_batch), :, frame][:, :, None]  # [N, 1, 1, H, W]
+        frame = torch.randint(0, FRAMES, (a.frame_batch,), generator=g).to(clips.device)
+        pick = torch.arange(a.frame_batch, device=clips.device)
+        frames = clips[pick, :, frame][:, :, None]  # [N, 1, 1, H, W]
         loss = loss + flow_loss(model, frames, fcond, g, a)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -419,6 +423,7 @@ def cmd_train(a):
     torch.set_num_threads(a.threads)
     os.makedirs(a.out, exist_ok=True)
     items, labels, test_items, test_labels = load_items(a.data)
+    items, labels = items.to(a.device), labels.to(a.device)
     log = open(os.path.join(a.out, "train_log.txt"), "a")
 
     def say(msg):
@@ -443,13 +448,25 @@ def cmd_train(a):
         step, avg, spent = st["step"], st["loss"], st["spent"]
         say(f"resumed at step {step} ({spent:.0f} s spent)")
     params = sum(p.numel() for p in model.parameters())
-    say(f"{a.device}, {a.threads} threads, torch {torch.__version__}, {params} parameters, "
+    where = torch.cuda.get_device_name() if a.device.startswith("cuda") else f"{a.threads} threads"
+    say(f"{a.device} ({where}), {a.threads} threads, torch {torch.__version__}, {params} parameters, "
         f"batch {a.batch} clips + {a.frame_batch} frames, lr {a.lr}, budget {a.minutes} min, "
         f"clips of {FRAMES} x {CANVAS}^2")
     g = torch.Generator().manual_seed(a.seed + step)
     t0 = time.time() - spent
+    started = time.time()
     budget = a.minutes * 60
+
+    def save_ckpt():
+        torch.save({"model": model.state_dict(), "ema": ema.state_dict(),
+                    "opt": opt.state_dict(), "step": step, "loss": avg,
+                    "spent": time.time() - t0}, ck)
+
     while time.time() - t0 < budget:
+        if a.stop_after and time.time() - started > a.stop_after:
+            save_ckpt()  # a pause: the same command resumes from here, on the same schedule
+            say(f"paused at step {step} ({time.time() - t0:.0f} s of {budget:.0f} spent)")
+            return
         lr = lr_at(a, step, (time.time() - t0) / budget)
         for pg in opt.param_groups:
             pg["lr"] = lr
@@ -462,10 +479,8 @@ def cmd_train(a):
         step += 1
         if step % 100 == 0:
             say(f"step {step} t {time.time() - t0:.0f}s lr {lr:.2e} loss {avg:.4f}")
-        if step % 500 == 0:
-            torch.save({"model": model.state_dict(), "ema": ema.state_dict(),
-                        "opt": opt.state_dict(), "step": step, "loss": avg,
-                        "spent": time.time() - t0}, ck)
+        if step % a.ckpt_every == 0:
+            save_ckpt()
     ema = ema.cpu()
     torch.save({"ema": ema.state_dict(), "step": step, "loss": avg},
                os.path.join(a.out, "ema.pt"))
@@ -496,9 +511,9 @@ def load_classifier(path):
 def cmd_score(a):
     torch.set_num_threads(a.threads)
     model = WanFmnist()
-    model.load_state_dict(torch.load(a.ckpt)["ema"])
-    model.eval()
-    clf = load_classifier(a.classifier)
+    model.load_state_dict(torch.load(a.ckpt, map_location="cpu")["ema"])
+    model.to(a.device).eval()
+    clf = load_classifier(a.classifier).to(a.device)
     for scale in a.cfg:
         clips, rows, fa, ma, diff = score(model, clf, a.per_condition, a.steps, scale, a.shift, 11)
         print(f"samples: {a.steps} steps, cfg {scale}: frames of the class asked for {fa:.4f}, "
@@ -572,6 +587,9 @@ def main():
     s.add_argument("--threads", type=int, default=2)
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    s.add_argument("--ckpt-every", type=int, default=500, help="steps between checkpoints")
+    s.add_argument("--stop-after", type=float, default=0.0,
+                   help="seconds of this process after which to checkpoint and stop (0: never)")
     s = sub.add_parser("score")
     s.add_argument("--ckpt", required=True)
     s.add_argument("--out", default="")
@@ -581,6 +599,7 @@ def main():
     s.add_argument("--per-condition", type=int, default=5)
     s.add_argument("--classifier", required=True, help="written by the classifier command")
     s.add_argument("--threads", type=int, default=2)
+    s.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     s = sub.add_parser("classifier")
     s.add_argument("--data", required=True)
     s.add_argument("--out", required=True)
