@@ -53,8 +53,8 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real",       "math",  "replay",
-                                 "grid",    "collective", "large", "workers"};  // not memory
+  std::set<std::string> parts = {"phantom",    "real",  "math",    "replay", "grid",
+                                 "collective", "large", "workers", "memory"};
   std::vector<std::string> large_strategies = {"tapa", "v_first", "flat", "cocodiff"};
   int large_nodes = 128;
   int large_steps = 28;
