@@ -720,9 +720,9 @@ std::string runtime_table(const Data& d) {
 // ranges the text quotes.
 std::string v_similarity(const Data& d) {
   const nlohmann::json& v = d.results.at("v_similarity");
-  std::map<int, const nlohmann::json*> trained, random;
+  std::map<int, const nlohmann::json*> trained, seeded;
   for (const nlohmann::json& r : v["rows"])
-    (r["weights"] == "trained" ? trained : random)[r["layer"].get<int>()] = &r;
+    (r["weights"] == "trained" ? trained : seeded)[r["layer"].get<int>()] = &r;
   std::string s =
       "| layer | block | trained: mean (min-max over steps) | seeded random: mean (min-max) "
       "|\n|---|---|---|---|\n";
@@ -733,8 +733,9 @@ std::string v_similarity(const Data& d) {
   double t_lo = 1e300, t_hi = 0, r_lo = 1e300, r_hi = 0, x_lo = 1e300, x_hi = 0;
   std::vector<int> max_steps;
   for (const auto& [layer, t] : trained) {
-    const auto it = random.find(layer);
-    if (it == random.end()) throw std::runtime_error("v_similarity.json: no random row of a layer");
+    const auto it = seeded.find(layer);
+    if (it == seeded.end())
+      throw std::runtime_error("v_similarity.json: no random-weights row of a layer");
     const nlohmann::json& r = *it->second;
     s += fmt("| %d | %s | %s | %s |\n", layer, (*t)["block"].get<std::string>().c_str(),
              cell(*t).c_str(), cell(r).c_str());
@@ -830,8 +831,9 @@ std::string inpaint_default(const Data& d) {
 
 std::string inpaint_sweep(const Data& d) {
   const nlohmann::json& j = d.results.at("inpaint_quality");
-  std::string s = "| threshold | V sent % | active % | PSNR region vs truth | PSNR vs exact [min, max] "
-                  "| SSIM vs exact | MSE vs exact |";
+  std::string s =
+      "| threshold | V sent % | active % | PSNR region vs truth | PSNR vs exact [min, max] | SSIM "
+      "vs exact | MSE vs exact |";
   std::string sep = "|---|---|---|---|---|---|---|";
   for (const nlohmann::json& p : j["rows"].at(0)["projected"]) {
     s += fmt(" projected x flat, %d nodes |", p["nodes"].get<int>());
