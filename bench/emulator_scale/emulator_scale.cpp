@@ -924,11 +924,14 @@ std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
   return runs;
 }
 
-// "21.8 MiB": binary units, three significant digits (as `cocodiff run` prints them).
+// "21.8 MiB", "1.37 GiB": binary units, three significant digits (as `cocodiff run` prints them).
 std::string mib_text(double bytes) {
-  const double mib = bytes / (1 << 20);
-  if (mib >= 1024) return fmt(mib >= 10240 ? "%.1f GiB" : "%.2f GiB", mib / 1024);
-  return fmt(mib >= 100 ? "%.0f MiB" : mib >= 10 ? "%.1f MiB" : "%.2f MiB", mib);
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = bytes;
+  int u = 0;
+  for (; v >= 1024.0 && u < 5; ++u) v /= 1024.0;
+  if (u == 0) return fmt("%.0f B", bytes);
+  return fmt(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
 }
 
 void memory(const Args& a, const Options& o) {

@@ -756,7 +756,7 @@ std::string v_similarity(const Data& d) {
                  "(%d steps, %d seeds).\n",
                  100 * t_lo, 100 * t_hi, x_lo, x_hi, 100 * r_lo, 100 * r_hi, at.c_str(),
                  m["steps"].get<int>(), m["seeds"].get<int>()) +
-         results_source("v_similarity");
+         "\n" + results_source("v_similarity");
 }
 
 // A median, min and max of inpaint_quality.json: null stands for an infinite PSNR.
@@ -913,9 +913,12 @@ std::string inpaint_lower(const Data& d) {
 
 // "21.8 MiB", "1.37 GiB": binary units, three significant digits, as `cocodiff run` prints.
 std::string mib(double bytes) {
-  const double m = bytes / (1 << 20);
-  if (m >= 1024) return fmt(m >= 10240 ? "%.1f GiB" : "%.2f GiB", m / 1024);
-  return fmt(m >= 100 ? "%.0f MiB" : m >= 10 ? "%.1f MiB" : "%.2f MiB", m);
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = bytes;
+  int u = 0;
+  for (; v >= 1024.0 && u < 5; ++u) v /= 1024.0;
+  if (u == 0) return fmt("%.0f B", bytes);
+  return fmt(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
 }
 
 double estimate_over_peak(const nlohmann::json& row) {
@@ -953,7 +956,7 @@ std::string memory_estimate(const Data& d) {
              grouped(r["events"]).c_str(), mib(r["peak_rss_bytes"]).c_str(),
              mib(r["memory_estimate_bytes"]).c_str(), estimate_over_peak(r));
   }
-  return s + "\n" + memory_verdict(j) + results_source("memory_estimate");
+  return s + "\n" + memory_verdict(j) + "\n" + results_source("memory_estimate");
 }
 
 std::string memory_estimate_tiles(const Data& d) {
