@@ -379,6 +379,8 @@ RunRecord run_emulated(const RunPlan& plan) {
         return weights_for(plan);
       });
   RunRecord rec = run_one(plan, weights, plan.settings.seed, estimate);
+  // What the run was estimated to peak at, beside what it did (bench/README.md compares them).
+  rec.report["memory_estimate_bytes"] = estimate.total_bytes();
   if (plan.batch_size == 1) return rec;
   // A batch: the images run one after another on the same cluster, so the run's virtual time,
   // bytes, flows and breakdown are the sums over the images.

@@ -19,17 +19,22 @@
 //           (medians of --repeats) and peak resident memory beside the goal (60 s, 1 GiB).
 //  workers  real-math runs (1 tile, --real-nodes) and one phantom step on --replay-nodes, each on
 //           one worker, the default count and every hardware thread: wall and CPU seconds.
-// Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}.
+//  memory   report.json's memory_estimate_bytes against the peak resident memory of the child
+//           (ru_maxrss) over the configs of bench/README.md's memory tables: real math and
+//           phantom, trace off and on, one tile to 24, workers, and phantom FLUX.1-dev 2048^2
+//           at --memory-tiles tiles (uniform, 4 a node) and on 1,536 Aurora tiles.
+// Each part prints a table and writes <out>/emulator_<part>.{csv,json,png}; memory writes
+// <out>/memory_estimate.{csv,json}.
 //
 //   emulator_scale [--out DIR] [--smoke]
-//                  [--parts phantom,real,math,replay,grid,collective,large,workers]
+//                  [--parts phantom,real,math,replay,grid,collective,large,workers,memory]
 //                  [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
 //                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
 //                  [--replay-resolution 2048] [--replay-steps 28] [--repeats 3]
 //                  [--large-strategies tapa,v_first,flat,cocodiff] [--large-nodes 128]
-//                  [--large-steps 28]
+//                  [--large-steps 28] [--memory-tiles 256,512,1024,2048]
 
 #include <algorithm>
 #include <cmath>
@@ -40,14 +45,16 @@
 #include <sstream>
 #include <thread>
 
+#include <sys/resource.h>
+
 #include "bench/common/bench_util.hpp"
 
 namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom", "real",       "math",  "replay",
-                                 "grid",    "collective", "large", "workers"};
+  std::set<std::string> parts = {"phantom",    "real",  "math",    "replay", "grid",
+                                 "collective", "large", "workers", "memory"};
   std::vector<std::string> large_strategies = {"tapa", "v_first", "flat", "cocodiff"};
   int large_nodes = 128;
   int large_steps = 28;
@@ -73,6 +80,8 @@ struct Options {
   std::vector<int> grid_nodes = {1, 2, 4, 8};
   std::vector<std::string> grid_strategies = {"flat", "tapa", "v_first", "cocodiff", "usp"};
   int grid_steps = 0;              // 0: each model's default
+  std::vector<int> memory_tiles = {256, 512, 1024, 2048};  // memory: uniform, 4 tiles a node
+  bool memory_aurora = true;  // memory: flat and usp on --large-nodes Aurora nodes, one step
   std::filesystem::path baseline;  // real: a cocodiff built before a change, run beside it
   // real: the baseline's outputs may differ (a change of the seeded weights, say why)
   std::string baseline_differs;
@@ -102,6 +111,8 @@ Options parse(const Args& a) {
     o.large_nodes = 2;
     o.large_steps = 2;
     o.grid_steps = 3;
+    o.memory_tiles = {16};
+    o.memory_aurora = false;
   }
   for (size_t i = 0; i < a.rest.size(); ++i) {
     const std::string& k = a.rest[i];
@@ -156,6 +167,8 @@ Options parse(const Args& a) {
       o.replay_resolution = std::stoi(v);
     } else if (k == "--replay-steps") {
       o.replay_steps = std::stoi(v);
+    } else if (k == "--memory-tiles") {
+      o.memory_tiles = int_list(v);
     } else if (k == "--repeats") {
       o.repeats = std::max(1, std::stoi(v));
     } else {
@@ -830,17 +843,187 @@ void math(const Args& a, const Options& o) {
        800, 450);
 }
 
+// The memory estimate against the measured peak. Each run is `cocodiff run CONFIG --set ...`
+// with emulator.workers set; the estimate is report.json's memory_estimate_bytes (what the run
+// printed before it started), the peak is the child's ru_maxrss (posix_spawn shares this
+// process's memory until the exec, so a peak below this process's own would be ours: checked).
+struct MemoryRun {
+  std::string group;   // "configs" (real math and phantom configs) or "tiles" (phantom, many tiles)
+  std::string label;   // how the table names it
+  std::string config;  // a file of configs/
+  std::vector<std::string> sets;  // key=value, emulator.workers among them
+};
+
+// S1: one tile alone, serial.
+const std::vector<std::string> kOneTile = {"cluster.nodes=1", "cluster.topology.sizes=[1,1]",
+                                           "cluster.nic.rank_nic=[0]", "run.strategy=serial"};
+// P96: phantom FLUX.1-dev 1024^2 on 8 Aurora nodes (96 tiles), one step.
+const std::vector<std::string> kPhantom96 = {"model.preset=flux1-dev", "run.math=skip",
+                                             "run.resolution=1024",    "cluster.nodes=8",
+                                             "ulysses.uneven_heads=true", "run.steps=1"};
+
+std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
+  const auto with = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::string quick = "quickstart.toml", tiny = "flux1-tiny-24tiles.toml";
+  std::vector<MemoryRun> runs;
+  if (smoke) {
+    runs.push_back({"configs", "quickstart.toml, 1 step", quick,
+                    {"run.steps=1", "emulator.workers=1", "emulator.trace=false"}});
+    runs.push_back({"configs", "quickstart.toml `S1`, 1 step", quick,
+                    with({"run.steps=1", "emulator.workers=1", "emulator.trace=false"}, kOneTile)});
+  } else {
+    runs = {
+        {"configs", "flux1-dev phantom (`P96`)", tiny,
+         with(kPhantom96, {"emulator.workers=1", "emulator.trace=false"})},
+        {"configs", "flux1-dev phantom (`P96`)", tiny,
+         with(kPhantom96, {"emulator.workers=1", "emulator.trace=true"})},
+        {"configs", "flux1-tiny-24tiles.toml", tiny,
+         {"emulator.workers=1", "emulator.trace=false"}},
+        {"configs", "flux1-tiny-24tiles.toml", tiny, {"emulator.workers=1", "emulator.trace=true"}},
+        {"configs", "flux1-tiny-24tiles.toml, cocodiff, threshold 0", tiny,
+         {"run.strategy=cocodiff", "v_major.threshold=0", "emulator.workers=1",
+          "emulator.trace=false"}},
+        {"configs", "quickstart.toml (flux1-fmnist)", quick,
+         {"emulator.workers=1", "emulator.trace=false"}},
+        {"configs", "quickstart.toml (flux1-fmnist)", quick,
+         {"emulator.workers=1", "emulator.trace=true"}},
+        {"configs", "quickstart.toml, 16 workers", quick,
+         {"emulator.workers=16", "emulator.trace=true"}},
+        {"configs", "flux1-tiny-24tiles.toml `S1`", tiny,
+         with({"emulator.workers=1", "emulator.trace=false"}, kOneTile)},
+        {"configs", "flux1-tiny-24tiles.toml `S1`, 1024^2, 1 step", tiny,
+         with({"run.resolution=1024", "run.steps=1", "emulator.workers=1", "emulator.trace=false"},
+              kOneTile)},
+        {"configs", "quickstart.toml `S1`", quick,
+         with({"emulator.workers=1", "emulator.trace=false"}, kOneTile)},
+        // The README's own phantom command: a trace of a million events.
+        {"configs", "quickstart.toml phantom flux1-dev 1024^2, 2 steps", quick,
+         {"run.math=skip", "model.preset=flux1-dev", "run.resolution=1024", "run.steps=2",
+          "emulator.workers=1", "emulator.trace=true"}},
+    };
+  }
+  // Many tiles: every pair of the widest collective holds its messages at once.
+  const std::vector<std::string> big = {"model.preset=flux1-dev", "run.math=skip",
+                                        "run.resolution=2048",    "run.steps=1",
+                                        "ulysses.uneven_heads=true", "emulator.trace=false",
+                                        "emulator.workers=1"};
+  for (const int tiles : o.memory_tiles)
+    runs.push_back({"tiles", "flat, uniform", quick,
+                    with(big, {"cluster.preset=uniform",
+                               "cluster.nodes=" + std::to_string(std::max(1, tiles / 4)),
+                               "run.strategy=flat"})});
+  if (o.memory_aurora)
+    for (const char* strategy : {"flat", "usp"})
+      runs.push_back({"tiles", std::string(strategy) + ", Aurora", quick,
+                      with(big, {"cluster.preset=aurora",
+                                 "cluster.nodes=" + std::to_string(o.large_nodes),
+                                 std::string("run.strategy=") + strategy})});
+  return runs;
+}
+
+// "21.8 MiB", "1.37 GiB": binary units, three significant digits (as `cocodiff run` prints them).
+std::string mib_text(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = bytes;
+  int u = 0;
+  for (; v >= 1024.0 && u < 5; ++u) v /= 1024.0;
+  if (u == 0) return fmt("%.0f B", bytes);
+  return fmt(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
+}
+
+void memory(const Args& a, const Options& o) {
+  const std::vector<MemoryRun> runs = memory_runs(o, a.smoke);
+  Table t({"group", "run", "tiles", "workers", "trace", "events", "peak RSS", "estimate",
+           "estimate / peak", "command"});
+  Progress progress(runs.size());
+  double lo = 1e300, hi = 0;
+  int below = 0;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const MemoryRun& m = runs[i];
+    const std::string trace_set = "emulator.trace=true";
+    const bool trace = std::find(m.sets.begin(), m.sets.end(), trace_set) != m.sets.end();
+    progress.step(fmt("%s, trace %s", m.label.c_str(), trace ? "on" : "off"));
+    const std::filesystem::path dir = a.out / "runs" / fmt("memory_%zu", i);
+    std::vector<std::string> argv = {a.cocodiff.string(), "run", (a.config_dir / m.config).string(),
+                                     "--out", dir.string(), "-q"};
+    std::string cmd = "cocodiff run configs/" + m.config;
+    for (const std::string& kv : m.sets) {
+      argv.insert(argv.end(), {"--set", kv});
+      cmd += " --set " + kv;
+    }
+    const ChildRun r = run_report(argv, dir);
+    if (!r.ok()) fail(r, "memory run " + m.label);
+    const nlohmann::json& rep = r.report;
+    const double peak = static_cast<double>(r.maxrss_kib) * 1024;
+    const double estimate = rep["memory_estimate_bytes"].get<double>();
+    rusage self{};
+    getrusage(RUSAGE_SELF, &self);
+    if (r.maxrss_kib <= self.ru_maxrss) {
+      std::fprintf(stderr, "memory: %s peaked at %ld KiB, no more than this bench's own %ld KiB\n",
+                   m.label.c_str(), r.maxrss_kib, self.ru_maxrss);
+      std::exit(1);
+    }
+    const double ratio = estimate / peak;
+    lo = std::min(lo, ratio);
+    hi = std::max(hi, ratio);
+    below += estimate < peak;
+    const int tiles = rep["ranks"].get<int>(), workers = rep["workers"].get<int>();
+    t.add({m.group, m.label, std::to_string(tiles), std::to_string(workers), trace ? "on" : "off",
+           fmt("%.0f", rep["events"].get<double>()), mib_text(peak), mib_text(estimate),
+           fmt("%.2f", ratio), cmd},
+          {{"group", m.group},
+           {"run", m.label},
+           {"config", m.config},
+           {"sets", m.sets},
+           {"tiles", tiles},
+           {"nodes", rep["nodes"]},
+           {"strategy", rep["strategy"]},
+           {"math", rep["math"]},
+           {"steps", rep["steps"]},
+           {"resolution", rep["resolution"]},
+           {"workers", workers},
+           {"trace", trace},
+           {"events", rep["events"]},
+           {"virtual_time_s", rep["virtual_time_s"]},
+           {"peak_rss_bytes", static_cast<std::int64_t>(r.maxrss_kib) * 1024},
+           {"memory_estimate_bytes", rep["memory_estimate_bytes"]},
+           {"estimate_over_peak", ratio},
+           {"upper_bound", estimate >= peak},
+           {"cpu_s", r.cpu_s},
+           {"wall_s", r.wall_s},
+           {"command", cmd}});
+  }
+  progress.done();
+  if (below > 0)
+    std::fprintf(stderr, "memory: the estimate is below the peak on %d of %zu runs\n", below,
+                 runs.size());
+  t.finish(a, "memory_estimate",
+           {{"runs", runs.size()},
+            {"upper_bound_on_every_run", below == 0},
+            {"estimate_over_peak_min", lo},
+            {"estimate_over_peak_max", hi},
+            {"note",
+             "estimate = report.json memory_estimate_bytes (the estimate `cocodiff run` prints "
+             "before the run); peak = ru_maxrss of the child cocodiff process (its VmHWM); one "
+             "run at a time"}});
+}
+
 int main_impl(int argc, char** argv) {
   const Args a = parse_args(
       argc, argv,
-      " [--parts phantom,real,math,replay,grid,collective,large,workers] [--nodes 1,2,..] "
+      " [--parts phantom,real,math,replay,grid,collective,large,workers,memory] "
+      "[--nodes 1,2,..] "
       "[--model M] "
       "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
       "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
       "[--baseline OLD_COCODIFF] "
       "[--replay-strategies S,..] [--replay-nodes N] "
       "[--replay-resolution R] [--replay-steps N] [--repeats N] "
-      "[--large-strategies S,..] [--large-nodes N] [--large-steps N]");
+      "[--large-strategies S,..] [--large-nodes N] [--large-steps N] "
+      "[--memory-tiles 256,512,..]");
   Options o;
   try {
     o = parse(a);
@@ -856,6 +1039,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("collective")) collective(a, o);
   if (o.parts.count("large")) large(a, o);
   if (o.parts.count("workers")) workers(a, o);
+  if (o.parts.count("memory")) memory(a, o);
   return 0;
 }
 

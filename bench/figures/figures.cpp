@@ -16,8 +16,9 @@
 // The `cocodiff compare` blocks come from bench/study/results/*/compare.json, which
 // bench/study/run_study.sh writes (scripts/figures.sh runs it afresh first). The emulator_scale
 // blocks of bench/README.md (kResults) come from bench/results/NAME.json, which
-// `emulator_scale --parts ... --out bench/results` writes; those runs take minutes to half an
-// hour, so no check runs them again.
+// `emulator_scale --parts ... --out bench/results` writes (memory_estimate.json too), and the
+// trained-model blocks from what `v_similarity` and `inpaint_quality` write there; those runs
+// take minutes to half an hour, so no check runs them again.
 //
 // A block in a README is the lines between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->`;
 // each names the cluster preset and collective library its numbers come from.
@@ -119,12 +120,16 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
   return argv;
 }
 
-// The tables of section B that an emulator_scale part writes: bench/results/NAME.json. They
-// take minutes to half an hour to run again, so the check compares the blocks with these files.
+// The tables of bench/README.md rendered from bench/results/NAME.json: section B's (an
+// emulator_scale part, the flow solver, the fiber runtime, MPI vs emulator, the V-Major sweep),
+// the memory estimate (emulator_scale --parts memory) and the trained-model tables (v_similarity,
+// inpaint_quality). They take minutes to half an hour to run again, so the check compares the
+// blocks with these files.
 const std::vector<std::string> kResults = {
     "emulator_phantom", "emulator_replay",    "emulator_collective",  "emulator_grid",
     "emulator_large",   "emulator_large_usp", "emulator_workers",     "emulator_math",
-    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality", "runtime"};
+    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality", "runtime",
+    "v_similarity",     "inpaint_quality",    "inpaint_quality_lower", "memory_estimate"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -711,6 +716,274 @@ std::string runtime_table(const Data& d) {
          "`figures --render`.\n";
 }
 
+// V's change between adjacent steps per layer, trained against seeded random weights, and the
+// ranges the text quotes.
+std::string v_similarity(const Data& d) {
+  const nlohmann::json& v = d.results.at("v_similarity");
+  std::map<int, const nlohmann::json*> trained, seeded;
+  for (const nlohmann::json& r : v["rows"])
+    (r["weights"] == "trained" ? trained : seeded)[r["layer"].get<int>()] = &r;
+  std::string s =
+      "| layer | block | trained: mean (min-max over steps) | seeded random: mean (min-max) "
+      "|\n|---|---|---|---|\n";
+  const auto cell = [](const nlohmann::json& r) {
+    return fmt("%.3f (%.3f-%.3f)", r["mean_relative_change"].get<double>(),
+               r["min_step_change"].get<double>(), r["max_step_change"].get<double>());
+  };
+  double t_lo = 1e300, t_hi = 0, r_lo = 1e300, r_hi = 0, x_lo = 1e300, x_hi = 0;
+  std::vector<int> max_steps;
+  for (const auto& [layer, t] : trained) {
+    const auto it = seeded.find(layer);
+    if (it == seeded.end())
+      throw std::runtime_error("v_similarity.json: no random-weights row of a layer");
+    const nlohmann::json& r = *it->second;
+    s += fmt("| %d | %s | %s | %s |\n", layer, (*t)["block"].get<std::string>().c_str(),
+             cell(*t).c_str(), cell(r).c_str());
+    const double tm = (*t)["mean_relative_change"], rm = r["mean_relative_change"];
+    t_lo = std::min(t_lo, tm), t_hi = std::max(t_hi, tm);
+    r_lo = std::min(r_lo, rm), r_hi = std::max(r_hi, rm);
+    x_lo = std::min(x_lo, rm / tm), x_hi = std::max(x_hi, rm / tm);
+    const int ms = (*t)["max_step"];
+    if (std::find(max_steps.begin(), max_steps.end(), ms) == max_steps.end())
+      max_steps.push_back(ms);
+  }
+  std::string at;
+  for (size_t i = 0; i < max_steps.size(); ++i)
+    at += (i ? ", " : "") + std::to_string(max_steps[i]);
+  const nlohmann::json& m = v["meta"];
+  return s + fmt("\nThe trained model's V moves %.0f-%.0f%% per step (means per layer), %.1f-%.1fx "
+                 "less than with random weights (%.0f-%.0f%%); its largest change is at step %s "
+                 "(%d steps, %d seeds).\n",
+                 100 * t_lo, 100 * t_hi, x_lo, x_hi, 100 * r_lo, 100 * r_hi, at.c_str(),
+                 m["steps"].get<int>(), m["seeds"].get<int>()) +
+         "\n" + results_source("v_similarity");
+}
+
+// A median, min and max of inpaint_quality.json: null stands for an infinite PSNR.
+std::string db(const nlohmann::json& x, const char* f = "%.1f") {
+  return x.is_number() ? fmt(f, x.get<double>()) : std::string("inf");
+}
+double med(const nlohmann::json& row, const char* key) { return row[key]["median"]; }
+// "74.1 [60.7, inf]", or "inf" when every image's picture equals the exact one.
+std::string db_range(const nlohmann::json& s) {
+  if (s["median"].is_null() && s["min"].is_null()) return "inf";
+  return db(s["median"]) + " [" + db(s["min"]) + ", " + db(s["max"]) + "]";
+}
+// 0.00255 -> "0.0026", 132.19 -> "132.2": two decimals below 1, one above.
+std::string small(double x) {
+  if (x == 0) return "0";
+  return x < 0.01 ? fmt("%.4f", x) : x < 1 ? fmt("%.2f", x) : fmt("%.1f", x);
+}
+
+// The phantom projection of inpaint_quality.json's meta: "flux1-dev 2048^2".
+std::string projected_model(const nlohmann::json& meta) {
+  char model[64] = {0};
+  int res = 0;
+  if (std::sscanf(meta["projection"].get<std::string>().c_str(), "phantom %63s %d^2", model,
+                  &res) != 2)
+    throw std::runtime_error("inpaint_quality.json: meta.projection without a model and size");
+  return model_name(model) + " " + std::to_string(res) + "^2";
+}
+
+std::string projected_cells(const nlohmann::json& row, const char* sep) {
+  std::string s;
+  for (const nlohmann::json& p : row["projected"])
+    s += (s.empty() ? "" : sep) + fmt("%.3f", p["speedup_vs_flat"].get<double>());
+  return s;
+}
+
+const nlohmann::json& inpaint_row(const nlohmann::json& j, const nlohmann::json& threshold) {
+  for (const nlohmann::json& r : j["rows"])
+    if (r["threshold"] == threshold ||
+        (r["threshold"].is_number() && threshold.is_number() &&
+         std::fabs(r["threshold"].get<double>() - threshold.get<double>()) < 1e-12))
+      return r;
+  throw std::runtime_error("inpaint_quality.json: no row at threshold " + threshold.dump());
+}
+
+std::string inpaint_default(const Data& d) {
+  const nlohmann::json& j = d.results.at("inpaint_quality");
+  const nlohmann::json& m = j["meta"];
+  std::string nodes;
+  for (const nlohmann::json& p : j["rows"].at(0)["projected"])
+    nodes += (nodes.empty() ? "" : " / ") + std::to_string(p["nodes"].get<int>());
+  std::string s = fmt(
+      "| setting | PSNR / SSIM / MSE vs truth (image) | PSNR / SSIM / MSE vs truth (region) | "
+      "PSNR / SSIM vs exact | V sent %% | x flat, %d tiles %d^2 | x flat, %s, %s nodes "
+      "|\n|---|---|---|---|---|---|---|\n",
+      m["ranks"].get<int>(), 28, projected_model(m).c_str(), nodes.c_str());
+  for (const nlohmann::json* r :
+       {&inpaint_row(j, nullptr), &inpaint_row(j, m["v_major_default_threshold"])}) {
+    const bool flat = (*r)["threshold"].is_null();
+    s += fmt("| %s | %s dB / %.4f / %.0f | %s dB / %.4f / %.0f | %s | %.1f | %.3f | %s |\n",
+             (*r)["setting"].get<std::string>().c_str(),
+             db((*r)["psnr_gt_db"]["median"], "%.2f").c_str(), med(*r, "ssim_gt"),
+             med(*r, "mse_gt"), db((*r)["psnr_gt_region_db"]["median"], "%.2f").c_str(),
+             med(*r, "ssim_gt_region"), med(*r, "mse_gt_region"),
+             flat ? "exact"
+                  : (db((*r)["psnr_exact_db"]["median"]) + fmt(" dB / %.5f", med(*r, "ssim_exact")))
+                        .c_str(),
+             100 * med(*r, "v_bytes_sent_fraction"), med(*r, "speedup_vs_flat"),
+             projected_cells(*r, " / ").c_str());
+  }
+  return s + "\n" + results_source("inpaint_quality");
+}
+
+std::string inpaint_sweep(const Data& d) {
+  const nlohmann::json& j = d.results.at("inpaint_quality");
+  std::string s =
+      "| threshold | V sent % | active % | PSNR region vs truth | PSNR vs exact [min, max] | SSIM "
+      "vs exact | MSE vs exact |";
+  std::string sep = "|---|---|---|---|---|---|---|";
+  for (const nlohmann::json& p : j["rows"].at(0)["projected"]) {
+    s += fmt(" projected x flat, %d nodes |", p["nodes"].get<int>());
+    sep += "---|";
+  }
+  s += "\n" + sep + "\n";
+  const nlohmann::json* flat = nullptr;
+  double cc_lo = 1e300, cc_hi = 0;
+  for (const nlohmann::json& r : j["rows"]) {
+    const bool is_flat = r["threshold"].is_null();
+    if (is_flat) flat = &r;
+    s += fmt("| %s | %.1f | %.1f | %s | %s | %.5f | %s | %s |\n",
+             is_flat ? "flat" : fmt("%g", r["threshold"].get<double>()).c_str(),
+             100 * med(r, "v_bytes_sent_fraction"), 100 * med(r, "selective_active_block_fraction"),
+             db(r["psnr_gt_region_db"]["median"], "%.2f").c_str(),
+             db_range(r["psnr_exact_db"]).c_str(), med(r, "ssim_exact"),
+             small(med(r, "mse_exact")).c_str(), projected_cells(r, " | ").c_str());
+    if (!is_flat) {
+      cc_lo = std::min(cc_lo, med(r, "virtual_s"));
+      cc_hi = std::max(cc_hi, med(r, "virtual_s"));
+    }
+  }
+  if (flat == nullptr) throw std::runtime_error("inpaint_quality.json: no flat row");
+  const nlohmann::json& rows = j["rows"];
+  const nlohmann::json &first = rows.at(1), &last = rows.at(rows.size() - 1);
+  const int steps = j["meta"]["steps"];
+  s += fmt("\nVirtual time of a %d-step run (medians): flat %.3f ms (%.2f ms/step), cocodiff "
+           "%.3f-%.3f ms (%.2f ms/step).",
+           steps, 1e3 * med(*flat, "virtual_s"), 1e3 * med(*flat, "virtual_s") / steps,
+           1e3 * cc_lo, 1e3 * cc_hi, 1e3 * cc_hi / steps);
+  std::string per_nodes;
+  for (size_t i = 0; i < (*flat)["projected"].size(); ++i) {
+    const int n = (*flat)["projected"][i]["nodes"];
+    per_nodes += fmt(
+        " %s%d nodes: flat %.3f s, cocodiff %.3f s at threshold %g to %.3f s at threshold %g.",
+        i == 0 ? "Projected " : "", n, (*flat)["projected"][i]["virtual_s"].get<double>(),
+        first["projected"][i]["virtual_s"].get<double>(), first["threshold"].get<double>(),
+        last["projected"][i]["virtual_s"].get<double>(), last["threshold"].get<double>());
+  }
+  return s + per_nodes + "\n\n" + results_source("inpaint_quality");
+}
+
+std::string inpaint_lower(const Data& d) {
+  const nlohmann::json& j = d.results.at("inpaint_quality_lower");
+  std::string s = fmt(
+      "| setting | V sent %% | PSNR / SSIM region vs truth | PSNR vs exact [min, max] | SSIM vs "
+      "exact | x flat, %d tiles |\n|---|---|---|---|---|---|\n",
+      j["meta"]["ranks"].get<int>());
+  double p_lo = 1e300, p_hi = -1e300;
+  for (const nlohmann::json& r : j["rows"]) {
+    const bool flat = r["threshold"].is_null();
+    s += fmt("| %s | %.1f | %s dB / %.4f | %s | %.5f | %.3f |\n",
+             r["setting"].get<std::string>().c_str(), 100 * med(r, "v_bytes_sent_fraction"),
+             db(r["psnr_gt_region_db"]["median"], "%.2f").c_str(), med(r, "ssim_gt_region"),
+             flat ? "exact" : db_range(r["psnr_exact_db"]).c_str(), med(r, "ssim_exact"),
+             med(r, "speedup_vs_flat"));
+    p_lo = std::min(p_lo, med(r, "psnr_gt_region_db"));
+    p_hi = std::max(p_hi, med(r, "psnr_gt_region_db"));
+  }
+  const nlohmann::json &flat = inpaint_row(j, nullptr), &last = j["rows"].back();
+  s += fmt("\nThe region against the truth: PSNR %.2f-%.2f dB over the settings, SSIM %.2f "
+           "(flat) to %.2f (threshold %g).",
+           p_lo, p_hi, med(flat, "ssim_gt_region"), med(last, "ssim_gt_region"),
+           last["threshold"].get<double>());
+  // The same threshold with the centre square masked, where both sweeps have it.
+  const nlohmann::json& centre = d.results.at("inpaint_quality");
+  for (const nlohmann::json& r : j["rows"]) {
+    if (!r["threshold"].is_number() || r["threshold"].get<double>() != 0.2) continue;
+    const nlohmann::json& c = inpaint_row(centre, r["threshold"]);
+    s += fmt(" At threshold 0.2: %s dB vs exact (lower half) against %s dB (centre square), "
+             "%.1f%% of V sent against %.1f%%.",
+             db(r["psnr_exact_db"]["median"]).c_str(), db(c["psnr_exact_db"]["median"]).c_str(),
+             100 * med(r, "v_bytes_sent_fraction"), 100 * med(c, "v_bytes_sent_fraction"));
+  }
+  return s + "\n\n" + results_source("inpaint_quality_lower");
+}
+
+// "21.8 MiB", "1.37 GiB": binary units, three significant digits, as `cocodiff run` prints.
+std::string mib(double bytes) {
+  static const char* const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = bytes;
+  int u = 0;
+  for (; v >= 1024.0 && u < 5; ++u) v /= 1024.0;
+  if (u == 0) return fmt("%.0f B", bytes);
+  return fmt(v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, kUnits[u]);
+}
+
+double estimate_over_peak(const nlohmann::json& row) {
+  return row["memory_estimate_bytes"].get<double>() / row["peak_rss_bytes"].get<double>();
+}
+
+// Whether the estimate bounded every run of memory_estimate.json, and its ratio range.
+std::string memory_verdict(const nlohmann::json& j) {
+  int below = 0;
+  double lo = 1e300, hi = 0;
+  for (const nlohmann::json& r : j["rows"]) {
+    const double x = estimate_over_peak(r);
+    below += x < 1;
+    lo = std::min(lo, x), hi = std::max(hi, x);
+  }
+  const size_t n = j["rows"].size();
+  return (below == 0 ? fmt("The estimate is an upper bound on every one of the %zu runs of the "
+                           "two tables",
+                           n)
+                     : fmt("The estimate is below the measured peak on %d of the %zu runs of "
+                           "the two tables",
+                           below, n)) +
+         fmt(": estimate / peak %.2f-%.2f.\n", lo, hi);
+}
+
+std::string memory_estimate(const Data& d) {
+  const nlohmann::json& j = d.results.at("memory_estimate");
+  std::string s =
+      "| run | tiles | workers | trace | events | peak RSS | estimate | estimate / peak "
+      "|\n|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : j["rows"]) {
+    if (r["group"] != "configs") continue;
+    s += fmt("| %s | %d | %d | %s | %s | %s | %s | %.2f |\n", r["run"].get<std::string>().c_str(),
+             r["tiles"].get<int>(), r["workers"].get<int>(), r["trace"].get<bool>() ? "on" : "off",
+             grouped(r["events"]).c_str(), mib(r["peak_rss_bytes"]).c_str(),
+             mib(r["memory_estimate_bytes"]).c_str(), estimate_over_peak(r));
+  }
+  return s + "\n" + memory_verdict(j) + "\n" + results_source("memory_estimate");
+}
+
+std::string memory_estimate_tiles(const Data& d) {
+  const nlohmann::json& j = d.results.at("memory_estimate");
+  std::string s =
+      "| run | tiles | peak RSS | estimate | estimate / peak |\n|---|---|---|---|---|\n";
+  std::string growth;
+  const nlohmann::json* prev = nullptr;
+  for (const nlohmann::json& r : j["rows"]) {
+    if (r["group"] != "tiles") continue;
+    s += fmt("| %s | %s | %s | %s | %.2f |\n", r["run"].get<std::string>().c_str(),
+             grouped(r["tiles"]).c_str(), mib(r["peak_rss_bytes"]).c_str(),
+             mib(r["memory_estimate_bytes"]).c_str(), estimate_over_peak(r));
+    // The peak's growth per added pair of tiles, between rows of one cluster and strategy.
+    if (prev != nullptr && (*prev)["run"] == r["run"]) {
+      const double t0 = (*prev)["tiles"], t1 = r["tiles"];
+      growth += fmt("%s%.0f bytes (%s to %s tiles)", growth.empty() ? "" : ", ",
+                    (r["peak_rss_bytes"].get<double>() - (*prev)["peak_rss_bytes"].get<double>()) /
+                        (t1 * t1 - t0 * t0),
+                    grouped(t0).c_str(), grouped(t1).c_str());
+    }
+    prev = &r;
+  }
+  if (!growth.empty()) s += "\nThe peak grows by " + growth + " for each added pair of tiles.\n";
+  return s + "\n" + results_source("memory_estimate");
+}
+
 std::map<std::string, Render> blocks() {
   std::map<std::string, Render> b;
   b["headline"] = headline;
@@ -729,6 +1002,12 @@ std::map<std::string, Render> blocks() {
   b["mpi-vs-emulator"] = mpi_vs_emulator;
   b["vmajor-quality"] = vmajor_quality;
   b["runtime"] = runtime_table;
+  b["v-similarity"] = v_similarity;
+  b["inpaint-default"] = inpaint_default;
+  b["inpaint-sweep"] = inpaint_sweep;
+  b["inpaint-lower"] = inpaint_lower;
+  b["memory-estimate"] = memory_estimate;
+  b["memory-estimate-tiles"] = memory_estimate_tiles;
   for (const ClusterRun& c : kClusters) {
     const std::string n = c.cluster;
     b[n + "-speedup"] = [n](const Data& d) { return speedup_table(d, n); };

@@ -32,7 +32,8 @@ check || { echo "tables_stale_test: the unchanged copy does not pass:" >&2; cat 
 # its table's first row gets a 9 in front of it), all in one copy: the check must name each block.
 blocks=(paper-scale emulator-phantom emulator-replay emulator-collective emulator-grid
   emulator-large emulator-workers emulator-math net-models-flows mpi-vs-emulator
-  vmajor-quality runtime)
+  vmajor-quality runtime v-similarity inpaint-default inpaint-sweep inpaint-lower memory-estimate
+  memory-estimate-tiles)
 copy
 python3 - "$work/src/bench/README.md" "${blocks[@]}" <<'PY'
 import re, sys
@@ -76,3 +77,22 @@ d["rows"][0]["virtual_time_s"] *= 0.75
 json.dump(d, open(sys.argv[1], "w"), indent=1)
 PY
 expect_stale "a changed paper_scale.json" "paper-scale"
+# Changed stored results of the trained-model and memory tables: each must name its block.
+changed() {  # file, block, then a Python statement on the loaded JSON `d`
+  copy
+  python3 - "$work/src/bench/results/$1" "$3" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+exec(sys.argv[2])
+json.dump(d, open(sys.argv[1], "w"), indent=1)
+PY
+  expect_stale "a changed bench/results/$1" "$2"
+}
+changed v_similarity.json v-similarity 'd["rows"][0]["mean_relative_change"] *= 1.5'
+changed inpaint_quality.json inpaint-default 'd["rows"][0]["psnr_gt_db"]["median"] += 1'
+changed inpaint_quality.json inpaint-sweep 'd["rows"][-1]["mse_exact"]["median"] *= 2'
+changed inpaint_quality_lower.json inpaint-lower 'd["rows"][-1]["ssim_exact"]["median"] /= 2'
+changed memory_estimate.json memory-estimate \
+  'next(r for r in d["rows"] if r["group"] == "configs")["peak_rss_bytes"] *= 2'
+changed memory_estimate.json memory-estimate-tiles \
+  'next(r for r in d["rows"] if r["group"] == "tiles")["memory_estimate_bytes"] *= 2'

@@ -2,10 +2,11 @@
 // adjacent denoising steps, per attention layer, for the trained flux1-fmnist weights and for
 // seeded random weights of the same model. Serial runs (one rank): the numbers are properties
 // of the model, not of the strategy.
-//   v_similarity [--steps 20] [--seeds 8] [--out DIR]   -> DIR/v_similarity.csv
+//   v_similarity [--steps 20] [--seeds 8] [--out DIR]   -> DIR/v_similarity.{csv,json}
 // Each row: weights, layer, block (double- or single-stream, and its index among its kind), the
 // mean over seeds and steps 1..N-1 of ||V_t - V_{t-1}|| / ||V_{t-1}||, and its min and max over
-// the steps (each step's value is the mean over seeds).
+// the steps (each step's value is the mean over seeds), and the steps where those occur. The JSON
+// has the same rows and the settings in "meta" (bench/README.md's table is rendered from it).
 
 #include <algorithm>
 #include <cmath>
@@ -16,6 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "bench/common/bench_util.hpp"
 #include "core/config.hpp"
 #include "dit/local_comm.hpp"
 #include "dit/pipeline.hpp"
@@ -82,6 +86,7 @@ int main(int argc, char** argv) {
   std::filesystem::create_directories(out);
   std::ofstream csv(out / "v_similarity.csv");
   csv << "weights,layer,block,mean_relative_change,min_step_change,max_step_change,steps,seeds\n";
+  nlohmann::json rows = nlohmann::json::array();
   std::printf("%-8s %6s %10s %20s %10s %10s\n", "weights", "layer", "block", "mean ||dV||/||V||",
               "min step", "max step");
   for (const auto& [label, w] : {std::pair{"trained", trained}, std::pair{"random", random}}) {
@@ -101,15 +106,23 @@ int main(int argc, char** argv) {
     }
     for (const auto& [layer, per_step] : change) {
       double sum = 0, lo = 1e300, hi = 0;
+      int lo_step = 0, hi_step = 0;  // the step t of V_t - V_{t-1}
       std::size_t count = 0;
-      for (const std::vector<double>& v : per_step) {
+      for (size_t i = 0; i < per_step.size(); ++i) {
+        const std::vector<double>& v = per_step[i];
         double step_sum = 0;
         for (double x : v) step_sum += x;
         sum += step_sum;
         count += v.size();
         const double step_mean = step_sum / static_cast<double>(v.size());
-        lo = std::min(lo, step_mean);
-        hi = std::max(hi, step_mean);
+        if (step_mean < lo) {
+          lo = step_mean;
+          lo_step = static_cast<int>(i) + 1;
+        }
+        if (step_mean > hi) {
+          hi = step_mean;
+          hi_step = static_cast<int>(i) + 1;
+        }
       }
       const double mean = sum / static_cast<double>(count);
       const std::string block = layer < mc.double_blocks
@@ -119,7 +132,32 @@ int main(int argc, char** argv) {
                   hi);
       csv << label << "," << layer << "," << block << "," << mean << "," << lo << "," << hi << ","
           << steps << "," << seeds << "\n";
+      rows.push_back({{"weights", label},
+                      {"layer", layer},
+                      {"block", block},
+                      {"mean_relative_change", mean},
+                      {"min_step_change", lo},
+                      {"min_step", lo_step},
+                      {"max_step_change", hi},
+                      {"max_step", hi_step}});
     }
   }
+  const nlohmann::json j = {
+      {"benchmark", "v_similarity"},
+      {"meta",
+       {{"model", "flux1-fmnist"},
+        {"double_blocks", mc.double_blocks},
+        {"single_blocks", mc.single_blocks},
+        {"resolution", 28},
+        {"cfg_scale", mc.cfg_scale},
+        {"steps", steps},
+        {"seeds", seeds},
+        {"random_weights_seed", 0},
+        {"measure",
+         "||V_t - V_{t-1}|| / ||V_{t-1}|| of the image tokens' V per attention layer, serial; "
+         "mean over seeds and steps 1..steps-1, min and max over the steps of the per-step mean "
+         "over seeds, and the steps where they occur"}}},
+      {"rows", rows}};
+  cocodiff::bench::write_text(out / "v_similarity.json", j.dump(2) + "\n");
   return 0;
 }
