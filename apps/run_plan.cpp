@@ -321,7 +321,8 @@ int resolve_pipefusion(RunPlan& plan, int sp_ranks) {
                             std::to_string(sp_ranks) + " ranks of a pipeline",
                         std::to_string(u) + " x " + std::to_string(degree));
   }
-  const dit::TokenGrid grid{1, plan.model.latent_side(s.pixel_height()) / plan.model.patch_size,
+  const dit::TokenGrid grid{plan.model.latent_frames(s.frames),
+                            plan.model.latent_side(s.pixel_height()) / plan.model.patch_size,
                             plan.model.latent_side(s.pixel_width()) / plan.model.patch_size};
   if (std::optional<dit::ModelConfigProblem> bad =
           dit::pipefusion_problem(plan.model, o, sp_ranks, grid))

@@ -151,10 +151,14 @@ void pipefusion_points(const Base& b, const TunePoint& base, int ranks, const Fi
   const dit::ModelFamily& fam = dit::model_family(m.family);
   if (!fam.stage_blocks) return;
   const dit::RunSettings& s = b.plan.settings;
-  const dit::TokenGrid grid{1, m.latent_side(s.pixel_height()) / m.patch_size,
+  const dit::TokenGrid grid{m.latent_frames(s.frames),
+                            m.latent_side(s.pixel_height()) / m.patch_size,
                             m.latent_side(s.pixel_width()) / m.patch_size};
+  // A pipeline runs one pass a step: true CFG runs a pipeline per branch.
+  const bool true_cfg = b.cfg_capable && m.cfg_mode == dit::CfgMode::kTrue;
   for (int cfg : {1, 2}) {
     if (cfg == 2 && (!b.cfg_capable || ranks % 2 != 0)) continue;
+    if (cfg == 1 && true_cfg) continue;
     const int sp = ranks / cfg;
     for (int d = 2; d <= std::min(sp, fam.stage_blocks(m)); ++d) {
       dit::StrategyOptions o;

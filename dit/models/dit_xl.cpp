@@ -49,12 +49,21 @@ class DitXl final : public Model {
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
     const std::int64_t d = cfg_.hidden();
-    Tensor h = models::dense(ex, w, "x_embedder.proj", *in.x, "patch_embed");  // [B*n, D]
-    models::add_positional(
-        ex, h,
-        sincos_pos_embed_2d(ex, static_cast<int>(d), in.grid.height, in.grid.width, in.shard.begin,
-                            in.shard.count, 1.0, 0, 0),
-        batch);
+    // A pipeline stage after the first starts from the image hidden states the stage before
+    // left; there is no text stream (the class label enters through the modulation, which
+    // every stage computes from the label).
+    const StagePass* stage = in.stage;
+    Tensor h;
+    if (stage == nullptr || stage->first) {
+      h = models::dense(ex, w, "x_embedder.proj", *in.x, "patch_embed");  // [B*n, D]
+      models::add_positional(
+          ex, h,
+          sincos_pos_embed_2d(ex, static_cast<int>(d), in.grid.height, in.grid.width,
+                              in.shard.begin, in.shard.count, 1.0, 0, 0),
+          batch);
+    } else {
+      h = std::move(*stage->image);
+    }
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
     Tensor c = models::embed_mlp(ex, w, "t_embedder.mlp.0", "t_embedder.mlp.2",
@@ -97,7 +106,14 @@ class DitXl final : public Model {
       return models::first_block_modulated_input(ex, w, "blocks.0.adaLN_modulation.1", c_silu, 6, h,
                                                  batch, cfg_.norm_eps);
     };
-    run_blocks(ex, cfg_.double_blocks, block, {&h}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      return Tensor();
+    }
     const std::vector<Tensor> m =
         models::modulation(ex, w, "final_layer.adaLN_modulation.1", c_silu, 2);  // shift, scale
     const Tensor hf = models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "norm_final");
@@ -120,6 +136,7 @@ ModelFamily dit_family() {
   f.default_text_tokens = 0;
   f.default_num_classes = 1000;
   f.default_qk_norm = false;
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks; };
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
     if (m.hidden() % 4 == 0) return std::nullopt;
     return ModelConfigProblem{"heads * model.head_dim",

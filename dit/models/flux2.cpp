@@ -98,8 +98,15 @@ class Flux2 final : public Model {
     const std::vector<Tensor> m_single =
         models::modulation(ex, w, "single_stream_modulation.linear", temb, 3);
 
-    Tensor h = models::dense(ex, w, "x_embedder", *in.x, "x_embedder");
-    Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    // A pipeline stage after the first starts from the image and text hidden states the stage
+    // before left (the text is a joint-attention stream, carried with every patch); every stage
+    // makes the shared modulation its blocks read.
+    const StagePass* stage = in.stage;
+    const bool embed = stage == nullptr || stage->first;
+    Tensor h =
+        embed ? models::dense(ex, w, "x_embedder", *in.x, "x_embedder") : std::move(*stage->image);
+    Tensor c = embed ? models::dense(ex, w, "context_embedder", *in.text, "context_embedder")
+                     : std::move(*stage->text);
     models::check_finite(ex, "time_guidance_embed", {&temb});
     models::check_finite(ex, "x_embedder", {&h});
     models::check_finite(ex, "context_embedder", {&c});
@@ -132,7 +139,15 @@ class Flux2 final : public Model {
       const std::vector<Tensor>& m = nd > 0 ? m_img : m_single;
       return models::norm_modulate(ex, h, m[0], m[1], batch, cfg_.norm_eps, "teacache_norm1");
     };
-    run_blocks(ex, nd + cfg_.single_blocks, block, {&h, &c}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : nd + cfg_.single_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      *stage->text = std::move(c);
+      return Tensor();
+    }
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;
@@ -243,6 +258,7 @@ ModelFamily flux2_family() {
   ModelFamily f;
   f.name = "flux2";
   f.summary = "FLUX.2: shared modulation, 4-axis RoPE, embedded guidance, no pooled text";
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks + m.single_blocks; };
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
     if (auto bad = rope_axes_problem(m, 4, "frame, row, column, text index")) return bad;
     if (!m.guidance_embed)

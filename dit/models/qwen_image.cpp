@@ -47,10 +47,20 @@ class QwenImage final : public Model {
   Tensor forward(const Exec& ex, const Weights& w, AttentionStrategy& attn,
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
-    Tensor h = models::dense(ex, w, "img_in", *in.x, "img_in");
-    Tensor c = models::dense(
-        ex, w, "txt_in",
-        rms_norm(ex, *in.text, w.get("txt_norm.weight"), cfg_.norm_eps, "txt_norm"), "txt_in");
+    // A pipeline stage after the first starts from the image and text hidden states the stage
+    // before left (the text is a joint-attention stream, carried with every patch).
+    const StagePass* stage = in.stage;
+    const bool embed = stage == nullptr || stage->first;
+    Tensor h, c;
+    if (embed) {
+      h = models::dense(ex, w, "img_in", *in.x, "img_in");
+      c = models::dense(ex, w, "txt_in",
+                        rms_norm(ex, *in.text, w.get("txt_norm.weight"), cfg_.norm_eps, "txt_norm"),
+                        "txt_in");
+    } else {
+      h = std::move(*stage->image);
+      c = std::move(*stage->text);
+    }
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
     Tensor temb = models::embed_mlp(ex, w, "time_text_embed.timestep_embedder.linear_1",
@@ -88,7 +98,15 @@ class QwenImage final : public Model {
       return models::first_block_modulated_input(ex, w, "transformer_blocks.0.img_mod.1", temb, 6,
                                                  h, batch, cfg_.norm_eps);
     };
-    run_blocks(ex, cfg_.double_blocks, block, {&h, &c}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      *stage->text = std::move(c);
+      return Tensor();
+    }
     Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return out;
@@ -101,6 +119,7 @@ ModelFamily qwen_image_family() {
   ModelFamily f;
   f.name = "qwen-image";
   f.summary = "Qwen-Image: double-stream MMDiT blocks, 3-axis RoPE, true CFG";
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks; };
   f.check = [](const ModelConfig& m) { return rope_axes_problem(m, 3, "frame, row, column"); };
   f.make = [](const ModelConfig& cfg) -> std::unique_ptr<Model> {
     return std::make_unique<QwenImage>(cfg);

@@ -60,23 +60,33 @@ class Sd3 final : public Model {
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
     const int d = cfg_.hidden();
-    Tensor h = models::dense(ex, w, "pos_embed.proj", *in.x, "patch_embed");
-    // PatchEmbed: the sin-cos table of a max x max grid (positions scaled by base/max),
-    // centre-cropped to the image's grid.
-    const int max = cfg_.pos_embed_max_size > 0 ? cfg_.pos_embed_max_size
-                                                : std::max(in.grid.height, in.grid.width);
-    if (in.grid.height > max || in.grid.width > max)
-      throw ConfigError("model " + cfg_.name + ": image of " + std::to_string(in.grid.height) +
-                        "x" + std::to_string(in.grid.width) +
-                        " patches exceeds pos_embed_max_size " + std::to_string(max));
-    const int base = cfg_.pos_embed_base_size > 0 ? cfg_.pos_embed_base_size : max;
-    models::add_positional(
-        ex, h,
-        sincos_pos_embed_2d(ex, d, in.grid.height, in.grid.width, in.shard.begin, in.shard.count,
-                            static_cast<double>(base) / max, (max - in.grid.height) / 2,
-                            (max - in.grid.width) / 2),
-        batch);
-    Tensor c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    // A pipeline stage after the first starts from the image and text hidden states the stage
+    // before left (the text stream is a joint-attention stream, carried with every patch).
+    const StagePass* stage = in.stage;
+    const bool embed = stage == nullptr || stage->first;
+    Tensor h, c;
+    if (embed) {
+      h = models::dense(ex, w, "pos_embed.proj", *in.x, "patch_embed");
+      // PatchEmbed: the sin-cos table of a max x max grid (positions scaled by base/max),
+      // centre-cropped to the image's grid.
+      const int max = cfg_.pos_embed_max_size > 0 ? cfg_.pos_embed_max_size
+                                                  : std::max(in.grid.height, in.grid.width);
+      if (in.grid.height > max || in.grid.width > max)
+        throw ConfigError("model " + cfg_.name + ": image of " + std::to_string(in.grid.height) +
+                          "x" + std::to_string(in.grid.width) +
+                          " patches exceeds pos_embed_max_size " + std::to_string(max));
+      const int base = cfg_.pos_embed_base_size > 0 ? cfg_.pos_embed_base_size : max;
+      models::add_positional(
+          ex, h,
+          sincos_pos_embed_2d(ex, d, in.grid.height, in.grid.width, in.shard.begin, in.shard.count,
+                              static_cast<double>(base) / max, (max - in.grid.height) / 2,
+                              (max - in.grid.width) / 2),
+          batch);
+      c = models::dense(ex, w, "context_embedder", *in.text, "context_embedder");
+    } else {
+      h = std::move(*stage->image);
+      c = std::move(*stage->text);
+    }
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
     Tensor temb = models::embed_mlp(ex, w, "time_text_embed.timestep_embedder.linear_1",
@@ -107,7 +117,15 @@ class Sd3 final : public Model {
                                                  block_options(0).dual_attention ? 9 : 6, h, batch,
                                                  cfg_.norm_eps);
     };
-    run_blocks(ex, cfg_.double_blocks, block, {&h, &c}, tea_input);
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      *stage->text = std::move(c);
+      return Tensor();
+    }
     const Tensor out = models::final_layer_continuous(ex, w, h, temb, batch, cfg_.norm_eps);
     models::check_finite(ex, "norm_out and proj_out", {&out});
     return patch_order_pqc_to_cpq(ex, out, cfg_.out_channels,
@@ -123,6 +141,7 @@ ModelFamily sd3_family() {
   f.name = "sd3";
   f.summary = "SD3 / SD3.5: MMDiT joint blocks, sin-cos crop positions, pooled text";
   f.dual_attention = true;
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks; };
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
     if (m.pooled_dim >= 1) return std::nullopt;
     return ModelConfigProblem{"pooled_dim", "a pooled text width for family sd3",

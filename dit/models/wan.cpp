@@ -100,7 +100,13 @@ class Wan final : public Model {
                  const ForwardInputs& in) const override {
     const int batch = in.batch;
     COCO_CHECK(in.text != nullptr, "Wan needs text embeddings");
-    Tensor h = models::dense(ex, w, "patch_embedding", *in.x, "patch_embed");  // [B*n, D]
+    // A pipeline stage after the first starts from the video hidden states the stage before
+    // left. The text is no stream of the blocks: every stage projects it itself for its blocks'
+    // cross-attention, as every rank does under sequence parallelism.
+    const StagePass* stage = in.stage;
+    Tensor h = stage == nullptr || stage->first
+                   ? models::dense(ex, w, "patch_embedding", *in.x, "patch_embed")  // [B*n, D]
+                   : std::move(*stage->image);
     std::vector<float> t;
     for (float s : in.sigmas) t.push_back(s * static_cast<float>(cfg_.timestep_scale));
     const Tensor temb = models::embed_mlp(ex, w, "condition_embedder.time_embedder.linear_1",
@@ -125,7 +131,14 @@ class Wan final : public Model {
       models::check_finite(ex, "blocks", {&h}, i);
     };
     // TeaCache4Wan2.1 reads the timestep projection (its e0) rather than a norm's output.
-    run_blocks(ex, cfg_.double_blocks, one_block, {&h}, [&] { return tp; });
+    const int b0 = stage != nullptr ? stage->first_block : 0;
+    const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
+    run_blocks(
+        ex, b1 - b0, [&](int i) { one_block(b0 + i); }, {&h}, [&] { return tp; });
+    if (stage != nullptr && !stage->last) {
+      *stage->image = std::move(h);
+      return Tensor();
+    }
     const Tensor& table = w.get("scale_shift_table");
     const Tensor shift = add_table(ex, chunk(table, 0, 2), temb);
     const Tensor scale = add_table(ex, chunk(table, 1, 2), temb);
@@ -220,6 +233,9 @@ ModelFamily wan_family() {
   f.video = true;
   f.joint_text = false;
   f.class_tokens = true;
+  // PipeFusion's patches of a video are runs of token rows taken frame after frame
+  // (dit/parallel/pipefusion.hpp).
+  f.stage_blocks = [](const ModelConfig& m) { return m.double_blocks; };
   f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
     if (auto bad = rope_axes_problem(m, 3, "frame, row, column")) return bad;
     if (m.pooled_dim != 0)

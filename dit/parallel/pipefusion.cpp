@@ -69,10 +69,12 @@ std::optional<ModelConfigProblem> pipefusion_problem(const ModelConfig& cfg,
         "at most the " + std::to_string(blocks) + " transformer blocks of " + cfg.name, d);
   const int patches = o.pipefusion_patches > 0 ? o.pipefusion_patches : degree;
   const int ulysses = ranks / degree;
-  if (o.pipefusion_patches < 0 || patches > grid.height || patches > 4096 ||
-      std::int64_t{grid.height / patches} * grid.width < ulysses)
+  const int rows = grid.frames * grid.height;  // a video's rows, frame after frame
+  if (o.pipefusion_patches < 0 || patches > rows || patches > 4096 ||
+      std::int64_t{rows / patches} * grid.width < ulysses)
     return ModelConfigProblem("pipefusion.patches",
-                              "1 to the image's " + std::to_string(grid.height) +
+                              "1 to the " + std::string(grid.frames > 1 ? "video's " : "image's ") +
+                                  std::to_string(rows) +
                                   " token rows, each patch at least one token per rank of a "
                                   "stage (Ulysses degree " +
                                   std::to_string(ulysses) + ")",
@@ -92,8 +94,9 @@ std::optional<ModelConfigProblem> pipefusion_problem(const ModelConfig& cfg,
   if (o.compress != "none")
     return ModelConfigProblem("compress.all_to_all", "\"none\" with \"pipefusion\"",
                               "\"" + o.compress + "\"");
-  if (grid.frames != 1)
-    return ModelConfigProblem("run.frames", "1 with \"pipefusion\"", std::to_string(grid.frames));
+  if (grid.frames != 1 && !fam.video)
+    return ModelConfigProblem("run.frames", "1 (" + cfg.name + " makes images)",
+                              std::to_string(grid.frames));
   return std::nullopt;
 }
 
@@ -230,6 +233,9 @@ struct Pipe {
   std::unique_ptr<Model> model;
   std::unique_ptr<PipeFusionAttention> attn;
   int degree = 1, ulysses = 1, stage = 0, index = 0;
+  // The text is a stream of the blocks (joint attention): its hidden states go from stage to
+  // stage. False: no text (DiT) or text that every stage embeds itself (Wan's cross-attention).
+  bool text_stream = true;
   StageBlocks blocks;
   TokenGrid grid;
   std::vector<TokenShard> whole, patches;  // a warm-up step's one patch; a later step's
@@ -283,9 +289,11 @@ void post_receives(Pipe& pp, int step) {
   pp.hidden_in.clear();
   pp.hidden_in.reserve(lay.size());  // the receives fill these buffers: they must not move
   if (!pp.first()) {
-    pp.text_in = Tensor::uninitialized(pp.text.rows(), d, ph);
-    pp.text_recv = pp.group.irecv(pp.text_in.data(), pp.text_in.numel(), pp.peer(pp.stage - 1),
-                                  kTextTag, "pipefusion_text");
+    if (pp.text_stream) {
+      pp.text_in = Tensor::uninitialized(pp.text.rows(), d, ph);
+      pp.text_recv = pp.group.irecv(pp.text_in.data(), pp.text_in.numel(), pp.peer(pp.stage - 1),
+                                    kTextTag, "pipefusion_text");
+    }
     for (size_t m = 0; m < lay.size(); ++m) {
       pp.hidden_in.push_back(Tensor::uninitialized(pp.batch * pp.mine(lay[m]).count, d, ph));
       Tensor& b = pp.hidden_in.back();
@@ -365,7 +373,7 @@ Tensor run_patch(Pipe& pp, int step, int m) {
   } else {
     pp.hidden_recv[u(m)].wait();
     image = std::move(pp.hidden_in[u(m)]);
-    if (m == 0) pp.text_recv.wait();
+    if (m == 0 && pp.text_stream) pp.text_recv.wait();
     text = pp.text_in;  // every patch's pass starts from the text patch 0 brought
   }
   const StagePass sp{
@@ -387,7 +395,7 @@ Tensor run_patch(Pipe& pp, int step, int m) {
   Tensor out = pp.model->forward(pp.ex, pp.w, *pp.attn, in);
   if (pp.last()) return out;
   const int next = pp.peer(pp.stage + 1);
-  if (m == 0) send_tensor(pp, std::move(text), next, kTextTag, "pipefusion_text");
+  if (m == 0 && pp.text_stream) send_tensor(pp, std::move(text), next, kTextTag, "pipefusion_text");
   send_tensor(pp, std::move(image), next, kHiddenTag + m, "pipefusion_hidden");
   return Tensor();
 }
@@ -515,10 +523,11 @@ void set_conditioning(Pipe& pp) {
 }
 
 // This rank's stage, Ulysses group, blocks and patches; refuses what PipeFusion cannot run.
-void place(Pipe& pp, int lh, int lw) {
+void place(Pipe& pp, int lf, int lh, int lw) {
   const ModelConfig& cfg = pp.cfg;
   const StrategyOptions& o = pp.st.strategy_options;
-  pp.grid = TokenGrid{1, lh / cfg.patch_size, lw / cfg.patch_size};
+  const ModelFamily& fam = model_family(cfg.family);
+  pp.grid = TokenGrid{lf, lh / cfg.patch_size, lw / cfg.patch_size};
   if (std::optional<ModelConfigProblem> bad = pipefusion_problem(cfg, o, pp.group.size(), pp.grid))
     throw ConfigError(bad->key + ": expected " + bad->expected + ", found " + bad->found);
   if (pp.st.known_latent || pp.st.mask)
@@ -530,12 +539,14 @@ void place(Pipe& pp, int lh, int lw) {
   pp.stage = pp.group.rank() / pp.ulysses;
   pp.index = pp.group.rank() % pp.ulysses;
   pp.stage_comm = pp.group.split(pp.stage, pp.group.rank());
-  pp.blocks =
-      pipefusion_stage_blocks(model_family(cfg.family).stage_blocks(cfg), pp.degree, pp.stage);
+  pp.blocks = pipefusion_stage_blocks(fam.stage_blocks(cfg), pp.degree, pp.stage);
+  pp.text_stream = fam.text_conditioned && fam.joint_text;
   const int patches = o.pipefusion_patches > 0 ? o.pipefusion_patches : pp.degree;
   pp.whole = {TokenShard{0, pp.grid.tokens(), pp.grid.tokens()}};
+  // A video's patches are runs of its rows taken frame after frame (see pipefusion.hpp).
   for (int m = 0; m < patches; ++m)
-    pp.patches.push_back(pipefusion_patch(pp.grid.height, pp.grid.width, patches, m));
+    pp.patches.push_back(
+        pipefusion_patch(pp.grid.frames * pp.grid.height, pp.grid.width, patches, m));
   pp.attn = std::make_unique<PipeFusionAttention>(*pp.stage_comm);
   pp.model = make_model(cfg);
 }
@@ -563,15 +574,22 @@ RunOutput generate_pipefusion(Communicator& comm, const ModelConfig& cfg, const 
   pp.ex.model = cfg.name;
   pp.cfg_parallel = cfg_parallel;
   pp.branch = branch;
+  // Video: the VAE keeps the first frame and compresses the others in time.
+  const int ts = cfg.vae_temporal_scale;
+  if (st.frames < 1 || (st.frames - 1) % ts != 0)
+    throw ConfigError("run.frames " + std::to_string(st.frames) + ": expected 1 + a multiple of " +
+                      std::to_string(ts) + " (the temporal compression of " + cfg.name + "'s VAE)");
+  const int lf = (st.frames - 1) / ts + 1;
   const int lh = st.pixel_height() / cfg.vae_scale, lw = st.pixel_width() / cfg.vae_scale;
-  place(pp, lh, lw);
+  place(pp, lf, lh, lw);
   set_conditioning(pp);
   const std::int64_t total = pp.grid.tokens();
   pp.steps = st.steps > 0 ? st.steps : cfg.default_steps;
   pp.sigmas = sigma_schedule(cfg, pp.steps, total);
   pp.x = st.initial_latent
-             ? (phantom ? Tensor::zeros(total, cfg.token_features(), true)
-                        : patchify(*st.initial_latent, cfg.latent_channels, lh, lw, cfg.patch_size))
+             ? (phantom
+                    ? Tensor::zeros(total, cfg.token_features(), true)
+                    : patchify(*st.initial_latent, cfg.latent_channels, lh, lw, cfg.patch_size, lf))
              : seeded_normal_rows(0, total, cfg.token_features(), st.seed, "latent_noise", 1.0f,
                                   phantom);
   for (int i = 0; i < pp.steps; ++i) {
@@ -589,7 +607,8 @@ RunOutput generate_pipefusion(Communicator& comm, const ModelConfig& cfg, const 
   }
   spread_latent(pp);
   RunOutput out;
-  out.latent = unpatchify(pp.x, cfg.latent_channels, lh, lw, cfg.patch_size);
+  out.latent = unpatchify(pp.x, cfg.latent_channels, lh, lw, cfg.patch_size, lf);
+  out.latent_frames = lf;
   out.latent_height = lh;
   out.latent_width = lw;
   out.tokens = total;

@@ -11,7 +11,14 @@
 //   here the first blocks % degree stages get one block more, and every stage gets one).
 // - The image tokens are split into `patches` patches of whole token rows (xDiT's
 //   `num_pipeline_patch`, default the degree; `_calc_patches_metadata` in
-//   xfuser/core/distributed/runtime_state.py splits the latent's height alike).
+//   xfuser/core/distributed/runtime_state.py splits the latent's height alike). A video's
+//   patches are runs of its rows taken frame after frame: whole frames when the patches divide
+//   the frames, else runs that may end inside a frame. Splitting each frame's height instead
+//   (the same rows of every frame in one patch, xDiT's split of an image carried over) would
+//   make a patch a set of F strips apart in the frame-major token order; a run is one
+//   contiguous TokenShard, so the cache refresh, the RoPE positions, the Ulysses shares and
+//   the sampler's rows are those of any shard, and a patch's self-attention within its own
+//   frames is fresh while only other frames' keys are stale.
 // - The first `warmup_steps` steps (xDiT `--warmup_steps`, default 1) send the whole image
 //   through the stages in turn, every layer attending over fresh keys and values of every token
 //   (exact), and fill each layer's cache with them.
@@ -21,9 +28,13 @@
 //   and the keys and values of the text and of every image token: patch m's fresh, the others
 //   from the layer's cache (this step's for the patches before m, the step before's, stale, for
 //   those after it); the cache then keeps patch m's fresh ones (`_naive_cache_update`).
-// - The text stream: a stage receives the text's hidden states once a step, those of the
-//   previous stage's pass of patch 0, and runs every patch's pass from them
-//   (`pipeline_flux.py`: `patch_idx == 0`).
+// - The text stream of joint-attention families (FLUX.1, FLUX.2, SD3.5, Qwen-Image): a stage
+//   receives the text's hidden states once a step, those of the previous stage's pass of
+//   patch 0, and runs every patch's pass from them (`pipeline_flux.py`: `patch_idx == 0`);
+//   every pass attends with the queries, keys and values of the whole text, fresh. DiT has no
+//   text (its class label and timestep drive the modulation every stage computes); Wan's text
+//   enters by cross-attention, so every stage projects the conditioning itself and only the
+//   video's hidden states go from stage to stage.
 // - The last stage steps the sampler on each patch as it comes out and sends the patch's next
 //   latent back to the first stage, so the next step's first patches start while the last
 //   stage finishes this step's last ones. After the last step the final latent goes to every
@@ -36,7 +47,7 @@
 //   two last stages swap each patch's prediction.
 //
 // Rank r of the group is stage r / ulysses, Ulysses index r % ulysses. Families run it when
-// their forward honours ForwardInputs::stage (ModelFamily::stage_blocks: FLUX.1).
+// their forward honours ForwardInputs::stage (ModelFamily::stage_blocks: every built-in one).
 //
 //   RunSettings st;  st.strategy = "pipefusion";  st.strategy_options.pipefusion_degree = 4;
 //   RunOutput out = generate(comm, cfg, w, st);   // generate() hands it to generate_pipefusion

@@ -303,8 +303,7 @@ TEST_F(Cli, XdiTSpellingsOfSizeStepsAndSeed) {
 }
 
 // xDiT's spellings of CFG-parallel, guidance, PipeFusion and the prompt: the first three set
-// their keys (PipeFusion is refused for SD3.5, naming the families that run it), the prompt gets
-// a note.
+// their keys (PipeFusion on SD3.5 as on FLUX.1), the prompt gets a note.
 TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
   const std::string sd = (kData / "good.toml").string();
   const std::vector<std::string> sd35 = {"--set", "model.preset=sd35-tiny"};
@@ -319,10 +318,9 @@ TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
   EXPECT_EQ(g.exit_code, 0) << g.err;
   EXPECT_NE(g.out.find("cfg_scale = 3.5"), std::string::npos) << g.out;
   EXPECT_EQ(run(with({"validate", sd, "--pipefusion_parallel_degree", "1"})).exit_code, 0);
-  const ChildResult pf = run(with({"validate", sd, "--pipefusion_parallel_degree", "2"}));
-  EXPECT_EQ(pf.exit_code, 2) << pf.err;
-  EXPECT_NE(pf.err.find("run.strategy"), std::string::npos) << pf.err;
-  EXPECT_NE(pf.err.find("(flux)"), std::string::npos) << pf.err;
+  const ChildResult pf = run(with({"validate", sd, "--pipefusion_parallel_degree", "2", "--dump"}));
+  EXPECT_EQ(pf.exit_code, 0) << pf.err;
+  EXPECT_NE(pf.out.find("strategy = 'pipefusion'"), std::string::npos) << pf.out;
   const ChildResult fx = run({"validate", sd, "--pipefusion_parallel_degree", "2",
                               "--num_pipeline_patch", "4", "--warmup_steps", "2", "--dump"});
   EXPECT_EQ(fx.exit_code, 0) << fx.err;
@@ -336,7 +334,8 @@ TEST_F(Cli, XdiTSpellingsOfCfgGuidancePipeFusionAndPrompt) {
 }
 
 // PipeFusion's degree must divide the ranks and leave every stage a block, its patches be 1 to
-// the token rows; each refusal names its key, exits 2 and writes nothing. A good one runs.
+// the token rows (a video's: every frame's); each refusal names its key, exits 2 and writes
+// nothing. A good one runs, and so does a video in a pipeline per CFG branch.
 TEST_F(Cli, PipeFusionRefusalsNameTheirKeys) {
   const std::string g = (kData / "good.toml").string();  // flux1-tiny, 4 blocks, 4 ranks, 8 rows
   expect_user_error(run_config(g, {"--pipefusion_parallel_degree", "3"}),
@@ -350,9 +349,17 @@ TEST_F(Cli, PipeFusionRefusalsNameTheirKeys) {
   expect_user_error(
       run_config(g, {"--set", "run.strategy=pipefusion", "--set", "pipefusion.patches=0"}),
       {"key 'pipefusion.patches'"});
-  expect_user_error(
-      run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "model.preset=sd35-tiny"}),
-      {"key 'run.strategy'", "(flux)"});
+  const std::vector<std::string> video = {"--pipefusion_parallel_degree",
+                                          "2",
+                                          "--set",
+                                          "model.preset=wan-tiny",
+                                          "--set",
+                                          "run.frames=5",
+                                          "--use_cfg_parallel"};
+  std::vector<std::string> too_many = video;  // 2 latent frames of 8 rows
+  for (const char* a : {"--num_pipeline_patch", "17"}) too_many.emplace_back(a);
+  expect_user_error(run_config(g, too_many),
+                    {"key 'pipefusion.patches'", "1 to the video's 16 token rows"});
   expect_user_error(
       run_config(g, {"--pipefusion_parallel_degree", "2", "--set", "run.strategy=tapa"}),
       {"key 'parallel.pipefusion_degree'", "run.strategy \"tapa\""});
@@ -361,6 +368,8 @@ TEST_F(Cli, PipeFusionRefusalsNameTheirKeys) {
                     {"key 'step_cache.policy'", "\"none\" with run.strategy \"pipefusion\""});
   const ChildResult ok = run_config(g, {"--pipefusion_parallel_degree", "2"});
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  const ChildResult clip = run_config(g, video);
+  EXPECT_EQ(clip.exit_code, 0) << clip.err;
 }
 
 // A PipeFusion run with fewer warm-up steps than steps is lossy: report.json records its

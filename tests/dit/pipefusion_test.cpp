@@ -1,13 +1,16 @@
 // PipeFusion (dit/parallel/pipefusion.hpp): with every step a warm-up step it is the serial run
-// (stages alone, with Ulysses inside them, with batch CFG and CFG-parallel); with one warm-up
-// step the stale K/V changes the output by a bounded amount on the trained model; the same
-// timeline and bytes on 1, 2 and 4 workers; phantom charges what real runs charge; patches
-// overlap the stages; what it cannot run is a ConfigError naming the key.
+// (stages alone, with Ulysses inside them, with batch CFG and CFG-parallel) for every built-in
+// family; with one warm-up step the stale K/V changes the output by a bounded amount on the
+// trained model and on each family's tiny model; the same timeline and bytes on 1, 2 and 4
+// workers; phantom charges what real runs charge; patches overlap the stages; what it cannot
+// run is a ConfigError naming the key.
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/errors.hpp"
 #include "dit/parallel/pipefusion.hpp"
@@ -154,6 +157,99 @@ TEST(PipeFusion, SameTimelineAndBytesOnOneTwoAndFourWorkers) {
       });
 }
 
+// The other families' tiny presets: each with its guidance as its sampler runs it (batch CFG
+// through the pipeline, true CFG as CFG-parallel: a pipeline per branch), Wan on a video.
+struct FamilyRun {
+  const char* preset;
+  int resolution, frames, cfg_degree;
+  double lossy_bound;  // relative L2 of one warm-up step against the serial run
+};
+// The bounds are about 1.6x the errors measured (4 steps, 4 patches, 2 stages, seed 4): sd35
+// 0.090, qwen-image 0.0094, flux2 0.017, dit 0.089, wan 0.031.
+const FamilyRun kFamilies[] = {
+    {"sd35-tiny", 128, 1, 1, 0.15},         // batch CFG, dual attention, context-pre-only block
+    {"qwen-image-tiny", 128, 1, 2, 0.015},  // true CFG
+    {"flux2-tiny", 128, 1, 1, 0.03},        // no CFG, shared modulation
+    {"dit-xl-2-tiny", 128, 1, 1, 0.15},     // batch CFG over class labels, no text
+    {"wan-tiny", 64, 9, 2, 0.05},           // true CFG, 3 latent frames of 4 x 4 tokens
+};
+
+RunSettings family_run(const FamilyRun& f, int degree, int steps, int warmup) {
+  RunSettings st = pipefusion_run(degree, steps, warmup);
+  st.resolution = f.resolution;
+  st.frames = f.frames;
+  st.cfg_degree = f.cfg_degree;
+  st.class_label = 3;
+  return st;
+}
+
+// The serial run of `st` (its guidance on one rank).
+Tensor serial_of(const ModelConfig& cfg, const Weights& w, RunSettings st) {
+  st.cfg_degree = 1;
+  return serial(cfg, w, st);
+}
+
+// Every step a warm-up step: each family's stages (2 of them, alone or with a Ulysses group of
+// 2 inside) give the serial run.
+TEST(PipeFusion, WarmUpOverEveryStepMatchesSerialForEveryFamily) {
+  for (const FamilyRun& f : kFamilies) {
+    const ModelConfig cfg = load_model_preset(f.preset);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = family_run(f, 2, 3, 3);
+    const Tensor ref = serial_of(cfg, *w, st);
+    ASSERT_GT(ref.mat().norm(), 1.0f) << f.preset;
+    for (const int gpus : {1, 2}) {
+      emu::Engine engine = make_engine(2, gpus * f.cfg_degree, 1);
+      const Outcome r = run(engine, cfg, *w, st);
+      EXPECT_EQ(r.latent_frames, (f.frames - 1) / cfg.vae_temporal_scale + 1) << f.preset;
+      EXPECT_LT(relative_l2(ref, r.latent), 1e-5) << f.preset << ", Ulysses degree " << gpus;
+    }
+  }
+}
+
+// One warm-up step of four: the later steps attend over stale K/V of the other patches, which
+// changes each family's output by a bounded amount (random weights: no trained model to judge
+// the image by); two warm-up steps bring it closer.
+TEST(PipeFusion, StaleKvIsLossyAndBoundedForEveryFamily) {
+  for (const FamilyRun& f : kFamilies) {
+    const ModelConfig cfg = load_model_preset(f.preset);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = family_run(f, 2, 4, 1);
+    st.strategy_options.pipefusion_patches = 4;
+    const Tensor ref = serial_of(cfg, *w, st);
+    emu::Engine engine = make_engine(2, f.cfg_degree, 1);
+    const Tensor lossy = run(engine, cfg, *w, st).latent;
+    const double e1 = relative_l2(ref, lossy);
+    st.strategy_options.pipefusion_warmup_steps = 2;
+    const Tensor fresher = run(engine, cfg, *w, st).latent;
+    const double e2 = relative_l2(ref, fresher);
+    std::printf("%-16s warm-up 1: relative L2 %.3g, PSNR %.1f dB; warm-up 2: %.3g, %.1f dB\n",
+                f.preset, e1, psnr(ref, lossy, data_range(ref)), e2,
+                psnr(ref, fresher, data_range(ref)));
+    EXPECT_GT(e1, 1e-4) << f.preset << ": stale K/V must change the output";
+    EXPECT_LT(e1, f.lossy_bound) << f.preset;
+    EXPECT_LT(e2, e1) << f.preset;
+  }
+}
+
+// SD3.5 (batch CFG, text after the image) and the Wan video, lossy, with Ulysses inside the
+// stages: one timeline, bytes and output on 1, 2 and 4 workers.
+TEST(PipeFusion, OtherFamiliesKeepTheirTimelineOnOneTwoAndFourWorkers) {
+  for (const FamilyRun& f : {kFamilies[0], kFamilies[4]}) {
+    const ModelConfig cfg = load_model_preset(f.preset);
+    const auto w = make_weights(cfg, 5, false);
+    RunSettings st = family_run(f, 2, 3, 1);
+    st.strategy_options.pipefusion_patches = 3;
+    test::on_one_two_and_four_workers(
+        2, 2 * f.cfg_degree, 1, cfg, *w, st,
+        [&](const Outcome& first, const Outcome& r, int workers) {
+          EXPECT_EQ(r.result.timeline_sha256, first.result.timeline_sha256) << f.preset << workers;
+          EXPECT_EQ(r.result.bytes_by_tier, first.result.bytes_by_tier) << f.preset << workers;
+          EXPECT_TRUE(bitwise_equal(r.latent, first.latent)) << f.preset << workers;
+        });
+  }
+}
+
 TEST(PipeFusion, PhantomChargesTheSameVirtualTimeAsReal) {
   const ModelConfig cfg = load_model_preset("flux1-tiny");
   RunSettings st = pipefusion_run(2, 3, 1);
@@ -207,11 +303,30 @@ TEST(PipeFusion, WhatItCannotRunIsAConfigErrorNamingTheKey) {
   o.pipefusion_warmup_steps = 0;
   EXPECT_EQ(pipefusion_problem(flux, o, 4, grid)->key, "pipefusion.warmup_steps");
   o.pipefusion_warmup_steps = 1;
-  const std::optional<ModelConfigProblem> sd3 =
-      pipefusion_problem(load_model_preset("sd35-tiny"), o, 4, grid);
-  ASSERT_TRUE(sd3.has_value());
-  EXPECT_EQ(sd3->key, "run.strategy");
-  EXPECT_NE(sd3->expected.find("flux"), std::string::npos) << sd3->expected;
+  EXPECT_FALSE(pipefusion_problem(load_model_preset("sd35-tiny"), o, 4, grid).has_value());
+  // A video's patches are runs of its rows frame after frame: 3 frames of 8 rows take 24.
+  const ModelConfig wan = load_model_preset("wan-tiny");
+  o.pipefusion_patches = 24;
+  EXPECT_FALSE(pipefusion_problem(wan, o, 4, TokenGrid{3, 8, 8}).has_value());
+  o.pipefusion_patches = 25;
+  EXPECT_EQ(pipefusion_problem(wan, o, 4, TokenGrid{3, 8, 8})->key, "pipefusion.patches");
+  o.pipefusion_patches = 0;
+  EXPECT_EQ(pipefusion_problem(flux, o, 4, TokenGrid{3, 8, 8})->key, "run.frames");
+  // A family whose forward does not run a stage's blocks is refused, naming the ones that do.
+  if (find_model_family("pipefusion-test-whole") == nullptr) {
+    ModelFamily whole = flux_family();
+    whole.name = "pipefusion-test-whole";
+    whole.stage_blocks = nullptr;
+    register_model_family(std::move(whole));
+  }
+  ModelConfig other = flux;
+  other.family = "pipefusion-test-whole";
+  const std::optional<ModelConfigProblem> refused = pipefusion_problem(other, o, 4, grid);
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->key, "run.strategy");
+  for (const char* family : {"flux", "sd3", "qwen-image", "flux2", "dit", "wan"})
+    EXPECT_NE(refused->expected.find(family), std::string::npos) << refused->expected;
+  EXPECT_NE(refused->found.find("pipefusion-test-whole"), std::string::npos) << refused->found;
   // generate() refuses it too, naming the key.
   const auto w = make_weights(flux, 5, true);
   RunSettings st = pipefusion_run(3, 1, 1);
