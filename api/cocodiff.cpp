@@ -110,8 +110,9 @@ RunResult run(const Plan& plan) {
 std::filesystem::path write_outputs(const Plan& plan, const RunResult& result,
                                     const std::filesystem::path& out_dir, bool force) {
   if (result.record == nullptr)
-    throw UserError("cocodiff::write_outputs: the RunResult holds no run record (it was not "
-                    "returned by cocodiff::run)");
+    throw UserError(
+        "cocodiff::write_outputs: the RunResult holds no run record (it was not "
+        "returned by cocodiff::run)");
   apps::write_outputs(plan.resolved(), *result.record, out_dir, force);
   std::error_code ec;
   const std::filesystem::path image = out_dir / "image.png";

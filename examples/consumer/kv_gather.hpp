@@ -14,8 +14,7 @@ class KvGather final : public cocodiff::AttentionStrategy {
   std::string name() const override { return "kv_gather"; }
   int degree() const override { return comm_.size(); }
   int index() const override { return comm_.rank(); }
-  std::vector<cocodiff::Tensor> attend(const cocodiff::Exec& ex,
-                                       const cocodiff::QkvSource& src,
+  std::vector<cocodiff::Tensor> attend(const cocodiff::Exec& ex, const cocodiff::QkvSource& src,
                                        const cocodiff::AttentionShape& shape) override;
 
  private:

@@ -90,8 +90,8 @@ int main(int argc, char** argv) {
 
     if (argc == 2) {
       const cocodiff::RunResult file = cocodiff::run(cocodiff::load_plan(argv[1], {}, &mine));
-      const bool same = file.output_sha256 == own.output_sha256 &&
-                        file.timeline_sha256 == own.timeline_sha256;
+      const bool same =
+          file.output_sha256 == own.output_sha256 && file.timeline_sha256 == own.timeline_sha256;
       std::printf("%s: %s the run in code\n", argv[1], same ? "the same run as" : "DIFFERS from");
       if (!same) return 1;
     }

@@ -62,8 +62,8 @@ struct RunSpec {
   int resolution = 0;  // run.resolution: square images of this many pixels a side (0: 1024)
   int height = 0;      // run.height and run.width: a rectangle (both, and no resolution)
   int width = 0;
-  int frames = 0;      // run.frames of a video model (0: the model's)
-  int steps = 0;       // run.steps: denoising steps (0: the model's default)
+  int frames = 0;           // run.frames of a video model (0: the model's)
+  int steps = 0;            // run.steps: denoising steps (0: the model's default)
   std::uint64_t seed = 0;   // run.seed: of the initial noise
   std::string strategy;     // run.strategy: "flat", "usp", "cocodiff", ... or a registered one
   Math math = Math::kReal;  // run.math
@@ -105,10 +105,10 @@ struct TierBytes {
 
 /// What a run measured, from rank 0's view of the emulated cluster.
 struct RunResult {
-  std::string strategy;         // the attention strategy that ran
+  std::string strategy;  // the attention strategy that ran
   int ranks = 0;
-  double virtual_time_s = 0;    // emulated wall time of the whole run (the critical rank's end)
-  double wall_time_s = 0;       // host seconds the emulation took
+  double virtual_time_s = 0;  // emulated wall time of the whole run (the critical rank's end)
+  double wall_time_s = 0;     // host seconds the emulation took
   std::vector<TierBytes> bytes_by_tier;  // innermost tier first, each hop of each collective
   /// SHA-256 of the final latent's float32 bytes, hex; empty when math is kSkip.
   std::string output_sha256;
