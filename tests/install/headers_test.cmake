@@ -3,6 +3,8 @@
 # include/cocodiff/, a translation unit holding only `#include <cocodiff/that/header.hpp>`,
 # against the installed package (find_package(cocodiff), cocodiff::api's include paths and
 # flags, as a user has them). Fails naming each header that does not compile on its own.
+cmake_policy(VERSION 3.25)
+
 function(check_run what)
   execute_process(${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
