@@ -387,9 +387,14 @@ void check_input_files(const RunPlan& plan) {
 RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                          const std::vector<std::string>& sets,
                          std::shared_ptr<const dit::StrategyRegistry> strategies) {
+  Config cfg = Config::load(config_file);
+  for (const std::string& s : sets) cfg.set(s);
+  return resolve_run_plan(std::move(cfg), std::move(strategies));
+}
+
+RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyRegistry> strategies) {
   RunPlan plan;
-  plan.cfg = Config::load(config_file);
-  for (const std::string& s : sets) plan.cfg.set(s);
+  plan.cfg = std::move(file_cfg);
   Config& cfg = plan.cfg;
 
   plan.model = dit::load_model_config(cfg, config_dir() / "models");

@@ -125,6 +125,11 @@ RunPlan resolve_run_plan(const std::filesystem::path& config_file,
                          const std::vector<std::string>& sets,
                          std::shared_ptr<const dit::StrategyRegistry> strategies = nullptr);
 
+/// The same for a configuration built in code (Config::from_table), or loaded and overridden
+/// already: every check and default of the file's path, the same plan for the same keys.
+RunPlan resolve_run_plan(Config cfg,
+                         std::shared_ptr<const dit::StrategyRegistry> strategies = nullptr);
+
 /// Parses "rank=R,step=S[,kind=throw|hang]" against the plan's rank and step counts;
 /// ConfigError otherwise.
 FaultSpec parse_fault(const std::string& spec, const RunPlan& plan);

@@ -210,6 +210,14 @@ Config Config::parse(std::string_view text, std::string source) {
   return c;
 }
 
+Config Config::from_table(toml::table root, std::string source) {
+  check_key_names(root, source, "");
+  Config c;
+  c.root_ = std::move(root);
+  c.source_ = std::move(source);
+  return c;
+}
+
 void Config::set(std::string_view assignment) {
   size_t eq = assignment.find('=');
   if (eq == std::string_view::npos || eq == 0)

@@ -34,6 +34,9 @@ class Config {
   static Config load(const std::filesystem::path& file);
   /// Parses TOML text; `source` names it in errors.
   static Config parse(std::string_view text, std::string source);
+  /// A configuration built in code: `root` as if parsed from TOML; `source` names it in errors
+  /// (in place of file:line). Relative paths in it are taken from the working directory.
+  static Config from_table(toml::table root, std::string source);
 
   /// Applies "dotted.key=value"; value is read as TOML (number, bool, string, array), or as a
   /// bare string when it is not valid TOML. Later sets win.

@@ -1,7 +1,7 @@
 #include "kv_gather.hpp"
 
 #include <algorithm>
-#include <cocodiff/dit/layers.hpp>
+#include <cocodiff/extend.hpp>
 
 namespace consumer {
 

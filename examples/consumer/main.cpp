@@ -1,45 +1,99 @@
-// consumer CONFIG: runs CONFIG (whose run.strategy is this program's kv_gather) on cocodiff's
-// emulator, then the same config with the built-in Ulysses strategy (flat), and checks that the
-// two final latents agree (both compute exact attention). Exit 0 when they do, 1 when not,
-// 2 on bad input.
+// consumer [CONFIG]: a program of its own on cocodiff's public API (<cocodiff/cocodiff.hpp>).
+// It registers an attention strategy (kv_gather) and an all-to-all algorithm of its own,
+// describes a run in code (FLUX.1-tiny on one Aurora node cut to 2 GPUs x 2 tiles, real math)
+// and runs it on the emulator with kv_gather, then with the built-in Ulysses strategy (flat,
+// over its own all-to-all), and checks that the two final latents agree (both compute exact
+// attention). Given CONFIG (a run config file, examples/consumer/consumer.toml), it also runs
+// the file and checks that the run in code is the same run: equal output and timeline hashes.
+// Exit 0 when all agree, 1 when not, 2 on bad input.
 #include <cmath>
-#include <cocodiff/apps/run_exec.hpp>
-#include <cocodiff/apps/run_plan.hpp>
-#include <cocodiff/core/errors.hpp>
-#include <cocodiff/dit/parallel/strategies.hpp>
+#include <cocodiff/cocodiff.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 #include "kv_gather.hpp"
 
+namespace {
+
+void print(const char* what, const cocodiff::RunResult& r) {
+  std::printf("%s: strategy %s on %d ranks: virtual time %.6f s\n", what, r.strategy.c_str(),
+              r.ranks, r.virtual_time_s);
+  for (const cocodiff::TierBytes& t : r.bytes_by_tier)
+    std::printf("  %-12s %lld bytes\n", t.tier.c_str(), static_cast<long long>(t.bytes));
+  std::printf("  output   %s\n  timeline %s\n  latent   [%d, %d x %d x %d]\n",
+              r.output_sha256.c_str(), r.timeline_sha256.c_str(), r.latent_channels,
+              r.latent_frames, r.latent_height, r.latent_width);
+}
+
+// ||a - b|| / ||b|| over two latents of one shape.
+double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    diff += (static_cast<double>(a[i]) - b[i]) * (static_cast<double>(a[i]) - b[i]);
+    norm += static_cast<double>(b[i]) * b[i];
+  }
+  return a.size() == b.size() && norm > 0 ? std::sqrt(diff / norm) : INFINITY;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: consumer CONFIG\n");
+  if (argc > 2) {
+    std::fprintf(stderr, "usage: consumer [CONFIG]\n");
     return 2;
   }
   setenv("COCODIFF_CONFIG_DIR", CONSUMER_CONFIG_DIR, /*overwrite=*/0);
-  namespace apps = cocodiff::apps;
-  auto mine = std::make_shared<cocodiff::dit::StrategyRegistry>();
-  mine->add("kv_gather", [](cocodiff::Communicator& comm, const cocodiff::dit::ModelConfig&,
-                            const cocodiff::dit::StrategyOptions&) {
+  cocodiff::Extensions mine;
+  mine.add_strategy("kv_gather", [](cocodiff::Communicator& comm, const cocodiff::ModelConfig&,
+                                    const cocodiff::StrategyOptions&) {
     return std::make_unique<consumer::KvGather>(comm);
   });
   try {
-    const apps::RunPlan plan = apps::resolve_run_plan(argv[1], {}, mine);
-    const apps::RunRecord own = apps::run_emulated(plan);
-    const apps::RunPlan ref_plan = apps::resolve_run_plan(argv[1], {"run.strategy=flat"});
-    const apps::RunRecord ref = apps::run_emulated(ref_plan);
-    const double diff = (own.latent.mat() - ref.latent.mat()).norm();
-    const double rel = diff / ref.latent.mat().norm();
+    // An all-to-all of its own: here the built-in shift schedule under another name.
+    namespace coll = cocodiff::emu::collectives;
+    cocodiff::register_all_to_all(
+        "consumer_shift", "the shift schedule, registered by the consumer",
+        coll::algorithm(coll::find_algorithm(coll::CollectiveKind::kAllToAll, "shift")).make);
+
+    cocodiff::RunSpec spec;
+    spec.model = "flux1-tiny";
+    spec.cluster = "aurora";
+    spec.nodes = 1;
+    spec.topology_sizes = {2, 2};  // 2 tiles x 2 GPUs
+    spec.rank_nic = {0, 1, 2, 3};
+    spec.resolution = 256;
+    spec.steps = 2;
+    spec.seed = 7;
+    spec.math = cocodiff::Math::kReal;
+    spec.strategy = "kv_gather";
+    spec.workers = 1;
+    spec.trace = false;
+    const cocodiff::Plan plan = cocodiff::make_plan(spec, &mine);
+    const cocodiff::RunResult own = cocodiff::run(plan);
+    print("in code", own);
+
+    cocodiff::RunSpec ref_spec = spec;
+    ref_spec.strategy = "flat";
+    ref_spec.all_to_all = "consumer_shift";
+    const cocodiff::RunResult ref = cocodiff::run(cocodiff::make_plan(ref_spec));
+    print("reference", ref);
+    const double rel = relative_l2(own.latent, ref.latent);
     std::printf(
         "strategy %s on %d ranks: virtual time %.6f s (flat: %.6f s), relative L2 to flat %.3g\n",
-        own.report["strategy"].get<std::string>().c_str(), plan.ranks(),
-        own.report["virtual_time_s"].get<double>(), ref.report["virtual_time_s"].get<double>(),
-        rel);
+        own.strategy.c_str(), plan.ranks(), own.virtual_time_s, ref.virtual_time_s, rel);
     if (!(rel < 1e-5)) {
       std::fprintf(stderr, "consumer: kv_gather and flat disagree (relative L2 %g)\n", rel);
       return 1;
+    }
+
+    if (argc == 2) {
+      const cocodiff::RunResult file = cocodiff::run(cocodiff::load_plan(argv[1], {}, &mine));
+      const bool same =
+          file.output_sha256 == own.output_sha256 && file.timeline_sha256 == own.timeline_sha256;
+      std::printf("%s: %s the run in code\n", argv[1], same ? "the same run as" : "DIFFERS from");
+      if (!same) return 1;
     }
     return 0;
   } catch (const cocodiff::UserError& e) {

@@ -11,7 +11,7 @@ file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 check_run("cmake --install" COMMAND ${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 
-foreach(f bin/cocodiff include/cocodiff/dit/pipeline.hpp include/cocodiff/apps/run_plan.hpp
+foreach(f bin/cocodiff include/cocodiff/cocodiff.hpp include/cocodiff/dit/attention_strategy.hpp
           share/cocodiff/configs/models/flux1-tiny.toml share/cocodiff/configs/clusters/aurora.toml)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${prefix}/${f}")
@@ -33,7 +33,8 @@ check_run("installed cocodiff validate"
   COMMAND ${prefix}/bin/cocodiff validate ${prefix}/share/cocodiff/configs/mpi-smoke.toml
   WORKING_DIRECTORY ${WORK_DIR})
 
-# A project of one's own: find_package(cocodiff), a strategy registered by name.
+# A project of one's own: find_package(cocodiff), a strategy registered by name, a run built
+# in code through the facade and the same run from its config file.
 set(launcher)
 if(LAUNCHER)
   set(launcher -DCMAKE_CXX_COMPILER_LAUNCHER=${LAUNCHER})
@@ -47,8 +48,21 @@ check_run("run examples/consumer"
   COMMAND ${WORK_DIR}/consumer/consumer ${SOURCE_DIR}/examples/consumer/consumer.toml
   WORKING_DIRECTORY ${WORK_DIR})
 message(STATUS "${LAST_OUTPUT}")
-string(FIND "${LAST_OUTPUT}" "strategy kv_gather on 4 ranks" at)
-if(at EQUAL -1)
-  message(FATAL_ERROR "the consumer did not run its own strategy:\n${LAST_OUTPUT}")
-endif()
+foreach(line "in code: strategy kv_gather on 4 ranks: virtual time "
+             "reference: strategy flat on 4 ranks: virtual time "
+             "strategy kv_gather on 4 ranks: virtual time "
+             "consumer.toml: the same run as the run in code")
+  string(FIND "${LAST_OUTPUT}" "${line}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "the consumer's output lacks \"${line}\":\n${LAST_OUTPUT}")
+  endif()
+endforeach()
+# The typed run's result: bytes on the tiers of the cut-down node, the 64-digit hashes, the
+# latent's shape.
+foreach(pattern "die-to-die +[1-9][0-9]* bytes" "intra-node +[1-9][0-9]* bytes"
+                "output   [0-9a-f]+\n" "timeline [0-9a-f]+\n" "latent   \\[[0-9]+, 1 x [0-9]+ x [0-9]+\\]")
+  if(NOT LAST_OUTPUT MATCHES "${pattern}")
+    message(FATAL_ERROR "the consumer's typed result does not match '${pattern}':\n${LAST_OUTPUT}")
+  endif()
+endforeach()
 file(REMOVE_RECURSE ${WORK_DIR})

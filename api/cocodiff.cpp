@@ -1,0 +1,143 @@
+// The facade of include/cocodiff/: a RunSpec made into the config a file would hold, resolved
+// by apps::resolve_run_plan, run by apps::run_emulated.
+#include <nlohmann/json.hpp>
+#include <string>
+#include <utility>
+
+#include "apps/run_exec.hpp"
+#include "apps/run_plan.hpp"
+#include "cocodiff/cocodiff.hpp"
+#include "core/config.hpp"
+
+namespace cocodiff {
+namespace {
+
+// The name errors give a spec's keys, where a file's would give file:line.
+constexpr const char* kSpecSource = "cocodiff::RunSpec";
+
+// The sub-table `name` of `t`, made when absent.
+toml::table& section(toml::table& t, const char* name) {
+  return *t.emplace<toml::table>(name).first->second.as_table();
+}
+
+toml::array int_array(const std::vector<int>& values) {
+  toml::array a;
+  for (const int v : values) a.push_back(static_cast<std::int64_t>(v));
+  return a;
+}
+
+// The keys a config file of this run would set; a field left at zero / empty sets none.
+toml::table spec_table(const RunSpec& spec) {
+  toml::table root;
+  if (!spec.model.empty()) section(root, "model").insert_or_assign("preset", spec.model);
+  toml::table& cluster = section(root, "cluster");
+  if (!spec.cluster.empty()) cluster.insert_or_assign("preset", spec.cluster);
+  if (spec.nodes != 0) cluster.insert_or_assign("nodes", static_cast<std::int64_t>(spec.nodes));
+  if (!spec.topology_sizes.empty())
+    section(cluster, "topology").insert_or_assign("sizes", int_array(spec.topology_sizes));
+  if (!spec.rank_nic.empty())
+    section(cluster, "nic").insert_or_assign("rank_nic", int_array(spec.rank_nic));
+  if (cluster.empty()) root.erase("cluster");
+
+  toml::table& run = section(root, "run");
+  if (spec.resolution != 0)
+    run.insert_or_assign("resolution", static_cast<std::int64_t>(spec.resolution));
+  if (spec.height != 0) run.insert_or_assign("height", static_cast<std::int64_t>(spec.height));
+  if (spec.width != 0) run.insert_or_assign("width", static_cast<std::int64_t>(spec.width));
+  if (spec.frames != 0) run.insert_or_assign("frames", static_cast<std::int64_t>(spec.frames));
+  if (spec.steps != 0) run.insert_or_assign("steps", static_cast<std::int64_t>(spec.steps));
+  // A seed above INT64_MAX stays out of range once signed, as the file's would: the resolver
+  // names it.
+  run.insert_or_assign("seed", static_cast<std::int64_t>(spec.seed));
+  run.insert_or_assign("math", spec.math == Math::kSkip ? "skip" : "real");
+  if (!spec.strategy.empty()) run.insert_or_assign("strategy", spec.strategy);
+
+  toml::table& emulator = section(root, "emulator");
+  if (spec.workers != 0)
+    emulator.insert_or_assign("workers", static_cast<std::int64_t>(spec.workers));
+  if (spec.trace) emulator.insert_or_assign("trace", *spec.trace);
+  if (!spec.all_to_all.empty()) emulator.insert_or_assign("all_to_all", spec.all_to_all);
+  if (emulator.empty()) root.erase("emulator");
+  return root;
+}
+
+}  // namespace
+
+int Plan::ranks() const { return plan_->ranks(); }
+
+std::int64_t Plan::tokens() const { return plan_->tokens(); }
+
+std::string Plan::describe() const { return apps::describe(*plan_); }
+
+std::string Plan::effective_config() const { return plan_->cfg.dump_effective(); }
+
+Plan make_plan(const RunSpec& spec, const Extensions* extensions) {
+  Config cfg = Config::from_table(spec_table(spec), kSpecSource);
+  return Plan(std::make_shared<const apps::RunPlan>(apps::resolve_run_plan(
+      std::move(cfg), extensions != nullptr ? extensions->strategies() : nullptr)));
+}
+
+Plan load_plan(const std::filesystem::path& config_file, const std::vector<std::string>& sets,
+               const Extensions* extensions) {
+  return Plan(std::make_shared<const apps::RunPlan>(apps::resolve_run_plan(
+      config_file, sets, extensions != nullptr ? extensions->strategies() : nullptr)));
+}
+
+RunResult run(const Plan& plan) {
+  auto record = std::make_shared<apps::RunRecord>(apps::run_emulated(plan.resolved()));
+  const nlohmann::ordered_json& report = record->report;
+  RunResult r;
+  r.strategy = report.at("strategy").get<std::string>();
+  r.ranks = plan.ranks();
+  r.virtual_time_s = report.at("virtual_time_s").get<double>();
+  r.wall_time_s = report.at("wall_time_s").get<double>();
+  for (const auto& [tier, bytes] : report.at("bytes_by_tier").items())
+    r.bytes_by_tier.push_back({tier, bytes.get<std::int64_t>()});
+  if (const nlohmann::ordered_json& out = report.at("output_sha256"); out.is_string())
+    r.output_sha256 = out.get<std::string>();
+  r.timeline_sha256 = report.at("timeline_sha256").get<std::string>();
+  const std::span<const float> latent = record->latent.data();
+  r.latent.assign(latent.begin(), latent.end());
+  r.latent_channels = static_cast<int>(record->latent.rows());
+  r.latent_frames = record->latent_frames;
+  r.latent_height = record->latent_height;
+  r.latent_width = record->latent_width;
+  r.report_json = report.dump(2);
+  r.record = std::move(record);
+  return r;
+}
+
+std::filesystem::path write_outputs(const Plan& plan, const RunResult& result,
+                                    const std::filesystem::path& out_dir, bool force) {
+  if (result.record == nullptr)
+    throw UserError(
+        "cocodiff::write_outputs: the RunResult holds no run record (it was not "
+        "returned by cocodiff::run)");
+  apps::write_outputs(plan.resolved(), *result.record, out_dir, force);
+  std::error_code ec;
+  const std::filesystem::path image = out_dir / "image.png";
+  return std::filesystem::is_regular_file(image, ec) ? image : std::filesystem::path();
+}
+
+Extensions::Extensions() : strategies_(std::make_shared<dit::StrategyRegistry>()) {}
+
+void Extensions::add_strategy(const std::string& name, StrategyFactory factory, bool lossy) {
+  strategies_->add(name, std::move(factory), lossy);
+}
+
+AlgorithmId register_all_to_all(const std::string& name, const std::string& summary,
+                                ScheduleFactory make, const std::string& fallback,
+                                bool equal_counts_only) {
+  emu::collectives::Algorithm a;
+  a.kind = emu::collectives::CollectiveKind::kAllToAll;
+  a.name = name;
+  a.summary = summary;
+  a.make = std::move(make);
+  a.fallback = fallback;
+  a.equal_counts_only = equal_counts_only;
+  return emu::collectives::register_algorithm(std::move(a));
+}
+
+void register_model_family(ModelFamily f) { dit::register_model_family(std::move(f)); }
+
+}  // namespace cocodiff
