@@ -13,6 +13,41 @@ namespace {
 
 double n(std::int64_t v) { return static_cast<double>(v); }
 
+// `v` run-length coded: (value, run length), in order.
+std::vector<std::pair<std::int64_t, int>> runs_of(const std::vector<std::int64_t>& v) {
+  std::vector<std::pair<std::int64_t, int>> r;
+  for (const std::int64_t x : v) {
+    if (!r.empty() && r.back().first == x)
+      ++r.back().second;
+    else
+      r.push_back({x, 1});
+  }
+  return r;
+}
+
+// Whether `runs` codes `v`.
+bool same_runs(const std::vector<std::pair<std::int64_t, int>>& runs,
+               const std::vector<std::int64_t>& v) {
+  size_t i = 0;
+  for (const auto& [x, len] : runs) {
+    if (v.size() - i < static_cast<size_t>(len)) return false;
+    for (const size_t end = i + static_cast<size_t>(len); i < end; ++i)
+      if (v[i] != x) return false;
+  }
+  return i == v.size();
+}
+
+// Elements of block `b` on the wire (SpGroup::counts' formats; BlockExchange::wire).
+std::int64_t wire_numel(BlockShape b, int wire) {
+  if (wire == 2) return b.rows * int4_row_words(b.cols);
+  if (wire == 1) return b.rows * fp8_row_words(b.cols);
+  return b.numel();
+}
+
+// Shapes SpGroup::counts keeps (an attention layer has two: to heads, to the sequence; pipelined
+// chunks a few more).
+constexpr size_t kCountsKept = 8;
+
 // One digit of a block order: coordinate j (group level index) of the block's source or
 // destination.
 struct Digit {
@@ -168,6 +203,39 @@ SpGroup::ResidualSite& SpGroup::next_residual_site(bool& coded) const {
   return st.sites[{st.pass, st.next++}];
 }
 
+std::shared_ptr<const SpGroup::ExchangeCounts> SpGroup::counts(const BlockShapeFn& shape,
+                                                                int wire) const {
+  for (const CountsEntry& e : counts_cache_)
+    if (e.wire == wire && e.rows_by_source == shape.rows_by_source() &&
+        same_runs(e.rows, shape.rows()) && same_runs(e.cols, shape.cols()))
+      return e.counts;
+  auto c = std::make_shared<ExchangeCounts>();
+  for (const Phase& ph : phases_) {
+    ExchangeCounts::PhaseCounts pc;
+    const size_t m = static_cast<size_t>(ph.members);
+    pc.send.assign(m, 0);
+    pc.recv.assign(m, 0);
+    for (size_t v = 0; v < m; ++v) {
+      for (int i = ph.send_member_begin[v]; i < ph.send_member_begin[v + 1]; ++i) {
+        const auto& [s, d] = ph.send[static_cast<size_t>(i)];
+        pc.send[v] += wire_numel(shape(s, d), wire);
+      }
+      for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i) {
+        const auto& [s, d] = ph.recv[static_cast<size_t>(i)];
+        pc.recv[v] += wire_numel(shape(s, d), wire);
+      }
+    }
+    c->phases.push_back(std::move(pc));
+  }
+  for (const std::int64_t x : c->phases.front().send) c->send_total += x;
+  for (const auto& [s, d] : phases_.front().send) c->elements += shape(s, d).numel();
+  for (int s = 0; s < size(); ++s) c->received += shape(s, rank()).numel();
+  if (counts_cache_.size() == kCountsKept) counts_cache_.erase(counts_cache_.begin());
+  counts_cache_.push_back(
+      CountsEntry{runs_of(shape.rows()), runs_of(shape.cols()), shape.rows_by_source(), wire, c});
+  return c;
+}
+
 int SpGroup::tier_to(int m) const {
   const int a = group_.world_rank(group_.rank()), b = group_.world_rank(m);
   return a == b ? -1 : group_.topology().tier(a, b);
@@ -189,11 +257,8 @@ BlockShape BlockExchange::wire(int s, int d) const {
   return fp8_ ? BlockShape{b.rows, fp8_row_words(b.cols)} : b;
 }
 
-void BlockExchange::start(const Exec& ex, const FillFn& fill) {
+std::int64_t BlockExchange::pack_phase0(const FillFn& fill) {
   const SpGroup::Phase& ph = g_->phases()[0];
-  // Residuals: this exchange's site, matched with the same exchange of the step before.
-  int4_ = false;
-  site_ = residual_ ? &g_->next_residual_site(int4_) : nullptr;
   // Phase 0 is packed straight from the caller's tensor in the phase's send order.
   std::int64_t total = 0, elements = 0;
   for (const auto& [s, d] : ph.send) {
@@ -239,6 +304,25 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
     at += wire(ph.send[i].first, ph.send[i].second).numel();
     sent_at += b.numel();
   }
+  return elements;
+}
+
+void BlockExchange::start(const Exec& ex, const FillFn& fill) {
+  // Residuals: this exchange's site, matched with the same exchange of the step before.
+  int4_ = false;
+  site_ = residual_ ? &g_->next_residual_site(int4_) : nullptr;
+  // Phantom, without V-Major: the sizes alone, from the group (the same for every exchange of
+  // these shapes); nothing is packed.
+  counts_ = phantom_ && v_major_ == nullptr ? g_->counts(shape_, int4_ ? 2 : fp8_ ? 1 : 0)
+                                            : nullptr;
+  std::int64_t elements = 0;
+  if (counts_ != nullptr) {
+    elements = counts_->elements;
+    cur_.clear();
+    cur_offset_.clear();
+  } else {
+    elements = pack_phase0(fill);
+  }
   ex.charge(OpKind::kCopy, 0, 2.0 * n(elements), "a2a_pack",
             memory_shape(KernelClass::kLayoutA2a, elements, 0));
   // Residuals: subtract, a row's absolute maximum, scale, round and pack, decode and add back to
@@ -275,6 +359,10 @@ PhaseIo BlockExchange::io() {
 }
 
 void BlockExchange::launch_phase(const Exec& ex) {
+  if (counts_ != nullptr) {
+    launch_counted_phase(ex);
+    return;
+  }
   const SpGroup::Phase& ph = g_->phases()[static_cast<size_t>(phase_)];
   const size_t m = static_cast<size_t>(ph.members);
   // Sizes of the send and receive orders.
@@ -340,6 +428,44 @@ void BlockExchange::launch_phase(const Exec& ex) {
   sub_step_ = 1;
   bool equal = true;
   for (size_t v = 0; v < m; ++v) equal = equal && sc[v] == sc[0] && rc[v] == sc[0];
+  if (equal)
+    request_ = ph.comm->iall_to_all(send_, recv_, sc[0], label_);
+  else
+    request_ = ph.comm->iall_to_allv(send_, recv_, layout_, label_);
+}
+
+void BlockExchange::launch_counted_phase(const Exec& ex) {
+  // launch_phase() in phantom mode without V-Major, from the group's counts: the same charge,
+  // layout and call.
+  const SpGroup::Phase& ph = g_->phases()[static_cast<size_t>(phase_)];
+  const SpGroup::ExchangeCounts::PhaseCounts& pc = counts_->phases[static_cast<size_t>(phase_)];
+  const size_t m = static_cast<size_t>(ph.members);
+  send_.clear();
+  if (phase_ > 0) {
+    std::int64_t send_total = 0;
+    for (const std::int64_t c : pc.send) send_total += c;
+    ex.charge(OpKind::kCopy, 0, 2.0 * n(send_total), "tapa_repack",
+              memory_shape(KernelClass::kLayoutA2a, send_total, 0));
+  }
+  std::vector<std::int64_t>& sc = layout_.send_counts;
+  std::vector<std::int64_t>& rc = layout_.recv_counts;
+  std::vector<std::int64_t>& sdp = layout_.send_displs;
+  std::vector<std::int64_t>& rdp = layout_.recv_displs;
+  sc.assign(pc.send.begin(), pc.send.end());
+  rc.assign(pc.recv.begin(), pc.recv.end());
+  sdp.resize(m);
+  rdp.resize(m);
+  std::int64_t sat = 0, rat = 0;
+  bool equal = true;
+  for (size_t v = 0; v < m; ++v) {
+    sdp[v] = sat;
+    rdp[v] = rat;
+    sat += sc[v];
+    rat += rc[v];
+    equal = equal && sc[v] == sc[0] && rc[v] == sc[0];
+  }
+  recv_.clear();
+  sub_step_ = 1;
   if (equal)
     request_ = ph.comm->iall_to_all(send_, recv_, sc[0], label_);
   else
@@ -414,7 +540,7 @@ void BlockExchange::finish(const Exec& ex) {
   decoded_ready_ = true;
   // Every block that arrived, decoded once, in source order.
   const int me = g_->rank(), p = g_->size();
-  const std::int64_t elements = set_decoded_offsets();
+  const std::int64_t elements = counts_ != nullptr ? counts_->received : set_decoded_offsets();
   if (!phantom_) {
     decoded_.resize(static_cast<size_t>(elements));
     for (int s = 0; s < p; ++s) {
@@ -443,7 +569,7 @@ void BlockExchange::finish_residual(const Exec& ex) {
   // What arrived, added to (residuals) or taken as (the first step) the reconstruction of what
   // each source sent; that reconstruction is the exchange's result.
   const int me = g_->rank(), p = g_->size();
-  const std::int64_t elements = set_decoded_offsets();
+  const std::int64_t elements = counts_ != nullptr ? counts_->received : set_decoded_offsets();
   if (!phantom_) {
     std::vector<float>& got = site_->received;
     if (got.size() != static_cast<size_t>(elements))

@@ -35,6 +35,41 @@ namespace cocodiff::dit {
 
 class VMajorChannel;
 
+struct BlockShape {
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t numel() const { return rows * cols; }
+};
+
+/// The shapes of an exchange's blocks: block (s, d), from member s to member d, has a row count
+/// indexed by one end and a column count indexed by the other (sequence -> heads: rows by the
+/// source's tokens, columns by the destination's heads; heads -> sequence the other way round).
+/// Tables, not a callback: a TAPA exchange asks for every block's shape several times, and at
+/// 1,536 tiles that is millions of lookups per layer.
+class BlockShapeFn {
+ public:
+  /// rows[i], cols[j] for i, j < members; rows follow the source when rows_by_source.
+  BlockShapeFn(std::vector<std::int64_t> rows, std::vector<std::int64_t> cols, bool rows_by_source)
+      : rows_(std::move(rows)), cols_(std::move(cols)), rows_by_source_(rows_by_source) {}
+  /// Every block [rows, cols].
+  static BlockShapeFn uniform(int members, std::int64_t rows, std::int64_t cols) {
+    return BlockShapeFn(std::vector<std::int64_t>(static_cast<size_t>(members), rows),
+                        std::vector<std::int64_t>(static_cast<size_t>(members), cols), true);
+  }
+  BlockShape operator()(int s, int d) const {
+    const auto r = static_cast<size_t>(rows_by_source_ ? s : d);
+    const auto c = static_cast<size_t>(rows_by_source_ ? d : s);
+    return BlockShape{rows_[r], cols_[c]};
+  }
+  const std::vector<std::int64_t>& rows() const { return rows_; }
+  const std::vector<std::int64_t>& cols() const { return cols_; }
+  bool rows_by_source() const { return rows_by_source_; }
+
+ private:
+  std::vector<std::int64_t> rows_, cols_;
+  bool rows_by_source_ = true;
+};
+
 /// The SP group and its exchange phases: one (flat) or one per varying topology level (TAPA).
 class SpGroup {
  public:
@@ -79,6 +114,26 @@ class SpGroup {
   /// Topology tier of the link between this rank and group member `m` (-1: itself).
   int tier_to(int m) const;
 
+  /// What a phantom exchange without V-Major needs of its blocks' sizes, in elements on the
+  /// wire: per phase, what this rank sends to and receives from each member; and the phase-0
+  /// send total, the blocks' elements before encoding, and the elements of the blocks this
+  /// rank receives (source order). A function of the block shapes and the wire format alone,
+  /// and the same for every exchange of a layer's Q, K and V (and of every layer), so it is
+  /// worked out once per shape: at 1,536 tiles each is a sum over the group's 1,536 blocks per
+  /// phase, which every exchange of every tile otherwise walks again.
+  struct ExchangeCounts {
+    struct PhaseCounts {
+      std::vector<std::int64_t> send, recv;  // per member of the phase
+    };
+    std::vector<PhaseCounts> phases;
+    std::int64_t send_total = 0;  // phase 0, on the wire
+    std::int64_t elements = 0;    // phase 0, before encoding
+    std::int64_t received = 0;    // block (s, me) over every s, before encoding
+  };
+  /// The counts of an exchange of blocks `shape` whose wire format is `wire` (0: floats, 1:
+  /// FP8 rows, 2: 4-bit rows); shared with the exchanges that hold it (the group keeps a few).
+  std::shared_ptr<const ExchangeCounts> counts(const BlockShapeFn& shape, int wire) const;
+
  private:
   Communicator& group_;
   bool tapa_;
@@ -91,38 +146,16 @@ class SpGroup {
   std::unique_ptr<ResidualState> residual_state_ = std::make_unique<ResidualState>();
   std::vector<std::unique_ptr<Communicator>> level_comms_;
   std::vector<Phase> phases_;
-};
-
-struct BlockShape {
-  std::int64_t rows = 0;
-  std::int64_t cols = 0;
-  std::int64_t numel() const { return rows * cols; }
-};
-
-/// The shapes of an exchange's blocks: block (s, d), from member s to member d, has a row count
-/// indexed by one end and a column count indexed by the other (sequence -> heads: rows by the
-/// source's tokens, columns by the destination's heads; heads -> sequence the other way round).
-/// Tables, not a callback: a TAPA exchange asks for every block's shape several times, and at
-/// 1,536 tiles that is millions of lookups per layer.
-class BlockShapeFn {
- public:
-  /// rows[i], cols[j] for i, j < members; rows follow the source when rows_by_source.
-  BlockShapeFn(std::vector<std::int64_t> rows, std::vector<std::int64_t> cols, bool rows_by_source)
-      : rows_(std::move(rows)), cols_(std::move(cols)), rows_by_source_(rows_by_source) {}
-  /// Every block [rows, cols].
-  static BlockShapeFn uniform(int members, std::int64_t rows, std::int64_t cols) {
-    return BlockShapeFn(std::vector<std::int64_t>(static_cast<size_t>(members), rows),
-                        std::vector<std::int64_t>(static_cast<size_t>(members), cols), true);
-  }
-  BlockShape operator()(int s, int d) const {
-    const auto r = static_cast<size_t>(rows_by_source_ ? s : d);
-    const auto c = static_cast<size_t>(rows_by_source_ ? d : s);
-    return BlockShape{rows_[r], cols_[c]};
-  }
-
- private:
-  std::vector<std::int64_t> rows_, cols_;
-  bool rows_by_source_ = true;
+  // counts(): the shapes seen most recently, newest last. The tables are kept run-length coded
+  // (a member's tokens and heads take two or three values): a few bytes a shape, not 2 x 8
+  // bytes a member on every tile.
+  struct CountsEntry {
+    std::vector<std::pair<std::int64_t, int>> rows, cols;  // (value, run length)
+    bool rows_by_source = true;
+    int wire = 0;
+    std::shared_ptr<const ExchangeCounts> counts;
+  };
+  mutable std::vector<CountsEntry> counts_cache_;
 };
 
 /// Allocates like std::allocator but default-initialises: a vector using it grows without
@@ -205,7 +238,10 @@ class BlockExchange {
  private:
   // Block (s, d) as it travels: its shape, or its FP8 rows' words.
   BlockShape wire(int s, int d) const;
+  // Packs phase 0 from `fill` (phantom: its offsets alone); returns the blocks' elements.
+  std::int64_t pack_phase0(const FillFn& fill);
   void launch_phase(const Exec& ex);
+  void launch_counted_phase(const Exec& ex);
   void finish_residual(const Exec& ex);
   // decoded_off_: where each source's block starts among what arrived (source order); returns
   // the elements of all of them.
@@ -222,6 +258,9 @@ class BlockExchange {
   bool residual_ = false;  // the group sends residuals (site_ is this exchange's)
   bool int4_ = false;      // this exchange's payload is 4-bit residuals
   SpGroup::ResidualSite* site_ = nullptr;
+  // Phantom exchanges without V-Major: the group's counts for this exchange's shapes (sizes
+  // alone; no offsets are kept), set by start().
+  std::shared_ptr<const SpGroup::ExchangeCounts> counts_;
   bool decoded_ready_ = false;  // FP8: finish() decoded what arrived
   FloatBuffer decoded_;         // FP8: the received blocks, decoded, in source order
   std::vector<std::int64_t> decoded_off_;
