@@ -79,9 +79,9 @@ struct Options {
   std::vector<int> grid_resolutions = {1024, 2048, 4096};
   std::vector<int> grid_nodes = {1, 2, 4, 8};
   std::vector<std::string> grid_strategies = {"flat", "tapa", "v_first", "cocodiff", "usp"};
-  int grid_steps = 0;              // 0: each model's default
+  int grid_steps = 0;                                      // 0: each model's default
   std::vector<int> memory_tiles = {256, 512, 1024, 2048};  // memory: uniform, 4 tiles a node
-  bool memory_aurora = true;  // memory: flat and usp on --large-nodes Aurora nodes, one step
+  bool memory_aurora = true;       // memory: flat and usp on --large-nodes Aurora nodes, one step
   std::filesystem::path baseline;  // real: a cocodiff built before a change, run beside it
   // real: the baseline's outputs may differ (a change of the seeded weights, say why)
   std::string baseline_differs;
@@ -858,8 +858,8 @@ struct MemoryRun {
 const std::vector<std::string> kOneTile = {"cluster.nodes=1", "cluster.topology.sizes=[1,1]",
                                            "cluster.nic.rank_nic=[0]", "run.strategy=serial"};
 // P96: phantom FLUX.1-dev 1024^2 on 8 Aurora nodes (96 tiles), one step.
-const std::vector<std::string> kPhantom96 = {"model.preset=flux1-dev", "run.math=skip",
-                                             "run.resolution=1024",    "cluster.nodes=8",
+const std::vector<std::string> kPhantom96 = {"model.preset=flux1-dev",    "run.math=skip",
+                                             "run.resolution=1024",       "cluster.nodes=8",
                                              "ulysses.uneven_heads=true", "run.steps=1"};
 
 std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
@@ -870,7 +870,9 @@ std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
   const std::string quick = "quickstart.toml", tiny = "flux1-tiny-24tiles.toml";
   std::vector<MemoryRun> runs;
   if (smoke) {
-    runs.push_back({"configs", "quickstart.toml, 1 step", quick,
+    runs.push_back({"configs",
+                    "quickstart.toml, 1 step",
+                    quick,
                     {"run.steps=1", "emulator.workers=1", "emulator.trace=false"}});
     runs.push_back({"configs", "quickstart.toml `S1`, 1 step", quick,
                     with({"run.steps=1", "emulator.workers=1", "emulator.trace=false"}, kOneTile)});
@@ -880,17 +882,27 @@ std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
          with(kPhantom96, {"emulator.workers=1", "emulator.trace=false"})},
         {"configs", "flux1-dev phantom (`P96`)", tiny,
          with(kPhantom96, {"emulator.workers=1", "emulator.trace=true"})},
-        {"configs", "flux1-tiny-24tiles.toml", tiny,
+        {"configs",
+         "flux1-tiny-24tiles.toml",
+         tiny,
          {"emulator.workers=1", "emulator.trace=false"}},
         {"configs", "flux1-tiny-24tiles.toml", tiny, {"emulator.workers=1", "emulator.trace=true"}},
-        {"configs", "flux1-tiny-24tiles.toml, cocodiff, threshold 0", tiny,
+        {"configs",
+         "flux1-tiny-24tiles.toml, cocodiff, threshold 0",
+         tiny,
          {"run.strategy=cocodiff", "v_major.threshold=0", "emulator.workers=1",
           "emulator.trace=false"}},
-        {"configs", "quickstart.toml (flux1-fmnist)", quick,
+        {"configs",
+         "quickstart.toml (flux1-fmnist)",
+         quick,
          {"emulator.workers=1", "emulator.trace=false"}},
-        {"configs", "quickstart.toml (flux1-fmnist)", quick,
+        {"configs",
+         "quickstart.toml (flux1-fmnist)",
+         quick,
          {"emulator.workers=1", "emulator.trace=true"}},
-        {"configs", "quickstart.toml, 16 workers", quick,
+        {"configs",
+         "quickstart.toml, 16 workers",
+         quick,
          {"emulator.workers=16", "emulator.trace=true"}},
         {"configs", "flux1-tiny-24tiles.toml `S1`", tiny,
          with({"emulator.workers=1", "emulator.trace=false"}, kOneTile)},
@@ -900,16 +912,17 @@ std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
         {"configs", "quickstart.toml `S1`", quick,
          with({"emulator.workers=1", "emulator.trace=false"}, kOneTile)},
         // The README's own phantom command: a trace of a million events.
-        {"configs", "quickstart.toml phantom flux1-dev 1024^2, 2 steps", quick,
+        {"configs",
+         "quickstart.toml phantom flux1-dev 1024^2, 2 steps",
+         quick,
          {"run.math=skip", "model.preset=flux1-dev", "run.resolution=1024", "run.steps=2",
           "emulator.workers=1", "emulator.trace=true"}},
     };
   }
   // Many tiles: every pair of the widest collective holds its messages at once.
-  const std::vector<std::string> big = {"model.preset=flux1-dev", "run.math=skip",
-                                        "run.resolution=2048",    "run.steps=1",
-                                        "ulysses.uneven_heads=true", "emulator.trace=false",
-                                        "emulator.workers=1"};
+  const std::vector<std::string> big = {
+      "model.preset=flux1-dev",    "run.math=skip",        "run.resolution=2048", "run.steps=1",
+      "ulysses.uneven_heads=true", "emulator.trace=false", "emulator.workers=1"};
   for (const int tiles : o.memory_tiles)
     runs.push_back({"tiles", "flat, uniform", quick,
                     with(big, {"cluster.preset=uniform",
@@ -917,10 +930,10 @@ std::vector<MemoryRun> memory_runs(const Options& o, bool smoke) {
                                "run.strategy=flat"})});
   if (o.memory_aurora)
     for (const char* strategy : {"flat", "usp"})
-      runs.push_back({"tiles", std::string(strategy) + ", Aurora", quick,
-                      with(big, {"cluster.preset=aurora",
-                                 "cluster.nodes=" + std::to_string(o.large_nodes),
-                                 std::string("run.strategy=") + strategy})});
+      runs.push_back(
+          {"tiles", std::string(strategy) + ", Aurora", quick,
+           with(big, {"cluster.preset=aurora", "cluster.nodes=" + std::to_string(o.large_nodes),
+                      std::string("run.strategy=") + strategy})});
   return runs;
 }
 
@@ -947,8 +960,9 @@ void memory(const Args& a, const Options& o) {
     const bool trace = std::find(m.sets.begin(), m.sets.end(), trace_set) != m.sets.end();
     progress.step(fmt("%s, trace %s", m.label.c_str(), trace ? "on" : "off"));
     const std::filesystem::path dir = a.out / "runs" / fmt("memory_%zu", i);
-    std::vector<std::string> argv = {a.cocodiff.string(), "run", (a.config_dir / m.config).string(),
-                                     "--out", dir.string(), "-q"};
+    std::vector<std::string> argv = {
+        a.cocodiff.string(), "run", (a.config_dir / m.config).string(), "--out",
+        dir.string(),        "-q"};
     std::string cmd = "cocodiff run configs/" + m.config;
     for (const std::string& kv : m.sets) {
       argv.insert(argv.end(), {"--set", kv});
@@ -1012,18 +1026,18 @@ void memory(const Args& a, const Options& o) {
 }
 
 int main_impl(int argc, char** argv) {
-  const Args a = parse_args(
-      argc, argv,
-      " [--parts phantom,real,math,replay,grid,collective,large,workers,memory] "
-      "[--nodes 1,2,..] "
-      "[--model M] "
-      "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
-      "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
-      "[--baseline OLD_COCODIFF] "
-      "[--replay-strategies S,..] [--replay-nodes N] "
-      "[--replay-resolution R] [--replay-steps N] [--repeats N] "
-      "[--large-strategies S,..] [--large-nodes N] [--large-steps N] "
-      "[--memory-tiles 256,512,..]");
+  const Args a =
+      parse_args(argc, argv,
+                 " [--parts phantom,real,math,replay,grid,collective,large,workers,memory] "
+                 "[--nodes 1,2,..] "
+                 "[--model M] "
+                 "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
+                 "[--real-nodes 2,8] [--real-model M] [--real-strategy S] [--real-steps 2] "
+                 "[--baseline OLD_COCODIFF] "
+                 "[--replay-strategies S,..] [--replay-nodes N] "
+                 "[--replay-resolution R] [--replay-steps N] [--repeats N] "
+                 "[--large-strategies S,..] [--large-nodes N] [--large-steps N] "
+                 "[--memory-tiles 256,512,..]");
   Options o;
   try {
     o = parse(a);

@@ -126,9 +126,9 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 // inpaint_quality). They take minutes to half an hour to run again, so the check compares the
 // blocks with these files.
 const std::vector<std::string> kResults = {
-    "emulator_phantom", "emulator_replay",    "emulator_collective",  "emulator_grid",
-    "emulator_large",   "emulator_large_usp", "emulator_workers",     "emulator_math",
-    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality", "runtime",
+    "emulator_phantom", "emulator_replay",    "emulator_collective",   "emulator_grid",
+    "emulator_large",   "emulator_large_usp", "emulator_workers",      "emulator_math",
+    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality",  "runtime",
     "v_similarity",     "inpaint_quality",    "inpaint_quality_lower", "memory_estimate"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
@@ -751,11 +751,12 @@ std::string v_similarity(const Data& d) {
   for (size_t i = 0; i < max_steps.size(); ++i)
     at += (i ? ", " : "") + std::to_string(max_steps[i]);
   const nlohmann::json& m = v["meta"];
-  return s + fmt("\nThe trained model's V moves %.0f-%.0f%% per step (means per layer), %.1f-%.1fx "
-                 "less than with random weights (%.0f-%.0f%%); its largest change is at step %s "
-                 "(%d steps, %d seeds).\n",
-                 100 * t_lo, 100 * t_hi, x_lo, x_hi, 100 * r_lo, 100 * r_hi, at.c_str(),
-                 m["steps"].get<int>(), m["seeds"].get<int>()) +
+  return s +
+         fmt("\nThe trained model's V moves %.0f-%.0f%% per step (means per layer), %.1f-%.1fx "
+             "less than with random weights (%.0f-%.0f%%); its largest change is at step %s "
+             "(%d steps, %d seeds).\n",
+             100 * t_lo, 100 * t_hi, x_lo, x_hi, 100 * r_lo, 100 * r_hi, at.c_str(),
+             m["steps"].get<int>(), m["seeds"].get<int>()) +
          "\n" + results_source("v_similarity");
 }
 
@@ -807,11 +808,11 @@ std::string inpaint_default(const Data& d) {
   std::string nodes;
   for (const nlohmann::json& p : j["rows"].at(0)["projected"])
     nodes += (nodes.empty() ? "" : " / ") + std::to_string(p["nodes"].get<int>());
-  std::string s = fmt(
-      "| setting | PSNR / SSIM / MSE vs truth (image) | PSNR / SSIM / MSE vs truth (region) | "
-      "PSNR / SSIM vs exact | V sent %% | x flat, %d tiles %d^2 | x flat, %s, %s nodes "
-      "|\n|---|---|---|---|---|---|---|\n",
-      m["ranks"].get<int>(), 28, projected_model(m).c_str(), nodes.c_str());
+  std::string s =
+      fmt("| setting | PSNR / SSIM / MSE vs truth (image) | PSNR / SSIM / MSE vs truth (region) | "
+          "PSNR / SSIM vs exact | V sent %% | x flat, %d tiles %d^2 | x flat, %s, %s nodes "
+          "|\n|---|---|---|---|---|---|---|\n",
+          m["ranks"].get<int>(), 28, projected_model(m).c_str(), nodes.c_str());
   for (const nlohmann::json* r :
        {&inpaint_row(j, nullptr), &inpaint_row(j, m["v_major_default_threshold"])}) {
     const bool flat = (*r)["threshold"].is_null();
@@ -860,18 +861,19 @@ std::string inpaint_sweep(const Data& d) {
   const nlohmann::json& rows = j["rows"];
   const nlohmann::json &first = rows.at(1), &last = rows.at(rows.size() - 1);
   const int steps = j["meta"]["steps"];
-  s += fmt("\nVirtual time of a %d-step run (medians): flat %.3f ms (%.2f ms/step), cocodiff "
-           "%.3f-%.3f ms (%.2f ms/step).",
-           steps, 1e3 * med(*flat, "virtual_s"), 1e3 * med(*flat, "virtual_s") / steps,
-           1e3 * cc_lo, 1e3 * cc_hi, 1e3 * cc_hi / steps);
+  s +=
+      fmt("\nVirtual time of a %d-step run (medians): flat %.3f ms (%.2f ms/step), cocodiff "
+          "%.3f-%.3f ms (%.2f ms/step).",
+          steps, 1e3 * med(*flat, "virtual_s"), 1e3 * med(*flat, "virtual_s") / steps, 1e3 * cc_lo,
+          1e3 * cc_hi, 1e3 * cc_hi / steps);
   std::string per_nodes;
   for (size_t i = 0; i < (*flat)["projected"].size(); ++i) {
     const int n = (*flat)["projected"][i]["nodes"];
-    per_nodes += fmt(
-        " %s%d nodes: flat %.3f s, cocodiff %.3f s at threshold %g to %.3f s at threshold %g.",
-        i == 0 ? "Projected " : "", n, (*flat)["projected"][i]["virtual_s"].get<double>(),
-        first["projected"][i]["virtual_s"].get<double>(), first["threshold"].get<double>(),
-        last["projected"][i]["virtual_s"].get<double>(), last["threshold"].get<double>());
+    per_nodes +=
+        fmt(" %s%d nodes: flat %.3f s, cocodiff %.3f s at threshold %g to %.3f s at threshold %g.",
+            i == 0 ? "Projected " : "", n, (*flat)["projected"][i]["virtual_s"].get<double>(),
+            first["projected"][i]["virtual_s"].get<double>(), first["threshold"].get<double>(),
+            last["projected"][i]["virtual_s"].get<double>(), last["threshold"].get<double>());
   }
   return s + per_nodes + "\n\n" + results_source("inpaint_quality");
 }
@@ -894,19 +896,21 @@ std::string inpaint_lower(const Data& d) {
     p_hi = std::max(p_hi, med(r, "psnr_gt_region_db"));
   }
   const nlohmann::json &flat = inpaint_row(j, nullptr), &last = j["rows"].back();
-  s += fmt("\nThe region against the truth: PSNR %.2f-%.2f dB over the settings, SSIM %.2f "
-           "(flat) to %.2f (threshold %g).",
-           p_lo, p_hi, med(flat, "ssim_gt_region"), med(last, "ssim_gt_region"),
-           last["threshold"].get<double>());
+  s +=
+      fmt("\nThe region against the truth: PSNR %.2f-%.2f dB over the settings, SSIM %.2f "
+          "(flat) to %.2f (threshold %g).",
+          p_lo, p_hi, med(flat, "ssim_gt_region"), med(last, "ssim_gt_region"),
+          last["threshold"].get<double>());
   // The same threshold with the centre square masked, where both sweeps have it.
   const nlohmann::json& centre = d.results.at("inpaint_quality");
   for (const nlohmann::json& r : j["rows"]) {
     if (!r["threshold"].is_number() || r["threshold"].get<double>() != 0.2) continue;
     const nlohmann::json& c = inpaint_row(centre, r["threshold"]);
-    s += fmt(" At threshold 0.2: %s dB vs exact (lower half) against %s dB (centre square), "
-             "%.1f%% of V sent against %.1f%%.",
-             db(r["psnr_exact_db"]["median"]).c_str(), db(c["psnr_exact_db"]["median"]).c_str(),
-             100 * med(r, "v_bytes_sent_fraction"), 100 * med(c, "v_bytes_sent_fraction"));
+    s +=
+        fmt(" At threshold 0.2: %s dB vs exact (lower half) against %s dB (centre square), "
+            "%.1f%% of V sent against %.1f%%.",
+            db(r["psnr_exact_db"]["median"]).c_str(), db(c["psnr_exact_db"]["median"]).c_str(),
+            100 * med(r, "v_bytes_sent_fraction"), 100 * med(c, "v_bytes_sent_fraction"));
   }
   return s + "\n\n" + results_source("inpaint_quality_lower");
 }

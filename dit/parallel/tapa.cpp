@@ -204,7 +204,7 @@ SpGroup::ResidualSite& SpGroup::next_residual_site(bool& coded) const {
 }
 
 std::shared_ptr<const SpGroup::ExchangeCounts> SpGroup::counts(const BlockShapeFn& shape,
-                                                                int wire) const {
+                                                               int wire) const {
   for (const CountsEntry& e : counts_cache_)
     if (e.wire == wire && e.rows_by_source == shape.rows_by_source() &&
         same_runs(e.rows, shape.rows()) && same_runs(e.cols, shape.cols()))
@@ -313,7 +313,9 @@ void BlockExchange::start(const Exec& ex, const FillFn& fill) {
   site_ = residual_ ? &g_->next_residual_site(int4_) : nullptr;
   // Phantom, without V-Major: the sizes alone, from the group (the same for every exchange of
   // these shapes); nothing is packed.
-  counts_ = phantom_ && v_major_ == nullptr ? g_->counts(shape_, int4_ ? 2 : fp8_ ? 1 : 0)
+  counts_ = phantom_ && v_major_ == nullptr ? g_->counts(shape_, int4_  ? 2
+                                                                 : fp8_ ? 1
+                                                                        : 0)
                                             : nullptr;
   std::int64_t elements = 0;
   if (counts_ != nullptr) {

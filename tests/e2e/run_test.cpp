@@ -66,8 +66,7 @@ TEST(Run, ReportHasEveryFieldAndOutputsExist) {
   nlohmann::json r = run_quickstart(out, "");
   for (const char* key : {"backend", "strategy", "model", "ranks", "nodes", "math", "steps",
                           "resolution", "tokens", "virtual_time_s", "wall_time_s", "output_sha256",
-                          "timeline_sha256", "bytes_by_tier", "breakdown",
-                          "memory_estimate_bytes"})
+                          "timeline_sha256", "bytes_by_tier", "breakdown", "memory_estimate_bytes"})
     EXPECT_TRUE(r.contains(key)) << key;
   // The estimate the run printed before it started: at least the program's own 16 MiB.
   EXPECT_GT(r["memory_estimate_bytes"].get<std::int64_t>(), std::int64_t{16} << 20);
