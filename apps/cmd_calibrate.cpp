@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -41,6 +42,7 @@
 #include "apps/calibrate/collective_fit.hpp"
 #include "apps/calibrate/device_step_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
+#include "apps/calibrate/grid_scale_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/kernel_fit.hpp"
 #include "apps/calibrate/least_squares.hpp"
@@ -75,6 +77,7 @@ struct CalibrateOptions {
   std::vector<std::string> keep;
   std::string loss = "linear";
   double accept_error = 1.0;  // --accept-error: the largest rms error of log time written
+  std::vector<std::string> grid_reference;  // eager ops measured on the grids' GPU
 };
 
 // A fitted bandwidth may exceed the cluster's own figure (the datasheet's, as its preset says)
@@ -432,7 +435,8 @@ void write_roofline(const calibrate::KernelFit& kf, toml::table& table) {
 // they do not cover is fitted to their points (the FLOPs and bytes the layers charge for each
 // shape). Every point is printed, measured against the grid without it (its neighbours along its
 // series) and against the fitted roofline.
-void write_grid(const calibrate::Measurements& m, const RooflineParams& device, toml::table& table,
+void write_grid(const calibrate::Measurements& m, const RooflineParams& device,
+                const std::array<double, kNumOpKinds>& scale, toml::table& table,
                 std::ostringstream& notes) {
   KernelGrid g;
   std::vector<std::string> dirs;
@@ -447,8 +451,9 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
   std::vector<KernelPoint> kp;
   for (const KernelGrid::Point& p : g.points()) {
     const OpCost c = dit::charged_cost(p.shape);
+    const double s = scale[static_cast<size_t>(kernel_class_kind(p.shape.kernel))];
     kp.push_back({p.source, std::string(kernel_class_name(p.shape.kernel)), c.kind, c.flops,
-                  c.bytes, p.time_s * 1e6});
+                  c.bytes, p.time_s * s * 1e6});
   }
   calibrate::KernelFit kf = calibrate::fit_kernels(device, kp);
   std::printf(
@@ -471,7 +476,8 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
     std::string shape;
     for (int j = 0; j < nd; ++j)
       shape += (j ? "x" : "") + std::to_string(d[static_cast<size_t>(j)]);
-    const std::optional<double> h = g.held_out(i);
+    std::optional<double> h = g.held_out(i);
+    if (h) *h *= scale[static_cast<size_t>(kernel_class_kind(p.shape.kernel))];
     const double roof_err = (kf.predicted_us[i] - kp[i].time_us) / kp[i].time_us;
     ClassErrors& e = by_class[kp[i].op];
     e.roof.push_back(std::abs(roof_err));
@@ -505,6 +511,49 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device, 
         << " points); the roofline for what they do not cover fitted to them (rms error of log "
            "time "
         << fmt(kf.rms_log) << ").\n";
+}
+
+// The grids measured on another GPU (--grid-reference: the same eager ops measured on the grids'
+// GPU): device.grid_scale.KIND, this GPU's summed times of the ops both measured over the
+// reference's (apps/calibrate/grid_scale_fit.hpp).
+std::array<double, kNumOpKinds> write_grid_scale(const calibrate::Measurements& m,
+                                                 const std::vector<std::string>& files,
+                                                 toml::table& table, std::ostringstream& notes) {
+  calibrate::Measurements ref;
+  for (const std::string& f : files) calibrate::read_measurements(f, ref);
+  if (ref.eager_ops.empty())
+    throw InputError("calibrate: --grid-reference " + files.front() +
+                     ": no eager op (op,label,tokens,heads,k,n,flops,device_us,host_us) to carry "
+                     "the grids with");
+  const calibrate::GridScaleFit f = calibrate::fit_grid_scale(m.eager_ops, ref.eager_ops);
+  std::printf("# grids carried from the reference's GPU: device time here / there, by op\n");
+  std::printf("%-16s %-11s %6s %12s %14s %8s %8s %8s\n", "op", "kind", "points", "here_us",
+              "reference_us", "ratio", "min", "max");
+  for (const auto& [op, r] : f.ops)
+    std::printf("%-16s %-11s %6d %12.1f %14.1f %8.3f %8.3f %8.3f\n", op.c_str(),
+                std::string(op_kind_name(r.kind)).c_str(), r.points, r.mine_us, r.reference_us,
+                r.mine_us / r.reference_us, r.min_ratio, r.max_ratio);
+  std::string where;
+  for (const std::string& f : files) where += (where.empty() ? "" : ", ") + f;
+  notes << "# Grids carried from another GPU: device.grid_scale.KIND, the summed device times of "
+           "the eager ops measured here and on the grids' GPU ("
+        << where << ") at the same shapes, by kind:";
+  std::array<double, kNumOpKinds> scale{1, 1, 1, 1, 1};
+  for (size_t k = 0; k < scale.size(); ++k) {
+    if (!f.fitted[k]) continue;
+    const std::string kind(op_kind_name(static_cast<OpKind>(k)));
+    const double s = std::strtod(fmt(std::round(f.scale[k] * 1e4) / 1e4).c_str(), nullptr);
+    if (!(s >= 0.2 && s <= 5))
+      throw InputError("calibrate: --grid-reference: the " + kind + " kernels here take " +
+                       fmt(s) + "x the reference's, outside 0.2 to 5: not the same ops or not "
+                       "comparable GPUs; no cluster file written");
+    scale[k] = s;
+    std::printf("# device.grid_scale.%s = %s\n", kind.c_str(), fmt(s).c_str());
+    calibrate::set_key(table, "device.grid_scale." + kind, toml::value<double>(s));
+    notes << " " << kind << " " << fmt(s);
+  }
+  notes << " (" << f.unmatched.size() << " points here without a reference).\n";
+  return scale;
 }
 
 void write_device_step(const std::vector<calibrate::StepPoint>& steps, toml::table& table,
@@ -795,7 +844,14 @@ void run_calibrate(const CalibrateOptions& o) {
 
   if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
   // After the eager ops: the grids replace the kernel tables those write.
-  if (!m.grid_files.empty()) write_grid(m, c.device_params, table, notes);
+  if (!o.grid_reference.empty() && m.grid_files.empty())
+    throw InputError("calibrate: --grid-reference carries kernel grids to this GPU: give the grid "
+                     "files (gemm.csv, attention.csv, memory.csv) too");
+  if (!m.grid_files.empty()) {
+    std::array<double, kNumOpKinds> scale{1, 1, 1, 1, 1};
+    if (!o.grid_reference.empty()) scale = write_grid_scale(m, o.grid_reference, table, notes);
+    write_grid(m, c.device_params, scale, table, notes);
+  }
   if (!m.breakdowns.empty()) write_spread(calibrate::fit_spread(m.breakdowns), table, notes);
   if (!m.chunks.empty()) write_strided(m.chunks, table, notes);
   // Last: the steps are timed on the cluster every other fit has made; the kernels' pace in a
@@ -913,6 +969,11 @@ void add_calibrate_command(CLI::App& app) {
                   "(1.0: a typical point within a factor of e); past it calibrate exits 2 and "
                   "writes no cluster file")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--grid-reference", o->grid_reference,
+                  "the grid files were measured on another GPU: eager ops (kernels.csv of "
+                  "measure_multi.py) measured on that GPU, which with the same ops measured on "
+                  "this one give device.grid_scale per kind; repeatable")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("--no-protocol", o->no_protocol,
                 "keep the cluster's eager/rendezvous protocol instead of fitting a threshold");
   cmd->callback([o] { run_calibrate(*o); });

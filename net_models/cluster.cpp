@@ -384,6 +384,8 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
         in.get_double("device.overlap_kind_weight." + kind, 1.0, 0.0, 100.0);
     d.strided_factor[static_cast<size_t>(k)] =
         in.get_double("device.strided_factor." + kind, 1.0, 0.1, 100.0);
+    d.grid_scale[static_cast<size_t>(k)] =
+        in.get_double("device.grid_scale." + kind, 1.0, 0.2, 5.0);
   }
   d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
   d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
@@ -436,6 +438,12 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
       throw ConfigError(in.where("device.grid") + ": device.grid: " + e.what());
     }
   }
+  if (d.grid == nullptr)  // 1 (what a resolved config writes for every device) scales nothing
+    for (int k = 0; k < kNumOpKinds; ++k)
+      if (d.grid_scale[static_cast<size_t>(k)] != 1.0)
+        in.fail("device.grid_scale." + std::string(op_kind_name(static_cast<OpKind>(k))),
+                "a device with kernel grids (device.grid): the factor scales their times",
+                "no device.grid");
   // This machine's host against the preset's: every issue cost taken `scale` times.
   d.host.scale = in.get_double("device.host.scale", 1.0, 0.1, 10.0);
   const auto us = [&in, scale = d.host.scale](const std::string& k) {

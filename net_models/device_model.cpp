@@ -32,6 +32,8 @@ RooflineDevice::RooflineDevice(RooflineParams p) : p_(std::move(p)), has_host_(p
     COCO_CHECK(w >= 0 && w <= 100, "overlap kind weights must be in [0, 100]");
   for (const double s : p_.strided_factor)
     COCO_CHECK(s >= 0.1 && s <= 100, "strided factors must be in [0.1, 100]");
+  for (const double s : p_.grid_scale)
+    COCO_CHECK(s >= 0.2 && s <= 5, "grid scale factors must be in [0.2, 5]");
   for (const auto& [name, t] : p_.kernels) {
     COCO_CHECK(!t.flops.empty() && t.flops.size() == t.time_s.size(), "kernel table " + name);
     for (size_t i = 0; i < t.flops.size(); ++i)
@@ -172,7 +174,7 @@ SimTime RooflineDevice::eager_time(const OpCost& cost) const {
     double t = 0;
     bool beyond = false;
     if (const auto g = p_.grid->time_s(cost.shape, &beyond)) {
-      t = *g;
+      t = *g * p_.grid_scale[static_cast<size_t>(kernel_class_kind(cost.shape.kernel))];
       if (beyond) note_outside(cost);
     } else {
       if (cost.shape.kernel != KernelClass::kNone) note_outside(cost);

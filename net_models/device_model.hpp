@@ -214,6 +214,9 @@ struct RooflineParams {
   /// cocodiff calibrate) times what the grid does not cover, and `kernels` is not consulted.
   std::shared_ptr<const KernelGrid> grid;
   std::vector<std::string> grid_dirs;  // the directories it was read from, as given
+  /// The grids measured on another GPU: each kernel's grid time is taken this factor of its
+  /// class's kind (device.grid_scale; 1 where the grids are this device's own).
+  std::array<double, kNumOpKinds> grid_scale{1, 1, 1, 1, 1};
   HostParams host;
 };
 

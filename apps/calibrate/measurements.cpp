@@ -259,7 +259,7 @@ void read_eager_csv(const std::vector<Line>& lines, size_t header, const std::st
     p.op = std::string(f[0]);
     p.label = std::string(f[1]);
     for (size_t k = 2; k < 6; ++k)
-      int_in(f[k], where,
+      p.dims[k - 2] = int_in(f[k], where,
              k == 2   ? "tokens"
              : k == 3 ? "heads"
              : k == 4 ? "k"

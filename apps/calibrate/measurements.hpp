@@ -42,6 +42,7 @@
 //    copies of them (norm_contig_us).
 // Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
 
+#include <array>
 #include <cstdint>
 #include <set>
 #include <string>
@@ -90,6 +91,7 @@ struct EagerOpPoint {
   std::string op;     // the PyTorch op measured: linear, rms_norm, rope, sdpa, all_to_all, ...
   std::string label;  // the cocodiff label it was measured for
   double flops = 0;   // what cocodiff charges for the label at this shape (0: not charged)
+  std::array<std::int64_t, 4> dims{};  // the row's tokens, heads, k, n
   double device_us = -1, host_us = -1;
 };
 

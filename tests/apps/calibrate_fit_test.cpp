@@ -18,6 +18,7 @@
 #include "apps/calibrate/collective_fit.hpp"
 #include "apps/calibrate/device_step_fit.hpp"
 #include "apps/calibrate/eager_fit.hpp"
+#include "apps/calibrate/grid_scale_fit.hpp"
 #include "apps/calibrate/host_sync_fit.hpp"
 #include "apps/calibrate/least_squares.hpp"
 #include "core/errors.hpp"
@@ -322,6 +323,37 @@ TEST(CalibrateFit, KernelStepFactorFromDeviceBoundOneGpuSteps) {
   EXPECT_FALSE(h.fitted);
   EXPECT_TRUE(h.cases.empty());
   EXPECT_EQ(h.step_factor, 1.3);
+}
+
+// Grids carried to another GPU: each kind's factor is its summed device times here over the
+// reference's at the same shapes; a shape only one side measured is left out (listed), an op no
+// kind is known for too, and nothing in common is an error.
+TEST(CalibrateFit, GridScaleIsTheRatioOfSummedTimesByKindAtTheSameShapes) {
+  const auto at = [](const std::string& op, std::int64_t tokens, double us) {
+    EagerOpPoint p = eager(op, op + "_label", 1e9, us, -1);
+    p.dims = {tokens, 24, 3072, 3072};
+    p.where = op + ":" + std::to_string(tokens);
+    return p;
+  };
+  const std::vector<EagerOpPoint> ref = {at("linear", 256, 10), at("linear", 4096, 100),
+                                         at("rms_norm", 256, 5), at("rope", 256, 8),
+                                         at("rope", 256, 12)};  // two machines: median 10
+  const std::vector<EagerOpPoint> mine = {
+      at("linear", 256, 10),  at("linear", 4096, 120),  // summed: 130 / 110
+      at("rms_norm", 256, 7.5), at("rope", 256, 11),    // 1.5, 1.1
+      at("sdpa", 256, 3),                               // no reference at this shape
+      at("frobnicate", 256, 1)};                        // no kind
+  const GridScaleFit f = fit_grid_scale(mine, ref);
+  EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kGemm)], 130.0 / 110.0, 1e-12);
+  EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kNorm)], 1.5, 1e-12);
+  EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kElementwise)], 1.1, 1e-12);
+  EXPECT_FALSE(f.fitted[static_cast<size_t>(OpKind::kAttention)]);
+  EXPECT_EQ(f.scale[static_cast<size_t>(OpKind::kAttention)], 1.0);
+  EXPECT_EQ(f.ops.at("linear").points, 2);
+  EXPECT_NEAR(f.ops.at("linear").min_ratio, 1.0, 1e-12);
+  EXPECT_NEAR(f.ops.at("linear").max_ratio, 1.2, 1e-12);
+  EXPECT_EQ(f.unmatched, (std::vector<std::string>{"sdpa:256", "frobnicate:256"}));
+  EXPECT_THROW(fit_grid_scale({at("sdpa", 256, 3)}, ref), InputError);
 }
 
 }  // namespace

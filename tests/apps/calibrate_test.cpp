@@ -1105,7 +1105,10 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
         m / "h100x4-spread" / "breakdown_nvlink.json",
         m / "h100x2-spread" / "breakdown_nvlink.json", m / "h100x4" / "steps_nvlink.csv",
         m / "h100x4-repeat" / "steps_nvlink.csv", m / "h100x4-spread" / "steps_nvlink.csv",
-        m / "h100x2-spread" / "steps_nvlink.csv", m / "h200-chunks" / "chunks.json"}},
+        m / "h100x2-spread" / "steps_nvlink.csv", m / "h200-chunks" / "chunks.json",
+        m / "h200x1-models" / "gemm.csv", m / "h200x1-models" / "attention.csv",
+        m / "h200x1-models" / "memory.csv", m / "h200x1-models2" / "gemm.csv",
+        m / "h200x1-models2" / "attention.csv", m / "h200x1-models2" / "memory.csv"}},
       {"hgx-h200",
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
         m / "h200x4-interference" / "interference_nvlink.json", m / "h200x2" / "steps_nvlink.csv",
@@ -1122,6 +1125,11 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     for (const std::string& a :
          {std::string("--cluster"), preset, std::string("--out"), out.string()})
       args.push_back(a);
+    // hgx-h100 carries the H200 grids by the same ops measured on both GPUs.
+    if (preset == "hgx-h100") {
+      args.emplace_back("--grid-reference");
+      args.push_back((m / "h200x2" / "kernels.csv").string());
+    }
     // Over NVLink the kinds' weights are measured and held at 1 (the presets say why).
     for (const char* kind : {"attention", "norm", "elementwise"}) {
       args.emplace_back("--keep");
@@ -1143,6 +1151,10 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
             fs::weakly_canonical(presets / sgrid->at(i).value<std::string>().value()),
             fs::weakly_canonical(out.parent_path() / fgrid->at(i).value<std::string>().value()));
       EXPECT_FALSE(fit["device"]["kernels"]);
+      for (const char* kind : {"gemm", "attention", "norm", "elementwise", "copy"})
+        EXPECT_EQ(shipped["device"]["grid_scale"][kind].value<double>().value_or(1),
+                  fit["device"]["grid_scale"][kind].value<double>().value_or(1))
+            << "grid_scale." << kind;
       EXPECT_FALSE(shipped["device"]["kernels"]);
       EXPECT_NEAR(shipped["device"]["launch_overhead_ns"].value<double>().value_or(-1),
                   fit["device"]["launch_overhead_ns"].value<double>().value(), 0.5);
@@ -1227,6 +1239,32 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     EXPECT_NEAR(shipped["device"]["step_factor"].value<double>().value_or(-1),
                 fit["device"]["step_factor"].value<double>().value_or(0), 0.0015);
   }
+}
+
+// --grid-reference carries grids: without grid files, or with a reference of no common op, it
+// is refused (exit 2, naming the option) and no cluster file is written.
+TEST_F(Calibrate, GridReferenceNeedsGridsAndOpsInCommon) {
+  const fs::path m = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "measurements";
+  const fs::path out = dir_ / "carried.toml";
+  const ChildResult a = run_cocodiff(
+      {"calibrate", (m / "h100x4" / "kernels.csv").string(), "--grid-reference",
+       (m / "h200x2" / "kernels.csv").string(), "--cluster", "hgx-h100", "--out", out.string()},
+      dir_);
+  EXPECT_EQ(a.exit_code, 2);
+  EXPECT_NE(a.err.find("--grid-reference"), std::string::npos) << a.err;
+  EXPECT_NE(a.err.find("grid files"), std::string::npos) << a.err;
+  EXPECT_FALSE(fs::exists(out));
+  const fs::path other = dir_ / "other_ops.csv";
+  std::ofstream(other) << "op,label,tokens,heads,k,n,flops,device_us,host_us\n"
+                          "linear,q_proj,7,24,3072,3072,1e9,5.0,\n";
+  const ChildResult b = run_cocodiff(
+      {"calibrate", (m / "h100x4" / "kernels.csv").string(),
+       (m / "h200x1-models" / "gemm.csv").string(), "--grid-reference", other.string(),
+       "--cluster", "hgx-h100", "--out", out.string()},
+      dir_);
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_NE(b.err.find("same shape"), std::string::npos) << b.err;
+  EXPECT_FALSE(fs::exists(out));
 }
 
 // configs/clusters/h100-shm.toml and h200-shm.toml are what the commands in their headers write:

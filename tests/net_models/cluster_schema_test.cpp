@@ -92,6 +92,10 @@ hbm_gbytes_per_s = 1
 framework = "compiled"
 [cluster.device.host.kernels]
 rms_norm_unfused = 99
+[cluster.device.kernels.q_proj]
+flops = [1e9, 4e9]
+time_us = [10.0, 30.0]
+source = "a kernel table by label; no shipped preset keeps one, they are timed by grids"
 )");
   // The library files (configs/libraries/*.toml) hold keys of [library] too.
   for (const auto& e : std::filesystem::directory_iterator(kConfigs / "libraries")) {

@@ -228,4 +228,45 @@ TEST(KernelGrid, AClusterWithAMissingGridDirectoryNamesTheKey) {
 }
 
 }  // namespace
+// device.grid_scale carries grids measured on another GPU: each kind's grid time times its
+// factor (the roofline of what the grids do not cover is not scaled: calibrate fits it to the
+// scaled points); a factor without grids is refused, naming the key.
+TEST(KernelGrid, AGridScaleTimesTheGridsTimesByKindAndNeedsAGrid) {
+  const TempDir dir;
+  dir.write("gemm.csv", kGemm);
+  dir.write("memory.csv", kMemory);
+  const std::string device =
+      "[cluster]\nnodes = 1\n[cluster.topology]\nlevels = [\"gpu\"]\nsizes = [1]\n"
+      "tiers = [\"intra-node\"]\n[cluster.device]\npeak_tflops = 1000\nhbm_gbytes_per_s = 4000\n";
+  const Config cfg = Config::parse(device + "grid = [\"" + dir.path.string() +
+                                       "\"]\n[cluster.device.grid_scale]\ngemm = 1.25\nnorm = 2\n",
+                                   "run.toml");
+  const Cluster c = load_cluster(cfg, std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
+  const DeviceModel& d = *c.device;
+  OpCost gemm{OpKind::kGemm, 2.0 * 4096 * 3072 * 3072, 1e6, "q_proj",
+              gemm_shape(4096, 3072, 3072, true)};
+  EXPECT_EQ(d.time(gemm).ns(), 200'000);  // the grid's 160 us x 1.25
+  OpCost norm{OpKind::kNorm, 0, 1e6, "q_norm",
+              memory_shape(KernelClass::kLayerNorm, 1024 * 3072, 3072)};
+  EXPECT_EQ(d.time(norm).ns(), 20'000);  // 10 us x 2
+  OpCost big{OpKind::kGemm, 2e12, 1e6, "mlp_fc1", gemm_shape(1 << 20, 1, 1, false)};
+  EXPECT_EQ(d.time(big).ns(), 2'000'000);  // outside: the roofline, unscaled
+  try {
+    load_cluster(Config::parse(device + "[cluster.device.grid_scale]\ngemm = 1.25\n", "run.toml"),
+                 std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
+    FAIL() << "expected an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("device.grid_scale.gemm"), std::string::npos) << e.what();
+  }
+  try {
+    load_cluster(Config::parse(device + "grid = [\"" + dir.path.string() +
+                                   "\"]\n[cluster.device.grid_scale]\ncopy = 9\n",
+                               "run.toml"),
+                 std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
+    FAIL() << "expected an error";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("device.grid_scale.copy"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace cocodiff
