@@ -544,8 +544,8 @@ std::array<double, kNumOpKinds> write_grid_scale(const calibrate::Measurements& 
     const std::string kind(op_kind_name(static_cast<OpKind>(k)));
     const double s = std::strtod(fmt(std::round(f.scale[k] * 1e4) / 1e4).c_str(), nullptr);
     if (!(s >= 0.2 && s <= 5))
-      throw InputError("calibrate: --grid-reference: the " + kind + " kernels here take " +
-                       fmt(s) + "x the reference's, outside 0.2 to 5: not the same ops or not "
+      throw InputError("calibrate: --grid-reference: the " + kind + " kernels here take " + fmt(s) +
+                       "x the reference's, outside 0.2 to 5: not the same ops or not "
                        "comparable GPUs; no cluster file written");
     scale[k] = s;
     std::printf("# device.grid_scale.%s = %s\n", kind.c_str(), fmt(s).c_str());
@@ -845,8 +845,9 @@ void run_calibrate(const CalibrateOptions& o) {
   if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
   // After the eager ops: the grids replace the kernel tables those write.
   if (!o.grid_reference.empty() && m.grid_files.empty())
-    throw InputError("calibrate: --grid-reference carries kernel grids to this GPU: give the grid "
-                     "files (gemm.csv, attention.csv, memory.csv) too");
+    throw InputError(
+        "calibrate: --grid-reference carries kernel grids to this GPU: give the grid "
+        "files (gemm.csv, attention.csv, memory.csv) too");
   if (!m.grid_files.empty()) {
     std::array<double, kNumOpKinds> scale{1, 1, 1, 1, 1};
     if (!o.grid_reference.empty()) scale = write_grid_scale(m, o.grid_reference, table, notes);

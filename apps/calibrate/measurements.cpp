@@ -260,11 +260,11 @@ void read_eager_csv(const std::vector<Line>& lines, size_t header, const std::st
     p.label = std::string(f[1]);
     for (size_t k = 2; k < 6; ++k)
       p.dims[k - 2] = int_in(f[k], where,
-             k == 2   ? "tokens"
-             : k == 3 ? "heads"
-             : k == 4 ? "k"
-                      : "n",
-             0, std::int64_t{1} << 40);
+                             k == 2   ? "tokens"
+                             : k == 3 ? "heads"
+                             : k == 4 ? "k"
+                                      : "n",
+                             0, std::int64_t{1} << 40);
     if (!f[6].empty()) p.flops = double_in(f[6], where, "flops", 0, 1e18);
     if (!f[7].empty()) p.device_us = time_us(f[7], where, "device_us");
     if (!f[8].empty()) p.host_us = time_us(f[8], where, "host_us");

@@ -339,10 +339,10 @@ TEST(CalibrateFit, GridScaleIsTheRatioOfSummedTimesByKindAtTheSameShapes) {
                                          at("rms_norm", 256, 5), at("rope", 256, 8),
                                          at("rope", 256, 12)};  // two machines: median 10
   const std::vector<EagerOpPoint> mine = {
-      at("linear", 256, 10),  at("linear", 4096, 120),  // summed: 130 / 110
-      at("rms_norm", 256, 7.5), at("rope", 256, 11),    // 1.5, 1.1
-      at("sdpa", 256, 3),                               // no reference at this shape
-      at("frobnicate", 256, 1)};                        // no kind
+      at("linear", 256, 10),    at("linear", 4096, 120),  // summed: 130 / 110
+      at("rms_norm", 256, 7.5), at("rope", 256, 11),      // 1.5, 1.1
+      at("sdpa", 256, 3),                                 // no reference at this shape
+      at("frobnicate", 256, 1)};                          // no kind
   const GridScaleFit f = fit_grid_scale(mine, ref);
   EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kGemm)], 130.0 / 110.0, 1e-12);
   EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kNorm)], 1.5, 1e-12);

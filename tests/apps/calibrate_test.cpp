@@ -1257,11 +1257,11 @@ TEST_F(Calibrate, GridReferenceNeedsGridsAndOpsInCommon) {
   const fs::path other = dir_ / "other_ops.csv";
   std::ofstream(other) << "op,label,tokens,heads,k,n,flops,device_us,host_us\n"
                           "linear,q_proj,7,24,3072,3072,1e9,5.0,\n";
-  const ChildResult b = run_cocodiff(
-      {"calibrate", (m / "h100x4" / "kernels.csv").string(),
-       (m / "h200x1-models" / "gemm.csv").string(), "--grid-reference", other.string(),
-       "--cluster", "hgx-h100", "--out", out.string()},
-      dir_);
+  const ChildResult b =
+      run_cocodiff({"calibrate", (m / "h100x4" / "kernels.csv").string(),
+                    (m / "h200x1-models" / "gemm.csv").string(), "--grid-reference", other.string(),
+                    "--cluster", "hgx-h100", "--out", out.string()},
+                   dir_);
   EXPECT_EQ(b.exit_code, 2);
   EXPECT_NE(b.err.find("same shape"), std::string::npos) << b.err;
   EXPECT_FALSE(fs::exists(out));
