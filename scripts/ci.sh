@@ -11,8 +11,10 @@
 #   tsan  TSan build (gcc) of the emulator and network-model tests, which run the engine with
 #         1, 2 and 4 worker threads; tile fibers migrate between the workers, and the emulator
 #         announces every switch to TSan (emulator/detail/scheduler.hpp, fiber_launch.hpp).
-#   pgo   scripts/build_pgo.sh (an instrumented build, its training runs without the 128-node
-#         ones, the build from their profile) into build-pgo/, then the same runs with it and
+#   pgo   scripts/build_pgo.sh in its quick mode (an instrumented build of the libraries a run
+#         spends its time in, the commands from ccache's copy of build/; its training runs
+#         without the 128-node ones; the build from their profile) into build-pgo/, then the
+#         same runs with it and
 #         with build/'s program: real math (the quickstart's picture, flat and cocodiff) and
 #         phantom (usp, cocodiff on 8 Aurora nodes) give the same output and timeline hashes.
 #   asan  ASan + UBSan build (clang-14, -O1) without benchmarks and MPI, then every CTest test but the

@@ -5,7 +5,7 @@ pkgs=(build-essential cmake ninja-build pkg-config
   libeigen3-dev libboost-fiber-dev libboost-context-dev libboost-thread-dev
   libopenmpi-dev openmpi-bin libpng-dev libgif-dev libtomlplusplus-dev libcli11-dev nlohmann-json3-dev
   libssl-dev libgoogle-perftools-dev libgtest-dev libgmock-dev libbenchmark-dev gnuplot-nox clang-14 libclang-rt-14-dev clang-format
-  clang-tidy)
+  clang-tidy ccache)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,6 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 jobs=$(nproc)
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# ccache (installed by setup.sh): a rebuild, and the profile-guided build of CI's pgo stage
+# (scripts/build_pgo.sh), take what this build compiled the same way from its cache.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
