@@ -514,8 +514,8 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device,
 }
 
 // The grids measured on another GPU (--grid-reference: the same eager ops measured on the grids'
-// GPU): device.grid_scale.KIND, this GPU's summed times of the ops both measured over the
-// reference's (apps/calibrate/grid_scale_fit.hpp).
+// GPU): device.grid_scale.KIND, the geometric mean of the ratios of this GPU's times of the ops
+// both measured to the reference's (apps/calibrate/grid_scale_fit.hpp).
 std::array<double, kNumOpKinds> write_grid_scale(const calibrate::Measurements& m,
                                                  const std::vector<std::string>& files,
                                                  toml::table& table, std::ostringstream& notes) {
@@ -528,15 +528,15 @@ std::array<double, kNumOpKinds> write_grid_scale(const calibrate::Measurements& 
   const calibrate::GridScaleFit f = calibrate::fit_grid_scale(m.eager_ops, ref.eager_ops);
   std::printf("# grids carried from the reference's GPU: device time here / there, by op\n");
   std::printf("%-16s %-11s %6s %12s %14s %8s %8s %8s\n", "op", "kind", "points", "here_us",
-              "reference_us", "ratio", "min", "max");
+              "reference_us", "summed", "min", "max");
   for (const auto& [op, r] : f.ops)
     std::printf("%-16s %-11s %6d %12.1f %14.1f %8.3f %8.3f %8.3f\n", op.c_str(),
                 std::string(op_kind_name(r.kind)).c_str(), r.points, r.mine_us, r.reference_us,
                 r.mine_us / r.reference_us, r.min_ratio, r.max_ratio);
   std::string where;
   for (const std::string& f : files) where += (where.empty() ? "" : ", ") + f;
-  notes << "# Grids carried from another GPU: device.grid_scale.KIND, the summed device times of "
-           "the eager ops measured here and on the grids' GPU ("
+  notes << "# Grids carried from another GPU: device.grid_scale.KIND, the geometric mean of the "
+           "ratios of the eager ops' device times measured here and on the grids' GPU ("
         << where << ") at the same shapes, by kind:";
   std::array<double, kNumOpKinds> scale{1, 1, 1, 1, 1};
   for (size_t k = 0; k < scale.size(); ++k) {

@@ -1,6 +1,7 @@
 #include "apps/calibrate/grid_scale_fit.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <tuple>
 
@@ -45,7 +46,8 @@ GridScaleFit fit_grid_scale(const std::vector<EagerOpPoint>& mine,
     ref[key] = v.size() % 2 == 1 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
   }
   GridScaleFit f;
-  std::array<double, kNumOpKinds> sum_mine{}, sum_ref{};
+  std::array<double, kNumOpKinds> sum_log{};
+  std::array<int, kNumOpKinds> count{};
   for (const EagerOpPoint& p : mine) {
     if (!(p.device_us > 0)) continue;
     const std::optional<OpKind> kind = kind_of(p.op);
@@ -63,16 +65,16 @@ GridScaleFit fit_grid_scale(const std::vector<EagerOpPoint>& mine,
     o.mine_us += p.device_us;
     o.reference_us += it->second;
     const auto k = static_cast<size_t>(*kind);
-    sum_mine[k] += p.device_us;
-    sum_ref[k] += it->second;
+    sum_log[k] += std::log(ratio);
+    ++count[k];
   }
   if (f.ops.empty())
     throw InputError(
         "calibrate: --grid-reference: no op with a device time was measured at the same shape "
         "(op, label, tokens, heads, k, n) in the fitted files and in the reference");
   for (size_t k = 0; k < f.scale.size(); ++k)
-    if (sum_ref[k] > 0) {
-      f.scale[k] = sum_mine[k] / sum_ref[k];
+    if (count[k] > 0) {
+      f.scale[k] = std::exp(sum_log[k] / count[k]);
       f.fitted[k] = true;
     }
   return f;

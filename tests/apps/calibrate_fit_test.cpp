@@ -325,8 +325,8 @@ TEST(CalibrateFit, KernelStepFactorFromDeviceBoundOneGpuSteps) {
   EXPECT_EQ(h.step_factor, 1.3);
 }
 
-// Grids carried to another GPU: each kind's factor is its summed device times here over the
-// reference's at the same shapes; a shape only one side measured is left out (listed), an op no
+// Grids carried to another GPU: each kind's factor is the geometric mean of its ops' time ratios
+// here over the reference's at the same shapes (least squares on log time); a shape only one side measured is left out (listed), an op no
 // kind is known for too, and nothing in common is an error.
 TEST(CalibrateFit, GridScaleIsTheRatioOfSummedTimesByKindAtTheSameShapes) {
   const auto at = [](const std::string& op, std::int64_t tokens, double us) {
@@ -339,12 +339,12 @@ TEST(CalibrateFit, GridScaleIsTheRatioOfSummedTimesByKindAtTheSameShapes) {
                                          at("rms_norm", 256, 5), at("rope", 256, 8),
                                          at("rope", 256, 12)};  // two machines: median 10
   const std::vector<EagerOpPoint> mine = {
-      at("linear", 256, 10),    at("linear", 4096, 120),  // summed: 130 / 110
+      at("linear", 256, 10),    at("linear", 4096, 120),  // ratios 1 and 1.2
       at("rms_norm", 256, 7.5), at("rope", 256, 11),      // 1.5, 1.1
       at("sdpa", 256, 3),                                 // no reference at this shape
       at("frobnicate", 256, 1)};                          // no kind
   const GridScaleFit f = fit_grid_scale(mine, ref);
-  EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kGemm)], 130.0 / 110.0, 1e-12);
+  EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kGemm)], std::sqrt(1.0 * 1.2), 1e-12);
   EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kNorm)], 1.5, 1e-12);
   EXPECT_NEAR(f.scale[static_cast<size_t>(OpKind::kElementwise)], 1.1, 1e-12);
   EXPECT_FALSE(f.fitted[static_cast<size_t>(OpKind::kAttention)]);
