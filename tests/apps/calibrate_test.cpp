@@ -1106,9 +1106,8 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
         m / "h100x2-spread" / "breakdown_nvlink.json", m / "h100x4" / "steps_nvlink.csv",
         m / "h100x4-repeat" / "steps_nvlink.csv", m / "h100x4-spread" / "steps_nvlink.csv",
         m / "h100x2-spread" / "steps_nvlink.csv", m / "h200-chunks" / "chunks.json",
-        m / "h200x1-models" / "gemm.csv", m / "h200x1-models" / "attention.csv",
-        m / "h200x1-models" / "memory.csv", m / "h200x1-models2" / "gemm.csv",
-        m / "h200x1-models2" / "attention.csv", m / "h200x1-models2" / "memory.csv"}},
+        m / "h100x1-models" / "gemm.csv", m / "h100x1-models" / "attention.csv",
+        m / "h100x1-models" / "memory.csv"}},
       {"hgx-h200",
        {m / "h200x2" / "kernels.csv", m / "h200x2" / "interference_nvlink.json",
         m / "h200x4-interference" / "interference_nvlink.json", m / "h200x2" / "steps_nvlink.csv",
@@ -1125,11 +1124,6 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     for (const std::string& a :
          {std::string("--cluster"), preset, std::string("--out"), out.string()})
       args.push_back(a);
-    // hgx-h100 carries the H200 grids by the same ops measured on both GPUs.
-    if (preset == "hgx-h100") {
-      args.emplace_back("--grid-reference");
-      args.push_back((m / "h200x2" / "kernels.csv").string());
-    }
     // Over NVLink the kinds' weights are measured and held at 1 (the presets say why).
     for (const char* kind : {"attention", "norm", "elementwise"}) {
       args.emplace_back("--keep");
@@ -1239,6 +1233,31 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
     EXPECT_NEAR(shipped["device"]["step_factor"].value<double>().value_or(-1),
                 fit["device"]["step_factor"].value<double>().value_or(0), 0.0015);
   }
+}
+
+// --grid-reference carries the H200's grids to the H100 by the same eager ops measured on both
+// (the geometric mean of their ratios by kind): the factors, and a cluster file that runs.
+TEST_F(Calibrate, GridReferenceCarriesTheH200GridsToTheH100) {
+  const fs::path m = fs::path(COCODIFF_SOURCE_DIR) / "configs" / "measurements";
+  const fs::path out = dir_ / "carried.toml";
+  const ChildResult r = run_cocodiff(
+      {"calibrate", (m / "h100x4" / "kernels.csv").string(),
+       (m / "h200x1-models" / "gemm.csv").string(),
+       (m / "h200x1-models" / "attention.csv").string(),
+       (m / "h200x1-models" / "memory.csv").string(), "--grid-reference",
+       (m / "h200x2" / "kernels.csv").string(), "--cluster", "hgx-h100", "--out", out.string()},
+      dir_);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const toml::table fit = toml::parse_file(out.string());
+  const std::map<std::string, double> want = {{"gemm", 1.0884},
+                                              {"attention", 1.0024},
+                                              {"norm", 1.0127},
+                                              {"elementwise", 1.0935},
+                                              {"copy", 0.8975}};
+  for (const auto& [kind, v] : want)
+    EXPECT_EQ(fit["device"]["grid_scale"][kind].value<double>().value_or(-1), v) << kind;
+  EXPECT_NE(r.out.find("# device.grid_scale.gemm = 1.0884"), std::string::npos) << r.out;
+  EXPECT_EQ(run_cocodiff({"topo", out.string()}, dir_).exit_code, 0);
 }
 
 // --grid-reference carries grids: without grid files, or with a reference of no common op, it

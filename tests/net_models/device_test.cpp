@@ -57,7 +57,7 @@ TEST(Roofline, PresetsCarryTheirDevices) {
     const char* preset;
     double tflops, hbm_gb_s, launch_us;
   };
-  for (const Want& w : {Want{"aurora", 273, 1638.4, 5}, Want{"hgx-h100", 989, 3350, 3.5},
+  for (const Want& w : {Want{"aurora", 273, 1638.4, 5}, Want{"hgx-h100", 989, 3350, 4.124},
                         Want{"hgx-h200", 989, 4800, 3.868}}) {
     SCOPED_TRACE(w.preset);
     const Config cfg =
