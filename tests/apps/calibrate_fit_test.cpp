@@ -326,8 +326,9 @@ TEST(CalibrateFit, KernelStepFactorFromDeviceBoundOneGpuSteps) {
 }
 
 // Grids carried to another GPU: each kind's factor is the geometric mean of its ops' time ratios
-// here over the reference's at the same shapes (least squares on log time); a shape only one side measured is left out (listed), an op no
-// kind is known for too, and nothing in common is an error.
+// here over the reference's at the same shapes (least squares on log time); a shape only one side
+// measured is left out (listed), an op no kind is known for too, and nothing in common is an
+// error.
 TEST(CalibrateFit, GridScaleIsTheGeometricMeanOfTheRatiosByKindAtTheSameShapes) {
   const auto at = [](const std::string& op, std::int64_t tokens, double us) {
     EagerOpPoint p = eager(op, op + "_label", 1e9, us, -1);
