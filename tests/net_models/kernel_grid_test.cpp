@@ -181,18 +181,18 @@ struct TempDir {
   }
 };
 
+// One GPU of a round roofline, as the cluster tests below describe it inline.
+const std::string kOneGpu =
+    "[cluster]\nnodes = 1\n[cluster.topology]\nlevels = [\"gpu\"]\nsizes = [1]\n"
+    "tiers = [\"intra-node\"]\n[cluster.device]\npeak_tflops = 1000\nhbm_gbytes_per_s = 4000\n";
+
 TEST(KernelGrid, AClusterTimesItsOpsByTheGridAndReportsTheRest) {
   const TempDir dir;
   dir.write("gemm.csv", kGemm);
   dir.write("memory.csv", kMemory);
-  const Config cfg = Config::parse(
-      "[cluster]\nnodes = 1\n[cluster.topology]\nlevels = [\"gpu\"]\nsizes = [1]\n"
-      "tiers = [\"intra-node\"]\n[cluster.device]\npeak_tflops = 1000\nhbm_gbytes_per_s = 4000\n"
-      "grid = [\"" +
-          dir.path.string() +
-          "\"]\n"
-          "[cluster.device.strided_factor]\nnorm = 2.0\n",
-      "run.toml");
+  const Config cfg = Config::parse(kOneGpu + "grid = [\"" + dir.path.string() +
+                                       "\"]\n[cluster.device.strided_factor]\nnorm = 2.0\n",
+                                   "run.toml");
   const Cluster c = load_cluster(cfg, std::filesystem::path(COCODIFF_CONFIG_DIR) / "clusters");
   const DeviceModel& d = *c.device;
   OpCost gemm{OpKind::kGemm, 2.0 * 4096 * 3072 * 3072, 1e6, "q_proj",
@@ -235,9 +235,7 @@ TEST(KernelGrid, AGridScaleTimesTheGridsTimesByKindAndNeedsAGrid) {
   const TempDir dir;
   dir.write("gemm.csv", kGemm);
   dir.write("memory.csv", kMemory);
-  const std::string device =
-      "[cluster]\nnodes = 1\n[cluster.topology]\nlevels = [\"gpu\"]\nsizes = [1]\n"
-      "tiers = [\"intra-node\"]\n[cluster.device]\npeak_tflops = 1000\nhbm_gbytes_per_s = 4000\n";
+  const std::string& device = kOneGpu;
   const Config cfg = Config::parse(device + "grid = [\"" + dir.path.string() +
                                        "\"]\n[cluster.device.grid_scale]\ngemm = 1.25\nnorm = 2\n",
                                    "run.toml");
