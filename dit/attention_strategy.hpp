@@ -94,7 +94,11 @@ struct StrategyOptions {
   std::vector<std::string> v_major_tiers = {"inter-node"};  // tiers whose V is selective
   int v_major_warmup_steps = 2;                             // first steps send everything
   int v_major_refresh_every = 10;                 // every n-th step sends everything (0: never)
-  double v_major_phantom_active_fraction = 0.25;  // phantom mode: share of blocks sent
+  // Phantom mode: share of blocks sent. Measured, not assumed: at the default threshold the
+  // trained models send every block (rates.json of configs/quickstart.toml and configs/video.toml
+  // run with cocodiff: 1.0; their V moves 9-12% a step, bench/README.md), so the default saves
+  // nothing; a rates file (run.measured_rates) or this key states another model's share.
+  double v_major_phantom_active_fraction = 1.0;
   // Ulysses x Ring (usp).
   int usp_ring_levels = 1;  // outermost topology levels the ring spans (the rest: Ulysses)
   bool usp_tapa = false;    // Ulysses part as TAPA phases instead of one flat all-to-all

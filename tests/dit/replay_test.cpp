@@ -210,6 +210,7 @@ TEST(Replay, BlocksOfOneKindAreReplayedWithinAStep) {
 TEST(Replay, VMajorRefreshStepsAreSimulated) {
   const ModelConfig cfg = small_flux();
   RunSettings st = phantom_settings("cocodiff", 8);
+  st.strategy_options.v_major_phantom_active_fraction = 0.25;  // a refresh sends more
   auto replayed = [&](int refresh_every, emu::RunResult* off_result) {
     st.strategy_options.v_major_refresh_every = refresh_every;
     const auto [a, b] = simulated_and_replayed(cfg, st);

@@ -561,6 +561,33 @@ TEST(Run, TraceTracksNeverOverlapOnAnyStrategy) {
   fs::remove_all(out);
 }
 
+// The share of V blocks a phantom V-Major run sends by default is measured, not assumed: the
+// shipped trained models (the image quickstart and the video model, each with cocodiff at the
+// default threshold) send that share of their blocks in real math.
+TEST(Run, ThePhantomVMajorDefaultIsTheShareTheTrainedModelsSend) {
+  const fs::path dir = temp_dir("v_major_default");
+  const std::string cfg = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR;
+  const std::vector<std::string> runs = {
+      cfg + "/quickstart.toml",
+      cfg + "/video.toml --set parallel.ulysses_degree=24 --set parallel.ring_degree=1 "
+            "--set ulysses.uneven_heads=true"};
+  for (const std::string& run : runs) {
+    const std::string base = run + " --set run.strategy=cocodiff --set emulator.trace=false -q";
+    Result real = sh(base + " --out " + (dir / "real").string());
+    ASSERT_EQ(real.exit_code, 0) << run << "\n" << real.output;
+    std::ifstream rin(dir / "real" / "rates.json");
+    const double measured = nlohmann::json::parse(rin)["v_major"]["active_fraction"].get<double>();
+    Result ph = sh(base + " --set run.math=skip --out " + (dir / "phantom").string());
+    ASSERT_EQ(ph.exit_code, 0) << run << "\n" << ph.output;
+    std::ifstream pin(dir / "phantom" / "report.json");
+    const nlohmann::json v = nlohmann::json::parse(pin)["strategy_stats"]["v_major"];
+    EXPECT_NEAR(v["phantom_active_fraction"].get<double>(), measured, 0.01) << run;
+    EXPECT_NEAR(v["tiers"]["inter-node"]["active_block_fraction"].get<double>(), measured, 0.01)
+        << run;
+  }
+  fs::remove_all(dir);
+}
+
 // A class label the model does not have is a config error (exit 2), with nothing written.
 // A real run with a step cache writes the steps it skipped to rates.json; a phantom run named
 // to it skips the same steps and moves the same bytes; the ways to misuse the file exit 2.
