@@ -36,11 +36,12 @@ for thr in 0.05 0.2 0.5 1.0; do
     --out "$out/$name" > "$out/$name.txt"
 done
 # Real math, the trained quickstart model: each data-dependent acceleration on each strategy, with
-# its bytes and quality, and the fastest entry that keeps a 33 dB preview.
+# its bytes and quality, PipeFusion's (4 stages of 6-tile Ulysses, stale K/V after one warm-up
+# step) beside them, and the fastest entry that keeps a 33 dB preview.
 name="quickstart_techniques"
 if [ ! -f "$out/$name/compare.json" ]; then
   echo "== $name" >&2
-  "$bin" compare "$root/configs/quickstart.toml" --strategies flat,tapa,cocodiff \
+  "$bin" compare "$root/configs/quickstart.toml" --strategies flat,tapa,cocodiff,pipefusion \
     --techniques fp8,residual,teacache,teacache=0.25,first_block=0.12 --lossy 33 \
     --out "$out/$name" > "$out/$name.txt"
 fi
