@@ -2,7 +2,7 @@
 # Builds the cocodiff program with profile-guided optimisation (GCC): an instrumented build
 # (<dir>-gen/) runs a training set of emulated runs, then <dir>/ is compiled from the profile
 # they wrote. The program gives the same outputs and timelines as the plain Release build and
-# takes about 7% less CPU on large phantom runs (bench/README.md, "Profile-guided build").
+# takes about 7% less CPU on large phantom runs (bench/HISTORY.md, "Profile-guided build").
 # The training set: every strategy in phantom mode on 8 and on 128 Aurora nodes (FLUX.1-dev,
 # 2048^2) and on 4 HGX H100 nodes, and the quickstart's real-math picture, one worker each.
 # Usage: bash scripts/build_pgo.sh [dir]      (default build-pgo; then cmake --install <dir>)
