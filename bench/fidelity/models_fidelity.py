@@ -24,7 +24,9 @@ Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models
                           [--framework reference|eager|compiled|inductor] [--set KEY=VALUE ...]
                           [--out DIR] [--name models_fidelity]
 Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
-forwards: --measured h200x1-video --name video_fidelity).
+forwards: --measured h200x1-video --name video_fidelity; one H100: --preset hgx-h100 --measured
+h100x1-models --name models_fidelity_h100, with the reference host given by --set: README.md,
+"Every model family on one H100").
 """
 import statistics
 
@@ -78,7 +80,8 @@ def compare(a, machines):
 
 
 def table(preset, machines, out_rows):
-    lines = [f"# {preset} against {', '.join(machines)} (configs/measurements/: one H200 each, "
+    gpus = " or ".join(sorted({"H200" if m.startswith("h200") else "H100" for m in machines}))
+    lines = [f"# {preset} against {', '.join(machines)} (configs/measurements/: one {gpus} each, "
              "one forward; error = predicted / mean measured - 1)",
              f"{'model':<12} {'size':>9} {'frames':>6} {'batch':>5} {'measured_ms (each machine)':>27} "
              f"{'host_ms':>8} {'predicted_ms':>12} {'error':>7}  bound"]
