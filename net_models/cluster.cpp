@@ -368,13 +368,8 @@ std::map<std::string, SimTime, std::less<>> read_reference_host(const std::files
   return out;
 }
 
-RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
-  RooflineParams d;
-  d.name = in.get_string("device.name", cluster_name + " device");
-  d.peak_flops_per_s = in.physical("device.peak_tflops", "peak", "TFLOP/s", 1e-3, 1e6) * 1e12;
-  d.hbm_bytes_per_s = in.physical("device.hbm_gbytes_per_s", "bandwidth", "GB/s", 1e-3, 1e6) * 1e9;
-  d.launch_overhead =
-      SimTime::from_ns(in.get_int("device.launch_overhead_ns", 0, 0, std::int64_t{1} << 40));
+// Per kind of op: efficiencies, overlap weight, strided and kernel-grid factors.
+void read_op_kind_factors(const Layers& in, RooflineParams& d) {
   for (int k = 0; k < kNumOpKinds; ++k) {
     const std::string kind(op_kind_name(static_cast<OpKind>(k)));
     d.compute_efficiency[static_cast<size_t>(k)] =
@@ -387,8 +382,11 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     d.grid_scale[static_cast<size_t>(k)] =
         in.get_double("device.grid_scale." + kind, 1.0, 0.2, 5.0);
   }
-  d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
-  d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
+}
+
+// [device.overlap_by_group.N]: overlap factors for groups of N ranks, defaulting to the
+// device-wide ones (read before this).
+void read_overlap_by_group(const Layers& in, RooflineParams& d) {
   for (const std::string& group : in.subkeys("device.overlap_by_group")) {
     const std::string k = "device.overlap_by_group." + group;
     int ranks = 0;
@@ -400,8 +398,10 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     f.transfer = in.get_double(k + ".transfer_factor", d.overlap_transfer_factor, 1.0, 100.0);
     d.overlap_by_group[ranks] = f;
   }
-  d.rank_spread = in.get_double("device.rank_spread", 0.0, 0.0, 0.2);
-  d.step_factor = in.get_double("device.step_factor", 1.0, 0.1, 10.0);
+}
+
+// [device.kernels.NAME]: measured kernel times by FLOP count, sizes ascending.
+void read_kernel_tables(const Layers& in, RooflineParams& d) {
   for (const std::string& name : in.subkeys("device.kernels")) {
     const std::string k = "device.kernels." + name;
     KernelTable t;
@@ -420,7 +420,11 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
     }
     d.kernels.emplace(name, std::move(t));
   }
-  // Kernel grids by shape: directories relative to the file that names them.
+}
+
+// device.grid: kernel grids by shape, from directories relative to the file that names them;
+// a grid_scale other than 1 needs them.
+void read_kernel_grids(const Layers& in, RooflineParams& d) {
   if (in.has("device.grid")) {
     d.grid_dirs = in.get_string_list("device.grid", {});
     if (d.grid_dirs.empty() || d.grid_dirs.size() > 16)
@@ -444,38 +448,37 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
         in.fail("device.grid_scale." + std::string(op_kind_name(static_cast<OpKind>(k))),
                 "a device with kernel grids (device.grid): the factor scales their times",
                 "no device.grid");
-  // This machine's host against the preset's: every issue cost taken `scale` times.
-  d.host.scale = in.get_double("device.host.scale", 1.0, 0.1, 10.0);
-  const auto us = [&in, scale = d.host.scale](const std::string& k) {
-    return SimTime::from_seconds(in.get_double(k, 0.0, 0.0, 1e6) * 1e-6 * scale);
-  };
+}
+
+// A host cost given in microseconds at key k (0 if absent), taken `scale` times.
+SimTime scaled_us(const Layers& in, const std::string& k, double scale) {
+  return SimTime::from_seconds(in.get_double(k, 0.0, 0.0, 1e6) * 1e-6 * scale);
+}
+
+// device.host.range: the lowest and highest host scales this device is run at, if given.
+void read_host_range(const Layers& in, HostParams& host) {
   const std::vector<double> range = in.get_double_list("device.host.range", {});
-  if (!range.empty()) {
-    if (range.size() != 2 || !(range[0] >= 0.1) || !(range[1] <= 10.0) || !(range[0] <= range[1]))
-      in.fail("device.host.range",
-              "[lowest, highest]: two host scales from 0.1 to 10, lowest first",
-              std::to_string(range.size()) + " values" +
-                  (range.size() == 2 ? " (" + number(range[0]) + ", " + number(range[1]) + ")"
-                                     : std::string()));
-    d.host.range_low = range[0];
-    d.host.range_high = range[1];
-  }
-  d.host.op_issue = us("device.host.op_issue_us");
-  d.host.collective_issue = us("device.host.collective_issue_us");
-  d.host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);
-  d.host.sync_slowdown = in.get_double("device.host.sync_slowdown", 0.0, 0.0, 10.0);
-  d.host.step_factor = in.get_double("device.host.step_factor", 1.0, 0.1, 10.0);
-  for (const std::string& label : in.subkeys("device.host.ops"))
-    d.host.ops.emplace(label, us("device.host.ops." + label));
+  if (range.empty()) return;
+  if (range.size() != 2 || !(range[0] >= 0.1) || !(range[1] <= 10.0) || !(range[0] <= range[1]))
+    in.fail("device.host.range", "[lowest, highest]: two host scales from 0.1 to 10, lowest first",
+            std::to_string(range.size()) + " values" +
+                (range.size() == 2 ? " (" + number(range[0]) + ", " + number(range[1]) + ")"
+                                   : std::string()));
+  host.range_low = range[0];
+  host.range_high = range[1];
+}
+
+// device.host.framework and [device.host.inductor]: how the host issues a step's ops.
+void read_host_framework(const Layers& in, HostParams& host) {
   // A framework that captures the step (CUDA graphs, torch.compile) takes the host off the
   // critical path: no op issue cost; a collective call still costs its issue. "reference": each
   // block at the host time its reference implementation takes, counted.
   const std::string framework =
       in.choice("device.host.framework", "eager", {"eager", "compiled", "inductor", "reference"});
-  d.host.framework = framework == "compiled"    ? HostParams::Framework::kCompiled
-                     : framework == "inductor"  ? HostParams::Framework::kInductor
-                     : framework == "reference" ? HostParams::Framework::kReference
-                                                : HostParams::Framework::kEager;
+  host.framework = framework == "compiled"    ? HostParams::Framework::kCompiled
+                   : framework == "inductor"  ? HostParams::Framework::kInductor
+                   : framework == "reference" ? HostParams::Framework::kReference
+                                              : HostParams::Framework::kEager;
   // torch.compile's default mode: memory-bound kernels fused, each op launched by the compiled
   // graph's wrapper. Both figures are a device's own measurement; none is assumed.
   const bool fusion_given = in.has("device.host.inductor.fusion");
@@ -483,28 +486,48 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
   if (fusion_given != launch_given)
     in.fail(fusion_given ? "device.host.inductor.launch_us" : "device.host.inductor.fusion",
             "both device.host.inductor.fusion and device.host.inductor.launch_us", "one of them");
-  d.host.has_inductor = fusion_given;
+  host.has_inductor = fusion_given;
   if (fusion_given) {
-    d.host.inductor_fusion = in.get_double("device.host.inductor.fusion", 1.0, 0.05, 1.0);
-    d.host.inductor_launch = us("device.host.inductor.launch_us");
+    host.inductor_fusion = in.get_double("device.host.inductor.fusion", 1.0, 0.05, 1.0);
+    host.inductor_launch = scaled_us(in, "device.host.inductor.launch_us", host.scale);
   }
-  if (d.host.framework == HostParams::Framework::kInductor && !d.host.has_inductor)
+  if (host.framework == HostParams::Framework::kInductor && !host.has_inductor)
     in.fail("device.host.framework",
             "\"eager\", \"compiled\" or \"reference\" on a device without [device.host.inductor] "
             "(fusion and launch_us, fitted to torch.compile forwards on that device)",
             "\"inductor\"");
+}
+
+// device.host.reference: the counted host time of each block's reference implementation.
+void read_host_reference(const Layers& in, HostParams& host) {
   const double per_call = in.get_double("device.host.call_overhead_us", 0.0, 0.0, 1000.0);
   if (in.has("device.host.reference")) {
     const std::filesystem::path dir =
         in.directory("device.host.reference") / in.get_string("device.host.reference", "");
-    d.host.reference = read_reference_host(dir / "reference_host.csv", per_call, d.host.scale,
-                                           in.where("device.host.reference"));
+    host.reference = read_reference_host(dir / "reference_host.csv", per_call, host.scale,
+                                         in.where("device.host.reference"));
   }
-  if (d.host.framework == HostParams::Framework::kReference && d.host.reference.empty())
+  if (host.framework == HostParams::Framework::kReference && host.reference.empty())
     in.fail("device.host.framework",
             "\"eager\", \"compiled\" or \"inductor\", or a device.host.reference directory beside "
             "\"reference\" (the host profile of the models' reference implementations)",
             "\"reference\" without device.host.reference");
+}
+
+// [device.host]: the host's issue costs, its framework and its per-kernel-class costs.
+void read_host(const Layers& in, HostParams& host) {
+  // This machine's host against the preset's: every issue cost taken `scale` times.
+  host.scale = in.get_double("device.host.scale", 1.0, 0.1, 10.0);
+  read_host_range(in, host);
+  host.op_issue = scaled_us(in, "device.host.op_issue_us", host.scale);
+  host.collective_issue = scaled_us(in, "device.host.collective_issue_us", host.scale);
+  host.per_rank_slowdown = in.get_double("device.host.per_rank_slowdown", 0.0, 0.0, 10.0);
+  host.sync_slowdown = in.get_double("device.host.sync_slowdown", 0.0, 0.0, 10.0);
+  host.step_factor = in.get_double("device.host.step_factor", 1.0, 0.1, 10.0);
+  for (const std::string& label : in.subkeys("device.host.ops"))
+    host.ops.emplace(label, scaled_us(in, "device.host.ops." + label, host.scale));
+  read_host_framework(in, host);
+  read_host_reference(in, host);
   for (const std::string& name : in.subkeys("device.host.kernels")) {
     const std::optional<KernelClass> c = kernel_class_of(name);
     if (!c)
@@ -512,8 +535,28 @@ RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
               "a kernel class (gemm, sdpa, layernorm, rms_norm, "
               "rms_norm_unfused, rope_real, modulate_eager, ...: core/op_cost.hpp)",
               name);
-    d.host.kernels[static_cast<size_t>(*c)] = us("device.host.kernels." + name);
+    host.kernels[static_cast<size_t>(*c)] =
+        scaled_us(in, "device.host.kernels." + name, host.scale);
   }
+}
+
+// [device]: the roofline of one device and its host.
+RooflineParams read_device(const Layers& in, const std::string& cluster_name) {
+  RooflineParams d;
+  d.name = in.get_string("device.name", cluster_name + " device");
+  d.peak_flops_per_s = in.physical("device.peak_tflops", "peak", "TFLOP/s", 1e-3, 1e6) * 1e12;
+  d.hbm_bytes_per_s = in.physical("device.hbm_gbytes_per_s", "bandwidth", "GB/s", 1e-3, 1e6) * 1e9;
+  d.launch_overhead =
+      SimTime::from_ns(in.get_int("device.launch_overhead_ns", 0, 0, std::int64_t{1} << 40));
+  read_op_kind_factors(in, d);
+  d.overlap_compute_factor = in.get_double("device.overlap_compute_factor", 1.0, 1.0, 100.0);
+  d.overlap_transfer_factor = in.get_double("device.overlap_transfer_factor", 1.0, 1.0, 100.0);
+  read_overlap_by_group(in, d);
+  d.rank_spread = in.get_double("device.rank_spread", 0.0, 0.0, 0.2);
+  d.step_factor = in.get_double("device.step_factor", 1.0, 0.1, 10.0);
+  read_kernel_tables(in, d);
+  read_kernel_grids(in, d);
+  read_host(in, d.host);
   return d;
 }
 

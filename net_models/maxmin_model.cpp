@@ -284,6 +284,28 @@ void MaxMinModel::solve_lone(Flow& f, std::int64_t t) {
 
 void MaxMinModel::solve_component(int seed, std::int64_t t) {
   // 1. The connected component of the seed link.
+  const std::uint64_t comp_weight = find_component(seed);
+  if (comp_flows_.empty()) return;  // the seed link's last flow ended
+  if (comp_flows_.size() == 1) {    // the usual component: 1-2 flows on average
+    solve_lone(flows_[static_cast<size_t>(comp_flows_[0])], t);
+    return;
+  }
+  ++stats_.solves;
+  stats_.flows_solved += comp_weight;
+  stats_.largest_component = std::max(stats_.largest_component, comp_weight);
+  // 2. Bring every flow's remainder up to t at its old rate.
+  for (int slot : comp_flows_) {
+    Flow& f = flows_[static_cast<size_t>(slot)];
+    f.remaining_bytes -= f.rate_bytes_per_s * static_cast<double>(t - f.updated_ns) * 1e-9;
+    f.updated_ns = t;
+  }
+  // 3. Progressive filling.
+  fill_component_rates();
+  // 4. New completion times.
+  push_component_finishes(t);
+}
+
+std::uint64_t MaxMinModel::find_component(int seed) {
   std::uint64_t comp_weight = 0;  // flows in the component, twins counted
   comp_links_.clear();
   comp_flows_.clear();
@@ -309,25 +331,14 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
       }
     }
   }
-  if (comp_flows_.empty()) return;  // the seed link's last flow ended
-  if (comp_flows_.size() == 1) {    // the usual component: 1-2 flows on average
-    solve_lone(flows_[static_cast<size_t>(comp_flows_[0])], t);
-    return;
-  }
-  ++stats_.solves;
-  stats_.flows_solved += comp_weight;
-  stats_.largest_component = std::max(stats_.largest_component, comp_weight);
-  // 2. Bring every flow's remainder up to t at its old rate.
-  for (int slot : comp_flows_) {
-    Flow& f = flows_[static_cast<size_t>(slot)];
-    f.remaining_bytes -= f.rate_bytes_per_s * static_cast<double>(t - f.updated_ns) * 1e-9;
-    f.updated_ns = t;
-  }
+  return comp_weight;
+}
 
-  // 3. Progressive filling: the link with the smallest fair share saturates first; its flows
-  //    get that share and leave the other links' budgets. Every flow fixed in one step gets
-  //    the same share and a link's budget drops by share x (flows fixed on it), so the result
-  //    does not depend on the order of any list: only on the set of flows and their routes.
+void MaxMinModel::fill_component_rates() {
+  // The link with the smallest fair share saturates first; its flows get that share and leave
+  // the other links' budgets. Every flow fixed in one step gets the same share and a link's
+  // budget drops by share x (flows fixed on it), so the result does not depend on the order of
+  // any list: only on the set of flows and their routes.
   shares_.clear();
   for (int l : comp_links_) {
     LinkState& s = links_[static_cast<size_t>(l)];
@@ -365,8 +376,10 @@ void MaxMinModel::solve_component(int seed, std::int64_t t) {
       if (o.unfixed > 0) std::push_heap(shares_.begin(), shares_.end(), std::greater<>());
     }
   }
+}
 
-  // 4. New completion times. A large component is cheaper to heapify at once than to push.
+void MaxMinModel::push_component_finishes(std::int64_t t) {
+  // A large component is cheaper to heapify at once than to push.
   const bool bulk = comp_flows_.size() > finish_.size() / 4;
   for (int slot : comp_flows_) {
     Flow& f = flows_[static_cast<size_t>(slot)];
@@ -528,23 +541,28 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::exclusive_pair_ends(const Pai
   return ends;
 }
 
-std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, const PairFlow& b) {
-  // One entry per flow, as add_flow and activate would make it (its copies are its twins).
-  struct Entry {
-    std::int64_t join = 0, finish = 0;
-    double remaining = 0, rate = 0;
-    double narrowest = 0;  // bandwidth of its route's narrowest limited link
-    int weight = 1;
-    boost::container::small_vector<int, 8> links;  // limited links of its route
-    bool occupies() const { return remaining > 0 && !links.empty(); }
-  };
-  std::array<Entry, 2> e;
+// One entry per flow, as add_flow and activate would make it (its copies are its twins).
+struct MaxMinModel::PairEntry {
+  std::int64_t join = 0, finish = 0;
+  double remaining = 0, rate = 0;
+  double narrowest = 0;  // bandwidth of its route's narrowest limited link
+  int weight = 1;
+  boost::container::small_vector<int, 8> links;  // limited links of its route
+  bool occupies() const { return remaining > 0 && !links.empty(); }
+  // Alone on its links from `t` (solve_lone): the narrowest link over its weight.
+  void fill_alone(std::int64_t t) {
+    rate = std::max(narrowest, 0.0) / weight;
+    finish = t + transfer_ns(remaining, rate);
+  }
+};
+
+bool MaxMinModel::pair_entries(const PairFlow& a, const PairFlow& b, std::array<PairEntry, 2>& e) {
   const std::array<const PairFlow*, 2> in = {&a, &b};
   for (size_t i = 0; i < 2; ++i) {
     const HopInfo& h = hop_info(in[i]->src, in[i]->dst);  // copied: the next call may reuse it
     for (int l : h.links) {
       const auto k = static_cast<size_t>(l);
-      if (!link_src_[k].within(a.src, b.src) && !link_dst_[k].within(a.dst, b.dst)) return {};
+      if (!link_src_[k].within(a.src, b.src) && !link_dst_[k].within(a.dst, b.dst)) return false;
     }
     e[i].links = h.links;
     e[i].narrowest = h.narrowest;
@@ -552,71 +570,72 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
     e[i].remaining = static_cast<double>(in[i]->bytes);
     e[i].weight = in[i]->copies;
   }
+  return true;
+}
+
+void MaxMinModel::fill_pair_rates(std::array<PairEntry, 2>& e, std::int64_t t) const {
+  // As solve_component does it, over the links of both routes.
+  struct Budget {
+    int link;
+    double cap_left;
+    int unfixed = 0, newly_fixed = 0;
+  };
+  boost::container::small_vector<Budget, 16> budget;
+  for (PairEntry& x : e)
+    for (int l : x.links) {
+      auto it =
+          std::find_if(budget.begin(), budget.end(), [l](const Budget& g) { return g.link == l; });
+      if (it == budget.end())
+        it = budget.insert(budget.end(), {l, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s});
+      it->unfixed += x.weight;
+    }
+  std::array<bool, 2> fixed = {false, false};
+  while (true) {
+    // The link with the smallest fair share (then the smallest index) saturates first.
+    Budget* top = nullptr;
+    double share = 0;
+    for (Budget& g : budget) {
+      if (g.unfixed == 0) continue;
+      const double s = std::max(g.cap_left, 0.0) / g.unfixed;
+      if (top == nullptr || s < share || (s == share && g.link < top->link)) {
+        top = &g;
+        share = s;
+      }
+    }
+    if (top == nullptr) break;
+    const int link = top->link;
+    for (size_t i = 0; i < 2; ++i) {
+      PairEntry& x = e[i];
+      if (fixed[i] || std::find(x.links.begin(), x.links.end(), link) == x.links.end()) continue;
+      fixed[i] = true;
+      x.rate = share;
+      for (int m : x.links)
+        for (Budget& g : budget)
+          if (g.link == m) {
+            g.newly_fixed += x.weight;
+            g.unfixed -= x.weight;
+          }
+    }
+    for (Budget& g : budget) {
+      if (g.newly_fixed == 0) continue;
+      g.cap_left -= share * g.newly_fixed;
+      g.newly_fixed = 0;
+    }
+  }
+  for (PairEntry& x : e) x.finish = t + transfer_ns(x.remaining, x.rate);
+}
+
+std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, const PairFlow& b) {
+  std::array<PairEntry, 2> e;
+  if (!pair_entries(a, b, e)) return {};
   bool shared = false;
   for (int l : e[0].links)
     shared = shared || std::find(e[1].links.begin(), e[1].links.end(), l) != e[1].links.end();
-  // Alone on its links from `t` (solve_lone): the narrowest link over its weight.
-  const auto lone = [](Entry& x, std::int64_t t) {
-    x.rate = std::max(x.narrowest, 0.0) / x.weight;
-    x.finish = t + transfer_ns(x.remaining, x.rate);
-  };
-  // Both on their links from `t` (solve_component): progressive filling over both routes.
-  const auto together = [this, &e](std::int64_t t) {
-    struct Budget {
-      int link;
-      double cap_left;
-      int unfixed = 0, newly_fixed = 0;
-    };
-    boost::container::small_vector<Budget, 16> budget;
-    for (Entry& x : e)
-      for (int l : x.links) {
-        auto it = std::find_if(budget.begin(), budget.end(),
-                               [l](const Budget& g) { return g.link == l; });
-        if (it == budget.end())
-          it = budget.insert(budget.end(),
-                             {l, links_[static_cast<size_t>(l)].bandwidth_bytes_per_s});
-        it->unfixed += x.weight;
-      }
-    std::array<bool, 2> fixed = {false, false};
-    while (true) {
-      // The link with the smallest fair share (then the smallest index) saturates first.
-      Budget* top = nullptr;
-      double share = 0;
-      for (Budget& g : budget) {
-        if (g.unfixed == 0) continue;
-        const double s = std::max(g.cap_left, 0.0) / g.unfixed;
-        if (top == nullptr || s < share || (s == share && g.link < top->link)) {
-          top = &g;
-          share = s;
-        }
-      }
-      if (top == nullptr) break;
-      const int link = top->link;
-      for (size_t i = 0; i < 2; ++i) {
-        Entry& x = e[i];
-        if (fixed[i] || std::find(x.links.begin(), x.links.end(), link) == x.links.end()) continue;
-        fixed[i] = true;
-        x.rate = share;
-        for (int m : x.links)
-          for (Budget& g : budget)
-            if (g.link == m) {
-              g.newly_fixed += x.weight;
-              g.unfixed -= x.weight;
-            }
-      }
-      for (Budget& g : budget) {
-        if (g.newly_fixed == 0) continue;
-        g.cap_left -= share * g.newly_fixed;
-        g.newly_fixed = 0;
-      }
-    }
-    for (Entry& x : e) x.finish = t + transfer_ns(x.remaining, x.rate);
-  };
   const auto at = [](std::int64_t ns) { return std::optional<SimTime>(SimTime::from_ns(ns)); };
   // f joins first (or with s); returns the ends in a's and b's order.
   const size_t f = e[0].join <= e[1].join ? 0 : 1, s = 1 - f;
-  Entry& first = e[f];
-  Entry& second = e[s];
+  PairEntry& first = e[f];
+  PairEntry& second = e[s];
   std::array<std::optional<SimTime>, 2> out;
   if (first.join == second.join) {
     if (!first.occupies() || !second.occupies()) {
@@ -626,17 +645,17 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
       return out;
     }
     if (shared) {
-      together(first.join);
+      fill_pair_rates(e, first.join);
     } else {
-      lone(first, first.join);
-      lone(second, second.join);
+      first.fill_alone(first.join);
+      second.fill_alone(second.join);
     }
   } else {
     if (!first.occupies()) {
       out[f] = at(first.join);  // ends before the second joins
       return out;
     }
-    lone(first, first.join);
+    first.fill_alone(first.join);
     if (first.finish <= second.join) {  // ends before the second joins: that one is added
       out[f] = at(first.finish);
       return out;
@@ -644,7 +663,7 @@ std::array<std::optional<SimTime>, 2> MaxMinModel::pair_ends(const PairFlow& a, 
     if (!second.occupies() || !shared) return out;  // overlap without sharing: both added
     // The second joins the first's links: the first's remainder is brought up to then.
     first.remaining -= first.rate * static_cast<double>(second.join - first.join) * 1e-9;
-    together(second.join);
+    fill_pair_rates(e, second.join);
   }
   // Final only if they end together: after the first end, its ends may start flows that join
   // the other's links.

@@ -130,6 +130,12 @@ class MaxMinModel final : public NetworkModel {
   void finish(int slot, std::vector<std::uint64_t>& completed);
   void solve(std::int64_t t);
   void solve_component(int seed, std::int64_t t);
+  /// Gathers the seed link's component into comp_links_ and comp_flows_; returns its weight.
+  std::uint64_t find_component(int seed);
+  /// Progressive filling over comp_links_: fixes the rate of every flow of the component.
+  void fill_component_rates();
+  /// Pushes the finish times at t of the component's flows, at their new rates.
+  void push_component_finishes(std::int64_t t);
   void solve_lone(Flow& f, std::int64_t t);
   void prune_finish_heap();
   /// Fills link_src_/link_dst_ from every pair's route (on the first hop_info).
@@ -197,6 +203,11 @@ class MaxMinModel final : public NetworkModel {
   std::vector<PairMemo> pair_memo_;
   /// exclusive_pair_ends without the memo.
   std::array<std::optional<SimTime>, 2> pair_ends(const PairFlow& a, const PairFlow& b);
+  struct PairEntry;  // one of pair_ends's two flows (maxmin_model.cpp)
+  /// Fills pair_ends's entries for a and b; false where a limited link may carry other flows.
+  bool pair_entries(const PairFlow& a, const PairFlow& b, std::array<PairEntry, 2>& e);
+  /// Both entries on their links from t: progressive filling over both routes.
+  void fill_pair_rates(std::array<PairEntry, 2>& e, std::int64_t t) const;
   std::vector<LinkState> links_;
   std::vector<Flow> flows_;
   std::vector<int> free_slots_;
