@@ -13,6 +13,8 @@ namespace {
 double n(std::int64_t v) { return static_cast<double>(v); }
 size_t u(std::int64_t i) { return static_cast<size_t>(i); }
 
+constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
+
 std::vector<ColumnRange> head_columns(const HeadSplit& hs, int head_dim) {
   std::vector<ColumnRange> c;
   for (size_t d = 0; d < hs.begin.size(); ++d)
@@ -210,22 +212,10 @@ StrategyStats SpAttention::stats() const {
   return s;
 }
 
-std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
-                                        const AttentionShape& shape) {
-  const int p = group_.size(), me = group_.rank();
-  const HeadSplit hs(shape.heads, p);
-  const int hl = hs.count[u(me)], h0 = hs.begin[u(me)];
-  const int dh = shape.head_dim, batch = shape.batch;
-  const std::int64_t hw = std::int64_t{hl} * dh;
-  const std::vector<ColumnRange> head_cols = head_columns(hs, dh);
-  const int streams = src.num_streams();
-  if (f_.v_major && !v_major_) {
-    v_major_ = std::make_unique<VMajorCache>(opt_, group_.comm().topology(), ex.phantom);
-    v_major_->begin_forward(step_, pass_);
-  }
-  const int layer = v_major_ ? v_major_->next_layer() : 0;
-  Communicator& clock = ex.comm;
-
+// One attend call: the layer's head split, the Q/K/V tensors its exchanges fill, those
+// exchanges in flight and V-First's timings.
+struct SpAttention::LayerState {
+  // One exchange in flight: the part (Q, K, V) and stream it fills, and where.
   struct Pending {
     int part, stream;
     std::int64_t col0, width;  // this rank's columns of the assembled tensor
@@ -233,160 +223,82 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     std::unique_ptr<BlockExchange> x;
     TokenChunk tokens;  // the rows it carries (pipelining by tokens)
   };
-  std::vector<Pending> pending;
-  // Exchanges in flight share the phase communicators: each launches its phase k only after
-  // every older one has issued its phase k, so all ranks issue them in the same order.
-  auto progress = [&] {
-    int limit = 1 << 30;
-    for (Pending& pd : pending) {
-      pd.x->progress(ex, limit);
-      limit = std::min(limit, pd.x->issued_phases());
-    }
-  };
-  // Waits for a step of the oldest unfinished exchange (never held back by the order above).
-  auto wait_oldest = [&] {
-    for (Pending& pd : pending)
-      if (!pd.x->done()) {
-        pd.x->wait_step(ex);
-        return;
-      }
-  };
-  // A blocking exchange (flat/tapa Q, K, V; V without v_first; Q/K without pipeline) is driven
-  // to its end right after its launch; the exchanges still in flight progress meanwhile.
-  auto drive = [&](BlockExchange& x) {
-    while (true) {
-      progress();
-      if (x.done()) break;
-      wait_oldest();
-    }
-  };
-  std::vector<Tensor> parts[3];
-  for (auto& v : parts) v.resize(u(streams));
-  std::vector<bool> head_chunked[3];  // exchanged in head groups: assembled after their unpacks
-  for (auto& v : head_chunked) v.assign(u(streams), false);
 
-  static constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
-  const int order_vf[3] = {2, 0, 1}, order_std[3] = {0, 1, 2};
-  const int* order = f_.v_first ? order_vf : order_std;
-  const SimTime t_start = clock.now();
+  LayerState(const Exec& ex, const QkvSource& src, const AttentionShape& shape, const SpGroup& g)
+      : ex(ex),
+        src(src),
+        shape(shape),
+        p(g.size()),
+        me(g.rank()),
+        hs(shape.heads, p),
+        hl(hs.count[u(me)]),
+        h0(hs.begin[u(me)]),
+        dh(shape.head_dim),
+        batch(shape.batch),
+        hw(std::int64_t{hl} * dh),
+        head_cols(head_columns(hs, dh)),
+        streams(src.num_streams()),
+        clock(ex.comm) {}
+
+  void progress();
+  void wait_oldest();
+  void drive(BlockExchange& x);
+  void drive_all();
+  void qk_prepared();
+
+  const Exec& ex;
+  const QkvSource& src;
+  const AttentionShape& shape;
+  const int p, me;
+  const HeadSplit hs;
+  const int hl, h0, dh, batch;
+  const std::int64_t hw;
+  const std::vector<ColumnRange> head_cols;
+  const int streams;
+  int v_major_layer = 0;  // V-Major's key of this layer (0 without V-Major)
+  Communicator& clock;
+  std::vector<Pending> pending;
+  std::vector<Tensor> parts[3];
+  std::vector<bool> head_chunked[3];  // exchanged in head groups: assembled after their unpacks
+  // V-First: when the layer started, V's exchange was launched and the last Q/K preparation
+  // ended, the time spent preparing Q/K, and V's exchange.
+  SimTime t_start, v_launch, qk_end;
   double qk_prep_s = 0;
-  SimTime v_launch;
   BlockExchange* v_first_x = nullptr;
-  SimTime qk_end;  // when the last Q/K preparation ended (V-First)
-  auto qk_prepared = [&] {
-    if (v_first_x == nullptr) return;
-    qk_end = clock.now();
-    progress();
-  };
-  for (int oi = 0; oi < 3; ++oi) {
-    const int part = order[oi];
-    const QkvPart qp = static_cast<QkvPart>(part);
-    for (int s = 0; s < streams; ++s) {
-      const SimTime t0 = clock.now();
-      if (!src.sharded(s) || p == 1) {
-        // Replicated (or a group of one): this rank's heads, no exchange.
-        Tensor x = src.project(ex, s, qp, p == 1 ? 0 : h0, p == 1 ? shape.heads : h0 + hl);
-        src.prepare(ex, s, qp, x, 0, p == 1 ? shape.heads : hl, 0);
-        parts[part][u(s)] = std::move(x);
-        if (part != 2) {
-          qk_prep_s += (clock.now() - t0).seconds();
-          qk_prepared();
-        }
-        progress();
-        continue;
-      }
-      const std::int64_t total = src.total_tokens(s);
-      parts[part][u(s)] = Tensor::zeros(batch * total, hw, ex.phantom);
-      Tensor x = src.project(ex, s, qp, 0, shape.heads);
-      progress();
-      if (part == 2 || f_.chunks <= 1) {
-        src.prepare(ex, s, qp, x, 0, shape.heads, 0);
-        if (part != 2) {
-          qk_prep_s += (clock.now() - t0).seconds();
-          qk_prepared();
-        }
-        Pending pd{part, s, 0, hw, nullptr, nullptr, {}};
-        if (part == 2 && v_major_)
-          pd.channel = std::make_unique<VMajorChannel>(*v_major_, layer * 8 + s, dh);
-        pd.x = start_to_heads(ex, group_, x, total, batch, head_cols, std::string(kA2a[part]),
-                              pd.channel.get());
-        if (part == 2 && f_.v_first && v_first_x == nullptr) {
-          v_first_x = pd.x.get();
-          v_launch = clock.now();
-        }
-        BlockExchange& launched = *pd.x;
-        pending.push_back(std::move(pd));
-        // Blocking unless V-First (V, then Q and K, fly while the next ones are computed) or
-        // pipelining (Q/K head groups fly) lets them run on.
-        if (!f_.v_first && (part == 2 || f_.chunks <= 1)) drive(launched);
-        progress();
-        continue;
-      }
-      qk_prep_s += (clock.now() - t0).seconds();
-      progress();
-      // Pipeline by heads: chunk c holds, of every destination's heads, the c-th of `chunks`
-      // groups (the last rank has the fewest heads under the uneven split).
-      if (hs.count.back() >= f_.chunks) {
-        for (int c = 0; c < f_.chunks; ++c) {
-          std::vector<ColumnRange> chunk_cols(u(p)), packed_cols(u(p));
-          std::int64_t width = 0;
-          for (int d = 0; d < p; ++d) {
-            const int cnt = hs.count[u(d)];
-            const int b0 = cnt * c / f_.chunks, b1 = cnt * (c + 1) / f_.chunks;
-            chunk_cols[u(d)] = {std::int64_t{hs.begin[u(d)] + b0} * dh, std::int64_t{b1 - b0} * dh};
-            packed_cols[u(d)] = {width, chunk_cols[u(d)].count};
-            width += chunk_cols[u(d)].count;
-          }
-          const SimTime t1 = clock.now();
-          // The chunk's heads, gathered: for the device kernels a strided view of the
-          // projection, which the first op to read it (the norm) reads more slowly.
-          Tensor xc = Tensor::zeros(x.rows(), width, ex.phantom);
-          if (!ex.phantom)
-            for (int d = 0; d < p; ++d)
-              if (chunk_cols[u(d)].count > 0)
-                xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
-                    x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
-          Exec strided = ex;
-          strided.strided_input = true;
-          src.prepare(strided, s, qp, xc, 0, static_cast<int>(width / dh), 0);
-          qk_prep_s += (clock.now() - t1).seconds();
-          qk_prepared();
-          const int cnt = hs.count[u(me)];
-          const std::int64_t col0 = std::int64_t{cnt * c / f_.chunks} * dh;
-          Pending pd{part, s, col0, packed_cols[u(me)].count, nullptr, nullptr, {}};
-          pd.x = start_to_heads(ex, group_, xc, total, batch, packed_cols, std::string(kA2a[part]));
-          pending.push_back(std::move(pd));
-          progress();
-        }
-        head_chunked[part][u(s)] = true;
-        continue;
-      }
-      // Pipeline by tokens: chunk c holds the c-th of `chunks` groups of every rank's tokens,
-      // all heads (a destination with one head or none still gets every chunk in turn).
-      const std::int64_t n_me = x.rows() / batch;
-      for (int c = 0; c < f_.chunks; ++c) {
-        const TokenChunk tc{c, f_.chunks};
-        const TokenShard mine = tc.of(TokenShard{0, n_me, n_me});
-        const SimTime t1 = clock.now();
-        // The chunk's rows of every batch element, gathered (a strided view: not charged).
-        Tensor xc = Tensor::zeros(batch * mine.count, x.cols(), ex.phantom);
-        if (!ex.phantom)
-          for (int b = 0; b < batch; ++b)
-            xc.mat().middleRows(b * mine.count, mine.count) =
-                x.mat().middleRows(b * n_me + mine.begin, mine.count);
-        src.prepare(ex, s, qp, xc, 0, shape.heads, mine.begin);
-        qk_prep_s += (clock.now() - t1).seconds();
-        qk_prepared();
-        Pending pd{part, s, 0, hw, nullptr, nullptr, tc};
-        pd.x = start_to_heads(ex, group_, xc, total, batch, head_cols, std::string(kA2a[part]),
-                              nullptr, tc);
-        pending.push_back(std::move(pd));
-        progress();
-      }
-    }
+};
+
+// Exchanges in flight share the phase communicators: each launches its phase k only after
+// every older one has issued its phase k, so all ranks issue them in the same order.
+void SpAttention::LayerState::progress() {
+  int limit = 1 << 30;
+  for (Pending& pd : pending) {
+    pd.x->progress(ex, limit);
+    limit = std::min(limit, pd.x->issued_phases());
   }
-  // Drive every exchange to its end: whichever has a step ready moves on; otherwise wait for
-  // the oldest one's step in flight.
+}
+
+// Waits for a step of the oldest unfinished exchange (never held back by the order above).
+void SpAttention::LayerState::wait_oldest() {
+  for (Pending& pd : pending)
+    if (!pd.x->done()) {
+      pd.x->wait_step(ex);
+      return;
+    }
+}
+
+// A blocking exchange (flat/tapa Q, K, V; V without v_first; Q/K without pipeline) is driven
+// to its end right after its launch; the exchanges still in flight progress meanwhile.
+void SpAttention::LayerState::drive(BlockExchange& x) {
+  while (true) {
+    progress();
+    if (x.done()) break;
+    wait_oldest();
+  }
+}
+
+// Drives every exchange to its end: whichever has a step ready moves on; otherwise waits for
+// the oldest one's step in flight.
+void SpAttention::LayerState::drive_all() {
   while (true) {
     progress();
     bool all_done = true;
@@ -394,54 +306,236 @@ std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
     if (all_done) break;
     wait_oldest();
   }
-  if (f_.v_first && v_first_x != nullptr) {
-    VFirstKindStats& st = v_first_[std::string(shape.kind)];
-    const double phase1 = (v_first_x->phase_done(0) - v_launch).seconds();
-    const double v_proj = (v_launch - t_start).seconds();
-    st.layers += 1;
-    st.v_proj_s += v_proj;
-    st.qk_prep_s += qk_prep_s;
-    st.v_phase1_s += phase1;
-    st.v_transfer_s += (v_first_x->end_time() - v_launch).seconds();
-    st.v_exposed_s += v_first_x->waited().seconds();
-    if (v_proj + phase1 <= qk_prep_s) st.condition_held += 1;
-    if (v_first_x->phase_done(0) <= qk_end) st.phase1_hidden += 1;
+}
+
+// A Q/K preparation ended: V-First notes when, and lets the exchanges in flight move on.
+void SpAttention::LayerState::qk_prepared() {
+  if (v_first_x == nullptr) return;
+  qk_end = clock.now();
+  progress();
+}
+
+std::vector<Tensor> SpAttention::attend(const Exec& ex, const QkvSource& src,
+                                        const AttentionShape& shape) {
+  LayerState layer(ex, src, shape, group_);
+  if (f_.v_major && !v_major_) {
+    v_major_ = std::make_unique<VMajorCache>(opt_, group_.comm().topology(), ex.phantom);
+    v_major_->begin_forward(step_, pass_);
   }
-  for (Pending& pd : pending)
-    unpack_to_heads(ex, group_, *pd.x, src.total_tokens(pd.stream), batch, pd.col0, pd.width,
-                    parts[pd.part][u(pd.stream)], pd.tokens);
-  pending.clear();
+  layer.v_major_layer = v_major_ ? v_major_->next_layer() : 0;
+  for (auto& v : layer.parts) v.resize(u(layer.streams));
+  for (auto& v : layer.head_chunked) v.assign(u(layer.streams), false);
+
+  const int order_vf[3] = {2, 0, 1}, order_std[3] = {0, 1, 2};
+  const int* order = f_.v_first ? order_vf : order_std;
+  layer.t_start = layer.clock.now();
+  for (int oi = 0; oi < 3; ++oi)
+    for (int s = 0; s < layer.streams; ++s) launch(layer, order[oi], s);
+  layer.drive_all();
+  if (f_.v_first && layer.v_first_x != nullptr) record_v_first(layer);
+  unpack_all(layer);
+  return attend_heads(layer);
+}
+
+// Projects and prepares one stream's Q, K or V and launches its exchange (or exchanges).
+void SpAttention::launch(LayerState& layer, int part, int s) {
+  const QkvPart qp = static_cast<QkvPart>(part);
+  const SimTime t0 = layer.clock.now();
+  if (!layer.src.sharded(s) || layer.p == 1) {
+    prepare_local(layer, part, s, t0);
+    return;
+  }
+  const std::int64_t total = layer.src.total_tokens(s);
+  layer.parts[part][u(s)] = Tensor::zeros(layer.batch * total, layer.hw, layer.ex.phantom);
+  Tensor x = layer.src.project(layer.ex, s, qp, 0, layer.shape.heads);
+  layer.progress();
+  if (part == 2 || f_.chunks <= 1) {
+    launch_whole(layer, part, s, x, total, t0);
+    return;
+  }
+  layer.qk_prep_s += (layer.clock.now() - t0).seconds();
+  layer.progress();
+  // Pipeline by heads: chunk c holds, of every destination's heads, the c-th of `chunks`
+  // groups (the last rank has the fewest heads under the uneven split).
+  if (layer.hs.count.back() >= f_.chunks) {
+    launch_head_chunks(layer, part, s, x, total);
+    layer.head_chunked[part][u(s)] = true;
+    return;
+  }
+  launch_token_chunks(layer, part, s, x, total);
+}
+
+// Replicated (or a group of one): this rank's heads, no exchange.
+void SpAttention::prepare_local(LayerState& layer, int part, int s, SimTime t0) {
+  const QkvPart qp = static_cast<QkvPart>(part);
+  const int p = layer.p, h0 = layer.h0, hl = layer.hl;
+  Tensor x =
+      layer.src.project(layer.ex, s, qp, p == 1 ? 0 : h0, p == 1 ? layer.shape.heads : h0 + hl);
+  layer.src.prepare(layer.ex, s, qp, x, 0, p == 1 ? layer.shape.heads : hl, 0);
+  layer.parts[part][u(s)] = std::move(x);
+  if (part != 2) {
+    layer.qk_prep_s += (layer.clock.now() - t0).seconds();
+    layer.qk_prepared();
+  }
+  layer.progress();
+}
+
+// Prepares x, all heads at once, and launches its exchange (V, or Q/K without pipelining).
+void SpAttention::launch_whole(LayerState& layer, int part, int s, Tensor& x, std::int64_t total,
+                               SimTime t0) {
+  const QkvPart qp = static_cast<QkvPart>(part);
+  layer.src.prepare(layer.ex, s, qp, x, 0, layer.shape.heads, 0);
+  if (part != 2) {
+    layer.qk_prep_s += (layer.clock.now() - t0).seconds();
+    layer.qk_prepared();
+  }
+  LayerState::Pending pd{part, s, 0, layer.hw, nullptr, nullptr, {}};
+  if (part == 2 && v_major_)
+    pd.channel = std::make_unique<VMajorChannel>(*v_major_, layer.v_major_layer * 8 + s, layer.dh);
+  pd.x = start_to_heads(layer.ex, group_, x, total, layer.batch, layer.head_cols,
+                        std::string(kA2a[part]), pd.channel.get());
+  if (part == 2 && f_.v_first && layer.v_first_x == nullptr) {
+    layer.v_first_x = pd.x.get();
+    layer.v_launch = layer.clock.now();
+  }
+  BlockExchange& launched = *pd.x;
+  layer.pending.push_back(std::move(pd));
+  // Blocking unless V-First (V, then Q and K, fly while the next ones are computed) or
+  // pipelining (Q/K head groups fly) lets them run on.
+  if (!f_.v_first && (part == 2 || f_.chunks <= 1)) layer.drive(launched);
+  layer.progress();
+}
+
+// Pipeline by heads: prepares and launches each of the `chunks` head groups of x in turn.
+void SpAttention::launch_head_chunks(LayerState& layer, int part, int s, const Tensor& x,
+                                     std::int64_t total) {
+  const QkvPart qp = static_cast<QkvPart>(part);
+  const int p = layer.p, dh = layer.dh;
+  const HeadSplit& hs = layer.hs;
+  for (int c = 0; c < f_.chunks; ++c) {
+    std::vector<ColumnRange> chunk_cols(u(p)), packed_cols(u(p));
+    std::int64_t width = 0;
+    for (int d = 0; d < p; ++d) {
+      const int cnt = hs.count[u(d)];
+      const int b0 = cnt * c / f_.chunks, b1 = cnt * (c + 1) / f_.chunks;
+      chunk_cols[u(d)] = {std::int64_t{hs.begin[u(d)] + b0} * dh, std::int64_t{b1 - b0} * dh};
+      packed_cols[u(d)] = {width, chunk_cols[u(d)].count};
+      width += chunk_cols[u(d)].count;
+    }
+    const SimTime t1 = layer.clock.now();
+    // The chunk's heads, gathered: for the device kernels a strided view of the
+    // projection, which the first op to read it (the norm) reads more slowly.
+    Tensor xc = Tensor::zeros(x.rows(), width, layer.ex.phantom);
+    if (!layer.ex.phantom)
+      for (int d = 0; d < p; ++d)
+        if (chunk_cols[u(d)].count > 0)
+          xc.mat().middleCols(packed_cols[u(d)].begin, packed_cols[u(d)].count) =
+              x.mat().middleCols(chunk_cols[u(d)].begin, chunk_cols[u(d)].count);
+    Exec strided = layer.ex;
+    strided.strided_input = true;
+    layer.src.prepare(strided, s, qp, xc, 0, static_cast<int>(width / dh), 0);
+    layer.qk_prep_s += (layer.clock.now() - t1).seconds();
+    layer.qk_prepared();
+    const int cnt = hs.count[u(layer.me)];
+    const std::int64_t col0 = std::int64_t{cnt * c / f_.chunks} * dh;
+    LayerState::Pending pd{part, s, col0, packed_cols[u(layer.me)].count, nullptr, nullptr, {}};
+    pd.x = start_to_heads(layer.ex, group_, xc, total, layer.batch, packed_cols,
+                          std::string(kA2a[part]));
+    layer.pending.push_back(std::move(pd));
+    layer.progress();
+  }
+}
+
+// Pipeline by tokens: chunk c holds the c-th of `chunks` groups of every rank's tokens,
+// all heads (a destination with one head or none still gets every chunk in turn).
+void SpAttention::launch_token_chunks(LayerState& layer, int part, int s, const Tensor& x,
+                                      std::int64_t total) {
+  const QkvPart qp = static_cast<QkvPart>(part);
+  const int batch = layer.batch;
+  const std::int64_t n_me = x.rows() / batch;
+  for (int c = 0; c < f_.chunks; ++c) {
+    const TokenChunk tc{c, f_.chunks};
+    const TokenShard mine = tc.of(TokenShard{0, n_me, n_me});
+    const SimTime t1 = layer.clock.now();
+    // The chunk's rows of every batch element, gathered (a strided view: not charged).
+    Tensor xc = Tensor::zeros(batch * mine.count, x.cols(), layer.ex.phantom);
+    if (!layer.ex.phantom)
+      for (int b = 0; b < batch; ++b)
+        xc.mat().middleRows(b * mine.count, mine.count) =
+            x.mat().middleRows(b * n_me + mine.begin, mine.count);
+    layer.src.prepare(layer.ex, s, qp, xc, 0, layer.shape.heads, mine.begin);
+    layer.qk_prep_s += (layer.clock.now() - t1).seconds();
+    layer.qk_prepared();
+    LayerState::Pending pd{part, s, 0, layer.hw, nullptr, nullptr, tc};
+    pd.x = start_to_heads(layer.ex, group_, xc, total, batch, layer.head_cols,
+                          std::string(kA2a[part]), nullptr, tc);
+    layer.pending.push_back(std::move(pd));
+    layer.progress();
+  }
+}
+
+// V-First's share of this layer: how long V's projection, its first phase and its whole
+// exchange took, against the Q/K preparation they were meant to hide behind.
+void SpAttention::record_v_first(const LayerState& layer) {
+  const BlockExchange* v_first_x = layer.v_first_x;
+  VFirstKindStats& st = v_first_[std::string(layer.shape.kind)];
+  const double phase1 = (v_first_x->phase_done(0) - layer.v_launch).seconds();
+  const double v_proj = (layer.v_launch - layer.t_start).seconds();
+  st.layers += 1;
+  st.v_proj_s += v_proj;
+  st.qk_prep_s += layer.qk_prep_s;
+  st.v_phase1_s += phase1;
+  st.v_transfer_s += (v_first_x->end_time() - layer.v_launch).seconds();
+  st.v_exposed_s += v_first_x->waited().seconds();
+  if (v_proj + phase1 <= layer.qk_prep_s) st.condition_held += 1;
+  if (v_first_x->phase_done(0) <= layer.qk_end) st.phase1_hidden += 1;
+}
+
+// Writes every finished exchange into its part's heads, then charges the concatenation of the
+// head groups received.
+void SpAttention::unpack_all(LayerState& layer) {
+  for (LayerState::Pending& pd : layer.pending)
+    unpack_to_heads(layer.ex, group_, *pd.x, layer.src.total_tokens(pd.stream), layer.batch,
+                    pd.col0, pd.width, layer.parts[pd.part][u(pd.stream)], pd.tokens);
+  layer.pending.clear();
   // The head groups received are concatenated into the layer's heads (one copy of them; the
   // unpacks above are the groups' layout copies).
   for (int part = 0; part < 3; ++part)
-    for (int s = 0; s < streams; ++s)
-      if (head_chunked[part][u(s)])
-        ex.charge(OpKind::kCopy, 0, 2.0 * n(parts[part][u(s)].numel()), "chunk_concat",
-                  memory_shape(KernelClass::kCatFeat, parts[part][u(s)].numel(),
-                               parts[part][u(s)].cols()));
+    for (int s = 0; s < layer.streams; ++s)
+      if (layer.head_chunked[part][u(s)])
+        layer.ex.charge(OpKind::kCopy, 0, 2.0 * n(layer.parts[part][u(s)].numel()), "chunk_concat",
+                        memory_shape(KernelClass::kCatFeat, layer.parts[part][u(s)].numel(),
+                                     layer.parts[part][u(s)].cols()));
+}
 
+// Attention over this rank's heads of every stream's tokens, then each stream's output back
+// to its tokens (sharded), gathered (replicated text) or zeros (an output nobody reads).
+std::vector<Tensor> SpAttention::attend_heads(LayerState& layer) {
+  const Exec& ex = layer.ex;
+  const QkvSource& src = layer.src;
+  const int batch = layer.batch, dh = layer.dh;
   std::vector<const Tensor*> q, k, v;
   std::vector<std::int64_t> tokens;
-  for (int s = 0; s < streams; ++s) {
-    q.push_back(&parts[0][u(s)]);
-    k.push_back(&parts[1][u(s)]);
-    v.push_back(&parts[2][u(s)]);
+  for (int s = 0; s < layer.streams; ++s) {
+    q.push_back(&layer.parts[0][u(s)]);
+    k.push_back(&layer.parts[1][u(s)]);
+    v.push_back(&layer.parts[2][u(s)]);
     tokens.push_back(src.sharded(s) ? src.total_tokens(s) : src.rows(s) / batch);
   }
-  const int heads_here = p == 1 ? shape.heads : hl;
+  const int heads_here = layer.p == 1 ? layer.shape.heads : layer.hl;
   const Tensor o = attention(
       ex, concat_tokens(ex, q, batch, "q_concat"), concat_tokens(ex, k, batch, "k_concat"),
       concat_tokens(ex, v, batch, "v_concat"), heads_here, dh, batch, "attention");
   std::vector<Tensor> outs = split_tokens(ex, o, tokens, batch, "o_split");
-  if (p == 1) return outs;
-  for (int s = 0; s < streams; ++s) {
+  if (layer.p == 1) return outs;
+  for (int s = 0; s < layer.streams; ++s) {
     Tensor& os = outs[u(s)];
     if (!src.wants_output(s))
-      os = Tensor::zeros(src.rows(s), std::int64_t{shape.heads} * dh, ex.phantom);
+      os = Tensor::zeros(src.rows(s), std::int64_t{layer.shape.heads} * dh, ex.phantom);
     else if (src.sharded(s))
-      os = to_sequence(ex, group_, os, src.total_tokens(s), batch, head_cols, "o_all_to_all");
+      os = to_sequence(ex, group_, os, src.total_tokens(s), batch, layer.head_cols, "o_all_to_all");
     else
-      os = gather_columns(ex, group_.comm(), os, head_cols, "text_o_all_gather");
+      os = gather_columns(ex, group_.comm(), os, layer.head_cols, "text_o_all_gather");
   }
   return outs;
 }

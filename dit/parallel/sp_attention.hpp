@@ -67,6 +67,24 @@ class SpAttention final : public AttentionStrategy {
   std::optional<TokenShard> text_shard(std::int64_t text_tokens) const override;
 
  private:
+  struct LayerState;  // one attend call: its exchanges in flight and the Q/K/V they fill
+  /// Projects and prepares stream `s`'s part (Q, K, V) and launches its exchanges.
+  void launch(LayerState& layer, int part, int s);
+  /// Replicated stream (or a group of one): this rank's heads, prepared, no exchange.
+  void prepare_local(LayerState& layer, int part, int s, SimTime t0);
+  /// All heads of x prepared at once, then one exchange (blocking unless V-First).
+  void launch_whole(LayerState& layer, int part, int s, Tensor& x, std::int64_t total, SimTime t0);
+  /// Pipelining by heads: each head group of x prepared, then its exchange launched.
+  void launch_head_chunks(LayerState& layer, int part, int s, const Tensor& x, std::int64_t total);
+  /// Pipelining by tokens: each token group of x prepared, then its exchange launched.
+  void launch_token_chunks(LayerState& layer, int part, int s, const Tensor& x, std::int64_t total);
+  /// Adds this layer's V-First timings to the statistics of its kind of block.
+  void record_v_first(const LayerState& layer);
+  /// Writes the finished exchanges into the layer's Q/K/V heads.
+  void unpack_all(LayerState& layer);
+  /// Attention over this rank's heads, then each stream's output back to its layout.
+  std::vector<Tensor> attend_heads(LayerState& layer);
+
   std::string name_;
   SpGroup group_;
   SpFeatures f_;

@@ -113,55 +113,64 @@ const UlyssesRing::RingPlan& UlyssesRing::ring_plan(std::int64_t total, std::int
   return p;
 }
 
-std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
-                                        const AttentionShape& shape) {
-  const int pw = world_.size();
-  const int ud = ulysses_comm_->size(), ui = ulysses_comm_->rank();
-  const int rd = ring_comm_->size(), ri = ring_comm_->rank();
-  const HeadSplit hs(shape.heads, ud);
-  const int hl = hs.count[u(ui)], h0 = hs.begin[u(ui)];
-  const int dh = shape.head_dim, batch = shape.batch;
-  const std::int64_t hw = std::int64_t{hl} * dh;
-  std::vector<ColumnRange> cols;
-  cols.reserve(u(ud));
-  for (int d = 0; d < ud; ++d)
-    cols.push_back({std::int64_t{hs.begin[u(d)]} * dh, std::int64_t{hs.count[u(d)]} * dh});
-  const int streams = src.num_streams();
-  auto chunk_of = [&](int j, std::int64_t total) { return ring_chunk(total, pw, ud, j); };
-
-  // Q, K, V: image streams through the Ulysses exchange, text streams projected locally, or
-  // (sharded text) through the Ulysses exchange of all the group's text tokens.
-  std::vector<Tensor> parts[3];
-  for (int part = 0; part < 3; ++part) {
-    const QkvPart qp = static_cast<QkvPart>(part);
-    static constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
-    for (int s = 0; s < streams; ++s) {
-      if (!src.sharded(s)) {
-        Tensor x = src.project(ex, s, qp, h0, h0 + hl);
-        src.prepare(ex, s, qp, x, 0, hl, 0);
-        parts[part].push_back(std::move(x));
-        continue;
-      }
-      Tensor x = src.project(ex, s, qp, 0, shape.heads);
-      src.prepare(ex, s, qp, x, 0, shape.heads, 0);
-      // Image: this ring member's chunk; sharded text: all of it (each Ulysses group holds it).
-      const std::int64_t chunk =
-          src.text(s) ? src.total_tokens(s) : chunk_of(ri, src.total_tokens(s)).count;
-      if (ud == 1) {
-        parts[part].push_back(std::move(x));
-        continue;
-      }
-      std::unique_ptr<BlockExchange> xc =
-          start_to_heads(ex, *ulysses_, x, chunk, batch, cols, std::string(kA2a[part]));
-      // Every row and column is unpacked below: the shards cover the chunk, the heads hw.
-      Tensor y = Tensor::uninitialized(batch * chunk, hw, ex.phantom);
-      unpack_to_heads(ex, *ulysses_, *xc, chunk, batch, 0, hw, y);
-      parts[part].push_back(std::move(y));
-    }
+// One attend call: the group's geometry, the layer's Q/K/V per stream, the streams sorted into
+// queries and keys, and where the ring's image K/V chunks land.
+struct UlyssesRing::Layer {
+  Layer(const Exec& ex, const QkvSource& src, const AttentionShape& shape, int pw,
+        const Communicator& ulysses, const Communicator& ring)
+      : ex(ex),
+        src(src),
+        shape(shape),
+        pw(pw),
+        ud(ulysses.size()),
+        ui(ulysses.rank()),
+        rd(ring.size()),
+        ri(ring.rank()),
+        hs(shape.heads, ud),
+        hl(hs.count[u(ui)]),
+        h0(hs.begin[u(ui)]),
+        dh(shape.head_dim),
+        batch(shape.batch),
+        hw(std::int64_t{hl} * dh),
+        streams(src.num_streams()) {
+    cols.reserve(u(ud));
+    for (int d = 0; d < ud; ++d)
+      cols.push_back({std::int64_t{hs.begin[u(d)]} * dh, std::int64_t{hs.count[u(d)]} * dh});
   }
+
+  // Token chunk of ring member j.
+  TokenShard chunk_of(int j, std::int64_t total) const { return ring_chunk(total, pw, ud, j); }
+  void sort_streams();
+  void place_ring_keys(const std::vector<std::int64_t>& chunk_rows, std::int64_t total);
+  void stack_ring_keys();
+  Tensor attend_all_keys(const Tensor& qa);
+
+  const Exec& ex;
+  const QkvSource& src;
+  const AttentionShape& shape;
+  const int pw, ud, ui, rd, ri;
+  const HeadSplit hs;
+  const int hl, h0, dh, batch;
+  const std::int64_t hw;
+  std::vector<ColumnRange> cols;
+  const int streams;
+  std::vector<Tensor> parts[3];  // Q, K, V of every stream
+  // Queries of every stream (and their tokens), the keys and values that are not the ring's
+  // (text), and the one sharded image stream.
   std::vector<const Tensor*> q, tk, tv;
   std::vector<std::int64_t> q_tokens;
   int img = -1;
+  // Where the ring's chunks land: with `direct`, rows chunk_at[j] of all_k and all_v; otherwise
+  // ring_k and ring_v, one per chunk (none in phantom mode), stacked into all_k and all_v.
+  bool direct = false;
+  std::vector<std::int64_t> chunk_at;
+  std::vector<Tensor> ring_k, ring_v;
+  Mat all_k, all_v;
+};
+
+// Sorts the streams: every stream's Q is a query; the sharded image stream's K/V go round the
+// ring, the others' (text) are local keys.
+void UlyssesRing::Layer::sort_streams() {
   for (int s = 0; s < streams; ++s) {
     q.push_back(&parts[0][u(s)]);
     q_tokens.push_back(parts[0][u(s)].rows() / batch);
@@ -174,32 +183,14 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
     }
   }
   COCO_CHECK(img >= 0, "usp: no sharded stream");
-  const Tensor qa = concat_tokens(ex, q, batch, "q_concat");
-  // The clock is charged as the ring kernel runs: one partial attention per key/value set (the
-  // text's, then each ring step's, overlapped with passing the chunk on) and one merge. The
-  // values are one softmax over every key the ring delivered, in the streams' token order
-  // (attention_values, the serial run's arithmetic): the same function as merging the partials
-  // by log-sum-exp, without a thin product and a merge per chunk.
-  const std::int64_t qr = qa.rows(), qc = qa.cols();
-  Tensor text_k, text_v;
-  size_t sets = 0;
-  if (!tk.empty()) {  // text keys: replicated or gathered, so every ring member has them
-    text_k = concat_tokens(ex, tk, batch, "k_concat");
-    text_v = concat_tokens(ex, tv, batch, "v_concat");
-    ex.charge(partial_attention_cost(qr, qc, text_k.rows(), hl, dh, batch));
-    ++sets;
-  }
-  // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on. With one
-  // batch element every chunk arrives straight into its rows of one [keys, hw] matrix per K and
-  // V, in the streams' token order (what the softmax reads: nothing is stacked afterwards);
-  // otherwise into a tensor per chunk.
-  const std::int64_t total = src.total_tokens(img);
-  const bool direct = batch == 1 && !ex.phantom;
-  const RingPlan& plan = ring_plan(total, qr, qc, hl, dh, batch);
-  const std::vector<std::int64_t>& chunk_rows = plan.chunk_rows;
-  std::vector<std::int64_t> chunk_at(direct ? u(rd) : 0);
-  std::vector<Tensor> ring_k, ring_v;  // one per chunk, unless direct or phantom
-  Mat all_k, all_v;
+}
+
+// With one batch element every chunk arrives straight into its rows of one [keys, hw] matrix
+// per K and V, in the streams' token order (what the softmax reads: nothing is stacked
+// afterwards); otherwise into a tensor per chunk.
+void UlyssesRing::Layer::place_ring_keys(const std::vector<std::int64_t>& chunk_rows,
+                                         std::int64_t total) {
+  chunk_at.resize(direct ? u(rd) : 0);
   if (direct) {
     std::int64_t at = 0;
     for (int s = 0; s < streams; ++s) {
@@ -233,70 +224,159 @@ std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
                              : Tensor::uninitialized(chunk_rows[u(j)], hw, false);
     }
   }
-  // At step i this rank attends to member (ri - i)'s image K/V while passing it on (the plan's
-  // work, one charge per round).
+}
+
+// Stacks the keys and values in the streams' token order (the ring's chunks in member order)
+// into all_k and all_v.
+void UlyssesRing::Layer::stack_ring_keys() {
+  std::vector<const Tensor*> keys, values;
+  for (int s = 0; s < streams; ++s) {
+    if (s != img) {
+      keys.push_back(&parts[1][u(s)]);
+      values.push_back(&parts[2][u(s)]);
+    } else {
+      for (int j = 0; j < rd; ++j) {
+        keys.push_back(&ring_k[u(j)]);
+        values.push_back(&ring_v[u(j)]);
+      }
+    }
+  }
+  std::int64_t key_rows = 0;
+  for (const Tensor* t : keys) key_rows += t->rows();
+  all_k.resize(key_rows, hw);
+  all_v.resize(key_rows, hw);
+  stack_tokens(keys, batch, all_k);
+  stack_tokens(values, batch, all_v);
+}
+
+// The values: one softmax of qa against every key the ring delivered (and the text's).
+Tensor UlyssesRing::Layer::attend_all_keys(const Tensor& qa) {
+  const std::int64_t qr = qa.rows(), qc = qa.cols();
+  Tensor o = Tensor::uninitialized(qr, qc, ex.phantom);
+  if (ex.phantom) return o;
+  if (!direct) stack_ring_keys();
+  // One key block while the scores stay small (qa has a shard's rows): [rows x keys] floats.
+  const std::int64_t keys_per_batch = all_k.rows() / batch;
+  const std::int64_t key_block = (qr / batch) * keys_per_batch <= kOneBlockScores
+                                     ? std::max<std::int64_t>(keys_per_batch, 1)
+                                     : kBlockK;
+  ex.math(4.0 * n(qr) * n(all_k.rows() / batch) * hl * dh,
+          [&] { attention_values(qa.mat(), all_k, all_v, hl, dh, batch, o.mat(), key_block); });
+  return o;
+}
+
+std::vector<Tensor> UlyssesRing::attend(const Exec& ex, const QkvSource& src,
+                                        const AttentionShape& shape) {
+  Layer layer(ex, src, shape, world_.size(), *ulysses_comm_, *ring_comm_);
+  exchange_qkv(layer);
+  layer.sort_streams();
+  const Tensor qa = concat_tokens(ex, layer.q, layer.batch, "q_concat");
+  // The clock is charged as the ring kernel runs: one partial attention per key/value set (the
+  // text's, then each ring step's, overlapped with passing the chunk on) and one merge. The
+  // values are one softmax over every key the ring delivered, in the streams' token order
+  // (attention_values, the serial run's arithmetic): the same function as merging the partials
+  // by log-sum-exp, without a thin product and a merge per chunk.
+  const std::int64_t qr = qa.rows(), qc = qa.cols();
+  Tensor text_k, text_v;
+  size_t sets = 0;
+  if (!layer.tk.empty()) {  // text keys: replicated or gathered, so every ring member has them
+    text_k = concat_tokens(ex, layer.tk, layer.batch, "k_concat");
+    text_v = concat_tokens(ex, layer.tv, layer.batch, "v_concat");
+    ex.charge(partial_attention_cost(qr, qc, text_k.rows(), layer.hl, layer.dh, layer.batch));
+    ++sets;
+  }
+  // Ring: at step i this rank attends to member (ri - i)'s image K/V and passes it on.
+  const std::int64_t total = src.total_tokens(layer.img);
+  layer.direct = layer.batch == 1 && !ex.phantom;
+  const RingPlan& plan = ring_plan(total, qr, qc, layer.hl, layer.dh, layer.batch);
+  layer.place_ring_keys(plan.chunk_rows, total);
+  pass_ring(layer, plan);
+  sets += u(layer.rd);
+  Tensor o = layer.attend_all_keys(qa);
+  charge_merge(ex, qr, qc, sets);
+  std::vector<Tensor> outs = split_tokens(ex, o, layer.q_tokens, layer.batch, "o_split");
+  exchange_outputs(layer, outs, total);
+  return outs;
+}
+
+// Q, K, V: image streams through the Ulysses exchange, text streams projected locally, or
+// (sharded text) through the Ulysses exchange of all the group's text tokens.
+void UlyssesRing::exchange_qkv(Layer& layer) {
+  const Exec& ex = layer.ex;
+  const QkvSource& src = layer.src;
+  for (int part = 0; part < 3; ++part) {
+    const QkvPart qp = static_cast<QkvPart>(part);
+    static constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
+    for (int s = 0; s < layer.streams; ++s) {
+      if (!src.sharded(s)) {
+        Tensor x = src.project(ex, s, qp, layer.h0, layer.h0 + layer.hl);
+        src.prepare(ex, s, qp, x, 0, layer.hl, 0);
+        layer.parts[part].push_back(std::move(x));
+        continue;
+      }
+      Tensor x = src.project(ex, s, qp, 0, layer.shape.heads);
+      src.prepare(ex, s, qp, x, 0, layer.shape.heads, 0);
+      // Image: this ring member's chunk; sharded text: all of it (each Ulysses group holds it).
+      const std::int64_t chunk =
+          src.text(s) ? src.total_tokens(s) : layer.chunk_of(layer.ri, src.total_tokens(s)).count;
+      if (layer.ud == 1) {
+        layer.parts[part].push_back(std::move(x));
+        continue;
+      }
+      std::unique_ptr<BlockExchange> xc =
+          start_to_heads(ex, *ulysses_, x, chunk, layer.batch, layer.cols, std::string(kA2a[part]));
+      // Every row and column is unpacked below: the shards cover the chunk, the heads hw.
+      Tensor y = Tensor::uninitialized(layer.batch * chunk, layer.hw, ex.phantom);
+      unpack_to_heads(ex, *ulysses_, *xc, chunk, layer.batch, 0, layer.hw, y);
+      layer.parts[part].push_back(std::move(y));
+    }
+  }
+}
+
+// The ring pass: at step i this rank attends to member (ri - i)'s image K/V while passing it
+// on (the plan's work, one charge per round).
+void UlyssesRing::pass_ring(Layer& layer, const RingPlan& plan) {
+  const Exec& ex = layer.ex;
   COCO_CHECK(!ex.deferred, "usp: a ring pass inside a deferred section");
   if (ex.record != nullptr)
     for (const OpCost& w : plan.pass.work) ex.record_charge(w);
-  sets += u(rd);
   if (ex.phantom) {
     ring_comm_->ring_pass(plan.pass);  // sizes only
-  } else {
-    RingPass pass = plan.pass;
-    pass.data = [&](int part, int j) -> std::span<float> {
-      if (!direct) return (part == 0 ? ring_k : ring_v)[u(j)].data();
-      Mat& all = part == 0 ? all_k : all_v;
-      return {all.data() + chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
-    };
-    ring_comm_->ring_pass(pass);
+    return;
   }
-  Tensor o = Tensor::uninitialized(qr, qc, ex.phantom);
-  if (!ex.phantom) {
-    if (!direct) {
-      std::vector<const Tensor*> keys, values;
-      for (int s = 0; s < streams; ++s) {
-        if (s != img) {
-          keys.push_back(&parts[1][u(s)]);
-          values.push_back(&parts[2][u(s)]);
-        } else {
-          for (int j = 0; j < rd; ++j) {
-            keys.push_back(&ring_k[u(j)]);
-            values.push_back(&ring_v[u(j)]);
-          }
-        }
-      }
-      std::int64_t key_rows = 0;
-      for (const Tensor* t : keys) key_rows += t->rows();
-      all_k.resize(key_rows, hw);
-      all_v.resize(key_rows, hw);
-      stack_tokens(keys, batch, all_k);
-      stack_tokens(values, batch, all_v);
-    }
-    // One key block while the scores stay small (qa has a shard's rows): [rows x keys] floats.
-    const std::int64_t keys_per_batch = all_k.rows() / batch;
-    const std::int64_t key_block = (qr / batch) * keys_per_batch <= kOneBlockScores
-                                       ? std::max<std::int64_t>(keys_per_batch, 1)
-                                       : kBlockK;
-    ex.math(4.0 * n(qr) * n(all_k.rows() / batch) * hl * dh,
-            [&] { attention_values(qa.mat(), all_k, all_v, hl, dh, batch, o.mat(), key_block); });
-  }
-  charge_merge(ex, qr, qc, sets);
-  std::vector<Tensor> outs = split_tokens(ex, o, q_tokens, batch, "o_split");
-  for (int s = 0; s < streams; ++s) {
+  const std::vector<std::int64_t>& chunk_rows = plan.chunk_rows;
+  const std::int64_t hw = layer.hw;
+  RingPass pass = plan.pass;
+  pass.data = [&](int part, int j) -> std::span<float> {
+    if (!layer.direct) return (part == 0 ? layer.ring_k : layer.ring_v)[u(j)].data();
+    Mat& all = part == 0 ? layer.all_k : layer.all_v;
+    return {all.data() + layer.chunk_at[u(j)] * hw, static_cast<size_t>(chunk_rows[u(j)] * hw)};
+  };
+  ring_comm_->ring_pass(pass);
+}
+
+// Each stream's output back to its layout: the image's (and sharded text's) to its tokens,
+// replicated text's heads gathered, zeros for an output nobody reads.
+void UlyssesRing::exchange_outputs(const Layer& layer, std::vector<Tensor>& outs,
+                                   std::int64_t total) {
+  const Exec& ex = layer.ex;
+  const QkvSource& src = layer.src;
+  const int ud = layer.ud, batch = layer.batch;
+  for (int s = 0; s < layer.streams; ++s) {
     Tensor& os = outs[u(s)];
-    if (s == img) {
+    if (s == layer.img) {
       if (ud > 1)
-        os = to_sequence(ex, *ulysses_, os, chunk_of(ri, total).count, batch, cols, "o_all_to_all");
+        os = to_sequence(ex, *ulysses_, os, layer.chunk_of(layer.ri, total).count, batch,
+                         layer.cols, "o_all_to_all");
     } else if (!src.wants_output(s)) {
-      os = Tensor::zeros(src.rows(s), std::int64_t{shape.heads} * dh, ex.phantom);
+      os = Tensor::zeros(src.rows(s), std::int64_t{layer.shape.heads} * layer.dh, ex.phantom);
     } else if (src.sharded(s)) {
       if (ud > 1)
-        os = to_sequence(ex, *ulysses_, os, src.total_tokens(s), batch, cols, "o_all_to_all");
+        os = to_sequence(ex, *ulysses_, os, src.total_tokens(s), batch, layer.cols, "o_all_to_all");
     } else if (ud > 1) {
-      os = gather_columns(ex, *ulysses_comm_, os, cols, "text_o_all_gather");
+      os = gather_columns(ex, *ulysses_comm_, os, layer.cols, "text_o_all_gather");
     }
   }
-  return outs;
 }
 
 }  // namespace cocodiff::dit

@@ -62,6 +62,14 @@ class UlyssesRing final : public AttentionStrategy {
   const RingPlan& ring_plan(std::int64_t total, std::int64_t q_rows, std::int64_t q_cols, int heads,
                             int head_dim, int batch);
 
+  struct Layer;  // one attend call: geometry, Q/K/V per stream, where the ring's K/V land
+  /// Projects, prepares and (sharded streams) exchanges every stream's Q, K and V.
+  void exchange_qkv(Layer& layer);
+  /// Passes the image K/V chunks round the ring, charging the plan's work per round.
+  void pass_ring(Layer& layer, const RingPlan& plan);
+  /// Each stream's output back to its layout (blocking exchanges over the Ulysses group).
+  void exchange_outputs(const Layer& layer, std::vector<Tensor>& outs, std::int64_t total);
+
   Communicator& world_;
   std::unique_ptr<Communicator> ulysses_comm_, ring_comm_;
   std::unique_ptr<SpGroup> ulysses_;

@@ -25,6 +25,40 @@ void for_subblocks(BlockShape b, std::int64_t tr, std::int64_t tc, F&& f) {
       f(r0, std::min(tr, b.rows - r0), c0, std::min(tc, b.cols - c0));
 }
 
+// Whether the rn x cn sub-block at a0 (rows `stride` apart) is sent against its copy at h0:
+// always when the receiver holds no copy yet (`have` false), else when it changed (any bit when
+// `exact`, else ||a - h||^2 > thr2 * ||h||^2).
+bool active_subblock(const float* a0, const float* h0, std::int64_t stride, std::int64_t rn,
+                     std::int64_t cn, bool have, bool exact, double thr2) {
+  bool active = !have;
+  double diff2 = 0, ref2 = 0;
+  for (std::int64_t r = 0; r < rn && (!active || !exact); ++r) {
+    const float* a = a0 + r * stride;
+    const float* h = h0 + r * stride;
+    if (exact) {
+      active = active || std::memcmp(a, h, static_cast<size_t>(cn) * sizeof(float)) != 0;
+    } else {
+      for (std::int64_t c = 0; c < cn; ++c) {
+        const double e = double(a[c]) - double(h[c]);
+        diff2 += e * e;
+        ref2 += double(h[c]) * double(h[c]);
+      }
+    }
+  }
+  if (!exact && diff2 > thr2 * ref2) active = true;
+  return active;
+}
+
+// Appends the rn x cn sub-block at a0 (rows `stride` apart) to `out` and copies it to h0.
+void compact_subblock(const float* a0, float* h0, std::int64_t stride, std::int64_t rn,
+                      std::int64_t cn, std::vector<float>& out) {
+  for (std::int64_t r = 0; r < rn; ++r) {
+    const float* a = a0 + r * stride;
+    out.insert(out.end(), a, a + cn);
+    std::memcpy(h0 + r * stride, a, static_cast<size_t>(cn) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 VMajorCache::VMajorCache(const StrategyOptions& options, const Topology& topo, bool phantom)
@@ -145,89 +179,34 @@ void VMajorChannel::begin_pass(int phase, bool held) {
                c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second);
 }
 
+// One pack call: the sub-block sizes and the threshold, the compacted active blocks of every
+// selective peer, and the elements compared and compacted (what the pack is charged for).
+struct VMajorChannel::Pack {
+  std::int64_t tr, tc;  // sub-block rows and columns
+  double thr2;          // squared threshold
+  bool exact;           // threshold 0: a sub-block is active when any bit changed
+  double f;             // phantom: the share of sub-blocks sent
+  std::int64_t full_total;
+  std::vector<float> compact;
+  double scanned = 0, compacted = 0;
+};
+
 void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
   begin_pass(phase, false);
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
-  const std::int64_t tr = c_.opt_.v_major_block_tokens;
-  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
-  const double thr2 = c_.opt_.v_major_threshold * c_.opt_.v_major_threshold;
-  const bool exact = c_.opt_.v_major_threshold == 0;
-  const double f = c_.opt_.v_major_phantom_active_fraction;
-  const std::int64_t full_total = io.send_off.back();
+  Pack pk{c_.opt_.v_major_block_tokens,
+          std::int64_t{c_.opt_.v_major_block_heads} * head_dim_,
+          c_.opt_.v_major_threshold * c_.opt_.v_major_threshold,
+          c_.opt_.v_major_threshold == 0,
+          c_.opt_.v_major_phantom_active_fraction,
+          io.send_off.back(),
+          {}};
   std::vector<std::int64_t> msc(m, 0), mrc(m, 0);
-  std::vector<float> compact;
   io.mask_send.clear();
-  double scanned = 0, compacted = 0;
   for (size_t v = 0; v < m; ++v) {
     if (!member_selective(ph, static_cast<int>(v))) continue;
-    VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[v])];
-    const std::int64_t before = static_cast<std::int64_t>(compact.size());
-    std::int64_t phantom_sent = 0, idx = 0;
-    for (int i = ph.send_member_begin[v]; i < ph.send_member_begin[v + 1]; ++i) {
-      const auto [s, d] = ph.send[static_cast<size_t>(i)];
-      const BlockShape b = io.shape(s, d);
-      ts.full_elements += n(b.numel());
-      scanned += n(b.numel());
-      std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
-      const bool have = !io.phantom && !mirror.empty();
-      if (!io.phantom && mirror.empty()) mirror.assign(static_cast<size_t>(b.numel()), 0.0f);
-      const float* data =
-          io.phantom ? nullptr : io.send.data() + io.send_off[static_cast<size_t>(i)];
-      for_subblocks(
-          b, tr, tc, [&](std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
-            bool active;
-            if (io.phantom) {
-              active = phantom_active(idx, f);
-              if (active) phantom_sent += rn * cn;
-            } else {
-              active = !have;
-              double diff2 = 0, ref2 = 0;
-              for (std::int64_t r = 0; r < rn && (!active || !exact); ++r) {
-                const float* a = data + (r0 + r) * b.cols + c0;
-                const float* h = mirror.data() + (r0 + r) * b.cols + c0;
-                if (exact) {
-                  active =
-                      active || std::memcmp(a, h, static_cast<size_t>(cn) * sizeof(float)) != 0;
-                } else {
-                  for (std::int64_t c = 0; c < cn; ++c) {
-                    const double e = double(a[c]) - double(h[c]);
-                    diff2 += e * e;
-                    ref2 += double(h[c]) * double(h[c]);
-                  }
-                }
-              }
-              if (!exact && diff2 > thr2 * ref2) active = true;
-              io.mask_send.push_back(active ? 1.0f : 0.0f);
-              if (active)
-                for (std::int64_t r = 0; r < rn; ++r) {
-                  const float* a = data + (r0 + r) * b.cols + c0;
-                  compact.insert(compact.end(), a, a + cn);
-                  std::memcpy(mirror.data() + (r0 + r) * b.cols + c0, a,
-                              static_cast<size_t>(cn) * sizeof(float));
-                }
-            }
-            ++ts.blocks;
-            ++ts.selective_blocks;
-            if (active) {
-              ++ts.active_blocks;
-              ++ts.selective_active_blocks;
-            }
-            ++idx;
-          });
-    }
-    const std::int64_t sent =
-        io.phantom ? phantom_sent : static_cast<std::int64_t>(compact.size()) - before;
-    if (io.phantom) compact.resize(0);
-    msc[v] = idx;
-    ts.sent_elements += n(sent) + n(idx);
-    compacted += n(sent);
-    io.layout.send_counts[v] = sent;
-    io.layout.send_displs[v] = full_total + (io.phantom ? 0 : before);
-    if (io.phantom) {
-      // Phantom: the compact region is never touched; displacements only need to be valid.
-      io.layout.send_displs[v] = 0;
-    }
+    msc[v] = pack_member(pk, phase, io, v);
     // The peer's run to this rank has the same blocks, hence the same number of sub-blocks.
     std::int64_t rsub = 0;
     for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i)
@@ -235,12 +214,72 @@ void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
           io.shape(ph.recv[static_cast<size_t>(i)].first, ph.recv[static_cast<size_t>(i)].second));
     mrc[v] = rsub;
   }
-  if (!io.phantom) io.send.insert(io.send.end(), compact.begin(), compact.end());
+  if (!io.phantom) io.send.insert(io.send.end(), pk.compact.begin(), pk.compact.end());
   io.mask_layout = AllToAllvLayout::packed(msc, mrc);
   if (io.phantom) io.mask_send.clear();
   io.mask_recv.assign(io.phantom ? 0 : static_cast<size_t>(io.mask_layout.recv_total()), 0.0f);
   // Compare against the mirror (read both), write the compacted blocks and the mirror.
-  ex.charge(OpKind::kElementwise, 3.0 * scanned, 2.0 * scanned + 4.0 * compacted, "v_major_select");
+  ex.charge(OpKind::kElementwise, 3.0 * pk.scanned, 2.0 * pk.scanned + 4.0 * pk.compacted,
+            "v_major_select");
+}
+
+// Packs the blocks for selective peer v: its mask and its active sub-blocks, compacted; sets
+// its send count and displacement. Returns its number of sub-blocks (mask elements).
+std::int64_t VMajorChannel::pack_member(Pack& pk, int phase, PhaseIo& io, size_t v) {
+  const SpGroup::Phase& ph = io.ph;
+  VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[v])];
+  const std::int64_t before = static_cast<std::int64_t>(pk.compact.size());
+  std::int64_t phantom_sent = 0, idx = 0;
+  for (int i = ph.send_member_begin[v]; i < ph.send_member_begin[v + 1]; ++i)
+    pack_block(pk, phase, io, i, ts, idx, phantom_sent);
+  const std::int64_t sent =
+      io.phantom ? phantom_sent : static_cast<std::int64_t>(pk.compact.size()) - before;
+  if (io.phantom) pk.compact.resize(0);
+  ts.sent_elements += n(sent) + n(idx);
+  pk.compacted += n(sent);
+  io.layout.send_counts[v] = sent;
+  io.layout.send_displs[v] = pk.full_total + (io.phantom ? 0 : before);
+  if (io.phantom) {
+    // Phantom: the compact region is never touched; displacements only need to be valid.
+    io.layout.send_displs[v] = 0;
+  }
+  return idx;
+}
+
+// Scans send block i sub-block by sub-block (idx counts the peer's sub-blocks so far): whether
+// each is active, its mask element and, when active, its compacted copy and the mirror's update.
+void VMajorChannel::pack_block(Pack& pk, int phase, PhaseIo& io, int i, VMajorTierStats& ts,
+                               std::int64_t& idx, std::int64_t& phantom_sent) {
+  const auto [s, d] = io.ph.send[static_cast<size_t>(i)];
+  const BlockShape b = io.shape(s, d);
+  ts.full_elements += n(b.numel());
+  pk.scanned += n(b.numel());
+  std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
+  const bool have = !io.phantom && !mirror.empty();
+  if (!io.phantom && mirror.empty()) mirror.assign(static_cast<size_t>(b.numel()), 0.0f);
+  const float* data = io.phantom ? nullptr : io.send.data() + io.send_off[static_cast<size_t>(i)];
+  for_subblocks(b, pk.tr, pk.tc,
+                [&](std::int64_t r0, std::int64_t rn, std::int64_t c0, std::int64_t cn) {
+                  bool active;
+                  if (io.phantom) {
+                    active = phantom_active(idx, pk.f);
+                    if (active) phantom_sent += rn * cn;
+                  } else {
+                    const std::int64_t at = r0 * b.cols + c0;
+                    active = active_subblock(data + at, mirror.data() + at, b.cols, rn, cn, have,
+                                             pk.exact, pk.thr2);
+                    io.mask_send.push_back(active ? 1.0f : 0.0f);
+                    if (active)
+                      compact_subblock(data + at, mirror.data() + at, b.cols, rn, cn, pk.compact);
+                  }
+                  ++ts.blocks;
+                  ++ts.selective_blocks;
+                  if (active) {
+                    ++ts.active_blocks;
+                    ++ts.selective_active_blocks;
+                  }
+                  ++idx;
+                });
 }
 
 void VMajorChannel::plan_receive(int /*phase*/, PhaseIo& io) {

@@ -94,6 +94,14 @@ class VMajorChannel {
   void record_received(int phase, PhaseIo& io);
 
  private:
+  struct Pack;  // one pack call: sub-block sizes, threshold, compacted blocks, totals
+  /// Sender: the mask and compacted active blocks for selective peer v; sets its send count and
+  /// displacement and returns its number of sub-blocks.
+  std::int64_t pack_member(Pack& pk, int phase, PhaseIo& io, size_t v);
+  /// Sender: send block i's sub-blocks into the mask and the compacted blocks (`idx`: the
+  /// peer's sub-blocks so far; `phantom_sent`: elements a phantom run counts as sent).
+  void pack_block(Pack& pk, int phase, PhaseIo& io, int i, VMajorTierStats& ts, std::int64_t& idx,
+                  std::int64_t& phantom_sent);
   bool member_selective(const SpGroup::Phase& ph, int v) const;
   std::uint64_t key(int phase, int s, int d) const;
   std::int64_t subblocks(BlockShape b) const;
