@@ -24,9 +24,9 @@ Usage: models_fidelity.py COCODIFF [--preset hgx-h200] [--measured h200x1-models
                           [--framework reference|eager|compiled|inductor] [--set KEY=VALUE ...]
                           [--out DIR] [--name models_fidelity]
 Writes DIR/NAME.{json,txt} (default bench/fidelity/results/models_fidelity.*; the video
-forwards: --measured h200x1-video --name video_fidelity; one H100: --preset hgx-h100 --measured
-h100x1-models --name models_fidelity_h100, with the reference host given by --set: README.md,
-"Every model family on one H100").
+forwards: --measured h200x1-video --name video_fidelity; two H100 leases: --preset hgx-h100
+--measured h100x1-models,h100x1-models3 --name models_fidelity_h100: README.md, "Every model
+family on one H100").
 """
 import statistics
 

@@ -196,6 +196,8 @@ class TablesTest(TablesTestCase):
 EMULATOR_TABLES = [
     ("models_fidelity.py", [], "models_fidelity"),
     ("models_fidelity.py", ["--measured", "h200x1-video", "--name", "video_fidelity"], "video_fidelity"),
+    ("models_fidelity.py", ["--preset", "hgx-h100", "--measured", "h100x1-models,h100x1-models3", "--name",
+                            "models_fidelity_h100"], "models_fidelity_h100"),
     ("models_fidelity.py", ["--measured", "h200x1-graph", "--framework", "compiled", "--name", "graph_fidelity"],
      "graph_fidelity"),
     ("models_fidelity.py", ["--measured", "h200x1-compiled", "--framework", "inductor", "--name",
