@@ -899,16 +899,18 @@ void run_calibrate(const CalibrateOptions& o) {
         "prints for its size on a cluster of the point's ranks and nodes\n",
         o.out.c_str(), o.rounds.c_str(), fo.warmup, fo.iters);
   }
-  // The grids' directories, relative to the written file's where they can be (its runs resolve
-  // them from there), as the fits above read them (absolute).
-  if (toml::array* grid = table["device"]["grid"].as_array()) {
-    const std::filesystem::path here = std::filesystem::absolute(o.out).parent_path();
-    for (toml::node& n : *grid)
-      if (toml::value<std::string>* d = n.as_string()) {
-        const std::filesystem::path rel = std::filesystem::path(d->get()).lexically_relative(here);
-        if (!rel.empty()) *d = rel.string();
-      }
-  }
+  // The grids' and the reference host's directories, relative to the written file's where they
+  // can be (its runs resolve them from there), as the fits above read them (absolute): the file
+  // names no directory of the machine that wrote it.
+  const std::filesystem::path here = std::filesystem::absolute(o.out).parent_path();
+  const auto relative = [&here](toml::value<std::string>* d) {
+    if (d == nullptr) return;
+    const std::filesystem::path rel = std::filesystem::path(d->get()).lexically_relative(here);
+    if (!rel.empty()) *d = rel.string();
+  };
+  if (toml::array* grid = table["device"]["grid"].as_array())
+    for (toml::node& n : *grid) relative(n.as_string());
+  relative(table["device"]["host"]["reference"].as_string());
   const std::string text = calibrate::cluster_file_text(table, notes.str() + "\n");
   auto lock = hold_interrupts();
   write_file_atomic(o.out, text);

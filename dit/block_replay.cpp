@@ -170,11 +170,13 @@ void charge_reference_host(const Exec& ex, std::string_view scope) {
 
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
                const std::function<void()>& body) {
-  // The reference's ModuleLists: the single-stream blocks of FLUX.1 and FLUX.2, and the rest.
-  // Charged inside the block, so that a replayed block issues it as the block did.
+  // The reference's ModuleLists: the single-stream blocks of FLUX.1 and FLUX.2, Wan's `blocks`
+  // (diffusers' WanTransformer3DModel), and the rest's `transformer_blocks`. Charged inside the
+  // block, so that a replayed block issues it as the block did.
   const std::string_view scope = kind.find("single") != std::string_view::npos
                                      ? "single_transformer_blocks"
-                                     : "transformer_blocks";
+                                 : kind == "wan" ? "blocks"
+                                                 : "transformer_blocks";
   const auto block = [&] {
     charge_reference_host(ex, scope);
     body();

@@ -1145,6 +1145,14 @@ TEST_F(Calibrate, ShippedGpuPresetsAreWhatCalibrateWritesFromTheirMeasurements) 
             fs::weakly_canonical(presets / sgrid->at(i).value<std::string>().value()),
             fs::weakly_canonical(out.parent_path() / fgrid->at(i).value<std::string>().value()));
       EXPECT_FALSE(fit["device"]["kernels"]);
+      // The reference host's directory too, relative to the written file like the grids'.
+      if (const auto sref = shipped["device"]["host"]["reference"].value<std::string>()) {
+        const auto fref = fit["device"]["host"]["reference"].value<std::string>();
+        ASSERT_TRUE(fref.has_value());
+        EXPECT_TRUE(fs::path(*fref).is_relative()) << *fref;
+        EXPECT_EQ(fs::weakly_canonical(presets / *sref),
+                  fs::weakly_canonical(out.parent_path() / *fref));
+      }
       for (const char* kind : {"gemm", "attention", "norm", "elementwise", "copy"})
         EXPECT_EQ(shipped["device"]["grid_scale"][kind].value<double>().value_or(1),
                   fit["device"]["grid_scale"][kind].value<double>().value_or(1))
