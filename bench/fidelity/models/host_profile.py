@@ -723,7 +723,7 @@ def main():
                 for w, h, b in cases:
                     env["cases"].append({"model": name, "width": w, "height": h, "batch": b,
                                          "status": "error: the model was not built"})
-                model = hooks = None
+                model = hooks = lists = None
                 gc.collect()
                 torch.cuda.empty_cache()
                 bc.write_json(envpath, env)
@@ -760,7 +760,9 @@ def main():
                       flush=True)
                 bc.write_json(envpath, env)
             hooks.remove()
-            model = hooks = None
+            # `lists` holds the blocks too: dropped with the model, or the next family is built
+            # beside this one's weights (FLUX.2-dev's 60 GiB after Qwen-Image's ran out of memory).
+            model = hooks = lists = None
             gc.collect()
             torch.cuda.empty_cache()
             bc.write_json(envpath, env)
