@@ -93,7 +93,7 @@ struct StrategyOptions {
   int v_major_block_heads = 1;      // heads per block
   std::vector<std::string> v_major_tiers = {"inter-node"};  // tiers whose V is selective
   int v_major_warmup_steps = 2;                             // first steps send everything
-  int v_major_refresh_every = 10;                 // every n-th step sends everything (0: never)
+  int v_major_refresh_every = 10;  // every n-th step sends everything (0: never)
   // Phantom mode: share of blocks sent. Measured, not assumed: at the default threshold the
   // trained models send every block (rates.json of configs/quickstart.toml and configs/video.toml
   // run with cocodiff: 1.0; their V moves 9-12% a step, bench/README.md), so the default saves
