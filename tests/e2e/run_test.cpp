@@ -569,8 +569,9 @@ TEST(Run, ThePhantomVMajorDefaultIsTheShareTheTrainedModelsSend) {
   const std::string cfg = std::string(COCODIFF_BIN) + " run " + COCODIFF_CONFIG_DIR;
   const std::vector<std::string> runs = {
       cfg + "/quickstart.toml",
-      cfg + "/video.toml --set parallel.ulysses_degree=24 --set parallel.ring_degree=1 "
-            "--set ulysses.uneven_heads=true"};
+      cfg +
+          "/video.toml --set parallel.ulysses_degree=24 --set parallel.ring_degree=1 "
+          "--set ulysses.uneven_heads=true"};
   for (const std::string& run : runs) {
     const std::string base = run + " --set run.strategy=cocodiff --set emulator.trace=false -q";
     Result real = sh(base + " --out " + (dir / "real").string());
