@@ -4,10 +4,10 @@
 #include <string>
 #include <utility>
 
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "cocodiff/cocodiff.hpp"
 #include "core/config.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff {
 namespace {

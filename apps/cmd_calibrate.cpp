@@ -3,19 +3,19 @@
 // run names directly (`cluster.preset = "FIT.toml"`, or `cocodiff netbench FIT.toml`).
 //
 // Collectives (nccl-tests output as printed, netbench output, or CSV op,ranks,nodes,bytes,
-// time_us,transport: apps/calibrate/measurements.hpp) fit per link tier the latency and
+// time_us,transport: calibrate/measurements.hpp) fit per link tier the latency and
 // bandwidth, and the collective library's per-call and per-message costs and its eager /
-// rendezvous protocol (apps/calibrate/collective_fit.hpp), each point predicted by the
+// rendezvous protocol (calibrate/collective_fit.hpp), each point predicted by the
 // emulator as `cocodiff netbench` times it. Kernels (CSV op,kind,flops,bytes,time_us) fit the
-// device's roofline and become measured tables (apps/calibrate/kernel_fit.hpp). Ops as eager
+// device's roofline and become measured tables (calibrate/kernel_fit.hpp). Ops as eager
 // PyTorch runs them (measure_multi.py's kernels.csv, host_*.csv) and its interference JSON
 // give the device's kernel tables, its host's issue costs and the overlap factors
-// (apps/calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
-// speeds (apps/calibrate/spread_fit.hpp), and its steps CSVs the kernels' step factor
-// (apps/calibrate/device_step_fit.hpp) and the host's step factor and sync slowdown
-// (apps/calibrate/host_sync_fit.hpp), fitted by timing flat FLUX.1-dev steps of the fitted
+// (calibrate/eager_fit.hpp). Its breakdown JSON gives the spread of the ranks' device
+// speeds (calibrate/spread_fit.hpp), and its steps CSVs the kernels' step factor
+// (calibrate/device_step_fit.hpp) and the host's step factor and sync slowdown
+// (calibrate/host_sync_fit.hpp), fitted by timing flat FLUX.1-dev steps of the fitted
 // cluster. The file written is the cluster (its preset with every --set)
-// with the fitted values in place (apps/calibrate/cluster_file.hpp); every point is then predicted
+// with the fitted values in place (calibrate/cluster_file.hpp); every point is then predicted
 // again from that file, and measured / predicted / error is printed per point, with a summary per
 // op and transport and a warning when the fit misses.
 
@@ -38,23 +38,23 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/cluster_file.hpp"
-#include "apps/calibrate/collective_fit.hpp"
-#include "apps/calibrate/device_step_fit.hpp"
-#include "apps/calibrate/eager_fit.hpp"
-#include "apps/calibrate/grid_scale_fit.hpp"
-#include "apps/calibrate/host_sync_fit.hpp"
-#include "apps/calibrate/kernel_fit.hpp"
-#include "apps/calibrate/least_squares.hpp"
-#include "apps/calibrate/measurements.hpp"
-#include "apps/calibrate/spread_fit.hpp"
 #include "apps/commands.hpp"
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
+#include "calibrate/cluster_file.hpp"
+#include "calibrate/collective_fit.hpp"
+#include "calibrate/device_step_fit.hpp"
+#include "calibrate/eager_fit.hpp"
+#include "calibrate/grid_scale_fit.hpp"
+#include "calibrate/host_sync_fit.hpp"
+#include "calibrate/kernel_fit.hpp"
+#include "calibrate/least_squares.hpp"
+#include "calibrate/measurements.hpp"
+#include "calibrate/spread_fit.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
 #include "net_models/kernel_grid.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 
@@ -515,7 +515,7 @@ void write_grid(const calibrate::Measurements& m, const RooflineParams& device,
 
 // The grids measured on another GPU (--grid-reference: the same eager ops measured on the grids'
 // GPU): device.grid_scale.KIND, the geometric mean of the ratios of this GPU's times of the ops
-// both measured to the reference's (apps/calibrate/grid_scale_fit.hpp).
+// both measured to the reference's (calibrate/grid_scale_fit.hpp).
 std::array<double, kNumOpKinds> write_grid_scale(const calibrate::Measurements& m,
                                                  const std::vector<std::string>& files,
                                                  toml::table& table, std::ostringstream& notes) {

@@ -19,7 +19,6 @@
 #include <sstream>
 
 #include "apps/commands.hpp"
-#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
 #include "dit/local_comm.hpp"
@@ -27,6 +26,7 @@
 #include "dit/model_family.hpp"
 #include "dit/pipeline.hpp"
 #include "dit/safetensors.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

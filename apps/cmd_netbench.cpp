@@ -14,8 +14,8 @@
 // emulator's all-reduce (its first half): p-1 steps, each sending one block to r+1 and
 // receiving one from r-1, T = call + (p-1) (sw + alpha + (bytes/p) beta) without contention;
 // sendrecv costs the library's call and one message's software time on top of its message.
-// apps/collective_bench.hpp times every op (`cocodiff calibrate` predicts by the same code). The
-// last line is "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world;
+// calibrate/collective_bench.hpp times every op (`cocodiff calibrate` predicts by the same code).
+// The last line is "# Avg bus bandwidth", the mean busbw. `flat` is one all-to-all over the world;
 // `tapa` one all-to-all per topology level (innermost first) among the ranks that differ only at
 // that level (all_to_all only).
 //
@@ -41,14 +41,14 @@
 #include <string>
 #include <vector>
 
-#include "apps/collective_bench.hpp"
 #include "apps/commands.hpp"
-#include "apps/run_plan.hpp"
+#include "calibrate/collective_bench.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "emulator/collectives/registry.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/cluster.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 
@@ -85,7 +85,7 @@ struct Row {
   double wall_s = 0;
 };
 
-// One timed collective (apps/collective_bench.hpp, the path calibrate predicts with). split()
+// One timed collective (calibrate/collective_bench.hpp, the path calibrate predicts with). split()
 // and barrier() move bytes of their own, so the bytes of a run that only sets up are subtracted.
 Row measure(emu::Engine& engine, const NetbenchOptions& o, std::int64_t count,
             const Row* setup_only) {

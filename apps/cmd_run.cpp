@@ -12,12 +12,12 @@
 #include <iostream>
 
 #include "apps/commands.hpp"
-#include "apps/memory_estimate.hpp"
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/parallel/strategies.hpp"
+#include "runner/memory_estimate.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

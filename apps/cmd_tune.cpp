@@ -2,7 +2,7 @@
 // gpu-seconds] [--lossy PSNR_DB] [--budget-s S] [--jobs N] [--no-host-range] [--set k=v ...]
 // [--out DIR]`
 // Searches the fastest way to run the config's model, resolution and steps on its cluster
-// (apps/tune.hpp): prints the ranked table, the Pareto front of time against GPUs and the
+// (tune/tune.hpp): prints the ranked table, the Pareto front of time against GPUs and the
 // `cocodiff run` command of each recommendation; writes tune.json, tune.txt and pareto.png
 // into DIR as one set, once the search is done.
 
@@ -11,9 +11,9 @@
 #include <sstream>
 
 #include "apps/commands.hpp"
-#include "apps/tune.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
+#include "tune/tune.hpp"
 
 namespace cocodiff::apps {
 

@@ -7,11 +7,11 @@
 #include <string>
 
 #include "apps/commands.hpp"
-#include "apps/memory_estimate.hpp"
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "emulator/engine.hpp"
+#include "runner/memory_estimate.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "dit/model.hpp"
 #include "dit/model_config.hpp"
 #include "dit/safetensors.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

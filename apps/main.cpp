@@ -24,10 +24,10 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/config.hpp"
 #include "core/errors.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

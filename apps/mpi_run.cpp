@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "apps/commands.hpp"
-#include "apps/memory_estimate.hpp"
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
 #include "dit/pipeline.hpp"
+#include "runner/memory_estimate.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 #ifdef COCODIFF_HAVE_MPI
 #include "mpi_backend/mpi_comm.hpp"

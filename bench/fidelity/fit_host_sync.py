@@ -5,8 +5,8 @@ host-bound steps with `cocodiff calibrate`, and holds the fit against every mach
 The two figures of the host model a step decides: how much slower a host issues an op inside a
 step of two or more ranks than alone, and how much a rank's host time grows with the ranks
 whose hosts every exchange waits for (configs/clusters/README.md, "The host"). `cocodiff
-calibrate` fits them (apps/calibrate/host_sync_fit.hpp), after the kernels' step factor
-(apps/calibrate/device_step_fit.hpp), from the NVLink steps files of the machines named here,
+calibrate` fits them (calibrate/host_sync_fit.hpp), after the kernels' step factor
+(calibrate/device_step_fit.hpp), from the NVLink steps files of the machines named here,
 every other figure of the preset as it is; this script runs it on those files alone, prints
 what it prints, then times the fitted file's flat 1024^2 step on 2, 3 and 4 GPUs against every
 machine's median (held-out machines and 3 GPUs included). The commands in the headers of

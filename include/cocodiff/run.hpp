@@ -86,7 +86,7 @@ class Plan {
   /// file, `cocodiff run` runs the same plan.
   std::string effective_config() const;
 
-  /// The resolved plan (apps/run_plan.hpp, not installed): for code built with cocodiff's tree.
+  /// The resolved plan (runner/run_plan.hpp, not installed): for code built with cocodiff's tree.
   const apps::RunPlan& resolved() const { return *plan_; }
 
  private:
@@ -121,7 +121,7 @@ struct RunResult {
   /// report.json's text: every field `cocodiff run` reports (breakdown, strategy statistics).
   std::string report_json;
 
-  /// The run's record (apps/run_exec.hpp, not installed), which write_outputs reads.
+  /// The run's record (runner/run_exec.hpp, not installed), which write_outputs reads.
   std::shared_ptr<const apps::RunRecord> record;
 };
 

@@ -1,8 +1,8 @@
-// The collective fit as a library (apps/calibrate/collective_fit.hpp): points made by the
+// The collective fit as a library (calibrate/collective_fit.hpp): points made by the
 // emulator's own timing on a cluster with known figures are fitted from other figures, and the
 // known ones come back; on a cluster whose device has a host, calls timed back to back overlap
 // the host's issue with the call before, and both the host's cost and the library's come back.
-// The eager-op fit (apps/calibrate/eager_fit.hpp) turns known device and host times into the
+// The eager-op fit (calibrate/eager_fit.hpp) turns known device and host times into the
 // preset's tables exactly. The step fits (host_sync_fit.hpp, device_step_fit.hpp) recover the
 // factors that made closed-form steps.
 
@@ -14,13 +14,13 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/cluster_file.hpp"
-#include "apps/calibrate/collective_fit.hpp"
-#include "apps/calibrate/device_step_fit.hpp"
-#include "apps/calibrate/eager_fit.hpp"
-#include "apps/calibrate/grid_scale_fit.hpp"
-#include "apps/calibrate/host_sync_fit.hpp"
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/cluster_file.hpp"
+#include "calibrate/collective_fit.hpp"
+#include "calibrate/device_step_fit.hpp"
+#include "calibrate/eager_fit.hpp"
+#include "calibrate/grid_scale_fit.hpp"
+#include "calibrate/host_sync_fit.hpp"
+#include "calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/memory_estimate.hpp"
-#include "apps/run_plan.hpp"
+#include "runner/memory_estimate.hpp"
+#include "runner/run_plan.hpp"
 #include "tests/apps/subprocess.hpp"
 
 namespace cocodiff::test {

@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "apps/tune.hpp"
 #include "core/errors.hpp"
 #include "tests/apps/subprocess.hpp"
+#include "tune/tune.hpp"
 
 namespace cocodiff::test {
 namespace {

@@ -1,4 +1,4 @@
-// Fuzz targets for `cocodiff calibrate`'s measurement readers (apps/calibrate/measurements.hpp):
+// Fuzz targets for `cocodiff calibrate`'s measurement readers (calibrate/measurements.hpp):
 // fuzz_calibrate_csv reads the input as it is (CSV of collectives, kernels or eager ops,
 // netbench output or its JSON, interference, breakdown and chunks JSON, steps CSV, kernel grids:
 // the reader tells them apart by their contents; eager ops and interference then go through the
@@ -21,9 +21,9 @@
 #include <filesystem>
 #include <string>
 
-#include "apps/calibrate/collective_fit.hpp"
-#include "apps/calibrate/eager_fit.hpp"
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/collective_fit.hpp"
+#include "calibrate/eager_fit.hpp"
+#include "calibrate/measurements.hpp"
 #include "core/errors.hpp"
 #include "net_models/cluster.hpp"
 #include "net_models/kernel_grid.hpp"

@@ -25,10 +25,10 @@
 #include <string>
 #include <vector>
 
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "core/errors.hpp"
 #include "dit/image.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace {
 

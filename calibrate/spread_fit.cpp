@@ -1,4 +1,4 @@
-#include "apps/calibrate/spread_fit.hpp"
+#include "calibrate/spread_fit.hpp"
 
 #include <algorithm>
 

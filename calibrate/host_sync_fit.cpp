@@ -1,4 +1,4 @@
-#include "apps/calibrate/host_sync_fit.hpp"
+#include "calibrate/host_sync_fit.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include <tuple>
 #include <utility>
 
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {

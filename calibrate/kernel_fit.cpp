@@ -1,10 +1,10 @@
-#include "apps/calibrate/kernel_fit.hpp"
+#include "calibrate/kernel_fit.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <functional>
 
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/least_squares.hpp"
 
 namespace cocodiff::calibrate {
 

@@ -20,10 +20,10 @@
 
 #include <string>
 
-#include "apps/run_plan.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/step_cache.hpp"
 #include "nlohmann/json.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

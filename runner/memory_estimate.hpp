@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/run_plan.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

@@ -3,7 +3,7 @@
 // latency and bandwidth, and the collective library's per-call and per-message software costs
 // and protocol (eager up to a threshold, with its own per-byte copy cost; rendezvous above it,
 // with a handshake cost), by least squares on log time over every point. Each prediction is
-// the emulator's own time for the point (apps/collective_bench.hpp, what netbench prints) on
+// the emulator's own time for the point (calibrate/collective_bench.hpp, what netbench prints) on
 // the cluster with the trial figures, so the fitted file reproduces the fit's predictions.
 //
 //   std::vector<LinkKnob> knobs = link_knobs(cluster, cluster_table);
@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/measurements.hpp"
 #include "net_models/cluster.hpp"
 
 namespace cocodiff::calibrate {

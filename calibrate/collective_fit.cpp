@@ -1,4 +1,4 @@
-#include "apps/calibrate/collective_fit.hpp"
+#include "calibrate/collective_fit.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,9 +9,9 @@
 #include <set>
 #include <tuple>
 
-#include "apps/calibrate/cluster_file.hpp"
-#include "apps/calibrate/least_squares.hpp"
-#include "apps/collective_bench.hpp"
+#include "calibrate/cluster_file.hpp"
+#include "calibrate/collective_bench.hpp"
+#include "calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 #include "emulator/engine.hpp"
 

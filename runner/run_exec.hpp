@@ -8,9 +8,9 @@
 #include <optional>
 #include <vector>
 
-#include "apps/run_plan.hpp"
 #include "core/tensor.hpp"
 #include "emulator/engine.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

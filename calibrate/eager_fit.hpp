@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/kernel_fit.hpp"
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/kernel_fit.hpp"
+#include "calibrate/measurements.hpp"
 
 namespace cocodiff::calibrate {
 

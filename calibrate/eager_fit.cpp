@@ -1,10 +1,10 @@
-#include "apps/calibrate/eager_fit.hpp"
+#include "calibrate/eager_fit.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/least_squares.hpp"
 #include "core/errors.hpp"
 
 namespace cocodiff::calibrate {

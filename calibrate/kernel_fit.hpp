@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/measurements.hpp"
 #include "net_models/device_model.hpp"
 
 namespace cocodiff::calibrate {

@@ -1,4 +1,4 @@
-#include "apps/calibrate/cluster_file.hpp"
+#include "calibrate/cluster_file.hpp"
 
 #include <algorithm>
 #include <charconv>

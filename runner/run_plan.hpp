@@ -97,13 +97,13 @@ struct RunPlan {
   double mpi_progress_floor_s = 30;
   double mpi_progress_multiple = 10;
   /// emulator.memory_limit in bytes (default: MemAvailable); nullopt: no limit. A run whose
-  /// memory estimate exceeds it stops before allocating (apps/memory_estimate.hpp).
+  /// memory estimate exceeds it stops before allocating (runner/memory_estimate.hpp).
   std::optional<std::int64_t> memory_limit_bytes;
   std::string memory_limit_source;  // where the limit came from, for the error message
   /// How heads split when they do not divide the Ulysses degree (ulysses.uneven_heads): which
   /// ranks idle in attention, and degree splits that avoid it. Empty when heads divide.
   std::string attention_note;
-  /// Where run.measured_rates came from (phantom runs that name one: apps/measured_rates.hpp).
+  /// Where run.measured_rates came from (phantom runs that name one: runner/measured_rates.hpp).
   struct RatesSource {
     std::string file, model;
     int steps = 0;

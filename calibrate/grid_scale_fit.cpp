@@ -1,4 +1,4 @@
-#include "apps/calibrate/grid_scale_fit.hpp"
+#include "calibrate/grid_scale_fit.hpp"
 
 #include <algorithm>
 #include <cmath>

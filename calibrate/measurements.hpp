@@ -27,20 +27,20 @@
 //  - CSV of ops as eager PyTorch runs them (bench/fidelity/measure_multi.py's kernels.csv and
 //    host_*.csv): the header op,label,tokens,heads,k,n,flops,device_us,host_us; device_us is the
 //    op's device time replayed in a CUDA graph, host_us the host's time to issue it, either
-//    empty where not measured (apps/calibrate/eager_fit.hpp turns them into tables).
+//    empty where not measured (calibrate/eager_fit.hpp turns them into tables).
 //  - measure_multi.py's interference_*.json: a JSON object of KERNEL_alone_us,
 //    KERNEL_with_a2a_SIZE_us, all_to_all_SIZE_alone_us and all_to_all_SIZE_with_KERNEL_us.
 //  - measure_multi.py's steps_*.csv: the header strategy,gpus,resolution,image_tokens,median_ms,
 //    min_ms,max_ms,host_issue_ms,transport,timed_steps, one whole FLUX.1-dev step a row (the
 //    median of its timed steps, slowest rank); a step measured in several launches has a row
-//    from each (apps/calibrate/host_sync_fit.hpp fits the host's sync slowdown to them).
+//    from each (calibrate/host_sync_fit.hpp fits the host's sync slowdown to them).
 //  - measure_multi.py's breakdown_*.json: {"world": N, "cases": {"WxRES": {...}}}, each case a
 //    flat step on W GPUs split into its exchanges and the rest, with segment_wait_ms (how long
 //    the ranks wait a step for the slowest rank's work between two exchanges).
 //  - measure_multi.py's chunks.json: {"cases": [{...}, ...]}, each case a rank's Q preparation
 //    whole and in head groups, with the norms on strided slices (norm_us) and on contiguous
 //    copies of them (norm_contig_us).
-// Sizes are as nccl-tests counts them (apps/collective_bench.hpp).
+// Sizes are as nccl-tests counts them (calibrate/collective_bench.hpp).
 
 #include <array>
 #include <cstdint>
@@ -49,7 +49,7 @@
 #include <string_view>
 #include <vector>
 
-#include "apps/collective_bench.hpp"
+#include "calibrate/collective_bench.hpp"
 #include "core/op_cost.hpp"
 
 namespace cocodiff::calibrate {

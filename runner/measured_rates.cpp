@@ -1,4 +1,4 @@
-#include "apps/measured_rates.hpp"
+#include "runner/measured_rates.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/measurements.hpp"
 
 #include <sys/stat.h>
 

@@ -1,4 +1,4 @@
-#include "apps/run_exec.hpp"
+#include "runner/run_exec.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,6 @@
 #include <sstream>
 #include <string_view>
 
-#include "apps/measured_rates.hpp"
-#include "apps/memory_estimate.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "core/hash.hpp"
@@ -22,6 +20,8 @@
 #include "dit/weights.hpp"
 #include "emulator/chrome_trace.hpp"
 #include "emulator/timeline_plot.hpp"
+#include "runner/measured_rates.hpp"
+#include "runner/memory_estimate.hpp"
 
 namespace cocodiff::apps {
 

@@ -1,4 +1,4 @@
-#include "apps/tune.hpp"
+#include "tune/tune.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -14,13 +14,13 @@
 #include <system_error>
 #include <thread>
 
-#include "apps/run_exec.hpp"
-#include "apps/run_plan.hpp"
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/model_family.hpp"
 #include "dit/parallel/pipefusion.hpp"
 #include "emulator/timeline_plot.hpp"
+#include "runner/run_exec.hpp"
+#include "runner/run_plan.hpp"
 
 namespace cocodiff::apps {
 

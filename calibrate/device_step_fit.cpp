@@ -1,10 +1,10 @@
-#include "apps/calibrate/device_step_fit.hpp"
+#include "calibrate/device_step_fit.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/least_squares.hpp"
 
 namespace cocodiff::calibrate {
 

@@ -1,4 +1,4 @@
-#include "apps/collective_bench.hpp"
+#include "calibrate/collective_bench.hpp"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "apps/run_plan.hpp"
+#include "runner/run_plan.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -9,8 +9,6 @@
 #include <sstream>
 #include <thread>
 
-#include "apps/measured_rates.hpp"
-#include "apps/memory_estimate.hpp"
 #include "core/errors.hpp"
 #include "dit/image.hpp"
 #include "dit/model.hpp"
@@ -18,6 +16,8 @@
 #include "dit/parallel/pipefusion.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
+#include "runner/measured_rates.hpp"
+#include "runner/memory_estimate.hpp"
 
 #ifndef COCODIFF_CONFIG_DIR
 #define COCODIFF_CONFIG_DIR "configs"

@@ -1,4 +1,4 @@
-#include "apps/memory_estimate.hpp"
+#include "runner/memory_estimate.hpp"
 
 #include <algorithm>
 #include <cmath>

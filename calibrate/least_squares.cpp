@@ -1,4 +1,4 @@
-#include "apps/calibrate/least_squares.hpp"
+#include "calibrate/least_squares.hpp"
 
 #include <algorithm>
 #include <cmath>

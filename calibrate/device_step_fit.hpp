@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "apps/calibrate/measurements.hpp"
+#include "calibrate/measurements.hpp"
 
 namespace cocodiff::calibrate {
 
