@@ -11,7 +11,6 @@
 #include <mutex>
 #include <set>
 #include <sstream>
-#include <system_error>
 #include <thread>
 
 #include "core/atomic_file.hpp"
@@ -19,6 +18,7 @@
 #include "dit/model_family.hpp"
 #include "dit/parallel/pipefusion.hpp"
 #include "emulator/timeline_plot.hpp"
+#include "runner/compare.hpp"
 #include "runner/run_exec.hpp"
 #include "runner/run_plan.hpp"
 
@@ -343,19 +343,6 @@ RunRecord run_checked(RunPlan plan, std::function<void(SimTime)> check) {
   plan.progress = false;
   plan.on_step_clock = [check = std::move(check)](int, int, SimTime now) { check(now); };
   return run_emulated(plan);
-}
-
-// Runs `work` on `jobs` threads (this one among them) and waits for all. When the system gives
-// fewer threads than asked (a limit on threads or memory), those it gave do the work.
-void run_side_by_side(int jobs, const std::function<void()>& work) {
-  std::vector<std::thread> threads;
-  try {
-    for (int j = 1; j < jobs; ++j) threads.emplace_back(work);
-  } catch (const std::system_error&) {
-    // Fewer threads: the work is shared among those that started.
-  }
-  work();
-  for (std::thread& t : threads) t.join();
 }
 
 // The hosts of the machines measured differ (device.host.range): the best configurations
