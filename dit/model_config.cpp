@@ -75,54 +75,56 @@ class Reader {
   const Config* preset_;
 };
 
-}  // namespace
+// The stems of the .toml files in `dir`, sorted (none when it cannot be read).
+std::vector<std::string> preset_names(const std::filesystem::path& dir) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+    if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
-ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_dir) {
+// The preset file model.preset names, loaded (none when the key is unset).
+std::optional<Config> load_preset(const Config& cfg, const std::filesystem::path& preset_dir) {
   std::optional<Config> preset;
-  if (cfg.has("model.preset")) {
-    const std::string name = cfg.require_string("model.preset");
-    std::filesystem::path file;
-    if (name.size() > 5 && name.substr(name.size() - 5) == ".toml")
-      file = cfg.directory() / name;
-    else
-      file = preset_dir / (name + ".toml");
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec)) {
-      std::vector<std::string> known;
-      for (const auto& e : std::filesystem::directory_iterator(preset_dir, ec))
-        if (e.path().extension() == ".toml") known.push_back(e.path().stem().string());
-      std::sort(known.begin(), known.end());
-      const std::string best = closest_match(name, known);
-      throw ConfigError(cfg.where("model.preset"), "model.preset",
-                        "a model preset name (a file " + (preset_dir / "<name>.toml").string() +
-                            ") or a path to a .toml file",
-                        "\"" + name + "\" (no file " + file.string() + ")" +
-                            (best.empty() ? "" : "; did you mean '" + best + "'?"));
-    }
-    preset = Config::load(file);
-    preset->mark_used("preset");
+  if (!cfg.has("model.preset")) return preset;
+  const std::string name = cfg.require_string("model.preset");
+  std::filesystem::path file;
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".toml")
+    file = cfg.directory() / name;
+  else
+    file = preset_dir / (name + ".toml");
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    const std::vector<std::string> known = preset_names(preset_dir);
+    const std::string best = closest_match(name, known);
+    throw ConfigError(cfg.where("model.preset"), "model.preset",
+                      "a model preset name (a file " + (preset_dir / "<name>.toml").string() +
+                          ") or a path to a .toml file",
+                      "\"" + name + "\" (no file " + file.string() + ")" +
+                          (best.empty() ? "" : "; did you mean '" + best + "'?"));
   }
-  if (!preset && !cfg.has("model.family")) {
-    // Neither a preset nor the start of a custom model: say so, rather than failing later on
-    // whichever default of the custom path happens to be checked first.
-    std::vector<std::string> names;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(preset_dir, ec))
-      if (e.path().extension() == ".toml") names.push_back(e.path().stem().string());
-    std::sort(names.begin(), names.end());
-    std::string list;
-    for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
-    throw ConfigError(cfg.where(cfg.has("model") ? "model" : ""), "model.preset",
-                      "a model preset" + (list.empty() ? "" : " (" + list + ")") +
-                          ", or a custom model described from model.family on",
-                      cfg.has("model") ? "a [model] table with neither" : "no [model] table");
-  }
-  const Reader cfg_reader(cfg, preset ? &*preset : nullptr);
-  ModelConfig m;
-  m.name = cfg_reader.get_string("name", "custom");
-  const std::vector<std::string> families = model_family_names();
-  m.family = cfg_reader.get_choice("family", "flux", families);
-  const ModelFamily& fam = model_family(m.family);
+  preset = Config::load(file);
+  preset->mark_used("preset");
+  return preset;
+}
+
+// Throws for a config with neither model.preset nor model.family, listing the presets.
+[[noreturn]] void no_model(const Config& cfg, const std::filesystem::path& preset_dir) {
+  // Neither a preset nor the start of a custom model: say so, rather than failing later on
+  // whichever default of the custom path happens to be checked first.
+  const std::vector<std::string> names = preset_names(preset_dir);
+  std::string list;
+  for (const std::string& n : names) list += (list.empty() ? "" : ", ") + n;
+  throw ConfigError(cfg.where(cfg.has("model") ? "model" : ""), "model.preset",
+                    "a model preset" + (list.empty() ? "" : " (" + list + ")") +
+                        ", or a custom model described from model.family on",
+                    cfg.has("model") ? "a [model] table with neither" : "no [model] table");
+}
+
+// Reads the transformer's shapes and the latent's patches (the keys after model.family).
+void read_shapes(const Reader& cfg_reader, ModelConfig& m) {
   m.heads = cfg_reader.get_int("heads", m.heads, 1, 1024);
   m.head_dim = cfg_reader.get_int("head_dim", m.head_dim, 2, 1024);
   if (m.head_dim % 2 != 0)
@@ -137,6 +139,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.patch_size = cfg_reader.get_int("patch_size", m.patch_size, 1, 16);
   m.vae_scale = cfg_reader.get_int("vae_scale", m.vae_scale, 1, 64);
   m.vae_temporal_scale = cfg_reader.get_int("vae_temporal_scale", 1, 1, 64);
+}
+
+// Reads the conditioning: text and pooled embeddings, classes and motions, guidance input.
+void read_conditioning(const Reader& cfg_reader, const ModelFamily& fam, ModelConfig& m) {
   m.text_tokens = cfg_reader.get_int("text_tokens", fam.default_text_tokens, 0, 1 << 20);
   m.text_dim = cfg_reader.get_int("text_dim", m.text_dim, 1, 1 << 20);
   m.pooled_dim = cfg_reader.get_int("pooled_dim", fam.default_pooled_dim, 0, 1 << 20);
@@ -151,6 +157,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.guidance_embed = cfg_reader.get_bool("guidance_embed", false);
   m.pixel_space = cfg_reader.get_bool("pixel_space", false);
   m.timestep_dim = cfg_reader.get_int("timestep_dim", m.timestep_dim, 2, 1 << 16);
+}
+
+// Reads the positions (RoPE axes and theta, SD3's sin-cos grid) and the norms.
+void read_positions(const Reader& cfg_reader, const ModelFamily& fam, ModelConfig& m) {
   for (std::int64_t a : cfg_reader.get_int_list("rope_axes")) {
     if (a <= 0 || a % 2 != 0)
       throw ConfigError(cfg_reader.where("rope_axes"), "model.rope_axes",
@@ -170,6 +180,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
   m.pos_embed_base_size = cfg_reader.get_int("pos_embed_base_size", 0, 0, 1 << 16);
   m.qk_norm = cfg_reader.get_bool("qk_norm", fam.default_qk_norm);
   m.norm_eps = static_cast<float>(cfg_reader.get_double("norm_eps", 1e-6, 1e-12, 1.0));
+}
+
+// Reads the sampler's defaults: steps, guidance, the sigma shift and the timestep scale.
+void read_sampler(const Config& cfg, const Reader& cfg_reader, ModelConfig& m) {
   m.default_steps = cfg_reader.get_int("steps", m.default_steps, 1, 10000);
   const std::string cfg_mode = cfg_reader.get_choice("cfg", "none", {"none", "batch", "true"});
   m.cfg_mode = cfg_mode == "none"    ? CfgMode::kNone
@@ -193,8 +207,10 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
                       std::to_string(max_set ? m.max_seq_len : m.base_seq_len));
   }
   m.timestep_scale = cfg_reader.get_double("timestep_scale", 1000.0, 1e-6, 1e6);
+}
 
-  // Structural checks that involve several keys.
+// Structural checks that involve several keys, then the family's own check.
+void check_structure(const Reader& cfg_reader, const ModelFamily& fam, const ModelConfig& m) {
   if (m.pixel_space && m.latent_channels != 1 && m.latent_channels != 3)
     throw ConfigError(cfg_reader.where("latent_channels"), "model.latent_channels",
                       "1 (gray) or 3 (RGB) channels for a pixel-space model",
@@ -221,6 +237,24 @@ ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_d
     if (const std::optional<ModelConfigProblem> bad = fam.check(m))
       throw ConfigError(cfg_reader.where(bad->at.empty() ? bad->key : bad->at), "model." + bad->key,
                         bad->expected, bad->found);
+}
+
+}  // namespace
+
+ModelConfig load_model_config(Config& cfg, const std::filesystem::path& preset_dir) {
+  std::optional<Config> preset = load_preset(cfg, preset_dir);
+  if (!preset && !cfg.has("model.family")) no_model(cfg, preset_dir);
+  const Reader cfg_reader(cfg, preset ? &*preset : nullptr);
+  ModelConfig m;
+  m.name = cfg_reader.get_string("name", "custom");
+  const std::vector<std::string> families = model_family_names();
+  m.family = cfg_reader.get_choice("family", "flux", families);
+  const ModelFamily& fam = model_family(m.family);
+  read_shapes(cfg_reader, m);
+  read_conditioning(cfg_reader, fam, m);
+  read_positions(cfg_reader, fam, m);
+  read_sampler(cfg, cfg_reader, m);
+  check_structure(cfg_reader, fam, m);
   if (preset) {
     cfg.merge_under("model", *preset);  // the resolved config shows every value
     cfg.adopt_effective("model", *preset);

@@ -98,17 +98,59 @@ Tensor text_rows(const Tensor& text, const TokenShard& shard) {
 // Tag of the CFG-parallel exchange of branch outputs (point-to-point on the world group).
 constexpr int kCfgTag = 7001;
 
-}  // namespace
+// One rank's sampling run: what generate() works out before the loop and what the loop updates.
+// Members are declared in the order they are made, so they are destroyed in the reverse order.
+struct Sampling {
+  Sampling(Communicator& comm, const ModelConfig& cfg, const Weights& w, const RunSettings& st)
+      : comm(comm),
+        cfg(cfg),
+        w(w),
+        st(st),
+        phantom(st.phantom),
+        ex{comm, st.phantom, st.phantom ? nullptr : &w.math_cache()} {
+    ex.model = cfg.name;
+  }
+  Communicator& comm;
+  const ModelConfig& cfg;
+  const Weights& w;
+  const RunSettings& st;
+  const bool phantom;
+  Exec ex;
+  // [C, lf*lh*lw] latents, frame-major then row-major (row = y); tokens are the lf x gh x gw
+  // patch grid in the same order.
+  int lf = 1, lh = 0, lw = 0, p = 1;
+  TokenGrid grid;
+  int c = 0;
+  std::int64_t total = 0;
+  std::int64_t cells = 0;
+  double scale = 1.0;
+  bool use_cfg = false, rescale = false;
+  bool cfg_parallel = false;
+  int half = 0;
+  int branch = 0;  // 0: conditional, 1: unconditional
+  std::unique_ptr<Communicator> branch_comm;
+  Communicator* sp = nullptr;  // the sequence-parallel group
+  int ranks = 1, rank = 0;
+  TokenShard shard;
+  int features = 0;
+  RunOutput out;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<AttentionStrategy> attn;
+  Tensor noise;
+  Tensor x;
+  Tensor known, mask;
+  TextConditioning cond;
+  TextConditioning uncond;
+  std::optional<TokenShard> text_shard;
+  std::optional<StepCache> step_cache;
+  Replay* replay = nullptr;
+  std::optional<BlockReplay> blocks;
+};
 
-RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
-                   const RunSettings& st) {
-  const bool phantom = st.phantom;
-  COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
-  // PipeFusion splits the blocks, not one layer's attention: it runs its own sampling loop.
-  if (st.strategy == "pipefusion" && !st.make_strategy)
-    return generate_pipefusion(comm, cfg, w, st);
-  Exec ex{comm, phantom, phantom ? nullptr : &w.math_cache()};
-  ex.model = cfg.name;
+// Checks the image and video sizes against the model and sets the latent and token geometry.
+void set_geometry(Sampling& s) {
+  const ModelConfig& cfg = s.cfg;
+  const RunSettings& st = s.st;
   const int cell = cfg.vae_scale * cfg.patch_size;
   for (const int px : {st.pixel_height(), st.pixel_width()})
     if (px <= 0 || px % cell != 0)
@@ -120,225 +162,312 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   if (st.frames < 1 || (st.frames - 1) % ts != 0)
     throw ConfigError("run.frames " + std::to_string(st.frames) + ": expected 1 + a multiple of " +
                       std::to_string(ts) + " (the temporal compression of " + cfg.name + "'s VAE)");
-  const int lf = (st.frames - 1) / ts + 1;
-  if (lf > 1 && !model_family(cfg.family).video)
+  s.lf = (st.frames - 1) / ts + 1;
+  if (s.lf > 1 && !model_family(cfg.family).video)
     throw ConfigError("run.frames " + std::to_string(st.frames) + ": " + cfg.name + " (family " +
                       cfg.family + ") makes images; set run.frames = 1");
-  // [C, lf*lh*lw] latents, frame-major then row-major (row = y); tokens are the lf x gh x gw
-  // patch grid in the same order.
-  const int lh = st.pixel_height() / cfg.vae_scale, lw = st.pixel_width() / cfg.vae_scale;
-  const int p = cfg.patch_size;
-  const TokenGrid grid{lf, lh / p, lw / p};
-  const int c = cfg.latent_channels;
-  const std::int64_t total = grid.tokens();
-  const std::int64_t cells = std::int64_t{lf} * lh * lw;
-  const double scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
-  const bool use_cfg = cfg.cfg_mode != CfgMode::kNone && scale != 1.0;
-  const bool rescale = cfg.cfg_mode == CfgMode::kTrue && cfg.cfg_rescale;
+  s.lh = st.pixel_height() / cfg.vae_scale;
+  s.lw = st.pixel_width() / cfg.vae_scale;
+  s.p = cfg.patch_size;
+  s.grid = TokenGrid{s.lf, s.lh / s.p, s.lw / s.p};
+  s.c = cfg.latent_channels;
+  s.total = s.grid.tokens();
+  s.cells = std::int64_t{s.lf} * s.lh * s.lw;
+}
+
+// Settles guidance and the CFG-parallel split: this rank's sequence-parallel group and shard.
+void split_ranks(Sampling& s) {
+  const ModelConfig& cfg = s.cfg;
+  const RunSettings& st = s.st;
+  Communicator& comm = s.comm;
+  s.scale = st.cfg_scale >= 0 ? st.cfg_scale : cfg.cfg_scale;
+  s.use_cfg = cfg.cfg_mode != CfgMode::kNone && s.scale != 1.0;
+  s.rescale = cfg.cfg_mode == CfgMode::kTrue && cfg.cfg_rescale;
   // CFG-parallel: two halves of the ranks, one per guidance branch, each sequence-parallel.
   if (st.cfg_degree != 1 && st.cfg_degree != 2)
     throw ConfigError("parallel.cfg_degree " + std::to_string(st.cfg_degree) + ": expected 1 or 2");
-  const bool cfg_parallel = st.cfg_degree == 2;
-  if (cfg_parallel && !use_cfg)
+  s.cfg_parallel = st.cfg_degree == 2;
+  if (s.cfg_parallel && !s.use_cfg)
     throw ConfigError("parallel.cfg_degree 2 needs classifier-free guidance: " + cfg.name +
                       (cfg.cfg_mode == CfgMode::kNone ? " has no unconditional pass"
                                                       : " runs with guidance scale 1"));
-  if (cfg_parallel && comm.size() % 2 != 0)
+  if (s.cfg_parallel && comm.size() % 2 != 0)
     throw ConfigError("parallel.cfg_degree 2 needs an even rank count, found " +
                       std::to_string(comm.size()));
-  const int half = comm.size() / 2;
-  const int branch = cfg_parallel ? comm.rank() / half : 0;  // 0: conditional, 1: unconditional
-  std::unique_ptr<Communicator> branch_comm =
-      cfg_parallel ? comm.split(branch, comm.rank()) : nullptr;
-  Communicator& sp = cfg_parallel ? *branch_comm : comm;  // the sequence-parallel group
-  const int ranks = sp.size(), rank = sp.rank();
-  const TokenShard shard = shard_tokens(total, ranks, rank);
-  const int features = cfg.token_features();
+  s.half = comm.size() / 2;
+  s.branch = s.cfg_parallel ? comm.rank() / s.half : 0;
+  s.branch_comm = s.cfg_parallel ? comm.split(s.branch, comm.rank()) : nullptr;
+  s.sp = s.cfg_parallel ? s.branch_comm.get() : &comm;
+  s.ranks = s.sp->size();
+  s.rank = s.sp->rank();
+  s.shard = shard_tokens(s.total, s.ranks, s.rank);
+  s.features = cfg.token_features();
+}
 
-  RunOutput out;
-  out.latent_frames = lf;
-  out.latent_height = lh;
-  out.latent_width = lw;
-  out.tokens = total;
-  out.local_tokens = shard.count;
+// The run's shape, step count, sigma schedule and batch in the output.
+void describe_output(Sampling& s) {
+  const ModelConfig& cfg = s.cfg;
+  const RunSettings& st = s.st;
+  RunOutput& out = s.out;
+  out.latent_frames = s.lf;
+  out.latent_height = s.lh;
+  out.latent_width = s.lw;
+  out.tokens = s.total;
+  out.local_tokens = s.shard.count;
   out.steps = st.steps > 0 ? st.steps : cfg.default_steps;
-  out.sigmas = sigma_schedule(cfg, out.steps, total);
-  out.batch = use_cfg && cfg.cfg_mode == CfgMode::kBatch && !cfg_parallel ? 2 : 1;
+  out.sigmas = sigma_schedule(cfg, out.steps, s.total);
+  out.batch = s.use_cfg && cfg.cfg_mode == CfgMode::kBatch && !s.cfg_parallel ? 2 : 1;
+}
 
-  std::unique_ptr<Model> model = make_model(cfg);
-  std::unique_ptr<AttentionStrategy> attn =
-      st.make_strategy
-          ? st.make_strategy(sp, cfg)
-          : make_attention_strategy(st.strategy, sp, cfg, st.strategy_options, st.strategies.get());
+// The model and this rank's attention strategy over the sequence-parallel group.
+void make_model_and_strategy(Sampling& s) {
+  const ModelConfig& cfg = s.cfg;
+  const RunSettings& st = s.st;
+  s.model = make_model(cfg);
+  s.attn = st.make_strategy ? st.make_strategy(*s.sp, cfg)
+                            : make_attention_strategy(st.strategy, *s.sp, cfg, st.strategy_options,
+                                                      st.strategies.get());
+}
 
+// This rank's starting latent tokens and noise, and inpainting's known latent and mask.
+void draw_latents(Sampling& s) {
+  const RunSettings& st = s.st;
+  const bool phantom = s.phantom;
+  const int c = s.c, lh = s.lh, lw = s.lw, p = s.p, lf = s.lf;
   // Noise in token space: token t's features are elements [t*F, (t+1)*F) of one seeded stream,
   // so every rank draws exactly its rows of the same full tensor.
-  const Tensor noise = seeded_normal_rows(shard.begin, shard.count, features, st.seed,
-                                          "latent_noise", 1.0f, phantom);
-  Tensor x = st.initial_latent ? local_tokens(*st.initial_latent, c, lh, lw, p, lf, shard, phantom)
-                               : noise;
+  s.noise = seeded_normal_rows(s.shard.begin, s.shard.count, s.features, st.seed, "latent_noise",
+                               1.0f, phantom);
+  s.x = st.initial_latent ? local_tokens(*st.initial_latent, c, lh, lw, p, lf, s.shard, phantom)
+                          : s.noise;
   if (st.known_latent.has_value() != st.mask.has_value())
     throw ConfigError("inpainting needs both a known latent and a mask");
-  Tensor known, mask;
   if (st.known_latent) {
     const Tensor& kl = *st.known_latent;
     const Tensor& mk = *st.mask;
+    const std::int64_t cells = s.cells;
     if (kl.rows() != c || kl.cols() != cells || mk.rows() != 1 || mk.cols() != cells)
       throw ConfigError("inpainting: known latent must be [" + std::to_string(c) + " x " +
                         std::to_string(cells) + "] and mask [1 x " + std::to_string(cells) +
                         "], found " + kl.shape_str() + " and " + mk.shape_str());
-    known = local_tokens(kl, c, lh, lw, p, lf, shard, phantom);
+    s.known = local_tokens(kl, c, lh, lw, p, lf, s.shard, phantom);
     Tensor mask_c = Tensor::zeros(c, cells, phantom);
     if (!phantom) mask_c.mat() = mk.mat().replicate(c, 1);
-    mask = local_tokens(mask_c, c, lh, lw, p, lf, shard, phantom);
+    s.mask = local_tokens(mask_c, c, lh, lw, p, lf, s.shard, phantom);
   }
+}
 
+// The conditioning of both branches; the text stream sharded where the strategy shards it.
+void condition(Sampling& s) {
+  const ModelConfig& cfg = s.cfg;
+  const RunSettings& st = s.st;
   // Conditioning (replicated on every rank): learned class tokens where the model has them,
   // else seeded stand-ins for the text encoder's output.
   const bool class_tokens = model_family(cfg.family).class_tokens && cfg.num_classes > 0;
   if (class_tokens && (st.class_label < 0 || st.class_label >= cfg.num_classes))
     throw ConfigError("run.class_label " + std::to_string(st.class_label) + " is out of range: " +
                       cfg.name + " has classes 0.." + std::to_string(cfg.num_classes - 1));
-  TextConditioning cond = class_tokens ? class_conditioning(cfg, w, st.class_label, phantom)
-                                       : make_text_conditioning(cfg, st.seed, false, phantom);
-  TextConditioning uncond;
-  if (use_cfg)
-    uncond = class_tokens ? class_conditioning(cfg, w, cfg.num_classes, phantom)
-                          : make_text_conditioning(cfg, st.seed, true, phantom);
+  s.cond = class_tokens ? class_conditioning(cfg, s.w, st.class_label, s.phantom)
+                        : make_text_conditioning(cfg, st.seed, false, s.phantom);
+  if (s.use_cfg)
+    s.uncond = class_tokens ? class_conditioning(cfg, s.w, cfg.num_classes, s.phantom)
+                            : make_text_conditioning(cfg, st.seed, true, s.phantom);
   // Text sharded over the strategy's Ulysses group (xDiT): this rank keeps its tokens only.
   const bool text_stream = model_family(cfg.family).text_conditioned &&
                            model_family(cfg.family).joint_text && cfg.text_tokens > 0;
-  const std::optional<TokenShard> text_shard =
-      text_stream ? attn->text_shard(cfg.text_tokens) : std::nullopt;
-  if (st.strategy_options.shard_text && text_stream && !text_shard && attn->degree() > 1)
-    throw ConfigError("parallel.shard_text: strategy \"" + attn->name() +
+  s.text_shard = text_stream ? s.attn->text_shard(cfg.text_tokens) : std::nullopt;
+  if (st.strategy_options.shard_text && text_stream && !s.text_shard && s.attn->degree() > 1)
+    throw ConfigError("parallel.shard_text: strategy \"" + s.attn->name() +
                       "\" does not shard the text stream");
-  if (text_shard) {
-    cond.text = text_rows(cond.text, *text_shard);
-    if (use_cfg) uncond.text = text_rows(uncond.text, *text_shard);
+  if (s.text_shard) {
+    s.cond.text = text_rows(s.cond.text, *s.text_shard);
+    if (s.use_cfg) s.uncond.text = text_rows(s.uncond.text, *s.text_shard);
   }
+}
+
+// Makes this rank's step cache and hands it to the run's Exec.
+void start_step_cache(Sampling& s) {
+  // Step caching: the image stream's change is measured over the sequence-parallel group;
+  // under CFG-parallel the conditional half decides for the other.
+  StepCacheOptions cache_opts = s.st.step_cache;
+  if (cache_opts.policy == "teacache" && cache_opts.coefficients.empty())
+    cache_opts.coefficients = model_family(s.cfg.family).teacache_coefficients;
+  const int peer =
+      s.cfg_parallel ? (s.branch == 0 ? s.comm.rank() + s.half : s.comm.rank() - s.half) : -1;
+  s.ex.step_cache = &s.step_cache.emplace(*s.sp, s.comm, peer, s.branch == 0, std::move(cache_opts),
+                                          s.out.steps, s.phantom);
+}
+
+// The forwards of one denoising step: each is a pass of the model over this rank's tokens at
+// the step's sigma, numbered in order (the strategy's and the step cache's pass index).
+struct StepForwards {
+  StepForwards(Sampling& s, int step, double sigma) : s(s), step(step), sigma(sigma) {}
+  Sampling& s;
+  int step;
+  double sigma;
+  int pass = 0;
+  ForwardInputs in;
+
+  // One forward of `batch` sequences `xb` with their conditioning and class labels.
+  Tensor run(int batch, const Tensor& xb, const Tensor* text, const Tensor* pooled,
+             std::vector<int> labels) {
+    in.batch = batch;
+    in.x = &xb;
+    in.sigmas.assign(static_cast<size_t>(batch), static_cast<float>(sigma));
+    in.guidance.clear();
+    if (s.cfg.guidance_embed)
+      in.guidance.assign(static_cast<size_t>(batch), static_cast<float>(s.scale));
+    in.text = text;
+    in.pooled = pooled;
+    in.class_labels = std::move(labels);
+    ++s.out.forwards;
+    s.step_cache->begin_forward(step, s.cfg_parallel ? s.branch : pass);
+    s.attn->begin_forward(step, pass++);
+    try {
+      return s.model->forward(s.ex, s.w, *s.attn, in);
+    } catch (const NumericError& e) {
+      throw NumericError("step " + std::to_string(step) + " of " + std::to_string(s.out.steps) +
+                         ": " + e.what());
+    }
+  }
+};
+
+// CFG-parallel: runs this half's branch, swaps outputs with the other half, combines them.
+Tensor exchange_branches(Sampling& s, StepForwards& f) {
+  // This half runs its branch; the rank holding the same tokens in the other half sends the
+  // other branch's output, and both halves combine them alike.
+  const ModelConfig& cfg = s.cfg;
+  Communicator& comm = s.comm;
+  const TextConditioning& mine = s.branch == 0 ? s.cond : s.uncond;
+  const Tensor vb = f.run(1, s.x, &mine.text, cfg.pooled_dim > 0 ? &mine.pooled : nullptr,
+                          {s.branch == 0 ? s.st.class_label : cfg.num_classes});
+  Tensor vo = Tensor::uninitialized(s.shard.count, s.features, s.phantom);
+  const int peer = s.branch == 0 ? comm.rank() + s.half : comm.rank() - s.half;
+  const std::int64_t n = s.shard.count * s.features;
+  Request rr = comm.irecv(vo.data(), n, peer, kCfgTag, "cfg_branch_output");
+  Request sr = comm.isend(vb.data(), n, peer, kCfgTag, "cfg_branch_output");
+  rr.wait();
+  sr.wait();
+  return s.branch == 0 ? cfg_combine(s.ex, vb, vo, s.scale, s.rescale)
+                       : cfg_combine(s.ex, vo, vb, s.scale, s.rescale);
+}
+
+// Batch CFG: [cond; uncond] as one batch of 2, then the guided combination.
+Tensor batch_branches(Sampling& s, StepForwards& f) {
+  const ModelConfig& cfg = s.cfg;
+  const TextConditioning& cond = s.cond;
+  const TextConditioning& uncond = s.uncond;
+  const Tensor x2 = repeat_rows(s.ex, s.x, 2);
+  const Tensor text2 = cfg.text_tokens > 0 ? stack_rows(cond.text, uncond.text) : Tensor();
+  const Tensor pooled2 = cfg.pooled_dim > 0 ? stack_rows(cond.pooled, uncond.pooled) : Tensor();
+  const Tensor v2 = f.run(2, x2, &text2, cfg.pooled_dim > 0 ? &pooled2 : nullptr,
+                          {s.st.class_label, cfg.num_classes});
+  // Batch-major rows: the conditional sequence first.
+  const Tensor vc = s.phantom ? Tensor::zeros(s.shard.count, s.features, true)
+                              : Tensor::from(v2.mat().topRows(s.shard.count));
+  const Tensor vu = s.phantom ? Tensor::zeros(s.shard.count, s.features, true)
+                              : Tensor::from(v2.mat().bottomRows(s.shard.count));
+  return cfg_combine(s.ex, vc, vu, s.scale, false);
+}
+
+// The velocity of this step: one forward, or the guided combination of the two branches.
+Tensor velocity(Sampling& s, StepForwards& f) {
+  const ModelConfig& cfg = s.cfg;
+  const TextConditioning& cond = s.cond;
+  const TextConditioning& uncond = s.uncond;
+  const int null_class = cfg.num_classes;
+  if (!s.use_cfg)
+    return f.run(1, s.x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr,
+                 {s.st.class_label});
+  if (s.cfg_parallel) return exchange_branches(s, f);
+  if (cfg.cfg_mode == CfgMode::kBatch) return batch_branches(s, f);
+  const Tensor vc =
+      f.run(1, s.x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {s.st.class_label});
+  const Tensor vu =
+      f.run(1, s.x, &uncond.text, cfg.pooled_dim > 0 ? &uncond.pooled : nullptr, {null_class});
+  return cfg_combine(s.ex, vc, vu, s.scale, s.rescale);
+}
+
+// Denoising step i: the step hooks, the step's region, the velocity and the sampler's update.
+void denoise_step(Sampling& s, int i) {
+  const RunSettings& st = s.st;
+  Communicator& comm = s.comm;
+  if (st.on_step) st.on_step(comm.rank(), i);
+  if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
+  if (s.replay != nullptr) s.replay->begin_region("step " + s.attn->step_key(i), false);
+  const double sigma = s.out.sigmas[static_cast<size_t>(i)];
+  const double next = s.out.sigmas[static_cast<size_t>(i) + 1];
+  StepForwards f(s, i, sigma);
+  f.in.grid = s.grid;
+  f.in.shard = s.shard;
+  f.in.text_shard = s.text_shard;
+  const Tensor v = velocity(s, f);
+  euler_step(s.ex, s.x, v, sigma, next);
+  if (st.known_latent) inpaint_blend(s.ex, s.x, s.mask, s.known, s.noise, next);
+  if (!s.phantom && !s.x.mat().allFinite())
+    throw NumericError("step " + std::to_string(i) + " of " + std::to_string(s.out.steps) +
+                       ": non-finite values (NaN or infinity) first appear in the latent "
+                       "after the sampler's update (an initial latent or a velocity that "
+                       "overflows float32, whose largest finite value is 3.4e38)");
+}
+
+// Gathers the full latent on every rank; collects the strategy's and step cache's statistics.
+void gather_latent(Sampling& s) {
+  // Every rank's tokens, padded to the largest shard, then unpacked.
+  const bool phantom = s.phantom;
+  const int ranks = s.ranks, features = s.features;
+  const std::int64_t total = s.total;
+  const std::int64_t max_rows = shard_tokens(total, ranks, 0).count;
+  std::vector<float> send, recv;
+  if (!phantom) {
+    send.assign(static_cast<size_t>(max_rows * features), 0.0f);
+    std::copy(s.x.data().begin(), s.x.data().end(), send.begin());
+    recv.resize(static_cast<size_t>(max_rows * features * ranks));
+  }
+  s.sp->all_gather(send, recv, max_rows * features, "latent_all_gather");
+  Tensor tokens = Tensor::zeros(total, features, phantom);
+  if (!phantom)
+    for (int r = 0; r < ranks; ++r) {
+      const TokenShard sh = shard_tokens(total, ranks, r);
+      tokens.mat().middleRows(sh.begin, sh.count) =
+          ConstMatMap(recv.data() + r * max_rows * features, sh.count, features);
+    }
+  s.out.latent = unpatchify(tokens, s.c, s.lh, s.lw, s.p, s.lf);
+  s.out.strategy_stats = s.attn->stats();
+  s.out.step_cache = s.step_cache->stats();
+  if (s.blocks)
+    s.out.strategy_stats.merge(s.blocks->replayed());  // sums only: its ranks and cache size are 0
+}
+
+}  // namespace
+
+RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
+                   const RunSettings& st) {
+  const bool phantom = st.phantom;
+  COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
+  // PipeFusion splits the blocks, not one layer's attention: it runs its own sampling loop.
+  if (st.strategy == "pipefusion" && !st.make_strategy)
+    return generate_pipefusion(comm, cfg, w, st);
+  Sampling s(comm, cfg, w, st);
+  set_geometry(s);
+  split_ranks(s);
+  describe_output(s);
+  make_model_and_strategy(s);
+  draw_latents(s);
+  condition(s);
 
   // Where the backend replays (the emulator), every step and every transformer block is a
   // region of the run (Replay::begin_region): in phantom mode a block is a function of its
   // kind, of the strategy's state and of its start state, so the emulator may replay one it has
   // already simulated from the same state instead of running it again (BlockReplay). What lies
   // between blocks is simulated.
-  // Step caching: the image stream's change is measured over the sequence-parallel group;
-  // under CFG-parallel the conditional half decides for the other.
-  StepCacheOptions cache_opts = st.step_cache;
-  if (cache_opts.policy == "teacache" && cache_opts.coefficients.empty())
-    cache_opts.coefficients = model_family(cfg.family).teacache_coefficients;
-  StepCache step_cache(sp, comm,
-                       cfg_parallel ? (branch == 0 ? comm.rank() + half : comm.rank() - half) : -1,
-                       branch == 0, std::move(cache_opts), out.steps, phantom);
-  ex.step_cache = &step_cache;
-
-  Replay* const replay = replay_of(comm);
-  std::optional<BlockReplay> blocks;
-  if (replay != nullptr) ex.blocks = &blocks.emplace(*attn, *replay, phantom);
-  for (int i = 0; i < out.steps; ++i) {
-    if (st.on_step) st.on_step(comm.rank(), i);
-    if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
-    if (replay != nullptr) replay->begin_region("step " + attn->step_key(i), false);
-    const double sigma = out.sigmas[static_cast<size_t>(i)];
-    const double next = out.sigmas[static_cast<size_t>(i) + 1];
-    int pass = 0;
-    ForwardInputs in;
-    in.grid = grid;
-    in.shard = shard;
-    in.text_shard = text_shard;
-    auto run = [&](int batch, const Tensor& xb, const Tensor* text, const Tensor* pooled,
-                   std::vector<int> labels) {
-      in.batch = batch;
-      in.x = &xb;
-      in.sigmas.assign(static_cast<size_t>(batch), static_cast<float>(sigma));
-      in.guidance.clear();
-      if (cfg.guidance_embed)
-        in.guidance.assign(static_cast<size_t>(batch), static_cast<float>(scale));
-      in.text = text;
-      in.pooled = pooled;
-      in.class_labels = std::move(labels);
-      ++out.forwards;
-      step_cache.begin_forward(i, cfg_parallel ? branch : pass);
-      attn->begin_forward(i, pass++);
-      try {
-        return model->forward(ex, w, *attn, in);
-      } catch (const NumericError& e) {
-        throw NumericError("step " + std::to_string(i) + " of " + std::to_string(out.steps) + ": " +
-                           e.what());
-      }
-    };
-    const int null_class = cfg.num_classes;
-    Tensor v;
-    if (!use_cfg) {
-      v = run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
-    } else if (cfg_parallel) {
-      // This half runs its branch; the rank holding the same tokens in the other half sends
-      // the other branch's output, and both halves combine them alike.
-      const TextConditioning& mine = branch == 0 ? cond : uncond;
-      const Tensor vb = run(1, x, &mine.text, cfg.pooled_dim > 0 ? &mine.pooled : nullptr,
-                            {branch == 0 ? st.class_label : null_class});
-      Tensor vo = Tensor::uninitialized(shard.count, features, phantom);
-      const int peer = branch == 0 ? comm.rank() + half : comm.rank() - half;
-      const std::int64_t n = shard.count * features;
-      Request rr = comm.irecv(vo.data(), n, peer, kCfgTag, "cfg_branch_output");
-      Request sr = comm.isend(vb.data(), n, peer, kCfgTag, "cfg_branch_output");
-      rr.wait();
-      sr.wait();
-      v = branch == 0 ? cfg_combine(ex, vb, vo, scale, rescale)
-                      : cfg_combine(ex, vo, vb, scale, rescale);
-    } else if (cfg.cfg_mode == CfgMode::kBatch) {
-      // [cond; uncond] as one batch of 2.
-      const Tensor x2 = repeat_rows(ex, x, 2);
-      const Tensor text2 = cfg.text_tokens > 0 ? stack_rows(cond.text, uncond.text) : Tensor();
-      const Tensor pooled2 = cfg.pooled_dim > 0 ? stack_rows(cond.pooled, uncond.pooled) : Tensor();
-      const Tensor v2 =
-          run(2, x2, &text2, cfg.pooled_dim > 0 ? &pooled2 : nullptr, {st.class_label, null_class});
-      // Batch-major rows: the conditional sequence first.
-      const Tensor vc = phantom ? Tensor::zeros(shard.count, features, true)
-                                : Tensor::from(v2.mat().topRows(shard.count));
-      const Tensor vu = phantom ? Tensor::zeros(shard.count, features, true)
-                                : Tensor::from(v2.mat().bottomRows(shard.count));
-      v = cfg_combine(ex, vc, vu, scale, false);
-    } else {
-      const Tensor vc =
-          run(1, x, &cond.text, cfg.pooled_dim > 0 ? &cond.pooled : nullptr, {st.class_label});
-      const Tensor vu =
-          run(1, x, &uncond.text, cfg.pooled_dim > 0 ? &uncond.pooled : nullptr, {null_class});
-      v = cfg_combine(ex, vc, vu, scale, rescale);
-    }
-    euler_step(ex, x, v, sigma, next);
-    if (st.known_latent) inpaint_blend(ex, x, mask, known, noise, next);
-    if (!phantom && !x.mat().allFinite())
-      throw NumericError("step " + std::to_string(i) + " of " + std::to_string(out.steps) +
-                         ": non-finite values (NaN or infinity) first appear in the latent "
-                         "after the sampler's update (an initial latent or a velocity that "
-                         "overflows float32, whose largest finite value is 3.4e38)");
-  }
-  if (replay != nullptr) replay->begin_region("latent gather", false);
-
-  // Gather every rank's tokens (padded to the largest shard) and unpack the latent.
-  const std::int64_t max_rows = shard_tokens(total, ranks, 0).count;
-  std::vector<float> send, recv;
-  if (!phantom) {
-    send.assign(static_cast<size_t>(max_rows * features), 0.0f);
-    std::copy(x.data().begin(), x.data().end(), send.begin());
-    recv.resize(static_cast<size_t>(max_rows * features * ranks));
-  }
-  sp.all_gather(send, recv, max_rows * features, "latent_all_gather");
-  Tensor tokens = Tensor::zeros(total, features, phantom);
-  if (!phantom)
-    for (int r = 0; r < ranks; ++r) {
-      const TokenShard s = shard_tokens(total, ranks, r);
-      tokens.mat().middleRows(s.begin, s.count) =
-          ConstMatMap(recv.data() + r * max_rows * features, s.count, features);
-    }
-  out.latent = unpatchify(tokens, c, lh, lw, p, lf);
-  out.strategy_stats = attn->stats();
-  out.step_cache = step_cache.stats();
-  if (blocks)
-    out.strategy_stats.merge(blocks->replayed());  // sums only: its ranks and cache size are 0
-  return out;
+  start_step_cache(s);
+  s.replay = replay_of(comm);
+  if (s.replay != nullptr) s.ex.blocks = &s.blocks.emplace(*s.attn, *s.replay, phantom);
+  for (int i = 0; i < s.out.steps; ++i) denoise_step(s, i);
+  if (s.replay != nullptr) s.replay->begin_region("latent gather", false);
+  gather_latent(s);
+  return std::move(s.out);
 }
 
 }  // namespace cocodiff::dit

@@ -136,86 +136,110 @@ struct HeaderSax : nlohmann::detail::json_sax_dom_parser<nlohmann::json> {
   std::string duplicate;
 };
 
-}  // namespace
+// The checkpoint's JSON header text, and where its data section starts and how long it is.
+struct HeaderText {
+  std::string json;
+  std::uint64_t data_start = 0;
+  std::uint64_t data_size = 0;
+};
 
-SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
-  require_regular_file(path_, "a safetensors checkpoint");
+// Reads the length field and the header it announces, checked against the file's size.
+HeaderText read_header_text(const std::filesystem::path& path) {
+  require_regular_file(path, "a safetensors checkpoint");
   std::error_code ec;
-  const std::uintmax_t file_size = std::filesystem::file_size(path_, ec);
-  if (ec) bad(path_, "cannot read checkpoint (" + ec.message() + ")");
-  if (file_size < 8) bad(path_, "truncated: " + std::to_string(file_size) + " bytes, no header");
-  std::ifstream in(path_, std::ios::binary);
-  if (!in) bad(path_, "cannot open checkpoint");
+  const std::uintmax_t file_size = std::filesystem::file_size(path, ec);
+  if (ec) bad(path, "cannot read checkpoint (" + ec.message() + ")");
+  if (file_size < 8) bad(path, "truncated: " + std::to_string(file_size) + " bytes, no header");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) bad(path, "cannot open checkpoint");
   unsigned char len_bytes[8];
   in.read(reinterpret_cast<char*>(len_bytes), 8);
   std::uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | len_bytes[i];
   if (header_len > kMaxHeaderBytes || header_len > file_size - 8)
-    bad(path_, "header claims " + std::to_string(header_len) + " bytes but the file has " +
-                   std::to_string(file_size - 8) +
-                   " after the length field (truncated or not a "
-                   "safetensors file)");
-  std::string header(header_len, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_len));
-  if (!in) bad(path_, "truncated header");
-  data_start_ = 8 + header_len;
-  const std::uint64_t data_size = file_size - data_start_;
+    bad(path, "header claims " + std::to_string(header_len) + " bytes but the file has " +
+                  std::to_string(file_size - 8) +
+                  " after the length field (truncated or not a "
+                  "safetensors file)");
+  HeaderText h;
+  h.json.assign(header_len, '\0');
+  in.read(h.json.data(), static_cast<std::streamsize>(header_len));
+  if (!in) bad(path, "truncated header");
+  h.data_start = 8 + header_len;
+  h.data_size = file_size - h.data_start;
+  return h;
+}
 
+// Parses the header: a JSON object whose tensor names are unique.
+nlohmann::json parse_header(const std::filesystem::path& path, const std::string& header) {
   nlohmann::json j;
   HeaderSax sax(j);
   try {
     nlohmann::json::sax_parse(header, &sax);
   } catch (const nlohmann::json::exception& e) {
-    bad(path_, std::string("header is not valid JSON: ") + e.what());
+    bad(path, std::string("header is not valid JSON: ") + e.what());
   }
-  if (!j.is_object()) bad(path_, "header is not a JSON object");
+  if (!j.is_object()) bad(path, "header is not a JSON object");
   const std::string& duplicate = sax.duplicate;
   if (!duplicate.empty())
-    bad(path_, "tensor '" + duplicate + "' is listed twice in the header (names must be unique)");
+    bad(path, "tensor '" + duplicate + "' is listed twice in the header (names must be unique)");
+  return j;
+}
+
+// One tensor's header entry `e`, checked against itself and the `data_size`-byte data section.
+SafetensorsEntry parse_entry(const std::filesystem::path& path, const std::string& name,
+                             const nlohmann::json& e, std::uint64_t data_size) {
+  const std::string where = "tensor '" + name + "': ";
+  if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") || !e.contains("data_offsets"))
+    bad(path, where + "expected {dtype, shape, data_offsets}");
+  SafetensorsEntry en;
+  if (!e["dtype"].is_string()) bad(path, where + "dtype is not a string");
+  const std::string dt = e["dtype"].get<std::string>();
+  if (dt == "F32")
+    en.dtype = StDtype::kF32;
+  else if (dt == "F16")
+    en.dtype = StDtype::kF16;
+  else if (dt == "BF16")
+    en.dtype = StDtype::kBF16;
+  else
+    bad(path, where + "unsupported dtype " + dt + " (expected F32, F16 or BF16)");
+  if (!e["shape"].is_array()) bad(path, where + "shape is not an array");
+  std::uint64_t numel = 1;
+  for (const nlohmann::json& d : e["shape"]) {
+    if (!d.is_number_unsigned()) bad(path, where + "shape entries must be non-negative integers");
+    const std::uint64_t v = d.get<std::uint64_t>();
+    if (v != 0 && numel > data_size / v) bad(path, where + "shape larger than the file");
+    numel *= v;
+    en.shape.push_back(static_cast<std::int64_t>(v));
+  }
+  const nlohmann::json& off = e["data_offsets"];
+  if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
+      !off[1].is_number_unsigned())
+    bad(path, where + "data_offsets must be two non-negative integers");
+  en.begin = off[0].get<std::uint64_t>();
+  en.end = off[1].get<std::uint64_t>();
+  if (en.begin > en.end || en.end > data_size)
+    bad(path, where + "data_offsets [" + std::to_string(en.begin) + ", " + std::to_string(en.end) +
+                  ") outside the " + std::to_string(data_size) +
+                  "-byte data section (truncated file?)");
+  if (en.end - en.begin != numel * dtype_bytes(en.dtype))
+    bad(path, where + "data_offsets span " + std::to_string(en.end - en.begin) +
+                  " bytes but shape and dtype " + dt + " need " +
+                  std::to_string(numel * dtype_bytes(en.dtype)));
+  return en;
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(std::filesystem::path path) : path_(std::move(path)) {
+  const HeaderText header = read_header_text(path_);
+  data_start_ = header.data_start;
+  const std::uint64_t data_size = header.data_size;
+  const nlohmann::json j = parse_header(path_, header.json);
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& name = it.key();
     if (name == "__metadata__") continue;
-    const nlohmann::json& e = it.value();
-    const std::string where = "tensor '" + name + "': ";
-    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
-        !e.contains("data_offsets"))
-      bad(path_, where + "expected {dtype, shape, data_offsets}");
-    SafetensorsEntry en;
-    if (!e["dtype"].is_string()) bad(path_, where + "dtype is not a string");
-    const std::string dt = e["dtype"].get<std::string>();
-    if (dt == "F32")
-      en.dtype = StDtype::kF32;
-    else if (dt == "F16")
-      en.dtype = StDtype::kF16;
-    else if (dt == "BF16")
-      en.dtype = StDtype::kBF16;
-    else
-      bad(path_, where + "unsupported dtype " + dt + " (expected F32, F16 or BF16)");
-    if (!e["shape"].is_array()) bad(path_, where + "shape is not an array");
-    std::uint64_t numel = 1;
-    for (const nlohmann::json& d : e["shape"]) {
-      if (!d.is_number_unsigned())
-        bad(path_, where + "shape entries must be non-negative integers");
-      const std::uint64_t v = d.get<std::uint64_t>();
-      if (v != 0 && numel > data_size / v) bad(path_, where + "shape larger than the file");
-      numel *= v;
-      en.shape.push_back(static_cast<std::int64_t>(v));
-    }
-    const nlohmann::json& off = e["data_offsets"];
-    if (!off.is_array() || off.size() != 2 || !off[0].is_number_unsigned() ||
-        !off[1].is_number_unsigned())
-      bad(path_, where + "data_offsets must be two non-negative integers");
-    en.begin = off[0].get<std::uint64_t>();
-    en.end = off[1].get<std::uint64_t>();
-    if (en.begin > en.end || en.end > data_size)
-      bad(path_, where + "data_offsets [" + std::to_string(en.begin) + ", " +
-                     std::to_string(en.end) + ") outside the " + std::to_string(data_size) +
-                     "-byte data section (truncated file?)");
-    if (en.end - en.begin != numel * dtype_bytes(en.dtype))
-      bad(path_, where + "data_offsets span " + std::to_string(en.end - en.begin) +
-                     " bytes but shape and dtype " + dt + " need " +
-                     std::to_string(numel * dtype_bytes(en.dtype)));
-    entries_.emplace(name, std::move(en));
+    entries_.emplace(name, parse_entry(path_, name, it.value(), data_size));
   }
   check_tiling(path_, entries_, data_size);
 }

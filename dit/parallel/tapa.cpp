@@ -55,140 +55,184 @@ struct Digit {
   int level;
 };
 
-}  // namespace
+// The group's members numbered by digits, one per topology level in which they differ (the
+// first level least significant): member g's digit j is g / (radix[0] ... radix[j-1]) % radix[j].
+struct MemberDigits {
+  std::vector<int> levels;  // topology level of each digit
+  std::vector<int> radix;   // the size of that level
+  std::int64_t product = 1;
+  int count() const { return static_cast<int>(levels.size()); }
+  // Member g's digits.
+  std::vector<int> of(int g) const {
+    std::vector<int> d(levels.size());
+    for (size_t j = 0; j < d.size(); ++j) {
+      d[j] = g % radix[j];
+      g /= radix[j];
+    }
+    return d;
+  }
+  // The member whose digits are `d`.
+  int encode(const std::vector<int>& d) const {
+    int g = 0;
+    for (int j = count() - 1; j >= 0; --j)
+      g = g * radix[static_cast<size_t>(j)] + d[static_cast<size_t>(j)];
+    return g;
+  }
+};
 
-SpGroup::SpGroup(Communicator& group, bool tapa) : group_(group), tapa_(tapa) {
+// The levels in which the members of `group` differ from this rank, and each level's size.
+MemberDigits member_digits(const Communicator& group) {
   const Topology& t = group.topology();
   const int p = group.size();
-  const int me = group.rank();
-  const std::vector<int> mine = group.coords(me);
-  // The levels in which members differ, and each member's digits in them.
-  std::vector<int> levels;
+  const std::vector<int> mine = group.coords(group.rank());
+  MemberDigits md;
   for (int k = 0; k < t.num_levels(); ++k)
     for (int m = 0; m < p; ++m)
       if (group.coords(m)[static_cast<size_t>(k)] != mine[static_cast<size_t>(k)]) {
-        levels.push_back(k);
+        md.levels.push_back(k);
         break;
       }
-  std::vector<int> radix;
-  std::int64_t product = 1;
-  for (int k : levels) {
-    radix.push_back(t.level(k).size);
-    product *= t.level(k).size;
+  for (int k : md.levels) {
+    md.radix.push_back(t.level(k).size);
+    md.product *= t.level(k).size;
   }
-  const int nl = static_cast<int>(levels.size());
-  auto digits_of = [&](int g) {
-    std::vector<int> d(static_cast<size_t>(nl));
-    for (int j = 0; j < nl; ++j) {
-      d[static_cast<size_t>(j)] = g % radix[static_cast<size_t>(j)];
-      g /= radix[static_cast<size_t>(j)];
-    }
-    return d;
-  };
-  bool aligned = product == p;
+  return md;
+}
+
+// Whether the group is a full box of the topology in rank order (digits = coordinates).
+bool is_aligned(const Communicator& group, const MemberDigits& digits) {
+  const int p = group.size();
+  bool aligned = digits.product == p;
   for (int m = 0; aligned && m < p; ++m) {
     const std::vector<int> c = group.coords(m);
-    const std::vector<int> d = digits_of(m);
-    for (int j = 0; j < nl; ++j)
-      aligned = aligned &&
-                c[static_cast<size_t>(levels[static_cast<size_t>(j)])] == d[static_cast<size_t>(j)];
+    const std::vector<int> d = digits.of(m);
+    for (int j = 0; j < digits.count(); ++j)
+      aligned = aligned && c[static_cast<size_t>(digits.levels[static_cast<size_t>(j)])] ==
+                               d[static_cast<size_t>(j)];
   }
+  return aligned;
+}
+
+// Blocks in the order `spec` (outermost first); the digits not in spec are the holder's, `md`.
+std::vector<std::pair<int, int>> enumerate_blocks(const MemberDigits& digits,
+                                                  const std::vector<int>& md,
+                                                  const std::vector<Digit>& spec) {
+  std::vector<std::pair<int, int>> out;
+  std::vector<int> sd = md, dd = md;  // fixed digits: the holder's
+  std::vector<int> ctr(spec.size(), 0);
+  while (true) {
+    for (size_t i = 0; i < spec.size(); ++i)
+      (spec[i].source ? sd : dd)[static_cast<size_t>(spec[i].level)] = ctr[i];
+    out.push_back({digits.encode(sd), digits.encode(dd)});
+    int i = static_cast<int>(spec.size()) - 1;
+    while (i >= 0) {
+      const size_t u = static_cast<size_t>(i);
+      if (++ctr[u] < digits.radix[static_cast<size_t>(spec[u].level)]) break;
+      ctr[u] = 0;
+      --i;
+    }
+    if (i < 0) break;
+  }
+  return out;
+}
+
+// Phase k's send and receive orders, and where each sent block sits in `prev` (the last order).
+void order_phase(SpGroup::Phase& ph, const MemberDigits& digits, const std::vector<int>& md, int k,
+                 const std::vector<std::pair<int, int>>& prev, int p) {
+  const int nl = digits.count();
+  std::vector<Digit> send_spec, recv_spec{{true, k}};
+  for (int j = k; j < nl; ++j) send_spec.push_back({false, j});
+  for (int j = k + 1; j < nl; ++j) recv_spec.push_back({false, j});
+  for (int j = k - 1; j >= 0; --j) {
+    send_spec.push_back({true, j});
+    recv_spec.push_back({true, j});
+  }
+  ph.send = enumerate_blocks(digits, md, send_spec);
+  ph.recv = enumerate_blocks(digits, md, recv_spec);
+  std::vector<std::pair<std::int64_t, int>> index;
+  for (size_t i = 0; i < prev.size(); ++i)
+    index.push_back({std::int64_t{prev[i].first} * p + prev[i].second, static_cast<int>(i)});
+  std::sort(index.begin(), index.end());
+  for (const auto& [s, d] : ph.send) {
+    const std::int64_t key = std::int64_t{s} * p + d;
+    auto it = std::lower_bound(index.begin(), index.end(), std::make_pair(key, -1));
+    COCO_CHECK(it != index.end() && it->first == key, "TAPA block order");
+    ph.send_from.push_back(it->second);
+  }
+}
+
+// Phase k's runs of blocks per member and the topology tier of the link to each member.
+void set_phase_members(SpGroup::Phase& ph, const Communicator& group, int p) {
+  const int me = group.rank();
+  const int per = p / ph.members;
+  for (int v = 0; v <= ph.members; ++v) {
+    ph.send_member_begin.push_back(v * per);
+    ph.recv_member_begin.push_back(v * per);
+  }
+  for (int v = 0; v < ph.members; ++v) {
+    const int w = ph.comm->world_rank(v);
+    const int my_w = group.world_rank(me);
+    ph.member_tier.push_back(w == my_w ? -1 : group.topology().tier(my_w, w));
+  }
+}
+
+}  // namespace
+
+SpGroup::SpGroup(Communicator& group, bool tapa) : group_(group), tapa_(tapa) {
+  const int p = group.size();
+  const int me = group.rank();
+  const MemberDigits digits = member_digits(group);
+  const int nl = digits.count();
+  const bool aligned = is_aligned(group, digits);
   if (tapa && !aligned)
     throw ConfigError(
         "TAPA needs a sequence-parallel group that is a full box of the topology "
         "in rank order; this group of " +
         std::to_string(p) + " ranks is not");
   if (!tapa || nl <= 1) {
-    // Flat: one all-to-all over the whole group.
-    tapa_ = false;
-    Phase ph;
-    ph.comm = &group_;
-    ph.members = p;
-    for (int d = 0; d < p; ++d) {
-      ph.send.push_back({me, d});
-      ph.send_from.push_back(d);
-      ph.recv.push_back({d, me});
-    }
-    for (int v = 0; v <= p; ++v) {
-      ph.send_member_begin.push_back(v);
-      ph.recv_member_begin.push_back(v);
-    }
-    for (int v = 0; v < p; ++v) ph.member_tier.push_back(tier_to(v));
-    phases_.push_back(std::move(ph));
+    add_flat_phase();
     return;
   }
-  const std::vector<int> md = digits_of(me);
-  auto encode = [&](const std::vector<int>& d) {
-    int g = 0;
-    for (int j = nl - 1; j >= 0; --j)
-      g = g * radix[static_cast<size_t>(j)] + d[static_cast<size_t>(j)];
-    return g;
-  };
-  // Blocks in the order `spec` (outermost first); digits not in spec are fixed by `fixed_src`
-  // (levels >= src_from take the holder's digit) and `fixed_dst` (levels < dst_to).
-  auto enumerate = [&](const std::vector<Digit>& spec) {
-    std::vector<std::pair<int, int>> out;
-    std::vector<int> sd = md, dd = md;  // fixed digits: the holder's
-    std::vector<int> ctr(spec.size(), 0);
-    while (true) {
-      for (size_t i = 0; i < spec.size(); ++i)
-        (spec[i].source ? sd : dd)[static_cast<size_t>(spec[i].level)] = ctr[i];
-      out.push_back({encode(sd), encode(dd)});
-      int i = static_cast<int>(spec.size()) - 1;
-      while (i >= 0) {
-        const size_t u = static_cast<size_t>(i);
-        if (++ctr[u] < radix[static_cast<size_t>(spec[u].level)]) break;
-        ctr[u] = 0;
-        --i;
-      }
-      if (i < 0) break;
-    }
-    return out;
-  };
+  const std::vector<int> md = digits.of(me);
   std::vector<std::pair<int, int>> prev;
+  prev.reserve(static_cast<size_t>(p));
   for (int d = 0; d < p; ++d) prev.push_back({me, d});  // the caller's order: destination rank
   for (int k = 0; k < nl; ++k) {
     Phase ph;
     // One group per combination of the other digits; group rank = digit k.
     std::vector<int> c = md;
     c[static_cast<size_t>(k)] = 0;
-    level_comms_.push_back(group_.split(encode(c), md[static_cast<size_t>(k)]));
+    level_comms_.push_back(group_.split(digits.encode(c), md[static_cast<size_t>(k)]));
     ph.comm = level_comms_.back().get();
-    ph.members = radix[static_cast<size_t>(k)];
-    std::vector<Digit> send_spec, recv_spec{{true, k}};
-    for (int j = k; j < nl; ++j) send_spec.push_back({false, j});
-    for (int j = k + 1; j < nl; ++j) recv_spec.push_back({false, j});
-    for (int j = k - 1; j >= 0; --j) {
-      send_spec.push_back({true, j});
-      recv_spec.push_back({true, j});
-    }
-    ph.send = enumerate(send_spec);
-    ph.recv = enumerate(recv_spec);
-    std::vector<std::pair<std::int64_t, int>> index;
-    for (size_t i = 0; i < prev.size(); ++i)
-      index.push_back({std::int64_t{prev[i].first} * p + prev[i].second, static_cast<int>(i)});
-    std::sort(index.begin(), index.end());
-    for (const auto& [s, d] : ph.send) {
-      const std::int64_t key = std::int64_t{s} * p + d;
-      auto it = std::lower_bound(index.begin(), index.end(), std::make_pair(key, -1));
-      COCO_CHECK(it != index.end() && it->first == key, "TAPA block order");
-      ph.send_from.push_back(it->second);
-    }
-    const int per = p / ph.members;
-    for (int v = 0; v <= ph.members; ++v) {
-      ph.send_member_begin.push_back(v * per);
-      ph.recv_member_begin.push_back(v * per);
-    }
-    for (int v = 0; v < ph.members; ++v) {
-      const int w = ph.comm->world_rank(v);
-      const int my_w = group_.world_rank(me);
-      ph.member_tier.push_back(w == my_w ? -1 : t.tier(my_w, w));
-    }
+    ph.members = digits.radix[static_cast<size_t>(k)];
+    order_phase(ph, digits, md, k, prev, p);
+    set_phase_members(ph, group_, p);
     prev = ph.recv;
     phases_.push_back(std::move(ph));
   }
   for (int s = 0; s < p; ++s)
     COCO_CHECK(prev[static_cast<size_t>(s)] == std::make_pair(s, me), "TAPA final order");
+}
+
+// The flat group's one phase: an all-to-all over the whole group, blocks in rank order.
+void SpGroup::add_flat_phase() {
+  const int p = group_.size();
+  const int me = group_.rank();
+  tapa_ = false;
+  Phase ph;
+  ph.comm = &group_;
+  ph.members = p;
+  for (int d = 0; d < p; ++d) {
+    ph.send.push_back({me, d});
+    ph.send_from.push_back(d);
+    ph.recv.push_back({d, me});
+  }
+  for (int v = 0; v <= p; ++v) {
+    ph.send_member_begin.push_back(v);
+    ph.recv_member_begin.push_back(v);
+  }
+  for (int v = 0; v < p; ++v) ph.member_tier.push_back(tier_to(v));
+  phases_.push_back(std::move(ph));
 }
 
 void SpGroup::begin_forward(int step, int pass) const {

@@ -135,6 +135,9 @@ class SpGroup {
   std::shared_ptr<const ExchangeCounts> counts(const BlockShapeFn& shape, int wire) const;
 
  private:
+  // Sets the one phase of a flat group: an all-to-all over the whole group.
+  void add_flat_phase();
+
   Communicator& group_;
   bool tapa_;
   bool fp8_ = false;
