@@ -383,14 +383,10 @@ std::vector<double> predict_collectives(const FitCluster& fc,
   return out;
 }
 
-CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>& knobs,
-                              const std::vector<CollectivePoint>& points,
-                              const CollectiveFitOptions& options) {
-  const Cluster c = load_cluster_table(fc.table, fc.source, fc.preset_dir, fc.min_nodes);
-  const SimPlan plan = plan_sims(fc, c, points, options);
-  CollectiveFit fit;
+namespace {
 
-  // The tiers whose links the points' messages cross (as the whole cluster's classes).
+// The link classes (as the whole cluster's) that the points' messages cross.
+std::set<int> crossed_classes(const SimPlan& plan) {
   std::set<int> classes;
   for (const Group& g : plan.groups) {
     const ClusterGraph& graph = *g.cluster.graph;
@@ -412,43 +408,58 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         }
     }
   }
-  std::map<int, std::string, std::greater<>> tiers;  // outermost first
+  return classes;
+}
+
+// The tiers of those classes, outermost first.
+std::map<int, std::string, std::greater<>> tiers_of(const Cluster& c,
+                                                    const std::set<int>& classes) {
+  std::map<int, std::string, std::greater<>> tiers;
   for (int k : classes) {
     const std::string& tier = c.graph->link_class(k).tier;
     tiers.emplace(c.graph->tier_rank(tier), tier);
   }
+  return tiers;
+}
 
-  // The parameters, in the order determined_columns prefers them; a figure options.keep names
-  // is held at its value and listed as held.
+// The cluster keys a knob sets.
+std::vector<std::string> knob_keys(const Knob& k, const std::vector<LinkKnob>& knobs) {
+  std::vector<std::string> keys;
+  switch (k.kind) {
+    case Knob::Kind::kBandwidth:
+      for (size_t i : k.knobs) keys.push_back(knobs[i].bandwidth_key);
+      break;
+    case Knob::Kind::kLatency:
+      for (size_t i : k.knobs) keys.push_back(knobs[i].latency_key);
+      break;
+    case Knob::Kind::kCall:
+      return std::vector<std::string>{"library.call_overhead_us"};
+    case Knob::Kind::kHostIssue:
+      return std::vector<std::string>{"device.host.collective_issue_us"};
+    case Knob::Kind::kMessage:
+      return std::vector<std::string>{"library.message_overhead_us"};
+    case Knob::Kind::kLocalCopy:
+      return std::vector<std::string>{"library.local_copy_gbytes_per_s"};
+    case Knob::Kind::kRendezvous:
+    case Knob::Kind::kEagerCopy:
+      break;
+  }
+  return keys;
+}
+
+// The parameters, in the order determined_columns prefers them; a figure options.keep names
+// is held at its value and listed as held.
+struct KnobSet {
+  const Cluster& c;
+  const std::vector<LinkKnob>& knobs;
+  std::set<std::string> keep, fittable;
   std::vector<Knob> ks;
   std::vector<LsqParam> ps;
-  std::set<std::string> keep(options.keep.begin(), options.keep.end()), fittable;
   std::vector<FittedValue> held;
-  const auto knob_keys = [&](const Knob& k) {
-    std::vector<std::string> keys;
-    switch (k.kind) {
-      case Knob::Kind::kBandwidth:
-        for (size_t i : k.knobs) keys.push_back(knobs[i].bandwidth_key);
-        break;
-      case Knob::Kind::kLatency:
-        for (size_t i : k.knobs) keys.push_back(knobs[i].latency_key);
-        break;
-      case Knob::Kind::kCall:
-        return std::vector<std::string>{"library.call_overhead_us"};
-      case Knob::Kind::kHostIssue:
-        return std::vector<std::string>{"device.host.collective_issue_us"};
-      case Knob::Kind::kMessage:
-        return std::vector<std::string>{"library.message_overhead_us"};
-      case Knob::Kind::kLocalCopy:
-        return std::vector<std::string>{"library.local_copy_gbytes_per_s"};
-      case Knob::Kind::kRendezvous:
-      case Knob::Kind::kEagerCopy:
-        break;
-    }
-    return keys;
-  };
-  auto add = [&](Knob k, LsqParam p) {
-    const std::vector<std::string> keys = knob_keys(k);
+
+  // Adds k with parameter p, or lists its figures as held where keep names one of them.
+  void add(Knob k, LsqParam p) {
+    const std::vector<std::string> keys = knob_keys(k, knobs);
     fittable.insert(keys.begin(), keys.end());
     bool kept = false;
     for (const std::string& key : keys) kept = kept || keep.count(key) != 0;
@@ -465,40 +476,44 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     }
     ks.push_back(std::move(k));
     ps.push_back(std::move(p));
-  };
-  auto tier_knobs = [&](const std::string& tier) {
-    std::vector<size_t> v;
-    for (size_t i = 0; i < knobs.size(); ++i)
-      if (knobs[i].tier == tier && classes.count(knobs[i].link_class) != 0) v.push_back(i);
-    return v;
-  };
-  // Per tier, one factor for its links' bandwidth and one for its switches' per-pair bandwidth.
+  }
+};
+
+using TierMap = std::map<int, std::string, std::greater<>>;
+
+// The knobs of a tier's links that the points cross.
+std::vector<size_t> tier_knobs(const std::vector<LinkKnob>& knobs, const std::set<int>& classes,
+                               const std::string& tier) {
+  std::vector<size_t> v;
+  for (size_t i = 0; i < knobs.size(); ++i)
+    if (knobs[i].tier == tier && classes.count(knobs[i].link_class) != 0) v.push_back(i);
+  return v;
+}
+
+// Per tier, one factor for its links' bandwidth and one for its switches' per-pair bandwidth.
+void add_bandwidth_knobs(KnobSet& s, const TierMap& tiers, const std::set<int>& classes) {
+  const std::vector<LinkKnob>& knobs = s.knobs;
   for (const auto& [rank, tier] : tiers)
     for (const bool pair : {false, true}) {
       std::vector<size_t> limited;
       double lo = -1e300, hi = 1e300;
-      for (size_t i : tier_knobs(tier)) {
+      for (size_t i : tier_knobs(knobs, classes, tier)) {
         if (knobs[i].bandwidth_key.empty() || knobs[i].pair != pair) continue;
         limited.push_back(i);
         lo = std::max({lo, std::log(kMinGbps / knobs[i].bandwidth_gbytes_per_s), -kMaxLogScale});
         hi = std::min({hi, std::log(kMaxGbps / knobs[i].bandwidth_gbytes_per_s), kMaxLogScale});
       }
       if (limited.empty() || !(lo < 0 && hi > 0)) continue;
-      add({Knob::Kind::kBandwidth, tier, limited, {}},
-          {tier + (pair ? " per-pair bandwidth" : " bandwidth"), 0, lo, hi, 2e-3});
+      s.add({Knob::Kind::kBandwidth, tier, limited, {}},
+            {tier + (pair ? " per-pair bandwidth" : " bandwidth"), 0, lo, hi, 2e-3});
     }
-  const LibraryModel& lib0 = c.library;
-  auto us_param = [](const std::string& name, double start_us) {
-    return LsqParam{name, start_us, 0, kMaxCostUs, std::max(0.01 * start_us, 0.1)};
-  };
-  add({Knob::Kind::kCall, "", {}, {}}, us_param("call_overhead_us", lib0.call_overhead.us()));
-  // Where the device has a host, its cost to issue a collective call: overlapped by the call
-  // before it when calls run back to back, so the points can tell it from the library's.
-  if (c.device->has_host())
-    add({Knob::Kind::kHostIssue, "", {}, {}},
-        us_param("host collective_issue_us", c.device_params.host.collective_issue.us()));
+}
+
+// Per tier, one factor on its links' latencies.
+void add_latency_knobs(KnobSet& s, const TierMap& tiers, const std::set<int>& classes) {
+  const std::vector<LinkKnob>& knobs = s.knobs;
   for (const auto& [rank, tier] : tiers) {
-    std::vector<size_t> v = tier_knobs(tier);
+    std::vector<size_t> v = tier_knobs(knobs, classes, tier);
     std::erase_if(v, [&](size_t i) { return knobs[i].latency_key.empty(); });
     if (v.empty()) continue;
     Knob k{Knob::Kind::kLatency, tier, v, {}};
@@ -512,11 +527,48 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
     }
     if (!(max_base > 0)) continue;
     const double start = any ? 0.0 : std::log(1e-4);
-    add(std::move(k), {tier + " latency", start, std::min(start, -kMaxLogScale),
-                       std::min(kMaxLogScale, std::log(kMaxLatencyNs / max_base)), 0.05});
+    s.add(std::move(k), {tier + " latency", start, std::min(start, -kMaxLogScale),
+                         std::min(kMaxLogScale, std::log(kMaxLatencyNs / max_base)), 0.05});
   }
-  add({Knob::Kind::kMessage, "", {}, {}},
-      us_param("message_overhead_us", lib0.message_overhead.us()));
+}
+
+// InputError where --keep names a figure that no knob sets.
+void check_keep(const KnobSet& s) {
+  for (const std::string& key : s.keep)
+    if (s.fittable.count(key) == 0) {
+      std::string msg = "--keep " + key + ": not a figure these points fit (they fit: ";
+      bool first = true;
+      for (const std::string& f : s.fittable) {
+        if (!first) msg += ", ";
+        msg += f;
+        first = false;
+      }
+      msg += ")";
+      throw InputError(msg);
+    }
+}
+
+// The parameters the points fit: bandwidths, call costs, latencies, message and copy costs.
+KnobSet build_knobs(const Cluster& c, const std::vector<LinkKnob>& knobs, const SimPlan& plan,
+                    const std::vector<CollectivePoint>& points,
+                    const CollectiveFitOptions& options) {
+  const std::set<int> classes = crossed_classes(plan);
+  const TierMap tiers = tiers_of(c, classes);
+  KnobSet s{c, knobs, {options.keep.begin(), options.keep.end()}, {}, {}, {}, {}};
+  add_bandwidth_knobs(s, tiers, classes);
+  const LibraryModel& lib0 = c.library;
+  auto us_param = [](const std::string& name, double start_us) {
+    return LsqParam{name, start_us, 0, kMaxCostUs, std::max(0.01 * start_us, 0.1)};
+  };
+  s.add({Knob::Kind::kCall, "", {}, {}}, us_param("call_overhead_us", lib0.call_overhead.us()));
+  // Where the device has a host, its cost to issue a collective call: overlapped by the call
+  // before it when calls run back to back, so the points can tell it from the library's.
+  if (c.device->has_host())
+    s.add({Knob::Kind::kHostIssue, "", {}, {}},
+          us_param("host collective_issue_us", c.device_params.host.collective_issue.us()));
+  add_latency_knobs(s, tiers, classes);
+  s.add({Knob::Kind::kMessage, "", {}, {}},
+        us_param("message_overhead_us", lib0.message_overhead.us()));
   // A ring kernel's time on the caller's own block, where the library gives it a rate and the
   // points time a ring (all-gather, reduce-scatter, all-reduce): in ns per KiB, 0 free.
   const bool rings = std::any_of(points.begin(), points.end(), [](const CollectivePoint& p) {
@@ -525,74 +577,81 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
   });
   if (rings && lib0.local_copy_bytes_per_s > 0) {
     const double start = ns_per_kib_of_rate(lib0.local_copy_bytes_per_s);
-    add({Knob::Kind::kLocalCopy, "", {}, {}},
-        {"local_copy_ns_per_kib", start, 0, 1e6, std::max(0.01 * start, 1e-3)});
+    s.add({Knob::Kind::kLocalCopy, "", {}, {}},
+          {"local_copy_ns_per_kib", start, 0, 1e6, std::max(0.01 * start, 1e-3)});
   }
-  for (const std::string& key : keep)
-    if (fittable.count(key) == 0) {
-      std::string msg = "--keep " + key + ": not a figure these points fit (they fit: ";
-      bool first = true;
-      for (const std::string& f : fittable) {
-        if (!first) msg += ", ";
-        msg += f;
-        first = false;
-      }
-      msg += ")";
-      throw InputError(msg);
-    }
-  const size_t base_params = ps.size();
+  check_keep(s);
+  return s;
+}
 
-  // A trial from parameter values (protocol: threshold, or -2 for the cluster's own protocol).
-  auto trial = [&](const std::vector<double>& x, std::int64_t threshold) {
-    Trial t;
-    t.lat_ns.assign(static_cast<size_t>(c.graph->num_link_classes()), -1);
-    t.bw_scale.assign(t.lat_ns.size(), 1.0);
-    t.library = lib0;
-    for (size_t j = 0; j < ks.size(); ++j) {
-      const Knob& k = ks[j];
-      switch (k.kind) {
-        case Knob::Kind::kBandwidth:
-          for (size_t i : k.knobs)
-            t.bw_scale[static_cast<size_t>(knobs[i].link_class)] = std::exp(x[j]);
-          break;
-        case Knob::Kind::kLatency:
-          for (size_t n = 0; n < k.knobs.size(); ++n)
-            t.lat_ns[static_cast<size_t>(knobs[k.knobs[n]].link_class)] =
-                std::llround(k.base_lat_ns[n] * std::exp(x[j]));
-          break;
-        case Knob::Kind::kCall:
-          t.library.call_overhead = SimTime::from_seconds(x[j] * 1e-6);
-          break;
-        case Knob::Kind::kHostIssue:
-          t.collective_issue_us = x[j];
-          break;
-        case Knob::Kind::kMessage:
-          t.library.message_overhead = SimTime::from_seconds(x[j] * 1e-6);
-          break;
-        case Knob::Kind::kRendezvous:
-          t.library.rendezvous_overhead = SimTime::from_seconds(x[j] * 1e-6);
-          break;
-        case Knob::Kind::kEagerCopy:  // x: ns per KiB; 0: no staging copy
-          t.library.eager_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
-          break;
-        case Knob::Kind::kLocalCopy:  // x: ns per KiB; 0: free
-          t.library.local_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
-          break;
-      }
+// A trial from parameter values (protocol: threshold, or -2 for the cluster's own protocol).
+Trial make_trial(const Cluster& c, const std::vector<LinkKnob>& knobs, const std::vector<Knob>& ks,
+                 const std::vector<double>& x, std::int64_t threshold) {
+  Trial t;
+  t.lat_ns.assign(static_cast<size_t>(c.graph->num_link_classes()), -1);
+  t.bw_scale.assign(t.lat_ns.size(), 1.0);
+  t.library = c.library;
+  for (size_t j = 0; j < ks.size(); ++j) {
+    const Knob& k = ks[j];
+    switch (k.kind) {
+      case Knob::Kind::kBandwidth:
+        for (size_t i : k.knobs)
+          t.bw_scale[static_cast<size_t>(knobs[i].link_class)] = std::exp(x[j]);
+        break;
+      case Knob::Kind::kLatency:
+        for (size_t n = 0; n < k.knobs.size(); ++n)
+          t.lat_ns[static_cast<size_t>(knobs[k.knobs[n]].link_class)] =
+              std::llround(k.base_lat_ns[n] * std::exp(x[j]));
+        break;
+      case Knob::Kind::kCall:
+        t.library.call_overhead = SimTime::from_seconds(x[j] * 1e-6);
+        break;
+      case Knob::Kind::kHostIssue:
+        t.collective_issue_us = x[j];
+        break;
+      case Knob::Kind::kMessage:
+        t.library.message_overhead = SimTime::from_seconds(x[j] * 1e-6);
+        break;
+      case Knob::Kind::kRendezvous:
+        t.library.rendezvous_overhead = SimTime::from_seconds(x[j] * 1e-6);
+        break;
+      case Knob::Kind::kEagerCopy:  // x: ns per KiB; 0: no staging copy
+        t.library.eager_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
+        break;
+      case Knob::Kind::kLocalCopy:  // x: ns per KiB; 0: free
+        t.library.local_copy_bytes_per_s = rate_of_ns_per_kib(x[j]);
+        break;
     }
-    if (threshold >= -1) {
-      t.library.eager_max_bytes = threshold;
-      t.library.eager_overhead = SimTime{};
-    }
-    return t;
-  };
-  const double prior_weight = kPriorWeight * std::sqrt(static_cast<double>(points.size()));
+  }
+  if (threshold >= -1) {
+    t.library.eager_max_bytes = threshold;
+    t.library.eager_overhead = SimTime{};
+  }
+  return t;
+}
+
+// What the fit's phases share: the points, their simulations and the knobs (which the protocol
+// search extends); the residuals it makes refer to this, so it stays in place.
+struct Fitter {
+  const Cluster& c;
+  const SimPlan& plan;
+  const std::vector<LinkKnob>& knobs;
+  const std::vector<CollectivePoint>& points;
+  const CollectiveFitOptions& options;
+  CollectiveFit& fit;
+  std::vector<Knob> ks;
+  std::vector<double> measured_log;
+  double prior_weight = 0;
   LsqOptions full;
-  full.data_rows = points.size();
-  std::vector<double> measured_log(points.size());
-  for (size_t i = 0; i < points.size(); ++i) measured_log[i] = std::log(points[i].time_us);
-  auto residuals_for = [&](std::int64_t threshold) {
-    return [&, threshold](const std::vector<double>& x) {
+
+  // The trial of parameter values x under protocol threshold (see make_trial).
+  Trial trial(const std::vector<double>& x, std::int64_t threshold) const {
+    return make_trial(c, knobs, ks, x, threshold);
+  }
+
+  // Each point's log error under the trial (soft-L1 where asked), then the tiers' priors.
+  ResidualFn residuals_for(std::int64_t threshold) {
+    return [this, threshold](const std::vector<double>& x) {
       const std::vector<std::vector<double>> us =
           run_plan(plan, trial(x, threshold), options.rounds, fit.simulations);
       std::vector<double> r(points.size());
@@ -610,146 +669,167 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
           r.push_back(prior_weight * x[j]);
       return r;
     };
-  };
+  }
+};
 
-  // The cluster's own protocol first.
-  LsqResult best = least_squares(residuals_for(-2), ps, full);
-  std::int64_t best_threshold = -2;
-  std::vector<LsqParam> best_ps = ps;
+// The best fit so far: its result, protocol threshold (-2: the cluster's own) and parameters.
+struct BestFit {
+  LsqResult result;
+  std::int64_t threshold = -2;
+  std::vector<LsqParam> ps;
+};
+
+// The fit under the cluster's own protocol, from the cluster's figures and, with a host, from
+// the host-issue basin too; the better one.
+BestFit fit_own_protocol(Fitter& f, const std::vector<LsqParam>& ps) {
+  BestFit best{least_squares(f.residuals_for(-2), ps, f.full), -2, ps};
   // With a host, a call costs max(host issue, device time) back to back: two basins, the
   // device's call cost or the host's issue carrying the small sizes. Start from the other too
   // (host issue the smallest sizes' median time, the library's call cost near zero) and keep
   // the better.
-  for (size_t j = 0; j < ks.size(); ++j) {
-    if (ks[j].kind != Knob::Kind::kHostIssue) continue;
+  for (size_t j = 0; j < f.ks.size(); ++j) {
+    if (f.ks[j].kind != Knob::Kind::kHostIssue) continue;
     std::vector<double> small;
-    for (const CollectivePoint& p : points)
+    for (const CollectivePoint& p : f.points)
       if (p.bytes <= (64 << 10)) small.push_back(p.time_us);
     if (small.empty()) break;
     std::nth_element(small.begin(), small.begin() + static_cast<std::ptrdiff_t>(small.size() / 2),
                      small.end());
     std::vector<LsqParam> other = ps;
     other[j].x = std::min(small[small.size() / 2], kMaxCostUs);
-    for (size_t i = 0; i < ks.size(); ++i)
-      if (ks[i].kind == Knob::Kind::kCall) other[i].x = 0.5;
-    LsqResult r = least_squares(residuals_for(-2), other, full);
-    if (r.sse < best.sse) {
-      best = std::move(r);
-      best_ps = other;
+    for (size_t i = 0; i < f.ks.size(); ++i)
+      if (f.ks[i].kind == Knob::Kind::kCall) other[i].x = 0.5;
+    LsqResult r = least_squares(f.residuals_for(-2), other, f.full);
+    if (r.sse < best.result.sse) {
+      best.result = std::move(r);
+      best.ps = other;
     }
   }
-  for (size_t j = 0; j < base_params; ++j) best_ps[j].x = best.x[j];
-  const double base_sse = best.sse;
-  fit.protocol_note =
-      "the cluster's own protocol (eager_max_bytes " + std::to_string(lib0.eager_max_bytes) + ")";
+  for (size_t j = 0; j < ps.size(); ++j) best.ps[j].x = best.result.x[j];
+  f.fit.protocol_note = "the cluster's own protocol (eager_max_bytes " +
+                        std::to_string(f.c.library.eager_max_bytes) + ")";
+  return best;
+}
 
-  // Then an eager/rendezvous split at each measured message size but the largest.
+// The eager/rendezvous split at the best of `sizes` (a short fit at each), refined by a full fit.
+BestFit search_split(Fitter& f, const std::set<std::int64_t>& sizes, std::vector<LsqParam> pp) {
+  LsqOptions quick = f.full;
+  quick.max_iterations = 6;
+  BestFit split{{}, -1, {}};
+  for (std::int64_t t : sizes) {
+    // A step that moves the largest eager message's copy by about 100 ns.
+    pp.back().step = 100.0 / (static_cast<double>(t) / 1024.0);
+    pp.back().x = 0;
+    pp[pp.size() - 2].x = 0;
+    LsqResult r = least_squares(f.residuals_for(t), pp, quick);
+    if (split.threshold < 0 || r.sse < split.result.sse) {
+      split.result = std::move(r);
+      split.threshold = t;
+      split.ps = pp;
+    }
+  }
+  for (size_t j = 0; j < split.ps.size(); ++j) split.ps[j].x = split.result.x[j];
+  split.result = least_squares(f.residuals_for(split.threshold), split.ps, f.full);
+  return split;
+}
+
+// Then an eager/rendezvous split at each measured message size but the largest, taken where it
+// fits markedly better than the cluster's own protocol.
+void fit_protocol_split(Fitter& f, BestFit& best, size_t base_params) {
+  const double base_sse = best.result.sse;
   std::set<std::int64_t> sizes;
-  for (const CollectivePoint& p : points)
+  for (const CollectivePoint& p : f.points)
     if (p.ranks > 1 || p.op == BenchOp::kSendRecv)
       sizes.insert(apps::bench_message_bytes(p.op, p.ranks, p.bytes));
-  if (options.fit_protocol && sizes.size() >= 4) {
-    // A threshold with at least two measured sizes on each side, so that neither protocol's
-    // costs rest on one size.
-    sizes.erase(sizes.begin());
-    sizes.erase(std::prev(sizes.end()));
-    sizes.erase(std::prev(sizes.end()));
-    std::vector<LsqParam> pp = best_ps;
-    ks.push_back({Knob::Kind::kRendezvous, "", {}, {}});
-    pp.push_back({"rendezvous_overhead_us", 0, 0, kMaxCostUs, 0.1});
-    ks.push_back({Knob::Kind::kEagerCopy, "", {}, {}});
-    pp.push_back({"eager_copy_ns_per_kib", 0, 0, 1e6, 0});
-    LsqOptions quick = full;
-    quick.max_iterations = 6;
-    LsqResult split;
-    std::int64_t split_threshold = -1;
-    std::vector<LsqParam> split_ps;
-    for (std::int64_t t : sizes) {
-      // A step that moves the largest eager message's copy by about 100 ns.
-      pp.back().step = 100.0 / (static_cast<double>(t) / 1024.0);
-      pp.back().x = 0;
-      pp[pp.size() - 2].x = 0;
-      LsqResult r = least_squares(residuals_for(t), pp, quick);
-      if (split_threshold < 0 || r.sse < split.sse) {
-        split = std::move(r);
-        split_threshold = t;
-        split_ps = pp;
-      }
-    }
-    for (size_t j = 0; j < split_ps.size(); ++j) split_ps[j].x = split.x[j];
-    split = least_squares(residuals_for(split_threshold), split_ps, full);
-    // Taken when it lowers the sum of squares by a fifth and by more than 1% rms per point.
-    const double floor = 1e-4 * static_cast<double>(points.size());
-    if (split.sse < 0.8 * base_sse && base_sse - split.sse > floor) {
-      best = std::move(split);
-      best_threshold = split_threshold;
-      best_ps = split_ps;
-      fit.protocol_fitted = true;
-      fit.protocol_note = "eager up to " + std::to_string(split_threshold) +
+  if (!f.options.fit_protocol || sizes.size() < 4) return;
+  // A threshold with at least two measured sizes on each side, so that neither protocol's
+  // costs rest on one size.
+  sizes.erase(sizes.begin());
+  sizes.erase(std::prev(sizes.end()));
+  sizes.erase(std::prev(sizes.end()));
+  std::vector<LsqParam> pp = best.ps;
+  f.ks.push_back({Knob::Kind::kRendezvous, "", {}, {}});
+  pp.push_back({"rendezvous_overhead_us", 0, 0, kMaxCostUs, 0.1});
+  f.ks.push_back({Knob::Kind::kEagerCopy, "", {}, {}});
+  pp.push_back({"eager_copy_ns_per_kib", 0, 0, 1e6, 0});
+  BestFit split = search_split(f, sizes, std::move(pp));
+  // Taken when it lowers the sum of squares by a fifth and by more than 1% rms per point.
+  const double floor = 1e-4 * static_cast<double>(f.points.size());
+  if (split.result.sse < 0.8 * base_sse && base_sse - split.result.sse > floor) {
+    best = std::move(split);
+    f.fit.protocol_fitted = true;
+    f.fit.protocol_note = "eager up to " + std::to_string(best.threshold) +
                           " bytes per message (of " + std::to_string(sizes.size()) +
                           " measured sizes tried; the split lowers the sum of squares from " +
-                          std::to_string(base_sse) + " to " + std::to_string(best.sse) + ")";
-    } else {
-      fit.protocol_note +=
-          "; no eager/rendezvous split at a measured size lowered the sum of "
-          "squares by a fifth (best: " +
-          std::to_string(split_threshold) + " bytes, " + std::to_string(split.sse) + " against " +
-          std::to_string(base_sse) + ")";
-      ks.resize(base_params);
-    }
+                          std::to_string(base_sse) + " to " + std::to_string(best.result.sse) + ")";
+  } else {
+    f.fit.protocol_note +=
+        "; no eager/rendezvous split at a measured size lowered the sum of "
+        "squares by a fifth (best: " +
+        std::to_string(split.threshold) + " bytes, " + std::to_string(split.result.sse) +
+        " against " + std::to_string(base_sse) + ")";
+    f.ks.resize(base_params);
   }
+}
 
-  // Which region of the sweep determines each figure: at the fitted values, the points whose
-  // predicted time it moves most (each figure changed by 10%: a factor on a bandwidth or a
-  // latency, 10% of its value for a cost, at least its step).
+// Which region of the sweep determines each figure: at the fitted values, the points whose
+// predicted time it moves most (each figure changed by 10%: a factor on a bandwidth or a
+// latency, 10% of its value for a cost, at least its step).
+std::vector<std::string> sweep_regions(Fitter& f, const BestFit& best) {
+  const std::vector<Knob>& ks = f.ks;
+  const std::vector<CollectivePoint>& points = f.points;
   std::vector<std::string> regions(ks.size());
-  {
-    const ResidualFn f = residuals_for(best_threshold);
-    const std::vector<double> r0 = f(best.x);
-    const std::vector<std::vector<double>> jac = jacobian(f, best_ps, best.x, r0, fit.simulations);
-    std::vector<std::vector<size_t>> owned(ks.size());
-    for (size_t i = 0; i < points.size(); ++i) {
-      size_t top = ks.size();
-      double top_s = 0;
-      for (size_t j = 0; j < ks.size(); ++j) {
-        const bool log_scale =
-            ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency;
-        const double delta = log_scale ? 0.1 : std::max(0.1 * std::abs(best.x[j]), best_ps[j].step);
-        const double sens = std::abs(jac[i][j]) * delta;
-        if (sens > top_s) {
-          top_s = sens;
-          top = j;
-        }
-      }
-      if (top < ks.size() && top_s > 1e-4) owned[top].push_back(i);  // moves it by 0.01% or more
-    }
+  const ResidualFn res = f.residuals_for(best.threshold);
+  const std::vector<double> r0 = res(best.result.x);
+  const std::vector<std::vector<double>> jac =
+      jacobian(res, best.ps, best.result.x, r0, f.fit.simulations);
+  std::vector<std::vector<size_t>> owned(ks.size());
+  for (size_t i = 0; i < points.size(); ++i) {
+    size_t top = ks.size();
+    double top_s = 0;
     for (size_t j = 0; j < ks.size(); ++j) {
-      if (owned[j].empty()) {
-        regions[j] = "no point: no region of the sweep moves it most";
-        continue;
+      const bool log_scale =
+          ks[j].kind == Knob::Kind::kBandwidth || ks[j].kind == Knob::Kind::kLatency;
+      const double delta =
+          log_scale ? 0.1 : std::max(0.1 * std::abs(best.result.x[j]), best.ps[j].step);
+      const double sens = std::abs(jac[i][j]) * delta;
+      if (sens > top_s) {
+        top_s = sens;
+        top = j;
       }
-      std::int64_t lo = points[owned[j].front()].bytes, hi = lo;
-      for (size_t i : owned[j]) {
-        lo = std::min(lo, points[i].bytes);
-        hi = std::max(hi, points[i].bytes);
-      }
-      regions[j] = std::to_string(owned[j].size()) +
-                   (owned[j].size() == 1 ? " point, " : " points, ") + std::to_string(lo) +
-                   (lo == hi ? "" : "-" + std::to_string(hi)) + " bytes";
     }
+    if (top < ks.size() && top_s > 1e-4) owned[top].push_back(i);  // moves it by 0.01% or more
   }
-
-  // The figures, as the cluster file will hold them.
-  const Trial t = trial(best.x, best_threshold);
-  fit.eager_max_bytes = t.library.eager_max_bytes;
   for (size_t j = 0; j < ks.size(); ++j) {
-    const Knob& k = ks[j];
-    const bool free = best.free[j];
+    if (owned[j].empty()) {
+      regions[j] = "no point: no region of the sweep moves it most";
+      continue;
+    }
+    std::int64_t lo = points[owned[j].front()].bytes, hi = lo;
+    for (size_t i : owned[j]) {
+      lo = std::min(lo, points[i].bytes);
+      hi = std::max(hi, points[i].bytes);
+    }
+    regions[j] = std::to_string(owned[j].size()) +
+                 (owned[j].size() == 1 ? " point, " : " points, ") + std::to_string(lo) +
+                 (lo == hi ? "" : "-" + std::to_string(hi)) + " bytes";
+  }
+  return regions;
+}
+
+// The figures, as the cluster file will hold them, into f.fit.values.
+void fitted_values(Fitter& f, const BestFit& best, const std::vector<std::string>& regions) {
+  const std::vector<LinkKnob>& knobs = f.knobs;
+  const LibraryModel& lib0 = f.c.library;
+  const std::vector<double>& x = best.result.x;
+  for (size_t j = 0; j < f.ks.size(); ++j) {
+    const Knob& k = f.ks[j];
+    const bool free = best.result.free[j];
     // The value the fit ran with (a figure held in the last fit may have moved in an earlier
     // one it started from); fitted when some fit moved it.
     auto value = [&](std::string key, std::string what, double initial, double v, bool integer) {
       const bool moved = free || std::abs(v - initial) > 1e-9 * std::max(1.0, std::abs(initial));
-      fit.values.push_back(
+      f.fit.values.push_back(
           {std::move(key), std::move(what), initial, v, integer, moved, false, regions[j]});
     };
     switch (k.kind) {
@@ -757,61 +837,92 @@ CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>&
         for (size_t i : k.knobs)
           value(knobs[i].bandwidth_key,
                 k.tier + (knobs[i].pair ? " per-pair bandwidth (GB/s)" : " bandwidth (GB/s)"),
-                knobs[i].bandwidth_gbytes_per_s,
-                knobs[i].bandwidth_gbytes_per_s * std::exp(best.x[j]), false);
+                knobs[i].bandwidth_gbytes_per_s, knobs[i].bandwidth_gbytes_per_s * std::exp(x[j]),
+                false);
         break;
       case Knob::Kind::kLatency:
         for (size_t n = 0; n < k.knobs.size(); ++n)
           value(knobs[k.knobs[n]].latency_key, k.tier + " latency (ns)",
                 static_cast<double>(knobs[k.knobs[n]].latency_ns),
-                static_cast<double>(std::llround(k.base_lat_ns[n] * std::exp(best.x[j]))), true);
+                static_cast<double>(std::llround(k.base_lat_ns[n] * std::exp(x[j]))), true);
         break;
       case Knob::Kind::kCall:
-        value("library.call_overhead_us", "per-call cost (us)", lib0.call_overhead.us(), best.x[j],
+        value("library.call_overhead_us", "per-call cost (us)", lib0.call_overhead.us(), x[j],
               false);
         break;
       case Knob::Kind::kHostIssue:
         value("device.host.collective_issue_us", "host's cost to issue a collective (us)",
-              c.device_params.host.collective_issue.us(), best.x[j], false);
+              f.c.device_params.host.collective_issue.us(), x[j], false);
         break;
       case Knob::Kind::kMessage:
         value("library.message_overhead_us", "per-message cost (us)", lib0.message_overhead.us(),
-              best.x[j], false);
+              x[j], false);
         break;
       case Knob::Kind::kRendezvous:
         value("library.rendezvous_overhead_us", "rendezvous handshake per message (us)",
-              lib0.rendezvous_overhead.us(), best.x[j], false);
+              lib0.rendezvous_overhead.us(), x[j], false);
         break;
       case Knob::Kind::kEagerCopy:
         value("library.eager_copy_gbytes_per_s", "eager copy rate (GB/s; 0: none)",
-              lib0.eager_copy_bytes_per_s / 1e9, gbytes_per_s_written(best.x[j]), false);
+              lib0.eager_copy_bytes_per_s / 1e9, gbytes_per_s_written(x[j]), false);
         break;
       case Knob::Kind::kLocalCopy:
         value("library.local_copy_gbytes_per_s", "ring kernel's own-block rate (GB/s; 0: free)",
-              lib0.local_copy_bytes_per_s / 1e9, gbytes_per_s_written(best.x[j]), false);
+              lib0.local_copy_bytes_per_s / 1e9, gbytes_per_s_written(x[j]), false);
         break;
     }
   }
+}
+
+// The held figures and the fitted protocol's after the fitted ones; each point's prediction
+// and the rms of the log errors under the fitted figures.
+void finish_fit(Fitter& f, const BestFit& best, const std::vector<FittedValue>& held) {
+  CollectiveFit& fit = f.fit;
+  const LibraryModel& lib0 = f.c.library;
   fit.values.insert(fit.values.end(), held.begin(), held.end());
   if (fit.protocol_fitted) {
     fit.values.push_back({"library.eager_max_bytes", "protocol threshold (bytes per message)",
                           static_cast<double>(lib0.eager_max_bytes),
-                          static_cast<double>(best_threshold), true, true, false,
+                          static_cast<double>(best.threshold), true, true, false,
                           "the split of the measured sizes that lowers the sum of squares most"});
     fit.values.push_back({"library.eager_overhead_us", "eager extra per message (us)",
                           lib0.eager_overhead.us(), 0, false, true, false,
                           "no point (none under the fitted protocol)"});
   }
   const std::vector<std::vector<double>> us =
-      run_plan(plan, trial(best.x, best_threshold), options.rounds, fit.simulations);
-  fit.predicted_us.resize(points.size());
+      run_plan(f.plan, f.trial(best.result.x, best.threshold), f.options.rounds, fit.simulations);
+  fit.predicted_us.resize(f.points.size());
   double sq = 0;
-  for (size_t i = 0; i < points.size(); ++i) {
-    fit.predicted_us[i] = us[plan.of_point[i].first][plan.of_point[i].second];
-    const double e = std::log(std::max(fit.predicted_us[i], 1e-3)) - measured_log[i];
+  for (size_t i = 0; i < f.points.size(); ++i) {
+    fit.predicted_us[i] = us[f.plan.of_point[i].first][f.plan.of_point[i].second];
+    const double e = std::log(std::max(fit.predicted_us[i], 1e-3)) - f.measured_log[i];
     sq += e * e;
   }
-  fit.rms_log = std::sqrt(sq / static_cast<double>(points.size()));
+  fit.rms_log = std::sqrt(sq / static_cast<double>(f.points.size()));
+}
+
+}  // namespace
+
+CollectiveFit fit_collectives(const FitCluster& fc, const std::vector<LinkKnob>& knobs,
+                              const std::vector<CollectivePoint>& points,
+                              const CollectiveFitOptions& options) {
+  const Cluster c = load_cluster_table(fc.table, fc.source, fc.preset_dir, fc.min_nodes);
+  const SimPlan plan = plan_sims(fc, c, points, options);
+  CollectiveFit fit;
+  KnobSet s = build_knobs(c, knobs, plan, points, options);
+  const size_t base_params = s.ps.size();
+  Fitter f{c, plan, knobs, points, options, fit, std::move(s.ks), {}, 0, {}};
+  f.prior_weight = kPriorWeight * std::sqrt(static_cast<double>(points.size()));
+  f.full.data_rows = points.size();
+  f.measured_log.resize(points.size());
+  for (size_t i = 0; i < points.size(); ++i) f.measured_log[i] = std::log(points[i].time_us);
+
+  BestFit best = fit_own_protocol(f, s.ps);
+  fit_protocol_split(f, best, base_params);
+  const std::vector<std::string> regions = sweep_regions(f, best);
+  fit.eager_max_bytes = f.trial(best.result.x, best.threshold).library.eager_max_bytes;
+  fitted_values(f, best, regions);
+  finish_fit(f, best, s.held);
   return fit;
 }
 

@@ -120,6 +120,112 @@ std::vector<bool> determined_columns(const std::vector<std::vector<double>>& jac
   return keep;
 }
 
+namespace {
+
+// The normal equations over the parameters held[p].fit: gradient g = J^T r and a = J^T J.
+void normal_equations(const std::vector<std::vector<double>>& jac,
+                      const std::vector<double>& residuals, const std::vector<LsqParam>& held,
+                      std::vector<double>& g, std::vector<std::vector<double>>& a) {
+  const size_t k = held.size();
+  g.assign(k, 0.0);
+  a.assign(k, std::vector<double>(k, 0.0));
+  for (size_t i = 0; i < jac.size(); ++i)
+    for (size_t p = 0; p < k; ++p) {
+      if (!held[p].fit) continue;
+      g[p] += jac[i][p] * residuals[i];
+      for (size_t q = 0; q < k; ++q)
+        if (held[q].fit) a[p][q] += jac[i][p] * jac[i][q];
+    }
+}
+
+// The damped step over the free set, dropping parameters that sit on a bound the step pushes
+// out of.
+std::vector<double> bounded_step(const std::vector<std::vector<double>>& a,
+                                 const std::vector<double>& g, const std::vector<LsqParam>& held,
+                                 const std::vector<LsqParam>& ps, const std::vector<double>& x,
+                                 double lambda) {
+  const size_t k = ps.size();
+  std::vector<bool> active(k);
+  for (size_t j = 0; j < k; ++j) active[j] = held[j].fit;
+  std::vector<double> step(k, 0.0);
+  for (size_t round = 0; round <= k; ++round) {
+    std::vector<size_t> idx;
+    for (size_t j = 0; j < k; ++j)
+      if (active[j]) idx.push_back(j);
+    if (idx.empty()) break;
+    std::vector<std::vector<double>> m(idx.size(), std::vector<double>(idx.size()));
+    std::vector<double> rhs(idx.size()), d;
+    for (size_t p = 0; p < idx.size(); ++p) {
+      for (size_t q = 0; q < idx.size(); ++q) m[p][q] = a[idx[p]][idx[q]];
+      m[p][p] += lambda * std::max(a[idx[p]][idx[p]], 1e-30);
+      rhs[p] = -g[idx[p]];
+    }
+    if (!solve_linear(m, rhs, d)) break;
+    std::fill(step.begin(), step.end(), 0.0);
+    bool dropped = false;
+    for (size_t p = 0; p < idx.size(); ++p) {
+      const size_t j = idx[p];
+      step[j] = d[p];
+      const bool at_lo = x[j] <= ps[j].lo && d[p] < 0;
+      const bool at_hi = x[j] >= ps[j].hi && d[p] > 0;
+      if (at_lo || at_hi) {
+        active[j] = false;
+        dropped = true;
+      }
+    }
+    if (!dropped) break;
+  }
+  return step;
+}
+
+// How one iteration's damped steps ended: a step was taken, none could be, or the fit converged.
+enum class StepOutcome { kAccepted, kStuck, kConverged };
+
+// Up to 12 damped steps from res, raising lambda after each that does not lower the sum of
+// squares (or that f cannot evaluate); the first that does is taken into res.
+StepOutcome damped_step(const ResidualFn& f, const std::vector<LsqParam>& ps,
+                        const std::vector<LsqParam>& held,
+                        const std::vector<std::vector<double>>& a, const std::vector<double>& g,
+                        const LsqOptions& options, double& lambda, LsqResult& res) {
+  const size_t k = ps.size();
+  bool accepted = false;
+  double new_sse = res.sse;
+  for (int tries = 0; tries < 12 && !accepted; ++tries) {
+    const std::vector<double> step = bounded_step(a, g, held, ps, res.x, lambda);
+    std::vector<double> xn = res.x;
+    bool moved = false;
+    for (size_t j = 0; j < k; ++j) {
+      xn[j] = std::clamp(res.x[j] + step[j], ps[j].lo, ps[j].hi);
+      moved = moved || xn[j] != res.x[j];
+    }
+    if (!moved) break;
+    std::vector<double> rn;
+    try {
+      rn = f(xn);
+    } catch (const UserError&) {  // a trial outside what the model can time (an overflow)
+      lambda *= 4;
+      continue;
+    }
+    ++res.evaluations;
+    new_sse = sum_sq(rn);
+    if (new_sse < res.sse) {
+      accepted = true;
+      const double gain = res.sse - new_sse;
+      const bool done = gain < options.relative_tolerance * res.sse;
+      res.x = xn;
+      res.residuals = std::move(rn);
+      res.sse = new_sse;
+      lambda = std::max(lambda / 3, 1e-12);
+      if (done) return StepOutcome::kConverged;
+    } else {
+      lambda *= 4;
+    }
+  }
+  return accepted ? StepOutcome::kAccepted : StepOutcome::kStuck;
+}
+
+}  // namespace
+
 LsqResult least_squares(const ResidualFn& f, const std::vector<LsqParam>& ps,
                         const LsqOptions& options) {
   const size_t k = ps.size();
@@ -142,79 +248,12 @@ LsqResult least_squares(const ResidualFn& f, const std::vector<LsqParam>& ps,
   for (int it = 0; it < options.max_iterations && res.sse > options.absolute_tolerance; ++it) {
     res.iterations = it + 1;
     // Normal equations over the free parameters.
-    std::vector<double> g(k, 0.0);
-    std::vector<std::vector<double>> a(k, std::vector<double>(k, 0.0));
-    for (size_t i = 0; i < jac.size(); ++i)
-      for (size_t p = 0; p < k; ++p) {
-        if (!held[p].fit) continue;
-        g[p] += jac[i][p] * res.residuals[i];
-        for (size_t q = 0; q < k; ++q)
-          if (held[q].fit) a[p][q] += jac[i][p] * jac[i][q];
-      }
-    bool accepted = false;
-    double new_sse = res.sse;
-    for (int tries = 0; tries < 12 && !accepted; ++tries) {
-      // Solve over the free set, dropping parameters that sit on a bound the step pushes out of.
-      std::vector<bool> active(k);
-      for (size_t j = 0; j < k; ++j) active[j] = held[j].fit;
-      std::vector<double> step(k, 0.0);
-      for (size_t round = 0; round <= k; ++round) {
-        std::vector<size_t> idx;
-        for (size_t j = 0; j < k; ++j)
-          if (active[j]) idx.push_back(j);
-        if (idx.empty()) break;
-        std::vector<std::vector<double>> m(idx.size(), std::vector<double>(idx.size()));
-        std::vector<double> rhs(idx.size()), d;
-        for (size_t p = 0; p < idx.size(); ++p) {
-          for (size_t q = 0; q < idx.size(); ++q) m[p][q] = a[idx[p]][idx[q]];
-          m[p][p] += lambda * std::max(a[idx[p]][idx[p]], 1e-30);
-          rhs[p] = -g[idx[p]];
-        }
-        if (!solve_linear(m, rhs, d)) break;
-        std::fill(step.begin(), step.end(), 0.0);
-        bool dropped = false;
-        for (size_t p = 0; p < idx.size(); ++p) {
-          const size_t j = idx[p];
-          step[j] = d[p];
-          const bool at_lo = res.x[j] <= ps[j].lo && d[p] < 0;
-          const bool at_hi = res.x[j] >= ps[j].hi && d[p] > 0;
-          if (at_lo || at_hi) {
-            active[j] = false;
-            dropped = true;
-          }
-        }
-        if (!dropped) break;
-      }
-      std::vector<double> xn = res.x;
-      bool moved = false;
-      for (size_t j = 0; j < k; ++j) {
-        xn[j] = std::clamp(res.x[j] + step[j], ps[j].lo, ps[j].hi);
-        moved = moved || xn[j] != res.x[j];
-      }
-      if (!moved) break;
-      std::vector<double> rn;
-      try {
-        rn = f(xn);
-      } catch (const UserError&) {  // a trial outside what the model can time (an overflow)
-        lambda *= 4;
-        continue;
-      }
-      ++res.evaluations;
-      new_sse = sum_sq(rn);
-      if (new_sse < res.sse) {
-        accepted = true;
-        const double gain = res.sse - new_sse;
-        const bool done = gain < options.relative_tolerance * res.sse;
-        res.x = xn;
-        res.residuals = std::move(rn);
-        res.sse = new_sse;
-        lambda = std::max(lambda / 3, 1e-12);
-        if (done) return res;
-      } else {
-        lambda *= 4;
-      }
-    }
-    if (!accepted) break;
+    std::vector<double> g;
+    std::vector<std::vector<double>> a;
+    normal_equations(jac, res.residuals, held, g, a);
+    const StepOutcome outcome = damped_step(f, ps, held, a, g, options, lambda, res);
+    if (outcome == StepOutcome::kConverged) return res;
+    if (outcome == StepOutcome::kStuck) break;
     jac = jacobian(f, held, res.x, res.residuals, res.evaluations);
   }
   return res;

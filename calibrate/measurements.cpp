@@ -334,100 +334,100 @@ std::string perf_binary(std::string_view s) {
   return "";
 }
 
-void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Measurements& m,
-                     std::vector<CollectivePoint>& out) {
-  std::vector<Section> sections(1);
-  std::string pending;  // a binary named after a test's rows: the next test's
-  for (const Line& l : lines) {
-    const std::string_view t = trim(l.text);
-    if (t.empty()) continue;
-    const std::string where = at(name, l.number);
-    const std::vector<std::string_view> w = words(t);
-    if (t[0] == '#') {
-      const bool starting = t.find("Collective test starting") != std::string_view::npos;
-      const bool header = starting || (w.size() >= 2 && w[1] == "nThread");
-      // A header after rows, or a second test's first line, opens the next test's section.
-      if (header &&
-          (!sections.back().rows.empty() || (starting && !sections.back().op_name.empty()))) {
-        sections.emplace_back();
-        sections.back().binary = std::move(pending);
-        pending.clear();
-      }
-      Section& s = sections.back();
-      if (header && s.first_line == 0) s.first_line = l.number;
-      if (starting) {
-        const size_t colon = t.find(':');
-        const std::string_view what =
-            colon == std::string_view::npos ? "" : trim(t.substr(colon + 1));
-        std::string_view bare = what;
-        if (bare.size() > 5 && bare.substr(bare.size() - 5) == "_perf") bare.remove_suffix(5);
-        BenchOp op{};
-        if (!apps::parse_bench_op(bare, op))
-          bad(where, "a test of " + op_list() + " (alltoall_perf, all_gather_perf, ...)",
-              shown(what));
-        s.op_name = std::string(bare);
-        continue;
-      }
-      // "#  Rank  0 Group  0 Pid 123 on host device  0 [0x07] NVIDIA H100"
-      if (w.size() >= 3 && w[1] == "Rank") {
-        std::int64_t rank = 0;
-        if (!parse_int(w[2], rank) || rank < 0 || rank >= kMaxRanks)
-          bad(where, "a rank number in [0, " + std::to_string(kMaxRanks - 1) + "]", shown(w[2]));
-        auto on = std::find(w.begin(), w.end(), std::string_view("on"));
-        if (on == w.end() || on + 1 == w.end())
-          bad(where, "\"#  Rank N ... on HOST device D\"", shown(t));
-        if (!s.rank_host.emplace(rank, std::string(*(on + 1))).second)
-          bad(where,
-              "each rank listed once (nccl-tests built without MPI lists every process as rank 0)",
-              "rank " + std::to_string(rank) + " again");
-      }
+// A comment line of an nccl-tests log: a header (which may open the next test's section), the
+// test's name, or a rank and its host.
+void read_nccl_comment(std::string_view t, const std::vector<std::string_view>& w,
+                       const std::string& where, size_t number, std::vector<Section>& sections,
+                       std::string& pending) {
+  const bool starting = t.find("Collective test starting") != std::string_view::npos;
+  const bool header = starting || (w.size() >= 2 && w[1] == "nThread");
+  // A header after rows, or a second test's first line, opens the next test's section.
+  if (header && (!sections.back().rows.empty() || (starting && !sections.back().op_name.empty()))) {
+    sections.emplace_back();
+    sections.back().binary = std::move(pending);
+    pending.clear();
+  }
+  Section& s = sections.back();
+  if (header && s.first_line == 0) s.first_line = number;
+  if (starting) {
+    const size_t colon = t.find(':');
+    const std::string_view what = colon == std::string_view::npos ? "" : trim(t.substr(colon + 1));
+    std::string_view bare = what;
+    if (bare.size() > 5 && bare.substr(bare.size() - 5) == "_perf") bare.remove_suffix(5);
+    BenchOp op{};
+    if (!apps::parse_bench_op(bare, op))
+      bad(where, "a test of " + op_list() + " (alltoall_perf, all_gather_perf, ...)", shown(what));
+    s.op_name = std::string(bare);
+    return;
+  }
+  // "#  Rank  0 Group  0 Pid 123 on host device  0 [0x07] NVIDIA H100"
+  if (w.size() >= 3 && w[1] == "Rank") {
+    std::int64_t rank = 0;
+    if (!parse_int(w[2], rank) || rank < 0 || rank >= kMaxRanks)
+      bad(where, "a rank number in [0, " + std::to_string(kMaxRanks - 1) + "]", shown(w[2]));
+    auto on = std::find(w.begin(), w.end(), std::string_view("on"));
+    if (on == w.end() || on + 1 == w.end())
+      bad(where, "\"#  Rank N ... on HOST device D\"", shown(t));
+    if (!s.rank_host.emplace(rank, std::string(*(on + 1))).second)
+      bad(where,
+          "each rank listed once (nccl-tests built without MPI lists every process as rank 0)",
+          "rank " + std::to_string(rank) + " again");
+  }
+}
+
+// Any other line of an nccl-tests log: a data row's points into the current section, or a
+// launcher's or NCCL's own line (which may name the test's binary).
+void read_nccl_row(std::string_view t, const std::vector<std::string_view>& w,
+                   const std::string& where, std::vector<Section>& sections, std::string& pending,
+                   Measurements& m) {
+  // A data row: size count type redop root time algbw busbw #wrong [time algbw busbw #wrong].
+  std::int64_t size = 0, count = 0;
+  // A line that opens with a digit is meant as a data row: one that is not a whole one (cut
+  // off, a size that is no integer or overflows) is an error, never a row dropped in silence.
+  const bool numeric = !w.empty() && !w[0].empty() && w[0][0] >= '0' && w[0][0] <= '9' &&
+                       w[0].find_first_not_of("0123456789.") == std::string_view::npos;
+  if (numeric && (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)))
+    bad(where,
+        "a data row of nccl-tests: size count type redop root time algbw busbw #wrong (and the "
+        "in-place time algbw busbw #wrong), size and count integers",
+        shown(t));
+  if (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)) {
+    const std::string b = perf_binary(t);
+    if (!b.empty() && sections.back().rows.empty() && sections.back().binary.empty())
+      sections.back().binary = b;
+    else if (!b.empty())
+      pending = b;
+    return;  // a launcher's or NCCL's own line
+  }
+  Section& s = sections.back();
+  if (size < 0 || size > kMaxBytes)
+    bad(where, "a size in bytes in [0, " + std::to_string(kMaxBytes) + "]", shown(w[0]));
+  // #wrong: the values the test found wrong (N/A without a check). A row with any is the time
+  // of a failed run.
+  for (const size_t col : {size_t{8}, size_t{12}}) {
+    std::int64_t wrong = 0;
+    if (col < w.size() && w[col] != "N/A" && (!parse_int(w[col], wrong) || wrong != 0))
+      bad(where, "#wrong 0 or N/A (a row whose values the test found wrong is a failed run)",
+          shown(w[col]));
+  }
+  for (const auto& [col, variant] :
+       {std::pair<size_t, const char*>{5, "out-of-place"}, {9, "in-place"}}) {
+    if (col >= w.size()) continue;
+    if (w[col] == "N/A" || size == 0) {
+      ++m.skipped_rows;
       continue;
     }
-    // A data row: size count type redop root time algbw busbw #wrong [time algbw busbw #wrong].
-    std::int64_t size = 0, count = 0;
-    // A line that opens with a digit is meant as a data row: one that is not a whole one (cut
-    // off, a size that is no integer or overflows) is an error, never a row dropped in silence.
-    const bool numeric = !w.empty() && !w[0].empty() && w[0][0] >= '0' && w[0][0] <= '9' &&
-                         w[0].find_first_not_of("0123456789.") == std::string_view::npos;
-    if (numeric && (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)))
-      bad(where,
-          "a data row of nccl-tests: size count type redop root time algbw busbw #wrong (and the "
-          "in-place time algbw busbw #wrong), size and count integers",
-          shown(t));
-    if (w.size() < 9 || !parse_int(w[0], size) || !parse_int(w[1], count)) {
-      const std::string b = perf_binary(t);
-      if (!b.empty() && sections.back().rows.empty() && sections.back().binary.empty())
-        sections.back().binary = b;
-      else if (!b.empty())
-        pending = b;
-      continue;  // a launcher's or NCCL's own line
-    }
-    Section& s = sections.back();
-    if (size < 0 || size > kMaxBytes)
-      bad(where, "a size in bytes in [0, " + std::to_string(kMaxBytes) + "]", shown(w[0]));
-    // #wrong: the values the test found wrong (N/A without a check). A row with any is the time
-    // of a failed run.
-    for (const size_t col : {size_t{8}, size_t{12}}) {
-      std::int64_t wrong = 0;
-      if (col < w.size() && w[col] != "N/A" && (!parse_int(w[col], wrong) || wrong != 0))
-        bad(where, "#wrong 0 or N/A (a row whose values the test found wrong is a failed run)",
-            shown(w[col]));
-    }
-    for (const auto& [col, variant] :
-         {std::pair<size_t, const char*>{5, "out-of-place"}, {9, "in-place"}}) {
-      if (col >= w.size()) continue;
-      if (w[col] == "N/A" || size == 0) {
-        ++m.skipped_rows;
-        continue;
-      }
-      CollectivePoint p;
-      p.where = where;
-      p.bytes = size;
-      p.variant = variant;
-      p.time_us = time_us(w[col], where, std::string("an ") + variant + " time in us");
-      s.rows.push_back(std::move(p));
-    }
+    CollectivePoint p;
+    p.where = where;
+    p.bytes = size;
+    p.variant = variant;
+    p.time_us = time_us(w[col], where, std::string("an ") + variant + " time in us");
+    s.rows.push_back(std::move(p));
   }
+}
+
+// The test a log's file name names ("all_reduce_perf.log", or an older "alltoall.txt"), or "".
+std::string nccl_file_op_name(const std::string& name) {
   std::string file_op_name = perf_binary(name);
   if (file_op_name.empty()) {
     // Older logs were named after the test without _perf (alltoall.txt, all_reduce.log).
@@ -435,6 +435,13 @@ void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Me
                           "reducescatter", "all_reduce", "allreduce", "sendrecv"})
       if (name.find(n) != std::string::npos) file_op_name = n;
   }
+  return file_op_name;
+}
+
+// Each section's rows as points, with the section's test, ranks and nodes.
+void nccl_section_points(std::vector<Section>& sections, const std::string& name,
+                         std::vector<CollectivePoint>& out) {
+  const std::string file_op_name = nccl_file_op_name(name);
   for (Section& s : sections) {
     if (s.rows.empty()) continue;
     const std::string where = at(name, s.first_line == 0 ? 1 : s.first_line);
@@ -462,6 +469,23 @@ void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Me
       out.push_back(std::move(p));
     }
   }
+}
+
+void read_nccl_tests(const std::vector<Line>& lines, const std::string& name, Measurements& m,
+                     std::vector<CollectivePoint>& out) {
+  std::vector<Section> sections(1);
+  std::string pending;  // a binary named after a test's rows: the next test's
+  for (const Line& l : lines) {
+    const std::string_view t = trim(l.text);
+    if (t.empty()) continue;
+    const std::string where = at(name, l.number);
+    const std::vector<std::string_view> w = words(t);
+    if (t[0] == '#')
+      read_nccl_comment(t, w, where, l.number, sections, pending);
+    else
+      read_nccl_row(t, w, where, sections, pending, m);
+  }
+  nccl_section_points(sections, name, out);
 }
 
 // ---- cocodiff netbench ----
