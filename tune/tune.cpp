@@ -458,6 +458,368 @@ std::string quote(const std::string& a) {
   return q + "'";
 }
 
+// The search's end: none without a budget.
+struct Deadline {
+  std::optional<Clock::time_point> at;
+  bool operator()() const { return at && Clock::now() >= *at; }
+};
+
+// Refuses options out of range, before anything is resolved.
+void check_options(const TuneOptions& o) {
+  if (o.objective != "latency" && o.objective != "gpu-seconds")
+    throw ConfigError("--objective: expected latency or gpu-seconds, found \"" + o.objective +
+                      "\"");
+  if (o.nodes.empty()) throw ConfigError("--nodes: expected at least one node count");
+  for (int n : o.nodes)
+    if (n < 1 || n > 1 << 16)
+      throw ConfigError("--nodes: expected node counts from 1 to 65536, found " +
+                        std::to_string(n));
+  if (o.budget_s < 0) throw ConfigError("--budget-s: expected seconds >= 0");
+  if (o.lossy_psnr_db && !(*o.lossy_psnr_db > 0))
+    throw ConfigError("--lossy: expected a PSNR bound in dB above 0, found " +
+                      fmt("%g", *o.lossy_psnr_db));
+}
+
+// The GPU counts per node to search: --gpus-per-node, or 1 to the node's GPUs.
+std::vector<int> gpu_counts(const TuneOptions& o, const Base& base, const std::string& cluster) {
+  std::vector<int> gpus = o.gpus_per_node;
+  if (gpus.empty())
+    for (int g = 1; g <= base.preset_gpus; ++g) gpus.push_back(g);
+  for (int g : gpus)
+    if (g < 1 || g > base.preset_gpus)
+      throw ConfigError("--gpus-per-node: expected counts from 1 to the " +
+                        std::to_string(base.preset_gpus) + " GPUs of a " + cluster +
+                        " node, found " + std::to_string(g));
+  return gpus;
+}
+
+// Lossy: which V-Major thresholds keep the asked PSNR on the trained model.
+std::vector<TuneQuality> admitted_qualities(const TuneOptions& o, TuneResult& r) {
+  std::vector<TuneQuality> admitted;
+  if (!o.lossy_psnr_db) return admitted;
+  r.quality = measure_quality(o, *o.lossy_psnr_db, r.quality_source);
+  for (const TuneQuality& q : r.quality)
+    if (q.admitted) admitted.push_back(q);
+  if (admitted.empty()) {
+    std::string seen;
+    for (const TuneQuality& q : r.quality)
+      seen += (seen.empty() ? "" : ", ") + fmt("%g", q.threshold) + ": " +
+              (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("exact"));
+    throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) +
+                      ": no V-Major threshold keeps that PSNR on the trained model and changes "
+                      "its output (preview PSNR by threshold: " +
+                      seen + "; measured with " + r.quality_source +
+                      "); ask for a lower bound, or search exact strategies without --lossy");
+  }
+  return admitted;
+}
+
+// Every point of every shape that the config can run; the others are counted by reason.
+void enumerate_points(const TuneOptions& o, const Base& base,
+                      const std::vector<TuneQuality>& admitted, const std::vector<int>& gpus,
+                      TuneResult& r) {
+  std::map<std::string, int> reasons;
+  for (int n : o.nodes)
+    for (int g : gpus)
+      for (TunePoint& p : shape_points(base, admitted, n, g)) {
+        try {
+          resolve_run_plan(o.config, sets_of(o, p));
+          r.points.push_back(std::move(p));
+        } catch (const UserError& e) {
+          ++r.infeasible;
+          ++reasons[e.what()];
+        }
+      }
+  for (const auto& [why, n] : reasons)
+    r.infeasible_reasons.push_back(why + (n > 1 ? " (" + std::to_string(n) + " points)" : ""));
+  if (r.points.empty()) {
+    std::string why =
+        r.infeasible_reasons.empty() ? "no configuration to search" : r.infeasible_reasons.front();
+    throw ConfigError("tune: no point fits the cluster (" + std::to_string(r.infeasible) +
+                      " configurations of " + r.model + " on " + r.cluster + " refused: " + why +
+                      ")");
+  }
+}
+
+// The bound's base: the whole image on one tile (serial).
+TunePoint serial_point(const Base& base) {
+  TunePoint serial;
+  serial.cluster_sets = {"cluster.nodes=1"};
+  if (base.plan.cluster.topology.num_levels() >= 2) {
+    std::vector<std::int64_t> ones(base.inner.size() + 1, 1);
+    serial.cluster_sets.push_back("cluster.topology.sizes=" + list_of(ones));
+    if (!base.rank_nic.empty())
+      serial.cluster_sets.push_back("cluster.nic.rank_nic=" + list_of({base.rank_nic[0]}));
+  }
+  serial.sets = {"run.strategy=serial", "parallel.ulysses_degree=1", "parallel.ring_degree=1",
+                 "parallel.cfg_degree=1", "parallel.shard_text=false"};
+  return serial;
+}
+
+// Times the serial point and gives every point its bound: serial compute over its ranks.
+void time_bound(const TuneOptions& o, const Base& base, TuneResult& r, Clock::time_point t0,
+                const Deadline& over_budget) {
+  const TunePoint serial = serial_point(base);
+  if (o.log)
+    o.log("tune: " + std::to_string(r.points.size()) + " configurations of " + r.model + " on " +
+          r.cluster + " (" + fmt("%.1f", since(t0)) +
+          " s); timing the image on one tile for the pruning bound");
+  try {
+    const RunRecord rec = run_checked(resolve_run_plan(o.config, sets_of(o, serial)), [&](SimTime) {
+      if (over_budget()) throw Stop(kBudgetSpent);
+    });
+    r.serial_compute_s =
+        rec.report["breakdown"]["compute_s"].get<double>() / std::max(1, base.plan.batch_size);
+  } catch (...) {
+    if (stop_reason(std::current_exception()) == kBudgetSpent)
+      throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
+                        ": too small for one run (the image on one tile, the search's first run, "
+                        "was not done after " +
+                        fmt("%.1f", since(t0)) + " s); nothing was written");
+    throw;
+  }
+  for (TunePoint& p : r.points) p.bound_s = r.serial_compute_s / p.ranks;
+}
+
+// Order: the fewest GPUs first (a point is pruned or stopped by the points with no more GPUs,
+// which have then run), within a GPU count the likely fast first (wave); then enumeration order.
+std::vector<size_t> search_order(const TuneResult& r) {
+  std::vector<size_t> order(r.points.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
+    return wave(pa) < wave(pb);
+  });
+  return order;
+}
+
+// The objective of a point that ran in time_s per image.
+double objective_of(bool latency, const TunePoint& p, double time_s) {
+  return latency ? time_s : time_s * p.gpus;
+}
+
+// The search's shared state: its workers take points in order under `mu`, run them side by
+// side, and record what each did.
+struct Search {
+  Search(const TuneOptions& opts, TuneResult& result, Clock::time_point start, Deadline end)
+      : o(opts),
+        r(result),
+        t0(start),
+        over_budget(end),
+        latency(opts.objective == "latency"),
+        order(search_order(result)),
+        prune(opts.prune) {}
+
+  const TuneOptions& o;
+  TuneResult& r;
+  Clock::time_point t0;
+  Deadline over_budget;
+  bool latency;
+  std::vector<size_t> order;
+  std::mutex mu;
+  size_t next = 0;
+  double best = INFINITY;              // the best objective run so far
+  std::map<int, double> best_by_gpus;  // the best time per image run so far, by GPU count
+  bool prune;
+  std::vector<size_t> pruned;
+  int done = 0, stopped = 0;
+  Clock::time_point last_log = Clock::now();
+  std::string best_label;
+
+  // What a worker does next: stop, pass over a point it marked, or run a point.
+  enum class Take { kEnd, kSkip, kRun };
+
+  // The time a point must beat to be on the front: the best of the points with no more GPUs.
+  double bar_for(int gpus) const {
+    double bar = INFINITY;
+    for (const auto& [g, t] : best_by_gpus) {
+      if (g > gpus) break;
+      bar = std::min(bar, t);
+    }
+    return bar;
+  }
+
+  // Takes the next point in order into i; one over the budget or pruned is marked, not run.
+  Take take(size_t& i) {
+    std::lock_guard<std::mutex> lk(mu);
+    if (next >= order.size()) return Take::kEnd;
+    i = order[next++];
+    TunePoint& p = r.points[i];
+    if (over_budget()) {
+      p.status = TunePoint::Status::kNotTried;
+      r.budget_hit = true;
+      return Take::kSkip;
+    }
+    // Pruned: a point whose bound is beaten by a point with no more GPUs is on no front
+    // and wins neither objective. A shape's baseline always runs.
+    if (prune && !p.is_baseline() && p.bound_s > bar_for(p.gpus)) {
+      p.status = TunePoint::Status::kPruned;
+      pruned.push_back(i);
+      return Take::kSkip;
+    }
+    return Take::kRun;
+  }
+
+  // Runs a point to its record, or to the error that ended it.
+  std::exception_ptr run_point(const TunePoint& p, std::optional<RunRecord>& rec) {
+    try {
+      RunPlan plan = resolve_run_plan(o.config, sets_of(o, p));
+      const double images = std::max(1, plan.batch_size);
+      const int gpus = p.gpus;
+      const bool baseline = p.is_baseline();
+      // A run stops at a step start once over the budget, or once a tile's clock has passed
+      // the best time of a configuration with no more GPUs: its time can only grow, so it
+      // is dominated and wins neither objective.
+      rec = run_checked(std::move(plan), [&, images, gpus, baseline](SimTime now) {
+        if (over_budget()) throw Stop(kBudgetSpent);
+        if (!o.prune || baseline) return;
+        std::lock_guard<std::mutex> lk(mu);
+        if (prune && now.seconds() > bar_for(gpus) * images) throw Stop(kDominated);
+      });
+    } catch (...) {
+      return std::current_exception();
+    }
+    return nullptr;
+  }
+
+  // Records why a run ended early: the budget, dominated, or failed with its error.
+  void record_error(TunePoint& p, const std::exception_ptr& err) {
+    const std::string why = stop_reason(err);
+    if (why == kBudgetSpent) {
+      p.status = TunePoint::Status::kNotTried;
+      r.budget_hit = true;
+    } else if (why == kDominated) {
+      p.status = TunePoint::Status::kStopped;
+      ++stopped;
+    } else {
+      p.status = TunePoint::Status::kFailed;
+      try {
+        std::rethrow_exception(err);
+      } catch (const std::exception& e) {
+        p.error = e.what();
+      }
+    }
+  }
+
+  // Records a run's times and bytes per image from its report.
+  static void record_times(TunePoint& p, const RunRecord& rec) {
+    const nlohmann::ordered_json& rep = rec.report;
+    const double images = std::max(1, rep.value("batch_size", 1));
+    p.status = TunePoint::Status::kRun;
+    p.time_s = rep["virtual_time_s"].get<double>() / images;
+    p.compute_s = rep["breakdown"]["compute_s"].get<double>() / images;
+    p.exposed_s = rep["breakdown"]["exposed_comm_s"].get<double>() / images;
+    p.host_wait_s = rep["breakdown"].value("host_wait_s", 0.0) / images;
+    for (const SimTime& c : rec.emulated->rank_compute)
+      p.max_compute_s = std::max(p.max_compute_s, c.seconds() / images);
+    for (const auto& [tier, bytes] : rep["bytes_by_tier"].items())
+      p.bytes_by_tier.emplace_back(tier, bytes.get<double>() / images);
+  }
+
+  // The bound must hold on every point run; one that breaks it ends pruning and stopping, and
+  // the points pruned or stopped so far go back in the queue.
+  void check_bound(const TunePoint& p) {
+    if (!(p.max_compute_s < p.bound_s * (1 - 1e-9) && !r.bound_broken)) return;
+    r.bound_broken = true;
+    prune = false;
+    for (size_t j = 0; j < r.points.size(); ++j)
+      if (r.points[j].status == TunePoint::Status::kPruned ||
+          r.points[j].status == TunePoint::Status::kStopped) {
+        r.points[j].status = TunePoint::Status::kQueued;
+        order.push_back(j);
+      }
+    pruned.clear();
+    stopped = 0;
+    if (o.log)
+      o.log("tune: warning: " + p.shape() + " " + p.describe() + " computed " +
+            fmt("%.6f", p.max_compute_s) + " s, below its bound " + fmt("%.6f", p.bound_s) +
+            " s: pruning is off");
+  }
+
+  // Records a point that ran: its times, the bound's check, the bests and the progress line.
+  void record_run(TunePoint& p, const RunRecord& rec) {
+    record_times(p, rec);
+    ++done;
+    check_bound(p);
+    double& bg = best_by_gpus.try_emplace(p.gpus, INFINITY).first->second;
+    bg = std::min(bg, p.time_s);
+    const double obj = objective_of(latency, p, p.time_s);
+    if (obj < best) {
+      best = obj;
+      best_label = p.shape() + " " + p.describe();
+    }
+    if (o.log && (since(last_log) >= 5.0 || next >= order.size())) {
+      last_log = Clock::now();
+      o.log("tune: " + std::to_string(next) + "/" + std::to_string(order.size()) +
+            " considered: " + std::to_string(done) + " run, " + std::to_string(pruned.size()) +
+            " pruned, " + std::to_string(stopped) + " stopped; best " + fmt("%.4f", best) +
+            (latency ? " s " : " GPU-s ") + best_label + " (" + fmt("%.0f", since(t0)) + " s)");
+    }
+  }
+
+  // One worker: takes points until none is left, runs each and records it.
+  void work() {
+    for (;;) {
+      size_t i = 0;
+      const Take t = take(i);
+      if (t == Take::kEnd) return;
+      if (t == Take::kSkip) continue;
+      TunePoint& p = r.points[i];
+      const Clock::time_point ts = Clock::now();
+      std::optional<RunRecord> rec;
+      const std::exception_ptr err = run_point(p, rec);
+      std::lock_guard<std::mutex> lk(mu);
+      p.wall_s = since(ts);
+      if (err)
+        record_error(p, err);
+      else
+        record_run(p, *rec);
+    }
+  }
+};
+
+// Refuses a search in which no point ran: the budget was too small, or every run failed.
+void check_some_ran(const TuneOptions& o, const TuneResult& r) {
+  if (r.count(TunePoint::Status::kRun) != 0) return;
+  if (r.budget_hit)
+    throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
+                      ": too small for one run (no configuration finished within it); nothing "
+                      "was written");
+  std::string why;
+  for (const TunePoint& p : r.points)
+    if (p.status == TunePoint::Status::kFailed) {
+      why = p.error;
+      break;
+    }
+  throw ConfigError("tune: no configuration ran (" + why + ")");
+}
+
+// Ranking by the objective (ties: fewer GPUs, then enumeration order), and the front.
+void rank_and_front(bool latency, TuneResult& r) {
+  for (size_t i = 0; i < r.points.size(); ++i)
+    if (r.points[i].status == TunePoint::Status::kRun) r.ranking.push_back(i);
+  std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    const double oa = objective_of(latency, pa, pa.time_s);
+    const double ob = objective_of(latency, pb, pb.time_s);
+    if (oa != ob) return oa < ob;
+    return pa.gpus < pb.gpus;
+  });
+  std::vector<size_t> by_gpus = r.ranking;
+  std::stable_sort(by_gpus.begin(), by_gpus.end(), [&](size_t a, size_t b) {
+    const TunePoint &pa = r.points[a], &pb = r.points[b];
+    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
+    return pa.time_s < pb.time_s;
+  });
+  double front_time = INFINITY;
+  for (size_t i : by_gpus)
+    if (r.points[i].time_s < front_time) {
+      front_time = r.points[i].time_s;
+      r.pareto.push_back(i);
+    }
+}
+
 }  // namespace
 
 std::string TunePoint::describe() const {
@@ -499,23 +861,11 @@ const TunePoint* TuneResult::flat_of(const TunePoint& p) const {
 
 TuneResult tune(const TuneOptions& o) {
   const Clock::time_point t0 = Clock::now();
-  if (o.objective != "latency" && o.objective != "gpu-seconds")
-    throw ConfigError("--objective: expected latency or gpu-seconds, found \"" + o.objective +
-                      "\"");
-  if (o.nodes.empty()) throw ConfigError("--nodes: expected at least one node count");
-  for (int n : o.nodes)
-    if (n < 1 || n > 1 << 16)
-      throw ConfigError("--nodes: expected node counts from 1 to 65536, found " +
-                        std::to_string(n));
-  if (o.budget_s < 0) throw ConfigError("--budget-s: expected seconds >= 0");
-  if (o.lossy_psnr_db && !(*o.lossy_psnr_db > 0))
-    throw ConfigError("--lossy: expected a PSNR bound in dB above 0, found " +
-                      fmt("%g", *o.lossy_psnr_db));
-  const std::optional<Clock::time_point> deadline =
-      o.budget_s > 0
-          ? std::optional<Clock::time_point>(t0 + std::chrono::duration_cast<Clock::duration>(
-                                                      std::chrono::duration<double>(o.budget_s)))
-          : std::nullopt;
+  check_options(o);
+  Deadline over_budget;
+  if (o.budget_s > 0)
+    over_budget.at =
+        t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.budget_s));
 
   const Base base = resolve_base(o);
   TuneResult r;
@@ -524,270 +874,20 @@ TuneResult tune(const TuneOptions& o) {
   r.height = base.plan.settings.pixel_height();
   r.width = base.plan.settings.pixel_width();
   r.steps = base.plan.settings.steps;
-  std::vector<int> gpus = o.gpus_per_node;
-  if (gpus.empty())
-    for (int g = 1; g <= base.preset_gpus; ++g) gpus.push_back(g);
-  for (int g : gpus)
-    if (g < 1 || g > base.preset_gpus)
-      throw ConfigError("--gpus-per-node: expected counts from 1 to the " +
-                        std::to_string(base.preset_gpus) + " GPUs of a " + r.cluster +
-                        " node, found " + std::to_string(g));
+  const std::vector<int> gpus = gpu_counts(o, base, r.cluster);
+  const std::vector<TuneQuality> admitted = admitted_qualities(o, r);
+  enumerate_points(o, base, admitted, gpus, r);
+  time_bound(o, base, r, t0, over_budget);
 
-  // Lossy: which V-Major thresholds keep the asked PSNR on the trained model.
-  std::vector<TuneQuality> admitted;
-  if (o.lossy_psnr_db) {
-    r.quality = measure_quality(o, *o.lossy_psnr_db, r.quality_source);
-    for (const TuneQuality& q : r.quality)
-      if (q.admitted) admitted.push_back(q);
-    if (admitted.empty()) {
-      std::string seen;
-      for (const TuneQuality& q : r.quality)
-        seen += (seen.empty() ? "" : ", ") + fmt("%g", q.threshold) + ": " +
-                (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("exact"));
-      throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) +
-                        ": no V-Major threshold keeps that PSNR on the trained model and changes "
-                        "its output (preview PSNR by threshold: " +
-                        seen + "; measured with " + r.quality_source +
-                        "); ask for a lower bound, or search exact strategies without --lossy");
-    }
-  }
-
-  // Every point of every shape that the config can run.
-  std::map<std::string, int> reasons;
-  for (int n : o.nodes)
-    for (int g : gpus)
-      for (TunePoint& p : shape_points(base, admitted, n, g)) {
-        try {
-          resolve_run_plan(o.config, sets_of(o, p));
-          r.points.push_back(std::move(p));
-        } catch (const UserError& e) {
-          ++r.infeasible;
-          ++reasons[e.what()];
-        }
-      }
-  for (const auto& [why, n] : reasons)
-    r.infeasible_reasons.push_back(why + (n > 1 ? " (" + std::to_string(n) + " points)" : ""));
-  if (r.points.empty()) {
-    std::string why =
-        r.infeasible_reasons.empty() ? "no configuration to search" : r.infeasible_reasons.front();
-    throw ConfigError("tune: no point fits the cluster (" + std::to_string(r.infeasible) +
-                      " configurations of " + r.model + " on " + r.cluster + " refused: " + why +
-                      ")");
-  }
-
-  // The bound's base: the whole image on one tile (serial).
-  TunePoint serial;
-  serial.cluster_sets = {"cluster.nodes=1"};
-  if (base.plan.cluster.topology.num_levels() >= 2) {
-    std::vector<std::int64_t> ones(base.inner.size() + 1, 1);
-    serial.cluster_sets.push_back("cluster.topology.sizes=" + list_of(ones));
-    if (!base.rank_nic.empty())
-      serial.cluster_sets.push_back("cluster.nic.rank_nic=" + list_of({base.rank_nic[0]}));
-  }
-  serial.sets = {"run.strategy=serial", "parallel.ulysses_degree=1", "parallel.ring_degree=1",
-                 "parallel.cfg_degree=1", "parallel.shard_text=false"};
-  if (o.log)
-    o.log("tune: " + std::to_string(r.points.size()) + " configurations of " + r.model + " on " +
-          r.cluster + " (" + fmt("%.1f", since(t0)) +
-          " s); timing the image on one tile for the pruning bound");
-  auto over_budget = [&] { return deadline && Clock::now() >= *deadline; };
-  try {
-    const RunRecord rec = run_checked(resolve_run_plan(o.config, sets_of(o, serial)), [&](SimTime) {
-      if (over_budget()) throw Stop(kBudgetSpent);
-    });
-    r.serial_compute_s =
-        rec.report["breakdown"]["compute_s"].get<double>() / std::max(1, base.plan.batch_size);
-  } catch (...) {
-    if (stop_reason(std::current_exception()) == kBudgetSpent)
-      throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
-                        ": too small for one run (the image on one tile, the search's first run, "
-                        "was not done after " +
-                        fmt("%.1f", since(t0)) + " s); nothing was written");
-    throw;
-  }
-  for (TunePoint& p : r.points) p.bound_s = r.serial_compute_s / p.ranks;
-
-  // Order: the fewest GPUs first (a point is pruned or stopped by the points with no more GPUs,
-  // which have then run), within a GPU count the likely fast first (wave); then enumeration
-  // order.
-  const bool latency = o.objective == "latency";
-  std::vector<size_t> order(r.points.size());
-  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    const TunePoint &pa = r.points[a], &pb = r.points[b];
-    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
-    return wave(pa) < wave(pb);
-  });
-  auto objective_of = [&](const TunePoint& p, double time_s) {
-    return latency ? time_s : time_s * p.gpus;
-  };
-
+  Search s(o, r, t0, over_budget);
   const int cores = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   // No more runs side by side than there are points, nor than kMaxTuneJobs: any --jobs works.
   const int jobs =
       std::clamp(o.jobs > 0 ? o.jobs : cores, 1,
-                 std::max(1, std::min<int>(kMaxTuneJobs, static_cast<int>(order.size()))));
-  std::mutex mu;
-  size_t next = 0;
-  double best = INFINITY;              // the best objective run so far
-  std::map<int, double> best_by_gpus;  // the best time per image run so far, by GPU count
-  bool prune = o.prune;
-  std::vector<size_t> pruned;
-  int done = 0, stopped = 0;
-  Clock::time_point last_log = Clock::now();
-  std::string best_label;
-  // The time a point must beat to be on the front: the best of the points with no more GPUs.
-  auto bar_for = [&](int gpus) {
-    double bar = INFINITY;
-    for (const auto& [g, t] : best_by_gpus) {
-      if (g > gpus) break;
-      bar = std::min(bar, t);
-    }
-    return bar;
-  };
-  auto work = [&] {
-    for (;;) {
-      size_t i;
-      {
-        std::lock_guard<std::mutex> lk(mu);
-        if (next >= order.size()) return;
-        i = order[next++];
-        TunePoint& p = r.points[i];
-        if (over_budget()) {
-          p.status = TunePoint::Status::kNotTried;
-          r.budget_hit = true;
-          continue;
-        }
-        // Pruned: a point whose bound is beaten by a point with no more GPUs is on no front
-        // and wins neither objective. A shape's baseline always runs.
-        if (prune && !p.is_baseline() && p.bound_s > bar_for(p.gpus)) {
-          p.status = TunePoint::Status::kPruned;
-          pruned.push_back(i);
-          continue;
-        }
-      }
-      TunePoint& p = r.points[i];
-      const Clock::time_point ts = Clock::now();
-      std::optional<RunRecord> rec;
-      std::exception_ptr err;
-      try {
-        RunPlan plan = resolve_run_plan(o.config, sets_of(o, p));
-        const double images = std::max(1, plan.batch_size);
-        const int gpus = p.gpus;
-        const bool baseline = p.is_baseline();
-        // A run stops at a step start once over the budget, or once a tile's clock has passed
-        // the best time of a configuration with no more GPUs: its time can only grow, so it
-        // is dominated and wins neither objective.
-        rec = run_checked(std::move(plan), [&, images, gpus, baseline](SimTime now) {
-          if (over_budget()) throw Stop(kBudgetSpent);
-          if (!o.prune || baseline) return;
-          std::lock_guard<std::mutex> lk(mu);
-          if (prune && now.seconds() > bar_for(gpus) * images) throw Stop(kDominated);
-        });
-      } catch (...) {
-        err = std::current_exception();
-      }
-      std::lock_guard<std::mutex> lk(mu);
-      p.wall_s = since(ts);
-      if (err) {
-        const std::string why = stop_reason(err);
-        if (why == kBudgetSpent) {
-          p.status = TunePoint::Status::kNotTried;
-          r.budget_hit = true;
-        } else if (why == kDominated) {
-          p.status = TunePoint::Status::kStopped;
-          ++stopped;
-        } else {
-          p.status = TunePoint::Status::kFailed;
-          try {
-            std::rethrow_exception(err);
-          } catch (const std::exception& e) {
-            p.error = e.what();
-          }
-        }
-        continue;
-      }
-      const nlohmann::ordered_json& rep = rec->report;
-      const double images = std::max(1, rep.value("batch_size", 1));
-      p.status = TunePoint::Status::kRun;
-      p.time_s = rep["virtual_time_s"].get<double>() / images;
-      p.compute_s = rep["breakdown"]["compute_s"].get<double>() / images;
-      p.exposed_s = rep["breakdown"]["exposed_comm_s"].get<double>() / images;
-      p.host_wait_s = rep["breakdown"].value("host_wait_s", 0.0) / images;
-      for (const SimTime& c : rec->emulated->rank_compute)
-        p.max_compute_s = std::max(p.max_compute_s, c.seconds() / images);
-      for (const auto& [tier, bytes] : rep["bytes_by_tier"].items())
-        p.bytes_by_tier.emplace_back(tier, bytes.get<double>() / images);
-      ++done;
-      // The bound must hold on every point run; one that breaks it ends pruning and stopping.
-      if (p.max_compute_s < p.bound_s * (1 - 1e-9) && !r.bound_broken) {
-        r.bound_broken = true;
-        prune = false;
-        for (size_t j = 0; j < r.points.size(); ++j)
-          if (r.points[j].status == TunePoint::Status::kPruned ||
-              r.points[j].status == TunePoint::Status::kStopped) {
-            r.points[j].status = TunePoint::Status::kQueued;
-            order.push_back(j);
-          }
-        pruned.clear();
-        stopped = 0;
-        if (o.log)
-          o.log("tune: warning: " + p.shape() + " " + p.describe() + " computed " +
-                fmt("%.6f", p.max_compute_s) + " s, below its bound " + fmt("%.6f", p.bound_s) +
-                " s: pruning is off");
-      }
-      double& bg = best_by_gpus.try_emplace(p.gpus, INFINITY).first->second;
-      bg = std::min(bg, p.time_s);
-      const double obj = objective_of(p, p.time_s);
-      if (obj < best) {
-        best = obj;
-        best_label = p.shape() + " " + p.describe();
-      }
-      if (o.log && (since(last_log) >= 5.0 || next >= order.size())) {
-        last_log = Clock::now();
-        o.log("tune: " + std::to_string(next) + "/" + std::to_string(order.size()) +
-              " considered: " + std::to_string(done) + " run, " + std::to_string(pruned.size()) +
-              " pruned, " + std::to_string(stopped) + " stopped; best " + fmt("%.4f", best) +
-              (latency ? " s " : " GPU-s ") + best_label + " (" + fmt("%.0f", since(t0)) + " s)");
-      }
-    }
-  };
-  run_side_by_side(jobs, work);
-  if (r.count(TunePoint::Status::kRun) == 0) {
-    if (r.budget_hit)
-      throw ConfigError("--budget-s " + fmt("%g", o.budget_s) +
-                        ": too small for one run (no configuration finished within it); nothing "
-                        "was written");
-    std::string why;
-    for (const TunePoint& p : r.points)
-      if (p.status == TunePoint::Status::kFailed) {
-        why = p.error;
-        break;
-      }
-    throw ConfigError("tune: no configuration ran (" + why + ")");
-  }
-
-  // Ranking by the objective (ties: fewer GPUs, then enumeration order), and the front.
-  for (size_t i = 0; i < r.points.size(); ++i)
-    if (r.points[i].status == TunePoint::Status::kRun) r.ranking.push_back(i);
-  std::stable_sort(r.ranking.begin(), r.ranking.end(), [&](size_t a, size_t b) {
-    const TunePoint &pa = r.points[a], &pb = r.points[b];
-    const double oa = objective_of(pa, pa.time_s), ob = objective_of(pb, pb.time_s);
-    if (oa != ob) return oa < ob;
-    return pa.gpus < pb.gpus;
-  });
-  std::vector<size_t> by_gpus = r.ranking;
-  std::stable_sort(by_gpus.begin(), by_gpus.end(), [&](size_t a, size_t b) {
-    const TunePoint &pa = r.points[a], &pb = r.points[b];
-    if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
-    return pa.time_s < pb.time_s;
-  });
-  double front_time = INFINITY;
-  for (size_t i : by_gpus)
-    if (r.points[i].time_s < front_time) {
-      front_time = r.points[i].time_s;
-      r.pareto.push_back(i);
-    }
+                 std::max(1, std::min<int>(kMaxTuneJobs, static_cast<int>(s.order.size()))));
+  run_side_by_side(jobs, [&s] { s.work(); });
+  check_some_ran(o, r);
+  rank_and_front(s.latency, r);
   if (o.host_range) time_host_range(o, base, r, jobs, over_budget);
   r.wall_s = since(t0);
   return r;
@@ -802,17 +902,18 @@ std::string run_command(const TuneOptions& o, const TunePoint& p) {
   return c;
 }
 
-std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
-  std::ostringstream os;
-  const bool latency = o.objective == "latency";
-  os << "tune: " << r.model << " " << r.width << "x" << r.height << ", " << r.steps << " steps, on "
-     << r.cluster << " (objective: " << (latency ? "time per image" : "GPU-seconds per image")
-     << ")\n";
-  char line[640];
+namespace {
+
+// A table line's buffer: wide enough for a row of every tier.
+constexpr size_t kLineSize = 640;
+
+// The table's column headings: the host range's where it was timed, then one per tier of the
+// best point.
+void table_heading(std::ostringstream& os, const TuneResult& r, bool hosts) {
+  char line[kLineSize];
   std::vector<std::string> tiers;
   if (!r.ranking.empty())
     for (const auto& [tier, bytes] : r.points[r.ranking[0]].bytes_by_tier) tiers.push_back(tier);
-  const bool hosts = r.host_high > 0;  // the host range was timed
   std::snprintf(line, sizeof line, "%4s %-7s %-5s %-46s %10s", "rank", "nodes", "gpus",
                 "configuration", "s/image");
   os << line;
@@ -827,6 +928,11 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     os << line;
   }
   os << "\n";
+}
+
+// The ranked rows, `rows` at most, and the legend under them.
+void table_rows(std::ostringstream& os, const TuneResult& r, size_t rows, bool hosts) {
+  char line[kLineSize];
   for (size_t k = 0; k < std::min(rows, r.ranking.size()); ++k) {
     const TunePoint& p = r.points[r.ranking[k]];
     const TunePoint* flat = r.flat_of(p);
@@ -853,6 +959,11 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     os << "; hosts_s: s/image with the fastest and the slowest host of the machines measured, "
           "the best configurations only";
   os << ")\n";
+}
+
+// The Pareto front, the recommended points with their commands, and the host range's note.
+void table_front(std::ostringstream& os, const TuneOptions& o, const TuneResult& r, bool hosts) {
+  char line[kLineSize];
   os << "\nPareto front, time per image against GPUs:\n";
   for (size_t i : r.pareto) {
     const TunePoint& p = r.points[i];
@@ -873,6 +984,10 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
          << ", admitted under --lossy " << fmt("%g", *o.lossy_psnr_db) << " dB (see below)\n";
   }
   if (hosts) os << "\n" << host_range_note(r) << "\n";
+}
+
+// The lossy thresholds measured, under --lossy.
+void table_lossy(std::ostringstream& os, const TuneOptions& o, const TuneResult& r) {
   if (o.lossy_psnr_db) {
     os << "\nLossy entries (--lossy " << fmt("%g", *o.lossy_psnr_db)
        << " dB): V-Major thresholds measured with real math on the trained model ("
@@ -887,6 +1002,10 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
          << (q.admitted ? " (admitted)" : " (not admitted)") << "\n";
     }
   }
+}
+
+// The closing counts by outcome, the refused and what the budget left out.
+void table_counts(std::ostringstream& os, const TuneOptions& o, const TuneResult& r) {
   const int run = r.count(TunePoint::Status::kRun), pruned = r.count(TunePoint::Status::kPruned),
             not_tried = r.count(TunePoint::Status::kNotTried),
             stopped = r.count(TunePoint::Status::kStopped),
@@ -913,10 +1032,10 @@ std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
     for (const auto& [shape, n] : left) os << " " << shape << " (" << n << ")";
     os << "\n";
   }
-  return os.str();
 }
 
-nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
+// The search's options, result totals and notes: tune.json's head.
+nlohmann::ordered_json json_head(const TuneOptions& o, const TuneResult& r) {
   nlohmann::ordered_json j;
   j["config"] = o.config.string();
   j["sets"] = o.sets;
@@ -948,68 +1067,111 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
                  {"failed", r.count(TunePoint::Status::kFailed)},
                  {"infeasible", r.infeasible}};
   j["infeasible_reasons"] = r.infeasible_reasons;
-  if (o.lossy_psnr_db) {
-    nlohmann::ordered_json q = nlohmann::ordered_json::array();
-    for (const TuneQuality& t : r.quality)
-      q.push_back({{"threshold", t.threshold},
-                   {"preview_psnr_db", finite_or_inf(t.psnr_db)},
-                   {"latent_psnr_db", finite_or_inf(t.latent_psnr_db)},
-                   {"v_blocks_sent", t.active_fraction},
-                   {"admitted", t.admitted}});
-    j["quality"] = {
-        {"measured_with", r.quality_source},
-        {"note",
-         "measured with real math on the trained model against its exact run; a full-size "
-         "model's phantom run computes no values and cannot measure quality. A lossy point "
-         "sends the share of V blocks the trained model sent at its threshold "
-         "(v_major.phantom_active_fraction), counted over every step"},
-        {"thresholds", q}};
+  return j;
+}
+
+// The lossy thresholds measured, under --lossy, into j["quality"].
+void json_quality(nlohmann::ordered_json& j, const TuneResult& r) {
+  nlohmann::ordered_json q = nlohmann::ordered_json::array();
+  for (const TuneQuality& t : r.quality)
+    q.push_back({{"threshold", t.threshold},
+                 {"preview_psnr_db", finite_or_inf(t.psnr_db)},
+                 {"latent_psnr_db", finite_or_inf(t.latent_psnr_db)},
+                 {"v_blocks_sent", t.active_fraction},
+                 {"admitted", t.admitted}});
+  j["quality"] = {
+      {"measured_with", r.quality_source},
+      {"note",
+       "measured with real math on the trained model against its exact run; a full-size "
+       "model's phantom run computes no values and cannot measure quality. A lossy point "
+       "sends the share of V blocks the trained model sent at its threshold "
+       "(v_major.phantom_active_fraction), counted over every step"},
+      {"thresholds", q}};
+}
+
+// One point of tune.json: its configuration, outcome, times where it ran, and its command.
+nlohmann::ordered_json point_json(const TuneOptions& o, const TuneResult& r, const TunePoint& p) {
+  nlohmann::ordered_json e;
+  e["nodes"] = p.nodes;
+  e["gpus_per_node"] = p.gpus_per_node;
+  e["gpus"] = p.gpus;
+  e["ranks"] = p.ranks;
+  e["strategy"] = p.strategy;
+  e["configuration"] = p.describe();
+  e["ulysses_degree"] = p.ulysses;
+  e["ring_degree"] = p.ring;
+  e["cfg_degree"] = p.cfg;
+  e["pipeline_chunks"] = p.chunks;
+  if (p.pipefusion > 0) e["pipefusion_degree"] = p.pipefusion;
+  e["shard_text"] = p.shard_text;
+  e["uneven_heads"] = p.uneven_heads;
+  if (p.v_major)
+    e["lossy"] = {{"v_major_threshold", p.v_major->threshold},
+                  {"preview_psnr_db", p.v_major->psnr_db},
+                  {"psnr_bound_db", *o.lossy_psnr_db},
+                  {"measured_with", r.quality_source},
+                  {"v_blocks_sent", p.v_major->active_fraction}};
+  e["status"] = status_name(p.status);
+  e["bound_s"] = p.bound_s;
+  if (p.status == TunePoint::Status::kRun) {
+    e["time_per_image_s"] = p.time_s;
+    const TunePoint* flat = r.flat_of(p);
+    e["speedup_vs_flat"] = flat ? nlohmann::ordered_json(flat->time_s / p.time_s) : nullptr;
+    e["gpu_seconds_per_image"] = p.gpu_seconds();
+    e["compute_s"] = p.compute_s;
+    e["exposed_comm_s"] = p.exposed_s;
+    e["host_wait_s"] = p.host_wait_s;
+    nlohmann::ordered_json b = nlohmann::ordered_json::object();
+    for (const auto& [tier, bytes] : p.bytes_by_tier) b[tier] = bytes;
+    e["bytes_by_tier"] = b;
   }
-  auto point_json = [&](const TunePoint& p) {
-    nlohmann::ordered_json e;
-    e["nodes"] = p.nodes;
-    e["gpus_per_node"] = p.gpus_per_node;
-    e["gpus"] = p.gpus;
-    e["ranks"] = p.ranks;
-    e["strategy"] = p.strategy;
-    e["configuration"] = p.describe();
-    e["ulysses_degree"] = p.ulysses;
-    e["ring_degree"] = p.ring;
-    e["cfg_degree"] = p.cfg;
-    e["pipeline_chunks"] = p.chunks;
-    if (p.pipefusion > 0) e["pipefusion_degree"] = p.pipefusion;
-    e["shard_text"] = p.shard_text;
-    e["uneven_heads"] = p.uneven_heads;
-    if (p.v_major)
-      e["lossy"] = {{"v_major_threshold", p.v_major->threshold},
-                    {"preview_psnr_db", p.v_major->psnr_db},
-                    {"psnr_bound_db", *o.lossy_psnr_db},
-                    {"measured_with", r.quality_source},
-                    {"v_blocks_sent", p.v_major->active_fraction}};
-    e["status"] = status_name(p.status);
-    e["bound_s"] = p.bound_s;
-    if (p.status == TunePoint::Status::kRun) {
-      e["time_per_image_s"] = p.time_s;
-      const TunePoint* flat = r.flat_of(p);
-      e["speedup_vs_flat"] = flat ? nlohmann::ordered_json(flat->time_s / p.time_s) : nullptr;
-      e["gpu_seconds_per_image"] = p.gpu_seconds();
-      e["compute_s"] = p.compute_s;
-      e["exposed_comm_s"] = p.exposed_s;
-      e["host_wait_s"] = p.host_wait_s;
-      nlohmann::ordered_json b = nlohmann::ordered_json::object();
-      for (const auto& [tier, bytes] : p.bytes_by_tier) b[tier] = bytes;
-      e["bytes_by_tier"] = b;
-    }
-    if (p.host_range_s)
-      e["time_per_image_s_host_range"] = {p.host_range_s->first, p.host_range_s->second};
-    if (p.status == TunePoint::Status::kRun || p.status == TunePoint::Status::kStopped)
-      e["wall_s"] = p.wall_s;
-    if (p.status == TunePoint::Status::kFailed) e["error"] = p.error;
-    e["command"] = run_command(o, p);
-    return e;
+  if (p.host_range_s)
+    e["time_per_image_s_host_range"] = {p.host_range_s->first, p.host_range_s->second};
+  if (p.status == TunePoint::Status::kRun || p.status == TunePoint::Status::kStopped)
+    e["wall_s"] = p.wall_s;
+  if (p.status == TunePoint::Status::kFailed) e["error"] = p.error;
+  e["command"] = run_command(o, p);
+  return e;
+}
+
+// The host range's scales and the best point with each end, into j["host_range"].
+void json_host_range(nlohmann::ordered_json& j, const TuneResult& r) {
+  auto label = [&](const std::optional<size_t>& i) {
+    return i ? nlohmann::ordered_json(r.points[*i].shape() + " " + r.points[*i].describe())
+             : nlohmann::ordered_json(nullptr);
   };
+  j["host_range"] = {
+      {"scales", {r.host_low, r.host_high}},
+      {"note",
+       "device.host.scale at the ends of the cluster's device.host.range: the fastest and the "
+       "slowest host of the machines measured; the best configurations (time_per_image_s_host_"
+       "range) were timed with both"},
+      {"best_with_fastest_host", label(r.best_at_low)},
+      {"best_with_slowest_host", label(r.best_at_high)}};
+}
+
+}  // namespace
+
+std::string tune_table(const TuneOptions& o, const TuneResult& r, size_t rows) {
+  std::ostringstream os;
+  const bool latency = o.objective == "latency";
+  os << "tune: " << r.model << " " << r.width << "x" << r.height << ", " << r.steps << " steps, on "
+     << r.cluster << " (objective: " << (latency ? "time per image" : "GPU-seconds per image")
+     << ")\n";
+  const bool hosts = r.host_high > 0;  // the host range was timed
+  table_heading(os, r, hosts);
+  table_rows(os, r, rows, hosts);
+  table_front(os, o, r, hosts);
+  table_lossy(os, o, r);
+  table_counts(os, o, r);
+  return os.str();
+}
+
+nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
+  nlohmann::ordered_json j = json_head(o, r);
+  if (o.lossy_psnr_db) json_quality(j, r);
   nlohmann::ordered_json ranking = nlohmann::ordered_json::array();
-  for (size_t i : r.ranking) ranking.push_back(point_json(r.points[i]));
+  for (size_t i : r.ranking) ranking.push_back(point_json(o, r, r.points[i]));
   j["ranking"] = ranking;
   nlohmann::ordered_json front = nlohmann::ordered_json::array();
   for (size_t i : r.pareto)
@@ -1020,23 +1182,10 @@ nlohmann::ordered_json tune_json(const TuneOptions& o, const TuneResult& r) {
                      {"configuration", r.points[i].describe()},
                      {"command", run_command(o, r.points[i])}});
   j["pareto"] = front;
-  if (r.host_high > 0) {
-    auto label = [&](const std::optional<size_t>& i) {
-      return i ? nlohmann::ordered_json(r.points[*i].shape() + " " + r.points[*i].describe())
-               : nlohmann::ordered_json(nullptr);
-    };
-    j["host_range"] = {
-        {"scales", {r.host_low, r.host_high}},
-        {"note",
-         "device.host.scale at the ends of the cluster's device.host.range: the fastest and the "
-         "slowest host of the machines measured; the best configurations (time_per_image_s_host_"
-         "range) were timed with both"},
-        {"best_with_fastest_host", label(r.best_at_low)},
-        {"best_with_slowest_host", label(r.best_at_high)}};
-  }
+  if (r.host_high > 0) json_host_range(j, r);
   nlohmann::ordered_json others = nlohmann::ordered_json::array();
   for (const TunePoint& p : r.points)
-    if (p.status != TunePoint::Status::kRun) others.push_back(point_json(p));
+    if (p.status != TunePoint::Status::kRun) others.push_back(point_json(o, r, p));
   j["not_run"] = others;
   return j;
 }
