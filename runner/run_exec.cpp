@@ -243,6 +243,97 @@ std::string hex_digest(std::string_view bytes) {
   return h.hex();
 }
 
+// The critical rank's time split (compute, exposed communication, host wait) and the ranks'
+// mean, least and most exposed communication: report.json's "breakdown".
+nlohmann::ordered_json breakdown_json(const emu::RunResult& res) {
+  // The critical tile ends last; its time is exactly compute + exposed communication + the
+  // time its device waited for its host (0 on a device without a host).
+  size_t crit = 0;
+  double compute_sum = 0, exposed_sum = 0;
+  SimTime exposed_min = res.rank_exposed.at(0), exposed_max = exposed_min;
+  for (size_t i = 0; i < res.rank_end.size(); ++i) {
+    if (res.rank_end[i] > res.rank_end[crit]) crit = i;
+    compute_sum += res.rank_compute[i].seconds();
+    exposed_sum += res.rank_exposed[i].seconds();
+    exposed_min = std::min(exposed_min, res.rank_exposed[i]);
+    exposed_max = std::max(exposed_max, res.rank_exposed[i]);
+  }
+  const double n = static_cast<double>(res.rank_end.size());
+  return {
+      {"critical_rank", crit},
+      {"compute_s", res.rank_compute[crit].seconds()},
+      {"exposed_comm_s", res.rank_exposed[crit].seconds()},
+      {"exposed_comm_fraction",
+       res.makespan.ns() > 0 ? res.rank_exposed[crit].seconds() / res.makespan.seconds() : 0.0},
+      {"host_wait_s", res.rank_host_wait[crit].seconds()},
+      {"host_wait_fraction",
+       res.makespan.ns() > 0 ? res.rank_host_wait[crit].seconds() / res.makespan.seconds() : 0.0},
+      {"mean_compute_s", compute_sum / n},
+      {"mean_exposed_comm_s", exposed_sum / n},
+      {"min_exposed_comm_s", exposed_min.seconds()},
+      {"max_exposed_comm_s", exposed_max.seconds()},
+  };
+}
+
+// The emulated run's report: the base report, then the engine's times, bytes and counts.
+nlohmann::ordered_json emulated_report(const RunPlan& plan, const emu::RunResult& res,
+                                       const RunRecord& rec, double wall_s) {
+  nlohmann::ordered_json r = base_report(plan, "emulator");
+  r["workers"] = plan.engine.workers;
+  r["virtual_time_s"] = res.makespan.seconds();
+  r["wall_time_s"] = wall_s;
+  r["output_sha256"] = plan.settings.phantom
+                           ? nlohmann::ordered_json(nullptr)
+                           : nlohmann::ordered_json(sha256_hex(rec.latent.data()));
+  r["timeline_sha256"] = res.timeline_sha256;
+  nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
+  const Topology& t = plan.cluster.topology;
+  for (int k = 0; k < t.num_tiers(); ++k)
+    tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
+  r["bytes_by_tier"] = tiers;
+  r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
+  r["bytes_by_tier_counts"] = "each hop of the emulated algorithm";
+  // Kernels the device's measured grids do not cover, timed by the fitted roofline instead.
+  r["device_outside_grid"] = plan.cluster.device->outside_grid(kOutsideGridListed);
+  r["breakdown"] = breakdown_json(res);
+  r["flows"] = res.flows;
+  r["flows_exclusive"] = res.flows_exclusive;
+  r["ring_passes_whole"] = res.passes_whole;
+  r["regions_replayed"] = res.regions_replayed;
+  r["blocks_taped"] = res.tapes_played;
+  r["events"] = res.events;
+  r["trace_truncated"] = res.trace_truncated;
+  return r;
+}
+
+// report.json's "trace_window": the steps that trace.json keeps (emulator.trace_steps), and
+// rec.trace_from, the virtual time where that window starts.
+void add_trace_window(const RunPlan& plan, const emu::RunResult& res,
+                      const std::vector<SimTime>& step_starts, RunRecord& rec,
+                      nlohmann::ordered_json& r) {
+  const int steps = static_cast<int>(step_starts.size());
+  if (plan.engine.trace && plan.trace_steps > 0 && plan.trace_steps < steps) {
+    const int first = steps - plan.trace_steps;
+    rec.trace_from = step_starts[static_cast<size_t>(first)];
+    std::uint64_t flows = 0;
+    for (const emu::TraceEvent& e : res.trace)
+      flows += e.kind == emu::TraceEvent::Kind::kFlow && e.end > rec.trace_from ? 1 : 0;
+    r["trace_window"] = {
+        {"steps", {first, steps - 1}},
+        {"from_virtual_s", rec.trace_from.seconds()},
+        {"flows", flows},
+        {"note", "trace.json holds the events that end after rank 0's clock at the start of step " +
+                     std::to_string(first) +
+                     " (emulator.trace_steps = " + std::to_string(plan.trace_steps) +
+                     "; 0 writes every step); timeline.png draws the whole run"}};
+  } else if (plan.engine.trace) {
+    r["trace_window"] = {{"steps", {0, std::max(0, steps - 1)}},
+                         {"from_virtual_s", 0.0},
+                         {"flows", res.flows},
+                         {"note", "trace.json holds every step"}};
+  }
+}
+
 RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>& weights,
                   std::uint64_t seed, const MemoryEstimate& estimate) {
   const auto wall_start = std::chrono::steady_clock::now();
@@ -285,79 +376,9 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
 
-  nlohmann::ordered_json r = base_report(plan, "emulator");
-  r["workers"] = plan.engine.workers;
-  r["virtual_time_s"] = res.makespan.seconds();
-  r["wall_time_s"] = wall_s;
-  r["output_sha256"] = plan.settings.phantom
-                           ? nlohmann::ordered_json(nullptr)
-                           : nlohmann::ordered_json(sha256_hex(rec.latent.data()));
-  r["timeline_sha256"] = res.timeline_sha256;
-  nlohmann::ordered_json tiers = nlohmann::ordered_json::object();
-  const Topology& t = plan.cluster.topology;
-  for (int k = 0; k < t.num_tiers(); ++k)
-    tiers[t.tier_name(k)] = res.bytes_by_tier[static_cast<size_t>(k)];
-  r["bytes_by_tier"] = tiers;
-  r["wire_bytes_per_element"] = plan.engine.wire_bytes_per_element;
-  r["bytes_by_tier_counts"] = "each hop of the emulated algorithm";
-  // Kernels the device's measured grids do not cover, timed by the fitted roofline instead.
-  r["device_outside_grid"] = plan.cluster.device->outside_grid(kOutsideGridListed);
-  // The critical tile ends last; its time is exactly compute + exposed communication + the
-  // time its device waited for its host (0 on a device without a host).
-  size_t crit = 0;
-  double compute_sum = 0, exposed_sum = 0;
-  SimTime exposed_min = res.rank_exposed.at(0), exposed_max = exposed_min;
-  for (size_t i = 0; i < res.rank_end.size(); ++i) {
-    if (res.rank_end[i] > res.rank_end[crit]) crit = i;
-    compute_sum += res.rank_compute[i].seconds();
-    exposed_sum += res.rank_exposed[i].seconds();
-    exposed_min = std::min(exposed_min, res.rank_exposed[i]);
-    exposed_max = std::max(exposed_max, res.rank_exposed[i]);
-  }
-  const double n = static_cast<double>(res.rank_end.size());
-  r["breakdown"] = {
-      {"critical_rank", crit},
-      {"compute_s", res.rank_compute[crit].seconds()},
-      {"exposed_comm_s", res.rank_exposed[crit].seconds()},
-      {"exposed_comm_fraction",
-       res.makespan.ns() > 0 ? res.rank_exposed[crit].seconds() / res.makespan.seconds() : 0.0},
-      {"host_wait_s", res.rank_host_wait[crit].seconds()},
-      {"host_wait_fraction",
-       res.makespan.ns() > 0 ? res.rank_host_wait[crit].seconds() / res.makespan.seconds() : 0.0},
-      {"mean_compute_s", compute_sum / n},
-      {"mean_exposed_comm_s", exposed_sum / n},
-      {"min_exposed_comm_s", exposed_min.seconds()},
-      {"max_exposed_comm_s", exposed_max.seconds()},
-  };
-  r["flows"] = res.flows;
-  r["flows_exclusive"] = res.flows_exclusive;
-  r["ring_passes_whole"] = res.passes_whole;
-  r["regions_replayed"] = res.regions_replayed;
-  r["blocks_taped"] = res.tapes_played;
-  r["events"] = res.events;
-  r["trace_truncated"] = res.trace_truncated;
-  const int steps = static_cast<int>(step_starts.size());
+  nlohmann::ordered_json r = emulated_report(plan, res, rec, wall_s);
   rec.step_starts = step_starts;
-  if (plan.engine.trace && plan.trace_steps > 0 && plan.trace_steps < steps) {
-    const int first = steps - plan.trace_steps;
-    rec.trace_from = step_starts[static_cast<size_t>(first)];
-    std::uint64_t flows = 0;
-    for (const emu::TraceEvent& e : res.trace)
-      flows += e.kind == emu::TraceEvent::Kind::kFlow && e.end > rec.trace_from ? 1 : 0;
-    r["trace_window"] = {
-        {"steps", {first, steps - 1}},
-        {"from_virtual_s", rec.trace_from.seconds()},
-        {"flows", flows},
-        {"note", "trace.json holds the events that end after rank 0's clock at the start of step " +
-                     std::to_string(first) +
-                     " (emulator.trace_steps = " + std::to_string(plan.trace_steps) +
-                     "; 0 writes every step); timeline.png draws the whole run"}};
-  } else if (plan.engine.trace) {
-    r["trace_window"] = {{"steps", {0, std::max(0, steps - 1)}},
-                         {"from_virtual_s", 0.0},
-                         {"flows", res.flows},
-                         {"note", "trace.json holds every step"}};
-  }
+  add_trace_window(plan, res, step_starts, rec, r);
   dit::StrategyStats merged = stats.at(0);
   for (size_t i = 1; i < stats.size(); ++i) merged.merge(stats[i]);
   r["strategy_stats"] = strategy_stats_json(plan, merged);

@@ -384,24 +384,10 @@ void check_input_files(const RunPlan& plan) {
 
 }  // namespace
 
-RunPlan resolve_run_plan(const std::filesystem::path& config_file,
-                         const std::vector<std::string>& sets,
-                         std::shared_ptr<const dit::StrategyRegistry> strategies) {
-  Config cfg = Config::load(config_file);
-  for (const std::string& s : sets) cfg.set(s);
-  return resolve_run_plan(std::move(cfg), std::move(strategies));
-}
+namespace {
 
-RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyRegistry> strategies) {
-  RunPlan plan;
-  plan.cfg = std::move(file_cfg);
-  Config& cfg = plan.cfg;
-
-  plan.model = dit::load_model_config(cfg, config_dir() / "models");
-  plan.weights_seed = static_cast<std::uint64_t>(cfg.get_int("model.weights_seed", 0, 0));
-  plan.cluster = load_cluster(cfg, config_dir() / "clusters");
-
-  dit::RunSettings& s = plan.settings;
+// run.resolution (a square) or run.height and run.width (a rectangle): the run's size in pixels.
+void read_image_size(Config& cfg, dit::RunSettings& s) {
   // run.resolution is the square shorthand; run.height and run.width (together) a rectangle.
   // A height or width from the command line (--height, --width, --set) replaces the file's
   // resolution, which gives the side not named.
@@ -432,7 +418,13 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
     s.resolution = static_cast<int>(cfg.get_int("run.resolution", 1024, 16, 1 << 16));
     s.height = s.width = s.resolution;
   }
-  read_frames(cfg, plan.model, s);
+}
+
+// run.steps, run.seed, run.math and run.strategy, a built-in or registered strategy. Returns
+// whether run.strategy names a registered strategy.
+bool read_steps_and_strategy(Config& cfg, RunPlan& plan,
+                             std::shared_ptr<const dit::StrategyRegistry> strategies) {
+  dit::RunSettings& s = plan.settings;
   s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
   s.seed = static_cast<std::uint64_t>(cfg.get_int("run.seed", 0, 0));
   plan.math = cfg.get_choice("run.math", "real", {"real", "skip"});
@@ -448,8 +440,13 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
     throw ConfigError(cfg.where("run.strategy"), "run.strategy",
                       "one of " + list + " (or features joined by '+')", "\"" + s.strategy + "\"");
   }
-  read_strategy_options(cfg, s.strategy_options);
-  read_step_cache(cfg, s.step_cache, s.steps);
+  return user_strategy;
+}
+
+// run.cfg_scale and parallel.cfg_degree: CFG-parallel needs an unconditional pass, an even rank
+// count and a strategy that runs on half the ranks.
+void read_cfg_parallel(Config& cfg, RunPlan& plan, bool user_strategy) {
+  dit::RunSettings& s = plan.settings;
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
   if (s.cfg_scale < 0)  // -1: the model's own scale, which the resolved config names
     cfg.set_effective("run.cfg_scale", toml::value<double>(plan.model.cfg_scale));
@@ -477,7 +474,12 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
                             ")",
                         "2");
   }
-  const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
+}
+
+// What the run is conditioned on and starts from: class, motion, input files, batch size,
+// inpainting, and the measured rates.
+void read_inputs(Config& cfg, RunPlan& plan) {
+  dit::RunSettings& s = plan.settings;
   // A model with class labels has classes 0 .. num_classes - 1 (num_classes is its null class);
   // a model without them is conditioned on seeded text embeddings and ignores the key.
   s.class_label = static_cast<int>(cfg.get_int("run.class_label", 0, 0, 1 << 24));
@@ -502,7 +504,11 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
   plan.batch_size = static_cast<int>(cfg.get_int("run.batch_size", 1, 1, 4096));
   read_inpainting(cfg, plan.model, s);
   read_measured_rates(cfg, plan);
+}
 
+// [emulator] and [mpi]: the engine's options and the MPI backend's watchdog.
+void read_engine_options(Config& cfg, RunPlan& plan) {
+  const dit::RunSettings& s = plan.settings;
   emu::EngineOptions& e = plan.engine;
   // Workers beyond the first run the tiles' arithmetic while the fibers go on (EngineOptions::
   // workers). By default a real-math run takes every hardware thread; a phantom run has no
@@ -537,6 +543,10 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
   }
   plan.mpi_progress_floor_s = cfg.get_double("mpi.progress_floor_s", 30, 0.1, 1e6);
   plan.mpi_progress_multiple = cfg.get_double("mpi.progress_multiple", 10, 1, 1e6);
+}
+
+// emulator.memory_limit: a size in bytes, or "available".
+void read_memory_limit(Config& cfg, RunPlan& plan) {
   // "available" (the default): MemAvailable of /proc/meminfo when the run starts.
   const bool available =
       !cfg.has("emulator.memory_limit") ||
@@ -553,8 +563,12 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
                                    ? cfg.where("emulator.memory_limit")
                                    : std::string("default: MemAvailable of /proc/meminfo");
   }
+}
 
-  // Consistency between sections.
+// The image's sides fit the model (multiples of VAE x patch, within SD3's positional table) and
+// give every rank at least one token.
+void check_image_size(const Config& cfg, const RunPlan& plan) {
+  const dit::RunSettings& s = plan.settings;
   const int unit = plan.model.vae_scale * plan.model.patch_size;
   const bool rect = cfg.has("run.height");
   for (const char* key : {"run.height", "run.width"}) {
@@ -592,152 +606,180 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
                       std::to_string(s.height) + " x " + std::to_string(s.width) + " (" +
                           std::to_string(plan.tokens()) + " image tokens)");
   }
-  const Topology& topo = plan.cluster.topology;
-  if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
-    throw ConfigError(cfg.where("usp.ring_levels"), "usp.ring_levels",
-                      "fewer than the topology's " + std::to_string(topo.num_levels()) + " levels",
-                      std::to_string(s.strategy_options.usp_ring_levels));
-  // xDiT-style degrees: parallel.ulysses_degree x parallel.ring_degree = ranks. Ring attention
-  // runs over whole outer levels of the topology (usp.ring_levels), so a ring degree must be the
-  // product of the outermost levels' sizes: nodes, nodes x GPUs, ...
+}
+
+// xDiT-style degrees: parallel.ulysses_degree x parallel.ring_degree = ranks. Ring attention
+// runs over whole outer levels of the topology (usp.ring_levels), so a ring degree must be the
+// product of the outermost levels' sizes: nodes, nodes x GPUs, ... These are the choices.
+std::vector<int> ring_degree_choices(const Topology& topo) {
   std::vector<int> ring_choices = {1};  // ring degree of 0, 1, 2, ... outer levels
   for (int k = topo.num_levels() - 1; k > 0; --k)
     ring_choices.push_back(ring_choices.back() * topo.level(k).size);
-  auto split_list = [&](bool heads_divide) {
-    std::string list;
-    for (size_t i = 0; i < ring_choices.size(); ++i) {
-      const int ring = ring_choices[i];
-      if (i > 0 && ring == ring_choices[i - 1]) continue;  // a level of size 1
-      if (ring > 1 && s.cfg_degree > 1) continue;          // CFG-parallel runs no ring
-      const int u = sp_ranks / ring;
-      if (heads_divide && plan.model.heads % u != 0) continue;
-      list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
-              " --ring-degree " + std::to_string(ring);
-      if (ring > 1 && s.strategy != "usp" && s.strategy != "flat")
-        list += " --set run.strategy=usp";  // only flat gives way to usp by itself
-    }
-    return list;
-  };
-  const int pipefusion_ulysses = resolve_pipefusion(plan, sp_ranks);
-  if (pipefusion_ulysses == 0 &&
-      (cfg.has("parallel.ulysses_degree") || cfg.has("parallel.ring_degree"))) {
-    const bool has_u = cfg.has("parallel.ulysses_degree");
-    const bool has_r = cfg.has("parallel.ring_degree");
-    const int u_in = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
-    const int r_in = static_cast<int>(cfg.get_int("parallel.ring_degree", 0, 1, 1 << 20));
-    const int ring = has_r ? r_in : std::max(1, sp_ranks / u_in);
-    const int ulysses = has_u ? u_in : std::max(1, sp_ranks / r_in);
-    if (static_cast<std::int64_t>(ulysses) * ring != sp_ranks) {
-      const std::string key = has_u ? "parallel.ulysses_degree" : "parallel.ring_degree";
-      throw ConfigError(cfg.where(key), key,
-                        "degrees whose product is " +
-                            (s.cfg_degree > 1 ? "the cluster's " + std::to_string(plan.ranks()) +
-                                                    " ranks / parallel.cfg_degree " +
-                                                    std::to_string(s.cfg_degree) + " = "
-                                              : std::string("the cluster's ")) +
-                            std::to_string(sp_ranks) + " ranks (e.g. " + split_list(false) + ")",
-                        "ulysses " + std::to_string(ulysses) + " x ring " + std::to_string(ring) +
-                            " = " + std::to_string(static_cast<std::int64_t>(ulysses) * ring));
-    }
-    const auto level = std::find(ring_choices.begin(), ring_choices.end(), ring);
-    if (level == ring_choices.end()) {
-      std::string sizes;
-      for (size_t i = 0; i < ring_choices.size(); ++i)
-        if (i == 0 || ring_choices[i] != ring_choices[i - 1])
-          sizes += (sizes.empty() ? "" : ", ") + std::to_string(ring_choices[i]);
-      throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
-                        "a ring over whole outer levels of the topology: one of " + sizes,
-                        std::to_string(ring));
-    }
-    // A ring degree above 1 is Ulysses x Ring: usp. It replaces plain Ulysses (flat, named by
-    // the file or the default); a strategy named on the command line, or another one, stays
-    // and is refused.
-    const bool replaces_flat =
-        s.strategy == "flat" && !(cfg.has("run.strategy") && cfg.is_override("run.strategy"));
-    if (ring > 1 && s.strategy != "usp") {
-      if (cfg.has("run.strategy") && !replaces_flat)
-        throw ConfigError(
-            cfg.where("parallel.ring_degree"), "parallel.ring_degree",
-            "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the usp strategy)",
-            std::to_string(ring));
-      s.strategy = "usp";
-      cfg.set_effective("run.strategy", toml::value<std::string>("usp"));
-    }
-    // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
-    const bool levels_agree =
-        cfg.has("usp.ring_levels") &&
-        s.strategy_options.usp_ring_levels < static_cast<int>(ring_choices.size()) &&
-        ring_choices[static_cast<size_t>(s.strategy_options.usp_ring_levels)] == ring;
-    if (s.strategy == "usp" && !levels_agree)
-      s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
+  return ring_choices;
+}
+
+// The degree splits of the cluster as command-line flags ("--ulysses-degree U --ring-degree R");
+// with `heads_divide`, only those whose Ulysses degree divides the model's heads.
+std::string degree_splits(const RunPlan& plan, const std::vector<int>& ring_choices, int sp_ranks,
+                          bool heads_divide) {
+  const dit::RunSettings& s = plan.settings;
+  std::string list;
+  for (size_t i = 0; i < ring_choices.size(); ++i) {
+    const int ring = ring_choices[i];
+    if (i > 0 && ring == ring_choices[i - 1]) continue;  // a level of size 1
+    if (ring > 1 && s.cfg_degree > 1) continue;          // CFG-parallel runs no ring
+    const int u = sp_ranks / ring;
+    if (heads_divide && plan.model.heads % u != 0) continue;
+    list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
+            " --ring-degree " + std::to_string(ring);
+    if (ring > 1 && s.strategy != "usp" && s.strategy != "flat")
+      list += " --set run.strategy=usp";  // only flat gives way to usp by itself
   }
-  // Ulysses degree: every rank (flat, tapa, ...), or the inner levels (usp).
+  return list;
+}
+
+// parallel.ulysses_degree and parallel.ring_degree outside PipeFusion: their product is the
+// sequence-parallel ranks, the ring spans whole outer levels, and a ring turns flat into usp.
+void resolve_xdit_degrees(RunPlan& plan, const std::vector<int>& ring_choices, int sp_ranks) {
+  Config& cfg = plan.cfg;
+  dit::RunSettings& s = plan.settings;
+  const bool has_u = cfg.has("parallel.ulysses_degree");
+  const bool has_r = cfg.has("parallel.ring_degree");
+  const int u_in = static_cast<int>(cfg.get_int("parallel.ulysses_degree", 0, 1, 1 << 20));
+  const int r_in = static_cast<int>(cfg.get_int("parallel.ring_degree", 0, 1, 1 << 20));
+  const int ring = has_r ? r_in : std::max(1, sp_ranks / u_in);
+  const int ulysses = has_u ? u_in : std::max(1, sp_ranks / r_in);
+  if (static_cast<std::int64_t>(ulysses) * ring != sp_ranks) {
+    const std::string key = has_u ? "parallel.ulysses_degree" : "parallel.ring_degree";
+    throw ConfigError(cfg.where(key), key,
+                      "degrees whose product is " +
+                          (s.cfg_degree > 1 ? "the cluster's " + std::to_string(plan.ranks()) +
+                                                  " ranks / parallel.cfg_degree " +
+                                                  std::to_string(s.cfg_degree) + " = "
+                                            : std::string("the cluster's ")) +
+                          std::to_string(sp_ranks) + " ranks (e.g. " +
+                          degree_splits(plan, ring_choices, sp_ranks, false) + ")",
+                      "ulysses " + std::to_string(ulysses) + " x ring " + std::to_string(ring) +
+                          " = " + std::to_string(static_cast<std::int64_t>(ulysses) * ring));
+  }
+  const auto level = std::find(ring_choices.begin(), ring_choices.end(), ring);
+  if (level == ring_choices.end()) {
+    std::string sizes;
+    for (size_t i = 0; i < ring_choices.size(); ++i)
+      if (i == 0 || ring_choices[i] != ring_choices[i - 1])
+        sizes += (sizes.empty() ? "" : ", ") + std::to_string(ring_choices[i]);
+    throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+                      "a ring over whole outer levels of the topology: one of " + sizes,
+                      std::to_string(ring));
+  }
+  // A ring degree above 1 is Ulysses x Ring: usp. It replaces plain Ulysses (flat, named by
+  // the file or the default); a strategy named on the command line, or another one, stays
+  // and is refused.
+  const bool replaces_flat =
+      s.strategy == "flat" && !(cfg.has("run.strategy") && cfg.is_override("run.strategy"));
+  if (ring > 1 && s.strategy != "usp") {
+    if (cfg.has("run.strategy") && !replaces_flat)
+      throw ConfigError(
+          cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+          "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the usp strategy)",
+          std::to_string(ring));
+    s.strategy = "usp";
+    cfg.set_effective("run.strategy", toml::value<std::string>("usp"));
+  }
+  // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
+  const bool levels_agree =
+      cfg.has("usp.ring_levels") &&
+      s.strategy_options.usp_ring_levels < static_cast<int>(ring_choices.size()) &&
+      ring_choices[static_cast<size_t>(s.strategy_options.usp_ring_levels)] == ring;
+  if (s.strategy == "usp" && !levels_agree)
+    s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
+}
+
+// The Ulysses degree: a PipeFusion stage's (`pipefusion_ulysses`, unless 0), else every rank
+// (flat, tapa, ...), or the inner levels (usp).
+int ulysses_degree_of(const RunPlan& plan, int sp_ranks, int pipefusion_ulysses) {
+  const dit::RunSettings& s = plan.settings;
   int ulysses_degree = pipefusion_ulysses > 0 ? pipefusion_ulysses : sp_ranks;
   if (s.strategy == "usp")
     for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
          k < plan.cluster.topology.num_levels(); ++k)
       ulysses_degree /= std::max(1, plan.cluster.topology.level(std::max(0, k)).size);
-  // PipeFusion's stages check their own Ulysses degree (dit::pipefusion_problem).
-  const bool ulysses_split = s.strategy != "serial" && pipefusion_ulysses == 0 && !user_strategy;
-  if (ulysses_split && plan.model.heads % ulysses_degree != 0) {
-    const std::string fits = split_list(true);
-    const std::string hint = fits.empty() ? "" : "; degree splits that divide them: " + fits;
-    if (!s.strategy_options.uneven_heads) {
-      const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
-      throw ConfigError(cfg.where(key), key,
-                        "a Ulysses degree that divides the " + std::to_string(plan.model.heads) +
-                            " heads of " + plan.model.name +
-                            " (Ulysses gives every rank heads / degree heads; set "
-                            "ulysses.uneven_heads = true for DeepSpeed's uneven split" +
-                            hint + ")",
-                        std::to_string(plan.cluster.topology.num_nodes()) +
-                            " nodes = " + std::to_string(plan.ranks()) + " ranks" +
-                            (s.cfg_degree > 1 ? " / parallel.cfg_degree 2" : "") +
-                            ", Ulysses degree " + std::to_string(ulysses_degree));
-    }
-    const int heads = plan.model.heads;
-    plan.attention_note =
-        "uneven heads: " + std::to_string(heads) + " heads over Ulysses degree " +
-        std::to_string(ulysses_degree) + ": the first " + std::to_string(heads % ulysses_degree) +
-        " ranks of each Ulysses group hold " + std::to_string(heads / ulysses_degree + 1) +
-        " heads, the others " + std::to_string(heads / ulysses_degree) +
-        (heads < ulysses_degree
-             ? "; ranks " + std::to_string(heads) + " to " + std::to_string(ulysses_degree - 1) +
-                   " of each group hold none and idle in attention"
-             : std::string()) +
-        hint;
+  return ulysses_degree;
+}
+
+// A Ulysses degree that does not divide the heads: refused, or with ulysses.uneven_heads the
+// uneven split that plan.attention_note describes.
+void explain_uneven_heads(RunPlan& plan, const std::vector<int>& ring_choices, int sp_ranks,
+                          int ulysses_degree) {
+  const Config& cfg = plan.cfg;
+  const dit::RunSettings& s = plan.settings;
+  const std::string fits = degree_splits(plan, ring_choices, sp_ranks, true);
+  const std::string hint = fits.empty() ? "" : "; degree splits that divide them: " + fits;
+  if (!s.strategy_options.uneven_heads) {
+    const std::string key = cfg.has("cluster.nodes") ? "cluster.nodes" : "cluster.preset";
+    throw ConfigError(cfg.where(key), key,
+                      "a Ulysses degree that divides the " + std::to_string(plan.model.heads) +
+                          " heads of " + plan.model.name +
+                          " (Ulysses gives every rank heads / degree heads; set "
+                          "ulysses.uneven_heads = true for DeepSpeed's uneven split" +
+                          hint + ")",
+                      std::to_string(plan.cluster.topology.num_nodes()) +
+                          " nodes = " + std::to_string(plan.ranks()) + " ranks" +
+                          (s.cfg_degree > 1 ? " / parallel.cfg_degree 2" : "") +
+                          ", Ulysses degree " + std::to_string(ulysses_degree));
   }
-  // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
-  if (s.strategy_options.shard_text) {
-    const dit::ModelConfig& m = plan.model;
-    const dit::ModelFamily& fam = dit::model_family(m.family);
-    if (!fam.text_conditioned || !fam.joint_text)
-      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
-                        "false for " + m.name + " (it has no text stream in its attention)",
-                        "true");
-    if (user_strategy)
-      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
-                        "false with the registered strategy \"" + s.strategy + "\"", "true");
-    if (ulysses_split && m.text_tokens % ulysses_degree != 0) {
-      std::string fits;  // the degree splits of this cluster whose Ulysses degree does
-      for (size_t i = 0; i < ring_choices.size(); ++i) {
-        const int ring = ring_choices[i];
-        if ((i > 0 && ring == ring_choices[i - 1]) || (ring > 1 && s.cfg_degree > 1)) continue;
-        if (m.text_tokens % (sp_ranks / ring) == 0)
-          fits += (fits.empty() ? "" : ", ") + std::string("--ulysses-degree ") +
-                  std::to_string(sp_ranks / ring) + " --ring-degree " + std::to_string(ring);
-      }
-      throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
-                        "a Ulysses degree that divides the " + std::to_string(m.text_tokens) +
-                            " text tokens of " + m.name + " (" +
-                            (fits.empty() ? "no degree split of this cluster does"
-                                          : "degree splits that do: " + fits) +
-                            "; or parallel.shard_text = false to replicate the text)",
-                        "Ulysses degree " + std::to_string(ulysses_degree) + " (" +
-                            std::to_string(sp_ranks) + " sequence-parallel ranks" +
-                            (s.strategy == "usp" ? ", usp" : "") + ")");
+  const int heads = plan.model.heads;
+  plan.attention_note =
+      "uneven heads: " + std::to_string(heads) + " heads over Ulysses degree " +
+      std::to_string(ulysses_degree) + ": the first " + std::to_string(heads % ulysses_degree) +
+      " ranks of each Ulysses group hold " + std::to_string(heads / ulysses_degree + 1) +
+      " heads, the others " + std::to_string(heads / ulysses_degree) +
+      (heads < ulysses_degree
+           ? "; ranks " + std::to_string(heads) + " to " + std::to_string(ulysses_degree - 1) +
+                 " of each group hold none and idle in attention"
+           : std::string()) +
+      hint;
+}
+
+// parallel.shard_text: a model with joint text attention, a built-in strategy, and a Ulysses
+// degree that divides the text tokens.
+void check_shard_text(const RunPlan& plan, const std::vector<int>& ring_choices, int sp_ranks,
+                      int ulysses_degree, bool ulysses_split, bool user_strategy) {
+  const Config& cfg = plan.cfg;
+  const dit::RunSettings& s = plan.settings;
+  const dit::ModelConfig& m = plan.model;
+  const dit::ModelFamily& fam = dit::model_family(m.family);
+  if (!fam.text_conditioned || !fam.joint_text)
+    throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                      "false for " + m.name + " (it has no text stream in its attention)", "true");
+  if (user_strategy)
+    throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                      "false with the registered strategy \"" + s.strategy + "\"", "true");
+  if (ulysses_split && m.text_tokens % ulysses_degree != 0) {
+    std::string fits;  // the degree splits of this cluster whose Ulysses degree does
+    for (size_t i = 0; i < ring_choices.size(); ++i) {
+      const int ring = ring_choices[i];
+      if ((i > 0 && ring == ring_choices[i - 1]) || (ring > 1 && s.cfg_degree > 1)) continue;
+      if (m.text_tokens % (sp_ranks / ring) == 0)
+        fits += (fits.empty() ? "" : ", ") + std::string("--ulysses-degree ") +
+                std::to_string(sp_ranks / ring) + " --ring-degree " + std::to_string(ring);
     }
+    throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
+                      "a Ulysses degree that divides the " + std::to_string(m.text_tokens) +
+                          " text tokens of " + m.name + " (" +
+                          (fits.empty() ? "no degree split of this cluster does"
+                                        : "degree splits that do: " + fits) +
+                          "; or parallel.shard_text = false to replicate the text)",
+                      "Ulysses degree " + std::to_string(ulysses_degree) + " (" +
+                          std::to_string(sp_ranks) + " sequence-parallel ranks" +
+                          (s.strategy == "usp" ? ", usp" : "") + ")");
   }
+}
+
+// "serial" runs on one sequence-parallel rank, and one rank runs serial, flat or pipefusion (or
+// a registered strategy).
+void check_strategy_ranks(const Config& cfg, const dit::RunSettings& s, int sp_ranks,
+                          bool user_strategy) {
   if (s.strategy == "serial" && sp_ranks > 1)
     throw ConfigError(
         cfg.where("run.strategy"), "run.strategy",
@@ -749,6 +791,10 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
       s.strategy != "pipefusion" && !user_strategy)
     throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
                       "\"" + s.strategy + "\"");
+}
+
+// v_major.tiers names tiers of the cluster's topology.
+void check_v_major_tiers(const Config& cfg, const dit::RunSettings& s, const Topology& topo) {
   for (const std::string& tier : s.strategy_options.v_major_tiers) {
     bool found = false;
     std::string list;
@@ -772,6 +818,61 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
     throw ConfigError(cfg.where("v_major.tiers"), "v_major.tiers",
                       "tiers of this cluster (" + list + ")", "\"" + tier + "\"");
   }
+}
+
+}  // namespace
+
+RunPlan resolve_run_plan(const std::filesystem::path& config_file,
+                         const std::vector<std::string>& sets,
+                         std::shared_ptr<const dit::StrategyRegistry> strategies) {
+  Config cfg = Config::load(config_file);
+  for (const std::string& s : sets) cfg.set(s);
+  return resolve_run_plan(std::move(cfg), std::move(strategies));
+}
+
+RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyRegistry> strategies) {
+  RunPlan plan;
+  plan.cfg = std::move(file_cfg);
+  Config& cfg = plan.cfg;
+
+  plan.model = dit::load_model_config(cfg, config_dir() / "models");
+  plan.weights_seed = static_cast<std::uint64_t>(cfg.get_int("model.weights_seed", 0, 0));
+  plan.cluster = load_cluster(cfg, config_dir() / "clusters");
+
+  dit::RunSettings& s = plan.settings;
+  read_image_size(cfg, s);
+  read_frames(cfg, plan.model, s);
+  const bool user_strategy = read_steps_and_strategy(cfg, plan, std::move(strategies));
+  read_strategy_options(cfg, s.strategy_options);
+  read_step_cache(cfg, s.step_cache, s.steps);
+  read_cfg_parallel(cfg, plan, user_strategy);
+  const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
+  read_inputs(cfg, plan);
+  read_engine_options(cfg, plan);
+  read_memory_limit(cfg, plan);
+
+  // Consistency between sections.
+  check_image_size(cfg, plan);
+  const Topology& topo = plan.cluster.topology;
+  if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
+    throw ConfigError(cfg.where("usp.ring_levels"), "usp.ring_levels",
+                      "fewer than the topology's " + std::to_string(topo.num_levels()) + " levels",
+                      std::to_string(s.strategy_options.usp_ring_levels));
+  const std::vector<int> ring_choices = ring_degree_choices(topo);
+  const int pipefusion_ulysses = resolve_pipefusion(plan, sp_ranks);
+  if (pipefusion_ulysses == 0 &&
+      (cfg.has("parallel.ulysses_degree") || cfg.has("parallel.ring_degree")))
+    resolve_xdit_degrees(plan, ring_choices, sp_ranks);
+  const int ulysses_degree = ulysses_degree_of(plan, sp_ranks, pipefusion_ulysses);
+  // PipeFusion's stages check their own Ulysses degree (dit::pipefusion_problem).
+  const bool ulysses_split = s.strategy != "serial" && pipefusion_ulysses == 0 && !user_strategy;
+  if (ulysses_split && plan.model.heads % ulysses_degree != 0)
+    explain_uneven_heads(plan, ring_choices, sp_ranks, ulysses_degree);
+  // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
+  if (s.strategy_options.shard_text)
+    check_shard_text(plan, ring_choices, sp_ranks, ulysses_degree, ulysses_split, user_strategy);
+  check_strategy_ranks(cfg, s, sp_ranks, user_strategy);
+  check_v_major_tiers(cfg, s, topo);
   cfg.check_no_unknown_keys();
   check_input_files(plan);
   record_derived_values(plan, ulysses_degree);
