@@ -137,7 +137,8 @@ double bus_factor(const std::string& op, int p) {
 constexpr double kMaxRows = 4096;
 constexpr std::uint64_t kMaxNetbenchBytes = std::uint64_t{1} << 40;
 
-void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on the cluster
+// Refuses a sweep out of range (sizes, step, algorithm, rows) and sets -d's wire bytes.
+void check_sweep(NetbenchOptions& o) {
   if (o.max_bytes > kMaxNetbenchBytes || o.min_bytes > kMaxNetbenchBytes)
     throw UserError("netbench: -b and -e: at most " + std::to_string(kMaxNetbenchBytes) +
                     " bytes (1 TiB) per rank, found " + std::to_string(o.min_bytes) + " and " +
@@ -176,8 +177,10 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
                       "int32, int64, double)");
     o.wire_bytes = t->second;
   }
-  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
-  for (const std::string& s : o.sets) cfg.set(s);
+}
+
+// Applies --nodes and -g (whole nodes of the cluster) to the cluster's config.
+void set_nodes(const NetbenchOptions& o, Config& cfg) {
   if (o.nodes > 0) cfg.set("cluster.nodes=" + std::to_string(o.nodes));
   if (o.gpus > 0) {
     // -g: the number of ranks, as whole nodes of the cluster.
@@ -189,22 +192,13 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
                       ")");
     cfg.set("cluster.nodes=" + std::to_string(o.gpus / per_node));
   }
-  Cluster c = load_cluster(cfg, config_dir() / "clusters");
-  // As calibrate times its points: a device with a host pays its issue cost on the first call.
-  if (o.warmup < 0) o.warmup = c.device->has_host() ? 1 : 0;
-  if (o.iters < 0) o.iters = c.device->has_host() ? 2 : 1;
-  const Topology topo = c.topology;
+}
+
+// nccl-tests' header and what this emulation of the op runs.
+void print_header(const NetbenchOptions& o, const Cluster& c, const Config& cfg,
+                  const std::string& network) {
+  const Topology& topo = c.topology;
   const int p = topo.num_ranks();
-  const std::string network = c.network->name();
-
-  emu::EngineOptions eo;
-  eo.workers = o.workers;
-  eo.wire_bytes_per_element = o.wire_bytes;
-  eo.all_to_all_algorithm = o.a2a;
-  eo.library = c.library;
-  eo.trace = false;
-  emu::Engine engine(topo, std::move(c.network), c.device, eo);
-
   // nccl-tests' header: its parsers take the test from the first line, count the "#  Rank"
   // lines and find the table after them.
   std::printf("# Collective test starting: %s_perf\n",
@@ -244,13 +238,17 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
               what, o.wire_bytes, o.wire_bytes, bus_factor(o.op, p));
   std::printf(
       "# in-place = out-of-place (buffers carry sizes only); #wrong: N/A, no data to check\n");
+}
+
+// The ranks as nccl-tests lists its devices, and the table's column headings.
+void print_columns(const Cluster& c) {
+  const Topology& topo = c.topology;
+  const int p = topo.num_ranks();
   std::printf("#\n# Using devices\n");
   for (int r = 0; r < p; ++r)
     std::printf("#  Rank %2d Group  0 Pid %6d on %10s device %2d [0x00] %s %s\n", r, 0,
                 ("node" + std::to_string(topo.node(r))).c_str(), r % topo.ranks_per_node(),
                 c.device->name().c_str(), topo.describe_rank(r).c_str());
-  const std::string type = type_name(o.wire_bytes);
-  const char* redop = o.op == "all_reduce" || o.op == "reduce_scatter" ? "sum" : "none";
   std::printf("#\n#%58s%-36s%s\n", "", "out-of-place", "in-place");
   std::printf("#%11s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "size", "count", "type",
               "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw",
@@ -258,14 +256,18 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
   std::printf("#%11s %13s %9s %7s %7s %8s %7s %7s %6s %8s %7s %7s %6s\n", "(B)", "(elements)", "",
               "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
   std::fflush(stdout);
+}
 
+// The sweep: one row per size, printed as it is timed, each less the setup's bytes and flows.
+std::vector<Row> sweep(emu::Engine& engine, const NetbenchOptions& o, int p, double& bus_sum) {
+  const std::string type = type_name(o.wire_bytes);
+  const char* redop = o.op == "all_reduce" || o.op == "reduce_scatter" ? "sum" : "none";
   // The setup (split, barrier) alone, to subtract its bytes from each row.
   const Row setup = measure(engine, o, 0, nullptr);
 
   std::vector<Row> rows;
   std::int64_t last_count = -1;
   const bool p_blocks = o.op == "all_to_all" || o.op == "all_gather" || o.op == "reduce_scatter";
-  double bus_sum = 0;
   for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes);
        size = o.step_bytes > 0 ? size + static_cast<double>(o.step_bytes) : size * o.factor) {
     const std::int64_t count = std::max<std::int64_t>(
@@ -285,9 +287,11 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
     std::fflush(stdout);
     rows.push_back(std::move(row));
   }
-  const double avg_busbw = rows.empty() ? 0 : bus_sum / static_cast<double>(rows.size());
-  std::printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg_busbw);
-  // What nccl-tests cannot show: the bytes each tier carried, the flows, the emulator's wall time.
+  return rows;
+}
+
+// What nccl-tests cannot show: the bytes each tier carried, the flows, the emulator's wall time.
+void print_tiers(const Topology& topo, const std::vector<Row>& rows) {
   std::printf("#%11s", "size(B)");
   for (int k = 0; k < topo.num_tiers(); ++k)
     std::printf(" %14s", (topo.tier_name(k) + "(B)").c_str());
@@ -297,48 +301,82 @@ void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on t
     for (std::int64_t b : row.tier_bytes) std::printf(" %14lld", static_cast<long long>(b));
     std::printf(" %9llu %8.2f\n", static_cast<unsigned long long>(row.flows), row.wall_s);
   }
+}
 
+// The sweep's rows and its cluster, as --json writes them.
+void write_json(const NetbenchOptions& o, const Cluster& c, const std::string& network,
+                const std::vector<Row>& rows, double avg_busbw) {
+  const Topology& topo = c.topology;
+  const int p = topo.num_ranks();
+  nlohmann::json j;
+  j["op"] = o.op;
+  j["algo"] = o.algo;
+  j["all_to_all_rounds"] = o.a2a;
+  j["cluster"] = c.name;
+  j["cluster_source"] = c.source;
+  j["nodes"] = topo.num_nodes();
+  j["ranks"] = p;
+  j["network"] = network;
+  j["wire_bytes_per_element"] = o.wire_bytes;
+  std::vector<std::string> tiers;
+  tiers.reserve(static_cast<size_t>(topo.num_tiers()));
+  for (int k = 0; k < topo.num_tiers(); ++k) tiers.push_back(topo.tier_name(k));
+  j["tiers"] = tiers;
+  j["avg_busbw_gbytes_per_s"] = avg_busbw;
+  j["rows"] = nlohmann::json::array();
+  for (const Row& r : rows) {
+    const double algbw = static_cast<double>(r.bytes) / r.time.seconds() / 1e9;
+    nlohmann::json jr;
+    jr["bytes"] = r.bytes;
+    jr["count_per_peer"] = r.count;
+    jr["time_ns"] = r.time.ns();
+    jr["algbw_gbytes_per_s"] = algbw;
+    jr["busbw_gbytes_per_s"] = algbw * bus_factor(o.op, p);
+    nlohmann::json per_tier;
+    for (int k = 0; k < topo.num_tiers(); ++k)
+      per_tier[topo.tier_name(k)] = r.tier_bytes[static_cast<size_t>(k)];
+    jr["bytes_by_tier"] = per_tier;
+    jr["flows"] = r.flows;
+    jr["wall_seconds"] = r.wall_s;
+    j["rows"].push_back(jr);
+  }
+  AtomicFile f(o.json);
+  f.stream() << j.dump(2) << "\n";
+  f.commit();
+}
+
+void run_netbench(NetbenchOptions o) {  // a copy: the defaults that depend on the cluster
+  check_sweep(o);
+  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
+  for (const std::string& s : o.sets) cfg.set(s);
+  set_nodes(o, cfg);
+  Cluster c = load_cluster(cfg, config_dir() / "clusters");
+  // As calibrate times its points: a device with a host pays its issue cost on the first call.
+  if (o.warmup < 0) o.warmup = c.device->has_host() ? 1 : 0;
+  if (o.iters < 0) o.iters = c.device->has_host() ? 2 : 1;
+  const Topology topo = c.topology;
+  const int p = topo.num_ranks();
+  const std::string network = c.network->name();
+
+  emu::EngineOptions eo;
+  eo.workers = o.workers;
+  eo.wire_bytes_per_element = o.wire_bytes;
+  eo.all_to_all_algorithm = o.a2a;
+  eo.library = c.library;
+  eo.trace = false;
+  emu::Engine engine(topo, std::move(c.network), c.device, eo);
+
+  print_header(o, c, cfg, network);
+  print_columns(c);
+  double bus_sum = 0;
+  const std::vector<Row> rows = sweep(engine, o, p, bus_sum);
+  const double avg_busbw = rows.empty() ? 0 : bus_sum / static_cast<double>(rows.size());
+  std::printf("# Out of bounds values : 0 OK\n# Avg bus bandwidth    : %g \n#\n", avg_busbw);
+  print_tiers(topo, rows);
   std::printf("#\n# Collective test concluded: %s_perf\n",
               o.op == "all_to_all" ? "alltoall" : o.op.c_str());
   std::fflush(stdout);
-
-  if (!o.json.empty()) {
-    nlohmann::json j;
-    j["op"] = o.op;
-    j["algo"] = o.algo;
-    j["all_to_all_rounds"] = o.a2a;
-    j["cluster"] = c.name;
-    j["cluster_source"] = c.source;
-    j["nodes"] = topo.num_nodes();
-    j["ranks"] = p;
-    j["network"] = network;
-    j["wire_bytes_per_element"] = o.wire_bytes;
-    std::vector<std::string> tiers;
-    tiers.reserve(static_cast<size_t>(topo.num_tiers()));
-    for (int k = 0; k < topo.num_tiers(); ++k) tiers.push_back(topo.tier_name(k));
-    j["tiers"] = tiers;
-    j["avg_busbw_gbytes_per_s"] = avg_busbw;
-    j["rows"] = nlohmann::json::array();
-    for (const Row& r : rows) {
-      const double algbw = static_cast<double>(r.bytes) / r.time.seconds() / 1e9;
-      nlohmann::json jr;
-      jr["bytes"] = r.bytes;
-      jr["count_per_peer"] = r.count;
-      jr["time_ns"] = r.time.ns();
-      jr["algbw_gbytes_per_s"] = algbw;
-      jr["busbw_gbytes_per_s"] = algbw * bus_factor(o.op, p);
-      nlohmann::json per_tier;
-      for (int k = 0; k < topo.num_tiers(); ++k)
-        per_tier[topo.tier_name(k)] = r.tier_bytes[static_cast<size_t>(k)];
-      jr["bytes_by_tier"] = per_tier;
-      jr["flows"] = r.flows;
-      jr["wall_seconds"] = r.wall_s;
-      j["rows"].push_back(jr);
-    }
-    AtomicFile f(o.json);
-    f.stream() << j.dump(2) << "\n";
-    f.commit();
-  }
+  if (!o.json.empty()) write_json(o, c, network, rows, avg_busbw);
 }
 
 }  // namespace
