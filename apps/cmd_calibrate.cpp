@@ -673,11 +673,10 @@ void write_host_sync(const std::vector<calibrate::StepPoint>& steps, toml::table
         << "), each timed as a FLUX.1-dev step of this file.\n";
 }
 
-void run_calibrate(const CalibrateOptions& o) {
-  const auto wall0 = std::chrono::steady_clock::now();
-  calibrate::Measurements m;
-  for (const std::string& f : o.files) calibrate::read_measurements(f, m);
-  std::vector<CollectivePoint> pts;
+// The collectives and steps the options select (--max-bytes, --transport, --ops); InputError
+// where they are of several transports or none is left.
+void select_points(const CalibrateOptions& o, const calibrate::Measurements& m,
+                   std::vector<CollectivePoint>& pts, std::vector<calibrate::StepPoint>& steps) {
   std::set<std::string> transports;
   for (const CollectivePoint& p : m.collectives) {
     if (p.bytes > o.max_bytes) continue;
@@ -688,7 +687,6 @@ void run_calibrate(const CalibrateOptions& o) {
     transports.insert(p.transport);
     pts.push_back(p);
   }
-  std::vector<calibrate::StepPoint> steps;
   for (const calibrate::StepPoint& p : m.steps) {
     if (!o.transport.empty() && p.transport != o.transport) continue;
     transports.insert(p.transport);
@@ -704,25 +702,18 @@ void run_calibrate(const CalibrateOptions& o) {
   if (pts.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
       m.breakdowns.empty() && steps.empty() && m.chunks.empty() && m.grid_files.empty())
     throw InputError("calibrate: no measurement left after --max-bytes, --transport and --ops");
+}
 
-  const std::filesystem::path preset_dir = config_dir() / "clusters";
-  Config cfg = load_cluster_config(o.cluster, preset_dir);
-  for (const std::string& s : o.sets) cfg.set(s);
-  toml::table table = calibrate::complete_cluster_table(cfg, preset_dir);
-  const Cluster base = load_cluster(cfg, preset_dir);  // errors name the config's lines
-  const int min_nodes = nodes_needed(pts);
-  const Cluster c = calibrate::load_cluster_table(table, base.source, preset_dir, min_nodes);
-  // Measured times are of calls back to back (nccl-tests, measure_multi.py). Where the device
-  // has a host, a call's issue overlaps the call before it, so the points are timed back to back
-  // too; without one, a call repeats the time of the one before it.
-  calibrate::CollectiveFitOptions fo;
-  fo.rounds = o.rounds;
-  fo.fit_protocol = !o.no_protocol;
-  fo.soft_l1 = o.loss == "soft_l1";
+// The eager ops' fit (where there are eager ops or interference files); the kinds' weights
+// --keep names into kept_kinds (InputError where the interference files give none), the other
+// keys into fo.keep.
+std::optional<calibrate::EagerFit> fit_eager_ops(const CalibrateOptions& o,
+                                                 const calibrate::Measurements& m,
+                                                 calibrate::CollectiveFitOptions& fo,
+                                                 std::set<std::string>& kept_kinds) {
   // Kinds' shares of the compute factor come from the interference files, every other figure
   // from the collectives.
   const std::string kind_weight = "device.overlap_kind_weight.";
-  std::set<std::string> kept_kinds;
   for (const std::string& key : o.keep)
     if (key.rfind(kind_weight, 0) == 0)
       kept_kinds.insert(key);
@@ -743,21 +734,12 @@ void run_calibrate(const CalibrateOptions& o) {
                          "files give: " + (given.empty() ? "no kind's weight" : given) + ")");
       }
   }
-  fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
-  fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
-  std::printf(
-      "# cocodiff calibrate: cluster %s (%s), library %s, all-to-all rounds %s, each point %d "
-      "warm-up and %d timed calls\n",
-      base.name.c_str(), base.source.c_str(), c.library.name.c_str(), o.rounds.c_str(), fo.warmup,
-      fo.iters);
-  for (const std::string& col : m.ignored_columns)
-    std::printf("# column not read: %s\n", col.c_str());
-  if (m.skipped_rows > 0) std::printf("# %zu times skipped (N/A, or of size 0)\n", m.skipped_rows);
+  return eager;
+}
 
-  const std::time_t now = std::time(nullptr);
-  char date[32];
-  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
-  std::ostringstream notes;
+// The written file's opening notes: the base cluster, the files and the options it was fitted to.
+void header_notes(const CalibrateOptions& o, const Cluster& base, const std::string& date,
+                  std::ostringstream& notes) {
   notes << "# Written by cocodiff calibrate on " << date << ": cluster " << base.name << " ("
         << base.source << ")";
   for (const std::string& s : o.sets) notes << ", --set " << s;
@@ -775,72 +757,192 @@ void run_calibrate(const CalibrateOptions& o) {
   notes << "# A complete cluster file: run configs name it as cluster.preset = \"<this file>\".\n"
         << "# Every value not listed below is the base cluster's (its file says where each comes "
            "from).\n";
+}
 
+// The collectives' fitted values: printed, noted and set in the table.
+void write_collective_values(const calibrate::CollectiveFit& cfit, toml::table& table,
+                             std::ostringstream& notes) {
+  for (const calibrate::FittedValue& v : cfit.values) {
+    const std::string shown = v.integer ? std::to_string(std::llround(v.value)) : fmt(v.value);
+    std::printf("#   %-40s = %-12s (was %s) %s: %s%s\n", v.key.c_str(), shown.c_str(),
+                fmt(v.initial).c_str(),
+                v.fitted ? "fitted"
+                : v.held ? "held (--keep)"
+                         : "kept, not determined by the points",
+                v.what.c_str(),
+                v.determined_by.empty() ? "" : ("; set by " + v.determined_by).c_str());
+    notes << "#   " << v.key << " = " << shown << " ("
+          << (v.fitted ? "fitted" : "kept: the points do not determine it") << "; was "
+          << fmt(v.initial)
+          << (v.determined_by.empty() ? std::string() : "; set by " + v.determined_by) << ")\n";
+    if (v.integer)
+      calibrate::set_key(table, v.key, toml::value<std::int64_t>(std::llround(v.value)));
+    else
+      calibrate::set_key(table, v.key, toml::value<double>(round6(v.value)));
+  }
+}
+
+// The collectives' fit, refused where it sets a bandwidth past the cluster's datasheet.
+void fit_collective_points(const Cluster& c, const Cluster& base,
+                           const std::filesystem::path& preset_dir, int min_nodes,
+                           const std::vector<CollectivePoint>& pts,
+                           const calibrate::CollectiveFitOptions& fo,
+                           std::chrono::steady_clock::time_point wall0, toml::table& table,
+                           std::ostringstream& notes) {
   calibrate::CollectiveFit cfit;
-  if (!pts.empty()) {
-    const std::vector<calibrate::LinkKnob> knobs = calibrate::link_knobs(c, table);
-    cfit = calibrate::fit_collectives({table, base.source, preset_dir, min_nodes}, knobs, pts, fo);
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-    std::printf("# collectives: %zu points, %d simulations, %.1f s; protocol: %s\n", pts.size(),
-                cfit.simulations, wall, cfit.protocol_note.c_str());
-    notes << "# Collectives (" << pts.size() << " points); protocol: " << cfit.protocol_note
-          << "\n";
-    for (const calibrate::FittedValue& v : cfit.values)
-      if (v.fitted && v.key.size() > 22 &&
-          v.key.compare(v.key.size() - 22, 22, "bandwidth_gbytes_per_s") == 0 &&
-          v.value > kBandwidthOverDatasheet * v.initial)
-        throw InputError(
-            "calibrate: the fit sets " + v.key + " = " + fmt(v.value) + ", above the cluster's " +
-            fmt(v.initial) + " (" + v.what + ") by more than " +
-            std::to_string(std::lround(100 * (kBandwidthOverDatasheet - 1))) +
-            "%: faster than the hardware the cluster describes, so the points say something "
-            "else (a launcher's floor, another tier's links, a wrong op or rank count); no "
-            "cluster file written. Where the link is faster than the cluster says, --set " +
-            v.key.substr(0, v.key.find('.')) + "... to its figure; or --keep " + v.key);
-    for (const calibrate::FittedValue& v : cfit.values) {
-      const std::string shown = v.integer ? std::to_string(std::llround(v.value)) : fmt(v.value);
-      std::printf("#   %-40s = %-12s (was %s) %s: %s%s\n", v.key.c_str(), shown.c_str(),
-                  fmt(v.initial).c_str(),
-                  v.fitted ? "fitted"
-                  : v.held ? "held (--keep)"
-                           : "kept, not determined by the points",
-                  v.what.c_str(),
-                  v.determined_by.empty() ? "" : ("; set by " + v.determined_by).c_str());
-      notes << "#   " << v.key << " = " << shown << " ("
-            << (v.fitted ? "fitted" : "kept: the points do not determine it") << "; was "
-            << fmt(v.initial)
-            << (v.determined_by.empty() ? std::string() : "; set by " + v.determined_by) << ")\n";
-      if (v.integer)
-        calibrate::set_key(table, v.key, toml::value<std::int64_t>(std::llround(v.value)));
-      else
-        calibrate::set_key(table, v.key, toml::value<double>(round6(v.value)));
-    }
-  }
+  const std::vector<calibrate::LinkKnob> knobs = calibrate::link_knobs(c, table);
+  cfit = calibrate::fit_collectives({table, base.source, preset_dir, min_nodes}, knobs, pts, fo);
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  std::printf("# collectives: %zu points, %d simulations, %.1f s; protocol: %s\n", pts.size(),
+              cfit.simulations, wall, cfit.protocol_note.c_str());
+  notes << "# Collectives (" << pts.size() << " points); protocol: " << cfit.protocol_note << "\n";
+  for (const calibrate::FittedValue& v : cfit.values)
+    if (v.fitted && v.key.size() > 22 &&
+        v.key.compare(v.key.size() - 22, 22, "bandwidth_gbytes_per_s") == 0 &&
+        v.value > kBandwidthOverDatasheet * v.initial)
+      throw InputError(
+          "calibrate: the fit sets " + v.key + " = " + fmt(v.value) + ", above the cluster's " +
+          fmt(v.initial) + " (" + v.what + ") by more than " +
+          std::to_string(std::lround(100 * (kBandwidthOverDatasheet - 1))) +
+          "%: faster than the hardware the cluster describes, so the points say something "
+          "else (a launcher's floor, another tier's links, a wrong op or rank count); no "
+          "cluster file written. Where the link is faster than the cluster says, --set " +
+          v.key.substr(0, v.key.find('.')) + "... to its figure; or --keep " + v.key);
+  write_collective_values(cfit, table, notes);
+}
 
-  if (!m.kernels.empty()) {
-    const calibrate::KernelFit kf = calibrate::fit_kernels(c.device_params, m.kernels);
-    std::printf("# kernels: %zu points; fitted roofline: launch_overhead_ns = %.0f",
-                m.kernels.size(), kf.launch_s * 1e9);
-    write_roofline(kf, table);
-    std::printf("\n%-18s %-11s %12s %12s %12s %12s %8s\n", "op", "kind", "flops", "bytes",
-                "measured_us", "roofline_us", "error");
-    for (size_t i = 0; i < m.kernels.size(); ++i) {
-      const KernelPoint& p = m.kernels[i];
-      std::printf("%-18s %-11s %12.4g %12.4g %12.2f %12.2f %7.1f%%\n", p.op.c_str(),
-                  std::string(op_kind_name(p.kind)).c_str(), p.flops, p.bytes, p.time_us,
-                  kf.predicted_us[i], 100.0 * (kf.predicted_us[i] - p.time_us) / p.time_us);
-    }
-    std::printf("# rms error of log time (fitted roofline): %.4f\n", kf.rms_log);
-    notes << "# Kernels: roofline fitted to " << m.kernels.size()
-          << " points (rms error of log time " << fmt(kf.rms_log)
-          << "); efficiencies no point was bound by are the cluster's; each op's points are its "
-             "[device.kernels.OP] table.\n";
-    std::string sources;
-    for (const std::string& f : o.files) sources += (sources.empty() ? "" : ", ") + f;
-    for (const auto& [op, t] : kf.tables)
-      set_kernel_table(table, op, t, sources + " (cocodiff calibrate " + date + ")");
+// The kernels' roofline fit: printed per point, its tables and efficiencies set in the table.
+void fit_kernel_points(const CalibrateOptions& o, const Cluster& c,
+                       const calibrate::Measurements& m, const char* date, toml::table& table,
+                       std::ostringstream& notes) {
+  const calibrate::KernelFit kf = calibrate::fit_kernels(c.device_params, m.kernels);
+  std::printf("# kernels: %zu points; fitted roofline: launch_overhead_ns = %.0f", m.kernels.size(),
+              kf.launch_s * 1e9);
+  write_roofline(kf, table);
+  std::printf("\n%-18s %-11s %12s %12s %12s %12s %8s\n", "op", "kind", "flops", "bytes",
+              "measured_us", "roofline_us", "error");
+  for (size_t i = 0; i < m.kernels.size(); ++i) {
+    const KernelPoint& p = m.kernels[i];
+    std::printf("%-18s %-11s %12.4g %12.4g %12.2f %12.2f %7.1f%%\n", p.op.c_str(),
+                std::string(op_kind_name(p.kind)).c_str(), p.flops, p.bytes, p.time_us,
+                kf.predicted_us[i], 100.0 * (kf.predicted_us[i] - p.time_us) / p.time_us);
   }
+  std::printf("# rms error of log time (fitted roofline): %.4f\n", kf.rms_log);
+  notes << "# Kernels: roofline fitted to " << m.kernels.size() << " points (rms error of log time "
+        << fmt(kf.rms_log)
+        << "); efficiencies no point was bound by are the cluster's; each op's points are its "
+           "[device.kernels.OP] table.\n";
+  std::string sources;
+  for (const std::string& f : o.files) sources += (sources.empty() ? "" : ", ") + f;
+  for (const auto& [op, t] : kf.tables)
+    set_kernel_table(table, op, t, sources + " (cocodiff calibrate " + date + ")");
+}
+
+// The file's name (the output's stem), node count (at least its points') and description.
+void name_fitted_file(const CalibrateOptions& o, const Cluster& base, int min_nodes,
+                      const std::string& date, toml::table& table) {
+  const std::string stem = std::filesystem::path(o.out).stem().string();
+  calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
+  // The file's node count covers its points: a run naming it runs the nodes they ran on.
+  if (const std::optional<std::int64_t> nodes = table["nodes"].value<std::int64_t>();
+      min_nodes > nodes.value_or(1))
+    calibrate::set_key(table, "nodes", toml::value<std::int64_t>(min_nodes));
+  const std::optional<std::string> desc = table["description"].value<std::string>();
+  calibrate::set_key(table, "description",
+                     toml::value<std::string>(desc.value_or(base.name) +
+                                              " (fitted by cocodiff calibrate, " + date + ")"));
+}
+
+// Every point again, from the cluster the file holds (what a run naming it gets): noted, and
+// InputError where their rms error of log time is past --accept-error.
+void check_predictions(const CalibrateOptions& o, const std::filesystem::path& preset_dir,
+                       int min_nodes, const std::vector<CollectivePoint>& pts,
+                       const calibrate::CollectiveFitOptions& fo, const toml::table& table,
+                       std::ostringstream& notes) {
+  const std::vector<double> pred =
+      calibrate::predict_collectives({table, o.out, preset_dir, min_nodes}, pts, fo);
+  notes << "# Measured against this file's predictions:\n";
+  report_collectives(pts, pred, notes);
+  double sq = 0;
+  size_t worst = 0;
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const double e = std::log(pred[i] / pts[i].time_us);
+    sq += e * e;
+    if (std::abs(e) > std::abs(std::log(pred[worst] / pts[worst].time_us))) worst = i;
+  }
+  const double rms = std::sqrt(sq / static_cast<double>(pts.size()));
+  if (!(rms <= o.accept_error))
+    throw InputError("calibrate: the fit misses the measurements by an rms error of log time " +
+                     fmt(rms) + ", more than --accept-error " + fmt(o.accept_error) +
+                     " (the worst point, " + pts[worst].where + ", measured " +
+                     fmt(pts[worst].time_us) + " us, predicted " + fmt(pred[worst]) +
+                     " us); no cluster file written: fit fewer ops, one transport or a "
+                     "narrower size range, or raise --accept-error");
+  std::printf(
+      "# each prediction is what `cocodiff netbench %s --rounds %s -w %d -n %d --op OP` "
+      "prints for its size on a cluster of the point's ranks and nodes\n",
+      o.out.c_str(), o.rounds.c_str(), fo.warmup, fo.iters);
+}
+
+// The grids' and the reference host's directories, relative to the written file's where they
+// can be (its runs resolve them from there), as the fits above read them (absolute): the file
+// names no directory of the machine that wrote it.
+void relative_dirs(const CalibrateOptions& o, toml::table& table) {
+  const std::filesystem::path here = std::filesystem::absolute(o.out).parent_path();
+  const auto relative = [&here](toml::value<std::string>* d) {
+    if (d == nullptr) return;
+    const std::filesystem::path rel = std::filesystem::path(d->get()).lexically_relative(here);
+    if (!rel.empty()) *d = rel.string();
+  };
+  if (toml::array* grid = table["device"]["grid"].as_array())
+    for (toml::node& n : *grid) relative(n.as_string());
+  relative(table["device"]["host"]["reference"].as_string());
+}
+
+void run_calibrate(const CalibrateOptions& o) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  calibrate::Measurements m;
+  for (const std::string& f : o.files) calibrate::read_measurements(f, m);
+  std::vector<CollectivePoint> pts;
+  std::vector<calibrate::StepPoint> steps;
+  select_points(o, m, pts, steps);
+
+  const std::filesystem::path preset_dir = config_dir() / "clusters";
+  Config cfg = load_cluster_config(o.cluster, preset_dir);
+  for (const std::string& s : o.sets) cfg.set(s);
+  toml::table table = calibrate::complete_cluster_table(cfg, preset_dir);
+  const Cluster base = load_cluster(cfg, preset_dir);  // errors name the config's lines
+  const int min_nodes = nodes_needed(pts);
+  const Cluster c = calibrate::load_cluster_table(table, base.source, preset_dir, min_nodes);
+  // Measured times are of calls back to back (nccl-tests, measure_multi.py). Where the device
+  // has a host, a call's issue overlaps the call before it, so the points are timed back to back
+  // too; without one, a call repeats the time of the one before it.
+  calibrate::CollectiveFitOptions fo;
+  fo.rounds = o.rounds;
+  fo.fit_protocol = !o.no_protocol;
+  fo.soft_l1 = o.loss == "soft_l1";
+  std::set<std::string> kept_kinds;
+  const std::optional<calibrate::EagerFit> eager = fit_eager_ops(o, m, fo, kept_kinds);
+  fo.warmup = o.warmup >= 0 ? o.warmup : (c.device->has_host() ? 1 : 0);
+  fo.iters = o.iters >= 1 ? o.iters : (c.device->has_host() ? 2 : 1);
+  std::printf(
+      "# cocodiff calibrate: cluster %s (%s), library %s, all-to-all rounds %s, each point %d "
+      "warm-up and %d timed calls\n",
+      base.name.c_str(), base.source.c_str(), c.library.name.c_str(), o.rounds.c_str(), fo.warmup,
+      fo.iters);
+  for (const std::string& col : m.ignored_columns)
+    std::printf("# column not read: %s\n", col.c_str());
+  if (m.skipped_rows > 0) std::printf("# %zu times skipped (N/A, or of size 0)\n", m.skipped_rows);
+
+  const std::time_t now = std::time(nullptr);
+  char date[32];
+  std::strftime(date, sizeof date, "%Y-%m-%d", std::gmtime(&now));
+  std::ostringstream notes;
+  header_notes(o, base, date, notes);
+  if (!pts.empty())
+    fit_collective_points(c, base, preset_dir, min_nodes, pts, fo, wall0, table, notes);
+  if (!m.kernels.empty()) fit_kernel_points(o, c, m, date, table, notes);
 
   if (eager) write_eager(*eager, m, o.files, date, table, notes, kept_kinds);
   // After the eager ops: the grids replace the kernel tables those write.
@@ -862,55 +964,9 @@ void run_calibrate(const CalibrateOptions& o) {
     write_host_sync(steps, table, notes);
   }
 
-  const std::string stem = std::filesystem::path(o.out).stem().string();
-  calibrate::set_key(table, "name", toml::value<std::string>(stem.empty() ? "fit" : stem));
-  // The file's node count covers its points: a run naming it runs the nodes they ran on.
-  if (const std::optional<std::int64_t> nodes = table["nodes"].value<std::int64_t>();
-      min_nodes > nodes.value_or(1))
-    calibrate::set_key(table, "nodes", toml::value<std::int64_t>(min_nodes));
-  const std::optional<std::string> desc = table["description"].value<std::string>();
-  calibrate::set_key(table, "description",
-                     toml::value<std::string>(desc.value_or(base.name) +
-                                              " (fitted by cocodiff calibrate, " + date + ")"));
-
-  // Every point again, from the cluster the file holds: what a run naming it gets.
-  if (!pts.empty()) {
-    const std::vector<double> pred =
-        calibrate::predict_collectives({table, o.out, preset_dir, min_nodes}, pts, fo);
-    notes << "# Measured against this file's predictions:\n";
-    report_collectives(pts, pred, notes);
-    double sq = 0;
-    size_t worst = 0;
-    for (size_t i = 0; i < pts.size(); ++i) {
-      const double e = std::log(pred[i] / pts[i].time_us);
-      sq += e * e;
-      if (std::abs(e) > std::abs(std::log(pred[worst] / pts[worst].time_us))) worst = i;
-    }
-    const double rms = std::sqrt(sq / static_cast<double>(pts.size()));
-    if (!(rms <= o.accept_error))
-      throw InputError("calibrate: the fit misses the measurements by an rms error of log time " +
-                       fmt(rms) + ", more than --accept-error " + fmt(o.accept_error) +
-                       " (the worst point, " + pts[worst].where + ", measured " +
-                       fmt(pts[worst].time_us) + " us, predicted " + fmt(pred[worst]) +
-                       " us); no cluster file written: fit fewer ops, one transport or a "
-                       "narrower size range, or raise --accept-error");
-    std::printf(
-        "# each prediction is what `cocodiff netbench %s --rounds %s -w %d -n %d --op OP` "
-        "prints for its size on a cluster of the point's ranks and nodes\n",
-        o.out.c_str(), o.rounds.c_str(), fo.warmup, fo.iters);
-  }
-  // The grids' and the reference host's directories, relative to the written file's where they
-  // can be (its runs resolve them from there), as the fits above read them (absolute): the file
-  // names no directory of the machine that wrote it.
-  const std::filesystem::path here = std::filesystem::absolute(o.out).parent_path();
-  const auto relative = [&here](toml::value<std::string>* d) {
-    if (d == nullptr) return;
-    const std::filesystem::path rel = std::filesystem::path(d->get()).lexically_relative(here);
-    if (!rel.empty()) *d = rel.string();
-  };
-  if (toml::array* grid = table["device"]["grid"].as_array())
-    for (toml::node& n : *grid) relative(n.as_string());
-  relative(table["device"]["host"]["reference"].as_string());
+  name_fitted_file(o, base, min_nodes, date, table);
+  if (!pts.empty()) check_predictions(o, preset_dir, min_nodes, pts, fo, table, notes);
+  relative_dirs(o, table);
   const std::string text = calibrate::cluster_file_text(table, notes.str() + "\n");
   auto lock = hold_interrupts();
   write_file_atomic(o.out, text);
