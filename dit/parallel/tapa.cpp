@@ -11,6 +11,18 @@ namespace cocodiff::dit {
 
 namespace {
 
+// Whether a phase runs as an all-to-all of one count rather than an all-to-allv: when this
+// member sends and receives the same nonzero count to and from every member. Every member of
+// the phase then decides alike (its counts are a token share times a head share, so equal
+// nonzero counts on one member mean equal shares everywhere); a member with nothing to send or
+// receive (no tokens or no heads under an uneven split) cannot tell and runs the all-to-allv.
+bool uniform_counts(const std::vector<std::int64_t>& sc, const std::vector<std::int64_t>& rc) {
+  if (sc.empty() || sc[0] == 0) return false;
+  for (size_t v = 0; v < sc.size(); ++v)
+    if (sc[v] != sc[0] || rc[v] != sc[0]) return false;
+  return true;
+}
+
 double n(std::int64_t v) { return static_cast<double>(v); }
 
 // `v` run-length coded: (value, run length), in order.
@@ -472,9 +484,7 @@ void BlockExchange::launch_phase(const Exec& ex) {
     v_major_->record_sent(phase_, pio);
   }
   sub_step_ = 1;
-  bool equal = true;
-  for (size_t v = 0; v < m; ++v) equal = equal && sc[v] == sc[0] && rc[v] == sc[0];
-  if (equal)
+  if (uniform_counts(sc, rc))
     request_ = ph.comm->iall_to_all(send_, recv_, sc[0], label_);
   else
     request_ = ph.comm->iall_to_allv(send_, recv_, layout_, label_);
@@ -502,17 +512,15 @@ void BlockExchange::launch_counted_phase(const Exec& ex) {
   sdp.resize(m);
   rdp.resize(m);
   std::int64_t sat = 0, rat = 0;
-  bool equal = true;
   for (size_t v = 0; v < m; ++v) {
     sdp[v] = sat;
     rdp[v] = rat;
     sat += sc[v];
     rat += rc[v];
-    equal = equal && sc[v] == sc[0] && rc[v] == sc[0];
   }
   recv_.clear();
   sub_step_ = 1;
-  if (equal)
+  if (uniform_counts(sc, rc))
     request_ = ph.comm->iall_to_all(send_, recv_, sc[0], label_);
   else
     request_ = ph.comm->iall_to_allv(send_, recv_, layout_, label_);
