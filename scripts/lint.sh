@@ -9,7 +9,7 @@ build=${1:-build}
 files=$(git ls-files '*.cpp' '*.hpp')
 echo "lint: clang-format on $(echo "$files" | wc -l) files"
 echo "$files" | xargs clang-format --dry-run -Werror
-tidy_files=$(git ls-files 'core/*.cpp' 'net_models/*.cpp' 'emulator/*.cpp' 'mpi_backend/*.cpp' 'runner/*.cpp' 'tune/*.cpp'
+tidy_files=$(git ls-files 'core/*.cpp' 'net_models/*.cpp' 'emulator/*.cpp' 'mpi_backend/*.cpp' 'runner/*.cpp' 'tune/*.cpp' \
   'calibrate/*.cpp' 'apps/*.cpp')
 echo "lint: clang-tidy on $(echo "$tidy_files" | wc -l) files"
 if ! out=$(echo "$tidy_files" | xargs -P "$(nproc)" -n 4 clang-tidy -p "$build" --quiet \
