@@ -169,14 +169,14 @@ void charge_reference_host(const Exec& ex, std::string_view scope) {
 }  // namespace
 
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
-               const std::function<void()>& body) {
-  // The reference's ModuleLists: the single-stream blocks of FLUX.1 and FLUX.2, Wan's `blocks`
-  // (diffusers' WanTransformer3DModel), and the rest's `transformer_blocks`. Charged inside the
-  // block, so that a replayed block issues it as the block did.
-  const std::string_view scope = kind.find("single") != std::string_view::npos
+               const std::function<void()>& body, std::string_view reference_list) {
+  // The reference's ModuleLists: the single-stream blocks of FLUX.1 and FLUX.2, and the rest,
+  // unless the model names its own. Charged inside the block, so that a replayed block issues
+  // it as the block did.
+  const std::string_view scope = !reference_list.empty() ? reference_list
+                                 : kind.find("single") != std::string_view::npos
                                      ? "single_transformer_blocks"
-                                 : kind == "wan" ? "blocks"
-                                                 : "transformer_blocks";
+                                     : "transformer_blocks";
   const auto block = [&] {
     charge_reference_host(ex, scope);
     body();

@@ -70,9 +70,11 @@ class BlockReplay {
 };
 
 /// One transformer block: through ex.blocks when the run marks blocks (its backend replays),
-/// else `body` directly.
+/// else `body` directly. `reference_list` names the ModuleList that holds the block in the
+/// model's reference implementation (its host cost under device.host.framework = "reference");
+/// empty: "single_transformer_blocks" for a kind with "single" in it, else "transformer_blocks".
 void run_block(const Exec& ex, std::string_view kind, int attention_layers,
-               const std::function<void()>& body);
+               const std::function<void()>& body, std::string_view reference_list = {});
 /// After the last block of a pass, when the run marks blocks.
 void end_blocks(const Exec& ex);
 

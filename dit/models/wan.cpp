@@ -127,7 +127,9 @@ class Wan final : public Model {
     models::check_finite(ex, "condition_embedder", {&temb, &tp, &text});
 
     auto one_block = [&](int i) {
-      run_block(ex, "wan", 1, [&] { block(ex, w, attn, in, i, tp, text, rope, h); });
+      // diffusers' WanTransformer3DModel holds its blocks in `blocks`.
+      run_block(
+          ex, "wan", 1, [&] { block(ex, w, attn, in, i, tp, text, rope, h); }, "blocks");
       models::check_finite(ex, "blocks", {&h}, i);
     };
     // TeaCache4Wan2.1 reads the timestep projection (its e0) rather than a norm's output.
