@@ -180,18 +180,19 @@ void set_kernel_table(toml::table& table, const std::string& label,
   calibrate::set_key(table, "device.kernels." + label, kt);
 }
 
-// Eager PyTorch ops and interference: the device's kernel tables, its host's issue costs and
-// the overlap factors, printed and set in the cluster table.
-void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
-                 const std::vector<std::string>& files, const std::string& date, toml::table& table,
-                 std::ostringstream& notes, const std::set<std::string>& kept) {
-  // The files the eager ops came from, in the order given.
+/// The files the eager ops came from, in the order given, joined by ", ".
+std::string eager_sources(const calibrate::Measurements& m, const std::vector<std::string>& files) {
   std::set<std::string> eager_files;
   for (const calibrate::EagerOpPoint& p : m.eager_ops)
     eager_files.insert(p.where.substr(0, p.where.rfind(':')));
   std::string sources;
   for (const std::string& file : files)
     if (eager_files.count(file) > 0) sources += (sources.empty() ? "" : ", ") + file;
+  return sources;
+}
+
+/// The eager ops' table: per label, its device table's points and FLOPs range and its host cost.
+void print_eager_labels(const calibrate::EagerFit& f, const calibrate::Measurements& m) {
   std::printf(
       "# eager ops: %zu points; device tables (CUDA-graph device time by the FLOPs "
       "cocodiff charges) and host issue costs per label\n",
@@ -215,6 +216,11 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
       std::printf("%12s", "-");
     std::printf("  %s\n", t != f.tables.end() ? f.table_from.at(label).c_str() : "");
   }
+}
+
+/// [device.kernels.*]: the eager ops' device tables, each naming its source.
+void set_eager_tables(const calibrate::EagerFit& f, const std::string& sources,
+                      const std::string& date, toml::table& table, std::ostringstream& notes) {
   for (const auto& [label, t] : f.tables) {
     std::string source = f.table_from.at(label);
     source.append(" of ").append(sources).append(" (device time; cocodiff calibrate ");
@@ -224,6 +230,10 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
   if (!f.tables.empty())
     notes << "# Kernels: " << f.tables.size()
           << " [device.kernels.*] tables from the eager ops' CUDA-graph device times.\n";
+}
+
+/// [device.host]: the host's issue costs, printed and set; the ops no issue time was measured for.
+void write_host_costs(const calibrate::EagerFit& f, toml::table& table, std::ostringstream& notes) {
   if (!f.host_ops.empty()) {
     std::printf("# host: op_issue_us = %s (the median of the labels above)",
                 fmt(f.op_issue_us).c_str());
@@ -246,6 +256,31 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
     std::printf("# host: no issue time measured for %s; the labels they cost keep the cluster's\n",
                 list.c_str());
   }
+}
+
+/// device.overlap_kind_weight.*: each kind's weight, printed, and set unless --keep holds it.
+void write_kind_weights(const calibrate::EagerFit& f, toml::table& table, std::ostringstream& notes,
+                        const std::set<std::string>& kept) {
+  for (const auto& [kind, w] : f.kind_weights) {
+    const std::string key = "device.overlap_kind_weight." + kind;
+    if (kept.count(key) != 0) {
+      std::printf("# interference (%s): %s = %s measured, held at the cluster's (--keep)\n",
+                  f.kind_weight_from.at(kind).c_str(), key.c_str(), fmt(w).c_str());
+      notes << "# Interference by kind: " << key << " held at the cluster's (--keep).\n";
+      continue;
+    }
+    std::printf("# interference (%s): %s = %s\n", f.kind_weight_from.at(kind).c_str(), key.c_str(),
+                fmt(w).c_str());
+    calibrate::set_key(table, key, toml::value<double>(round6(w)));
+    notes << "# Interference by kind: " << key << " from " << f.kind_weight_from.at(kind)
+          << " (its slowdown as a share of the GEMM's).\n";
+  }
+}
+
+/// The overlap factors: the device's, each group size's and each kind's, printed and set.
+void write_interference(const calibrate::EagerFit& f, const calibrate::Measurements& m,
+                        toml::table& table, std::ostringstream& notes,
+                        const std::set<std::string>& kept) {
   if (f.overlap_compute > 0) {
     std::printf("# interference (%s): overlap_compute_factor = %s, overlap_transfer_factor = %s\n",
                 f.interference_from.c_str(), fmt(f.overlap_compute).c_str(),
@@ -266,25 +301,24 @@ void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
                          toml::value<double>(round6(std::max(1.0, g.transfer))));
       notes << "# Interference on " << ranks << " GPUs: " << key << " from " << g.from << ".\n";
     }
-    for (const auto& [kind, w] : f.kind_weights) {
-      const std::string key = "device.overlap_kind_weight." + kind;
-      if (kept.count(key) != 0) {
-        std::printf("# interference (%s): %s = %s measured, held at the cluster's (--keep)\n",
-                    f.kind_weight_from.at(kind).c_str(), key.c_str(), fmt(w).c_str());
-        notes << "# Interference by kind: " << key << " held at the cluster's (--keep).\n";
-        continue;
-      }
-      std::printf("# interference (%s): %s = %s\n", f.kind_weight_from.at(kind).c_str(),
-                  key.c_str(), fmt(w).c_str());
-      calibrate::set_key(table, key, toml::value<double>(round6(w)));
-      notes << "# Interference by kind: " << key << " from " << f.kind_weight_from.at(kind)
-            << " (its slowdown as a share of the GEMM's).\n";
-    }
+    write_kind_weights(f, table, notes, kept);
   } else if (!m.interference.empty()) {
     std::printf(
         "# interference: no GEMM measured beside an all-to-all; the factors are the "
         "cluster's\n");
   }
+}
+
+// Eager PyTorch ops and interference: the device's kernel tables, its host's issue costs and
+// the overlap factors, printed and set in the cluster table.
+void write_eager(const calibrate::EagerFit& f, const calibrate::Measurements& m,
+                 const std::vector<std::string>& files, const std::string& date, toml::table& table,
+                 std::ostringstream& notes, const std::set<std::string>& kept) {
+  const std::string sources = eager_sources(m, files);
+  print_eager_labels(f, m);
+  set_eager_tables(f, sources, date, table, notes);
+  write_host_costs(f, table, notes);
+  write_interference(f, m, table, notes, kept);
 }
 
 // Breakdowns of flat steps: the spread of the ranks' device speeds, printed per case and set in

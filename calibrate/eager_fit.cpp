@@ -86,11 +86,8 @@ const std::vector<std::pair<const char*, const char*>>& host_sources() {
   return kSources;
 }
 
-}  // namespace
-
-EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
-                   const std::vector<InterferencePoint>& interference) {
-  EagerFit f;
+/// The device's kernel tables, per label and alias, from the ops' device times.
+void fit_device_tables(const std::vector<EagerOpPoint>& ops, EagerFit& f) {
   // Device tables: the rows of each label's sources, keyed by FLOPs, equal counts averaged in
   // log time.
   for (const DeviceSource& src : device_sources()) {
@@ -119,43 +116,73 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
     f.tables[label] = it->second;  // std::map: inserting keeps `it` valid
     f.table_from[label] = f.table_from.at(source);
   }
+}
 
+/// The median host time of `op`, or -1 (`op` then listed in `missing`, once).
+double host_cost(const std::map<std::string, std::vector<double>>& host, const std::string& op,
+                 std::vector<std::string>& missing) {
+  auto it = host.find(op);
+  if (it == host.end()) {
+    if (std::find(missing.begin(), missing.end(), op) == missing.end()) missing.push_back(op);
+    return -1;
+  }
+  return median(it->second);
+}
+
+/// The host's issue costs: per label, the modulation's, and the medians of ops and collectives.
+void fit_host_costs(const std::vector<EagerOpPoint>& ops, EagerFit& f) {
   // Host issue costs: the median over every point of the op (every machine given).
   std::map<std::string, std::vector<double>> host;
   for (const EagerOpPoint& p : ops)
     if (p.host_us > 0) host[p.op].push_back(p.host_us);
-  if (!host.empty()) {
-    auto cost = [&](const std::string& op) -> double {
-      auto it = host.find(op);
-      if (it == host.end()) {
-        if (std::find(f.missing.begin(), f.missing.end(), op) == f.missing.end())
-          f.missing.push_back(op);
-        return -1;
-      }
-      return median(it->second);
-    };
-    for (const auto& [label, op] : host_sources()) {
-      const double c = cost(op);
-      if (c > 0) f.host_ops[label] = c;
-    }
-    const double nm = cost("norm_modulate"), norm = cost("rms_norm");
-    if (nm > 0 && norm > 0) {
-      if (nm <= norm)
-        throw InputError("calibrate: the host time of norm_modulate (" + std::to_string(nm) +
-                         " us) is not above rms_norm's (" + std::to_string(norm) +
-                         " us), so the modulation's share of it cannot be told apart");
-      f.host_ops["modulate"] = nm - norm;
-    }
-    std::vector<double> all;
-    all.reserve(f.host_ops.size());
-    for (const auto& [label, c] : f.host_ops) all.push_back(c);
-    if (!all.empty()) f.op_issue_us = median(all);
-    std::vector<double> coll;
-    for (const char* op : {"all_to_all", "all_gather"})
-      if (host.count(op) > 0) coll.push_back(median(host[op]));
-    if (!coll.empty()) f.collective_issue_us = median(coll);
+  if (host.empty()) return;
+  for (const auto& [label, op] : host_sources()) {
+    const double c = host_cost(host, op, f.missing);
+    if (c > 0) f.host_ops[label] = c;
   }
+  const double nm = host_cost(host, "norm_modulate", f.missing),
+               norm = host_cost(host, "rms_norm", f.missing);
+  if (nm > 0 && norm > 0) {
+    if (nm <= norm)
+      throw InputError("calibrate: the host time of norm_modulate (" + std::to_string(nm) +
+                       " us) is not above rms_norm's (" + std::to_string(norm) +
+                       " us), so the modulation's share of it cannot be told apart");
+    f.host_ops["modulate"] = nm - norm;
+  }
+  std::vector<double> all;
+  all.reserve(f.host_ops.size());
+  for (const auto& [label, c] : f.host_ops) all.push_back(c);
+  if (!all.empty()) f.op_issue_us = median(all);
+  std::vector<double> coll;
+  for (const char* op : {"all_to_all", "all_gather"})
+    if (host.count(op) > 0) coll.push_back(median(host[op]));
+  if (!coll.empty()) f.collective_issue_us = median(coll);
+}
 
+/// The kinds' overlap weights, from the kernels measured beside `top`'s all-to-all.
+void fit_kind_weights(const std::vector<InterferencePoint>& interference,
+                      const InterferencePoint& top, EagerFit& f) {
+  // Other kernels beside the same all-to-all of the same file: their share of the GEMM's
+  // slowdown, by the kinds cocodiff charges them as.
+  const std::string file = top.where.substr(0, top.where.rfind(": "));
+  const double gemm = f.overlap_compute - 1.0;
+  for (const InterferencePoint& p : interference) {
+    if (gemm <= 1e-9 || p.world != top.world || p.bytes != top.bytes ||
+        p.where.substr(0, p.where.rfind(": ")) != file || !(p.kernel_alone_us > 0))
+      continue;
+    std::vector<std::string> kinds;
+    if (p.kernel.rfind("attention", 0) == 0) kinds = {"attention"};
+    if (p.kernel.rfind("qk_norm", 0) == 0) kinds = {"norm", "elementwise"};
+    const double w = std::clamp((p.kernel_with_us / p.kernel_alone_us - 1.0) / gemm, 0.0, 100.0);
+    for (const std::string& k : kinds) {
+      f.kind_weights[k] = w;
+      f.kind_weight_from[k] = p.where;
+    }
+  }
+}
+
+/// The overlap factors: the device's, each group size's and each kind's weight.
+void fit_interference(const std::vector<InterferencePoint>& interference, EagerFit& f) {
   // Interference: per group size, the largest all-to-all measured beside a GEMM; the largest
   // group's factors are the device's, the others' their group's own.
   std::map<int, const InterferencePoint*> best;
@@ -164,33 +191,26 @@ EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
     const InterferencePoint*& b = best[p.world];
     if (b == nullptr || p.bytes > b->bytes) b = &p;
   }
-  if (!best.empty()) {
-    const InterferencePoint& top = *best.rbegin()->second;
-    f.overlap_compute = top.kernel_with_us / top.kernel_alone_us;
-    f.overlap_transfer = top.a2a_with_us / top.a2a_alone_us;
-    f.interference_from = top.where;
-    for (const auto& [world, p] : best)
-      if (world >= 2 && p != &top)
-        f.overlap_by_group[world] = {p->kernel_with_us / p->kernel_alone_us,
-                                     p->a2a_with_us / p->a2a_alone_us, p->where};
-    // Other kernels beside the same all-to-all of the same file: their share of the GEMM's
-    // slowdown, by the kinds cocodiff charges them as.
-    const std::string file = top.where.substr(0, top.where.rfind(": "));
-    const double gemm = f.overlap_compute - 1.0;
-    for (const InterferencePoint& p : interference) {
-      if (gemm <= 1e-9 || p.world != top.world || p.bytes != top.bytes ||
-          p.where.substr(0, p.where.rfind(": ")) != file || !(p.kernel_alone_us > 0))
-        continue;
-      std::vector<std::string> kinds;
-      if (p.kernel.rfind("attention", 0) == 0) kinds = {"attention"};
-      if (p.kernel.rfind("qk_norm", 0) == 0) kinds = {"norm", "elementwise"};
-      const double w = std::clamp((p.kernel_with_us / p.kernel_alone_us - 1.0) / gemm, 0.0, 100.0);
-      for (const std::string& k : kinds) {
-        f.kind_weights[k] = w;
-        f.kind_weight_from[k] = p.where;
-      }
-    }
-  }
+  if (best.empty()) return;
+  const InterferencePoint& top = *best.rbegin()->second;
+  f.overlap_compute = top.kernel_with_us / top.kernel_alone_us;
+  f.overlap_transfer = top.a2a_with_us / top.a2a_alone_us;
+  f.interference_from = top.where;
+  for (const auto& [world, p] : best)
+    if (world >= 2 && p != &top)
+      f.overlap_by_group[world] = {p->kernel_with_us / p->kernel_alone_us,
+                                   p->a2a_with_us / p->a2a_alone_us, p->where};
+  fit_kind_weights(interference, top, f);
+}
+
+}  // namespace
+
+EagerFit fit_eager(const std::vector<EagerOpPoint>& ops,
+                   const std::vector<InterferencePoint>& interference) {
+  EagerFit f;
+  fit_device_tables(ops, f);
+  fit_host_costs(ops, f);
+  fit_interference(interference, f);
   return f;
 }
 
