@@ -706,65 +706,86 @@ void read_chunks_json(const nlohmann::json& j, const std::string& name,
   }
 }
 
-}  // namespace
+/// A JSON file: chunks, a breakdown, interference or netbench output, told apart by its keys.
+void read_json_file(std::string_view text, const std::string& name, Measurements& m) {
+  if (text.size() > static_cast<size_t>(kMaxFileBytes))
+    bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_discarded() && j.is_object() && j.contains("cases") && j.at("cases").is_array())
+    read_chunks_json(j, name, m.chunks);
+  else if (!j.is_discarded() && j.is_object() && j.contains("cases"))
+    read_breakdown_json(j, name, m.breakdowns);
+  else if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
+    read_interference_json(j, name, m.interference);
+  else
+    read_netbench_json(text, name, m.collectives);
+}
 
-void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
-  Measurements m;
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && text[first] == '{') {
-    if (text.size() > static_cast<size_t>(kMaxFileBytes))
-      bad(name, "a file of at most " + std::to_string(kMaxFileBytes) + " bytes", "more");
-    const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_discarded() && j.is_object() && j.contains("cases") && j.at("cases").is_array())
-      read_chunks_json(j, name, m.chunks);
-    else if (!j.is_discarded() && j.is_object() && j.contains("cases"))
-      read_breakdown_json(j, name, m.breakdowns);
-    else if (!j.is_discarded() && j.is_object() && !j.contains("rows") && !j.contains("op"))
-      read_interference_json(j, name, m.interference);
-    else
-      read_netbench_json(text, name, m.collectives);
-  } else {
-    const std::vector<Line> lines = lines_of(text, name);
-    bool nccl_tests = false;
-    size_t netbench = lines.size(), header = lines.size();
-    for (size_t i = 0; i < lines.size(); ++i) {
-      const std::string_view t = trim(lines[i].text);
-      if (t.empty()) continue;
-      if (t.rfind("# cocodiff netbench:", 0) == 0 && netbench == lines.size()) netbench = i;
-      const std::vector<std::string_view> w = words(t);
-      if (t[0] == '#' && (t.find("Collective test starting") != std::string_view::npos ||
-                          t.find("nccl-tests version") != std::string_view::npos ||
-                          (w.size() >= 2 && w[1] == "nThread")))
-        nccl_tests = true;
-      if (t[0] != '#' && header == lines.size()) header = i;
-    }
-    if (nccl_tests) {
-      read_nccl_tests(lines, name, m, m.collectives);
-    } else if (netbench < lines.size()) {
-      read_netbench_text(lines, netbench, name, m.collectives);
-    } else if (header < lines.size()) {
-      const std::vector<std::string_view> cols = split(lines[header].text, ',');
-      const auto starts = [&](std::initializer_list<std::string_view> want) {
-        return cols.size() >= want.size() && std::equal(want.begin(), want.end(), cols.begin());
-      };
-      if (starts({"m", "n", "k"}) || starts({"batch", "q_tokens", "kv_tokens"}) ||
-          starts({"op", "shape", "dtype"})) {
-        KernelGrid check;  // InputError naming the file and line of a malformed row
-        check.add_text(text, name);
-        m.grid_files.emplace_back(name, std::string(text));
-      } else if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
-        read_kernel_csv(lines, header, name, m.kernels);
-      else if (cols == std::vector<std::string_view>{"op", "label", "tokens", "heads", "k", "n",
-                                                     "flops", "device_us", "host_us"})
-        read_eager_csv(lines, header, name, m.eager_ops);
-      else if (cols == std::vector<std::string_view>{
-                           "strategy", "gpus", "resolution", "image_tokens", "median_ms", "min_ms",
-                           "max_ms", "host_issue_ms", "transport", "timed_steps"})
-        read_steps_csv(lines, header, name, m.steps);
-      else
-        read_collective_csv(lines, header, name, m, m.collectives);
-    }
+/// What the lines of a text file say it is.
+struct TextKind {
+  bool nccl_tests = false;          // nccl-tests output
+  size_t netbench = 0, header = 0;  // the first netbench line, the first non-comment; or size()
+};
+
+/// The kind of a text file, from its lines.
+TextKind text_kind(const std::vector<Line>& lines) {
+  TextKind k;
+  k.netbench = lines.size();
+  k.header = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string_view t = trim(lines[i].text);
+    if (t.empty()) continue;
+    if (t.rfind("# cocodiff netbench:", 0) == 0 && k.netbench == lines.size()) k.netbench = i;
+    const std::vector<std::string_view> w = words(t);
+    if (t[0] == '#' && (t.find("Collective test starting") != std::string_view::npos ||
+                        t.find("nccl-tests version") != std::string_view::npos ||
+                        (w.size() >= 2 && w[1] == "nThread")))
+      k.nccl_tests = true;
+    if (t[0] != '#' && k.header == lines.size()) k.header = i;
   }
+  return k;
+}
+
+/// A CSV file: grids, kernels, eager ops, steps or collectives, told apart by its header.
+void read_csv_file(std::string_view text, const std::vector<Line>& lines, size_t header,
+                   const std::string& name, Measurements& m) {
+  const std::vector<std::string_view> cols = split(lines[header].text, ',');
+  const auto starts = [&](std::initializer_list<std::string_view> want) {
+    return cols.size() >= want.size() && std::equal(want.begin(), want.end(), cols.begin());
+  };
+  if (starts({"m", "n", "k"}) || starts({"batch", "q_tokens", "kv_tokens"}) ||
+      starts({"op", "shape", "dtype"})) {
+    KernelGrid check;  // InputError naming the file and line of a malformed row
+    check.add_text(text, name);
+    m.grid_files.emplace_back(name, std::string(text));
+  } else if (cols == std::vector<std::string_view>{"op", "kind", "flops", "bytes", "time_us"})
+    read_kernel_csv(lines, header, name, m.kernels);
+  else if (cols == std::vector<std::string_view>{"op", "label", "tokens", "heads", "k", "n",
+                                                 "flops", "device_us", "host_us"})
+    read_eager_csv(lines, header, name, m.eager_ops);
+  else if (cols == std::vector<std::string_view>{"strategy", "gpus", "resolution", "image_tokens",
+                                                 "median_ms", "min_ms", "max_ms", "host_issue_ms",
+                                                 "transport", "timed_steps"})
+    read_steps_csv(lines, header, name, m.steps);
+  else
+    read_collective_csv(lines, header, name, m, m.collectives);
+}
+
+/// A text file: nccl-tests output, netbench output or a CSV with a header.
+void read_text_file(std::string_view text, const std::string& name, Measurements& m) {
+  const std::vector<Line> lines = lines_of(text, name);
+  const TextKind k = text_kind(lines);
+  if (k.nccl_tests) {
+    read_nccl_tests(lines, name, m, m.collectives);
+  } else if (k.netbench < lines.size()) {
+    read_netbench_text(lines, k.netbench, name, m.collectives);
+  } else if (k.header < lines.size()) {
+    read_csv_file(text, lines, k.header, name, m);
+  }
+}
+
+/// Adds one file's measurements `m` to `out`: refused if none, or past kMaxPoints in all.
+void merge_measurements(Measurements& m, const std::string& name, Measurements& out) {
   if (m.collectives.empty() && m.kernels.empty() && m.eager_ops.empty() && m.interference.empty() &&
       m.breakdowns.empty() && m.steps.empty() && m.chunks.empty() && m.grid_files.empty())
     throw InputError(name +
@@ -785,6 +806,18 @@ void parse_measurements(std::string_view text, const std::string& name, Measurem
   for (auto& g : m.grid_files) out.grid_files.push_back(std::move(g));
   out.ignored_columns.insert(m.ignored_columns.begin(), m.ignored_columns.end());
   out.skipped_rows += m.skipped_rows;
+}
+
+}  // namespace
+
+void parse_measurements(std::string_view text, const std::string& name, Measurements& out) {
+  Measurements m;
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first != std::string_view::npos && text[first] == '{')
+    read_json_file(text, name, m);
+  else
+    read_text_file(text, name, m);
+  merge_measurements(m, name, out);
 }
 
 void read_measurements(const std::string& file, Measurements& out) {
