@@ -176,47 +176,40 @@ void pipefusion_points(const Base& b, const TunePoint& base, int ranks, const Fi
   }
 }
 
-// Every point of one shape (nodes x GPUs per node).
-std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality>& lossy, int nodes,
-                                    int gpus) {
+/// The sets that run point `p` (strategy, degrees and features), prepended to its own.
+void add_point_sets(const Base& b, TunePoint& p) {
+  p.sets.insert(p.sets.begin(), {"run.strategy=" + p.strategy,
+                                 "parallel.ulysses_degree=" + std::to_string(p.ulysses),
+                                 "parallel.ring_degree=" + std::to_string(p.ring)});
+  if (p.cfg > 1) p.sets.push_back("parallel.cfg_degree=" + std::to_string(p.cfg));
+  if (p.chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(p.chunks));
+  if (p.usp_tapa) p.sets.push_back("usp.tapa=true");
+  if (p.pipefusion > 0) {
+    p.sets.push_back("parallel.pipefusion_degree=" + std::to_string(p.pipefusion));
+    p.sets.push_back("pipefusion.warmup_steps=" + std::to_string(b.plan.settings.steps));
+  }
+  if (p.uneven_heads) p.sets.push_back("ulysses.uneven_heads=true");
+  if (p.shard_text || b.raw_shard_text)
+    p.sets.push_back(std::string("parallel.shard_text=") + (p.shard_text ? "true" : "false"));
+  if (p.v_major) {
+    p.sets.push_back("v_major.threshold=" + fmt("%g", p.v_major->threshold));
+    p.sets.push_back("v_major.phantom_active_fraction=" + fmt("%.6g", p.v_major->active_fraction));
+  }
+}
+
+/// Text sharding over a group of `degree` ranks: off, and on where the text splits evenly.
+std::vector<bool> text_options(const Base& b, int degree) {
+  std::vector<bool> t = {false};
+  if (b.has_text && degree > 1 && b.plan.model.text_tokens % degree == 0) t.push_back(true);
+  return t;
+}
+
+/// Ulysses over the whole sequence-parallel group, exact and (V-Major) lossy.
+template <class Finish>
+void ulysses_points(const Base& b, const TunePoint& base, const std::vector<int>& sizes,
+                    const std::vector<TuneQuality>& lossy, const Finish& finish) {
   const dit::ModelConfig& m = b.plan.model;
-  const int ranks = nodes * gpus * b.tiles_per_gpu;
-  std::vector<int> sizes = b.inner;
-  sizes.push_back(gpus);
-  sizes.push_back(nodes);
-  std::vector<TunePoint> out;
-  TunePoint base;
-  base.nodes = nodes;
-  base.gpus_per_node = gpus;
-  base.gpus = nodes * gpus;
-  base.ranks = ranks;
-  base.cluster_sets = cluster_sets(b, nodes, gpus);
-  auto finish = [&](TunePoint p) {
-    p.sets.insert(p.sets.begin(), {"run.strategy=" + p.strategy,
-                                   "parallel.ulysses_degree=" + std::to_string(p.ulysses),
-                                   "parallel.ring_degree=" + std::to_string(p.ring)});
-    if (p.cfg > 1) p.sets.push_back("parallel.cfg_degree=" + std::to_string(p.cfg));
-    if (p.chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(p.chunks));
-    if (p.usp_tapa) p.sets.push_back("usp.tapa=true");
-    if (p.pipefusion > 0) {
-      p.sets.push_back("parallel.pipefusion_degree=" + std::to_string(p.pipefusion));
-      p.sets.push_back("pipefusion.warmup_steps=" + std::to_string(b.plan.settings.steps));
-    }
-    if (p.uneven_heads) p.sets.push_back("ulysses.uneven_heads=true");
-    if (p.shard_text || b.raw_shard_text)
-      p.sets.push_back(std::string("parallel.shard_text=") + (p.shard_text ? "true" : "false"));
-    if (p.v_major) {
-      p.sets.push_back("v_major.threshold=" + fmt("%g", p.v_major->threshold));
-      p.sets.push_back("v_major.phantom_active_fraction=" +
-                       fmt("%.6g", p.v_major->active_fraction));
-    }
-    out.push_back(std::move(p));
-  };
-  auto text_options = [&](int degree) {
-    std::vector<bool> t = {false};
-    if (b.has_text && degree > 1 && m.text_tokens % degree == 0) t.push_back(true);
-    return t;
-  };
+  const int ranks = base.ranks;
   // Ulysses over the whole sequence-parallel group (flat or TAPA exchange, with features), with
   // or without CFG-parallel.
   for (int cfg : {1, 2}) {
@@ -229,7 +222,7 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
     for (const std::string& x : exchanges)
       for (bool v_first : {false, true})
         for (int chunks : {0, 2, 4})
-          for (bool text : text_options(sp)) {
+          for (bool text : text_options(b, sp)) {
             if (sp == 1 && (v_first || chunks > 0)) continue;  // nothing to overlap
             TunePoint p = base;
             p.strategy = x + (v_first ? "+v_first" : "") + (chunks > 0 ? "+pipeline" : "");
@@ -241,10 +234,10 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
             finish(p);
           }
     // V-Major (lossy) on the full composition, only where there is an inter-node tier.
-    if (nodes > 1 && sp > 1)
+    if (base.nodes > 1 && sp > 1)
       for (const TuneQuality& q : lossy)
         for (int chunks : {2, 4})
-          for (bool text : text_options(sp)) {
+          for (bool text : text_options(b, sp)) {
             TunePoint p = base;
             p.strategy = "tapa+v_first+pipeline+v_major";
             p.ulysses = sp;
@@ -256,28 +249,55 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
             finish(p);
           }
   }
-  pipefusion_points(b, base, ranks, finish);
-  // Ulysses x Ring (usp): rings over the outer levels (nodes; nodes x GPUs; ...).
+}
+
+/// Ulysses x Ring (usp): rings over the outer levels (nodes; nodes x GPUs; ...).
+template <class Finish>
+void usp_points(const Base& b, const TunePoint& base, const std::vector<int>& sizes,
+                const Finish& finish) {
   int ring = 1, last_ring = 1;
   for (int k = static_cast<int>(sizes.size()) - 1; k >= 1; --k) {
     ring *= sizes[static_cast<size_t>(k)];
     if (ring == last_ring) continue;  // a level of one member: the same split as the last
     last_ring = ring;
-    const int ulysses = ranks / ring;
+    const int ulysses = base.ranks / ring;
     for (bool usp_tapa : {false, true}) {
       if (usp_tapa && spanned_levels(sizes, ulysses) < 2) continue;
-      for (bool text : text_options(ulysses)) {
+      for (bool text : text_options(b, ulysses)) {
         TunePoint p = base;
         p.strategy = "usp";
         p.ulysses = ulysses;
         p.ring = ring;
         p.usp_tapa = usp_tapa;
         p.shard_text = text;
-        p.uneven_heads = m.heads % ulysses != 0;
+        p.uneven_heads = b.plan.model.heads % ulysses != 0;
         finish(p);
       }
     }
   }
+}
+
+// Every point of one shape (nodes x GPUs per node).
+std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality>& lossy, int nodes,
+                                    int gpus) {
+  const int ranks = nodes * gpus * b.tiles_per_gpu;
+  std::vector<int> sizes = b.inner;
+  sizes.push_back(gpus);
+  sizes.push_back(nodes);
+  std::vector<TunePoint> out;
+  TunePoint base;
+  base.nodes = nodes;
+  base.gpus_per_node = gpus;
+  base.gpus = nodes * gpus;
+  base.ranks = ranks;
+  base.cluster_sets = cluster_sets(b, nodes, gpus);
+  auto finish = [&](TunePoint p) {
+    add_point_sets(b, p);
+    out.push_back(std::move(p));
+  };
+  ulysses_points(b, base, sizes, lossy, finish);
+  pipefusion_points(b, base, ranks, finish);
+  usp_points(b, base, sizes, finish);
   return out;
 }
 
