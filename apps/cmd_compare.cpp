@@ -156,27 +156,32 @@ nlohmann::ordered_json fastest_within(const nlohmann::ordered_json& entries,
   return l;
 }
 
-// The compare table, one row an entry (virtual time, speedup over flat, exposed communication,
-// the host's wait where a device has one, bytes per tier, V-Major's saving where an entry runs
-// it, quality with real math), and each entry's compare.json record appended to `entries`.
-std::string entries_table(const std::vector<RunRecord>& recs, const std::vector<RunPlan>& plans,
-                          const std::vector<std::string>& names,
-                          const std::vector<std::string>& order,
-                          const std::vector<std::string>& technique,
-                          nlohmann::ordered_json& entries) {
-  const double flat_s = recs[0].report["virtual_time_s"].get<double>();
-  const Topology& topo = plans[0].cluster.topology;
-  // Table header.
+/// Which optional columns the compare table has.
+struct TableColumns {
+  bool host = false;     // the host's wait, where a device has one
+  bool v_major = false;  // V-Major's saving, where an entry runs it
+  bool real = false;     // quality, with real math
+};
+
+/// The optional columns that the runs `recs` of `plans` call for.
+TableColumns table_columns(const std::vector<RunRecord>& recs, const std::vector<RunPlan>& plans) {
+  TableColumns c;
+  for (const RunRecord& rec : recs)
+    c.host = c.host || rec.report["breakdown"].value("host_wait_s", 0.0) > 0;
+  for (const RunRecord& rec : recs) c.v_major = c.v_major || v_major_sum(rec.report).present;
+  c.real = plans[0].math == "real";
+  return c;
+}
+
+/// The compare table's header line.
+std::string table_header(const TableColumns& cols, const Topology& topo) {
   std::ostringstream tab;
   char line[512];
   std::snprintf(line, sizeof line, "%-24s %12s %8s %12s %6s", "strategy", "virtual_s", "speedup",
                 "exposed_s", "exp%");
   tab << line;
   // The host's column when a device has one: the critical tile waiting for its host.
-  bool any_host = false;
-  for (const RunRecord& rec : recs)
-    any_host = any_host || rec.report["breakdown"].value("host_wait_s", 0.0) > 0;
-  if (any_host) {
+  if (cols.host) {
     std::snprintf(line, sizeof line, " %12s %6s", "host_wait_s", "host%");
     tab << line;
   }
@@ -186,83 +191,207 @@ std::string entries_table(const std::vector<RunRecord>& recs, const std::vector<
   }
   // V-Major's columns when an entry runs it: V bytes saved (negative: sent more) and the
   // fraction of V blocks sent.
-  bool any_v_major = false;
-  for (const RunRecord& rec : recs) any_v_major = any_v_major || v_major_sum(rec.report).present;
-  if (any_v_major) {
+  if (cols.v_major) {
     std::snprintf(line, sizeof line, " %11s %7s", "V_saved_GB", "active");
     tab << line;
   }
-  const bool real = plans[0].math == "real";
-  if (real) {
+  if (cols.real) {
     std::snprintf(line, sizeof line, " %11s %9s %7s", "rel_l2", "psnr_db", "ssim");
     tab << line;
   }
   tab << "\n";
+  return tab.str();
+}
+
+/// Entry i's compare.json record: its report, its speedup over flat, quality and names.
+nlohmann::ordered_json entry_record(const std::vector<RunRecord>& recs, size_t i, bool listed,
+                                    const std::string& name, const std::string& technique) {
+  const double flat_s = recs[0].report["virtual_time_s"].get<double>();
+  nlohmann::ordered_json e = recs[i].report;
+  const double vt = e["virtual_time_s"].get<double>();
+  e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
+  e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
+  e["reference_only"] = !listed;
+  e["entry"] = name;
+  e["technique"] =
+      technique.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(technique);
+  return e;
+}
+
+/// One row of the compare table, from entry `name`'s compare.json record `e`.
+std::string table_row(nlohmann::ordered_json& e, const std::string& name, const TableColumns& cols,
+                      const Topology& topo) {
+  std::ostringstream tab;
+  char line[512];
+  const nlohmann::ordered_json& b = e["breakdown"];
+  std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", name.c_str(),
+                e["virtual_time_s"].get<double>(), e["speedup_vs_flat"].get<double>(),
+                b["exposed_comm_s"].get<double>(), 100 * b["exposed_comm_fraction"].get<double>());
+  tab << line;
+  if (cols.host) {
+    std::snprintf(line, sizeof line, " %12.6f %5.1f%%", b.value("host_wait_s", 0.0),
+                  100 * b.value("host_wait_fraction", 0.0));
+    tab << line;
+  }
+  for (int k = 0; k < topo.num_tiers(); ++k) {
+    std::snprintf(line, sizeof line, " %12.4f",
+                  e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
+    tab << line;
+  }
+  if (cols.v_major) {
+    const VMajorSum v = v_major_sum(e);
+    if (v.present)
+      std::snprintf(line, sizeof line, " %11.4f %6.1f%%",
+                    std::abs(v.saved_bytes) < 5e4 ? 0.0 : v.saved_bytes / 1e9,  // no -0.0000
+                    v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
+    else
+      std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
+    tab << line;
+  }
+  if (cols.real) {
+    const nlohmann::ordered_json& q = e["quality"];
+    const std::string psnr = q["preview_psnr_db"].is_string()
+                                 ? std::string("inf")
+                                 : fmt("%.2f", q["preview_psnr_db"].get<double>());
+    std::snprintf(line, sizeof line, " %11.3e %9s %7.4f", q["latent_relative_l2"].get<double>(),
+                  psnr.c_str(), q["preview_ssim"].get<double>());
+    tab << line;
+  }
+  tab << "\n";
+  return tab.str();
+}
+
+// The compare table, one row an entry (virtual time, speedup over flat, exposed communication,
+// the host's wait where a device has one, bytes per tier, V-Major's saving where an entry runs
+// it, quality with real math), and each entry's compare.json record appended to `entries`.
+std::string entries_table(const std::vector<RunRecord>& recs, const std::vector<RunPlan>& plans,
+                          const std::vector<std::string>& names,
+                          const std::vector<std::string>& order,
+                          const std::vector<std::string>& technique,
+                          nlohmann::ordered_json& entries) {
+  const Topology& topo = plans[0].cluster.topology;
+  const TableColumns cols = table_columns(recs, plans);
+  std::string tab = table_header(cols, topo);
   for (size_t i = 0; i < recs.size(); ++i) {
     const bool listed =
         !technique[i].empty() || std::find(names.begin(), names.end(), order[i]) != names.end();
-    nlohmann::ordered_json e = recs[i].report;
-    const double vt = e["virtual_time_s"].get<double>();
-    e["speedup_vs_flat"] = vt > 0 ? flat_s / vt : 0.0;
-    e["quality"] = quality_json(recs[0], recs[i], "flat (exact)");
-    e["reference_only"] = !listed;
-    e["entry"] = order[i];
-    e["technique"] = technique[i].empty() ? nlohmann::ordered_json(nullptr)
-                                          : nlohmann::ordered_json(technique[i]);
-    const nlohmann::ordered_json& b = e["breakdown"];
-    std::snprintf(line, sizeof line, "%-24s %12.6f %8.3f %12.6f %5.1f%%", order[i].c_str(), vt,
-                  e["speedup_vs_flat"].get<double>(), b["exposed_comm_s"].get<double>(),
-                  100 * b["exposed_comm_fraction"].get<double>());
-    tab << line;
-    if (any_host) {
-      std::snprintf(line, sizeof line, " %12.6f %5.1f%%", b.value("host_wait_s", 0.0),
-                    100 * b.value("host_wait_fraction", 0.0));
-      tab << line;
-    }
-    for (int k = 0; k < topo.num_tiers(); ++k) {
-      std::snprintf(line, sizeof line, " %12.4f",
-                    e["bytes_by_tier"][topo.tier_name(k)].get<double>() / 1e9);
-      tab << line;
-    }
-    if (any_v_major) {
-      const VMajorSum v = v_major_sum(e);
-      if (v.present)
-        std::snprintf(line, sizeof line, " %11.4f %6.1f%%",
-                      std::abs(v.saved_bytes) < 5e4 ? 0.0 : v.saved_bytes / 1e9,  // no -0.0000
-                      v.blocks > 0 ? 100 * v.active_blocks / v.blocks : 0.0);
-      else
-        std::snprintf(line, sizeof line, " %11s %7s", "-", "-");
-      tab << line;
-    }
-    if (real) {
-      const nlohmann::ordered_json& q = e["quality"];
-      const std::string psnr = q["preview_psnr_db"].is_string()
-                                   ? std::string("inf")
-                                   : fmt("%.2f", q["preview_psnr_db"].get<double>());
-      std::snprintf(line, sizeof line, " %11.3e %9s %7.4f", q["latent_relative_l2"].get<double>(),
-                    psnr.c_str(), q["preview_ssim"].get<double>());
-      tab << line;
-    }
-    tab << "\n";
+    nlohmann::ordered_json e = entry_record(recs, i, listed, order[i], technique[i]);
+    tab += table_row(e, order[i], cols, topo);
     entries.push_back(std::move(e));
   }
-  return tab.str();
+  return tab;
+}
+
+/// `cocodiff compare`'s options, as the command line gives them.
+struct CompareOptions {
+  std::string config;
+  std::string strategies = "flat,tapa,v_first,pipeline,cocodiff";
+  std::vector<std::string> sets;
+  std::string out = "out/compare";
+  bool outputs = false;
+  bool force = false;
+  std::string techniques;
+  double lossy_db = -1;
+};
+
+/// The names of --strategies, refused when it names none.
+std::vector<std::string> strategy_names(const std::string& strategies) {
+  std::vector<std::string> names;
+  std::stringstream ss(strategies);
+  for (std::string n; std::getline(ss, n, ',');)
+    if (!n.empty()) names.push_back(n);
+  if (names.empty()) throw ConfigError("--strategies: expected at least one strategy name");
+  return names;
+}
+
+/// Every entry's plan, resolved before anything runs: a bad config fails at once.
+std::vector<RunPlan> resolve_plans(const CompareOptions& o, const CompareEntries& en) {
+  std::vector<RunPlan> plans;
+  for (size_t i = 0; i < en.order.size(); ++i) {
+    std::vector<std::string> sets = {"emulator.trace=" + std::string(o.outputs ? "true" : "false")};
+    sets.insert(sets.end(), o.sets.begin(), o.sets.end());
+    sets.push_back("run.strategy=" + en.strategy[i]);
+    sets.insert(sets.end(), en.extra[i].begin(), en.extra[i].end());
+    plans.push_back(resolve_run_plan(o.config, sets));
+    // Each entry shows its steps, one whole line each: entries run side by side, and a pipe
+    // or a log file must get lines, not one line rewritten with \r.
+    plans.back().progress = true;
+    plans.back().progress_lines = true;
+    plans.back().progress_label = "[" + en.order[i] + "] ";
+  }
+  return plans;
+}
+
+/// Prints the table and the notes under it; returns the entries' compare.json records.
+nlohmann::ordered_json print_results(const std::vector<RunRecord>& recs,
+                                     const std::vector<RunPlan>& plans,
+                                     const std::vector<std::string>& names,
+                                     const CompareEntries& en) {
+  nlohmann::ordered_json entries = nlohmann::ordered_json::array();
+  const std::string tab = entries_table(recs, plans, names, en.order, en.technique, entries);
+  const bool real = plans[0].math == "real";
+  std::cout << tab;
+  if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
+  std::vector<nlohmann::ordered_json> reports;
+  reports.reserve(recs.size());
+  for (const nlohmann::ordered_json& e : entries) reports.push_back(e);  // with quality
+  std::cout << compare_notes(en.order, en.strategy, en.technique, reports, plans);
+  return entries;
+}
+
+/// Writes OUT: compare.json and (--outputs) every strategy's run outputs, as one output set.
+void write_output_set(const CompareOptions& o, const std::vector<RunPlan>& plans,
+                      const std::vector<RunRecord>& recs, const std::vector<std::string>& order,
+                      const nlohmann::ordered_json& doc) {
+  // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
+  // staged together and moved into place in one step, so a full disk or a kill leaves the
+  // previous set whole or the new one, never strategies of two runs side by side.
+  try {
+    auto lock = hold_interrupts();
+    OutputSet set(o.out, o.force);
+    if (o.outputs)
+      for (size_t i = 0; i < plans.size(); ++i)
+        write_outputs(plans[i], recs[i], set.dir() / order[i]);
+    write_file_atomic(set.dir() / "compare.json", doc.dump(2) + "\n");
+    output_test_point();
+    set.commit();
+  } catch (const InputError& e) {
+    throw InputError(o.out + ": the new output set could not be written, the previous one " +
+                     "(if any) is unchanged: " + e.what());
+  }
+}
+
+/// `cocodiff compare`: every entry resolved, run side by side, printed and written.
+void run_compare(const CompareOptions& o) {
+  const std::vector<std::string> names = strategy_names(o.strategies);
+  check_output_target(o.out, o.force);  // before any strategy runs
+  for (const std::string& n : names)
+    if (const std::string e = dit::attention_strategy_error(n); !e.empty())
+      throw ConfigError("--strategies: " + e);
+  const CompareEntries en = compare_entries(names, o.techniques);
+  std::vector<RunPlan> plans = resolve_plans(o, en);
+  if (o.lossy_db >= 0 && plans[0].math != "real")
+    throw ConfigError(
+        "--lossy: quality needs real math (run.math = \"real\"); this config "
+        "runs phantom");
+  std::cout << describe(plans[0], "emulator", en.order) << std::flush;
+  std::vector<RunRecord> recs = run_plans_side_by_side(plans, en.order);
+  const nlohmann::ordered_json entries = print_results(recs, plans, names, en);
+  nlohmann::ordered_json doc;
+  doc["config"] = o.config;
+  doc["sets"] = o.sets;
+  doc["reference"] = "flat";
+  doc["techniques"] = o.techniques;
+  if (o.lossy_db >= 0) doc["lossy"] = fastest_within(entries, en.order, o.lossy_db);
+  doc["entries"] = entries;
+  write_output_set(o, plans, recs, en.order, doc);
+  std::cout << "compare.json in " << o.out << "/\n";
 }
 
 }  // namespace
 
 void add_compare_command(CLI::App& app) {
-  struct Options {
-    std::string config;
-    std::string strategies = "flat,tapa,v_first,pipeline,cocodiff";
-    std::vector<std::string> sets;
-    std::string out = "out/compare";
-    bool outputs = false;
-    bool force = false;
-    std::string techniques;
-    double lossy_db = -1;
-  };
-  auto opt = std::make_shared<Options>();
+  auto opt = std::make_shared<CompareOptions>();
   CLI::App* cmd = app.add_subcommand(
       "compare", "Run one config under several attention strategies and compare them");
   cmd->add_option("config", opt->config, "Run config (TOML)")->required();
@@ -283,77 +412,7 @@ void add_compare_command(CLI::App& app) {
   cmd->add_flag("--outputs", opt->outputs,
                 "Also write each strategy's run outputs (report.json, image.png, trace.json) to "
                 "OUT/STRATEGY/ (OUT is replaced as one set)");
-  cmd->callback([opt] {
-    std::vector<std::string> names;
-    std::stringstream ss(opt->strategies);
-    for (std::string n; std::getline(ss, n, ',');)
-      if (!n.empty()) names.push_back(n);
-    if (names.empty()) throw ConfigError("--strategies: expected at least one strategy name");
-    check_output_target(opt->out, opt->force);  // before any strategy runs
-    for (const std::string& n : names)
-      if (const std::string e = dit::attention_strategy_error(n); !e.empty())
-        throw ConfigError("--strategies: " + e);
-    const CompareEntries en = compare_entries(names, opt->techniques);
-    const std::vector<std::string>&order = en.order, &strategy = en.strategy,
-          &technique = en.technique;
-    const std::vector<std::vector<std::string>>& extra = en.extra;
-    // Resolve every plan before running anything: a bad config fails at once.
-    std::vector<RunPlan> plans;
-    for (size_t i = 0; i < order.size(); ++i) {
-      std::vector<std::string> sets = {"emulator.trace=" +
-                                       std::string(opt->outputs ? "true" : "false")};
-      sets.insert(sets.end(), opt->sets.begin(), opt->sets.end());
-      sets.push_back("run.strategy=" + strategy[i]);
-      sets.insert(sets.end(), extra[i].begin(), extra[i].end());
-      plans.push_back(resolve_run_plan(opt->config, sets));
-      // Each entry shows its steps, one whole line each: entries run side by side, and a pipe
-      // or a log file must get lines, not one line rewritten with \r.
-      plans.back().progress = true;
-      plans.back().progress_lines = true;
-      plans.back().progress_label = "[" + order[i] + "] ";
-    }
-    if (opt->lossy_db >= 0 && plans[0].math != "real")
-      throw ConfigError(
-          "--lossy: quality needs real math (run.math = \"real\"); this config "
-          "runs phantom");
-    std::cout << describe(plans[0], "emulator", order) << std::flush;
-    std::vector<RunRecord> recs = run_plans_side_by_side(plans, order);
-    nlohmann::ordered_json entries = nlohmann::ordered_json::array();
-    const std::string tab = entries_table(recs, plans, names, order, technique, entries);
-    const bool real = plans[0].math == "real";
-    std::cout << tab;
-    if (!real) std::cout << "(phantom math: no quality columns; outputs have no values)\n";
-    {
-      std::vector<nlohmann::ordered_json> reports;
-      reports.reserve(recs.size());
-      for (const nlohmann::ordered_json& e : entries) reports.push_back(e);  // with quality
-      std::cout << compare_notes(order, strategy, technique, reports, plans);
-    }
-    nlohmann::ordered_json doc;
-    doc["config"] = opt->config;
-    doc["sets"] = opt->sets;
-    doc["reference"] = "flat";
-    doc["techniques"] = opt->techniques;
-    if (opt->lossy_db >= 0) doc["lossy"] = fastest_within(entries, order, opt->lossy_db);
-    doc["entries"] = entries;
-    // OUT is one output set: compare.json and (--outputs) every strategy's OUT/STRATEGY/ are
-    // staged together and moved into place in one step, so a full disk or a kill leaves the
-    // previous set whole or the new one, never strategies of two runs side by side.
-    try {
-      auto lock = hold_interrupts();
-      OutputSet set(opt->out, opt->force);
-      if (opt->outputs)
-        for (size_t i = 0; i < plans.size(); ++i)
-          write_outputs(plans[i], recs[i], set.dir() / order[i]);
-      write_file_atomic(set.dir() / "compare.json", doc.dump(2) + "\n");
-      output_test_point();
-      set.commit();
-    } catch (const InputError& e) {
-      throw InputError(opt->out + ": the new output set could not be written, the previous one " +
-                       "(if any) is unchanged: " + e.what());
-    }
-    std::cout << "compare.json in " << opt->out << "/\n";
-  });
+  cmd->callback([opt] { run_compare(*opt); });
 }
 
 }  // namespace cocodiff::apps
