@@ -60,17 +60,19 @@ Tensor required(const dit::SafetensorsFile& f, const std::string& name, std::int
   return t;
 }
 
-void run_forward(const ForwardOptions& o) {
-  // The model preset, with --set model.* overrides, resolved like a run config's [model].
+/// The model preset, with --set model.* overrides, resolved like a run config's [model].
+dit::ModelConfig load_model(const ForwardOptions& o) {
   Config cfg = Config::parse("[model]\npreset = \"" + o.model + "\"\n", "--model");
   for (const std::string& s : o.sets) cfg.set(s);
-  const dit::ModelConfig mc = dit::load_model_config(cfg, config_dir() / "models");
+  dit::ModelConfig mc = dit::load_model_config(cfg, config_dir() / "models");
   cfg.check_no_unknown_keys();
-  std::shared_ptr<const dit::Weights> w = dit::load_weights(mc, o.weights);
+  return mc;
+}
 
-  dit::SafetensorsFile in(o.input);
+/// Refuses a tensor of IN the model does not take, and class_label beside text or pooled.
+void check_input_names(const dit::SafetensorsFile& in, const dit::ModelConfig& mc,
+                       const std::string& input, bool class_tokens) {
   // Every tensor of IN must be one the model takes: a silently ignored input is a wrong result.
-  const bool class_tokens = dit::model_family(mc.family).class_tokens && mc.num_classes > 0;
   std::vector<std::string> takes = {"latent", "sigma"};
   if (mc.text_tokens > 0) takes.push_back("text");
   if (mc.pooled_dim > 0) takes.push_back("pooled");
@@ -83,78 +85,89 @@ void run_forward(const ForwardOptions& o) {
   }
   for (const auto& [name, entry] : in.entries())
     if (std::find(takes.begin(), takes.end(), name) == takes.end()) {
-      std::string msg = o.input;
+      std::string msg = input;
       msg.append(": tensor '").append(name).append("' is not an input of ").append(mc.name);
       msg.append(" (it takes ").append(took).append("; README.md, \"One transformer pass\")");
       throw InputError(msg);
     }
   if (class_tokens && in.find("class_label") != nullptr &&
       (in.find("text") != nullptr || in.find("pooled") != nullptr))
-    throw InputError(o.input + ": give " + mc.name +
+    throw InputError(input + ": give " + mc.name +
                      " either class_label (its learned class tokens) or text and pooled, not both");
+}
+
+/// IN's latent as patch tokens, with its frames, height and width (in latent cells).
+struct Latent {
+  Tensor tokens;
+  int frames = 1, h = 0, wd = 0;
+};
+
+/// IN's latent, checked against the model (channels, frames, patch size) and patchified.
+Latent read_latent(const dit::SafetensorsFile& in, const dit::ModelConfig& mc,
+                   const std::string& input) {
   const dit::SafetensorsEntry* le = in.find("latent");
-  if (le == nullptr) throw InputError(o.input + ": missing input tensor 'latent' [C, H, W]");
+  if (le == nullptr) throw InputError(input + ": missing input tensor 'latent' [C, H, W]");
   // A video model's latent may have frames: [C, F, H, W].
   const bool video = dit::model_family(mc.family).video;
   const std::string shape_text = video ? ", H, W] or [C, F, H, W]" : ", H, W]";
   if ((le->shape.size() != 3 && !(video && le->shape.size() == 4)) ||
       le->shape[0] != mc.latent_channels)
-    throw InputError(o.input + ": 'latent' must be [" + std::to_string(mc.latent_channels) +
+    throw InputError(input + ": 'latent' must be [" + std::to_string(mc.latent_channels) +
                      shape_text);
   const Tensor latent = in.read("latent");  // its shape checked against its data
   const std::size_t hd_at = le->shape.size() - 2;
   if (le->shape[hd_at] > (1 << 20) || le->shape[hd_at + 1] > (1 << 20) ||
       (hd_at == 2 && le->shape[1] > (1 << 16)))
-    throw InputError(o.input + ": 'latent' H and W must be at most 1048576, F at most 65536");
-  const int frames = hd_at == 2 ? static_cast<int>(le->shape[1]) : 1;
-  const int h = static_cast<int>(le->shape[hd_at]), wd = static_cast<int>(le->shape[hd_at + 1]);
-  if (h % mc.patch_size != 0 || wd % mc.patch_size != 0 || frames < 1)
-    throw InputError(o.input + ": latent H and W must be multiples of the patch size " +
+    throw InputError(input + ": 'latent' H and W must be at most 1048576, F at most 65536");
+  Latent l;
+  l.frames = hd_at == 2 ? static_cast<int>(le->shape[1]) : 1;
+  l.h = static_cast<int>(le->shape[hd_at]);
+  l.wd = static_cast<int>(le->shape[hd_at + 1]);
+  if (l.h % mc.patch_size != 0 || l.wd % mc.patch_size != 0 || l.frames < 1)
+    throw InputError(input + ": latent H and W must be multiples of the patch size " +
                      std::to_string(mc.patch_size));
-  const Tensor tokens = dit::patchify(latent, mc.latent_channels, h, wd, mc.patch_size, frames);
+  l.tokens = dit::patchify(latent, mc.latent_channels, l.h, l.wd, mc.patch_size, l.frames);
+  return l;
+}
+
+/// IN's class label, checked (0 where IN has none or the model has no classes).
+int read_class_label(const dit::SafetensorsFile& in, const dit::ModelConfig& mc,
+                     const std::string& input) {
   // A class label of a class-conditional model: an index into its class embedding table,
   // num_classes rows then the null class.
-  int label = 0;
-  if (mc.num_classes > 0) {
-    const float v = scalar(in, "class_label", 0);
-    if (!(v >= 0 && v <= static_cast<float>(mc.num_classes)) || v != std::floor(v)) {
-      std::ostringstream found;
-      found << v;
-      throw InputError(
-          o.input + ": tensor 'class_label' must be a class index, an integer in [0, " +
-          std::to_string(mc.num_classes - 1) + "] or " + std::to_string(mc.num_classes) +
-          " (the null class) for " + mc.name + "; found " + found.str());
-    }
-    label = static_cast<int>(v);
+  if (mc.num_classes <= 0) return 0;
+  const float v = scalar(in, "class_label", 0);
+  if (!(v >= 0 && v <= static_cast<float>(mc.num_classes)) || v != std::floor(v)) {
+    std::ostringstream found;
+    found << v;
+    throw InputError(input + ": tensor 'class_label' must be a class index, an integer in [0, " +
+                     std::to_string(mc.num_classes - 1) + "] or " + std::to_string(mc.num_classes) +
+                     " (the null class) for " + mc.name + "; found " + found.str());
   }
-  std::optional<Tensor> text, pooled;
+  return static_cast<int>(v);
+}
+
+/// The text conditioning: the class's learned tokens, or IN's text and pooled tensors.
+void read_conditioning(const dit::SafetensorsFile& in, const dit::ModelConfig& mc,
+                       const dit::Weights& w, int label, bool class_tokens,
+                       std::optional<Tensor>& text, std::optional<Tensor>& pooled) {
   if (class_tokens && in.find("class_label") != nullptr) {
     // The class's learned tokens stand in for the text encoder's output, as in `run`.
-    dit::TextConditioning c = dit::class_conditioning(mc, *w, label, false);
+    dit::TextConditioning c = dit::class_conditioning(mc, w, label, false);
     text = std::move(c.text);
     if (mc.pooled_dim > 0) pooled = std::move(c.pooled);
   } else {
     if (mc.text_tokens > 0) text = required(in, "text", mc.text_tokens, mc.text_dim);
     if (mc.pooled_dim > 0) pooled = required(in, "pooled", 1, mc.pooled_dim);
   }
+}
 
-  dit::ForwardInputs fi;
-  fi.batch = 1;
-  fi.x = &tokens;
-  fi.grid = {frames, h / mc.patch_size, wd / mc.patch_size};
-  fi.shard = dit::shard_tokens(tokens.rows(), 1, 0);
-  fi.sigmas = {scalar(in, "sigma", -1)};
-  if (fi.sigmas[0] < 0 || fi.sigmas[0] > 1)
-    throw InputError(o.input + ": tensor 'sigma' [1] in [0, 1] is required");
-  if (mc.guidance_embed) fi.guidance = {scalar(in, "guidance", static_cast<float>(mc.cfg_scale))};
-  if (text) fi.text = &*text;
-  if (pooled) fi.pooled = &*pooled;
-  if (mc.num_classes > 0) fi.class_labels = {label};
-
-  fi.all_channels = true;  // DiT's learned-sigma channels too
-
+/// Runs the pass on `fi`, writes OUT (velocity and output) and prints what it did.
+void write_prediction(const ForwardOptions& o, const dit::ModelConfig& mc, const dit::Weights& w,
+                      const dit::ForwardInputs& fi, const Latent& l) {
+  const int frames = l.frames, h = l.h, wd = l.wd;
   dit::LocalComm comm;
-  const Tensor out = dit::forward(comm, mc, *w, "serial", fi, /*phantom=*/false);
+  const Tensor out = dit::forward(comm, mc, w, "serial", fi, /*phantom=*/false);
   const int out_channels = static_cast<int>(out.cols()) / (mc.patch_size * mc.patch_size);
   const Tensor all = dit::unpatchify(out, out_channels, h, wd, mc.patch_size, frames);
   // "output": every predicted channel; "velocity": the latent channels the sampler steps with
@@ -172,6 +185,35 @@ void run_forward(const ForwardOptions& o) {
             << "], sigma " << fi.sigmas[0] << " -> " << o.output << " (output [" << out_channels
             << ", " << dims << "], velocity = its first " << mc.latent_channels << " channels, "
             << comm.flops() / 1e9 << " GFLOP)\n";
+}
+
+void run_forward(const ForwardOptions& o) {
+  const dit::ModelConfig mc = load_model(o);
+  std::shared_ptr<const dit::Weights> w = dit::load_weights(mc, o.weights);
+
+  dit::SafetensorsFile in(o.input);
+  const bool class_tokens = dit::model_family(mc.family).class_tokens && mc.num_classes > 0;
+  check_input_names(in, mc, o.input, class_tokens);
+  const Latent l = read_latent(in, mc, o.input);
+  const int label = read_class_label(in, mc, o.input);
+  std::optional<Tensor> text, pooled;
+  read_conditioning(in, mc, *w, label, class_tokens, text, pooled);
+
+  dit::ForwardInputs fi;
+  fi.batch = 1;
+  fi.x = &l.tokens;
+  fi.grid = {l.frames, l.h / mc.patch_size, l.wd / mc.patch_size};
+  fi.shard = dit::shard_tokens(l.tokens.rows(), 1, 0);
+  fi.sigmas = {scalar(in, "sigma", -1)};
+  if (fi.sigmas[0] < 0 || fi.sigmas[0] > 1)
+    throw InputError(o.input + ": tensor 'sigma' [1] in [0, 1] is required");
+  if (mc.guidance_embed) fi.guidance = {scalar(in, "guidance", static_cast<float>(mc.cfg_scale))};
+  if (text) fi.text = &*text;
+  if (pooled) fi.pooled = &*pooled;
+  if (mc.num_classes > 0) fi.class_labels = {label};
+
+  fi.all_channels = true;  // DiT's learned-sigma channels too
+  write_prediction(o, mc, *w, fi, l);
 }
 
 }  // namespace
