@@ -99,20 +99,21 @@ void warn_routes_leaving_their_tier(RouteTable& routes) {
   }
 }
 
-void run_topo(const TopoOptions& o) {
-  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
-  for (const std::string& s : o.sets) cfg.set(s);
-  Cluster c = load_cluster(cfg, config_dir() / "clusters");
-  const Topology& topo = c.topology;
-  const ClusterGraph& g = *c.graph;
-  // Bad --route arguments fail before anything is printed.
+/// The --route pairs, checked before anything is printed.
+std::vector<std::pair<int, int>> asked_routes(const TopoOptions& o, const Topology& topo) {
   std::vector<std::pair<int, int>> asked;
   for (const std::string& s : o.routes) {
     asked.push_back(parse_route(s, topo.num_ranks()));
     if (asked.back().first == asked.back().second)
       throw UserError("--route " + s + ": a rank to itself has no route");
   }
+  return asked;
+}
 
+/// The cluster's name, source, levels and tiers, network and graph.
+void print_cluster(const Cluster& c) {
+  const Topology& topo = c.topology;
+  const ClusterGraph& g = *c.graph;
   std::printf("cluster %s: %s\n", c.name.c_str(), c.description.c_str());
   std::printf("  source   %s\n", c.source.c_str());
   std::printf("  ranks    %d =", topo.num_ranks());
@@ -127,8 +128,10 @@ void run_topo(const TopoOptions& o) {
   }
   std::printf("  graph    %d ranks, %d NICs, %d switch vertices, %d directed links\n\n",
               g.num_ranks(), nics, switches, g.num_links());
+}
 
-  // Link classes: count, bandwidth and latency (every link of a class is alike).
+/// Link classes: count, bandwidth and latency (every link of a class is alike).
+void print_link_classes(const ClusterGraph& g) {
   std::printf("link classes (per direction)\n");
   std::printf("  %-14s %-12s %7s %12s %10s\n", "class", "tier", "links", "bandwidth", "latency");
   for (int cls = 0; cls < g.num_link_classes(); ++cls) {
@@ -141,10 +144,12 @@ void run_topo(const TopoOptions& o) {
                 gbps(g.link(first).bandwidth_bytes_per_s).c_str(),
                 us(g.link(first).latency).c_str());
   }
+}
 
+/// Per tier, the routes from rank 0 to its nearest and farthest peer.
+void print_tier_routes(RouteTable& routes, const Topology& topo) {
   // Per tier, from rank 0: the nearest and the farthest peer (by hops, then latency), and what
   // one transfer alone sees (latency, bottleneck bandwidth).
-  RouteTable routes(c.graph);
   std::printf("\ntiers: one transfer alone from rank 0 (nearest and farthest peer per tier)\n");
   for (int k = 0; k < topo.num_tiers(); ++k) {
     int nearest = -1, farthest = -1;
@@ -165,13 +170,10 @@ void run_topo(const TopoOptions& o) {
     print_route(routes, 0, nearest);
     if (farthest != nearest) print_route(routes, 0, farthest);
   }
-  if (!asked.empty()) {
-    std::printf("\nroutes\n");
-    for (auto [a, b] : asked) print_route(routes, a, b);
-  }
-  warn_routes_leaving_their_tier(routes);
+}
 
-  const RooflineParams& d = c.device_params;
+/// The device's roofline: peaks, launch overhead and each op kind's efficiencies.
+void print_device(const RooflineParams& d) {
   std::printf("\ndevice %s (roofline)\n", d.name.c_str());
   std::printf("  peak %.1f TFLOP/s, HBM %.1f GB/s, launch overhead %s\n", d.peak_flops_per_s / 1e12,
               d.hbm_bytes_per_s / 1e9, us(d.launch_overhead).c_str());
@@ -183,6 +185,24 @@ void run_topo(const TopoOptions& o) {
   std::printf("\n  %-18s", "memory");
   for (double e : d.memory_efficiency) std::printf(" %12.2f", e);
   std::printf("\n");
+}
+
+void run_topo(const TopoOptions& o) {
+  Config cfg = load_cluster_config(o.config, config_dir() / "clusters");
+  for (const std::string& s : o.sets) cfg.set(s);
+  Cluster c = load_cluster(cfg, config_dir() / "clusters");
+  // Bad --route arguments fail before anything is printed.
+  const std::vector<std::pair<int, int>> asked = asked_routes(o, c.topology);
+  print_cluster(c);
+  print_link_classes(*c.graph);
+  RouteTable routes(c.graph);
+  print_tier_routes(routes, c.topology);
+  if (!asked.empty()) {
+    std::printf("\nroutes\n");
+    for (auto [a, b] : asked) print_route(routes, a, b);
+  }
+  warn_routes_leaving_their_tier(routes);
+  print_device(c.device_params);
 }
 
 }  // namespace
