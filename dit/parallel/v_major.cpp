@@ -154,29 +154,32 @@ std::uint64_t VMajorChannel::key(int phase, int s, int d) const {
 }
 
 std::int64_t VMajorChannel::subblocks(BlockShape b) const {
-  const std::int64_t tr = c_.opt_.v_major_block_tokens;
-  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  const std::int64_t tr = c_.options().v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.options().v_major_block_heads} * head_dim_;
   return ((b.rows + tr - 1) / tr) * ((b.cols + tc - 1) / tc);
 }
 
-std::vector<float>& VMajorChannel::entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
-                                         std::uint64_t k, std::int64_t numel) {
-  if (c_.phantom_) {
-    if (counting_) c_.cache_elements_ += n(numel);
+std::vector<float>& VMajorCache::block_copy(bool held, std::uint64_t key, std::int64_t numel,
+                                            bool counting) {
+  if (phantom_) {
+    if (counting) cache_elements_ += n(numel);
     return none_;
   }
-  auto [it, fresh] = m.try_emplace(k);
-  if (fresh) c_.cache_elements_ += n(numel);
+  auto [it, fresh] = (held ? held_ : mirror_).try_emplace(key);
+  if (fresh) cache_elements_ += n(numel);
   return it->second;
+}
+
+bool VMajorCache::counts_pass(int layer, std::uint64_t pass_key) {
+  return !phantom_ || ((flag_at(layer / 65536, layer % 65536) & kCountedWhole) == 0 &&
+                       phantom_counted_.insert(pass_key).second);
 }
 
 void VMajorChannel::begin_pass(int phase, bool held) {
   // One pass visits the same blocks every step (a sender's mirror in pack and record_sent, a
   // receiver's copy in unpack and record_received), so counting its first visit counts every
   // distinct block once.
-  counting_ = !c_.phantom_ ||
-              ((c_.flag_at(layer_ / 65536, layer_ % 65536) & VMajorCache::kCountedWhole) == 0 &&
-               c_.phantom_counted_.insert(key(phase, 0, 0) ^ (held ? 1ull << 63 : 0)).second);
+  counting_ = c_.counts_pass(layer_, key(phase, 0, 0) ^ (held ? 1ull << 63 : 0));
 }
 
 // One pack call: the sub-block sizes and the threshold, the compacted active blocks of every
@@ -195,11 +198,11 @@ void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
   begin_pass(phase, false);
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
-  Pack pk{c_.opt_.v_major_block_tokens,
-          std::int64_t{c_.opt_.v_major_block_heads} * head_dim_,
-          c_.opt_.v_major_threshold * c_.opt_.v_major_threshold,
-          c_.opt_.v_major_threshold == 0,
-          c_.opt_.v_major_phantom_active_fraction,
+  Pack pk{c_.options().v_major_block_tokens,
+          std::int64_t{c_.options().v_major_block_heads} * head_dim_,
+          c_.options().v_major_threshold * c_.options().v_major_threshold,
+          c_.options().v_major_threshold == 0,
+          c_.options().v_major_phantom_active_fraction,
           io.send_off.back(),
           {}};
   std::vector<std::int64_t> msc(m, 0), mrc(m, 0);
@@ -227,7 +230,7 @@ void VMajorChannel::pack(const Exec& ex, int phase, PhaseIo& io) {
 // its send count and displacement. Returns its number of sub-blocks (mask elements).
 std::int64_t VMajorChannel::pack_member(Pack& pk, int phase, PhaseIo& io, size_t v) {
   const SpGroup::Phase& ph = io.ph;
-  VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[v])];
+  VMajorTierStats& ts = c_.tier_stats(ph.member_tier[v]);
   const std::int64_t before = static_cast<std::int64_t>(pk.compact.size());
   std::int64_t phantom_sent = 0, idx = 0;
   for (int i = ph.send_member_begin[v]; i < ph.send_member_begin[v + 1]; ++i)
@@ -254,7 +257,7 @@ void VMajorChannel::pack_block(Pack& pk, int phase, PhaseIo& io, int i, VMajorTi
   const BlockShape b = io.shape(s, d);
   ts.full_elements += n(b.numel());
   pk.scanned += n(b.numel());
-  std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
+  std::vector<float>& mirror = c_.block_copy(false, key(phase, s, d), b.numel(), counting_);
   const bool have = !io.phantom && !mirror.empty();
   if (!io.phantom && mirror.empty()) mirror.assign(static_cast<size_t>(b.numel()), 0.0f);
   const float* data = io.phantom ? nullptr : io.send.data() + io.send_off[static_cast<size_t>(i)];
@@ -285,9 +288,9 @@ void VMajorChannel::pack_block(Pack& pk, int phase, PhaseIo& io, int i, VMajorTi
 void VMajorChannel::plan_receive(int /*phase*/, PhaseIo& io) {
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
-  const std::int64_t tr = c_.opt_.v_major_block_tokens;
-  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
-  const double f = c_.opt_.v_major_phantom_active_fraction;
+  const std::int64_t tr = c_.options().v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.options().v_major_block_heads} * head_dim_;
+  const double f = c_.options().v_major_phantom_active_fraction;
   std::int64_t tail = io.recv_off.back();
   std::int64_t mi = 0;  // position in the received mask
   for (size_t v = 0; v < m; ++v) {
@@ -316,8 +319,8 @@ void VMajorChannel::unpack(const Exec& ex, int phase, PhaseIo& io) {
   begin_pass(phase, true);
   const SpGroup::Phase& ph = io.ph;
   const size_t m = static_cast<size_t>(ph.members);
-  const std::int64_t tr = c_.opt_.v_major_block_tokens;
-  const std::int64_t tc = std::int64_t{c_.opt_.v_major_block_heads} * head_dim_;
+  const std::int64_t tr = c_.options().v_major_block_tokens;
+  const std::int64_t tc = std::int64_t{c_.options().v_major_block_heads} * head_dim_;
   double patched = 0, copied = 0;
   for (size_t v = 0; v < m; ++v) {
     if (!member_selective(ph, static_cast<int>(v))) continue;
@@ -327,7 +330,7 @@ void VMajorChannel::unpack(const Exec& ex, int phase, PhaseIo& io) {
     for (int i = ph.recv_member_begin[v]; i < ph.recv_member_begin[v + 1]; ++i) {
       const auto [s, d] = ph.recv[static_cast<size_t>(i)];
       const BlockShape b = io.shape(s, d);
-      std::vector<float>& held = entry(c_.held_, key(phase, s, d), b.numel());
+      std::vector<float>& held = c_.block_copy(true, key(phase, s, d), b.numel(), counting_);
       copied += n(b.numel());
       if (io.phantom) continue;
       if (held.empty()) held.assign(static_cast<size_t>(b.numel()), 0.0f);
@@ -355,7 +358,7 @@ void VMajorChannel::record_sent(int phase, PhaseIo& io) {
   const SpGroup::Phase& ph = io.ph;
   for (int v = 0; v < ph.members; ++v) {
     if (!member_selective(ph, v)) continue;
-    VMajorTierStats& ts = c_.tiers_[c_.topo_.tier_name(ph.member_tier[static_cast<size_t>(v)])];
+    VMajorTierStats& ts = c_.tier_stats(ph.member_tier[static_cast<size_t>(v)]);
     for (int i = ph.send_member_begin[static_cast<size_t>(v)];
          i < ph.send_member_begin[static_cast<size_t>(v) + 1]; ++i) {
       const auto [s, d] = ph.send[static_cast<size_t>(i)];
@@ -364,7 +367,7 @@ void VMajorChannel::record_sent(int phase, PhaseIo& io) {
       ts.sent_elements += n(b.numel());
       ts.blocks += subblocks(b);
       ts.active_blocks += subblocks(b);
-      std::vector<float>& mirror = entry(c_.mirror_, key(phase, s, d), b.numel());
+      std::vector<float>& mirror = c_.block_copy(false, key(phase, s, d), b.numel(), counting_);
       if (!io.phantom) {
         const float* a = io.send.data() + io.send_off[static_cast<size_t>(i)];
         mirror.assign(a, a + b.numel());
@@ -382,7 +385,7 @@ void VMajorChannel::record_received(int phase, PhaseIo& io) {
          i < ph.recv_member_begin[static_cast<size_t>(v) + 1]; ++i) {
       const auto [s, d] = ph.recv[static_cast<size_t>(i)];
       const BlockShape b = io.shape(s, d);
-      std::vector<float>& held = entry(c_.held_, key(phase, s, d), b.numel());
+      std::vector<float>& held = c_.block_copy(true, key(phase, s, d), b.numel(), counting_);
       if (!io.phantom) {
         const float* a = io.recv.data() + io.recv_off[static_cast<size_t>(i)];
         held.assign(a, a + b.numel());

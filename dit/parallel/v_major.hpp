@@ -51,8 +51,19 @@ class VMajorCache {
   /// Statistics so far (v_major fields of StrategyStats).
   void add_to(StrategyStats& s) const;
 
+  // ---- what a VMajorChannel keeps here ----
+  /// The statistics of tier `tier` (a Topology tier index).
+  VMajorTierStats& tier_stats(int tier) { return tiers_[topo_.tier_name(tier)]; }
+  /// The copy of block `key` (`numel` elements) a sender mirrors (held = false) or a receiver
+  /// holds (held = true), counted in the cache's size when it is new; in phantom mode an empty
+  /// vector, counted when `counting` (the pass's first visit: counts_pass).
+  std::vector<float>& block_copy(bool held, std::uint64_t key, std::int64_t numel, bool counting);
+  /// Whether a pass over the blocks of layer `layer` (next_layer's key) named by `pass_key`
+  /// counts its blocks: always with real values, and in phantom mode on its first visit only
+  /// (and never for a layer skip_layers counted).
+  bool counts_pass(int layer, std::uint64_t pass_key);
+
  private:
-  friend class VMajorChannel;
   StrategyOptions opt_;
   const Topology& topo_;
   bool phantom_;
@@ -73,6 +84,7 @@ class VMajorCache {
   std::unordered_set<std::uint64_t> phantom_counted_;
   std::map<std::string, VMajorTierStats> tiers_;
   double cache_elements_ = 0;
+  std::vector<float> none_;  // phantom: the (always empty) copy of every block
 };
 
 /// One V exchange's use of the cache.
@@ -108,12 +120,8 @@ class VMajorChannel {
   /// Starts one pass over the blocks of `phase` on one side (held: receiver copies); in phantom
   /// mode its blocks count towards the cache size only the first time.
   void begin_pass(int phase, bool held);
-  /// The cache entry of block k (phantom: an empty vector, the block only counted).
-  std::vector<float>& entry(std::unordered_map<std::uint64_t, std::vector<float>>& m,
-                            std::uint64_t k, std::int64_t numel);
   VMajorCache& c_;
-  bool counting_ = true;     // phantom: this pass's blocks are not counted yet
-  std::vector<float> none_;  // phantom: the (always empty) entry of every block
+  bool counting_ = true;  // phantom: this pass's blocks are not counted yet
   int layer_;
   int head_dim_;
 };

@@ -127,62 +127,46 @@ SimTime Accounting::charge(int rank, SimTime start, SimTime dt, std::string_view
   if (!rank_speed_.empty())
     dt = SimTime::from_ns(
         std::llround(static_cast<double>(dt.ns()) * rank_speed_[static_cast<size_t>(rank)]));
+  TileClock& c = t.timing;
   if (has_host_) {
     // The host issues ops in program order; the device runs one once it is issued and the
     // compute stream is free.
     SimTime issue = device_.host_issue(label, kernel);
     if (host_scale_ != 1.0)
       issue = SimTime::from_ns(std::llround(static_cast<double>(issue.ns()) * host_scale_));
-    t.host += issue;
-    if (t.host > start) {
-      t.host_wait += t.host - start;
-      start = t.host;
-    }
+    start = c.issue(start, issue);
   }
-  if (t.open_collectives > 0) {
+  if (c.overlapping()) {
     double factor = overlap_compute_factor_;
-    if (!t.open_by_slot.empty()) {  // the largest factor of the groups open
-      factor = 1.0;
-      for (size_t s = 0; s < t.open_by_slot.size(); ++s)
-        if (t.open_by_slot[s] > 0) factor = std::max(factor, slot_compute_[s]);
+    if (const std::vector<int>& open = c.open_by_slot(); !open.empty()) {
+      factor = 1.0;  // the largest factor of the groups open
+      for (size_t s = 0; s < open.size(); ++s)
+        if (open[s] > 0) factor = std::max(factor, slot_compute_[s]);
     }
     const double w = kind_weight_[static_cast<size_t>(kind)];
     if (w != 1.0) factor = 1.0 + w * (factor - 1.0);
     if (factor != 1.0) dt = SimTime::from_ns(std::llround(static_cast<double>(dt.ns()) * factor));
-    t.overlapped_compute += dt;
   }
+  c.add_compute(dt);
   const SimTime end = start + dt;
-  t.compute += dt;
   tile_event(rank, TraceEvent::Kind::kCompute, start, end, label);
   return end;
 }
 
-int Accounting::open_overlap(TileStats& t, int ranks) const {
+int Accounting::overlap_slot(int ranks) const {
   if (overlap_groups_.empty()) return -1;
   const auto it = std::find(overlap_groups_.begin(), overlap_groups_.end(), ranks);
-  const int slot = static_cast<int>(it - overlap_groups_.begin());
-  if (t.open_by_slot.empty()) t.open_by_slot.assign(slot_compute_.size(), 0);
-  ++t.open_by_slot[u(slot)];
-  return slot;
-}
-
-void Accounting::close_overlap(TileStats& t, int slot) {
-  if (slot >= 0) --t.open_by_slot[u(slot)];
+  return static_cast<int>(it - overlap_groups_.begin());
 }
 
 SimTime Accounting::issue_collective(int rank, SimTime clock) {
   if (!has_host_) return clock;
-  TileStats& t = tiles_[u(rank)];
-  t.host += device_.collective_issue();  // measured with every rank issuing: not scaled
-  if (t.host <= clock) return clock;
-  t.host_wait += t.host - clock;
-  return t.host;
+  // Measured with every rank issuing: not scaled.
+  return tiles_[u(rank)].timing.issue(clock, device_.collective_issue());
 }
 
 void Accounting::block_host(int rank, SimTime clock) {
-  if (!has_host_) return;
-  TileStats& t = tiles_[u(rank)];
-  t.host = std::max(t.host, clock);
+  if (has_host_) tiles_[u(rank)].timing.block_host(clock);
 }
 
 void Accounting::fold_flow_hash(SimTime next_base) {
@@ -236,9 +220,9 @@ void Accounting::finish(RunResult& res) {
     hash_value(t.hash, t.region_start.ns());
     hash_value(t.hash, t.inner);
     res.rank_end.push_back(t.end);
-    res.rank_compute.push_back(t.compute);
-    res.rank_exposed.push_back(t.exposed);
-    res.rank_host_wait.push_back(t.host_wait);
+    res.rank_compute.push_back(t.timing.compute());
+    res.rank_exposed.push_back(t.timing.exposed());
+    res.rank_host_wait.push_back(t.timing.host_wait());
     res.makespan = std::max(res.makespan, t.end);
     res.events += t.events;
     digest.update(std::as_bytes(std::span<const std::uint64_t>(&t.hash, 1)));
@@ -268,9 +252,9 @@ Accounting::Mark Accounting::mark(SimTime t0) const {
   Mark m;
   m.t0 = t0;
   for (const TileStats& t : tiles_) {
-    m.compute.push_back(t.compute);
-    m.exposed.push_back(t.exposed);
-    m.host_wait.push_back(t.host_wait);
+    m.compute.push_back(t.timing.compute());
+    m.exposed.push_back(t.timing.exposed());
+    m.host_wait.push_back(t.timing.host_wait());
     m.events.push_back(t.events);
     m.trace_size.push_back(t.trace.size());
   }
@@ -292,9 +276,9 @@ Accounting::Effect Accounting::effect_since(const Mark& m) const {
   if (options_.trace) e.tile_trace.resize(un);
   for (size_t r = 0; r < un; ++r) {
     const TileStats& t = tiles_[r];
-    e.compute.push_back(t.compute - m.compute[r]);
-    e.exposed.push_back(t.exposed - m.exposed[r]);
-    e.host_wait.push_back(t.host_wait - m.host_wait[r]);
+    e.compute.push_back(t.timing.compute() - m.compute[r]);
+    e.exposed.push_back(t.timing.exposed() - m.exposed[r]);
+    e.host_wait.push_back(t.timing.host_wait() - m.host_wait[r]);
     e.events.push_back(t.events - m.events[r]);
     e.inner.push_back(t.last_inner);
     if (options_.trace)
@@ -311,9 +295,7 @@ Accounting::Effect Accounting::effect_since(const Mark& m) const {
 void Accounting::apply(const Effect& e, SimTime t0) {
   for (size_t r = 0; r < u(ranks_); ++r) {
     TileStats& t = tiles_[r];
-    t.compute += e.compute[r];
-    t.exposed += e.exposed[r];
-    t.host_wait += e.host_wait[r];
+    t.timing.add_totals(e.compute[r], e.exposed[r], e.host_wait[r]);
     t.events += e.events[r];
     t.inner = e.inner[r];
     if (options_.trace) shifted(e.tile_trace[r], t0, false, t.trace, tile_trace_cap_);

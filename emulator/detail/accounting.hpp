@@ -18,6 +18,7 @@
 #include "core/op_cost.hpp"
 #include "core/sim_time.hpp"
 #include "core/topology.hpp"
+#include "emulator/detail/tile_clock.hpp"
 #include "emulator/detail/timeline_hash.hpp"
 #include "emulator/engine.hpp"
 #include "net_models/device_model.hpp"
@@ -27,7 +28,6 @@ namespace cocodiff::emu::detail {
 /// Per-tile accounting, written only by the tile's main fiber (and read after the run), and by
 /// the controller while every tile waits at a region mark.
 struct TileStats {
-  SimTime end, compute, exposed;
   /// The tile's events are hashed region by region: `inner` (hash_word in timeline_hash.hpp) over
   /// the current region's events with times relative to `region_start`, folded into `hash` with
   /// region_start when the next region begins. A replayed region thus hashes exactly like a
@@ -39,31 +39,10 @@ struct TileStats {
   int marks = 0;  // begin_region calls so far
   std::uint64_t events = 0;
   std::vector<TraceEvent> trace;
-  /// Collectives this tile started and has not yet waited for (its compute overlaps them).
-  int open_collectives = 0;
-  /// Point-to-point requests this tile posted that have not completed: with no open
-  /// collective either, the tile has no flow in the network and none can start before it
-  /// posts again.
-  int open_p2p = 0;
-  bool nothing_open() const { return open_p2p == 0 && open_collectives == 0; }
-  /// Compute time this tile issued while at least one of its collectives was open; a
-  /// collective's share is the growth of this sum while it was open.
-  SimTime overlapped_compute;
-  /// The tile's collectives run in the order it started them, on one communication stream (as
-  /// NCCL runs a communicator's): `stream_started` counts them; the latest one closed is
-  /// number `stream_closed`, which the network finished at `stream_net_end` and the stream at
-  /// `stream_end` (later by its transfer slowdown and what it carried from before).
-  std::uint64_t stream_started = 0, stream_closed = 0;
-  SimTime stream_net_end, stream_end;
-  /// Open collectives by overlap slot (Accounting::open_overlap), where the device has overlap
-  /// factors by group size; empty otherwise.
-  std::vector<int> open_by_slot;
-  /// When the tile's host has issued everything the tile ran so far (DeviceModel::has_host):
-  /// an op starts on the device no earlier than this, after its own issue cost.
-  SimTime host;
-  /// Time the tile's device waited for its host to issue the next op or collective: with
-  /// compute and exposed communication, the whole of its clock.
-  SimTime host_wait;
+  /// The tile's host, compute and communication streams and their overlap (its device's
+  /// clock is its main fiber's).
+  TileClock timing;
+  SimTime end;  // its device's clock when its fiber ended
 };
 
 class Accounting {
@@ -87,11 +66,12 @@ class Accounting {
   SimTime charge(int rank, SimTime start, SimTime dt, std::string_view label, OpKind kind,
                  KernelClass kernel = KernelClass::kNone);
   /// Where the device has overlap factors by group size (DeviceModel::overlap_groups), the slot
-  /// of a collective of `ranks` ranks (one per group size, then one for every other size), and
-  /// notes it open on tile t; compute the tile issues while collectives are open runs the
-  /// largest of their compute factors slower. -1 (and nothing noted) without such factors.
-  int open_overlap(TileStats& t, int ranks) const;
-  static void close_overlap(TileStats& t, int slot);
+  /// of a collective of `ranks` ranks (one per group size, then one for every other size);
+  /// compute a tile issues while collectives are open runs the largest of their slots' compute
+  /// factors slower. -1 without such factors.
+  int overlap_slot(int ranks) const;
+  /// The number of overlap slots (TileClock::open).
+  std::size_t overlap_slots() const { return slot_compute_.size(); }
   /// A collective call issued by rank's host (DeviceModel::collective_issue) at `clock`:
   /// returns when its kernel may start.
   SimTime issue_collective(int rank, SimTime clock);

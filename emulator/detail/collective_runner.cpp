@@ -37,8 +37,8 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
       c && !spec.send.empty() && !spec.recv.empty() && c->from.count > 0)
     std::memcpy(spec.recv.data() + c->to.offset, spec.send.data() + c->from.offset,
                 static_cast<std::size_t>(c->from.count) * sizeof(float));
-  const std::uint32_t label = k_.options_.trace ? k_.acct_.intern(req->label) : 0;
-  std::unique_lock<NullLock> lk(k_.state_lock_);
+  const std::uint32_t label = k_.options().trace ? k_.accounting().intern(req->label) : 0;
+  std::unique_lock<NullLock> lk(k_.state_lock());
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = op_pool_.take();  // a finished op's storage, if one is kept
@@ -55,7 +55,7 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
   m.started = true;
   m.req = req;
   m.spec = spec;
-  const LibraryModel& lib = k_.options_.library;
+  const LibraryModel& lib = k_.options().library;
   m.clock = clock + lib.call_overhead;
   if (lib.local_copy_bytes_per_s > 0)
     m.clock += local_copy_time(lib, k_.wire_bytes(sched.local_elements(spec.sizes, group_rank)));
@@ -191,7 +191,7 @@ void CollectiveRunner::op_finish(CollectiveOp& op, int r) {
   m.round = op.schedule->rounds();  // past every round: matches nothing more
   // Through the network, the member finishes when its last message ends; a closed-form one
   // may have been delivered ahead of virtual time: the member is woken when it gets there.
-  if (m.latest > k_.net_.now()) {
+  if (m.latest > k_.network().now()) {
     early_finishes_.push_back({m.latest, early_finish_seq_++, std::move(m.req), m.clock});
     std::push_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
   } else {

@@ -135,7 +135,7 @@ class CollectiveRunner {
   SimTime software_time(std::int64_t wire_bytes) {
     if (wire_bytes != software_bytes_) {
       software_bytes_ = wire_bytes;
-      software_time_ = message_software_time(k_.options_.library, wire_bytes);
+      software_time_ = message_software_time(k_.options().library, wire_bytes);
     }
     return software_time_;
   }

@@ -39,9 +39,10 @@ void CollectiveRunner::time_collective_message(CollectiveOp& op, int src, int ds
   // when the controller next steps, before any new flow enters the network: the members
   // usually wait for the op by then.
   if (op.schedule->one_each_way()) {
-    if (const std::optional<SimTime> end = k_.net_.exclusive_end(wsrc, wdst, bytes, 1, start)) {
+    if (const std::optional<SimTime> end =
+            k_.network().exclusive_end(wsrc, wdst, bytes, 1, start)) {
       if (op_waits_alone(op, src) && op_waits_alone(op, dst)) {
-        k_.acct_.flow(start, *end, wsrc, wdst, bytes, {&op.label, 1}, /*exclusive=*/true);
+        k_.accounting().flow(start, *end, wsrc, wdst, bytes, {&op.label, 1}, /*exclusive=*/true);
         closed_messages_.push_back({&op, src, dst, *end});
       } else {
         undecided_.push_back({&op, src, dst, step, start, *end, bytes});
@@ -55,12 +56,12 @@ void CollectiveRunner::time_collective_message(CollectiveOp& op, int src, int ds
 bool CollectiveRunner::settle_undecided() {
   bool timed = false;
   for (const UndecidedMessage& m : undecided_) {
-    if (k_.aborting_) break;
+    if (k_.aborting()) break;
     CollectiveOp& op = *m.op;
     const int wsrc = op.group->members[u(m.src)];
     const int wdst = op.group->members[u(m.dst)];
     if (op_waits_alone(op, m.src) && op_waits_alone(op, m.dst)) {
-      k_.acct_.flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1}, /*exclusive=*/true);
+      k_.accounting().flow(m.start, m.end, wsrc, wdst, m.bytes, {&op.label, 1}, /*exclusive=*/true);
       closed_messages_.push_back({&op, m.src, m.dst, m.end});
       timed = true;
     } else {
@@ -86,18 +87,18 @@ void CollectiveRunner::op_transfer(CollectiveOp& op, int src, int dst, int step,
   t.sink = &op;
   t.src_member = src;
   t.dst_member = dst;
-  k_.fabric_.add(std::move(t));
+  k_.fabric().add(std::move(t));
 }
 
 bool CollectiveRunner::op_waits_alone(const CollectiveOp& op, int r) const {
   const CollectiveMember& m = op.members[u(r)];
   const int rank = op.group->members[u(r)];
-  const FiberState& f = *k_.mains_[u(rank)];
-  const TileStats& t = k_.acct_.tile(rank);
+  const FiberState& f = k_.main_fiber(rank);
+  const TileStats& t = k_.accounting().tile(rank);
   // Blocked in wait() on this op (not in test(), which a timer may end), and it is the tile's
   // only open operation.
   return m.req != nullptr && f.blocked && !f.waiting_in_test && f.waiting_on == m.req.get() &&
-         m.req->open && t.open_collectives == 1 && t.open_p2p == 0;
+         m.req->open && t.timing.open_collectives() == 1 && t.timing.open_p2p() == 0;
 }
 
 void CollectiveRunner::finish_early(SimTime t) {

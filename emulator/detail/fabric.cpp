@@ -31,13 +31,13 @@ ReqPtr Fabric::p2p_request(FiberState& f, ReqState::Op op, int peer, std::int64_
   req->count = count;
   req->label = label;
   req->owner = f.rank;
-  ++k_.acct_.tile(f.rank).open_p2p;
+  k_.accounting().tile(f.rank).timing.p2p_posted();
   return req;
 }
 
 ReqPtr Fabric::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<const float> data, std::int64_t count, std::string_view label) {
-  std::unique_lock<NullLock> lk(k_.state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock());
   ReqPtr req = p2p_request(f, ReqState::Op::kSend, dst, count, label);
   const ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -48,7 +48,7 @@ ReqPtr Fabric::post_send(FiberState& f, std::uint64_t ctx, int src, int dst, std
 
 ReqPtr Fabric::post_recv(FiberState& f, std::uint64_t ctx, int src, int dst, std::uint64_t tag,
                          std::span<float> data, std::int64_t count, std::string_view label) {
-  std::unique_lock<NullLock> lk(k_.state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock());
   ReqPtr req = p2p_request(f, ReqState::Op::kRecv, src, count, label);
   const ChannelKey key{ctx, src, dst, tag};
   Channel& ch = channels_[key];
@@ -95,7 +95,7 @@ void Fabric::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
   t.sink = &point_to_point_;
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
-  t.label = k_.options_.trace ? k_.acct_.intern(s.label) : 0;
+  t.label = k_.options().trace ? k_.accounting().intern(s.label) : 0;
   new_transfers_.push_back(std::move(t));
 }
 
@@ -131,7 +131,7 @@ void Fabric::enter_network() {
   for (const TransferOrder& o : order) {
     Transfer& t = new_transfers_[o.index];
     const std::uint64_t id = next_flow_id_++;
-    k_.net_.add_flow(id, t.src, t.dst, t.bytes, t.start);
+    k_.network().add_flow(id, t.src, t.dst, t.bytes, t.start);
     COCO_CHECK(id == in_flight_base_ + in_flight_.size(), "flow ids are sequential");
     in_flight_.push_back(std::move(t));
   }
@@ -141,14 +141,14 @@ void Fabric::enter_network() {
 void Fabric::network_step(SimTime t_net) {
   std::vector<std::uint64_t>& done = done_;  // kept between steps: no allocation per event
   done.clear();
-  k_.net_.advance_to(t_net, done);
+  k_.network().advance_to(t_net, done);
   for (std::uint64_t id : done) {
     COCO_CHECK(id >= in_flight_base_ && id - in_flight_base_ < in_flight_.size(),
                "unknown flow completed");
     std::optional<Transfer>& slot = in_flight_[id - in_flight_base_];
     COCO_CHECK(slot.has_value(), "flow completed twice");
     Transfer& t = *slot;
-    k_.acct_.flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
+    k_.accounting().flow(t.start, t_net, t.src, t.dst, t.bytes, {&t.label, 1});
     try {
       t.sink->message_done(t, t_net);
     } catch (const CommError& e) {  // a mismatched message of a later round
@@ -171,9 +171,7 @@ void Fabric::describe_unmatched(std::string& s) const {
   for (const auto& [key, chp] : open) {
     const Channel& ch = *chp;
     const auto& [ctx, src, dst, tag] = key;
-    auto g = k_.groups_seen_.find(ctx);
-    std::string where =
-        g != k_.groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
+    const std::string where = k_.describe_group(ctx);
     for (size_t i = 0; i < ch.recvs.size() && unmatched < 8; ++i, ++unmatched)
       s += "\n  rank " + std::to_string(dst) + " posted a recv from rank " + std::to_string(src) +
            " on " + where + " that no send matches";

@@ -184,7 +184,7 @@ std::string_view ReqState::trace_label() const {
 
 void Kernel::complete(ReqState& r, SimTime t) {
   COCO_CHECK(!r.done, "request completed twice");
-  if (r.owner >= 0) --acct_.tile(r.owner).open_p2p;
+  if (r.owner >= 0) acct_.tile(r.owner).timing.p2p_done();
   r.done = true;
   r.done_time = t;
   if (r.waiter != nullptr) {
@@ -211,13 +211,13 @@ void Kernel::wait(FiberState& f, ReqState& req) {
 }
 
 void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
-  if (f.is_main && req.open) req.penalty = transfer_penalty(acct_.tile(f.rank), req);
+  if (f.is_main && req.open) req.penalty = transfer_penalty(acct_.tile(f.rank).timing, req);
   f.clock = std::max(f.clock, req.done_time + req.penalty);
   if (f.is_main) {
-    TileStats& t = acct_.tile(f.rank);
-    close_collective(t, req);
+    TileClock& c = acct_.tile(f.rank).timing;
+    c.close(req);
     if (f.clock > before) {
-      t.exposed += f.clock - before;
+      c.expose(f.clock - before);
       acct_.tile_event(f.rank, TraceEvent::Kind::kWait, before, f.clock, req.trace_label());
     }
   }
@@ -231,46 +231,18 @@ bool Kernel::test(FiberState& f, ReqState& req) {
     block(f, lk, &req, true);
   }
   if (!req.done) return false;
-  TileStats& t = acct_.tile(f.rank);
-  const SimTime penalty = f.is_main && req.open ? transfer_penalty(t, req) : req.penalty;
+  TileClock& c = acct_.tile(f.rank).timing;
+  const SimTime penalty = f.is_main && req.open ? transfer_penalty(c, req) : req.penalty;
   const bool done = req.done_time + penalty <= f.clock;
   if (done && f.is_main) {
     req.penalty = penalty;
-    close_collective(t, req);
+    c.close(req);
   }
   return done;
 }
 
-SimTime Kernel::transfer_penalty(const TileStats& t, const ReqState& req) const {
-  const double factor = device_.overlap_transfer_factor_for(req.group_ranks());
-  if (factor == 1.0 && t.stream_end == t.stream_net_end) return SimTime{};
-  // In order on the stream: an earlier collective that ended after the network finished it
-  // holds this one back (its own transfer starts when that one's network part ended, at the
-  // earliest), less the slack this one had.
-  const bool held = req.stream_seq > t.stream_closed && t.stream_end > req.started;
-  const SimTime from = held ? std::min(std::max(req.started, t.stream_net_end), req.done_time)
-                            : std::min(req.started, req.done_time);
-  // The part of its own transfer that ran beside this tile's compute runs `factor` times
-  // slower: at most the compute issued while it was open, at most the transfer's span.
-  const SimTime overlapped =
-      std::min(t.overlapped_compute - req.overlap_mark, req.done_time - from);
-  const SimTime own =
-      SimTime::from_ns(std::llround(static_cast<double>(overlapped.ns()) * (factor - 1.0)));
-  if (!held) return own;
-  const SimTime carried = t.stream_end + (req.done_time - from);
-  return std::max(carried, req.done_time) - req.done_time + own;
-}
-
-void Kernel::close_collective(TileStats& t, ReqState& req) {
-  if (!req.open) return;
-  req.open = false;
-  --t.open_collectives;
-  Accounting::close_overlap(t, req.overlap_slot);
-  if (req.stream_seq > t.stream_closed) {
-    t.stream_closed = req.stream_seq;
-    t.stream_net_end = req.done_time;
-    t.stream_end = req.done_time + req.penalty;
-  }
+SimTime Kernel::transfer_penalty(const TileClock& c, const ReqState& req) const {
+  return c.transfer_penalty(req, device_.overlap_transfer_factor_for(req.group_ranks()));
 }
 
 std::optional<SimTime> Kernel::done_time(const ReqState& req) {
@@ -281,13 +253,8 @@ std::optional<SimTime> Kernel::done_time(const ReqState& req) {
 
 void Kernel::open_collective(FiberState& parent, ReqState& req) {
   if (!parent.is_main || req.op != ReqState::Op::kCollective) return;
-  TileStats& t = acct_.tile(parent.rank);
-  req.open = true;
-  req.started = parent.clock;
-  req.overlap_mark = t.overlapped_compute;
-  req.stream_seq = ++t.stream_started;
-  req.overlap_slot = acct_.open_overlap(t, req.group_ranks());
-  ++t.open_collectives;
+  req.overlap_slot = acct_.overlap_slot(req.group_ranks());
+  acct_.tile(parent.rank).timing.open(req, parent.clock, acct_.overlap_slots());
 }
 
 }  // namespace cocodiff::emu::detail

@@ -108,6 +108,11 @@ void Kernel::record_error(int rank, const std::exception_ptr& e) {
   failures_.push_back(std::move(f));
 }
 
+std::string Kernel::describe_group(std::uint64_t ctx) const {
+  const auto g = groups_seen_.find(ctx);
+  return g != groups_seen_.end() ? g->second.describe() : "group " + std::to_string(ctx);
+}
+
 std::string Kernel::deadlock_report() const {
   std::vector<const FiberState*> b(blocked_list_.begin(), blocked_list_.end());
   std::sort(b.begin(), b.end(), [](const FiberState* x, const FiberState* y) {
@@ -248,7 +253,7 @@ bool Kernel::nothing_under_way() const {
   return live_ == n && runner_->idle() && passes_->idle() && failures_.empty() && fabric_.idle() &&
          timers_.empty() && net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
-           return t.open_collectives == 0;  // no compute slowed by overlap
+           return t.timing.open_collectives() == 0;  // no compute slowed by overlap
          });
 }
 

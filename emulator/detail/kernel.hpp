@@ -191,12 +191,21 @@ class Kernel {
     return std::llround(static_cast<double>(count) * options_.wire_bytes_per_element);
   }
 
- private:
-  friend class CollectiveRunner;
-  friend class Fabric;
-  friend class RegionReplay;
-  friend class RingPasses;
-  friend class TapeRuns;
+  // ---- The kernel's mechanisms (Fabric, CollectiveRunner, RingPasses, RegionReplay,
+  // TapeRuns) share its state through what follows; the fibers' calls above go through them. ----
+  Accounting& accounting() { return acct_; }
+  Fabric& fabric() { return fabric_; }
+  NetworkModel& network() { return net_; }
+  /// Marks the kernel's shared state (a NullLock: everything runs on the controller's thread).
+  NullLock& state_lock() { return state_lock_; }
+  /// The run is failing: fibers stop at their next call (Cancelled).
+  bool aborting() const { return aborting_; }
+  /// The main fiber of rank's tile.
+  FiberState& main_fiber(int rank) { return *mains_[static_cast<std::size_t>(rank)]; }
+  /// Notes group g for reports (a copy kept the first time its context is seen).
+  void note_group(const Group& g) { groups_seen_.try_emplace(g.ctx, g); }
+  /// The group with context ctx as reports name it.
+  std::string describe_group(std::uint64_t ctx) const;
   /// Delivers completions known in advance (messages timed in closed form) with `deliver`, last
   /// first, until `list` is empty (delivering one may add more). A mismatch a delivery finds (a
   /// later round's message) is the run's failure at that completion's rank (`rank_of`) and time;
@@ -216,6 +225,18 @@ class Kernel {
   }
   /// A message a completion led to does not match: the run fails at `rank` and `t`.
   void message_failed(int rank, SimTime t, const CommError& e);
+  /// Blocks f (a fiber of the run) until it is woken: waiting for req (or, in_test, for virtual
+  /// time to reach req's end), or at a region mark (req null).
+  void block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req, bool in_test);
+  /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
+  void finish_wait(FiberState& f, ReqState& req, SimTime before);
+  void wake(FiberState& f);
+  void complete(ReqState& r, SimTime t);
+  /// Nothing is under way but the tiles themselves: every tile is alive, no collective, pass,
+  /// transfer, flow, timer or failure is pending and no tile has a collective open.
+  bool nothing_under_way() const;
+
+ private:
   /// Delivers the completions of ring pass and collective messages timed in closed form, and
   /// those of the messages they lead to, until none is left. Returns false when there was none.
   bool deliver_closed_form();
@@ -228,24 +249,11 @@ class Kernel {
   };
 
   void fiber_main(FiberState& f, const std::function<void(Communicator&)>& tile_main);
-  void block(FiberState& f, std::unique_lock<NullLock>& lk, const ReqState* req, bool in_test);
-  /// wait()'s accounting once req is over, for a main fiber whose clock was `before`.
-  void finish_wait(FiberState& f, ReqState& req, SimTime before);
-  void wake(FiberState& f);
-  /// Drops req from t's open collectives once its owner has seen it complete.
-  static void close_collective(TileStats& t, ReqState& req);
-  /// The extra time an open collective of tile t takes because t computed beside it
-  /// (DeviceModel::overlap_transfer_factor), and because it runs after the tile's earlier
-  /// collectives on one stream: when the latest one closed ended later than the network
-  /// finished it, req's own transfer (from its start, or that collective's network end if
-  /// later) starts only then.
-  SimTime transfer_penalty(const TileStats& t, const ReqState& req) const;
-  void complete(ReqState& r, SimTime t);
+  /// The extra time open collective req of the tile whose clock is `c` takes
+  /// (TileClock::transfer_penalty with the device's overlap factor for its group).
+  SimTime transfer_penalty(const TileClock& c, const ReqState& req) const;
   void record_error(int rank, const std::exception_ptr& e);
   void controller();
-  /// Nothing is under way but the tiles themselves: every tile is alive, no collective, pass,
-  /// transfer, flow, timer or failure is pending and no tile has a collective open.
-  bool nothing_under_way() const;
   bool controller_step(std::unique_lock<NullLock>& lk);
   /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
   void rethrow_first_failure() const;

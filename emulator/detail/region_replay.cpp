@@ -12,17 +12,17 @@
 namespace cocodiff::emu::detail {
 
 Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool may_skip) {
-  if (k_.aborting_) throw Cancelled{};
+  if (k_.aborting()) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
-  TileStats& t = k_.acct_.tile(f.rank);
+  TileStats& t = k_.accounting().tile(f.rank);
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
   t.last_inner = t.inner;
   t.inner = kHashBasis;
   t.region_start = f.clock;
   const int m = t.marks++;
-  const int n = k_.topo_.num_ranks();
-  std::unique_lock<NullLock> lk(k_.state_lock_);
+  const int n = k_.topology().num_ranks();
+  std::unique_lock<NullLock> lk(k_.state_lock());
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
@@ -68,9 +68,9 @@ void RegionReplay::event(int mark) {
   // The region that ends here was recorded from the previous mark: keep its effect.
   if (rec_.active && rec_.mark + 1 == mark) keep_recorded(t0);
   rec_.active = false;
-  k_.acct_.fold_flow_hash(t0);
+  k_.accounting().fold_flow_hash(t0);
   std::uint64_t id = 0;
-  if (ms.replayable && k_.options_.replay) {
+  if (ms.replayable && k_.options().replay) {
     id = region_ids_.try_emplace({ms.key, offsets_}, region_ids_.size() + 1).first->second;
     const auto rec = records_.find(id);
     if (rec != records_.end())
@@ -90,20 +90,20 @@ void RegionReplay::release(MarkState& ms) {
 bool RegionReplay::quiescent(const MarkState& ms) const {
   // Every tile waits here and nothing else is under way, so what follows depends only on the
   // tiles' clock offsets and on what they run next (named by the key).
-  return ms.arrived == k_.topo_.num_ranks() && k_.nothing_under_way();
+  return ms.arrived == k_.topology().num_ranks() && k_.nothing_under_way();
 }
 
 SimTime RegionReplay::clock_offsets() {
-  const int n = k_.topo_.num_ranks();
+  const int n = k_.topology().num_ranks();
   SimTime t0 = SimTime::max();
-  for (const auto& m : k_.mains_) t0 = std::min(t0, m->clock);
+  for (int r = 0; r < n; ++r) t0 = std::min(t0, k_.main_fiber(r).clock);
   std::vector<std::int64_t>& offsets = offsets_;  // kept between marks: sized once
   offsets.resize(static_cast<size_t>(n));
-  for (int r = 0; r < n; ++r)
-    offsets[static_cast<size_t>(r)] = (k_.mains_[static_cast<size_t>(r)]->clock - t0).ns();
+  for (int r = 0; r < n; ++r) offsets[static_cast<size_t>(r)] = (k_.main_fiber(r).clock - t0).ns();
   // With a host model the tiles' hosts are part of the state: their offsets follow the clocks'.
-  if (k_.acct_.has_host())
-    for (int r = 0; r < n; ++r) offsets.push_back((k_.acct_.tile(r).host - t0).ns());
+  if (k_.accounting().has_host())
+    for (int r = 0; r < n; ++r)
+      offsets.push_back((k_.accounting().tile(r).timing.host() - t0).ns());
   return t0;
 }
 
@@ -111,23 +111,24 @@ void RegionReplay::keep_recorded(SimTime t0) {
   RegionRecord r;
   r.end_ns = offsets_;
   for (std::int64_t& e : r.end_ns) e += (t0 - rec_.from.t0).ns();
-  r.effect = k_.acct_.effect_since(rec_.from);
+  r.effect = k_.accounting().effect_since(rec_.from);
   records_.emplace(rec_.id, std::move(r));
 }
 
 void RegionReplay::replay(const RegionRecord& r, SimTime t0) {
   // Every tile jumps to where simulating the region would have taken it.
-  const int n = k_.topo_.num_ranks();
+  const int n = k_.topology().num_ranks();
   for (int rank = 0; rank < n; ++rank) {
     const auto u = static_cast<size_t>(rank);
-    FiberState& f = *k_.mains_[u];
+    FiberState& f = k_.main_fiber(rank);
     f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
-    if (k_.acct_.has_host())
-      k_.acct_.tile(rank).host = t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]);
+    if (k_.accounting().has_host())
+      k_.accounting().tile(rank).timing.set_host(
+          t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]));
     f.replayed = true;
   }
-  k_.acct_.apply(r.effect, t0);
-  k_.fabric_.skip_flows(r.effect.flows);
+  k_.accounting().apply(r.effect, t0);
+  k_.fabric().skip_flows(r.effect.flows);
   ++replayed_;
 }
 
@@ -135,7 +136,7 @@ void RegionReplay::start_recording(int mark, std::uint64_t id, SimTime t0) {
   rec_.active = true;
   rec_.mark = mark;
   rec_.id = id;
-  rec_.from = k_.acct_.mark(t0);
+  rec_.from = k_.accounting().mark(t0);
 }
 
 }  // namespace cocodiff::emu::detail

@@ -11,6 +11,8 @@
 
 namespace cocodiff::emu::detail {
 
+struct FiberState;  // emulator/detail/fiber_state.hpp
+
 /// A group of world ranks sharing a context id (what MPI calls a communicator).
 struct Group {
   std::uint64_t ctx = 1;

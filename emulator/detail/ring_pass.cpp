@@ -66,11 +66,11 @@ ReqPtr RingPasses::start(FiberState& f, const std::shared_ptr<const Group>& g, i
                 seq);
   req->group = g;
   std::vector<std::uint32_t> interned(u(parts), 0);
-  if (k_.options_.trace)
-    for (int q = 0; q < parts; ++q) interned[u(q)] = k_.acct_.intern(pass.labels[u(q)]);
-  std::unique_lock<NullLock> lk(k_.state_lock_);
-  if (k_.aborting_) throw Cancelled{};
-  k_.groups_seen_.try_emplace(g->ctx, *g);  // copies the group only the first time
+  if (k_.options().trace)
+    for (int q = 0; q < parts; ++q) interned[u(q)] = k_.accounting().intern(pass.labels[u(q)]);
+  std::unique_lock<NullLock> lk(k_.state_lock());
+  if (k_.aborting()) throw Cancelled{};
+  k_.note_group(*g);
   PassOp& op = pass_op(g, seq, parts, group_rank);
   // The block sizes and the rounds' charges by block, kept once for the run (a tape keeps them).
   op.counts[u(group_rank)] =
@@ -143,7 +143,7 @@ void RingPasses::pass_join_whole(PassOp& op, int group_rank) {
   PassMember& m = op.members[u(group_rank)];
   const bool same_counts =
       op.joined.empty() || op.counts[u(op.joined.front())] == op.counts[u(group_rank)];
-  if (k_.acct_.tile(m.rank).nothing_open() && same_counts) {
+  if (k_.accounting().tile(m.rank).timing.nothing_open() && same_counts) {
     op.joined.push_back(group_rank);
     if (op.joined.size() == u(p)) whole_ready_.push_back(&op);  // the controller times it
   } else {
@@ -208,7 +208,7 @@ const PassCosts& RingPasses::pass_costs(std::span<const OpCost> work, int group_
     const bool again = b > 0 && same_cost(w, by_block(b - 1));
     OpCost kept = w;
     kept.label = again ? row->costs[u(b - 1)].label : k_.keep_label(w.label);
-    row->dt[u(b)] = again ? row->dt[u(b - 1)] : k_.device_.time(w);
+    row->dt[u(b)] = again ? row->dt[u(b - 1)] : k_.device().time(w);
     row->work[u(b)] = kept.label.empty() ? op_kind_name(kept.kind) : kept.label;
     row->costs[u(b)] = kept;
   }
@@ -250,8 +250,8 @@ void RingPasses::pass_post_round(PassOp& op, int r) {
   }
   const PassCosts& c = *op.costs[u(r)];
   const size_t at = u(mod(r - round, p));  // by block
-  m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
-                            c.costs[at].shape.kernel);
+  m.clock = k_.accounting().charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
+                                   c.costs[at].shape.kernel);
   if (round + 1 < p) return;
   m.round = p;  // past every round: matches nothing more
   k_.complete(*m.req, m.clock);
@@ -296,12 +296,12 @@ void RingPasses::pass_message_done(PassOp& op, int r, int slot, SimTime t, int c
   m.pending -= count;
   if (m.pending > 0) return;
   // The waits, in posting order: receives, then sends.
-  TileStats& ts = k_.acct_.tile(m.rank);
+  TileStats& ts = k_.accounting().tile(m.rank);
   for (int k = 0; k < 2 * parts; ++k) {
     if (done[k] <= m.clock) continue;
-    ts.exposed += done[k] - m.clock;
-    k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
-                        op.labels[u(r) * u(parts) + u(k % parts)]);
+    ts.timing.expose(done[k] - m.clock);
+    k_.accounting().tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done[k],
+                               op.labels[u(r) * u(parts) + u(k % parts)]);
     m.clock = done[k];
   }
   ++m.round;

@@ -40,12 +40,12 @@ bool RingPasses::pass_can_be_whole(PassOp& op) {
   for (int r = 0; r < p; ++r) {
     const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
     HopRoute& hop = op.hops[u(r)];
-    if (k_.net_.exclusive_end(s, d, 0, op.parts, k_.net_.now())) {
+    if (k_.network().exclusive_end(s, d, 0, op.parts, k_.network().now())) {
       hop = {HopRoute::Kind::kExclusive, -1};
       continue;
     }
     whole = false;
-    const std::optional<int> key = k_.net_.pair_key(s, d);
+    const std::optional<int> key = k_.network().pair_key(s, d);
     hop = key.has_value() ? HopRoute{HopRoute::Kind::kPaired, *key} : HopRoute{};
   }
   return whole;
@@ -73,8 +73,8 @@ void RingPasses::pass_whole(PassOp& op) {
       rows.post[u(r)] = m.clock;
       const PassCosts& c = *op.costs[u(r)];
       const size_t at = u(mod(r - i, p));  // by block
-      m.clock = k_.acct_.charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
-                                c.costs[at].shape.kernel);
+      m.clock = k_.accounting().charge(m.rank, m.clock, c.dt[at], c.work[at], c.costs[at].kind,
+                                       c.costs[at].shape.kernel);
     }
     if (i + 1 == p) break;  // the last round only charges
     pass_whole_hops(op, i, rows);
@@ -107,14 +107,14 @@ void RingPasses::pass_whole_hops(PassOp& op, int round, WholeRows& rows) {
     // is worked out once per block size.
     if (rows.bytes[u(r)] != bytes) {
       const std::optional<SimTime> span =
-          k_.net_.exclusive_end(s.rank, dm.rank, bytes, parts, SimTime{});
+          k_.network().exclusive_end(s.rank, dm.rank, bytes, parts, SimTime{});
       COCO_CHECK(span.has_value(), "a hop of a whole ring pass is not exclusive");
       rows.bytes[u(r)] = bytes;
       rows.span_ns[u(r)] = span->ns();
     }
     const SimTime end = start + SimTime::from_ns(rows.span_ns[u(r)]);
-    k_.acct_.flow(start, end, s.rank, dm.rank, bytes,
-                  {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
+    k_.accounting().flow(start, end, s.rank, dm.rank, bytes,
+                         {op.trace_labels.data() + u(r) * u(parts), u(parts)}, /*exclusive=*/true);
     rows.send[u(r)] = end;
     rows.recv[u(d)] = end;
   }
@@ -124,13 +124,13 @@ void RingPasses::pass_whole_waits(PassOp& op, const WholeRows& rows) {
   const int p = static_cast<int>(op.members.size());
   for (int r = 0; r < p; ++r) {
     PassMember& m = op.members[u(r)];
-    TileStats& ts = k_.acct_.tile(m.rank);
+    TileStats& ts = k_.accounting().tile(m.rank);
     // The waits, in posting order: the receives (every part ends at once), then the sends.
     for (const SimTime done : {rows.recv[u(r)], rows.send[u(r)]}) {
       if (done <= m.clock) continue;
-      ts.exposed += done - m.clock;
-      k_.acct_.tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
-                          op.labels[u(r) * u(op.parts)]);
+      ts.timing.expose(done - m.clock);
+      k_.accounting().tile_event(m.rank, TraceEvent::Kind::kWait, m.clock, done,
+                                 op.labels[u(r) * u(op.parts)]);
       m.clock = done;
     }
   }
@@ -154,14 +154,15 @@ void RingPasses::time_pass_hop(const PassHop& hop) {
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
   // before these messages end), a route on which no other rank's flow can travel carries them
   // alone: their end is known now, and they never enter the network model.
-  if (!k_.acct_.tile(hop.src_rank).nothing_open() || !k_.acct_.tile(hop.dst_rank).nothing_open()) {
+  if (!k_.accounting().tile(hop.src_rank).timing.nothing_open() ||
+      !k_.accounting().tile(hop.dst_rank).timing.nothing_open()) {
     pass_transfers(hop);
     return;
   }
   const HopRoute route = op.hops[u(hop.src)];  // set with the mode
   if (route.kind == HopRoute::Kind::kExclusive) {
     const std::optional<SimTime> end =
-        k_.net_.exclusive_end(hop.src_rank, hop.dst_rank, hop.bytes, parts, hop.start);
+        k_.network().exclusive_end(hop.src_rank, hop.dst_rank, hop.bytes, parts, hop.start);
     COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
     pass_closed(hop, *end);
     return;
@@ -188,7 +189,7 @@ void RingPasses::time_pass_hop(const PassHop& hop) {
   held_at_[static_cast<size_t>(held_.back().key)] = held_at_[k];
   held_.pop_back();
   held_at_[k] = 0;
-  const std::array<std::optional<SimTime>, 2> ends = k_.net_.exclusive_pair_ends(
+  const std::array<std::optional<SimTime>, 2> ends = k_.network().exclusive_pair_ends(
       {other.src_rank, other.dst_rank, other.bytes, other.op->parts, other.start},
       {hop.src_rank, hop.dst_rank, hop.bytes, parts, hop.start});
   const std::array<const PassHop*, 2> both = {&other, &hop};
@@ -201,10 +202,11 @@ void RingPasses::time_pass_hop(const PassHop& hop) {
 }
 
 void RingPasses::pass_closed(const PassHop& h, SimTime end) {
-  COCO_CHECK(h.op->late || h.start >= k_.net_.now(), "an exclusive flow starts in the past");
+  COCO_CHECK(h.op->late || h.start >= k_.network().now(), "an exclusive flow starts in the past");
   const int parts = h.op->parts;
-  k_.acct_.flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
-                {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)}, /*exclusive=*/true);
+  k_.accounting().flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
+                       {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)},
+                       /*exclusive=*/true);
   closed_pass_messages_.push_back(
       {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
   closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives
@@ -226,14 +228,14 @@ void RingPasses::pass_transfers(const PassHop& h) {
     t.src_member = h.src;
     t.dst_member = h.dst;
     t.part = q;
-    k_.fabric_.add(std::move(t));
+    k_.fabric().add(std::move(t));
   }
 }
 
 void RingPasses::flush_held() {
   for (const HeldHop& h : held_) {
     held_at_[static_cast<size_t>(h.key)] = 0;
-    if (!k_.aborting_) pass_transfers(h.hop);
+    if (!k_.aborting()) pass_transfers(h.hop);
   }
   held_.clear();
 }

@@ -14,7 +14,7 @@ void TapeRuns::start(FiberState& f, TapeRun& run) {
   run.f = &f;
   ++runs_;
   if (run.advance()) return;
-  std::unique_lock<NullLock> lk(k_.state_lock_);
+  std::unique_lock<NullLock> lk(k_.state_lock());
   f.tape_run = &run;
   // The run lives on this fiber's stack: it is detached however the wait ends (a tear-down
   // throws out of Kernel::block()).
