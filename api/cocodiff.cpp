@@ -1,15 +1,25 @@
 // The facade of include/cocodiff/: a RunSpec made into the config a file would hold, resolved
-// by apps::resolve_run_plan, run by apps::run_emulated.
+// by apps::resolve_run_plan, run by apps::run_emulated (or apps::run_on_mpi).
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 
 #include "cocodiff/cocodiff.hpp"
 #include "core/config.hpp"
+#include "runner/mpi_exec.hpp"
 #include "runner/run_exec.hpp"
 #include "runner/run_plan.hpp"
 
 namespace cocodiff {
+namespace apps {
+/// What a Plan is resolved from: a spec's table or a config file and its --set values, with
+/// the program's strategies.
+struct PlanSource {
+  std::function<RunPlan()> resolve;
+};
+}  // namespace apps
+
 namespace {
 
 // The name errors give a spec's keys, where a file's would give file:line.
@@ -71,16 +81,29 @@ std::string Plan::describe() const { return apps::describe(*plan_); }
 
 std::string Plan::effective_config() const { return plan_->cfg.dump_effective(); }
 
+Plan::Plan(std::shared_ptr<const apps::PlanSource> source)
+    : source_(std::move(source)),
+      plan_(std::make_shared<const apps::RunPlan>(source_->resolve())) {}
+
+apps::RunPlan Plan::resolve_again() const { return source_->resolve(); }
+
 Plan make_plan(const RunSpec& spec, const Extensions* extensions) {
-  Config cfg = Config::from_table(spec_table(spec), kSpecSource);
-  return Plan(std::make_shared<const apps::RunPlan>(apps::resolve_run_plan(
-      std::move(cfg), extensions != nullptr ? extensions->strategies() : nullptr)));
+  auto source = std::make_shared<apps::PlanSource>();
+  source->resolve = [table = spec_table(spec),
+                     strategies = extensions != nullptr ? extensions->strategies() : nullptr] {
+    return apps::resolve_run_plan(Config::from_table(table, kSpecSource), strategies);
+  };
+  return Plan(std::move(source));
 }
 
 Plan load_plan(const std::filesystem::path& config_file, const std::vector<std::string>& sets,
                const Extensions* extensions) {
-  return Plan(std::make_shared<const apps::RunPlan>(apps::resolve_run_plan(
-      config_file, sets, extensions != nullptr ? extensions->strategies() : nullptr)));
+  auto source = std::make_shared<apps::PlanSource>();
+  source->resolve = [config_file, sets,
+                     strategies = extensions != nullptr ? extensions->strategies() : nullptr] {
+    return apps::resolve_run_plan(config_file, sets, strategies);
+  };
+  return Plan(std::move(source));
 }
 
 RunResult run(const Plan& plan) {
@@ -117,6 +140,14 @@ std::filesystem::path write_outputs(const Plan& plan, const RunResult& result,
   std::error_code ec;
   const std::filesystem::path image = out_dir / "image.png";
   return std::filesystem::is_regular_file(image, ec) ? image : std::filesystem::path();
+}
+
+int run_mpi(const Plan& plan, const std::filesystem::path& out_dir, bool force) {
+  apps::MpiRunOptions opt;
+  opt.out = out_dir.string();
+  opt.force = force;
+  opt.quiet = true;
+  return apps::run_on_mpi([&] { return plan.resolve_again(); }, opt);
 }
 
 Extensions::Extensions() : strategies_(std::make_shared<dit::StrategyRegistry>()) {}

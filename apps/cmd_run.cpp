@@ -16,6 +16,7 @@
 #include "core/errors.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "runner/memory_estimate.hpp"
+#include "runner/mpi_exec.hpp"
 #include "runner/run_exec.hpp"
 #include "runner/run_plan.hpp"
 
@@ -129,7 +130,14 @@ void run_config(RunCommandOptions& o) {
   refuse_mpirun_without_backend(o);
   if (o.backend != "mpi") check_output_target(o.out, o.force);  // before the run
   if (o.backend == "mpi") {
-    std::exit(run_mpi_main(o));
+    MpiRunOptions mpi{.out = o.out,
+                      .inject_fault = o.inject_fault,
+                      .quiet = o.quiet,
+                      .force = o.force,
+                      .quiet_interrupts = quiet_interrupts,
+                      .loud_interrupts = loud_interrupts,
+                      .hold_interrupts = hold_interrupts};
+    std::exit(run_on_mpi([&] { return resolve_run_plan(o.config, o.sets); }, mpi));
   }
   const RunPlan plan = resolve_emulator_plan(o);
   if (!o.quiet) std::cout << describe(plan) << std::flush;

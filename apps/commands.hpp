@@ -35,8 +35,6 @@ struct RunCommandOptions {
   bool quiet = false;
   bool force = false;  // --force: replace --out even when it is not an earlier output set
 };
-/// `run --backend mpi` (apps/mpi_run.cpp): returns the process exit code.
-int run_mpi_main(const RunCommandOptions& opt);
 
 /// `cocodiff topo`: prints a cluster's tiers, links, routes and device model.
 void add_topo_command(CLI::App& app);

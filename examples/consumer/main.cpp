@@ -5,11 +5,15 @@
 // over its own all-to-all), and checks that the two final latents agree (both compute exact
 // attention). Given CONFIG (a run config file, examples/consumer/consumer.toml), it also runs
 // the file and checks that the run in code is the same run: equal output and timeline hashes.
-// Exit 0 when all agree, 1 when not, 2 on bad input.
+// `consumer --mpi OUT` under `mpirun -np 4` runs the run in code over MPI instead, every rank
+// alike (cocodiff::run_mpi; rank 0 writes OUT), and rank 0 checks that MPI's output bytes are
+// the emulator's. Exit 0 when all agree, 1 when not, 2 on bad input.
 #include <cmath>
 #include <cocodiff/cocodiff.hpp>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -37,11 +41,35 @@ double relative_l2(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && norm > 0 ? std::sqrt(diff / norm) : INFINITY;
 }
 
+// The "output_sha256" field of the report.json in `out`; empty when absent.
+std::string reported_output_hash(const std::string& out) {
+  std::ifstream in(out + "/report.json");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string key = "\"output_sha256\": \"";
+  const size_t at = text.find(key);
+  return at == std::string::npos ? "" : text.substr(at + key.size(), 64);
+}
+
+// The run in code over MPI (every rank of the job alike); rank 0, which writes `out`, first
+// runs it on the emulator and then compares the two outputs' bytes.
+int run_over_mpi(const cocodiff::Plan& plan, const std::string& out) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const bool root = rank == nullptr || std::atoi(rank) == 0;
+  std::string emulated;
+  if (root) emulated = cocodiff::run(plan).output_sha256;
+  if (const int rc = cocodiff::run_mpi(plan, out); rc != 0 || !root) return rc;
+  const std::string measured = reported_output_hash(out);
+  std::printf("over MPI: %s the emulator's output bytes (%s)\n",
+              measured == emulated ? "the same as" : "DIFFERENT from", measured.c_str());
+  return measured == emulated ? 0 : 1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 2) {
-    std::fprintf(stderr, "usage: consumer [CONFIG]\n");
+  const bool mpi = argc == 3 && std::string(argv[1]) == "--mpi";
+  if (argc > 2 && !mpi) {
+    std::fprintf(stderr, "usage: consumer [CONFIG] | consumer --mpi OUT (under mpirun -np 4)\n");
     return 2;
   }
   setenv("COCODIFF_CONFIG_DIR", CONSUMER_CONFIG_DIR, /*overwrite=*/0);
@@ -71,6 +99,7 @@ int main(int argc, char** argv) {
     spec.workers = 1;
     spec.trace = false;
     const cocodiff::Plan plan = cocodiff::make_plan(spec, &mine);
+    if (mpi) return run_over_mpi(plan, argv[2]);
     const cocodiff::RunResult own = cocodiff::run(plan);
     print("in code", own);
 

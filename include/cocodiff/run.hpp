@@ -14,6 +14,9 @@
 //   std::printf("%.6f s of virtual time\n", r.virtual_time_s);
 //   cocodiff::write_outputs(plan, r, "out/");              // report.json, image.png, ...
 //
+// The same plan on a cluster, under `mpirun -np <plan.ranks()>`, every rank alike:
+//   return cocodiff::run_mpi(plan, "out/");                // rank 0 writes the outputs
+//
 // Errors: bad input (an unknown preset, a strategy that cannot run on the ranks, a resolution
 // the patch size does not divide) throws cocodiff::UserError (ConfigError for the spec, naming
 // the key and "cocodiff::RunSpec"); a failed rank throws RankError from run(). Presets are
@@ -36,6 +39,7 @@ namespace cocodiff {
 namespace apps {
 struct RunPlan;
 struct RunRecord;
+struct PlanSource;
 }  // namespace apps
 
 class Extensions;
@@ -88,12 +92,16 @@ class Plan {
 
   /// The resolved plan (runner/run_plan.hpp, not installed): for code built with cocodiff's tree.
   const apps::RunPlan& resolved() const { return *plan_; }
+  /// The plan resolved again from its spec or file: a RunPlan of its own, equal to resolved()
+  /// (run_mpi resolves it on every rank).
+  apps::RunPlan resolve_again() const;
 
  private:
   friend Plan make_plan(const RunSpec& spec, const Extensions* extensions);
   friend Plan load_plan(const std::filesystem::path& config_file,
                         const std::vector<std::string>& sets, const Extensions* extensions);
-  explicit Plan(std::shared_ptr<const apps::RunPlan> plan) : plan_(std::move(plan)) {}
+  explicit Plan(std::shared_ptr<const apps::PlanSource> source);
+  std::shared_ptr<const apps::PlanSource> source_;  // what the plan is resolved from
   std::shared_ptr<const apps::RunPlan> plan_;
 };
 
@@ -138,6 +146,15 @@ Plan load_plan(const std::filesystem::path& config_file, const std::vector<std::
 /// RunSpec::workers). Throws RankError / CommError when a rank fails, UserError when the run
 /// does not fit in memory.
 RunResult run(const Plan& plan);
+
+/// Runs `plan` over OpenMPI, one process per rank: every rank of an `mpirun -np N` job
+/// (N = plan.ranks()) calls this alike, with the same plan; rank 0 writes `out_dir` as
+/// write_outputs does (measured wall times in place of virtual ones; no timeline hash). Blocks
+/// until the run ends. Returns the process's exit code: 0, or 2 after the lowest failing rank
+/// printed why (ranks that resolved different plans, too few ranks, a rank that failed). Call it
+/// once per process (it initialises and finalises MPI). ConfigError when cocodiff was built
+/// without MPI.
+int run_mpi(const Plan& plan, const std::filesystem::path& out_dir, bool force = false);
 
 /// Writes `result`'s outputs into `out_dir` as `cocodiff run` does: report.json, image.png
 /// (math kReal; video.gif and frames for several frames), trace.json (when traced). Returns
