@@ -477,6 +477,43 @@ TEST(EngineErrors, MismatchedCollectivesNameRanksAndCalls) {
   }
 }
 
+// A group whose members mix all_to_all and all_to_allv in one call is a mismatch of calls,
+// named as such (not a message size mismatch read from another kind of layout), whichever
+// member starts first and at every collective-level setting.
+TEST(EngineErrors, MixedAllToAllAndAllToAllvAreMismatchedCollectives) {
+  Topology topo = test::make_topo(1, 4, 1);
+  for (const bool collective_ops : {true, false})
+    for (const int odd : {0, 3}) {
+      emu::EngineOptions opt;
+      opt.workers = 1;
+      opt.collective_ops = collective_ops;
+      emu::Engine engine(topo,
+                         std::make_unique<AlphaBetaModel>(
+                             topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS)),
+                         test::unit_device(), opt);
+      try {
+        engine.run([odd](Communicator& c) {
+          std::vector<float> s(16), d(16);
+          // The odd member calls later (odd = 0) or earlier (odd = 3) than the others.
+          if ((c.rank() == odd) == (odd == 0)) c.compute({OpKind::kElementwise, 0, 1e6, "late"});
+          if (c.rank() == odd) {
+            c.all_to_all(s, d, 0);
+          } else {
+            c.all_to_allv(s, d, AllToAllvLayout::packed({0, 1, 1, 1}, {0, 1, 1, 1}));
+          }
+        });
+        FAIL() << "expected a mismatch";
+      } catch (const RankError& e) {
+        const std::string m = e.what();
+        EXPECT_NE(m.find("mismatched collectives"), std::string::npos) << m;
+        EXPECT_NE(m.find("all_to_allv"), std::string::npos) << m;
+        EXPECT_NE(m.find("all_to_all(count=0)"), std::string::npos) << m;
+        EXPECT_EQ(m.find("size mismatch"), std::string::npos) << m;
+        EXPECT_TRUE(e.user_error());
+      }
+    }
+}
+
 TEST(EngineErrors, SizeMismatchInSendRecv) {
   Topology topo = test::make_topo(1, 2, 1);
   emu::Engine engine = test::make_engine(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS), 1);
