@@ -152,8 +152,9 @@ int run_mpi(const Plan& plan, const std::filesystem::path& out_dir, bool force) 
 
 Extensions::Extensions() : strategies_(std::make_shared<dit::StrategyRegistry>()) {}
 
-void Extensions::add_strategy(const std::string& name, StrategyFactory factory, bool lossy) {
-  strategies_->add(name, std::move(factory), lossy);
+void Extensions::add_strategy(const std::string& name, StrategyFactory factory, bool lossy,
+                              StrategyMemory memory) {
+  strategies_->add(name, std::move(factory), lossy, std::move(memory));
 }
 
 AlgorithmId register_all_to_all(const std::string& name, const std::string& summary,

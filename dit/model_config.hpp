@@ -29,6 +29,8 @@ struct ModelConfig {
   int heads = 24;
   int head_dim = 128;
   int hidden() const { return heads * head_dim; }
+  /// Attention layers of one forward (every block kind attends once).
+  int attention_layers() const { return double_blocks + single_blocks + dual_attention_blocks; }
   int double_blocks = 19;         // DiT blocks, SD3 joint blocks, FLUX double, Qwen blocks
   int single_blocks = 0;          // FLUX single-stream blocks
   int dual_attention_blocks = 0;  // SD3.5 Medium: blocks [0, n) add an image-only attention

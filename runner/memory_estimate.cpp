@@ -8,6 +8,7 @@
 
 #include "core/errors.hpp"
 #include "dit/model.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "emulator/engine.hpp"
 
 namespace cocodiff::apps {
@@ -48,10 +49,6 @@ constexpr std::int64_t kRankPairBytes = 400;
 // bytes() clamps a part to 1 EiB, so that the sum of the parts fits an int64.
 double ceil_div(double a, double b) { return std::ceil(a / b); }
 std::int64_t bytes(double v) { return static_cast<std::int64_t>(std::clamp(v, 0.0, 0x1p60)); }
-
-bool has_v_major(const std::string& strategy) {
-  return strategy == "cocodiff" || strategy.find("v_major") != std::string::npos;
-}
 
 // Sequences per transformer pass: 2 with batch classifier-free guidance (1 with CFG-parallel,
 // where each half of the ranks runs one of them).
@@ -95,23 +92,19 @@ double tile_activation_bytes(const RunPlan& plan) {
   return (block + exchange + sampler) * kFloatBytes;
 }
 
-// V-Major's caches on one tile: for every attention layer, the sender's mirror and the
-// receiver's copy of the V blocks exchanged over the selective tiers (its share of the tile's
-// V: the fraction of peers across those tiers).
-double tile_v_major_bytes(const RunPlan& plan) {
-  if (!has_v_major(plan.settings.strategy)) return 0;
-  const Topology& topo = plan.cluster.topology;
-  const std::vector<std::string>& tiers = plan.settings.strategy_options.v_major_tiers;
-  double slow_peers = 0;
-  for (int j = 1; j < topo.num_ranks(); ++j) {
-    const int k = topo.tier(0, j);
-    if (k >= 0 && std::find(tiers.begin(), tiers.end(), topo.tier_name(k)) != tiers.end())
-      ++slow_peers;
-  }
-  const dit::ModelConfig& m = plan.model;
-  const double p = sp_ranks(plan);
-  const double v = batch_of(plan) * ceil_div(static_cast<double>(plan.tokens()), p) * m.hidden();
-  return 2.0 * attention_layers(m) * ceil_div(v * slow_peers, p) * kFloatBytes;
+// What one tile of the run's strategy keeps beyond the activations, as the strategy declares
+// it (dit::attention_strategy_memory: V-Major's caches, PipeFusion's, a user strategy's).
+std::vector<dit::StrategyMemoryPart> strategy_parts(const RunPlan& plan) {
+  dit::StrategyMemoryQuery q;
+  q.model = &plan.model;
+  q.options = &plan.settings.strategy_options;
+  q.topology = &plan.cluster.topology;
+  q.tokens = plan.tokens();
+  q.sp_ranks = sp_ranks(plan);
+  q.batch = batch_of(plan);
+  q.ulysses_degree = plan.ulysses_degree;
+  q.pipefusion_degree = plan.pipefusion_degree;
+  return dit::attention_strategy_memory(plan.settings.strategy, q, plan.settings.strategies.get());
 }
 
 // Residual exchanges' reconstructions on one tile (compress.all_to_all = "residual"): for every
@@ -126,18 +119,6 @@ double tile_residual_bytes(const RunPlan& plan) {
   const double passes =
       m.cfg_mode == dit::CfgMode::kTrue && plan.settings.cfg_degree == 1 ? 2.0 : 1.0;
   return passes * attention_layers(m) * 4 * 2 * rows * m.hidden() * kFloatBytes;
-}
-
-// PipeFusion's state on one tile (dit/parallel/pipefusion.hpp): for every attention layer of
-// its stage, keys and values of every image token for its heads (B x N x heads / Ulysses
-// degree x head_dim, twice), and the whole latent the first and last stages hold.
-double tile_pipefusion_bytes(const RunPlan& plan) {
-  if (plan.settings.strategy != "pipefusion") return 0;
-  const dit::ModelConfig& m = plan.model;
-  const double n = static_cast<double>(plan.tokens());
-  const double layers = ceil_div(attention_layers(m), plan.pipefusion_degree);
-  const double width = ceil_div(m.heads, std::max(1, plan.ulysses_degree)) * m.head_dim;
-  return (2 * layers * batch_of(plan) * n * width + n * m.token_features()) * kFloatBytes;
 }
 
 // Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
@@ -197,22 +178,21 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       weights += static_cast<double>(t.numel()) * kFloatBytes;
   }
   const double activations = phantom ? 0 : tile_activation_bytes(plan);
-  const double v_major = phantom ? 0 : tile_v_major_bytes(plan);
+  const std::vector<dit::StrategyMemoryPart> strategy =
+      phantom ? std::vector<dit::StrategyMemoryPart>{} : strategy_parts(plan);
   const double residual = phantom ? 0 : tile_residual_bytes(plan);
-  const double pipefusion = phantom ? 0 : tile_pipefusion_bytes(plan);
   MemoryEstimate e;
   if (backend == "mpi") {
     // One process per tile: each loads its own weights; no fibers, no trace.
     const Topology& topo = plan.cluster.topology;
     const double here = plan.mpi_check_hosts ? topo.ranks_per_node() : topo.num_ranks();
     e.scope = std::to_string(static_cast<int>(here)) + " MPI process(es) on one host";
-    e.parts = {{"weights", bytes(here * weights)},
-               {"activations", bytes(here * activations)},
-               {"v_major caches", bytes(here * v_major)},
-               {"residual exchanges", bytes(here * residual)},
-               {"token positions", bytes(here * tile_positions_bytes(plan))},
-               {"program", bytes(here * kMpiProgramBytes)}};
-    if (pipefusion > 0) e.parts.push_back({"pipefusion caches", bytes(here * pipefusion)});
+    e.parts = {{"weights", bytes(here * weights)}, {"activations", bytes(here * activations)}};
+    for (const dit::StrategyMemoryPart& part : strategy)
+      e.parts.push_back({part.name, bytes(here * part.bytes)});
+    e.parts.push_back({"residual exchanges", bytes(here * residual)});
+    e.parts.push_back({"token positions", bytes(here * tile_positions_bytes(plan))});
+    e.parts.push_back({"program", bytes(here * kMpiProgramBytes)});
     return e;
   }
   const double p = plan.ranks();
@@ -227,7 +207,6 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"packed weights", bytes(weights)},
       {"math threads", bytes(workers * kMathWorkerBytes)},
       {"activations", bytes(p * activations)},
-      {"v_major caches", bytes(p * v_major)},
       {"residual exchanges", bytes(p * residual)},
       {"token positions", bytes(tile_positions_bytes(plan))},  // one tile at a time
       {"tile bookkeeping", bytes(p * kTileBookkeepingBytes)},
@@ -241,7 +220,13 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
       {"trace", bytes(trace_events(plan) * kTraceEventBytes)},
       {"program", kProgramBytes},
   };
-  if (pipefusion > 0) e.parts.push_back({"pipefusion caches", bytes(p * pipefusion)});
+  // The strategy's own parts follow the activations.
+  std::vector<MemoryPart> own;
+  for (const dit::StrategyMemoryPart& part : strategy)
+    own.push_back({part.name, bytes(p * part.bytes)});
+  const auto activations_part = std::find_if(e.parts.begin(), e.parts.end(),
+                                             [](const auto& m) { return m.name == "activations"; });
+  e.parts.insert(activations_part + 1, own.begin(), own.end());
   // What the allocator holds beyond what the parts ask for (its caches, fragmentation, the
   // transient copies of a step): 15% over the parts above keeps the estimate above the measured
   // peak on every config of bench/README.md, "Memory estimate" (closest: 1.07x).

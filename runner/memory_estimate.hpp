@@ -20,7 +20,7 @@ namespace cocodiff::apps {
 
 /// One part of the estimate, in bytes.
 struct MemoryPart {
-  std::string name;  // "weights", "activations", "v_major caches", ...
+  std::string name;  // "weights", "activations", a strategy's ("v_major caches"), ...
   std::int64_t bytes = 0;
 };
 
@@ -36,8 +36,8 @@ struct MemoryEstimate {
 };
 
 /// The estimated peak resident memory of `plan` on `backend` ("emulator" or "mpi"): weights
-/// (fp32, one shared copy on the emulator, one per MPI process), per-tile activations, V-Major
-/// caches, the token positions of RoPE models (phantom runs too), phantom bookkeeping, fiber
+/// (fp32, one shared copy on the emulator, one per MPI process), per-tile activations, what the
+/// strategy keeps (dit::attention_strategy_memory: V-Major's caches, ...), the token positions of RoPE models (phantom runs too), phantom bookkeeping, fiber
 /// stacks, trace buffers and the program itself.
 MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend);
 

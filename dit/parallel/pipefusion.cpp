@@ -1,6 +1,7 @@
 #include "dit/parallel/pipefusion.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <utility>
@@ -9,6 +10,7 @@
 #include "dit/layers.hpp"
 #include "dit/model.hpp"
 #include "dit/parallel/sp_attention.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "dit/pipeline.hpp"
 #include "dit/sampler.hpp"
 #include "dit/weights.hpp"
@@ -618,6 +620,15 @@ RunOutput generate_pipefusion(Communicator& comm, const ModelConfig& cfg, const 
   out.batch = pp.batch;
   out.sigmas = pp.sigmas;
   return out;
+}
+
+double pipefusion_tile_bytes(const StrategyMemoryQuery& q) {
+  const ModelConfig& m = *q.model;
+  const double n = static_cast<double>(q.tokens);
+  const double layers = std::ceil(static_cast<double>(m.attention_layers()) / q.pipefusion_degree);
+  const double width =
+      std::ceil(static_cast<double>(m.heads) / std::max(1, q.ulysses_degree)) * m.head_dim;
+  return (2 * layers * q.batch * n * width + n * m.token_features()) * sizeof(float);
 }
 
 }  // namespace cocodiff::dit

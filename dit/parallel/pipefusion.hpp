@@ -67,6 +67,7 @@
 namespace cocodiff::dit {
 
 struct RunSettings;
+struct StrategyMemoryQuery;  // dit/parallel/strategies.hpp
 struct RunOutput;
 class Weights;
 
@@ -82,6 +83,11 @@ TokenShard pipefusion_patch(int rows, int width, int patches, int m);
 
 /// What keeps PipeFusion from running `cfg` with `options` on a group of `ranks` ranks (a CFG
 /// half's) over an image of `grid` tokens, naming the key; nullopt: nothing.
+/// PipeFusion's state on one tile, in bytes: for every attention layer of its stage, keys and
+/// values of every image token for its heads (B x N x heads / Ulysses degree x head_dim,
+/// twice), and the whole latent the first and last stages hold.
+double pipefusion_tile_bytes(const StrategyMemoryQuery& q);
+
 std::optional<ModelConfigProblem> pipefusion_problem(const ModelConfig& cfg,
                                                      const StrategyOptions& options, int ranks,
                                                      const TokenGrid& grid);

@@ -4,8 +4,10 @@
 #include <sstream>
 
 #include "core/errors.hpp"
+#include "dit/parallel/pipefusion.hpp"
 #include "dit/parallel/sp_attention.hpp"
 #include "dit/parallel/usp.hpp"
+#include "dit/parallel/v_major.hpp"
 
 namespace cocodiff::dit {
 
@@ -75,7 +77,8 @@ std::vector<std::string> attention_strategy_features(const std::string& name) {
   return f;
 }
 
-void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy) {
+void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy,
+                           StrategyMemory memory) {
   const bool well_formed =
       !name.empty() && name.find_first_not_of(
                            "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -89,7 +92,7 @@ void StrategyRegistry::add(const std::string& name, StrategyFactory factory, boo
   if (feature || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
     throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
   if (!factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
-  if (!entries_.emplace(name, Entry{std::move(factory), lossy}).second)
+  if (!entries_.emplace(name, Entry{std::move(factory), lossy, std::move(memory)}).second)
     throw ConfigError("strategy \"" + name + "\" is already registered");
 }
 
@@ -113,6 +116,23 @@ std::unique_ptr<AttentionStrategy> StrategyRegistry::make(const std::string& nam
 bool StrategyRegistry::lossy(const std::string& name) const {
   const auto it = entries_.find(name);
   return it != entries_.end() && it->second.lossy;
+}
+
+std::vector<StrategyMemoryPart> StrategyRegistry::memory(const std::string& name,
+                                                         const StrategyMemoryQuery& query) const {
+  const auto it = entries_.find(name);
+  if (it == entries_.end() || !it->second.memory) return {};
+  return it->second.memory(query);
+}
+
+std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,
+                                                          const StrategyMemoryQuery& query,
+                                                          const StrategyRegistry* user) {
+  if (user != nullptr && user->contains(name)) return user->memory(name, query);
+  if (name == "pipefusion") return {{"pipefusion caches", pipefusion_tile_bytes(query)}};
+  const Parsed p = parse(name);
+  if (p.ok && p.features.v_major) return {{"v_major caches", VMajorCache::tile_bytes(query)}};
+  return {};
 }
 
 std::vector<std::string> attention_strategy_names(const StrategyRegistry* user) {

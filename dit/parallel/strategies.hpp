@@ -11,6 +11,7 @@
 // features with '+': "flat+v_first", "tapa+v_first+pipeline", ... (features: flat | tapa,
 // v_first, pipeline, v_major).
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -18,10 +19,32 @@
 #include <vector>
 
 #include "core/communicator.hpp"
+#include "core/topology.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
 
 namespace cocodiff::dit {
+
+/// What a strategy's per-tile state is sized from: the run's resolved shape (StrategyMemory).
+struct StrategyMemoryQuery {
+  const ModelConfig* model = nullptr;
+  const StrategyOptions* options = nullptr;
+  const Topology* topology = nullptr;
+  std::int64_t tokens = 0;    // image tokens of one image (all frames)
+  double sp_ranks = 1;        // ranks of one sequence-parallel group
+  int batch = 1;              // sequences per transformer pass
+  int ulysses_degree = 1;     // parallel.ulysses_degree as resolved
+  int pipefusion_degree = 1;  // parallel.pipefusion_degree as resolved
+};
+/// A named part of what one tile of a strategy keeps from one step to the next (caches), in
+/// bytes, beyond the layers' activations the estimate counts for every strategy.
+struct StrategyMemoryPart {
+  std::string name;  // "v_major caches"
+  double bytes = 0;
+};
+/// A strategy's per-tile memory for a run of real math (phantom runs keep no tensors).
+using StrategyMemory =
+    std::function<std::vector<StrategyMemoryPart>(const StrategyMemoryQuery& query)>;
 
 /// Makes one rank's strategy over its communicator (borrowed; outlives the strategy).
 using StrategyFactory = std::function<std::unique_ptr<AttentionStrategy>(
@@ -33,7 +56,10 @@ class StrategyRegistry {
  public:
   /// Adds `name` (letters, digits, '_', '-'). ConfigError when the name is malformed, is a
   /// built-in strategy or feature, or was already added. `lossy`: the strategy changes the output.
-  void add(const std::string& name, StrategyFactory factory, bool lossy = false);
+  /// `memory`: what a tile of it keeps (the memory estimate's parts; empty: nothing beyond the
+  /// activations).
+  void add(const std::string& name, StrategyFactory factory, bool lossy = false,
+           StrategyMemory memory = {});
   /// True when `name` was added here.
   bool contains(const std::string& name) const { return entries_.count(name) != 0; }
   /// The added names, sorted.
@@ -44,11 +70,15 @@ class StrategyRegistry {
                                           const StrategyOptions& options) const;
   /// Whether `name` was added as lossy (false when it was not added).
   bool lossy(const std::string& name) const;
+  /// The memory parts `name` declared for `query` (none when it declared none).
+  std::vector<StrategyMemoryPart> memory(const std::string& name,
+                                         const StrategyMemoryQuery& query) const;
 
  private:
   struct Entry {
     StrategyFactory factory;
     bool lossy = false;
+    StrategyMemory memory;
   };
   std::map<std::string, Entry> entries_;
 };
@@ -71,6 +101,13 @@ std::vector<std::string> attention_strategy_features(const std::string& name);
 /// strategy registered as lossy).
 bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options,
                                  const StrategyRegistry* user = nullptr);
+
+/// What one tile of strategy `name` keeps beyond the layers' activations, as its own code
+/// declares it: V-Major's caches for a composition with v_major, PipeFusion's key-value caches,
+/// a user strategy's declared parts; none for the others.
+std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,
+                                                          const StrategyMemoryQuery& query,
+                                                          const StrategyRegistry* user = nullptr);
 
 /// Collective over `comm` (borrowed; must outlive the strategy). ConfigError for an unknown
 /// name or impossible settings. `user`'s strategies are looked up first.

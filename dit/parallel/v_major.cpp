@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "dit/parallel/strategies.hpp"
 
 namespace cocodiff::dit {
 
@@ -157,6 +158,21 @@ std::int64_t VMajorChannel::subblocks(BlockShape b) const {
   const std::int64_t tr = c_.options().v_major_block_tokens;
   const std::int64_t tc = std::int64_t{c_.options().v_major_block_heads} * head_dim_;
   return ((b.rows + tr - 1) / tr) * ((b.cols + tc - 1) / tc);
+}
+
+double VMajorCache::tile_bytes(const StrategyMemoryQuery& q) {
+  const Topology& topo = *q.topology;
+  const std::vector<std::string>& tiers = q.options->v_major_tiers;
+  double slow_peers = 0;
+  for (int j = 1; j < topo.num_ranks(); ++j) {
+    const int k = topo.tier(0, j);
+    if (k >= 0 && std::find(tiers.begin(), tiers.end(), topo.tier_name(k)) != tiers.end())
+      ++slow_peers;
+  }
+  const ModelConfig& m = *q.model;
+  const double p = q.sp_ranks;
+  const double v = q.batch * std::ceil(static_cast<double>(q.tokens) / p) * m.hidden();
+  return 2.0 * m.attention_layers() * std::ceil(v * slow_peers / p) * sizeof(float);
 }
 
 std::vector<float>& VMajorCache::block_copy(bool held, std::uint64_t key, std::int64_t numel,

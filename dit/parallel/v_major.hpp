@@ -25,11 +25,17 @@
 
 namespace cocodiff::dit {
 
+struct StrategyMemoryQuery;  // dit/parallel/strategies.hpp
+
 class VMajorCache {
  public:
   /// ConfigError when a tier name is not one of the topology's.
   VMajorCache(const StrategyOptions& options, const Topology& topo, bool phantom);
   void begin_forward(int step, int pass);
+  /// The caches one tile keeps, in bytes: for every attention layer, the sender's mirror and
+  /// the receiver's copy of the V blocks exchanged over the selective tiers (its share of the
+  /// tile's V: the fraction of peers across those tiers).
+  static double tile_bytes(const StrategyMemoryQuery& q);
   /// Whether `step` sends everything (a warm-up or refresh step) under `options`.
   static bool full_step_at(const StrategyOptions& options, int step);
   /// Key of the next attention layer of the current pass.

@@ -50,6 +50,9 @@ using dit::ModelConfig;
 using dit::ModelFamily;
 using dit::QkvSource;
 using dit::StrategyFactory;
+using dit::StrategyMemory;
+using dit::StrategyMemoryPart;
+using dit::StrategyMemoryQuery;
 using dit::StrategyOptions;
 using emu::collectives::AlgorithmId;
 using emu::collectives::GroupShape;
@@ -67,8 +70,10 @@ class Extensions {
   /// Adds strategy `name` (letters, digits, '_', '-'): `factory` makes each rank's instance
   /// over that rank's communicator (borrowed; it outlives the strategy). `lossy`: the strategy
   /// changes the output (reports say so). ConfigError when the name is malformed, built in or
-  /// added already.
-  void add_strategy(const std::string& name, StrategyFactory factory, bool lossy = false);
+  /// added already. `memory`: what one tile of it keeps beyond the layers' activations (caches),
+  /// which the memory estimate and emulator.memory_limit count; empty: nothing.
+  void add_strategy(const std::string& name, StrategyFactory factory, bool lossy = false,
+                    StrategyMemory memory = {});
 
   /// The strategies added so far (shared with every plan made from them).
   std::shared_ptr<const dit::StrategyRegistry> strategies() const { return strategies_; }

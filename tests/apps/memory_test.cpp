@@ -10,9 +10,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "core/config.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "runner/memory_estimate.hpp"
 #include "runner/run_plan.hpp"
 #include "tests/apps/subprocess.hpp"
@@ -116,6 +119,51 @@ TEST_F(MemoryLimit, ValidatePrintsTheEstimate) {
   const ChildResult run_r = run({"run", kGood, "--out", out_.string(), "--set", "run.math=real"});
   ASSERT_EQ(run_r.exit_code, 0) << run_r.err;
   EXPECT_NE(run_r.out.find(line), std::string::npos) << run_r.out;
+}
+
+// Each strategy declares what a tile of it keeps, and the estimate counts that, per tile, after
+// the activations: V-Major's caches for a composition with v_major, none for flat, and a
+// user strategy's own declared part (estimate_memory names no strategy).
+TEST(MemoryEstimate, StrategiesDeclareTheirOwnParts) {
+  const auto part = [](const apps::MemoryEstimate& e, const std::string& name) {
+    for (const apps::MemoryPart& p : e.parts)
+      if (p.name == name) return p.bytes;
+    return std::int64_t{-1};
+  };
+  const apps::RunPlan flat =
+      apps::resolve_run_plan(kGood, {"run.math=real", "run.strategy=\"flat\""});
+  const apps::RunPlan vm = apps::resolve_run_plan(
+      kGood, {"run.math=real", "run.strategy=\"tapa+v_major\"", "v_major.tiers=[\"die-to-die\"]"});
+  EXPECT_EQ(part(apps::estimate_memory(flat, "emulator"), "v_major caches"), -1);
+  EXPECT_GT(part(apps::estimate_memory(vm, "emulator"), "v_major caches"), 0);
+
+  auto mine = std::make_shared<dit::StrategyRegistry>();
+  mine->add(
+      "mine",
+      [&](Communicator& comm, const dit::ModelConfig& cfg, const dit::StrategyOptions& o) {
+        return dit::make_attention_strategy("flat", comm, cfg, o);
+      },
+      false,
+      [](const dit::StrategyMemoryQuery& q) {
+        return std::vector<dit::StrategyMemoryPart>{
+            {"mine caches", 1000.0 * q.model->attention_layers()}};
+      });
+  Config cfg = Config::load(kGood);
+  cfg.set("run.math=real");
+  cfg.set("run.strategy=\"mine\"");
+  const apps::RunPlan plan = apps::resolve_run_plan(std::move(cfg), mine);
+  const apps::MemoryEstimate e = apps::estimate_memory(plan, "emulator");
+  EXPECT_EQ(part(e, "mine caches"), plan.ranks() * 1000 * plan.model.attention_layers());
+  ASSERT_GE(e.parts.size(), 5u);
+  EXPECT_EQ(e.parts[3].name, "activations");
+  EXPECT_EQ(e.parts[4].name, "mine caches");
+  EXPECT_NE(e.summary().find("mine caches"), std::string::npos) << e.summary();
+  // Phantom runs keep no tensors: no strategy part.
+  Config skip = Config::load(kGood);
+  skip.set("run.strategy=\"mine\"");
+  EXPECT_EQ(part(apps::estimate_memory(apps::resolve_run_plan(std::move(skip), mine), "emulator"),
+                 "mine caches"),
+            -1);
 }
 
 TEST(MemoryEstimate, PartsFollowTheModel) {
