@@ -37,8 +37,9 @@ struct MemoryEstimate {
 
 /// The estimated peak resident memory of `plan` on `backend` ("emulator" or "mpi"): weights
 /// (fp32, one shared copy on the emulator, one per MPI process), per-tile activations, what the
-/// strategy keeps (dit::attention_strategy_memory: V-Major's caches, ...), the token positions of RoPE models (phantom runs too), phantom bookkeeping, fiber
-/// stacks, trace buffers and the program itself.
+/// strategy keeps (dit::attention_strategy_memory: V-Major's caches, ...), the token positions
+/// of RoPE models (phantom runs too), phantom bookkeeping, fiber stacks, trace buffers and the
+/// program itself.
 MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend);
 
 /// Throws ResourceError naming the estimate, its biggest part and emulator.memory_limit when

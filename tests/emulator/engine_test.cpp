@@ -487,10 +487,10 @@ TEST(EngineErrors, MixedAllToAllAndAllToAllvAreMismatchedCollectives) {
       emu::EngineOptions opt;
       opt.workers = 1;
       opt.collective_ops = collective_ops;
-      emu::Engine engine(topo,
-                         std::make_unique<AlphaBetaModel>(
-                             topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS)),
-                         test::unit_device(), opt);
+      emu::Engine engine(
+          topo,
+          std::make_unique<AlphaBetaModel>(topo, test::uniform_tiers(3, kAlphaNs, kBytesPerS)),
+          test::unit_device(), opt);
       try {
         engine.run([odd](Communicator& c) {
           std::vector<float> s(16), d(16);
