@@ -222,6 +222,7 @@ MemoryEstimate estimate_memory(const RunPlan& plan, const std::string& backend) 
   };
   // The strategy's own parts follow the activations.
   std::vector<MemoryPart> own;
+  own.reserve(strategy.size());
   for (const dit::StrategyMemoryPart& part : strategy)
     own.push_back({part.name, bytes(p * part.bytes)});
   const auto activations_part = std::find_if(e.parts.begin(), e.parts.end(),
