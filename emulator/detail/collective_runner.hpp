@@ -14,12 +14,13 @@
 
 #include <boost/container/small_vector.hpp>
 
+#include "emulator/detail/event_source.hpp"
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/recycler.hpp"
 
 namespace cocodiff::emu::detail {
 
-class CollectiveRunner {
+class CollectiveRunner final : public EventSource {
  public:
   explicit CollectiveRunner(Kernel& k) : k_(k) {}
 
@@ -37,6 +38,7 @@ class CollectiveRunner {
   /// in closed form when both ends wait for their op alone, else through the network model.
   /// True when it timed any in closed form.
   bool settle_undecided();
+  bool settle() override { return settle_undecided(); }
   /// Completes the requests of members that finished before virtual time reached t.
   void finish_early(SimTime t);
   /// When the next member that finished early is due (SimTime::max() when none is).

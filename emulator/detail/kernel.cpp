@@ -33,7 +33,9 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       runner_(std::make_unique<CollectiveRunner>(*this)),
       passes_(std::make_unique<RingPasses>(*this)),
       regions_(std::make_unique<RegionReplay>(*this)),
-      tapes_(std::make_unique<TapeRuns>(*this)) {
+      tapes_(std::make_unique<TapeRuns>(*this)),
+      sources_{passes_.get(), &closed_form_,  runner_.get(),
+               &network_,     &timer_events_, regions_.get()} {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   using collectives::CollectiveKind;
@@ -145,34 +147,39 @@ std::string Kernel::deadlock_report() const {
 
 bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
   (void)lk;
-  // Fibers these completions wake may post before anything the network has next.
-  if (passes_->run_whole_passes()) return true;
-  if (deliver_closed_form()) return true;
-  if (runner_->settle_undecided()) return true;  // their completions are delivered first
-  passes_->flush_held();  // unpaired ring pass messages: through the network, from here in order
-  fabric_.enter_network();
-  // Collective messages timed in closed form end in virtual time order among the network's
-  // flows, as they would in the network model: the controller's steps, and so the tiles'
-  // progress between them, are the same either way.
-  const SimTime t_net = std::min(net_.next_event_time(), runner_->next_early_finish());
-  const SimTime t_timer = timers_.empty() ? SimTime::max() : timers_.begin()->first;
-  // A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
-  const auto [region_mark, t_region] = regions_->next();
-  if (t_net == SimTime::max() && t_timer == SimTime::max() && region_mark < 0)
-    return false;  // stuck
-  if (region_mark >= 0 && t_region < t_net && t_region < t_timer) {
-    regions_->event(region_mark);
-  } else if (t_net <= t_timer) {
-    fabric_.network_step(t_net);
-    runner_->finish_early(t_net);
-  } else {
-    while (!timers_.empty() && timers_.begin()->first == t_timer) {
-      FiberState* f = timers_.begin()->second;
-      timers_.erase(timers_.begin());
-      wake(*f);
+  // Completions due now first: the fibers they wake may post before anything later.
+  for (EventSource* s : sources_)
+    if (s->settle()) return true;
+  for (EventSource* s : sources_) s->prepare();
+  EventSource* first = nullptr;
+  SimTime t = SimTime::max();
+  for (EventSource* s : sources_)
+    if (const SimTime next = s->next_time(); next < t) {
+      t = next;
+      first = s;
     }
-  }
+  if (first == nullptr) return false;  // stuck
+  first->fire();
   return true;
+}
+
+SimTime Kernel::Network::next_time() const {
+  next_ = std::min(k_.net_.next_event_time(), k_.runner_->next_early_finish());
+  return next_;
+}
+
+void Kernel::Network::fire() {
+  k_.fabric_.network_step(next_);
+  k_.runner_->finish_early(next_);
+}
+
+void Kernel::Timers::fire() {
+  const SimTime t = k_.timers_.begin()->first;
+  while (!k_.timers_.empty() && k_.timers_.begin()->first == t) {
+    FiberState* f = k_.timers_.begin()->second;
+    k_.timers_.erase(k_.timers_.begin());
+    k_.wake(*f);
+  }
 }
 
 void Kernel::controller() {

@@ -31,6 +31,7 @@
 #include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 #include "emulator/detail/accounting.hpp"
+#include "emulator/detail/event_source.hpp"
 #include "emulator/detail/fabric.hpp"
 #include "emulator/detail/fiber_state.hpp"
 #include "emulator/detail/math_pool.hpp"
@@ -253,6 +254,41 @@ class Kernel {
   /// (TileClock::transfer_penalty with the device's overlap factor for its group).
   SimTime transfer_penalty(const TileClock& c, const ReqState& req) const;
   void record_error(int rank, const std::exception_ptr& e);
+  /// The completions of ring pass and collective messages timed in closed form.
+  class ClosedForm final : public EventSource {
+   public:
+    explicit ClosedForm(Kernel& k) : k_(k) {}
+    bool settle() override { return k_.deliver_closed_form(); }
+
+   private:
+    Kernel& k_;
+  };
+  /// The network model's flows: transfers enter it before it moves on; its next event, with
+  /// the collective members that finished early, whose ends fall in virtual time order among
+  /// the flows' as they would in the network model.
+  class Network final : public EventSource {
+   public:
+    explicit Network(Kernel& k) : k_(k) {}
+    void prepare() override { k_.fabric_.enter_network(); }
+    SimTime next_time() const override;
+    void fire() override;
+
+   private:
+    Kernel& k_;
+    mutable SimTime next_;  // what next_time() found, for fire()
+  };
+  /// Tiles in test() waiting for virtual time to reach their clock.
+  class Timers final : public EventSource {
+   public:
+    explicit Timers(Kernel& k) : k_(k) {}
+    SimTime next_time() const override {
+      return k_.timers_.empty() ? SimTime::max() : k_.timers_.begin()->first;
+    }
+    void fire() override;
+
+   private:
+    Kernel& k_;
+  };
   void controller();
   bool controller_step(std::unique_lock<NullLock>& lk);
   /// Throws the failure that happened first in virtual time (ties: lowest rank), if any.
@@ -288,6 +324,14 @@ class Kernel {
   std::unique_ptr<RegionReplay> regions_;       // region marks and their replay
   std::unique_ptr<TapeRuns> tapes_;             // tapes the engine issues for waiting fibers
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
+  ClosedForm closed_form_{*this};
+  Network network_{*this};
+  Timers timer_events_{*this};
+  /// What controller_step steps over, in the order that decides ties: fibers woken by
+  /// whole passes, closed-form completions and newly timed collective messages run before
+  /// anything later; held pass messages enter the network before its transfers; at one time,
+  /// the network's events come before timers, and timers before region marks.
+  std::vector<EventSource*> sources_;
 
   struct Failure {
     int rank;

@@ -13,11 +13,12 @@
 #include <vector>
 
 #include "core/replay.hpp"
+#include "emulator/detail/event_source.hpp"
 #include "emulator/detail/kernel.hpp"
 
 namespace cocodiff::emu::detail {
 
-class RegionReplay {
+class RegionReplay final : public EventSource {
  public:
   explicit RegionReplay(Kernel& k) : k_(k) {}
 
@@ -28,6 +29,14 @@ class RegionReplay {
   std::pair<int, SimTime> next() const;
   /// The controller reached mark `mark`'s earliest clock: replays, records or releases it.
   void event(int mark);
+  /// A tile at a region mark waits like a timer at its own clock (it posts nothing earlier).
+  SimTime next_time() const override {
+    const auto [mark, t] = next();
+    next_mark_ = mark;
+    return t;
+  }
+  /// The mark the latest next_time() named.
+  void fire() override { event(next_mark_); }
   /// Regions replayed so far (RunResult::regions_replayed).
   std::uint64_t replayed() const { return replayed_; }
 
@@ -71,6 +80,7 @@ class RegionReplay {
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;
   std::uint64_t replayed_ = 0;
+  mutable int next_mark_ = -1;  // what next_time() found, for fire()
 };
 
 }  // namespace cocodiff::emu::detail

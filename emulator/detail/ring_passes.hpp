@@ -14,12 +14,13 @@
 #include <utility>
 #include <vector>
 
+#include "emulator/detail/event_source.hpp"
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/recycler.hpp"
 
 namespace cocodiff::emu::detail {
 
-class RingPasses {
+class RingPasses final : public EventSource {
  public:
   explicit RingPasses(Kernel& k) : k_(k) {}
 
@@ -36,6 +37,9 @@ class RingPasses {
   bool run_whole_passes();
   /// Sends the held messages (pass_match) to the network model, before it moves on.
   void flush_held();
+  /// Its events: whole passes run first; held messages go to the network before it moves on.
+  bool settle() override { return run_whole_passes(); }
+  void prepare() override { flush_held(); }
   /// No completion timed in closed form waits to be delivered.
   bool nothing_closed() const { return closed_pass_messages_.empty(); }
   /// Delivers the completions of hops timed in closed form, and of those they lead to, until
