@@ -64,10 +64,6 @@ double sp_ranks(const RunPlan& plan) {
   return static_cast<double>(plan.ranks()) / plan.settings.cfg_degree;
 }
 
-int attention_layers(const dit::ModelConfig& m) {
-  return m.double_blocks + m.single_blocks + m.dual_attention_blocks;
-}
-
 // Activations one tile keeps alive during a transformer block, its share of the sampler's
 // state and the final latent gather, in bytes (real math only).
 //   rows = B * (L + T): the tile's image tokens (L = ceil(N / P)) and the replicated text.
@@ -118,7 +114,7 @@ double tile_residual_bytes(const RunPlan& plan) {
   const double rows = batch_of(plan) * (ceil_div(n, p) + m.text_tokens);
   const double passes =
       m.cfg_mode == dit::CfgMode::kTrue && plan.settings.cfg_degree == 1 ? 2.0 : 1.0;
-  return passes * attention_layers(m) * 4 * 2 * rows * m.hidden() * kFloatBytes;
+  return passes * m.attention_layers() * 4 * 2 * rows * m.hidden() * kFloatBytes;
 }
 
 // Trace events the run records (at most emulator.trace_limit): per step, per layer and tile,
@@ -129,7 +125,7 @@ double trace_events(const RunPlan& plan) {
   const double per_layer = p * (16 + 4 * (p - 1));
   const double passes = plan.settings.steps *
                         (plan.model.cfg_mode == dit::CfgMode::kTrue && batch_of(plan) == 1 ? 2 : 1);
-  const double events = passes * (attention_layers(plan.model) + 2) * per_layer;
+  const double events = passes * (plan.model.attention_layers() + 2) * per_layer;
   return std::min(events, static_cast<double>(plan.engine.trace_limit));
 }
 

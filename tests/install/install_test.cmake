@@ -78,17 +78,4 @@ if(MPIEXEC)
     message(FATAL_ERROR "the consumer's MPI run does not give the emulator's bytes:\n${LAST_OUTPUT}")
   endif()
 endif()
-# The same run in code over MPI (cocodiff::run_mpi, every rank of the job alike): the
-# emulator's output bytes.
-if(MPIEXEC)
-  check_run("run examples/consumer over MPI"
-    COMMAND ${MPIEXEC} --allow-run-as-root --oversubscribe -np 4
-            ${WORK_DIR}/consumer/consumer --mpi ${WORK_DIR}/mpi-out
-    WORKING_DIRECTORY ${WORK_DIR})
-  message(STATUS "${LAST_OUTPUT}")
-  string(FIND "${LAST_OUTPUT}" "over MPI: the same as the emulator's output bytes" at)
-  if(at EQUAL -1 OR NOT EXISTS ${WORK_DIR}/mpi-out/report.json)
-    message(FATAL_ERROR "the consumer's MPI run does not give the emulator's bytes:\n${LAST_OUTPUT}")
-  endif()
-endif()
 file(REMOVE_RECURSE ${WORK_DIR})
