@@ -39,6 +39,7 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
                 static_cast<std::size_t>(c->from.count) * sizeof(float));
   const std::uint32_t label = k_.options().trace ? k_.accounting().intern(req->label) : 0;
   std::unique_lock<NullLock> lk(k_.state_lock());
+  if (k_.aborting()) throw Cancelled{};
   auto& slot = ops_[{g->ctx, seq}];
   if (slot == nullptr) {
     slot = op_pool_.take();  // a finished op's storage, if one is kept
@@ -72,7 +73,16 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
     return;
   }
   m.round = 0;
-  op_post_round(op, group_rank);
+  try {
+    op_post_round(op, group_rank);
+  } catch (const CommError& e) {
+    // A mismatched message: the caller unwinds, and this member's sizes and buffers with its
+    // stack, so no member may read them again, and nothing more is matched or delivered: the
+    // run fails with this error (the others stop at their next call or wait).
+    m = CollectiveMember{};
+    k_.message_failed(g->members[u(group_rank)], clock, e);
+    throw Cancelled{};
+  }
 }
 
 void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {

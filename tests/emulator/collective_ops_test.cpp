@@ -530,6 +530,30 @@ TEST(CollectiveOps, MismatchedCountsFailNamingBothRanks) {
   }
 }
 
+// A member whose first round finds a mismatch leaves the call (its sizes and buffers go with
+// the stack it unwinds); the members that start after it must not match it: the run fails with
+// the mismatch (under ASan, a later member reading the first's freed layout would fail it).
+TEST(CollectiveOps, AMemberFailingAtItsStartIsNotMatchedByLaterMembers) {
+  // Every rank sends one element to each other rank and none to rank 0, and expects none from
+  // rank 0: rank 0 sends rank 1 an element rank 1 does not expect, found when rank 1 starts.
+  auto body = [](Communicator& c) {
+    std::vector<std::int64_t> sc(static_cast<size_t>(c.size()), 1);
+    sc[0] = 0;
+    const AllToAllvLayout l = AllToAllvLayout::packed(sc, sc);
+    std::vector<float> send(static_cast<size_t>(l.send_total()), 1.0F),
+        recv(static_cast<size_t>(l.recv_total()));
+    c.all_to_allv(send, recv, l, "skewed");
+  };
+  for (bool ops : {false, true}) {
+    SCOPED_TRACE(ops ? "collective ops" : "per message");
+    const std::string msg = error_of(ops, body);
+    EXPECT_NE(msg.find("message size mismatch: rank 0 sends 1 elements to rank 1, which expects 0"),
+              std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("'skewed'"), std::string::npos) << msg;
+  }
+}
+
 // (collective_ops, trace): per message; at the collective level; at the collective level with
 // the trace off, where exclusive ring hops skip the network model.
 const std::vector<std::pair<bool, bool>> kRingPassPaths = {

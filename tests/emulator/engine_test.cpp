@@ -499,7 +499,7 @@ TEST(EngineErrors, MixedAllToAllAndAllToAllvAreMismatchedCollectives) {
           if (c.rank() == odd) {
             c.all_to_all(s, d, 0);
           } else {
-            c.all_to_allv(s, d, AllToAllvLayout::packed({0, 1, 1, 1}, {0, 1, 1, 1}));
+            c.all_to_allv(s, d, AllToAllvLayout::packed({1, 2, 3, 4}, {1, 2, 3, 4}));
           }
         });
         FAIL() << "expected a mismatch";
