@@ -157,6 +157,10 @@ void Extensions::add_strategy(const std::string& name, StrategyFactory factory, 
   strategies_->add(name, std::move(factory), lossy, std::move(memory));
 }
 
+void Extensions::add_search(const std::string& name, StrategySearch search) {
+  strategies_->add_search(name, std::move(search));
+}
+
 AlgorithmId register_all_to_all(const std::string& name, const std::string& summary,
                                 ScheduleFactory make, const std::string& fallback,
                                 bool equal_counts_only) {

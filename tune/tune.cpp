@@ -16,7 +16,7 @@
 #include "core/atomic_file.hpp"
 #include "core/errors.hpp"
 #include "dit/model_family.hpp"
-#include "dit/parallel/pipefusion.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "emulator/timeline_plot.hpp"
 #include "runner/compare.hpp"
 #include "runner/run_exec.hpp"
@@ -84,7 +84,7 @@ Base resolve_base(const TuneOptions& o) {
                         "parallel.cfg_degree=1", "parallel.shard_text=false"})
     sets.emplace_back(s);
   Base b;
-  b.plan = resolve_run_plan(o.config, sets);
+  b.plan = resolve_run_plan(o.config, sets, o.strategies);
   const Topology& t = b.plan.cluster.topology;
   const int levels = t.num_levels();  // the last one is the node
   if (levels >= 2) {
@@ -130,174 +130,58 @@ std::vector<std::string> common_sets() {
   return {"run.math=skip", "emulator.replay=true", "emulator.trace=false"};
 }
 
-// Levels (innermost first, nodes last) of a shape, and how many have more than one member in
-// ranks [0, group) counted from the innermost: TAPA differs from flat only over two or more.
-int spanned_levels(const std::vector<int>& sizes, int group) {
-  int spanned = 0, prod = 1;
-  for (int s : sizes) {
-    if (prod >= group) break;
-    if (s > 1) ++spanned;
-    prod *= s;
-  }
-  return spanned;
-}
-
-// PipeFusion with every step whole (exact: dit/parallel/pipefusion.hpp): 2 stages or more, each
-// a Ulysses group of the other ranks, with or without CFG-parallel, where the family runs
-// stages and the image has a patch of tokens for every rank of a stage.
-template <class Finish>
-void pipefusion_points(const Base& b, const TunePoint& base, int ranks, const Finish& finish) {
-  const dit::ModelConfig& m = b.plan.model;
-  const dit::ModelFamily& fam = dit::model_family(m.family);
-  if (!fam.stage_blocks) return;
-  const dit::RunSettings& s = b.plan.settings;
-  const dit::TokenGrid grid{m.latent_frames(s.frames),
-                            m.latent_side(s.pixel_height()) / m.patch_size,
-                            m.latent_side(s.pixel_width()) / m.patch_size};
-  // A pipeline runs one pass a step: true CFG runs a pipeline per branch.
-  const bool true_cfg = b.cfg_capable && m.cfg_mode == dit::CfgMode::kTrue;
-  for (int cfg : {1, 2}) {
-    if (cfg == 2 && (!b.cfg_capable || ranks % 2 != 0)) continue;
-    if (cfg == 1 && true_cfg) continue;
-    const int sp = ranks / cfg;
-    for (int d = 2; d <= std::min(sp, fam.stage_blocks(m)); ++d) {
-      dit::StrategyOptions o;
-      o.pipefusion_degree = d;
-      o.uneven_heads = true;
-      if (sp % d != 0 || dit::pipefusion_problem(m, o, sp, grid)) continue;
-      TunePoint p = base;
-      p.strategy = "pipefusion";
-      p.ulysses = sp / d;
-      p.cfg = cfg;
-      p.pipefusion = d;
-      p.uneven_heads = m.heads % p.ulysses != 0;
-      finish(p);
-    }
-  }
-}
-
-/// The sets that run point `p` (strategy, degrees and features), prepended to its own.
-void add_point_sets(const Base& b, TunePoint& p) {
-  p.sets.insert(p.sets.begin(), {"run.strategy=" + p.strategy,
-                                 "parallel.ulysses_degree=" + std::to_string(p.ulysses),
-                                 "parallel.ring_degree=" + std::to_string(p.ring)});
+/// The sets that run point `p`: its strategy and degrees, the strategy's own keys, then the
+/// features every strategy shares (uneven heads, text sharding).
+void add_point_sets(const Base& b, TunePoint& p, std::vector<std::string> own) {
+  p.sets = {"run.strategy=" + p.strategy, "parallel.ulysses_degree=" + std::to_string(p.ulysses),
+            "parallel.ring_degree=" + std::to_string(p.ring)};
   if (p.cfg > 1) p.sets.push_back("parallel.cfg_degree=" + std::to_string(p.cfg));
-  if (p.chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(p.chunks));
-  if (p.usp_tapa) p.sets.push_back("usp.tapa=true");
-  if (p.pipefusion > 0) {
-    p.sets.push_back("parallel.pipefusion_degree=" + std::to_string(p.pipefusion));
-    p.sets.push_back("pipefusion.warmup_steps=" + std::to_string(b.plan.settings.steps));
-  }
+  for (std::string& s : own) p.sets.push_back(std::move(s));
   if (p.uneven_heads) p.sets.push_back("ulysses.uneven_heads=true");
   if (p.shard_text || b.raw_shard_text)
     p.sets.push_back(std::string("parallel.shard_text=") + (p.shard_text ? "true" : "false"));
-  if (p.v_major) {
-    p.sets.push_back("v_major.threshold=" + fmt("%g", p.v_major->threshold));
-    p.sets.push_back("v_major.phantom_active_fraction=" + fmt("%.6g", p.v_major->active_fraction));
-  }
 }
 
-/// Text sharding over a group of `degree` ranks: off, and on where the text splits evenly.
-std::vector<bool> text_options(const Base& b, int degree) {
-  std::vector<bool> t = {false};
-  if (b.has_text && degree > 1 && b.plan.model.text_tokens % degree == 0) t.push_back(true);
-  return t;
-}
-
-/// Ulysses over the whole sequence-parallel group, exact and (V-Major) lossy.
-template <class Finish>
-void ulysses_points(const Base& b, const TunePoint& base, const std::vector<int>& sizes,
-                    const std::vector<TuneQuality>& lossy, const Finish& finish) {
-  const dit::ModelConfig& m = b.plan.model;
-  const int ranks = base.ranks;
-  // Ulysses over the whole sequence-parallel group (flat or TAPA exchange, with features), with
-  // or without CFG-parallel.
-  for (int cfg : {1, 2}) {
-    if (cfg == 2 && (!b.cfg_capable || ranks % 2 != 0 || ranks < 2)) continue;
-    const int sp = ranks / cfg;
-    std::vector<std::string> exchanges = {"flat"};
-    // TAPA differs from flat when the group spans two levels or more (CFG halves: the inner
-    // levels of each half).
-    if (sp > 1 && spanned_levels(sizes, sp) >= 2) exchanges.push_back("tapa");
-    for (const std::string& x : exchanges)
-      for (bool v_first : {false, true})
-        for (int chunks : {0, 2, 4})
-          for (bool text : text_options(b, sp)) {
-            if (sp == 1 && (v_first || chunks > 0)) continue;  // nothing to overlap
-            TunePoint p = base;
-            p.strategy = x + (v_first ? "+v_first" : "") + (chunks > 0 ? "+pipeline" : "");
-            p.ulysses = sp;
-            p.cfg = cfg;
-            p.chunks = chunks;
-            p.shard_text = text;
-            p.uneven_heads = m.heads % sp != 0;
-            finish(p);
-          }
-    // V-Major (lossy) on the full composition, only where there is an inter-node tier.
-    if (base.nodes > 1 && sp > 1)
-      for (const TuneQuality& q : lossy)
-        for (int chunks : {2, 4})
-          for (bool text : text_options(b, sp)) {
-            TunePoint p = base;
-            p.strategy = "tapa+v_first+pipeline+v_major";
-            p.ulysses = sp;
-            p.cfg = cfg;
-            p.chunks = chunks;
-            p.shard_text = text;
-            p.uneven_heads = m.heads % sp != 0;
-            p.v_major = q;
-            finish(p);
-          }
-  }
-}
-
-/// Ulysses x Ring (usp): rings over the outer levels (nodes; nodes x GPUs; ...).
-template <class Finish>
-void usp_points(const Base& b, const TunePoint& base, const std::vector<int>& sizes,
-                const Finish& finish) {
-  int ring = 1, last_ring = 1;
-  for (int k = static_cast<int>(sizes.size()) - 1; k >= 1; --k) {
-    ring *= sizes[static_cast<size_t>(k)];
-    if (ring == last_ring) continue;  // a level of one member: the same split as the last
-    last_ring = ring;
-    const int ulysses = base.ranks / ring;
-    for (bool usp_tapa : {false, true}) {
-      if (usp_tapa && spanned_levels(sizes, ulysses) < 2) continue;
-      for (bool text : text_options(b, ulysses)) {
-        TunePoint p = base;
-        p.strategy = "usp";
-        p.ulysses = ulysses;
-        p.ring = ring;
-        p.usp_tapa = usp_tapa;
-        p.shard_text = text;
-        p.uneven_heads = b.plan.model.heads % ulysses != 0;
-        finish(p);
-      }
-    }
-  }
-}
-
-// Every point of one shape (nodes x GPUs per node).
+// Every point of one shape (nodes x GPUs per node): what each strategy's search offers
+// (dit/parallel/search.hpp), in the order of the strategy table.
 std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality>& lossy, int nodes,
                                     int gpus) {
-  const int ranks = nodes * gpus * b.tiles_per_gpu;
-  std::vector<int> sizes = b.inner;
-  sizes.push_back(gpus);
-  sizes.push_back(nodes);
+  dit::SearchShape shape;
+  shape.model = &b.plan.model;
+  shape.settings = &b.plan.settings;
+  shape.ranks = nodes * gpus * b.tiles_per_gpu;
+  shape.nodes = nodes;
+  shape.levels = b.inner;
+  shape.levels.push_back(gpus);
+  shape.levels.push_back(nodes);
+  shape.cfg_capable = b.cfg_capable;
+  shape.has_text = b.has_text;
+  for (const TuneQuality& q : lossy) shape.lossy.push_back({q.threshold, q.active_fraction});
+  const std::vector<std::string> cluster = cluster_sets(b, nodes, gpus);
   std::vector<TunePoint> out;
-  TunePoint base;
-  base.nodes = nodes;
-  base.gpus_per_node = gpus;
-  base.gpus = nodes * gpus;
-  base.ranks = ranks;
-  base.cluster_sets = cluster_sets(b, nodes, gpus);
-  auto finish = [&](TunePoint p) {
-    add_point_sets(b, p);
-    out.push_back(std::move(p));
-  };
-  ulysses_points(b, base, sizes, lossy, finish);
-  pipefusion_points(b, base, ranks, finish);
-  usp_points(b, base, sizes, finish);
+  for (const dit::NamedSearch& search : dit::strategy_searches(b.plan.settings.strategies.get()))
+    search.search(shape, [&](dit::SearchPoint sp) {
+      TunePoint p;
+      p.nodes = nodes;
+      p.gpus_per_node = gpus;
+      p.gpus = nodes * gpus;
+      p.ranks = shape.ranks;
+      p.cluster_sets = cluster;
+      p.strategy = std::move(sp.strategy);
+      p.ulysses = sp.ulysses;
+      p.ring = sp.ring;
+      p.cfg = sp.cfg;
+      p.chunks = sp.chunks;
+      p.shard_text = sp.shard_text;
+      p.uneven_heads = sp.uneven_heads;
+      p.detail = std::move(sp.detail);
+      p.wave = sp.wave;
+      p.baseline = sp.baseline;
+      p.report = std::move(sp.report);
+      if (sp.lossy >= 0) p.v_major = lossy.at(static_cast<size_t>(sp.lossy));
+      add_point_sets(b, p, std::move(sp.sets));
+      out.push_back(std::move(p));
+    });
   return out;
 }
 
@@ -390,7 +274,8 @@ void time_host_range(const TuneOptions& o, const Base& base, TuneResult& r, int 
       sets.push_back("cluster.device.host.scale=" +
                      fmt("%.17g", k % 2 == 0 ? r.host_low : r.host_high));
       try {
-        const RunRecord rec = run_checked(resolve_run_plan(o.config, sets), [](SimTime) {});
+        const RunRecord rec =
+            run_checked(resolve_run_plan(o.config, sets, o.strategies), [](SimTime) {});
         times[k] = rec.report["virtual_time_s"].get<double>() /
                    std::max(1, rec.report.value("batch_size", 1));
       } catch (const std::exception&) {
@@ -438,13 +323,9 @@ std::string host_range_note(const TuneResult& r) {
          " with the slowest: which is best depends on the machine's host.";
 }
 
-// Which points run first: those most likely to be fast (TAPA with V-First, usp over TAPA), then
-// the other TAPA and usp points, then flat Ulysses; a low bar early prunes and stops more.
-int wave(const TunePoint& p) {
-  if (p.strategy.rfind("tapa+v_first", 0) == 0 || (p.strategy == "usp" && p.usp_tapa)) return 0;
-  if (p.strategy.rfind("tapa", 0) == 0 || p.strategy == "usp") return 1;
-  return 2;
-}
+// Which points run first: those each strategy's search deems likely fastest (wave 0), then the
+// others; a low bar early prunes and stops more.
+int wave(const TunePoint& p) { return p.wave; }
 
 std::string status_name(TunePoint::Status s) {
   switch (s) {
@@ -543,7 +424,7 @@ void enumerate_points(const TuneOptions& o, const Base& base,
     for (int g : gpus)
       for (TunePoint& p : shape_points(base, admitted, n, g)) {
         try {
-          resolve_run_plan(o.config, sets_of(o, p));
+          resolve_run_plan(o.config, sets_of(o, p), o.strategies);
           r.points.push_back(std::move(p));
         } catch (const UserError& e) {
           ++r.infeasible;
@@ -585,9 +466,10 @@ void time_bound(const TuneOptions& o, const Base& base, TuneResult& r, Clock::ti
           r.cluster + " (" + fmt("%.1f", since(t0)) +
           " s); timing the image on one tile for the pruning bound");
   try {
-    const RunRecord rec = run_checked(resolve_run_plan(o.config, sets_of(o, serial)), [&](SimTime) {
-      if (over_budget()) throw Stop(kBudgetSpent);
-    });
+    const RunRecord rec =
+        run_checked(resolve_run_plan(o.config, sets_of(o, serial), o.strategies), [&](SimTime) {
+          if (over_budget()) throw Stop(kBudgetSpent);
+        });
     r.serial_compute_s =
         rec.report["breakdown"]["compute_s"].get<double>() / std::max(1, base.plan.batch_size);
   } catch (...) {
@@ -684,7 +566,7 @@ struct Search {
   // Runs a point to its record, or to the error that ended it.
   std::exception_ptr run_point(const TunePoint& p, std::optional<RunRecord>& rec) {
     try {
-      RunPlan plan = resolve_run_plan(o.config, sets_of(o, p));
+      RunPlan plan = resolve_run_plan(o.config, sets_of(o, p), o.strategies);
       const double images = std::max(1, plan.batch_size);
       const int gpus = p.gpus;
       const bool baseline = p.is_baseline();
@@ -843,14 +725,8 @@ void rank_and_front(bool latency, TuneResult& r) {
 }  // namespace
 
 std::string TunePoint::describe() const {
-  std::string s = strategy;
-  if (strategy == "usp") {
-    s += " " + std::to_string(ulysses) + "x" + std::to_string(ring);
-    if (usp_tapa) s += ", tapa";
-  }
+  std::string s = strategy + detail;
   if (chunks > 0) s += ", " + std::to_string(chunks) + " chunks";
-  if (pipefusion > 0)
-    s += " " + std::to_string(pipefusion) + " stages x " + std::to_string(ulysses);
   if (cfg > 1) s += ", cfg 2";
   if (shard_text) s += ", text sharded";
   if (uneven_heads) s += ", uneven heads";
@@ -867,9 +743,7 @@ int TuneResult::count(TunePoint::Status s) const {
                                         [&](const TunePoint& p) { return p.status == s; }));
 }
 
-bool TunePoint::is_baseline() const {
-  return strategy == "flat" && cfg == 1 && !shard_text && !v_major && chunks == 0;
-}
+bool TunePoint::is_baseline() const { return baseline; }
 
 const TunePoint* TuneResult::flat_of(const TunePoint& p) const {
   for (const TunePoint& q : points)
@@ -1122,7 +996,7 @@ nlohmann::ordered_json point_json(const TuneOptions& o, const TuneResult& r, con
   e["ring_degree"] = p.ring;
   e["cfg_degree"] = p.cfg;
   e["pipeline_chunks"] = p.chunks;
-  if (p.pipefusion > 0) e["pipefusion_degree"] = p.pipefusion;
+  for (const auto& [key, value] : p.report) e[key] = value;
   e["shard_text"] = p.shard_text;
   e["uneven_heads"] = p.uneven_heads;
   if (p.v_major)

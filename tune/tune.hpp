@@ -30,11 +30,16 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
+
+namespace cocodiff::dit {
+class StrategyRegistry;  // dit/parallel/strategies.hpp
+}
 
 namespace cocodiff::apps {
 
@@ -60,6 +65,9 @@ struct TuneOptions {
   /// machines measured (device.host.scale at the range's ends).
   bool host_range = true;
   std::function<void(const std::string&)> log;  // progress lines (none when empty)
+  /// A program's own strategies (cocodiff::Extensions): every point's plan finds them, and
+  /// those with a search (StrategyRegistry::add_search) add their points to the built-ins'.
+  std::shared_ptr<const dit::StrategyRegistry> strategies;
 };
 
 /// A V-Major threshold measured on the trained model (real math): the PSNR of its output
@@ -81,8 +89,14 @@ struct TunePoint {
   std::string strategy;                // run.strategy
   int ulysses = 1, ring = 1, cfg = 1;  // parallel degrees
   int chunks = 0;                      // pipeline chunks (0: no pipelining)
-  int pipefusion = 0;                  // PipeFusion stages, every step whole (0: not PipeFusion)
-  bool usp_tapa = false, shard_text = false, uneven_heads = false;
+  bool shard_text = false, uneven_heads = false;
+  // What the strategy's search (dit/parallel/search.hpp) says of its point: the text after its
+  // name in tables ("usp 4x2, tapa"), which wave runs it, whether it is its shape's baseline,
+  // and its own tune.json integers (PipeFusion: pipefusion_degree).
+  std::string detail;
+  int wave = 2;
+  bool baseline = false;
+  std::vector<std::pair<std::string, std::int64_t>> report;
   std::optional<TuneQuality> v_major;     // lossy: the threshold and what was measured at it
   std::vector<std::string> sets;          // the --set keys that make this point (after common ones)
   std::vector<std::string> cluster_sets;  // cluster.nodes and the GPUs per node

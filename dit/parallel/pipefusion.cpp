@@ -631,4 +631,38 @@ double pipefusion_tile_bytes(const StrategyMemoryQuery& q) {
   return (2 * layers * q.batch * n * width + n * m.token_features()) * sizeof(float);
 }
 
+void pipefusion_search(const SearchShape& s, const SearchEmit& emit) {
+  const ModelConfig& m = *s.model;
+  const ModelFamily& fam = model_family(m.family);
+  if (!fam.stage_blocks) return;
+  const RunSettings& run = *s.settings;
+  const TokenGrid grid{m.latent_frames(run.frames),
+                       m.latent_side(run.pixel_height()) / m.patch_size,
+                       m.latent_side(run.pixel_width()) / m.patch_size};
+  // A pipeline runs one pass a step: true CFG runs a pipeline per branch.
+  const bool true_cfg = s.cfg_capable && m.cfg_mode == CfgMode::kTrue;
+  for (int cfg : {1, 2}) {
+    if (cfg == 2 && (!s.cfg_capable || s.ranks % 2 != 0)) continue;
+    if (cfg == 1 && true_cfg) continue;
+    const int sp = s.ranks / cfg;
+    for (int d = 2; d <= std::min(sp, fam.stage_blocks(m)); ++d) {
+      StrategyOptions o;
+      o.pipefusion_degree = d;
+      o.uneven_heads = true;
+      if (sp % d != 0 || pipefusion_problem(m, o, sp, grid)) continue;
+      SearchPoint p;
+      p.strategy = "pipefusion";
+      p.ulysses = sp / d;
+      p.cfg = cfg;
+      p.uneven_heads = m.heads % p.ulysses != 0;
+      p.detail = " " + std::to_string(d) + " stages x " + std::to_string(p.ulysses);
+      // Every step whole (exact): the warm-up covers the run.
+      p.sets = {"parallel.pipefusion_degree=" + std::to_string(d),
+                "pipefusion.warmup_steps=" + std::to_string(run.steps)};
+      p.report = {{"pipefusion_degree", d}};
+      emit(p);
+    }
+  }
+}
+
 }  // namespace cocodiff::dit

@@ -62,6 +62,7 @@
 #include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
 #include "dit/model_family.hpp"
+#include "dit/parallel/search.hpp"
 #include "dit/parallel/tapa.hpp"
 
 namespace cocodiff::dit {
@@ -126,5 +127,11 @@ class PipeFusionAttention final : public AttentionStrategy {
 /// (collective); the final latent on every rank, as generate() gives it.
 RunOutput generate_pipefusion(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                               const RunSettings& settings);
+
+/// PipeFusion's points for `cocodiff tune` (dit/parallel/search.hpp): 2 stages or more with
+/// every step whole (exact), each a Ulysses group of the other ranks, with or without
+/// CFG-parallel, where the family runs stages and the image has a patch for every rank of a
+/// stage.
+void pipefusion_search(const SearchShape& shape, const SearchEmit& emit);
 
 }  // namespace cocodiff::dit

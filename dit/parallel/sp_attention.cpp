@@ -1,6 +1,7 @@
 #include "dit/parallel/sp_attention.hpp"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "core/errors.hpp"
 #include "dit/layers.hpp"
@@ -538,6 +539,70 @@ std::vector<Tensor> SpAttention::attend_heads(LayerState& layer) {
       os = gather_columns(ex, group_.comm(), os, layer.head_cols, "text_o_all_gather");
   }
   return outs;
+}
+
+namespace {
+
+std::string g_text(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+// The exact compositions over a sequence-parallel group of `sp` ranks (flat or TAPA exchange,
+// with or without V-First and pipelining), each with and without text sharding.
+void exact_compositions(const SearchShape& s, const SearchPoint& base, int sp,
+                        const SearchEmit& emit) {
+  std::vector<std::string> exchanges = {"flat"};
+  // TAPA differs from flat when the group spans two levels or more (CFG halves: the inner
+  // levels of each half).
+  if (sp > 1 && s.spanned_levels(sp) >= 2) exchanges.emplace_back("tapa");
+  for (const std::string& x : exchanges)
+    for (bool v_first : {false, true})
+      for (int chunks : {0, 2, 4})
+        for (bool text : s.text_options(sp)) {
+          if (sp == 1 && (v_first || chunks > 0)) continue;  // nothing to overlap
+          SearchPoint p = base;
+          p.strategy = x + (v_first ? "+v_first" : "") + (chunks > 0 ? "+pipeline" : "");
+          p.chunks = chunks;
+          p.shard_text = text;
+          if (chunks > 0) p.sets.push_back("pipeline.chunks=" + std::to_string(chunks));
+          p.wave = x == "tapa" ? (v_first ? 0 : 1) : 2;
+          p.baseline = x == "flat" && !v_first && chunks == 0 && !text && base.cfg == 1;
+          emit(p);
+        }
+}
+
+}  // namespace
+
+void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
+  const int ranks = s.ranks;
+  for (int cfg : {1, 2}) {
+    if (cfg == 2 && (!s.cfg_capable || ranks % 2 != 0 || ranks < 2)) continue;
+    const int sp = ranks / cfg;
+    SearchPoint base;
+    base.ulysses = sp;
+    base.cfg = cfg;
+    base.uneven_heads = s.model->heads % sp != 0;
+    exact_compositions(s, base, sp, emit);
+    // V-Major (lossy) on the full composition, only where there is an inter-node tier.
+    if (s.nodes <= 1 || sp <= 1) continue;
+    for (size_t q = 0; q < s.lossy.size(); ++q)
+      for (int chunks : {2, 4})
+        for (bool text : s.text_options(sp)) {
+          SearchPoint p = base;
+          p.strategy = "tapa+v_first+pipeline+v_major";
+          p.chunks = chunks;
+          p.shard_text = text;
+          p.lossy = static_cast<int>(q);
+          p.wave = 0;
+          p.sets = {
+              "pipeline.chunks=" + std::to_string(chunks),
+              "v_major.threshold=" + g_text("%g", s.lossy[q].threshold),
+              "v_major.phantom_active_fraction=" + g_text("%.6g", s.lossy[q].active_fraction)};
+          emit(p);
+        }
+  }
 }
 
 }  // namespace cocodiff::dit

@@ -29,6 +29,7 @@
 #include "core/communicator.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
+#include "dit/parallel/search.hpp"
 #include "dit/parallel/tapa.hpp"
 #include "dit/parallel/v_major.hpp"
 
@@ -131,5 +132,11 @@ void check_text_shards(const ModelConfig& cfg, const StrategyOptions& options, i
 /// Reassembles a replicated stream's heads over `g`: o [rows, width(me)] -> [rows, total width].
 Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
                       const std::vector<ColumnRange>& cols, std::string_view label);
+
+/// The Ulysses compositions' points for `cocodiff tune` (dit/parallel/search.hpp): flat and,
+/// where the group spans two levels, TAPA, each with and without V-First, pipelining (2 or 4
+/// chunks) and text sharding, over every rank or CFG-parallel halves; V-Major's composition at
+/// each admitted lossy setting where there is an inter-node tier.
+void ulysses_search(const SearchShape& shape, const SearchEmit& emit);
 
 }  // namespace cocodiff::dit

@@ -92,7 +92,7 @@ void StrategyRegistry::add(const std::string& name, StrategyFactory factory, boo
   if (feature || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
     throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
   if (!factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
-  if (!entries_.emplace(name, Entry{std::move(factory), lossy, std::move(memory)}).second)
+  if (!entries_.emplace(name, Entry{std::move(factory), lossy, std::move(memory), {}}).second)
     throw ConfigError("strategy \"" + name + "\" is already registered");
 }
 
@@ -123,6 +123,30 @@ std::vector<StrategyMemoryPart> StrategyRegistry::memory(const std::string& name
   const auto it = entries_.find(name);
   if (it == entries_.end() || !it->second.memory) return {};
   return it->second.memory(query);
+}
+
+void StrategyRegistry::add_search(const std::string& name, StrategySearch search) {
+  const auto it = entries_.find(name);
+  if (it == entries_.end())
+    throw ConfigError("strategy \"" + name + "\": add the strategy before its search");
+  if (!search) throw ConfigError("strategy \"" + name + "\": the search is empty");
+  if (it->second.search) throw ConfigError("strategy \"" + name + "\" has a search already");
+  it->second.search = std::move(search);
+}
+
+std::vector<NamedSearch> StrategyRegistry::searches() const {
+  std::vector<NamedSearch> out;
+  for (const auto& [name, entry] : entries_)
+    if (entry.search) out.push_back({name, entry.search});
+  return out;
+}
+
+std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user) {
+  std::vector<NamedSearch> out = {
+      {"ulysses", ulysses_search}, {"pipefusion", pipefusion_search}, {"usp", usp_search}};
+  if (user != nullptr)
+    for (NamedSearch& s : user->searches()) out.push_back(std::move(s));
+  return out;
 }
 
 std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,

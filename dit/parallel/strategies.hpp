@@ -22,6 +22,7 @@
 #include "core/topology.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
+#include "dit/parallel/search.hpp"
 
 namespace cocodiff::dit {
 
@@ -73,12 +74,18 @@ class StrategyRegistry {
   /// The memory parts `name` declared for `query` (none when it declared none).
   std::vector<StrategyMemoryPart> memory(const std::string& name,
                                          const StrategyMemoryQuery& query) const;
+  /// Adds the search space `cocodiff tune` explores for strategy `name` (added before; one
+  /// search each). ConfigError when `name` was not added or has a search already.
+  void add_search(const std::string& name, StrategySearch search);
+  /// The added searches, by strategy name.
+  std::vector<NamedSearch> searches() const;
 
  private:
   struct Entry {
     StrategyFactory factory;
     bool lossy = false;
     StrategyMemory memory;
+    StrategySearch search;
   };
   std::map<std::string, Entry> entries_;
 };
@@ -108,6 +115,10 @@ bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions&
 std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,
                                                           const StrategyMemoryQuery& query,
                                                           const StrategyRegistry* user = nullptr);
+
+/// The search spaces of `cocodiff tune`: the built-in strategies' (Ulysses compositions,
+/// PipeFusion, usp, in that order), then `user`'s.
+std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user = nullptr);
 
 /// Collective over `comm` (borrowed; must outlive the strategy). ConfigError for an unknown
 /// name or impossible settings. `user`'s strategies are looked up first.

@@ -379,4 +379,31 @@ void UlyssesRing::exchange_outputs(const Layer& layer, std::vector<Tensor>& outs
   }
 }
 
+void usp_search(const SearchShape& s, const SearchEmit& emit) {
+  const std::vector<int>& sizes = s.levels;
+  int ring = 1, last_ring = 1;
+  for (int k = static_cast<int>(sizes.size()) - 1; k >= 1; --k) {
+    ring *= sizes[static_cast<size_t>(k)];
+    if (ring == last_ring) continue;  // a level of one member: the same split as the last
+    last_ring = ring;
+    const int ulysses = s.ranks / ring;
+    for (bool tapa : {false, true}) {
+      if (tapa && s.spanned_levels(ulysses) < 2) continue;
+      for (bool text : s.text_options(ulysses)) {
+        SearchPoint p;
+        p.strategy = "usp";
+        p.ulysses = ulysses;
+        p.ring = ring;
+        p.shard_text = text;
+        p.uneven_heads = s.model->heads % ulysses != 0;
+        p.detail =
+            " " + std::to_string(ulysses) + "x" + std::to_string(ring) + (tapa ? ", tapa" : "");
+        if (tapa) p.sets.emplace_back("usp.tapa=true");
+        p.wave = tapa ? 0 : 1;
+        emit(p);
+      }
+    }
+  }
+}
+
 }  // namespace cocodiff::dit

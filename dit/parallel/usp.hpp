@@ -22,6 +22,7 @@
 #include "core/communicator.hpp"
 #include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
+#include "dit/parallel/search.hpp"
 #include "dit/parallel/tapa.hpp"
 
 namespace cocodiff::dit {
@@ -76,5 +77,10 @@ class UlyssesRing final : public AttentionStrategy {
   std::vector<RingPlan> plans_;
   bool shard_text_ = false;
 };
+
+/// usp's points for `cocodiff tune` (dit/parallel/search.hpp): rings over the outer levels
+/// (nodes; nodes x GPUs; ...), Ulysses over the rest with a flat or (spanning two levels) TAPA
+/// exchange, with and without text sharding.
+void usp_search(const SearchShape& shape, const SearchEmit& emit);
 
 }  // namespace cocodiff::dit

@@ -49,11 +49,15 @@ using dit::Exec;
 using dit::ModelConfig;
 using dit::ModelFamily;
 using dit::QkvSource;
+using dit::SearchEmit;
+using dit::SearchPoint;
+using dit::SearchShape;
 using dit::StrategyFactory;
 using dit::StrategyMemory;
 using dit::StrategyMemoryPart;
 using dit::StrategyMemoryQuery;
 using dit::StrategyOptions;
+using dit::StrategySearch;
 using emu::collectives::AlgorithmId;
 using emu::collectives::GroupShape;
 using emu::collectives::Schedule;
@@ -74,6 +78,12 @@ class Extensions {
   /// which the memory estimate and emulator.memory_limit count; empty: nothing.
   void add_strategy(const std::string& name, StrategyFactory factory, bool lossy = false,
                     StrategyMemory memory = {});
+
+  /// Adds the search space `cocodiff tune` explores for strategy `name` (added before): on each
+  /// cluster shape, `search` emits its points (dit/parallel/search.hpp), searched with the
+  /// built-ins' when TuneOptions::strategies holds these strategies. ConfigError when `name`
+  /// was not added or has a search already.
+  void add_search(const std::string& name, StrategySearch search);
 
   /// The strategies added so far (shared with every plan made from them).
   std::shared_ptr<const dit::StrategyRegistry> strategies() const { return strategies_; }

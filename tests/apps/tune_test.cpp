@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/errors.hpp"
+#include "dit/parallel/strategies.hpp"
 #include "tests/apps/subprocess.hpp"
 #include "tune/tune.hpp"
 
@@ -120,6 +121,13 @@ TEST(Tune, PredictedTimeIsWhatTheRunCommandReports) {
   fs::remove_all(dir);
 }
 
+// A PipeFusion point's stage count, as its search reports it (tune.json's pipefusion_degree).
+int stages(const TunePoint& p) {
+  for (const auto& [key, value] : p.report)
+    if (key == "pipefusion_degree") return static_cast<int>(value);
+  return 0;
+}
+
 // PipeFusion's stage counts are searched for FLUX.1 (every step whole: exact), with and
 // without CFG-parallel where the model has it, and a point's printed command reports its time.
 TEST(Tune, PipeFusionStagesAreSearchedAndTheirCommandsReproduceThem) {
@@ -132,9 +140,9 @@ TEST(Tune, PipeFusionStagesAreSearchedAndTheirCommandsReproduceThem) {
   for (const TunePoint& p : r.points) {
     if (p.strategy != "pipefusion") continue;
     EXPECT_EQ(p.status, TunePoint::Status::kRun) << p.describe();
-    EXPECT_EQ(p.ulysses * p.pipefusion * p.cfg, p.ranks) << p.describe();
-    degrees.insert(p.pipefusion);
-    if (timed == nullptr || p.pipefusion > timed->pipefusion) timed = &p;
+    EXPECT_EQ(p.ulysses * stages(p) * p.cfg, p.ranks) << p.describe();
+    degrees.insert(stages(p));
+    if (timed == nullptr || stages(p) > stages(*timed)) timed = &p;
   }
   EXPECT_EQ(degrees, (std::set<int>{2, 4})) << "4 ranks, 4 blocks";  // flux1-tiny
   ASSERT_NE(timed, nullptr);
@@ -147,6 +155,55 @@ TEST(Tune, PipeFusionStagesAreSearchedAndTheirCommandsReproduceThem) {
     cfg_parallel = cfg_parallel || (p.strategy == "pipefusion" && p.cfg == 2);
   EXPECT_TRUE(cfg_parallel);
   fs::remove_all(dir);
+}
+
+// A program's own strategy with a search (StrategyRegistry::add_search): tune explores its
+// points beside the built-ins', prints them as the search describes them and times them as any
+// other. This one runs flat Ulysses under its own name, so each of its points takes exactly the
+// time of its shape's flat baseline.
+TEST(Tune, AProgramsStrategySearchIsExploredBesideTheBuiltIns) {
+  auto reg = std::make_shared<dit::StrategyRegistry>();
+  reg->add("flat_again",
+           [](Communicator& c, const dit::ModelConfig& m, const dit::StrategyOptions& opt) {
+             return dit::make_attention_strategy("flat", c, m, opt);
+           });
+  const dit::StrategySearch search = [](const dit::SearchShape& s, const dit::SearchEmit& emit) {
+    dit::SearchPoint p;
+    p.strategy = "flat_again";
+    p.ulysses = s.ranks;
+    p.uneven_heads = s.model->heads % s.ranks != 0;
+    p.detail = " (a program's)";
+    p.wave = 0;
+    p.report = {{"program_marker", 7}};
+    emit(p);
+  };
+  EXPECT_THROW(reg->add_search("not_added", search), ConfigError);
+  reg->add_search("flat_again", search);
+  EXPECT_THROW(reg->add_search("flat_again", search), ConfigError);
+  TuneOptions o = small_search({"cluster.preset=aurora", "run.steps=2"}, {1, 2}, {2});
+  o.prune = false;
+  o.host_range = false;
+  o.strategies = reg;
+  const TuneResult r = apps::tune(o);
+  int mine = 0;
+  for (const TunePoint& p : r.points) {
+    if (p.strategy != "flat_again") continue;
+    ++mine;
+    ASSERT_EQ(p.status, TunePoint::Status::kRun) << p.error;
+    EXPECT_EQ(p.describe().rfind("flat_again (a program's)", 0), 0u) << p.describe();
+    const TunePoint* flat = r.flat_of(p);
+    ASSERT_NE(flat, nullptr) << p.describe();
+    EXPECT_EQ(p.time_s, flat->time_s) << p.shape();
+  }
+  EXPECT_EQ(mine, 2) << "one point on each of the two shapes";
+  int marked = 0;
+  const nlohmann::ordered_json j = apps::tune_json(o, r);
+  for (const auto& e : j["ranking"])
+    if (e.value("program_marker", 0) == 7) ++marked;
+  EXPECT_EQ(marked, 2);
+  // Without the program's strategies, the search is the built-ins' alone.
+  o.strategies = nullptr;
+  for (const TunePoint& p : apps::tune(o).points) EXPECT_NE(p.strategy, "flat_again");
 }
 
 // On a grid where the compute bound prunes (a model whose compute dominates) and slow runs are
