@@ -36,6 +36,27 @@ toml::array int_array(const std::vector<int>& values) {
   return a;
 }
 
+// The parallel layout's keys: [parallel], [ulysses], [pipeline], [v_major].
+void parallel_tables(const RunSpec& spec, toml::table& root) {
+  toml::table parallel;
+  const auto degree = [&](const char* key, int value) {
+    if (value != 0) parallel.insert_or_assign(key, static_cast<std::int64_t>(value));
+  };
+  degree("ulysses_degree", spec.ulysses_degree);
+  degree("ring_degree", spec.ring_degree);
+  degree("cfg_degree", spec.cfg_degree);
+  degree("pipefusion_degree", spec.pipefusion_degree);
+  if (spec.shard_text) parallel.insert_or_assign("shard_text", *spec.shard_text);
+  if (!parallel.empty()) root.insert_or_assign("parallel", std::move(parallel));
+  if (spec.uneven_heads)
+    section(root, "ulysses").insert_or_assign("uneven_heads", *spec.uneven_heads);
+  if (spec.pipeline_chunks != 0)
+    section(root, "pipeline")
+        .insert_or_assign("chunks", static_cast<std::int64_t>(spec.pipeline_chunks));
+  if (spec.v_major_threshold)
+    section(root, "v_major").insert_or_assign("threshold", *spec.v_major_threshold);
+}
+
 // The keys a config file of this run would set; a field left at zero / empty sets none.
 toml::table spec_table(const RunSpec& spec) {
   toml::table root;
@@ -61,12 +82,20 @@ toml::table spec_table(const RunSpec& spec) {
   run.insert_or_assign("seed", static_cast<std::int64_t>(spec.seed));
   run.insert_or_assign("math", spec.math == Math::kSkip ? "skip" : "real");
   if (!spec.strategy.empty()) run.insert_or_assign("strategy", spec.strategy);
+  if (spec.cfg_scale) run.insert_or_assign("cfg_scale", *spec.cfg_scale);
+  if (spec.class_label >= 0)
+    run.insert_or_assign("class_label", static_cast<std::int64_t>(spec.class_label));
+  if (spec.batch_size != 0)
+    run.insert_or_assign("batch_size", static_cast<std::int64_t>(spec.batch_size));
+  if (!spec.weights.empty()) run.insert_or_assign("weights", spec.weights);
+  parallel_tables(spec, root);
 
   toml::table& emulator = section(root, "emulator");
   if (spec.workers != 0)
     emulator.insert_or_assign("workers", static_cast<std::int64_t>(spec.workers));
   if (spec.trace) emulator.insert_or_assign("trace", *spec.trace);
   if (!spec.all_to_all.empty()) emulator.insert_or_assign("all_to_all", spec.all_to_all);
+  if (spec.replay) emulator.insert_or_assign("replay", *spec.replay);
   if (emulator.empty()) root.erase("emulator");
   return root;
 }
@@ -89,9 +118,11 @@ apps::RunPlan Plan::resolve_again() const { return source_->resolve(); }
 
 Plan make_plan(const RunSpec& spec, const Extensions* extensions) {
   auto source = std::make_shared<apps::PlanSource>();
-  source->resolve = [table = spec_table(spec),
+  source->resolve = [table = spec_table(spec), sets = spec.sets,
                      strategies = extensions != nullptr ? extensions->strategies() : nullptr] {
-    return apps::resolve_run_plan(Config::from_table(table, kSpecSource), strategies);
+    Config cfg = Config::from_table(table, kSpecSource);
+    for (const std::string& s : sets) cfg.set(s);
+    return apps::resolve_run_plan(std::move(cfg), strategies);
   };
   return Plan(std::move(source));
 }

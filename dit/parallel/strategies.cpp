@@ -65,6 +65,85 @@ Parsed parse(const std::string& name) {
   return p;
 }
 
+// The canonical name of a composition: its exchange, then v_first, pipeline, v_major.
+std::string canonical(const Parsed& p) {
+  std::string n = p.flat ? "flat" : "tapa";
+  if (p.features.v_first) n += "+v_first";
+  if (p.features.chunks > 1) n += "+pipeline";
+  if (p.features.v_major) n += "+v_major";
+  return n;
+}
+
+bool well_formed(const std::string& name, bool joins) {
+  const char* allowed = joins ? "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+"
+                              : "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+  return !name.empty() && name.find_first_not_of(allowed) == std::string::npos;
+}
+
+// A Ulysses composition's entry: SpAttention with its features under the name it is run by.
+StrategyEntry composition(const std::string& name, const SpFeatures& features) {
+  StrategyEntry e;
+  e.factory = [name, features](Communicator& comm, const ModelConfig& cfg,
+                               const StrategyOptions& options) {
+    SpFeatures f = features;
+    if (f.chunks > 1) f.chunks = options.pipeline_chunks;
+    return std::unique_ptr<AttentionStrategy>(
+        std::make_unique<SpAttention>(name, comm, cfg, f, options));
+  };
+  if (features.v_major) {
+    e.lossy = [](const StrategyOptions& o) { return o.v_major_threshold > 0; };
+    e.memory = [](const StrategyMemoryQuery& q) {
+      return std::vector<StrategyMemoryPart>{{"v_major caches", VMajorCache::tile_bytes(q)}};
+    };
+  }
+  return e;
+}
+
+// The strategy table: every built-in strategy, added as a program adds its own.
+void add_builtins(StrategyRegistry& r) {
+  StrategyEntry serial;
+  serial.factory = [](Communicator& comm, const ModelConfig&,
+                      const StrategyOptions&) -> std::unique_ptr<AttentionStrategy> {
+    if (comm.size() != 1)
+      throw ConfigError("strategy \"serial\" runs on one rank, not " + std::to_string(comm.size()));
+    return std::make_unique<SerialAttention>();
+  };
+  r.add("serial", std::move(serial));
+  // The Ulysses compositions: the named ones, then every composition by its canonical name.
+  for (const char* name : {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff"}) {
+    StrategyEntry e = composition(name, parse(name).features);
+    if (std::string(name) == "flat") e.search = ulysses_search;
+    r.add(name, std::move(e));
+  }
+  for (const char* exchange : {"flat", "tapa"})
+    for (int f = 1; f < 8; ++f) {
+      std::string n = exchange;
+      if ((f & 1) != 0) n += "+v_first";
+      if ((f & 2) != 0) n += "+pipeline";
+      if ((f & 4) != 0) n += "+v_major";
+      r.add(n, composition(n, parse(n).features));
+    }
+  // Its stages run blocks, not a layer's attention: generate() runs it (dit/parallel/pipefusion).
+  StrategyEntry pipefusion;
+  pipefusion.factory = [](Communicator&, const ModelConfig&,
+                          const StrategyOptions&) -> std::unique_ptr<AttentionStrategy> {
+    throw ConfigError(
+        "strategy \"pipefusion\" splits the model's blocks into pipeline stages: it runs "
+        "whole sampling loops (generate), not one forward pass");
+  };
+  pipefusion.memory = [](const StrategyMemoryQuery& q) {
+    return std::vector<StrategyMemoryPart>{{"pipefusion caches", pipefusion_tile_bytes(q)}};
+  };
+  pipefusion.search = pipefusion_search;
+  r.add("pipefusion", std::move(pipefusion));
+  StrategyEntry usp;
+  usp.factory = [](Communicator& comm, const ModelConfig& cfg, const StrategyOptions& options) {
+    return std::unique_ptr<AttentionStrategy>(std::make_unique<UlyssesRing>(comm, cfg, options));
+  };
+  usp.search = usp_search;
+  r.add("usp", std::move(usp));
+}
+
 }  // namespace
 
 std::vector<std::string> attention_strategy_features(const std::string& name) {
@@ -77,28 +156,54 @@ std::vector<std::string> attention_strategy_features(const std::string& name) {
   return f;
 }
 
-void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy,
-                           StrategyMemory memory) {
-  const bool well_formed =
-      !name.empty() && name.find_first_not_of(
-                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                           "0123456789_-") == std::string::npos;
-  if (!well_formed)
+const StrategyRegistry& StrategyRegistry::builtins() {
+  static const StrategyRegistry table = [] {
+    StrategyRegistry r;
+    r.builtin_ = true;
+    add_builtins(r);
+    return r;
+  }();
+  return table;
+}
+
+void StrategyRegistry::add(const std::string& name, StrategyEntry entry) {
+  if (!well_formed(name, builtin_))
     throw ConfigError("strategy name \"" + name +
                       "\": expected letters, digits, '_' or '-' (no '+', which joins features)");
-  const std::vector<std::string> builtin = attention_strategy_names();
-  const bool feature = name == "flat" || name == "tapa" || name == "v_first" ||
-                       name == "pipeline" || name == "v_major";
-  if (feature || std::find(builtin.begin(), builtin.end(), name) != builtin.end())
-    throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
-  if (!factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
-  if (!entries_.emplace(name, Entry{std::move(factory), lossy, std::move(memory), {}}).second)
+  if (!builtin_) {
+    const bool feature = name == "flat" || name == "tapa" || name == "v_first" ||
+                         name == "pipeline" || name == "v_major";
+    if (feature || builtins().contains(name))
+      throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
+  }
+  if (!entry.factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
+  if (!entries_.emplace(name, std::move(entry)).second)
     throw ConfigError("strategy \"" + name + "\" is already registered");
+  order_.push_back(name);
+}
+
+void StrategyRegistry::add(const std::string& name, StrategyFactory factory, bool lossy,
+                           StrategyMemory memory) {
+  StrategyEntry e;
+  e.factory = std::move(factory);
+  if (lossy) e.lossy = [](const StrategyOptions&) { return true; };
+  e.memory = std::move(memory);
+  add(name, std::move(e));
+}
+
+const StrategyEntry* StrategyRegistry::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  if (it == entries_.end() && builtin_ && name.find('+') != std::string::npos) {
+    const Parsed p = parse(name);
+    if (p.ok) it = entries_.find(canonical(p));
+  }
+  return it == entries_.end() ? nullptr : &it->second;
 }
 
 std::vector<std::string> StrategyRegistry::names() const {
   std::vector<std::string> out;
-  for (const auto& [name, entry] : entries_) out.push_back(name);
+  for (const std::string& n : order_)
+    if (n.find('+') == std::string::npos) out.push_back(n);
   return out;
 }
 
@@ -106,23 +211,23 @@ std::unique_ptr<AttentionStrategy> StrategyRegistry::make(const std::string& nam
                                                           Communicator& comm,
                                                           const ModelConfig& cfg,
                                                           const StrategyOptions& options) const {
-  const auto it = entries_.find(name);
-  if (it == entries_.end()) throw ConfigError("strategy \"" + name + "\" is not registered");
-  std::unique_ptr<AttentionStrategy> s = it->second.factory(comm, cfg, options);
+  const StrategyEntry* e = find(name);
+  if (e == nullptr) throw ConfigError("strategy \"" + name + "\" is not registered");
+  std::unique_ptr<AttentionStrategy> s = e->factory(comm, cfg, options);
   if (!s) throw ConfigError("strategy \"" + name + "\": the factory returned no strategy");
   return s;
 }
 
-bool StrategyRegistry::lossy(const std::string& name) const {
-  const auto it = entries_.find(name);
-  return it != entries_.end() && it->second.lossy;
+bool StrategyRegistry::lossy(const std::string& name, const StrategyOptions& options) const {
+  const StrategyEntry* e = find(name);
+  return e != nullptr && e->lossy && e->lossy(options);
 }
 
 std::vector<StrategyMemoryPart> StrategyRegistry::memory(const std::string& name,
                                                          const StrategyMemoryQuery& query) const {
-  const auto it = entries_.find(name);
-  if (it == entries_.end() || !it->second.memory) return {};
-  return it->second.memory(query);
+  const StrategyEntry* e = find(name);
+  if (e == nullptr || !e->memory) return {};
+  return e->memory(query);
 }
 
 void StrategyRegistry::add_search(const std::string& name, StrategySearch search) {
@@ -136,14 +241,22 @@ void StrategyRegistry::add_search(const std::string& name, StrategySearch search
 
 std::vector<NamedSearch> StrategyRegistry::searches() const {
   std::vector<NamedSearch> out;
-  for (const auto& [name, entry] : entries_)
-    if (entry.search) out.push_back({name, entry.search});
+  for (const std::string& n : order_)
+    if (const StrategySearch& s = entries_.at(n).search; s) out.push_back({n, s});
   return out;
 }
 
+namespace {
+
+// The registry that runs `name`: the program's when it has it, else the built-ins'.
+const StrategyRegistry& owner(const std::string& name, const StrategyRegistry* user) {
+  return user != nullptr && user->contains(name) ? *user : StrategyRegistry::builtins();
+}
+
+}  // namespace
+
 std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user) {
-  std::vector<NamedSearch> out = {
-      {"ulysses", ulysses_search}, {"pipefusion", pipefusion_search}, {"usp", usp_search}};
+  std::vector<NamedSearch> out = StrategyRegistry::builtins().searches();
   if (user != nullptr)
     for (NamedSearch& s : user->searches()) out.push_back(std::move(s));
   return out;
@@ -152,39 +265,30 @@ std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user) {
 std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,
                                                           const StrategyMemoryQuery& query,
                                                           const StrategyRegistry* user) {
-  if (user != nullptr && user->contains(name)) return user->memory(name, query);
-  if (name == "pipefusion") return {{"pipefusion caches", pipefusion_tile_bytes(query)}};
-  const Parsed p = parse(name);
-  if (p.ok && p.features.v_major) return {{"v_major caches", VMajorCache::tile_bytes(query)}};
-  return {};
+  return owner(name, user).memory(name, query);
 }
 
 std::vector<std::string> attention_strategy_names(const StrategyRegistry* user) {
-  std::vector<std::string> out = {"serial",  "flat",     "tapa", "v_first",   "pipeline",
-                                  "v_major", "cocodiff", "usp",  "pipefusion"};
+  std::vector<std::string> out = StrategyRegistry::builtins().names();
   if (user != nullptr)
     for (const std::string& n : user->names()) out.push_back(n);
   return out;
 }
 
 std::string attention_strategy_error(const std::string& name, const StrategyRegistry* user) {
-  if (name == "serial" || name == "usp" || name == "pipefusion") return {};
-  if (user != nullptr && user->contains(name)) return {};
+  if (owner(name, user).contains(name)) return {};
   const Parsed p = parse(name);
-  if (p.ok) return {};
   std::string list;
   for (const std::string& n : attention_strategy_names(user))
     list += (list.empty() ? "" : " | ") + n;
-  return "unknown attention strategy \"" + name + "\": " + p.error + " (expected " + list +
+  return "unknown attention strategy \"" + name +
+         "\": " + (p.ok ? std::string("not registered") : p.error) + " (expected " + list +
          ", or features joined by '+': flat|tapa, v_first, pipeline, v_major)";
 }
 
 bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions& options,
                                  const StrategyRegistry* user) {
-  if (user != nullptr && user->contains(name)) return user->lossy(name);
-  if (name == "serial" || name == "usp") return false;
-  const Parsed p = parse(name);
-  return p.ok && p.features.v_major && options.v_major_threshold > 0;
+  return owner(name, user).lossy(name, options);
 }
 
 std::unique_ptr<AttentionStrategy> make_attention_strategy(const std::string& name,
@@ -192,22 +296,9 @@ std::unique_ptr<AttentionStrategy> make_attention_strategy(const std::string& na
                                                            const ModelConfig& cfg,
                                                            const StrategyOptions& options,
                                                            const StrategyRegistry* user) {
-  if (user != nullptr && user->contains(name)) return user->make(name, comm, cfg, options);
-  if (name == "serial") {
-    if (comm.size() != 1)
-      throw ConfigError("strategy \"serial\" runs on one rank, not " + std::to_string(comm.size()));
-    return std::make_unique<SerialAttention>();
-  }
-  if (name == "usp") return std::make_unique<UlyssesRing>(comm, cfg, options);
-  // Its stages run blocks, not a layer's attention: generate() runs it (dit/parallel/pipefusion).
-  if (name == "pipefusion")
-    throw ConfigError(
-        "strategy \"pipefusion\" splits the model's blocks into pipeline stages: it runs "
-        "whole sampling loops (generate), not one forward pass");
-  Parsed p = parse(name);
-  if (!p.ok) throw ConfigError(attention_strategy_error(name));
-  if (p.features.chunks > 1) p.features.chunks = options.pipeline_chunks;
-  return std::make_unique<SpAttention>(name, comm, cfg, p.features, options);
+  const StrategyRegistry& r = owner(name, user);
+  if (!r.contains(name)) throw ConfigError(attention_strategy_error(name, user));
+  return r.make(name, comm, cfg, options);
 }
 
 }  // namespace cocodiff::dit

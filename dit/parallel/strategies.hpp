@@ -51,43 +51,61 @@ using StrategyMemory =
 using StrategyFactory = std::function<std::unique_ptr<AttentionStrategy>(
     Communicator& comm, const ModelConfig& cfg, const StrategyOptions& options)>;
 
-/// Strategies a program registers by name on top of the built-in ones; a value, not a global:
-/// hand it to RunSettings::strategies (or apps::resolve_run_plan) so `run.strategy` finds them.
+/// Whether a strategy changes the output under `options` (V-Major: with a threshold above 0).
+using StrategyLossy = std::function<bool(const StrategyOptions& options)>;
+
+/// What a strategy registers: how each rank makes it, whether it changes the output, what one
+/// tile of it keeps, and the points it offers `cocodiff tune`.
+struct StrategyEntry {
+  StrategyFactory factory;
+  StrategyLossy lossy;    // empty: exact
+  StrategyMemory memory;  // empty: nothing beyond the layers' activations
+  StrategySearch search;  // empty: tune does not search it
+};
+
+/// Strategies by name. The built-in ones are one registry (builtins(), the strategy table in
+/// strategies.cpp), filled through add() as a program fills its own; a program's is a value,
+/// not a global: hand it to RunSettings::strategies (or apps::resolve_run_plan) so
+/// `run.strategy` finds its strategies, looked up before the built-ins.
 class StrategyRegistry {
  public:
   /// Adds `name` (letters, digits, '_', '-'). ConfigError when the name is malformed, is a
-  /// built-in strategy or feature, or was already added. `lossy`: the strategy changes the output.
-  /// `memory`: what a tile of it keeps (the memory estimate's parts; empty: nothing beyond the
-  /// activations).
+  /// built-in strategy or feature, or was already added, or the factory is empty.
+  void add(const std::string& name, StrategyEntry entry);
+  /// The same with an exact-or-lossy flag: `lossy` (the strategy changes the output) and
+  /// `memory` (what a tile of it keeps: the memory estimate's parts).
   void add(const std::string& name, StrategyFactory factory, bool lossy = false,
            StrategyMemory memory = {});
-  /// True when `name` was added here.
-  bool contains(const std::string& name) const { return entries_.count(name) != 0; }
-  /// The added names, sorted.
+  /// The entry `name` names here (null when none). In the built-ins, a composition of features
+  /// joined by '+' in any order names its canonical entry ("v_first+tapa" -> "tapa+v_first").
+  const StrategyEntry* find(const std::string& name) const;
+  /// True when `name` names an entry here.
+  bool contains(const std::string& name) const { return find(name) != nullptr; }
+  /// The added names, in the order added (the built-ins' compositions with '+' left out).
   std::vector<std::string> names() const;
   /// The strategy `name` for this rank; ConfigError when it was not added.
   std::unique_ptr<AttentionStrategy> make(const std::string& name, Communicator& comm,
                                           const ModelConfig& cfg,
                                           const StrategyOptions& options) const;
-  /// Whether `name` was added as lossy (false when it was not added).
-  bool lossy(const std::string& name) const;
+  /// Whether `name` changes the output under `options` (false when it was not added).
+  bool lossy(const std::string& name, const StrategyOptions& options = {}) const;
   /// The memory parts `name` declared for `query` (none when it declared none).
   std::vector<StrategyMemoryPart> memory(const std::string& name,
                                          const StrategyMemoryQuery& query) const;
   /// Adds the search space `cocodiff tune` explores for strategy `name` (added before; one
   /// search each). ConfigError when `name` was not added or has a search already.
   void add_search(const std::string& name, StrategySearch search);
-  /// The added searches, by strategy name.
+  /// The added searches, in the order their strategies were added.
   std::vector<NamedSearch> searches() const;
 
+  /// The built-in strategies: serial, the Ulysses compositions (flat, tapa, v_first, pipeline,
+  /// v_major, cocodiff, and every composition of features with '+'), pipefusion and usp.
+  static const StrategyRegistry& builtins();
+
  private:
-  struct Entry {
-    StrategyFactory factory;
-    bool lossy = false;
-    StrategyMemory memory;
-    StrategySearch search;
-  };
-  std::map<std::string, Entry> entries_;
+  bool builtin_ = false;  // the built-ins' table: names may join features with '+'
+  std::map<std::string, StrategyEntry> entries_;
+  std::vector<std::string> order_;
 };
 
 /// The named strategies make_attention_strategy accepts (compositions with '+' come on top),

@@ -71,10 +71,29 @@ struct RunSpec {
   std::uint64_t seed = 0;   // run.seed: of the initial noise
   std::string strategy;     // run.strategy: "flat", "usp", "cocodiff", ... or a registered one
   Math math = Math::kReal;  // run.math
+  std::optional<double> cfg_scale;  // run.cfg_scale: guidance scale (empty: the model's)
+  int class_label = -1;             // run.class_label of a class-conditioned model (-1: none)
+  int batch_size = 0;               // run.batch_size: images of one run (0: 1)
+  std::string weights;              // run.weights: a safetensors checkpoint (empty: seeded)
+
+  // The parallel layout (0 / empty: as the strategy resolves it from the ranks).
+  int ulysses_degree = 0;            // parallel.ulysses_degree
+  int ring_degree = 0;               // parallel.ring_degree (usp's rings)
+  int cfg_degree = 0;                // parallel.cfg_degree: 2 runs the CFG branches side by side
+  int pipefusion_degree = 0;         // parallel.pipefusion_degree: PipeFusion's stages
+  std::optional<bool> shard_text;    // parallel.shard_text: text tokens split over Ulysses
+  std::optional<bool> uneven_heads;  // ulysses.uneven_heads: heads not a multiple of the degree
+  int pipeline_chunks = 0;           // pipeline.chunks of a composition with pipeline
+  std::optional<double> v_major_threshold;  // v_major.threshold (0: exact)
 
   int workers = 0;  // emulator.workers: threads that run the ranks' fibers (0: the default)
-  std::optional<bool> trace;  // emulator.trace: keep the timeline for trace.json
-  std::string all_to_all;     // emulator.all_to_all: the all-to-all algorithm (empty: default)
+  std::optional<bool> trace;   // emulator.trace: keep the timeline for trace.json
+  std::string all_to_all;      // emulator.all_to_all: the all-to-all algorithm (empty: default)
+  std::optional<bool> replay;  // emulator.replay: time repeated blocks once (phantom runs)
+
+  /// Any other key, as `cocodiff run --set key=value` sets it ("pipefusion.patches=4"),
+  /// applied after the fields above.
+  std::vector<std::string> sets;
 };
 
 /// A RunSpec resolved and checked: everything a run needs. Cheap to copy (shared, immutable).

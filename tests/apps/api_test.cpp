@@ -90,6 +90,48 @@ TEST(Api, SpecIsTheFileRunReal) {
   fs::remove_all(out);
 }
 
+// The parallel layout and the run's other settings as typed fields: the same effective
+// configuration and run as the file with the same keys set.
+TEST(Api, LayoutFieldsAreTheFilesKeys) {
+  RunSpec usp = small_spec(Math::kSkip);
+  usp.strategy = "usp";
+  usp.ulysses_degree = 2;
+  usp.ring_degree = 2;
+  usp.uneven_heads = true;
+  usp.shard_text = false;
+  usp.cfg_scale = 1.0;
+  usp.replay = false;
+  usp.sets = {"usp.tapa=true"};
+  const Plan a = make_plan(usp);
+  const Plan b =
+      load_plan(small_file("skip"),
+                {"run.strategy=usp", "parallel.ulysses_degree=2", "parallel.ring_degree=2",
+                 "ulysses.uneven_heads=true", "parallel.shard_text=false", "run.cfg_scale=1.0",
+                 "emulator.replay=false", "usp.tapa=true"});
+  EXPECT_EQ(a.effective_config(), b.effective_config());
+  expect_same_run(run(a), run(b));
+
+  RunSpec coco = small_spec(Math::kSkip);
+  coco.strategy = "cocodiff";
+  coco.pipeline_chunks = 4;
+  coco.v_major_threshold = 0.1;
+  coco.batch_size = 2;
+  const Plan c = make_plan(coco);
+  const Plan d = load_plan(small_file("skip"), {"run.strategy=cocodiff", "pipeline.chunks=4",
+                                                "v_major.threshold=0.1", "run.batch_size=2"});
+  EXPECT_EQ(c.effective_config(), d.effective_config());
+  expect_same_run(run(c), run(d));
+
+  RunSpec bad = small_spec(Math::kSkip);
+  bad.cfg_degree = 3;
+  try {
+    make_plan(bad);
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.cfg_degree"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Api, WrongFieldNamesSpecAndKey) {
   RunSpec s = small_spec(Math::kSkip);
   s.strategy = "no_such_strategy";
