@@ -258,7 +258,7 @@ Request EmuComm::request(detail::ReqPtr state) {
 }
 
 detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view label,
-                                         const detail::CollectiveSpec& spec, bool fiber_only) {
+                                         const detail::CollectiveSpec& spec) {
   const std::uint64_t seq = next_seq_++;
   kernel_.register_collective(*group_, group_rank_, seq, call);
   auto req = std::make_shared<detail::ReqState>();
@@ -266,7 +266,7 @@ detail::ReqPtr EmuComm::start_collective(std::string_view call, std::string_view
   req->label = label;
   req->set_call(call, seq);
   req->group = group_;
-  if (!fiber_only && kernel_.options().collective_ops) {
+  if (kernel_.options().collective_ops) {
     kernel_.start_collective_op(self_, group_, group_rank_, seq, req, spec);
     return req;
   }
@@ -383,7 +383,7 @@ detail::ReqPtr EmuComm::issue_all_reduce(std::span<float> data, std::int64_t cou
   spec.send = data;
   spec.recv = data;
   spec.op = op;
-  return start_collective(call, label, spec, /*fiber_only=*/true);
+  return start_collective(call, label, spec);
 }
 
 void EmuComm::barrier() {
@@ -391,7 +391,7 @@ void EmuComm::barrier() {
   const Untaped untaped(self_);
   detail::CollectiveSpec spec;
   spec.schedule = schedule(kernel_.algorithms().barrier);
-  request(start_collective("barrier", "barrier", spec, /*fiber_only=*/true)).wait();
+  request(start_collective("barrier", "barrier", spec)).wait();
   // The caller's host waited for the barrier (and, with it, for its device): the next call is
   // issued from here, not from where the host was before.
   kernel_.block_host(self_);

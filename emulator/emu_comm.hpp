@@ -2,7 +2,7 @@
 // core::Communicator on the emulator: one object per (tile, group), used by that tile's main
 // fiber. A collective is a schedule (emulator/collectives/) that the engine runs at the
 // collective level, or message by message on a short-lived fiber per call
-// (EngineOptions::collective_ops false; all-reduce and barrier), so a non-blocking collective
+// (EngineOptions::collective_ops false), so a non-blocking collective
 // progresses while the tile computes.
 
 #include <array>
@@ -117,11 +117,11 @@ class EmuComm final : public Communicator, public Replay {
   /// Something a tape cannot issue again happened while one records.
   void spoil_tape();
 
-  /// Registers the call for mismatch checks and runs `spec` at the collective level
-  /// (EngineOptions::collective_ops, unless `fiber_only`) or message by message on a
-  /// collective fiber (collectives::run_on_fiber).
+  /// Registers the call for mismatch checks and runs `spec`, whatever its schedule (all-to-all,
+  /// all-gather, all-reduce, barrier), at the collective level (EngineOptions::collective_ops)
+  /// or message by message on a collective fiber (collectives::run_on_fiber).
   detail::ReqPtr start_collective(std::string_view call, std::string_view label,
-                                  const detail::CollectiveSpec& spec, bool fiber_only = false);
+                                  const detail::CollectiveSpec& spec);
   /// The schedules this group runs, made once for the group (Kernel::group_schedule).
   const collectives::Schedule* schedule(collectives::AlgorithmId a);
   /// The library's all-to-all for this size (choose_all_to_all), as Kernel::algorithms holds it.

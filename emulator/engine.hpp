@@ -60,10 +60,10 @@ struct EngineOptions {
   /// Replay regions (Replay::begin_region) that start from a state already simulated
   /// instead of simulating them again; the timeline, bytes and hash are the same either way.
   bool replay = true;
-  /// Run all-to-all and all-gather at the collective level: the controller runs each call's
-  /// schedule (emulator/collectives/) directly instead of a fiber, requests and channel matching
-  /// per message. The timeline, bytes and hash are the per-message path's (false), which stays
-  /// for point-to-point, all-reduce and barrier.
+  /// Run collectives (all-to-all(v), all-gather, all-reduce, barrier) at the collective level:
+  /// the controller runs each call's schedule (emulator/collectives/) directly instead of a
+  /// fiber, requests and channel matching per message. The timeline, bytes and hash are the
+  /// per-message path's (false), which stays for point-to-point.
   bool collective_ops = true;
   /// Let a tile record the calls of a block whose calls are a function of its kind and key
   /// (Replay::begin_tape, dit::BlockReplay) and issue them again for the next such

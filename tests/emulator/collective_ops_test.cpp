@@ -1,7 +1,8 @@
 // Collectives at the collective level (EngineOptions::collective_ops) against the per-message
 // algorithms they replace: the same received bytes and the same timeline (virtual times, bytes
 // per tier, flows, events, timeline hash) for every all-to-all schedule (shift, XOR,
-// concurrent), all-to-allv with uneven and zero counts, ring all-gather, sub-groups,
+// concurrent), all-to-allv with uneven and zero counts, ring all-gather, all-reduce (sum and max,
+// in place) and barrier, sub-groups,
 // non-blocking calls overlapping compute with interference, library software costs and max-min
 // contention, ring passes with compute beside every round (uneven and empty blocks, a
 // collective open beside them), on 1, 2 and 4 workers; and the same errors for mismatched calls.
@@ -189,6 +190,28 @@ void program(Communicator& world, Received& got, std::mutex& mu) {
     ring_pass(*reversed, 700, true);
     q3.wait();
   }
+
+  // All-reduce in place (sum on the world, max on a sub-group; counts that split unevenly over
+  // the ring's chunks), then a barrier after skewed compute.
+  for (Communicator* c : {&world, sixteen.get()}) {
+    const bool sum = c == &world;
+    const std::int64_t count = 3 * c->size() + 5;
+    std::vector<float> x(static_cast<size_t>(count));
+    for (std::int64_t i = 0; i < count; ++i)
+      x[static_cast<size_t>(i)] = static_cast<float>((me + 1) * (1 + i % 7));
+    c->all_reduce(x, count, sum ? ReduceOp::kSum : ReduceOp::kMax, "reduce");
+    float members = 0, largest = 0;
+    for (int j = 0; j < c->size(); ++j) {
+      members += static_cast<float>(c->world_rank(j) + 1);
+      largest = std::max(largest, static_cast<float>(c->world_rank(j) + 1));
+    }
+    for (std::int64_t i = 0; i < count; ++i)
+      EXPECT_EQ(x[static_cast<size_t>(i)],
+                (sum ? members : largest) * static_cast<float>(1 + i % 7));
+    keep(x);
+  }
+  world.compute({OpKind::kGemm, 3e6 * (1 + r % 4), 0, "skew"});
+  world.barrier();
 
   // Non-blocking: two all-to-alls in flight beside compute (interference on both sides), one
   // waited for in reverse order, with tiles starting at different clocks.
