@@ -76,15 +76,10 @@ void CollectiveRunner::op_transfer(CollectiveOp& op, int src, int dst, int step,
                                    std::int64_t bytes) {
   const int wsrc = op.group->members[u(src)];
   const int wdst = op.group->members[u(dst)];
-  Transfer t;
-  t.start = start;
-  t.src = wsrc;
-  t.dst = wdst;
-  t.key = ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)};
-  t.seq = 0;  // one message per (src, dst, tag): its channel's first match
-  t.bytes = bytes;
-  t.label = op.label;
-  t.sink = &op;
+  // One message per (src, dst, tag): its channel's first match.
+  Transfer t =
+      Transfer::matched(start, ChannelKey{op.group->ctx, wsrc, wdst, collective_tag(op.seq, step)},
+                        0, bytes, op.label, &op);
   t.src_member = src;
   t.dst_member = dst;
   k_.fabric().add(std::move(t));

@@ -85,17 +85,11 @@ void Fabric::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
     k_.complete(*r.req, start);
     return;
   }
-  Transfer t;
-  t.start = start;
-  t.src = src;
-  t.dst = dst;
-  t.key = key;
-  t.seq = seq;
-  t.bytes = k_.wire_bytes(s.count);
-  t.sink = &point_to_point_;
+  Transfer t =
+      Transfer::matched(start, key, seq, k_.wire_bytes(s.count),
+                        k_.options().trace ? k_.accounting().intern(s.label) : 0, &point_to_point_);
   t.sreq = std::move(s.req);
   t.rreq = std::move(r.req);
-  t.label = k_.options().trace ? k_.accounting().intern(s.label) : 0;
   new_transfers_.push_back(std::move(t));
 }
 

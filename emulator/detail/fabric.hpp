@@ -48,6 +48,23 @@ struct Transfer {
   MessageSink* sink = nullptr;
   ReqPtr sreq, rreq;                             // point to point: its requests
   int src_member = 0, dst_member = 0, part = 0;  // a collective's: its ends' group ranks
+
+  /// The one way a transfer is made (point to point, collective runs, ring passes): the
+  /// `seq`-th message matched on channel `key` (its source and destination world ranks), of
+  /// `bytes` from `start`, delivered to `sink`.
+  static Transfer matched(SimTime start, const ChannelKey& key, std::uint64_t seq,
+                          std::int64_t bytes, std::uint32_t label, MessageSink* sink) {
+    Transfer t;
+    t.start = start;
+    t.src = std::get<1>(key);
+    t.dst = std::get<2>(key);
+    t.key = key;
+    t.seq = seq;
+    t.bytes = bytes;
+    t.label = label;
+    t.sink = sink;
+    return t;
+  }
 };
 
 class Fabric {

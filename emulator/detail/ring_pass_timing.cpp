@@ -215,16 +215,12 @@ void RingPasses::pass_closed(const PassHop& h, SimTime end) {
 void RingPasses::pass_transfers(const PassHop& h) {
   const int parts = h.op->parts;
   for (int q = 0; q < parts; ++q) {
-    Transfer t;
-    t.start = h.start;
-    t.src = h.src_rank;
-    t.dst = h.dst_rank;
-    t.key = ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
-                       static_cast<std::uint64_t>(parts * h.round + q)};
-    t.seq = 0;  // one message per (src, dst, tag) in flight: its channel's first match
-    t.bytes = h.bytes;
-    t.label = h.op->trace_labels[u(h.src) * u(parts) + u(q)];
-    t.sink = h.op;
+    // One message per (src, dst, tag) in flight: its channel's first match.
+    Transfer t =
+        Transfer::matched(h.start,
+                          ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
+                                     static_cast<std::uint64_t>(parts * h.round + q)},
+                          0, h.bytes, h.op->trace_labels[u(h.src) * u(parts) + u(q)], h.op);
     t.src_member = h.src;
     t.dst_member = h.dst;
     t.part = q;
