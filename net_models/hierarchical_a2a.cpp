@@ -4,60 +4,32 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "core/hierarchy.hpp"
 
 namespace cocodiff {
-
-namespace {
-
-// One digit of a block layout: coordinate `level` of the block's source or destination rank.
-struct Digit {
-  bool source;
-  int level;
-};
-using Layout = std::vector<Digit>;  // outermost first
-
-Layout layout_before(int k, int levels) {
-  Layout l;
-  for (int j = k; j < levels; ++j) l.push_back({false, j});
-  for (int j = k - 1; j >= 0; --j) l.push_back({true, j});
-  return l;
-}
-
-Layout layout_received(int k, int levels) {
-  Layout l = {{true, k}};
-  for (int j = k + 1; j < levels; ++j) l.push_back({false, j});
-  for (int j = k - 1; j >= 0; --j) l.push_back({true, j});
-  return l;
-}
-
-}  // namespace
 
 std::vector<std::int64_t> hierarchical_a2a_permutation(const Topology& topo, int phase) {
   const int levels = topo.num_levels();
   COCO_CHECK(phase >= 0 && phase <= levels, "phase out of range");
-  Layout in;
-  if (phase == 0) {
-    for (int j = levels - 1; j >= 0; --j) in.push_back({false, j});  // rank order
-  } else {
-    in = layout_received(phase - 1, levels);
-  }
-  const Layout out = layout_before(phase, levels);
-  const auto radix = [&](const Digit& d) {
-    return static_cast<std::int64_t>(topo.level(d.level).size);
-  };
-  const std::int64_t p = topo.num_ranks();
-  std::vector<std::int64_t> perm(static_cast<size_t>(p));
-  std::vector<std::int64_t> src(static_cast<size_t>(levels)), dst(static_cast<size_t>(levels));
-  for (std::int64_t i = 0; i < p; ++i) {
-    std::int64_t rest = i;  // decode i in the output layout, innermost digit first
-    for (auto it = out.rbegin(); it != out.rend(); ++it) {
-      (it->source ? src : dst)[static_cast<size_t>(it->level)] = rest % radix(*it);
-      rest /= radix(*it);
-    }
-    std::int64_t j = 0;  // encode the same block in the input layout
-    for (const Digit& d : in)
-      j = j * radix(d) + (d.source ? src : dst)[static_cast<size_t>(d.level)];
-    perm[static_cast<size_t>(i)] = j;
+  // The world's blocks one holder keeps (core/hierarchy.hpp); every digit is named by both
+  // orders, so the holder's own digits never show.
+  const MemberDigits digits = topology_digits(topo);
+  const std::vector<int> holder(static_cast<size_t>(levels), 0);
+  const std::vector<std::pair<int, int>> in = enumerate_blocks(
+      digits, holder,
+      phase == 0 ? order_by_destination(levels) : order_received(phase - 1, levels));
+  const std::vector<std::pair<int, int>> out =
+      enumerate_blocks(digits, holder, order_before(phase, levels));
+  std::vector<std::pair<std::pair<int, int>, std::int64_t>> at;  // block -> place in `in`
+  at.reserve(in.size());
+  for (size_t j = 0; j < in.size(); ++j) at.push_back({in[j], static_cast<std::int64_t>(j)});
+  std::sort(at.begin(), at.end());
+  std::vector<std::int64_t> perm;
+  perm.reserve(out.size());
+  for (const std::pair<int, int>& b : out) {
+    const auto it = std::lower_bound(at.begin(), at.end(), std::make_pair(b, std::int64_t{-1}));
+    COCO_CHECK(it != at.end() && it->first == b, "hierarchical all-to-all block order");
+    perm.push_back(it->second);
   }
   return perm;
 }

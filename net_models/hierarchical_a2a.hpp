@@ -3,7 +3,8 @@
 // level (innermost first), each phase an all-to-all among the ranks that differ only at that
 // level, all such groups at once. Every block is forwarded along one coordinate per phase, so
 // after the last phase each rank holds what a flat all-to-all would give it, in the same order.
-// (The DiT strategies carry their own TAPA; this is the network benchmark's reference.)
+// (The network benchmark's reference. Its block orders are TAPA's, dit/parallel/tapa.hpp: both
+// take them from core/hierarchy.hpp.)
 //
 //   HierarchicalAllToAll tapa(world);          // collective: splits one group per level
 //   tapa.run(send, recv, count);               // same result as world.all_to_all(send, recv,

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/errors.hpp"
+#include "core/hierarchy.hpp"
 #include "dit/parallel/fp8.hpp"
 #include "dit/parallel/v_major.hpp"
 
@@ -60,107 +61,12 @@ std::int64_t wire_numel(BlockShape b, int wire) {
 // chunks a few more).
 constexpr size_t kCountsKept = 8;
 
-// One digit of a block order: coordinate j (group level index) of the block's source or
-// destination.
-struct Digit {
-  bool source;
-  int level;
-};
-
-// The group's members numbered by digits, one per topology level in which they differ (the
-// first level least significant): member g's digit j is g / (radix[0] ... radix[j-1]) % radix[j].
-struct MemberDigits {
-  std::vector<int> levels;  // topology level of each digit
-  std::vector<int> radix;   // the size of that level
-  std::int64_t product = 1;
-  int count() const { return static_cast<int>(levels.size()); }
-  // Member g's digits.
-  std::vector<int> of(int g) const {
-    std::vector<int> d(levels.size());
-    for (size_t j = 0; j < d.size(); ++j) {
-      d[j] = g % radix[j];
-      g /= radix[j];
-    }
-    return d;
-  }
-  // The member whose digits are `d`.
-  int encode(const std::vector<int>& d) const {
-    int g = 0;
-    for (int j = count() - 1; j >= 0; --j)
-      g = g * radix[static_cast<size_t>(j)] + d[static_cast<size_t>(j)];
-    return g;
-  }
-};
-
-// The levels in which the members of `group` differ from this rank, and each level's size.
-MemberDigits member_digits(const Communicator& group) {
-  const Topology& t = group.topology();
-  const int p = group.size();
-  const std::vector<int> mine = group.coords(group.rank());
-  MemberDigits md;
-  for (int k = 0; k < t.num_levels(); ++k)
-    for (int m = 0; m < p; ++m)
-      if (group.coords(m)[static_cast<size_t>(k)] != mine[static_cast<size_t>(k)]) {
-        md.levels.push_back(k);
-        break;
-      }
-  for (int k : md.levels) {
-    md.radix.push_back(t.level(k).size);
-    md.product *= t.level(k).size;
-  }
-  return md;
-}
-
-// Whether the group is a full box of the topology in rank order (digits = coordinates).
-bool is_aligned(const Communicator& group, const MemberDigits& digits) {
-  const int p = group.size();
-  bool aligned = digits.product == p;
-  for (int m = 0; aligned && m < p; ++m) {
-    const std::vector<int> c = group.coords(m);
-    const std::vector<int> d = digits.of(m);
-    for (int j = 0; j < digits.count(); ++j)
-      aligned = aligned && c[static_cast<size_t>(digits.levels[static_cast<size_t>(j)])] ==
-                               d[static_cast<size_t>(j)];
-  }
-  return aligned;
-}
-
-// Blocks in the order `spec` (outermost first); the digits not in spec are the holder's, `md`.
-std::vector<std::pair<int, int>> enumerate_blocks(const MemberDigits& digits,
-                                                  const std::vector<int>& md,
-                                                  const std::vector<Digit>& spec) {
-  std::vector<std::pair<int, int>> out;
-  std::vector<int> sd = md, dd = md;  // fixed digits: the holder's
-  std::vector<int> ctr(spec.size(), 0);
-  while (true) {
-    for (size_t i = 0; i < spec.size(); ++i)
-      (spec[i].source ? sd : dd)[static_cast<size_t>(spec[i].level)] = ctr[i];
-    out.push_back({digits.encode(sd), digits.encode(dd)});
-    int i = static_cast<int>(spec.size()) - 1;
-    while (i >= 0) {
-      const size_t u = static_cast<size_t>(i);
-      if (++ctr[u] < digits.radix[static_cast<size_t>(spec[u].level)]) break;
-      ctr[u] = 0;
-      --i;
-    }
-    if (i < 0) break;
-  }
-  return out;
-}
-
 // Phase k's send and receive orders, and where each sent block sits in `prev` (the last order).
 void order_phase(SpGroup::Phase& ph, const MemberDigits& digits, const std::vector<int>& md, int k,
                  const std::vector<std::pair<int, int>>& prev, int p) {
   const int nl = digits.count();
-  std::vector<Digit> send_spec, recv_spec{{true, k}};
-  for (int j = k; j < nl; ++j) send_spec.push_back({false, j});
-  for (int j = k + 1; j < nl; ++j) recv_spec.push_back({false, j});
-  for (int j = k - 1; j >= 0; --j) {
-    send_spec.push_back({true, j});
-    recv_spec.push_back({true, j});
-  }
-  ph.send = enumerate_blocks(digits, md, send_spec);
-  ph.recv = enumerate_blocks(digits, md, recv_spec);
+  ph.send = enumerate_blocks(digits, md, order_before(k, nl));
+  ph.recv = enumerate_blocks(digits, md, order_received(k, nl));
   std::vector<std::pair<std::int64_t, int>> index;
   for (size_t i = 0; i < prev.size(); ++i)
     index.push_back({std::int64_t{prev[i].first} * p + prev[i].second, static_cast<int>(i)});
