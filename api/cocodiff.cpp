@@ -188,6 +188,10 @@ void Extensions::add_strategy(const std::string& name, StrategyFactory factory, 
   strategies_->add(name, std::move(factory), lossy, std::move(memory));
 }
 
+void Extensions::add_strategy(const std::string& name, StrategyEntry entry) {
+  strategies_->add(name, std::move(entry));
+}
+
 void Extensions::add_search(const std::string& name, StrategySearch search) {
   strategies_->add_search(name, std::move(search));
 }

@@ -383,6 +383,7 @@ RunRecord run_one(const RunPlan& plan, const std::shared_ptr<const dit::Weights>
   for (size_t i = 1; i < stats.size(); ++i) merged.merge(stats[i]);
   r["strategy_stats"] = strategy_stats_json(plan, merged);
   add_measured(plan, cache, merged, r);
+  rec.strategy_stats = std::move(merged);
   rec.report = std::move(r);
   rec.emulated = std::move(res);
   return rec;

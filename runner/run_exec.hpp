@@ -23,7 +23,8 @@ struct RunRecord {
   /// Where trace.json starts: rank 0's clock at the start of the first step of the window that
   /// emulator.trace_steps keeps (zero: the whole run).
   SimTime trace_from;
-  std::vector<SimTime> step_starts;  // rank 0's clock at the start of each step
+  std::vector<SimTime> step_starts;   // rank 0's clock at the start of each step
+  dit::StrategyStats strategy_stats;  // every rank's, merged (report.json's strategy_stats)
 };
 
 /// Adds what the run measured of its data (step_cache, measured_rates, measured_rates_from) to

@@ -156,7 +156,8 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
   shape.levels.push_back(nodes);
   shape.cfg_capable = b.cfg_capable;
   shape.has_text = b.has_text;
-  for (const TuneQuality& q : lossy) shape.lossy.push_back({q.threshold, q.active_fraction});
+  for (const TuneQuality& q : lossy)
+    shape.lossy.push_back({q.probe->key, q.threshold, q.active_fraction});
   const std::vector<std::string> cluster = cluster_sets(b, nodes, gpus);
   std::vector<TunePoint> out;
   for (const dit::NamedSearch& search : dit::strategy_searches(b.plan.settings.strategies.get()))
@@ -178,58 +179,66 @@ std::vector<TunePoint> shape_points(const Base& b, const std::vector<TuneQuality
       p.wave = sp.wave;
       p.baseline = sp.baseline;
       p.report = std::move(sp.report);
-      if (sp.lossy >= 0) p.v_major = lossy.at(static_cast<size_t>(sp.lossy));
+      if (sp.lossy >= 0) p.lossy = lossy.at(static_cast<size_t>(sp.lossy));
       add_point_sets(b, p, std::move(sp.sets));
       out.push_back(std::move(p));
     });
   return out;
 }
 
-// V-Major thresholds on the trained model (configs/quickstart.toml, real math): PSNR against
-// the exact run and the share of V blocks sent.
-std::vector<TuneQuality> measure_quality(const TuneOptions& o, double bound_db,
-                                         std::string& source) {
-  const std::filesystem::path cfg =
-      o.quality_config.empty() ? config_dir() / "quickstart.toml" : o.quality_config;
-  source = cfg.string();
-  for (const std::string& s : o.quality_sets) source += " --set " + s;
-  auto plan_for = [&](double threshold) {
+// One probe's levels on the trained model (configs/quickstart.toml, real math): PSNR against
+// the run at its exact value and the share of the exchange each level sent.
+void measure_probe(const TuneOptions& o, double bound_db, const std::filesystem::path& cfg,
+                   const std::string& source, const dit::LossyProbe& probe,
+                   std::vector<TuneQuality>& out) {
+  auto plan_for = [&](double value) {
     std::vector<std::string> sets = o.quality_sets;
     for (const std::string& s :
-         {std::string("run.math=real"), std::string("run.strategy=cocodiff"),
-          std::string("emulator.trace=false"), "v_major.threshold=" + fmt("%g", threshold)})
+         {std::string("run.math=real"), "run.strategy=" + probe.strategy,
+          std::string("emulator.trace=false"), probe.key + "=" + fmt("%g", value)})
       sets.push_back(s);
-    return resolve_run_plan(cfg, sets);
+    return resolve_run_plan(cfg, sets, o.strategies);
   };
-  if (o.log) o.log("tune: measuring V-Major thresholds on the trained model (" + source + ")");
-  const RunRecord exact = run_emulated(plan_for(0));
-  std::vector<TuneQuality> out;
-  for (double t : {0.02, 0.05, 0.1, 0.2}) {
+  if (o.log)
+    o.log("tune: measuring " + probe.name + " " + probe.setting + "s on the trained model (" +
+          source + ")");
+  const auto shared = std::make_shared<const dit::LossyProbe>(probe);
+  const RunRecord exact = run_emulated(plan_for(probe.exact));
+  const std::string exact_label = "exact (" + probe.setting + " " + fmt("%g", probe.exact) + ")";
+  for (double t : probe.levels) {
     const RunRecord r = run_emulated(plan_for(t));
-    const nlohmann::ordered_json q = quality_json(exact, r, "exact (threshold 0)");
+    const nlohmann::ordered_json q = quality_json(exact, r, exact_label);
     TuneQuality tq;
+    tq.probe = shared;
     tq.threshold = t;
     auto db = [](const nlohmann::ordered_json& v) {
       return v.is_string() ? INFINITY : v.get<double>();
     };
     tq.psnr_db = db(q["preview_psnr_db"]);
     tq.latent_psnr_db = db(q["latent_psnr_db"]);
-    const nlohmann::ordered_json& tiers = r.report["strategy_stats"]["v_major"]["tiers"];
-    double blocks = 0, active = 0;
-    for (const auto& [name, tier] : tiers.items()) {
-      blocks += tier["blocks"].get<double>();
-      active += tier["active_block_fraction"].get<double>() * tier["blocks"].get<double>();
-    }
-    tq.active_fraction = blocks > 0 ? active / blocks : 1.0;
-    // A threshold that changes nothing on the trained model (bitwise its exact output) sends
+    tq.active_fraction = probe.sent_fraction ? probe.sent_fraction(r.strategy_stats) : 1.0;
+    // A level that changes nothing on the trained model (bitwise its exact output) sends
     // everything there: it is not a lossy choice.
     tq.admitted = std::isfinite(tq.psnr_db) && tq.psnr_db >= bound_db;
     if (o.log)
-      o.log("tune:   threshold " + fmt("%g", t) + ": preview PSNR " + fmt("%.2f", tq.psnr_db) +
-            " dB, V blocks sent " + fmt("%.3f", tq.active_fraction) +
-            (tq.admitted ? " (admitted)" : ""));
+      o.log("tune:   " + probe.setting + " " + fmt("%g", t) + ": preview PSNR " +
+            fmt("%.2f", tq.psnr_db) + " dB, " + probe.sent + " sent " +
+            fmt("%.3f", tq.active_fraction) + (tq.admitted ? " (admitted)" : ""));
     out.push_back(tq);
   }
+}
+
+// Every lossy strategy's probe (dit/parallel/search.hpp: V-Major's thresholds) on the trained
+// model.
+std::vector<TuneQuality> measure_quality(const TuneOptions& o, double bound_db,
+                                         std::string& source) {
+  const std::filesystem::path cfg =
+      o.quality_config.empty() ? config_dir() / "quickstart.toml" : o.quality_config;
+  source = cfg.string();
+  for (const std::string& s : o.quality_sets) source += " --set " + s;
+  std::vector<TuneQuality> out;
+  for (const dit::LossyProbe& probe : dit::strategy_lossy_probes(o.strategies.get()))
+    measure_probe(o, bound_db, cfg, source, probe, out);
   return out;
 }
 
@@ -394,7 +403,22 @@ std::vector<int> gpu_counts(const TuneOptions& o, const Base& base, const std::s
   return gpus;
 }
 
-// Lossy: which V-Major thresholds keep the asked PSNR on the trained model.
+// "V-Major threshold": what a measured setting is called.
+std::string setting_words(const dit::LossyProbe& p) { return p.name + " " + p.setting; }
+
+// The settings measured, as one phrase: "V-Major threshold" (or several joined by "or").
+std::string settings_phrase(const std::vector<TuneQuality>& qs) {
+  std::vector<std::string> seen;
+  for (const TuneQuality& q : qs)
+    if (std::find(seen.begin(), seen.end(), setting_words(*q.probe)) == seen.end())
+      seen.push_back(setting_words(*q.probe));
+  std::string s;
+  for (const std::string& w : seen) s += (s.empty() ? "" : " or ") + w;
+  return s.empty() ? std::string("lossy setting") : s;
+}
+
+// Lossy: which settings of the lossy strategies (V-Major's thresholds) keep the asked PSNR on
+// the trained model.
 std::vector<TuneQuality> admitted_qualities(const TuneOptions& o, TuneResult& r) {
   std::vector<TuneQuality> admitted;
   if (!o.lossy_psnr_db) return admitted;
@@ -406,10 +430,12 @@ std::vector<TuneQuality> admitted_qualities(const TuneOptions& o, TuneResult& r)
     for (const TuneQuality& q : r.quality)
       seen += (seen.empty() ? "" : ", ") + fmt("%g", q.threshold) + ": " +
               (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("exact"));
-    throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) +
-                      ": no V-Major threshold keeps that PSNR on the trained model and changes "
-                      "its output (preview PSNR by threshold: " +
-                      seen + "; measured with " + r.quality_source +
+    const std::string by = r.quality.empty() ? "setting" : r.quality.front().probe->setting;
+    throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) + ": no " +
+                      settings_phrase(r.quality) +
+                      " keeps that PSNR on the trained model and changes its output (preview "
+                      "PSNR by " +
+                      by + ": " + seen + "; measured with " + r.quality_source +
                       "); ask for a lower bound, or search exact strategies without --lossy");
   }
   return admitted;
@@ -730,7 +756,7 @@ std::string TunePoint::describe() const {
   if (cfg > 1) s += ", cfg 2";
   if (shard_text) s += ", text sharded";
   if (uneven_heads) s += ", uneven heads";
-  if (v_major) s += ", V-Major " + fmt("%g", v_major->threshold);
+  if (lossy) s += ", " + lossy->probe->name + " " + fmt("%g", lossy->threshold);
   return s;
 }
 
@@ -873,8 +899,8 @@ void table_front(std::ostringstream& os, const TuneOptions& o, const TuneResult&
        << " s per image";
     if (p.host_range_s) os << " (" << host_span(p) << " s with the hosts measured)";
     os << "\n     " << run_command(o, p) << "\n";
-    if (p.v_major)
-      os << "     lossy: V-Major threshold " << fmt("%g", p.v_major->threshold)
+    if (p.lossy)
+      os << "     lossy: " << setting_words(*p.lossy->probe) << " " << fmt("%g", p.lossy->threshold)
          << ", admitted under --lossy " << fmt("%g", *o.lossy_psnr_db) << " dB (see below)\n";
   }
   if (hosts) os << "\n" << host_range_note(r) << "\n";
@@ -883,16 +909,20 @@ void table_front(std::ostringstream& os, const TuneOptions& o, const TuneResult&
 // The lossy thresholds measured, under --lossy.
 void table_lossy(std::ostringstream& os, const TuneOptions& o, const TuneResult& r) {
   if (o.lossy_psnr_db) {
+    const dit::LossyProbe* first = r.quality.empty() ? nullptr : r.quality.front().probe.get();
+    const std::string sent = first != nullptr ? first->sent : "the exchange";
+    const std::string setting = first != nullptr ? first->setting : "setting";
     os << "\nLossy entries (--lossy " << fmt("%g", *o.lossy_psnr_db)
-       << " dB): V-Major thresholds measured with real math on the trained model ("
-       << r.quality_source
+       << " dB): " << settings_phrase(r.quality)
+       << "s measured with real math on the trained model (" << r.quality_source
        << ") against its exact run. A full-size model's phantom run computes no values, so it "
-          "cannot measure quality: a lossy entry sends the share of V blocks the trained model "
-          "sent at its threshold, and its quality bound is the trained model's.\n";
+          "cannot measure quality: a lossy entry sends the share of "
+       << sent << " the trained model sent at its " << setting
+       << ", and its quality bound is the trained model's.\n";
     for (const TuneQuality& q : r.quality) {
-      os << "  threshold " << fmt("%g", q.threshold) << ": preview PSNR "
+      os << "  " << q.probe->setting << " " << fmt("%g", q.threshold) << ": preview PSNR "
          << (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("inf (exact)"))
-         << ", V blocks sent " << fmt("%.1f%%", 100 * q.active_fraction)
+         << ", " << q.probe->sent << " sent " << fmt("%.1f%%", 100 * q.active_fraction)
          << (q.admitted ? " (admitted)" : " (not admitted)") << "\n";
     }
   }
@@ -968,19 +998,23 @@ nlohmann::ordered_json json_head(const TuneOptions& o, const TuneResult& r) {
 void json_quality(nlohmann::ordered_json& j, const TuneResult& r) {
   nlohmann::ordered_json q = nlohmann::ordered_json::array();
   for (const TuneQuality& t : r.quality)
-    q.push_back({{"threshold", t.threshold},
+    q.push_back({{t.probe->setting, t.threshold},
                  {"preview_psnr_db", finite_or_inf(t.psnr_db)},
                  {"latent_psnr_db", finite_or_inf(t.latent_psnr_db)},
-                 {"v_blocks_sent", t.active_fraction},
+                 {t.probe->sent_key, t.active_fraction},
                  {"admitted", t.admitted}});
+  const dit::LossyProbe* first = r.quality.empty() ? nullptr : r.quality.front().probe.get();
+  const std::string setting = first != nullptr ? first->setting : "setting";
   j["quality"] = {
       {"measured_with", r.quality_source},
       {"note",
        "measured with real math on the trained model against its exact run; a full-size "
        "model's phantom run computes no values and cannot measure quality. A lossy point "
-       "sends the share of V blocks the trained model sent at its threshold "
-       "(v_major.phantom_active_fraction), counted over every step"},
-      {"thresholds", q}};
+       "sends the share of " +
+           (first != nullptr ? first->sent : std::string("the exchange")) +
+           " the trained model sent at its " + setting + " (" +
+           (first != nullptr ? first->phantom_key : std::string()) + "), counted over every step"},
+      {setting + "s", q}};
 }
 
 // One point of tune.json: its configuration, outcome, times where it ran, and its command.
@@ -999,12 +1033,15 @@ nlohmann::ordered_json point_json(const TuneOptions& o, const TuneResult& r, con
   for (const auto& [key, value] : p.report) e[key] = value;
   e["shard_text"] = p.shard_text;
   e["uneven_heads"] = p.uneven_heads;
-  if (p.v_major)
-    e["lossy"] = {{"v_major_threshold", p.v_major->threshold},
-                  {"preview_psnr_db", p.v_major->psnr_db},
+  if (p.lossy) {
+    std::string key = p.lossy->probe->key;  // "v_major.threshold" -> "v_major_threshold"
+    std::replace(key.begin(), key.end(), '.', '_');
+    e["lossy"] = {{key, p.lossy->threshold},
+                  {"preview_psnr_db", p.lossy->psnr_db},
                   {"psnr_bound_db", *o.lossy_psnr_db},
                   {"measured_with", r.quality_source},
-                  {"v_blocks_sent", p.v_major->active_fraction}};
+                  {p.lossy->probe->sent_key, p.lossy->active_fraction}};
+  }
   e["status"] = status_name(p.status);
   e["bound_s"] = p.bound_s;
   if (p.status == TunePoint::Status::kRun) {

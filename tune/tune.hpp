@@ -39,7 +39,8 @@
 
 namespace cocodiff::dit {
 class StrategyRegistry;  // dit/parallel/strategies.hpp
-}
+struct LossyProbe;       // dit/parallel/search.hpp
+}  // namespace cocodiff::dit
 
 namespace cocodiff::apps {
 
@@ -52,7 +53,8 @@ struct TuneOptions {
   std::vector<int> nodes = {1, 2, 4, 8};
   std::vector<int> gpus_per_node;       // empty: 1 .. the cluster's GPUs per node
   std::string objective = "latency";    // "latency" (s per image) | "gpu-seconds" (per image)
-  std::optional<double> lossy_psnr_db;  // admits V-Major thresholds that keep this PSNR
+  std::optional<double> lossy_psnr_db;  // admits lossy settings (V-Major's thresholds) that keep
+                                        // this PSNR
   /// Where --lossy's thresholds are measured (real math, against the exact run): the trained
   /// model's run (empty: configs/quickstart.toml), with these keys set.
   std::filesystem::path quality_config;
@@ -70,15 +72,17 @@ struct TuneOptions {
   std::shared_ptr<const dit::StrategyRegistry> strategies;
 };
 
-/// A V-Major threshold measured on the trained model (real math): the PSNR of its output
-/// against the exact run, and the share of V blocks it sent on its tiers.
 /// How many of the best configurations `tune` times again at the ends of the host range.
 inline constexpr size_t kHostRangePoints = 10;
 
+/// A lossy strategy's setting measured on the trained model (real math, its LossyProbe: V-Major's
+/// threshold): the PSNR of its output against the exact run, and the share of its exchange
+/// (V blocks) it sent on its tiers.
 struct TuneQuality {
-  double threshold = 0;
-  double psnr_db = 0;          // preview image PSNR against the exact run
-  double latent_psnr_db = 0;   // final latent PSNR against the exact run
+  std::shared_ptr<const dit::LossyProbe> probe;  // what was measured, and its words
+  double threshold = 0;                          // the setting's value
+  double psnr_db = 0;                            // preview image PSNR against the exact run
+  double latent_psnr_db = 0;                     // final latent PSNR against the exact run
   double active_fraction = 0;  // blocks sent / blocks, after the warm-up steps, its tiers
   bool admitted = false;       // lossy (not bitwise exact) and psnr_db >= the --lossy bound
 };
@@ -97,7 +101,7 @@ struct TunePoint {
   int wave = 2;
   bool baseline = false;
   std::vector<std::pair<std::string, std::int64_t>> report;
-  std::optional<TuneQuality> v_major;     // lossy: the threshold and what was measured at it
+  std::optional<TuneQuality> lossy;       // lossy: the setting and what was measured at it
   std::vector<std::string> sets;          // the --set keys that make this point (after common ones)
   std::vector<std::string> cluster_sets;  // cluster.nodes and the GPUs per node
   // The outcome.

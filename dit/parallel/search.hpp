@@ -19,15 +19,35 @@
 #include <utility>
 #include <vector>
 
+#include "dit/attention_strategy.hpp"
 #include "dit/model_config.hpp"
 
 namespace cocodiff::dit {
 
 struct RunSettings;  // dit/pipeline.hpp
 
+/// What `cocodiff tune --lossy` measures of a lossy strategy before the search: real-math runs
+/// of `strategy` on the trained model with `key` at each of `levels`, against its run at
+/// `exact`, by the preview's PSNR, and the share of its exchange each level still sent. The
+/// admitted levels reach the searches (SearchShape::lossy); the words name them in tables.
+struct LossyProbe {
+  std::string strategy;        // run.strategy of the measured runs ("cocodiff")
+  std::string key;             // the setting measured ("v_major.threshold")
+  std::string name;            // the mechanism, in tables ("V-Major")
+  std::string setting;         // the setting, in tables ("threshold")
+  double exact = 0;            // the value at which the strategy is exact
+  std::vector<double> levels;  // the values measured, in order
+  std::string sent;            // what the share counts, in tables ("V blocks")
+  std::string sent_key;        // its tune.json name ("v_blocks_sent")
+  std::string phantom_key;     // the setting a phantom run sends that share by
+  /// The share a run sent, from its merged StrategyStats (1: all of it).
+  std::function<double(const StrategyStats&)> sent_fraction;
+};
+
 /// A lossy setting measured on the trained model before the search (tune's --lossy), with what
-/// a point running it sets: its threshold and the share of blocks it sent.
+/// a point running it sets: the probe's key, its value, and the share of the exchange it sent.
 struct SearchLossy {
+  std::string key;  // LossyProbe::key
   double threshold = 0;
   double active_fraction = 0;
 };

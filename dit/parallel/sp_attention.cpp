@@ -587,7 +587,8 @@ void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
     exact_compositions(s, base, sp, emit);
     // V-Major (lossy) on the full composition, only where there is an inter-node tier.
     if (s.nodes <= 1 || sp <= 1) continue;
-    for (size_t q = 0; q < s.lossy.size(); ++q)
+    for (size_t q = 0; q < s.lossy.size(); ++q) {
+      if (s.lossy[q].key != "v_major.threshold") continue;  // another strategy's setting
       for (int chunks : {2, 4})
         for (bool text : s.text_options(sp)) {
           SearchPoint p = base;
@@ -602,7 +603,32 @@ void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
               "v_major.phantom_active_fraction=" + g_text("%.6g", s.lossy[q].active_fraction)};
           emit(p);
         }
+    }
   }
+}
+
+LossyProbe v_major_probe() {
+  LossyProbe p;
+  p.strategy = "cocodiff";
+  p.key = "v_major.threshold";
+  p.name = "V-Major";
+  p.setting = "threshold";
+  p.exact = 0;
+  p.levels = {0.02, 0.05, 0.1, 0.2};
+  p.sent = "V blocks";
+  p.sent_key = "v_blocks_sent";
+  p.phantom_key = "v_major.phantom_active_fraction";
+  p.sent_fraction = [](const StrategyStats& st) {
+    // Over every tier, as report.json's strategy_stats.v_major lists them.
+    double blocks = 0, active = 0;
+    for (const auto& [tier, v] : st.v_major) {
+      const double b = static_cast<double>(v.blocks);
+      blocks += b;
+      active += (v.blocks > 0 ? static_cast<double>(v.active_blocks) / b : 0.0) * b;
+    }
+    return blocks > 0 ? active / blocks : 1.0;
+  };
+  return p;
 }
 
 }  // namespace cocodiff::dit

@@ -139,4 +139,8 @@ Tensor gather_columns(const Exec& ex, Communicator& g, const Tensor& o,
 /// each admitted lossy setting where there is an inter-node tier.
 void ulysses_search(const SearchShape& shape, const SearchEmit& emit);
 
+/// V-Major's thresholds as `cocodiff tune --lossy` measures them: cocodiff on the trained model at
+/// v_major.threshold 0.02, 0.05, 0.1 and 0.2 against 0, and the share of V blocks each sent.
+LossyProbe v_major_probe();
+
 }  // namespace cocodiff::dit

@@ -113,6 +113,7 @@ void add_builtins(StrategyRegistry& r) {
   for (const char* name : {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff"}) {
     StrategyEntry e = composition(name, parse(name).features);
     if (std::string(name) == "flat") e.search = ulysses_search;
+    if (std::string(name) == "cocodiff") e.probe = v_major_probe();
     r.add(name, std::move(e));
   }
   for (const char* exchange : {"flat", "tapa"})
@@ -254,6 +255,20 @@ const StrategyRegistry& owner(const std::string& name, const StrategyRegistry* u
 }
 
 }  // namespace
+
+std::vector<LossyProbe> StrategyRegistry::probes() const {
+  std::vector<LossyProbe> out;
+  for (const std::string& n : order_)
+    if (const LossyProbe& p = entries_.at(n).probe; !p.key.empty()) out.push_back(p);
+  return out;
+}
+
+std::vector<LossyProbe> strategy_lossy_probes(const StrategyRegistry* user) {
+  std::vector<LossyProbe> out = StrategyRegistry::builtins().probes();
+  if (user != nullptr)
+    for (LossyProbe& p : user->probes()) out.push_back(std::move(p));
+  return out;
+}
 
 std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user) {
   std::vector<NamedSearch> out = StrategyRegistry::builtins().searches();

@@ -61,6 +61,7 @@ struct StrategyEntry {
   StrategyLossy lossy;    // empty: exact
   StrategyMemory memory;  // empty: nothing beyond the layers' activations
   StrategySearch search;  // empty: tune does not search it
+  LossyProbe probe;       // what tune --lossy measures of it (empty key: nothing)
 };
 
 /// Strategies by name. The built-in ones are one registry (builtins(), the strategy table in
@@ -97,6 +98,8 @@ class StrategyRegistry {
   void add_search(const std::string& name, StrategySearch search);
   /// The added searches, in the order their strategies were added.
   std::vector<NamedSearch> searches() const;
+  /// The lossy probes of the added strategies, in the order added.
+  std::vector<LossyProbe> probes() const;
 
   /// The built-in strategies: serial, the Ulysses compositions (flat, tapa, v_first, pipeline,
   /// v_major, cocodiff, and every composition of features with '+'), pipefusion and usp.
@@ -137,6 +140,10 @@ std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& nam
 /// The search spaces of `cocodiff tune`: the built-in strategies' (Ulysses compositions,
 /// PipeFusion, usp, in that order), then `user`'s.
 std::vector<NamedSearch> strategy_searches(const StrategyRegistry* user = nullptr);
+
+/// What `cocodiff tune --lossy` measures: the built-in strategies' probes (V-Major's thresholds
+/// on cocodiff), then `user`'s.
+std::vector<LossyProbe> strategy_lossy_probes(const StrategyRegistry* user = nullptr);
 
 /// Collective over `comm` (borrowed; must outlive the strategy). ConfigError for an unknown
 /// name or impossible settings. `user`'s strategies are looked up first.

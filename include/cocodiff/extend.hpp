@@ -46,12 +46,14 @@ namespace cocodiff {
 using dit::AttentionShape;
 using dit::AttentionStrategy;
 using dit::Exec;
+using dit::LossyProbe;
 using dit::ModelConfig;
 using dit::ModelFamily;
 using dit::QkvSource;
 using dit::SearchEmit;
 using dit::SearchPoint;
 using dit::SearchShape;
+using dit::StrategyEntry;
 using dit::StrategyFactory;
 using dit::StrategyMemory;
 using dit::StrategyMemoryPart;
@@ -78,6 +80,10 @@ class Extensions {
   /// which the memory estimate and emulator.memory_limit count; empty: nothing.
   void add_strategy(const std::string& name, StrategyFactory factory, bool lossy = false,
                     StrategyMemory memory = {});
+  /// The same with everything a built-in strategy registers (dit/parallel/strategies.hpp's
+  /// StrategyEntry): its factory, when it is lossy, its memory, its search space for `tune` and
+  /// what `tune --lossy` measures of it (LossyProbe).
+  void add_strategy(const std::string& name, StrategyEntry entry);
 
   /// Adds the search space `cocodiff tune` explores for strategy `name` (added before): on each
   /// cluster shape, `search` emits its points (dit/parallel/search.hpp), searched with the

@@ -396,10 +396,10 @@ TEST(Tune, LossyBoundsAreMeasuredOnTheTrainedModel) {
   int lossy = 0;
   for (size_t i : r.ranking) {
     const TunePoint& p = r.points[i];
-    if (!p.v_major) continue;
+    if (!p.lossy) continue;
     ++lossy;
-    EXPECT_GE(p.v_major->psnr_db, 20.0);
-    EXPECT_LT(p.v_major->active_fraction, 1.0);
+    EXPECT_GE(p.lossy->psnr_db, 20.0);
+    EXPECT_LT(p.lossy->active_fraction, 1.0);
     if (lossy == 1) {
       const fs::path dir = scratch("lossy");
       EXPECT_EQ(run_printed(apps::run_command(o, p), dir), p.time_s) << p.describe();
