@@ -332,10 +332,6 @@ std::string host_range_note(const TuneResult& r) {
          " with the slowest: which is best depends on the machine's host.";
 }
 
-// Which points run first: those each strategy's search deems likely fastest (wave 0), then the
-// others; a low bar early prunes and stops more.
-int wave(const TunePoint& p) { return p.wave; }
-
 std::string status_name(TunePoint::Status s) {
   switch (s) {
     case TunePoint::Status::kQueued:
@@ -403,6 +399,18 @@ std::vector<int> gpu_counts(const TuneOptions& o, const Base& base, const std::s
   return gpus;
 }
 
+// The probe of the settings measured: its words name them in tables (the first's; placeholders
+// when none was measured).
+const dit::LossyProbe& measured_probe(const std::vector<TuneQuality>& qs) {
+  static const dit::LossyProbe none = [] {
+    dit::LossyProbe p;
+    p.setting = "setting";
+    p.sent = "the exchange";
+    return p;
+  }();
+  return qs.empty() ? none : *qs.front().probe;
+}
+
 // "V-Major threshold": what a measured setting is called.
 std::string setting_words(const dit::LossyProbe& p) { return p.name + " " + p.setting; }
 
@@ -430,13 +438,12 @@ std::vector<TuneQuality> admitted_qualities(const TuneOptions& o, TuneResult& r)
     for (const TuneQuality& q : r.quality)
       seen += (seen.empty() ? "" : ", ") + fmt("%g", q.threshold) + ": " +
               (std::isfinite(q.psnr_db) ? fmt("%.2f dB", q.psnr_db) : std::string("exact"));
-    const std::string by = r.quality.empty() ? "setting" : r.quality.front().probe->setting;
-    throw ConfigError("--lossy " + fmt("%g", *o.lossy_psnr_db) + ": no " +
-                      settings_phrase(r.quality) +
-                      " keeps that PSNR on the trained model and changes its output (preview "
-                      "PSNR by " +
-                      by + ": " + seen + "; measured with " + r.quality_source +
-                      "); ask for a lower bound, or search exact strategies without --lossy");
+    throw ConfigError(
+        "--lossy " + fmt("%g", *o.lossy_psnr_db) + ": no " + settings_phrase(r.quality) +
+        " keeps that PSNR on the trained model and changes its output (preview "
+        "PSNR by " +
+        measured_probe(r.quality).setting + ": " + seen + "; measured with " + r.quality_source +
+        "); ask for a lower bound, or search exact strategies without --lossy");
   }
   return admitted;
 }
@@ -510,14 +517,15 @@ void time_bound(const TuneOptions& o, const Base& base, TuneResult& r, Clock::ti
 }
 
 // Order: the fewest GPUs first (a point is pruned or stopped by the points with no more GPUs,
-// which have then run), within a GPU count the likely fast first (wave); then enumeration order.
+// which have then run), within a GPU count the likely fast first (the wave each strategy's
+// search gives its points: a low bar early prunes and stops more); then enumeration order.
 std::vector<size_t> search_order(const TuneResult& r) {
   std::vector<size_t> order(r.points.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const TunePoint &pa = r.points[a], &pb = r.points[b];
     if (pa.gpus != pb.gpus) return pa.gpus < pb.gpus;
-    return wave(pa) < wave(pb);
+    return pa.wave < pb.wave;
   });
   return order;
 }
@@ -909,15 +917,13 @@ void table_front(std::ostringstream& os, const TuneOptions& o, const TuneResult&
 // The lossy thresholds measured, under --lossy.
 void table_lossy(std::ostringstream& os, const TuneOptions& o, const TuneResult& r) {
   if (o.lossy_psnr_db) {
-    const dit::LossyProbe* first = r.quality.empty() ? nullptr : r.quality.front().probe.get();
-    const std::string sent = first != nullptr ? first->sent : "the exchange";
-    const std::string setting = first != nullptr ? first->setting : "setting";
+    const dit::LossyProbe& measured = measured_probe(r.quality);
     os << "\nLossy entries (--lossy " << fmt("%g", *o.lossy_psnr_db)
        << " dB): " << settings_phrase(r.quality)
        << "s measured with real math on the trained model (" << r.quality_source
        << ") against its exact run. A full-size model's phantom run computes no values, so it "
           "cannot measure quality: a lossy entry sends the share of "
-       << sent << " the trained model sent at its " << setting
+       << measured.sent << " the trained model sent at its " << measured.setting
        << ", and its quality bound is the trained model's.\n";
     for (const TuneQuality& q : r.quality) {
       os << "  " << q.probe->setting << " " << fmt("%g", q.threshold) << ": preview PSNR "
@@ -1003,18 +1009,16 @@ void json_quality(nlohmann::ordered_json& j, const TuneResult& r) {
                  {"latent_psnr_db", finite_or_inf(t.latent_psnr_db)},
                  {t.probe->sent_key, t.active_fraction},
                  {"admitted", t.admitted}});
-  const dit::LossyProbe* first = r.quality.empty() ? nullptr : r.quality.front().probe.get();
-  const std::string setting = first != nullptr ? first->setting : "setting";
+  const dit::LossyProbe& measured = measured_probe(r.quality);
   j["quality"] = {
       {"measured_with", r.quality_source},
       {"note",
        "measured with real math on the trained model against its exact run; a full-size "
        "model's phantom run computes no values and cannot measure quality. A lossy point "
        "sends the share of " +
-           (first != nullptr ? first->sent : std::string("the exchange")) +
-           " the trained model sent at its " + setting + " (" +
-           (first != nullptr ? first->phantom_key : std::string()) + "), counted over every step"},
-      {setting + "s", q}};
+           measured.sent + " the trained model sent at its " + measured.setting + " (" +
+           measured.phantom_key + "), counted over every step"},
+      {measured.setting + "s", q}};
 }
 
 // One point of tune.json: its configuration, outcome, times where it ran, and its command.

@@ -543,6 +543,9 @@ std::vector<Tensor> SpAttention::attend_heads(LayerState& layer) {
 
 namespace {
 
+// The setting V-Major's probe measures and its lossy points set.
+constexpr const char* kVMajorThreshold = "v_major.threshold";
+
 std::string g_text(const char* f, double v) {
   char b[64];
   std::snprintf(b, sizeof b, f, v);
@@ -588,7 +591,7 @@ void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
     // V-Major (lossy) on the full composition, only where there is an inter-node tier.
     if (s.nodes <= 1 || sp <= 1) continue;
     for (size_t q = 0; q < s.lossy.size(); ++q) {
-      if (s.lossy[q].key != "v_major.threshold") continue;  // another strategy's setting
+      if (s.lossy[q].key != kVMajorThreshold) continue;  // another strategy's setting
       for (int chunks : {2, 4})
         for (bool text : s.text_options(sp)) {
           SearchPoint p = base;
@@ -599,7 +602,7 @@ void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
           p.wave = 0;
           p.sets = {
               "pipeline.chunks=" + std::to_string(chunks),
-              "v_major.threshold=" + g_text("%g", s.lossy[q].threshold),
+              std::string(kVMajorThreshold) + "=" + g_text("%g", s.lossy[q].threshold),
               "v_major.phantom_active_fraction=" + g_text("%.6g", s.lossy[q].active_fraction)};
           emit(p);
         }
@@ -610,7 +613,7 @@ void ulysses_search(const SearchShape& s, const SearchEmit& emit) {
 LossyProbe v_major_probe() {
   LossyProbe p;
   p.strategy = "cocodiff";
-  p.key = "v_major.threshold";
+  p.key = kVMajorThreshold;
   p.name = "V-Major";
   p.setting = "threshold";
   p.exact = 0;

@@ -74,9 +74,10 @@ std::string canonical(const Parsed& p) {
   return n;
 }
 
+// Letters, digits, '_', '-', and '+' where `joins` (the built-ins' compositions).
 bool well_formed(const std::string& name, bool joins) {
-  const char* allowed = joins ? "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-+"
-                              : "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+  std::string allowed = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-";
+  if (joins) allowed += '+';
   return !name.empty() && name.find_first_not_of(allowed) == std::string::npos;
 }
 
@@ -116,13 +117,16 @@ void add_builtins(StrategyRegistry& r) {
     if (std::string(name) == "cocodiff") e.probe = v_major_probe();
     r.add(name, std::move(e));
   }
-  for (const char* exchange : {"flat", "tapa"})
+  for (const bool flat : {true, false})
     for (int f = 1; f < 8; ++f) {
-      std::string n = exchange;
-      if ((f & 1) != 0) n += "+v_first";
-      if ((f & 2) != 0) n += "+pipeline";
-      if ((f & 4) != 0) n += "+v_major";
-      r.add(n, composition(n, parse(n).features));
+      Parsed c;
+      c.flat = flat;
+      c.features.tapa = !flat;
+      c.features.v_first = (f & 1) != 0;
+      c.features.chunks = (f & 2) != 0 ? 2 : 1;  // as parse() gives them
+      c.features.v_major = (f & 4) != 0;
+      const std::string n = canonical(c);
+      r.add(n, composition(n, c.features));
     }
   // Its stages run blocks, not a layer's attention: generate() runs it (dit/parallel/pipefusion).
   StrategyEntry pipefusion;
@@ -171,12 +175,9 @@ void StrategyRegistry::add(const std::string& name, StrategyEntry entry) {
   if (!well_formed(name, builtin_))
     throw ConfigError("strategy name \"" + name +
                       "\": expected letters, digits, '_' or '-' (no '+', which joins features)");
-  if (!builtin_) {
-    const bool feature = name == "flat" || name == "tapa" || name == "v_first" ||
-                         name == "pipeline" || name == "v_major";
-    if (feature || builtins().contains(name))
-      throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
-  }
+  // The built-ins hold every feature's name too (flat, tapa, v_first, pipeline, v_major).
+  if (!builtin_ && builtins().contains(name))
+    throw ConfigError("strategy name \"" + name + "\" is a built-in strategy or feature");
   if (!entry.factory) throw ConfigError("strategy \"" + name + "\": the factory is empty");
   if (!entries_.emplace(name, std::move(entry)).second)
     throw ConfigError("strategy \"" + name + "\" is already registered");
