@@ -380,7 +380,7 @@ void run_compare(const CompareOptions& o) {
   nlohmann::ordered_json doc;
   doc["config"] = o.config;
   doc["sets"] = o.sets;
-  doc["reference"] = "flat";
+  doc["reference"] = dit::kDefaultStrategy;
   doc["techniques"] = o.techniques;
   if (o.lossy_db >= 0) doc["lossy"] = fastest_within(entries, en.order, o.lossy_db);
   doc["entries"] = entries;

@@ -81,9 +81,11 @@ void add_quality_reference(const RunPlan& plan, const RunCommandOptions& o, RunR
       plan.settings.strategy, plan.settings.strategy_options, plan.settings.strategies.get());
   const bool cached = plan.settings.step_cache.active();
   const bool compressed = plan.settings.strategy_options.compress != "none";
-  // PipeFusion is exact while every step is a warm-up step (no stale K/V).
-  const bool stale = plan.settings.strategy == "pipefusion" &&
-                     plan.settings.strategy_options.pipefusion_warmup_steps < plan.settings.steps;
+  // Pipeline stages (PipeFusion) are exact while every step is a warm-up step (no stale K/V).
+  const bool stale =
+      dit::attention_strategy_layout(plan.settings.strategy, plan.settings.strategies.get()).kind ==
+          dit::StrategyLayout::Kind::kStages &&
+      plan.settings.strategy_options.pipefusion_warmup_steps < plan.settings.steps;
   if (plan.settings.phantom || !(lossy_strategy || cached || compressed || stale)) return;
   std::vector<std::string> sets = o.sets;
   std::string off;

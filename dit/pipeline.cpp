@@ -5,7 +5,6 @@
 #include "dit/block_replay.hpp"
 #include "dit/layers.hpp"
 #include "dit/model_family.hpp"
-#include "dit/parallel/pipefusion.hpp"
 #include "dit/parallel/strategies.hpp"
 #include "dit/safetensors.hpp"
 #include "dit/sampler.hpp"
@@ -445,9 +444,12 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
                    const RunSettings& st) {
   const bool phantom = st.phantom;
   COCO_CHECK(phantom == w.phantom() || !w.phantom(), "phantom weights in a real run");
-  // PipeFusion splits the blocks, not one layer's attention: it runs its own sampling loop.
-  if (st.strategy == "pipefusion" && !st.make_strategy)
-    return generate_pipefusion(comm, cfg, w, st);
+  // A strategy with its own sampling loop (PipeFusion splits the blocks, not one layer's
+  // attention) runs the whole run.
+  if (!st.make_strategy)
+    if (const StrategyEntry* e = attention_strategy_entry(st.strategy, st.strategies.get());
+        e != nullptr && e->sampler)
+      return e->sampler(comm, cfg, w, st);
   Sampling s(comm, cfg, w, st);
   set_geometry(s);
   split_ranks(s);

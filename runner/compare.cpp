@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "core/errors.hpp"
+#include "dit/parallel/strategies.hpp"
 
 namespace cocodiff::apps {
 
@@ -36,17 +37,15 @@ std::vector<std::string> technique_sets(const std::string& t) {
       t + "\"");
 }
 
-CompareEntries compare_entries(const std::vector<std::string>& names,
-                               const std::string& techniques) {
+CompareEntries compare_entries(const std::vector<std::string>& names, const std::string& techniques,
+                               const dit::StrategyRegistry* user) {
   CompareEntries en;
   std::vector<std::string>& strategy = en.strategy;
   strategy = names;
-  if (std::find(names.begin(), names.end(), "flat") == names.end()) {
-    strategy.insert(strategy.begin(), "flat");
-  } else {
-    strategy.erase(std::find(strategy.begin(), strategy.end(), "flat"));
-    strategy.insert(strategy.begin(), "flat");
-  }
+  const std::string reference = dit::kDefaultStrategy;
+  if (std::find(names.begin(), names.end(), reference) != names.end())
+    strategy.erase(std::find(strategy.begin(), strategy.end(), reference));
+  strategy.insert(strategy.begin(), reference);
   en.order = strategy;
   en.technique.assign(strategy.size(), "");
   en.extra.assign(strategy.size(), {});
@@ -55,8 +54,8 @@ CompareEntries compare_entries(const std::vector<std::string>& names,
     if (t.empty()) continue;
     const std::vector<std::string> sets = technique_sets(t);
     for (const std::string& n : names) {
-      // PipeFusion's loop runs no step cache and compresses nothing: it takes no technique.
-      if (n == "pipefusion") continue;
+      // A strategy may take none (PipeFusion's loop runs no step cache, compresses nothing).
+      if (!dit::attention_strategy_layout(n, user).techniques) continue;
       std::string label = n;
       label.append("+").append(t);
       en.order.push_back(std::move(label));

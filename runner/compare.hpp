@@ -16,8 +16,9 @@
 
 namespace cocodiff::apps {
 
-/// The entries of a compare: flat first (the reference, run on demand), the listed strategies,
-/// then each technique on each listed strategy ("STRATEGY+TECHNIQUE", with its keys).
+/// The entries of a compare: the default strategy first (flat, dit::kDefaultStrategy: the
+/// reference, run on demand), the listed strategies, then each technique on each listed strategy
+/// that takes techniques ("STRATEGY+TECHNIQUE", with its keys).
 struct CompareEntries {
   std::vector<std::string> order, strategy, technique;
   std::vector<std::vector<std::string>> extra;  // each entry's run keys ("k=v") for its technique
@@ -27,9 +28,10 @@ struct CompareEntries {
 /// or "first_block" (step_cache.policy), the last two with "=THRESHOLD" optionally. Anything else
 /// is a ConfigError naming --techniques.
 std::vector<std::string> technique_sets(const std::string& technique);
-/// The entries of `names` (strategies) and `techniques` (comma-separated, may be empty).
-CompareEntries compare_entries(const std::vector<std::string>& names,
-                               const std::string& techniques);
+/// The entries of `names` (strategies, `user`'s looked up first) and `techniques`
+/// (comma-separated, may be empty).
+CompareEntries compare_entries(const std::vector<std::string>& names, const std::string& techniques,
+                               const dit::StrategyRegistry* user = nullptr);
 /// Runs `work` on `jobs` threads (this one among them) and waits for all. When the system gives
 /// fewer threads than asked (a limit on threads or memory), those it gave do the work.
 void run_side_by_side(int jobs, const std::function<void()>& work);

@@ -33,11 +33,12 @@ nlohmann::ordered_json base_report(const RunPlan& plan, const std::string& backe
   r["ulysses_degree"] = plan.ulysses_degree;
   r["ring_degree"] = plan.ring_degree;
   r["cfg_degree"] = plan.settings.cfg_degree;
-  if (plan.settings.strategy == "pipefusion") {
+  if (dit::attention_strategy_layout(plan.settings.strategy, plan.settings.strategies.get()).kind ==
+      dit::StrategyLayout::Kind::kStages) {
     const dit::StrategyOptions& o = plan.settings.strategy_options;
-    r["pipefusion"] = {{"degree", plan.pipefusion_degree},
-                       {"patches", o.pipefusion_patches},
-                       {"warmup_steps", o.pipefusion_warmup_steps}};
+    r[plan.settings.strategy] = {{"degree", plan.pipefusion_degree},
+                                 {"patches", o.pipefusion_patches},
+                                 {"warmup_steps", o.pipefusion_warmup_steps}};
   }
   r["shard_text"] = plan.settings.strategy_options.shard_text;
   r["model"] = plan.model.name;

@@ -219,6 +219,18 @@ void read_inpainting(Config& cfg, const dit::ModelConfig& m, dit::RunSettings& s
 
 namespace {
 
+using LayoutKind = dit::StrategyLayout::Kind;
+
+// How the plan's strategy lays out its ranks (its entry's, or a program's own).
+const dit::StrategyLayout& layout_of(const RunPlan& plan) {
+  return dit::attention_strategy_layout(plan.settings.strategy, plan.settings.strategies.get());
+}
+
+// The strategy of layout `kind` that a degree key turns the default strategy into.
+std::string strategy_of(const RunPlan& plan, LayoutKind kind) {
+  return dit::strategy_of_layout(kind, plan.settings.strategies.get());
+}
+
 // What validate --dump needs beyond the values the readers saw: file paths made absolute (they
 // are relative to the config's directory, which a dumped copy need not share) and the xDiT
 // degrees the run resolved to.
@@ -264,7 +276,7 @@ int largest_divisor_up_to(int ranks, int most) {
 void check_pipefusion_settings(const RunPlan& plan) {
   const Config& cfg = plan.cfg;
   const dit::RunSettings& s = plan.settings;
-  const std::string with = " with run.strategy \"pipefusion\"";
+  const std::string with = " with run.strategy \"" + s.strategy + "\"";
   if (s.known_latent) {
     const char* key = cfg.has("run.inpaint_mask") ? "run.inpaint_mask" : "run.inpaint_rect";
     throw ConfigError(cfg.where(key), key, "no inpainting" + with, "a region to regenerate");
@@ -280,29 +292,32 @@ void check_pipefusion_settings(const RunPlan& plan) {
         "1");
 }
 
-// PipeFusion (dit/parallel/pipefusion.hpp): parallel.pipefusion_degree stages (xDiT's
-// --pipefusion_parallel_degree), each a Ulysses group of the other ranks. A degree above 1
-// turns the config's flat Ulysses into "pipefusion", as a ring degree turns it into usp. Without
-// a degree, "pipefusion" takes parallel.ulysses_degree's complement, else the largest divisor of
-// the ranks that is at most the model's blocks. Returns the Ulysses degree; 0: not PipeFusion.
+// Pipeline stages (layout kStages: PipeFusion, dit/parallel/pipefusion.hpp):
+// parallel.pipefusion_degree stages (xDiT's --pipefusion_parallel_degree), each a Ulysses group
+// of the other ranks. A degree above 1 turns the config's default Ulysses (flat) into the
+// stages' strategy, as a ring degree turns it into the ring's (usp). Without a degree, the stages
+// take parallel.ulysses_degree's complement, else the largest divisor of the ranks that is at
+// most the model's blocks. Returns the Ulysses degree; 0: not a strategy of stages.
 int resolve_pipefusion(RunPlan& plan, int sp_ranks) {
   Config& cfg = plan.cfg;
   dit::RunSettings& s = plan.settings;
   dit::StrategyOptions& o = s.strategy_options;
   const char* key = "parallel.pipefusion_degree";
-  if (o.pipefusion_degree > 1 && s.strategy != "pipefusion") {
-    if (s.strategy != "flat" || (cfg.has("run.strategy") && cfg.is_override("run.strategy")))
+  if (o.pipefusion_degree > 1 && layout_of(plan).kind != LayoutKind::kStages) {
+    const std::string stages = strategy_of(plan, LayoutKind::kStages);
+    if (s.strategy != dit::kDefaultStrategy ||
+        (cfg.has("run.strategy") && cfg.is_override("run.strategy")))
       throw ConfigError(cfg.where(key), key,
                         "1 with run.strategy \"" + s.strategy +
-                            "\" (patch pipelining runs in the strategy \"pipefusion\")",
+                            "\" (patch pipelining runs in the strategy \"" + stages + "\")",
                         std::to_string(o.pipefusion_degree));
-    s.strategy = "pipefusion";
-    cfg.set_effective("run.strategy", toml::value<std::string>("pipefusion"));
+    s.strategy = stages;
+    cfg.set_effective("run.strategy", toml::value<std::string>(stages));
   }
-  if (s.strategy != "pipefusion") return 0;
+  if (layout_of(plan).kind != LayoutKind::kStages) return 0;
   if (cfg.has("parallel.ring_degree") && cfg.get_int("parallel.ring_degree", 1, 1, 1 << 20) > 1)
     throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
-                      "1 with run.strategy \"pipefusion\" (its stages run Ulysses)",
+                      "1 with run.strategy \"" + s.strategy + "\" (its stages run Ulysses)",
                       std::to_string(cfg.get_int("parallel.ring_degree", 1, 1, 1 << 20)));
   const dit::ModelFamily& fam = dit::model_family(plan.model.family);
   if (o.pipefusion_degree == 0) {
@@ -420,9 +435,8 @@ void read_image_size(Config& cfg, dit::RunSettings& s) {
   }
 }
 
-// run.steps, run.seed, run.math and run.strategy, a built-in or registered strategy. Returns
-// whether run.strategy names a registered strategy.
-bool read_steps_and_strategy(Config& cfg, RunPlan& plan,
+// run.steps, run.seed, run.math and run.strategy, a built-in or registered strategy.
+void read_steps_and_strategy(Config& cfg, RunPlan& plan,
                              std::shared_ptr<const dit::StrategyRegistry> strategies) {
   dit::RunSettings& s = plan.settings;
   s.steps = static_cast<int>(cfg.get_int("run.steps", plan.model.default_steps, 1, 100000));
@@ -432,20 +446,18 @@ bool read_steps_and_strategy(Config& cfg, RunPlan& plan,
   const dit::StrategyRegistry* user = strategies.get();
   s.strategies = std::move(strategies);
   std::vector<std::string> names = dit::attention_strategy_names(user);
-  s.strategy = cfg.get_string("run.strategy", "flat");
-  const bool user_strategy = user != nullptr && user->contains(s.strategy);
+  s.strategy = cfg.get_string("run.strategy", dit::kDefaultStrategy);
   if (const std::string err = dit::attention_strategy_error(s.strategy, user); !err.empty()) {
     std::string list;
     for (const std::string& n : names) list += (list.empty() ? "" : " | ") + n;
     throw ConfigError(cfg.where("run.strategy"), "run.strategy",
                       "one of " + list + " (or features joined by '+')", "\"" + s.strategy + "\"");
   }
-  return user_strategy;
 }
 
 // run.cfg_scale and parallel.cfg_degree: CFG-parallel needs an unconditional pass, an even rank
 // count and a strategy that runs on half the ranks.
-void read_cfg_parallel(Config& cfg, RunPlan& plan, bool user_strategy) {
+void read_cfg_parallel(Config& cfg, RunPlan& plan) {
   dit::RunSettings& s = plan.settings;
   s.cfg_scale = cfg.get_double("run.cfg_scale", -1, -1, 100);
   if (s.cfg_scale < 0)  // -1: the model's own scale, which the resolved config names
@@ -465,12 +477,13 @@ void read_cfg_parallel(Config& cfg, RunPlan& plan, bool user_strategy) {
       throw ConfigError(
           cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
           "a degree that divides the cluster's " + std::to_string(plan.ranks()) + " ranks", "2");
-    if (s.strategy == "usp" || user_strategy)
+    if (const dit::StrategyLayout& layout = layout_of(plan); !layout.cfg_parallel)
       throw ConfigError(cfg.where("parallel.cfg_degree"), "parallel.cfg_degree",
                         "1 with run.strategy \"" + s.strategy +
                             "\" (CFG-parallel runs strategies on half the ranks; " +
-                            (user_strategy ? "a registered strategy may assume the whole cluster"
-                                           : "usp's ring spans the whole cluster") +
+                            (layout.kind == LayoutKind::kRing
+                                 ? s.strategy + "'s ring spans the whole cluster"
+                                 : "a registered strategy may assume the whole cluster") +
                             ")",
                         "2");
   }
@@ -632,8 +645,10 @@ std::string degree_splits(const RunPlan& plan, const std::vector<int>& ring_choi
     if (heads_divide && plan.model.heads % u != 0) continue;
     list += (list.empty() ? "" : ", ") + std::string("--ulysses-degree ") + std::to_string(u) +
             " --ring-degree " + std::to_string(ring);
-    if (ring > 1 && s.strategy != "usp" && s.strategy != "flat")
-      list += " --set run.strategy=usp";  // only flat gives way to usp by itself
+    // Only the default strategy gives way to the ring's by itself.
+    if (ring > 1 && layout_of(plan).kind != LayoutKind::kRing &&
+        s.strategy != dit::kDefaultStrategy)
+      list += " --set run.strategy=" + strategy_of(plan, LayoutKind::kRing);
   }
   return list;
 }
@@ -675,23 +690,24 @@ void resolve_xdit_degrees(RunPlan& plan, const std::vector<int>& ring_choices, i
   // A ring degree above 1 is Ulysses x Ring: usp. It replaces plain Ulysses (flat, named by
   // the file or the default); a strategy named on the command line, or another one, stays
   // and is refused.
-  const bool replaces_flat =
-      s.strategy == "flat" && !(cfg.has("run.strategy") && cfg.is_override("run.strategy"));
-  if (ring > 1 && s.strategy != "usp") {
-    if (cfg.has("run.strategy") && !replaces_flat)
-      throw ConfigError(
-          cfg.where("parallel.ring_degree"), "parallel.ring_degree",
-          "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the usp strategy)",
-          std::to_string(ring));
-    s.strategy = "usp";
-    cfg.set_effective("run.strategy", toml::value<std::string>("usp"));
+  const bool replaces_default = s.strategy == dit::kDefaultStrategy &&
+                                !(cfg.has("run.strategy") && cfg.is_override("run.strategy"));
+  if (ring > 1 && layout_of(plan).kind != LayoutKind::kRing) {
+    const std::string ringed = strategy_of(plan, LayoutKind::kRing);
+    if (cfg.has("run.strategy") && !replaces_default)
+      throw ConfigError(cfg.where("parallel.ring_degree"), "parallel.ring_degree",
+                        "1 with run.strategy \"" + s.strategy + "\" (ring attention runs in the " +
+                            ringed + " strategy)",
+                        std::to_string(ring));
+    s.strategy = ringed;
+    cfg.set_effective("run.strategy", toml::value<std::string>(ringed));
   }
   // Levels of size 1 give equal ring degrees: an explicit usp.ring_levels of that degree stays.
   const bool levels_agree =
       cfg.has("usp.ring_levels") &&
       s.strategy_options.usp_ring_levels < static_cast<int>(ring_choices.size()) &&
       ring_choices[static_cast<size_t>(s.strategy_options.usp_ring_levels)] == ring;
-  if (s.strategy == "usp" && !levels_agree)
+  if (layout_of(plan).kind == LayoutKind::kRing && !levels_agree)
     s.strategy_options.usp_ring_levels = static_cast<int>(level - ring_choices.begin());
 }
 
@@ -700,7 +716,7 @@ void resolve_xdit_degrees(RunPlan& plan, const std::vector<int>& ring_choices, i
 int ulysses_degree_of(const RunPlan& plan, int sp_ranks, int pipefusion_ulysses) {
   const dit::RunSettings& s = plan.settings;
   int ulysses_degree = pipefusion_ulysses > 0 ? pipefusion_ulysses : sp_ranks;
-  if (s.strategy == "usp")
+  if (layout_of(plan).kind == LayoutKind::kRing)
     for (int k = plan.cluster.topology.num_levels() - s.strategy_options.usp_ring_levels;
          k < plan.cluster.topology.num_levels(); ++k)
       ulysses_degree /= std::max(1, plan.cluster.topology.level(std::max(0, k)).size);
@@ -744,7 +760,7 @@ void explain_uneven_heads(RunPlan& plan, const std::vector<int>& ring_choices, i
 // parallel.shard_text: a model with joint text attention, a built-in strategy, and a Ulysses
 // degree that divides the text tokens.
 void check_shard_text(const RunPlan& plan, const std::vector<int>& ring_choices, int sp_ranks,
-                      int ulysses_degree, bool ulysses_split, bool user_strategy) {
+                      int ulysses_degree, bool ulysses_split) {
   const Config& cfg = plan.cfg;
   const dit::RunSettings& s = plan.settings;
   const dit::ModelConfig& m = plan.model;
@@ -752,7 +768,7 @@ void check_shard_text(const RunPlan& plan, const std::vector<int>& ring_choices,
   if (!fam.text_conditioned || !fam.joint_text)
     throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
                       "false for " + m.name + " (it has no text stream in its attention)", "true");
-  if (user_strategy)
+  if (layout_of(plan).kind == LayoutKind::kOwn)
     throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
                       "false with the registered strategy \"" + s.strategy + "\"", "true");
   if (ulysses_split && m.text_tokens % ulysses_degree != 0) {
@@ -764,32 +780,37 @@ void check_shard_text(const RunPlan& plan, const std::vector<int>& ring_choices,
         fits += (fits.empty() ? "" : ", ") + std::string("--ulysses-degree ") +
                 std::to_string(sp_ranks / ring) + " --ring-degree " + std::to_string(ring);
     }
-    throw ConfigError(cfg.where("parallel.shard_text"), "parallel.shard_text",
-                      "a Ulysses degree that divides the " + std::to_string(m.text_tokens) +
-                          " text tokens of " + m.name + " (" +
-                          (fits.empty() ? "no degree split of this cluster does"
-                                        : "degree splits that do: " + fits) +
-                          "; or parallel.shard_text = false to replicate the text)",
-                      "Ulysses degree " + std::to_string(ulysses_degree) + " (" +
-                          std::to_string(sp_ranks) + " sequence-parallel ranks" +
-                          (s.strategy == "usp" ? ", usp" : "") + ")");
+    throw ConfigError(
+        cfg.where("parallel.shard_text"), "parallel.shard_text",
+        "a Ulysses degree that divides the " + std::to_string(m.text_tokens) + " text tokens of " +
+            m.name + " (" +
+            (fits.empty() ? "no degree split of this cluster does"
+                          : "degree splits that do: " + fits) +
+            "; or parallel.shard_text = false to replicate the text)",
+        "Ulysses degree " + std::to_string(ulysses_degree) + " (" + std::to_string(sp_ranks) +
+            " sequence-parallel ranks" +
+            (layout_of(plan).kind == LayoutKind::kRing ? ", " + s.strategy : std::string()) + ")");
   }
 }
 
-// "serial" runs on one sequence-parallel rank, and one rank runs serial, flat or pipefusion (or
-// a registered strategy).
-void check_strategy_ranks(const Config& cfg, const dit::RunSettings& s, int sp_ranks,
-                          bool user_strategy) {
-  if (s.strategy == "serial" && sp_ranks > 1)
-    throw ConfigError(
-        cfg.where("run.strategy"), "run.strategy",
-        "a parallel strategy on " + std::to_string(sp_ranks) +
-            " sequence-parallel ranks (\"serial\" runs on one rank: cluster.nodes = 1 with "
-            "topology.sizes = [1], or --set run.strategy=flat)",
-        "\"serial\"");
-  if (sp_ranks == 1 && s.strategy != "serial" && s.strategy != "flat" &&
-      s.strategy != "pipefusion" && !user_strategy)
-    throw ConfigError(cfg.where("run.strategy"), "run.strategy", "serial or flat on a single rank",
+// A one-rank strategy (serial) runs on one sequence-parallel rank, and one rank runs only the
+// strategies that say they can (serial, flat, pipefusion, a registered strategy).
+void check_strategy_ranks(const RunPlan& plan, int sp_ranks) {
+  const Config& cfg = plan.cfg;
+  const dit::RunSettings& s = plan.settings;
+  const dit::StrategyLayout& layout = layout_of(plan);
+  const std::string one = strategy_of(plan, LayoutKind::kOne);
+  if (layout.kind == LayoutKind::kOne && sp_ranks > 1)
+    throw ConfigError(cfg.where("run.strategy"), "run.strategy",
+                      "a parallel strategy on " + std::to_string(sp_ranks) +
+                          " sequence-parallel ranks (\"" + s.strategy +
+                          "\" runs on one rank: cluster.nodes = 1 with "
+                          "topology.sizes = [1], or --set run.strategy=" +
+                          dit::kDefaultStrategy + ")",
+                      "\"" + s.strategy + "\"");
+  if (sp_ranks == 1 && !layout.single_rank)
+    throw ConfigError(cfg.where("run.strategy"), "run.strategy",
+                      one + " or " + dit::kDefaultStrategy + " on a single rank",
                       "\"" + s.strategy + "\"");
 }
 
@@ -842,10 +863,10 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
   dit::RunSettings& s = plan.settings;
   read_image_size(cfg, s);
   read_frames(cfg, plan.model, s);
-  const bool user_strategy = read_steps_and_strategy(cfg, plan, std::move(strategies));
+  read_steps_and_strategy(cfg, plan, std::move(strategies));
   read_strategy_options(cfg, s.strategy_options);
   read_step_cache(cfg, s.step_cache, s.steps);
-  read_cfg_parallel(cfg, plan, user_strategy);
+  read_cfg_parallel(cfg, plan);
   const int sp_ranks = plan.ranks() / s.cfg_degree;  // ranks of one sequence-parallel group
   read_inputs(cfg, plan);
   read_engine_options(cfg, plan);
@@ -854,7 +875,8 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
   // Consistency between sections.
   check_image_size(cfg, plan);
   const Topology& topo = plan.cluster.topology;
-  if (s.strategy == "usp" && s.strategy_options.usp_ring_levels >= topo.num_levels())
+  if (layout_of(plan).kind == LayoutKind::kRing &&
+      s.strategy_options.usp_ring_levels >= topo.num_levels())
     throw ConfigError(cfg.where("usp.ring_levels"), "usp.ring_levels",
                       "fewer than the topology's " + std::to_string(topo.num_levels()) + " levels",
                       std::to_string(s.strategy_options.usp_ring_levels));
@@ -865,13 +887,14 @@ RunPlan resolve_run_plan(Config file_cfg, std::shared_ptr<const dit::StrategyReg
     resolve_xdit_degrees(plan, ring_choices, sp_ranks);
   const int ulysses_degree = ulysses_degree_of(plan, sp_ranks, pipefusion_ulysses);
   // PipeFusion's stages check their own Ulysses degree (dit::pipefusion_problem).
-  const bool ulysses_split = s.strategy != "serial" && pipefusion_ulysses == 0 && !user_strategy;
+  const LayoutKind kind = layout_of(plan).kind;
+  const bool ulysses_split = kind == LayoutKind::kUlysses || kind == LayoutKind::kRing;
   if (ulysses_split && plan.model.heads % ulysses_degree != 0)
     explain_uneven_heads(plan, ring_choices, sp_ranks, ulysses_degree);
   // Text sharded over the Ulysses group (xDiT): only where the Ulysses degree divides the text.
   if (s.strategy_options.shard_text)
-    check_shard_text(plan, ring_choices, sp_ranks, ulysses_degree, ulysses_split, user_strategy);
-  check_strategy_ranks(cfg, s, sp_ranks, user_strategy);
+    check_shard_text(plan, ring_choices, sp_ranks, ulysses_degree, ulysses_split);
+  check_strategy_ranks(plan, sp_ranks);
   check_v_major_tiers(cfg, s, topo);
   cfg.check_no_unknown_keys();
   check_input_files(plan);
@@ -989,7 +1012,7 @@ std::string describe(const RunPlan& p, const std::string& backend,
     strategy = "strategies ";
     for (size_t i = 0; i < strategies.size(); ++i) strategy += (i ? ", " : "") + strategies[i];
   }
-  if (p.settings.strategy == "pipefusion" && strategies.empty()) {
+  if (layout_of(p).kind == LayoutKind::kStages && strategies.empty()) {
     const dit::StrategyOptions& o = p.settings.strategy_options;
     strategy += " (" + std::to_string(p.pipefusion_degree) + " stages of Ulysses degree " +
                 std::to_string(p.ulysses_degree) + ", " + std::to_string(o.pipefusion_patches) +

@@ -8,6 +8,7 @@
 #include "dit/parallel/sp_attention.hpp"
 #include "dit/parallel/usp.hpp"
 #include "dit/parallel/v_major.hpp"
+#include "dit/pipeline.hpp"
 
 namespace cocodiff::dit {
 
@@ -91,6 +92,7 @@ StrategyEntry composition(const std::string& name, const SpFeatures& features) {
     return std::unique_ptr<AttentionStrategy>(
         std::make_unique<SpAttention>(name, comm, cfg, f, options));
   };
+  e.layout = {StrategyLayout::Kind::kUlysses, /*cfg_parallel=*/true, /*single_rank=*/false};
   if (features.v_major) {
     e.lossy = [](const StrategyOptions& o) { return o.v_major_threshold > 0; };
     e.memory = [](const StrategyMemoryQuery& q) {
@@ -109,11 +111,15 @@ void add_builtins(StrategyRegistry& r) {
       throw ConfigError("strategy \"serial\" runs on one rank, not " + std::to_string(comm.size()));
     return std::make_unique<SerialAttention>();
   };
+  serial.layout = {StrategyLayout::Kind::kOne, /*cfg_parallel=*/true, /*single_rank=*/true};
   r.add("serial", std::move(serial));
   // The Ulysses compositions: the named ones, then every composition by its canonical name.
   for (const char* name : {"flat", "tapa", "v_first", "pipeline", "v_major", "cocodiff"}) {
     StrategyEntry e = composition(name, parse(name).features);
-    if (std::string(name) == "flat") e.search = ulysses_search;
+    if (std::string(name) == kDefaultStrategy) {
+      e.search = ulysses_search;
+      e.layout.single_rank = true;  // one rank runs its exchanges as copies
+    }
     if (std::string(name) == "cocodiff") e.probe = v_major_probe();
     r.add(name, std::move(e));
   }
@@ -140,12 +146,17 @@ void add_builtins(StrategyRegistry& r) {
     return std::vector<StrategyMemoryPart>{{"pipefusion caches", pipefusion_tile_bytes(q)}};
   };
   pipefusion.search = pipefusion_search;
+  pipefusion.layout = {StrategyLayout::Kind::kStages, /*cfg_parallel=*/true, /*single_rank=*/true,
+                       /*techniques=*/false};  // its loop runs no step cache, compresses nothing
+  pipefusion.sampler = generate_pipefusion;
   r.add("pipefusion", std::move(pipefusion));
   StrategyEntry usp;
   usp.factory = [](Communicator& comm, const ModelConfig& cfg, const StrategyOptions& options) {
     return std::unique_ptr<AttentionStrategy>(std::make_unique<UlyssesRing>(comm, cfg, options));
   };
   usp.search = usp_search;
+  // Its ring spans the whole cluster: CFG-parallel halves would cut it.
+  usp.layout = {StrategyLayout::Kind::kRing, /*cfg_parallel=*/false, /*single_rank=*/false};
   r.add("usp", std::move(usp));
 }
 
@@ -262,6 +273,29 @@ std::vector<LossyProbe> StrategyRegistry::probes() const {
   for (const std::string& n : order_)
     if (const LossyProbe& p = entries_.at(n).probe; !p.key.empty()) out.push_back(p);
   return out;
+}
+
+std::string StrategyRegistry::first_of(StrategyLayout::Kind kind) const {
+  for (const std::string& n : order_)
+    if (entries_.at(n).layout.kind == kind) return n;
+  return {};
+}
+
+const StrategyEntry* attention_strategy_entry(const std::string& name,
+                                              const StrategyRegistry* user) {
+  return owner(name, user).find(name);
+}
+
+const StrategyLayout& attention_strategy_layout(const std::string& name,
+                                                const StrategyRegistry* user) {
+  static const StrategyLayout own;
+  const StrategyEntry* e = attention_strategy_entry(name, user);
+  return e != nullptr ? e->layout : own;
+}
+
+std::string strategy_of_layout(StrategyLayout::Kind kind, const StrategyRegistry* user) {
+  std::string n = StrategyRegistry::builtins().first_of(kind);
+  return n.empty() && user != nullptr ? user->first_of(kind) : n;
 }
 
 std::vector<LossyProbe> strategy_lossy_probes(const StrategyRegistry* user) {

@@ -54,14 +54,46 @@ using StrategyFactory = std::function<std::unique_ptr<AttentionStrategy>(
 /// Whether a strategy changes the output under `options` (V-Major: with a threshold above 0).
 using StrategyLossy = std::function<bool(const StrategyOptions& options)>;
 
+/// How a strategy lays the ranks of one sequence-parallel group out: what a run plan, a report
+/// and a comparison read of it, so that none of them names a strategy.
+struct StrategyLayout {
+  enum class Kind : std::uint8_t {
+    kOwn,      // a program's strategy: it lays its ranks out itself (no Ulysses split checked)
+    kUlysses,  // one Ulysses group of every rank: the heads split over all of them
+    kRing,     // a ring over whole outer topology levels, Ulysses inside (parallel.ring_degree)
+    kStages,   // pipeline stages over the blocks, each a Ulysses group
+              // (parallel.pipefusion_degree); it runs whole sampling loops (StrategyEntry::sampler)
+    kOne,  // one rank, nothing exchanged
+  };
+  Kind kind = Kind::kOwn;
+  bool cfg_parallel = false;  // runs on each half of the ranks under parallel.cfg_degree = 2
+  bool single_rank = true;    // runs on a group of one rank
+  bool techniques = true;     // takes a step cache and compressed exchanges (compare --techniques)
+};
+
+/// The strategy runs without a configured option: run.strategy's default, and the reference
+/// that `cocodiff compare` measures every other strategy against.
+inline constexpr const char* kDefaultStrategy = "flat";
+
+struct RunSettings;
+struct RunOutput;
+class Weights;
+/// A strategy that runs whole sampling loops instead of one layer's attention (PipeFusion's
+/// stages run blocks): generate() hands it the run.
+using StrategySampler = std::function<RunOutput(Communicator& comm, const ModelConfig& cfg,
+                                                const Weights& w, const RunSettings& settings)>;
+
 /// What a strategy registers: how each rank makes it, whether it changes the output, what one
-/// tile of it keeps, and the points it offers `cocodiff tune`.
+/// tile of it keeps, the points it offers `cocodiff tune`, how it lays out its ranks, and its
+/// own sampling loop if it has one.
 struct StrategyEntry {
   StrategyFactory factory;
-  StrategyLossy lossy;    // empty: exact
-  StrategyMemory memory;  // empty: nothing beyond the layers' activations
-  StrategySearch search;  // empty: tune does not search it
-  LossyProbe probe;       // what tune --lossy measures of it (empty key: nothing)
+  StrategyLossy lossy;      // empty: exact
+  StrategyMemory memory;    // empty: nothing beyond the layers' activations
+  StrategySearch search;    // empty: tune does not search it
+  LossyProbe probe;         // what tune --lossy measures of it (empty key: nothing)
+  StrategyLayout layout;    // a program's own unless it says otherwise
+  StrategySampler sampler;  // empty: generate() runs its sampling loop around the strategy
 };
 
 /// Strategies by name. The built-in ones are one registry (builtins(), the strategy table in
@@ -100,6 +132,9 @@ class StrategyRegistry {
   std::vector<NamedSearch> searches() const;
   /// The lossy probes of the added strategies, in the order added.
   std::vector<LossyProbe> probes() const;
+  /// The first added strategy of layout `kind` (empty when none): the one a degree key turns the
+  /// default strategy into (parallel.ring_degree: kRing, parallel.pipefusion_degree: kStages).
+  std::string first_of(StrategyLayout::Kind kind) const;
 
   /// The built-in strategies: serial, the Ulysses compositions (flat, tapa, v_first, pipeline,
   /// v_major, cocodiff, and every composition of features with '+'), pipefusion and usp.
@@ -136,6 +171,19 @@ bool attention_strategy_is_lossy(const std::string& name, const StrategyOptions&
 std::vector<StrategyMemoryPart> attention_strategy_memory(const std::string& name,
                                                           const StrategyMemoryQuery& query,
                                                           const StrategyRegistry* user = nullptr);
+
+/// The entry of strategy `name`: `user`'s when it has one, else the built-ins' (null when
+/// neither has).
+const StrategyEntry* attention_strategy_entry(const std::string& name,
+                                              const StrategyRegistry* user = nullptr);
+
+/// How strategy `name` lays out its ranks (a program's own layout when it names none).
+const StrategyLayout& attention_strategy_layout(const std::string& name,
+                                                const StrategyRegistry* user = nullptr);
+
+/// The strategy of layout `kind` a degree key turns the default into: the built-ins' first of
+/// that kind, else `user`'s (empty when none).
+std::string strategy_of_layout(StrategyLayout::Kind kind, const StrategyRegistry* user = nullptr);
 
 /// The search spaces of `cocodiff tune`: the built-in strategies' (Ulysses compositions,
 /// PipeFusion, usp, in that order), then `user`'s.

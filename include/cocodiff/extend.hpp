@@ -23,7 +23,9 @@
 // (core/tensor.hpp, Eigen); collectives go through the rank's Communicator
 // (core/communicator.hpp: all_to_all, all_gather, send/recv, ... all blocking on the rank's
 // fiber). dit/layers.hpp has the layers a strategy composes (attention, concat_tokens,
-// split_tokens, shard_tokens).
+// split_tokens, shard_tokens). A strategy with a sampling loop of its own (StrategyEntry::
+// sampler, as PipeFusion's stages have) gets each rank's whole run and returns its RunOutput;
+// dit/pipeline.hpp's generate() is the loop every other strategy runs in.
 
 #include <functional>
 #include <memory>
@@ -37,6 +39,7 @@
 #include "dit/model_config.hpp"
 #include "dit/model_family.hpp"
 #include "dit/parallel/strategies.hpp"
+#include "dit/pipeline.hpp"
 #include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 
@@ -50,16 +53,21 @@ using dit::LossyProbe;
 using dit::ModelConfig;
 using dit::ModelFamily;
 using dit::QkvSource;
+using dit::RunOutput;
+using dit::RunSettings;
 using dit::SearchEmit;
 using dit::SearchPoint;
 using dit::SearchShape;
 using dit::StrategyEntry;
 using dit::StrategyFactory;
+using dit::StrategyLayout;
 using dit::StrategyMemory;
 using dit::StrategyMemoryPart;
 using dit::StrategyMemoryQuery;
 using dit::StrategyOptions;
+using dit::StrategySampler;
 using dit::StrategySearch;
+using dit::Weights;
 using emu::collectives::AlgorithmId;
 using emu::collectives::GroupShape;
 using emu::collectives::Schedule;
@@ -81,8 +89,10 @@ class Extensions {
   void add_strategy(const std::string& name, StrategyFactory factory, bool lossy = false,
                     StrategyMemory memory = {});
   /// The same with everything a built-in strategy registers (dit/parallel/strategies.hpp's
-  /// StrategyEntry): its factory, when it is lossy, its memory, its search space for `tune` and
-  /// what `tune --lossy` measures of it (LossyProbe).
+  /// StrategyEntry): its factory, when it is lossy, its memory, its search space for `tune`,
+  /// what `tune --lossy` measures of it (LossyProbe), how it lays out its ranks (StrategyLayout:
+  /// one Ulysses group of every rank runs CFG-parallel and checks its heads as flat does) and
+  /// its own sampling loop, if it runs whole runs rather than one layer's attention.
   void add_strategy(const std::string& name, StrategyEntry entry);
 
   /// Adds the search space `cocodiff tune` explores for strategy `name` (added before): on each

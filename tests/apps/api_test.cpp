@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cocodiff/cocodiff.hpp>
 #include <filesystem>
 #include <fstream>
@@ -177,6 +178,59 @@ TEST(Api, ExtensionsRunByName) {
   EXPECT_EQ(a.virtual_time_s, b.virtual_time_s);
   for (size_t i = 0; i < a.bytes_by_tier.size(); ++i)
     EXPECT_EQ(a.bytes_by_tier[i].bytes, b.bytes_by_tier[i].bytes);
+}
+
+// A plan reads a strategy's layout, not its name: a program's strategy that lays out its ranks
+// as one Ulysses group runs CFG-parallel as flat does (the same run), one that says nothing of
+// its ranks is refused it; a strategy with its own sampling loop is handed the whole run.
+TEST(Api, AStrategysLayoutAndSamplingLoopAreReadFromItsEntry) {
+  const StrategyFactory flat = [](Communicator& comm, const ModelConfig& cfg,
+                                  const StrategyOptions& options) {
+    return dit::make_attention_strategy("flat", comm, cfg, options);
+  };
+  Extensions ext;
+  StrategyEntry ulysses;
+  ulysses.factory = flat;
+  ulysses.layout = {StrategyLayout::Kind::kUlysses, /*cfg_parallel=*/true, /*single_rank=*/true};
+  ext.add_strategy("api_test_ulysses", ulysses);
+  ext.add_strategy("api_test_own", flat);
+  auto loops = std::make_shared<std::atomic<int>>(0);
+  StrategyEntry looped;
+  looped.factory = flat;
+  looped.sampler = [loops](Communicator& comm, const ModelConfig& cfg, const Weights& w,
+                           const RunSettings& settings) {
+    ++*loops;
+    RunSettings as_flat = settings;
+    as_flat.strategy = "flat";
+    return dit::generate(comm, cfg, w, as_flat);
+  };
+  ext.add_strategy("api_test_loop", looped);
+
+  // sd35-tiny has true CFG: parallel.cfg_degree = 2 runs its branches on two halves.
+  RunSpec halves = small_spec(Math::kReal);
+  halves.model = "sd35-tiny";
+  halves.cfg_degree = 2;
+  RunSpec ref = halves;
+  halves.strategy = "api_test_ulysses";
+  const RunResult a = run(make_plan(halves, &ext));
+  const RunResult b = run(make_plan(ref));
+  EXPECT_EQ(a.virtual_time_s, b.virtual_time_s);
+  EXPECT_EQ(a.output_sha256, b.output_sha256);
+  halves.strategy = "api_test_own";
+  try {
+    make_plan(halves, &ext);
+    ADD_FAILURE() << "a strategy that lays out its own ranks ran CFG-parallel";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.cfg_degree"), std::string::npos) << e.what();
+  }
+
+  RunSpec mine = small_spec(Math::kReal);
+  mine.strategy = "api_test_loop";
+  const RunResult c = run(make_plan(mine, &ext));
+  const RunResult d = run(make_plan(small_spec(Math::kReal)));
+  EXPECT_EQ(loops->load(), 4);  // once on each of the 4 ranks
+  EXPECT_EQ(c.output_sha256, d.output_sha256);
+  EXPECT_EQ(c.virtual_time_s, d.virtual_time_s);
 }
 
 }  // namespace
