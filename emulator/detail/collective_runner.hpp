@@ -1,10 +1,10 @@
 #pragma once
 // Collectives at the collective level: any schedule (emulator/collectives/schedule.hpp) run by
 // the controller, each member's part a small state machine advanced as its messages complete,
-// with no fiber, request or channel per message (collective_runner.cpp); how a matched message
-// is timed, in closed form or through the network model, and the members that finish ahead of
-// virtual time (collective_timing.cpp). The kernel's fibers, fabric, network and accounting are
-// reached through the kernel it belongs to.
+// with no fiber, request or channel per message (collective_runner.cpp); what it tells the
+// kernel's MessageTiming of a matched message, and the members that finish ahead of virtual
+// time (collective_timing.cpp). The kernel's fibers, fabric, network and accounting are reached
+// through the kernel it belongs to.
 
 #include <cstdint>
 #include <map>
@@ -14,13 +14,12 @@
 
 #include <boost/container/small_vector.hpp>
 
-#include "emulator/detail/event_source.hpp"
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/recycler.hpp"
 
 namespace cocodiff::emu::detail {
 
-class CollectiveRunner final : public EventSource {
+class CollectiveRunner final {
  public:
   explicit CollectiveRunner(Kernel& k) : k_(k) {}
 
@@ -29,16 +28,6 @@ class CollectiveRunner final : public EventSource {
   /// time collectives::run_on_fiber would give.
   void start(const std::shared_ptr<const Group>& g, int group_rank, std::uint64_t seq,
              const ReqPtr& req, const CollectiveSpec& spec, SimTime clock);
-  /// No completion timed in closed form waits to be delivered.
-  bool nothing_closed() const { return closed_messages_.empty(); }
-  /// Delivers the completions of messages timed in closed form, and of those they lead to (a
-  /// mismatch found on the way is the run's failure).
-  void deliver_closed();
-  /// Times the messages matched while an end could still post, now that the controller steps:
-  /// in closed form when both ends wait for their op alone, else through the network model.
-  /// True when it timed any in closed form.
-  bool settle_undecided();
-  bool settle() override { return settle_undecided(); }
   /// Completes the requests of members that finished before virtual time reached t.
   void finish_early(SimTime t);
   /// When the next member that finished early is due (SimTime::max() when none is).
@@ -46,7 +35,7 @@ class CollectiveRunner final : public EventSource {
     return early_finishes_.empty() ? SimTime::max() : early_finishes_.front().t;
   }
   /// No collective is under way and no completion waits.
-  bool idle() const { return ops_.empty() && closed_messages_.empty() && early_finishes_.empty(); }
+  bool idle() const { return ops_.empty() && early_finishes_.empty(); }
 
  private:
   /// A collective run at the collective level: every member's progress through its rounds.
@@ -64,6 +53,9 @@ class CollectiveRunner final : public EventSource {
   };
   struct CollectiveOp final : MessageSink {
     void message_done(const Transfer& t, SimTime end) override;
+    bool ends_wait_alone(int src, int dst) const override {
+      return owner->op_waits_alone(*this, src) && owner->op_waits_alone(*this, dst);
+    }
     CollectiveRunner* owner = nullptr;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
@@ -89,35 +81,14 @@ class CollectiveRunner final : public EventSource {
   /// Every message of member r's round has ended: its next round, or its finish. Kept out of
   /// line: most completions leave a message of the round pending.
   [[gnu::noinline]] void op_round_done(CollectiveOp& op, int r);
-  /// Times the matched message from group rank src to dst of `op` (collective_timing.cpp): in
-  /// closed form now when both ends wait for the op alone and no other flow can reach its route,
-  /// decided at the next step when an end could still post, else through the network model.
+  /// Hands the matched message from group rank src to dst of `op` to the kernel's
+  /// MessageTiming (collective_timing.cpp): a schedule with one message each way at a time asks
+  /// whether its route is exclusive and its ends wait for the op alone.
   void time_collective_message(CollectiveOp& op, int src, int dst, int step, SimTime start,
                                std::int64_t bytes);
   /// Whether member r of `op` can post nothing before its current messages end: its tile's
   /// main fiber is blocked in wait() on r's request, and the op is the tile's only open one.
   bool op_waits_alone(const CollectiveOp& op, int r) const;
-  /// A message of a collective op timed in closed form (op_match): its sender and receiver
-  /// (group ranks) and its end. The controller delivers it at once (deliver_closed_form): only the
-  /// op's members see it, and they wait for the op. A member whose messages end later than the
-  /// present when it finishes is woken when virtual time reaches the last end (early_finishes_), as
-  /// the network's completion of that message would wake it.
-  struct ClosedMessage {
-    CollectiveOp* op;
-    int src, dst;
-    SimTime t;
-  };
-  /// A message of a collective op on a route of its own, matched while one of its ends could
-  /// still post (a member that has just started the op, before it waits): decided when the
-  /// controller next steps (settle_undecided), by when both ends may wait for the op alone.
-  struct UndecidedMessage {
-    CollectiveOp* op;
-    int src, dst, step;
-    SimTime start, end;  // its end if timed in closed form (its route is exclusive)
-    std::int64_t bytes;
-  };
-  /// A collective message through the network model.
-  void op_transfer(CollectiveOp& op, int src, int dst, int step, SimTime start, std::int64_t bytes);
   /// A member's request finished before virtual time reached its last message's end (a
   /// closed-form message, op_finish): completed at `done`, at controller time t.
   struct EarlyFinish {
@@ -143,10 +114,6 @@ class CollectiveRunner final : public EventSource {
   }
 
   Kernel& k_;
-  std::vector<ClosedMessage>
-      closed_messages_;  // closed-form collective messages, delivered at once
-  std::vector<UndecidedMessage>
-      undecided_;  // exclusive collective messages decided at the next step
   std::vector<EarlyFinish> early_finishes_;  // a heap, soonest first (EarlyFinish::Later)
   std::uint64_t early_finish_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time

@@ -35,6 +35,9 @@ struct MessageSink {
   virtual ~MessageSink() = default;
   /// Transfer t ended at `end`: the sender's part, then the receiver's.
   virtual void message_done(const Transfer& t, SimTime end) = 0;
+  /// Whether the members at both ends of a message wait for it alone, so neither can post
+  /// another flow before it ends (MessageTiming asks when it could time it in closed form).
+  virtual bool ends_wait_alone(int /*src_member*/, int /*dst_member*/) const { return false; }
 };
 
 /// A matched message for the network model.

@@ -3,6 +3,7 @@
 
 #include "emulator/detail/kernel.hpp"
 #include "emulator/detail/collective_runner.hpp"
+#include "emulator/detail/message_timing.hpp"
 #include "emulator/detail/region_replay.hpp"
 #include "emulator/detail/ring_passes.hpp"
 #include "emulator/detail/tape_runs.hpp"
@@ -32,10 +33,10 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       comm_stacks_(options.comm_stack_bytes),
       runner_(std::make_unique<CollectiveRunner>(*this)),
       passes_(std::make_unique<RingPasses>(*this)),
+      timing_(std::make_unique<MessageTiming>(*this)),
       regions_(std::make_unique<RegionReplay>(*this)),
       tapes_(std::make_unique<TapeRuns>(*this)),
-      sources_{passes_.get(), &closed_form_,  runner_.get(),
-               &network_,     &timer_events_, regions_.get()} {
+      sources_{passes_.get(), timing_.get(), &network_, &timer_events_, regions_.get()} {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   using collectives::CollectiveKind;
@@ -257,8 +258,8 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
 
 bool Kernel::nothing_under_way() const {
   const int n = topo_.num_ranks();
-  return live_ == n && runner_->idle() && passes_->idle() && failures_.empty() && fabric_.idle() &&
-         timers_.empty() && net_.active_flows() == 0 &&
+  return live_ == n && runner_->idle() && passes_->idle() && timing_->idle() && failures_.empty() &&
+         fabric_.idle() && timers_.empty() && net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.timing.open_collectives() == 0;  // no compute slowed by overlap
          });
@@ -282,13 +283,6 @@ void Kernel::tape_played() {
 void Kernel::message_failed(int rank, SimTime t, const CommError& e) {
   failures_.push_back({rank, t, e.what(), true});
   aborting_ = true;
-}
-
-bool Kernel::deliver_closed_form() {
-  if (passes_->nothing_closed() && runner_->nothing_closed()) return false;
-  runner_->deliver_closed();
-  passes_->deliver_closed();
-  return true;
 }
 
 ReqPtr Kernel::start_collective_op(FiberState& f, const std::shared_ptr<const Group>& g,

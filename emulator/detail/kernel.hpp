@@ -90,6 +90,7 @@ struct PassRows {
 class CollectiveRunner;
 class RegionReplay;
 class RingPasses;
+class MessageTiming;
 class TapeRuns;
 
 class Kernel {
@@ -196,6 +197,8 @@ class Kernel {
   // TapeRuns) share its state through what follows; the fibers' calls above go through them. ----
   Accounting& accounting() { return acct_; }
   Fabric& fabric() { return fabric_; }
+  /// How every message matched at the collective level is timed (MessageTiming).
+  MessageTiming& timing() { return *timing_; }
   NetworkModel& network() { return net_; }
   /// Marks the kernel's shared state (a NullLock: everything runs on the controller's thread).
   NullLock& state_lock() { return state_lock_; }
@@ -238,9 +241,6 @@ class Kernel {
   bool nothing_under_way() const;
 
  private:
-  /// Delivers the completions of ring pass and collective messages timed in closed form, and
-  /// those of the messages they lead to, until none is left. Returns false when there was none.
-  bool deliver_closed_form();
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
@@ -254,15 +254,6 @@ class Kernel {
   /// (TileClock::transfer_penalty with the device's overlap factor for its group).
   SimTime transfer_penalty(const TileClock& c, const ReqState& req) const;
   void record_error(int rank, const std::exception_ptr& e);
-  /// The completions of ring pass and collective messages timed in closed form.
-  class ClosedForm final : public EventSource {
-   public:
-    explicit ClosedForm(Kernel& k) : k_(k) {}
-    bool settle() override { return k_.deliver_closed_form(); }
-
-   private:
-    Kernel& k_;
-  };
   /// The network model's flows: transfers enter it before it moves on; its next event, with
   /// the collective members that finished early, whose ends fall in virtual time order among
   /// the flows' as they would in the network model.
@@ -321,16 +312,16 @@ class Kernel {
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
   std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level
   std::unique_ptr<RingPasses> passes_;          // ring passes at the collective level
+  std::unique_ptr<MessageTiming> timing_;       // how their matched messages are timed
   std::unique_ptr<RegionReplay> regions_;       // region marks and their replay
   std::unique_ptr<TapeRuns> tapes_;             // tapes the engine issues for waiting fibers
   std::map<std::uint64_t, Group> groups_seen_;  // ctx -> group, for reports
-  ClosedForm closed_form_{*this};
   Network network_{*this};
   Timers timer_events_{*this};
   /// What controller_step steps over, in the order that decides ties: fibers woken by
-  /// whole passes, closed-form completions and newly timed collective messages run before
-  /// anything later; held pass messages enter the network before its transfers; at one time,
-  /// the network's events come before timers, and timers before region marks.
+  /// whole passes, then by closed-form completions and messages decided now (MessageTiming)
+  /// run before anything later; held messages enter the network before its transfers; at one
+  /// time, the network's events come before timers, and timers before region marks.
   std::vector<EventSource*> sources_;
 
   struct Failure {

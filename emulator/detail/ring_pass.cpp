@@ -10,17 +10,14 @@
 //   event when c moves. The last round only charges.
 // A message enters the network at max(its send's post, its receive's post). Messages keep the
 // per-message path's channel keys (group context, world ranks, tag parts * i + part), which
-// order the flows a controller step adds. A message whose flows are exclusive (no other rank's
-// flow can share their links, and neither end has anything else open) never enters the
-// network: NetworkModel::exclusive_end gives its end when it is matched, and the controller
-// delivers that completion at once (deliver_closed_form), so a ring of such hops runs its rounds
-// without waiting for virtual time to reach them. Every later message of its ends starts after
-// that end, so no other flow could have joined them. Two messages whose links only each other's
-// flows can reach (NetworkModel::pair_key: two tiles behind one NIC, in two rings) are timed
-// together the same way when both are matched before the controller moves the network on and
-// they end at one instant (NetworkModel::exclusive_pair_ends); the first one matched is held
-// until then (held_), and goes to the network if that does not happen (flush_held). Either way
-// its ends are the network model's, so the timeline does not depend on which messages pair.
+// order the flows a controller step adds. The kernel's MessageTiming times each matched hop
+// (message_timing.hpp): a hop whose flows are exclusive (no other rank's flow can share their
+// links, and neither end has anything else open) never enters the network: its end is known
+// when it is matched and its completion delivered at the next step, so a ring of such hops runs
+// its rounds without waiting for virtual time to reach them (every later message of its ends
+// starts after that end, so no other flow could have joined them); two hops whose links only
+// each other's flows can reach are timed together when both are matched before the network
+// moves on. Either way its ends are the network model's.
 // A pass whose every hop is exclusive is timed whole (pass_whole): its members post nothing as
 // they join, and the controller works out all of their rounds at once when the last one has.
 // Since every member waits in the pass with nothing else open, no other flow can reach its
@@ -279,7 +276,7 @@ void RingPasses::pass_match(PassOp& op, int src, int dst) {
   const SimTime start = std::max(s.post, d.post);
   const std::int64_t bytes = k_.wire_bytes(count);
   pass_copy_block(s, d, block, count, parts);
-  time_pass_hop({&op, src, dst, s.rank, d.rank, round, start, bytes});
+  time_pass_hop(op, src, dst, round, start, bytes);
 }
 
 void RingPasses::PassOp::message_done(const Transfer& t, SimTime end) {

@@ -1,7 +1,7 @@
-// How a ring pass is timed. A matched hop: in closed form when neither end has anything else
-// open and no other rank's flow can reach its route, with the one other pair whose flows can
-// (held until both are matched), or through the network model; and the delivery of the
-// completions timed in closed form. A whole pass: one whose every hop is exclusive (no other
+// How a ring pass is timed. A matched hop goes to the kernel's MessageTiming: in closed form when
+// neither end has anything else open and no other rank's flow can reach its route, with the one
+// other pair whose flows can (held until both are matched), or through the network model. A
+// whole pass: one whose every hop is exclusive (no other
 // rank's flow can reach its links) and whose members all joined with nothing else open and the
 // same block sizes runs every round of every member in one loop, with the same charges, waits,
 // flows and ends as the rounds (pass_post_round, pass_match, pass_message_done) and no matching
@@ -38,15 +38,8 @@ bool RingPasses::pass_can_be_whole(PassOp& op) {
   op.hops.resize(u(p));
   bool whole = true;
   for (int r = 0; r < p; ++r) {
-    const int s = ranks[u(r)], d = ranks[u((r + 1) % p)];
-    HopRoute& hop = op.hops[u(r)];
-    if (k_.network().exclusive_end(s, d, 0, op.parts, k_.network().now())) {
-      hop = {HopRoute::Kind::kExclusive, -1};
-      continue;
-    }
-    whole = false;
-    const std::optional<int> key = k_.network().pair_key(s, d);
-    hop = key.has_value() ? HopRoute{HopRoute::Kind::kPaired, *key} : HopRoute{};
+    op.hops[u(r)] = k_.timing().route(ranks[u(r)], ranks[u((r + 1) % p)], op.parts);
+    whole = whole && op.hops[u(r)].kind == HopRoute::Kind::kExclusive;
   }
   return whole;
 }
@@ -136,104 +129,34 @@ void RingPasses::pass_whole_waits(PassOp& op, const WholeRows& rows) {
   }
 }
 
-void RingPasses::deliver_closed() {
-  // Each completion may finish a member's round, post its next round and match exclusive
-  // messages whose completions join the list: the whole of an exclusive ring runs here. The
-  // order does not matter: a member acts once all of its round's completions are in.
-  k_.deliver_all(
-      closed_pass_messages_,
-      [this](const ClosedPassMessage& d) {
-        pass_message_done(*d.op, d.member, d.slot, d.t, d.count);
-      },
-      [](const ClosedPassMessage& d) { return d.op->members[u(d.member)].rank; });
-}
-
-void RingPasses::time_pass_hop(const PassHop& hop) {
-  PassOp& op = *hop.op;
+void RingPasses::time_pass_hop(PassOp& op, int src, int dst, int round, SimTime start,
+                               std::int64_t bytes) {
   const int parts = op.parts;
+  MessageTiming::Message m;
+  m.start = start;
+  m.src = op.members[u(src)].rank;
+  m.dst = op.members[u(dst)].rank;
+  m.bytes = bytes;
+  m.flows = parts;
+  // The per-message pass's channel keys: tag parts * round + part.
+  m.key = ChannelKey{op.group->ctx, m.src, m.dst, static_cast<std::uint64_t>(parts * round)};
+  m.labels = {op.trace_labels.data() + u(src) * u(parts), u(parts)};
+  m.sink = &op;
+  m.src_member = src;
+  m.dst_member = dst;
+  m.may_start_past = op.late;  // posted when the pass left kWhole: exclusive, in closed form
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
-  // before these messages end), a route on which no other rank's flow can travel carries them
-  // alone: their end is known now, and they never enter the network model.
-  if (!k_.accounting().tile(hop.src_rank).timing.nothing_open() ||
-      !k_.accounting().tile(hop.dst_rank).timing.nothing_open()) {
-    pass_transfers(hop);
-    return;
-  }
-  const HopRoute route = op.hops[u(hop.src)];  // set with the mode
-  if (route.kind == HopRoute::Kind::kExclusive) {
-    const std::optional<SimTime> end =
-        k_.network().exclusive_end(hop.src_rank, hop.dst_rank, hop.bytes, parts, hop.start);
-    COCO_CHECK(end.has_value(), "an exclusive hop's route is not exclusive");
-    pass_closed(hop, *end);
-    return;
-  }
-  // A route whose links only one other pair's flows can reach (two tiles behind one NIC, each
-  // in a ring of its own): held until that pair's message is matched, then both are timed
-  // together if nothing else can change their ends (NetworkModel::exclusive_pair_ends), else
-  // they go to the network. Rings that run in step match both before the controller moves the
-  // network on (flush_held).
-  if (route.kind == HopRoute::Kind::kNetwork) {
-    pass_transfers(hop);
-    return;
-  }
-  const int key = route.pair_key;
-  const auto k = static_cast<size_t>(key);
-  if (held_at_.size() <= k) held_at_.resize(k + 1, 0);
-  if (held_at_[k] == 0) {
-    held_.push_back({hop, key});
-    held_at_[k] = static_cast<std::uint32_t>(held_.size());
-    return;
-  }
-  const PassHop other = held_[held_at_[k] - 1].hop;
-  held_[held_at_[k] - 1] = held_.back();
-  held_at_[static_cast<size_t>(held_.back().key)] = held_at_[k];
-  held_.pop_back();
-  held_at_[k] = 0;
-  const std::array<std::optional<SimTime>, 2> ends = k_.network().exclusive_pair_ends(
-      {other.src_rank, other.dst_rank, other.bytes, other.op->parts, other.start},
-      {hop.src_rank, hop.dst_rank, hop.bytes, parts, hop.start});
-  const std::array<const PassHop*, 2> both = {&other, &hop};
-  for (size_t i = 0; i < 2; ++i) {
-    if (ends[i].has_value())
-      pass_closed(*both[i], *ends[i]);
-    else
-      pass_transfers(*both[i]);
-  }
+  // before these messages end), the route decides (set with the pass's mode).
+  const bool alone = k_.accounting().tile(m.src).timing.nothing_open() &&
+                     k_.accounting().tile(m.dst).timing.nothing_open();
+  k_.timing().time(m, op.hops[u(src)],
+                   alone ? MessageTiming::Ends::kAlone : MessageTiming::Ends::kBusy);
 }
 
-void RingPasses::pass_closed(const PassHop& h, SimTime end) {
-  COCO_CHECK(h.op->late || h.start >= k_.network().now(), "an exclusive flow starts in the past");
-  const int parts = h.op->parts;
-  k_.accounting().flow(h.start, end, h.src_rank, h.dst_rank, h.bytes,
-                       {h.op->trace_labels.data() + u(h.src) * u(parts), u(parts)},
-                       /*exclusive=*/true);
-  closed_pass_messages_.push_back(
-      {h.op, h.src, parts, parts, end});                          // the sends; dst's are pending
-  closed_pass_messages_.push_back({h.op, h.dst, 0, parts, end});  // the receives
-}
-
-void RingPasses::pass_transfers(const PassHop& h) {
-  const int parts = h.op->parts;
-  for (int q = 0; q < parts; ++q) {
-    // One message per (src, dst, tag) in flight: its channel's first match.
-    Transfer t =
-        Transfer::matched(h.start,
-                          ChannelKey{h.op->group->ctx, h.src_rank, h.dst_rank,
-                                     static_cast<std::uint64_t>(parts * h.round + q)},
-                          0, h.bytes, h.op->trace_labels[u(h.src) * u(parts) + u(q)], h.op);
-    t.src_member = h.src;
-    t.dst_member = h.dst;
-    t.part = q;
-    k_.fabric().add(std::move(t));
-  }
-}
-
-void RingPasses::flush_held() {
-  for (const HeldHop& h : held_) {
-    held_at_[static_cast<size_t>(h.key)] = 0;
-    if (!k_.aborting()) pass_transfers(h.hop);
-  }
-  held_.clear();
+bool RingPasses::PassOp::ends_wait_alone(int src, int dst) const {
+  const Accounting& a = owner->k_.accounting();
+  return a.tile(members[u(src)].rank).timing.nothing_open() &&
+         a.tile(members[u(dst)].rank).timing.nothing_open();
 }
 
 }  // namespace cocodiff::emu::detail

@@ -1,9 +1,10 @@
 #pragma once
 // Ring passes (Communicator::ring_pass) at the collective level: every member's rounds as a
 // small state machine the controller advances as its messages complete (ring_pass.cpp); how
-// they are timed (ring_pass_timing.cpp): whole when every hop is exclusive, and a matched hop in
-// closed form, as one of a pair, or through the network model. The
-// kernel's fibers, fabric, network and accounting are reached through the kernel it belongs to.
+// they are timed (ring_pass_timing.cpp): whole when every hop is exclusive, else each matched
+// hop by the kernel's MessageTiming (in closed form, as one of a pair, or through the network
+// model). The kernel's fibers, fabric, network and accounting are reached through the kernel it
+// belongs to.
 
 #include <cstdint>
 #include <map>
@@ -16,6 +17,7 @@
 
 #include "emulator/detail/event_source.hpp"
 #include "emulator/detail/kernel.hpp"
+#include "emulator/detail/message_timing.hpp"
 #include "emulator/detail/recycler.hpp"
 
 namespace cocodiff::emu::detail {
@@ -35,29 +37,17 @@ class RingPasses final : public EventSource {
   const std::int64_t* pass_counts(std::span<const std::int64_t> counts);
   /// Runs the passes whose last member has joined (pass_whole). Returns false when none was.
   bool run_whole_passes();
-  /// Sends the held messages (pass_match) to the network model, before it moves on.
-  void flush_held();
-  /// Its events: whole passes run first; held messages go to the network before it moves on.
+  /// Its events: whole passes run first.
   bool settle() override { return run_whole_passes(); }
-  void prepare() override { flush_held(); }
-  /// No completion timed in closed form waits to be delivered.
-  bool nothing_closed() const { return closed_pass_messages_.empty(); }
-  /// Delivers the completions of hops timed in closed form, and of those they lead to, until
-  /// none is left (a mismatch found on the way is the run's failure).
-  void deliver_closed();
-  /// No pass is under way and no hop is held or waits for its completion to be delivered.
-  bool idle() const { return passes_.empty() && closed_pass_messages_.empty() && held_.empty(); }
+  /// No pass is under way.
+  bool idle() const { return passes_.empty(); }
   /// Passes timed whole so far (RunResult::passes_whole).
   std::uint64_t passes_whole() const { return passes_whole_; }
 
  private:
-  struct PassHop;
-  /// What can reach a ring hop's links: no other rank's flow (exclusive: timed in closed form),
-  /// one other pair's only (paired: pair_key names the pair, NetworkModel::pair_key), or any.
-  struct HopRoute {
-    enum class Kind : std::uint8_t { kExclusive, kPaired, kNetwork } kind = Kind::kNetwork;
-    int pair_key = -1;
-  };
+  /// What can reach a ring hop's links (MessageTiming::route): no other rank's flow, one other
+  /// pair's only, or any.
+  using HopRoute = MessageTiming::Route;
   /// A ring pass run at the collective level: every member's progress through its rounds.
   struct PassMember {
     bool started = false;
@@ -75,6 +65,7 @@ class RingPasses final : public EventSource {
   /// no memory of the caller's.
   struct PassOp final : MessageSink {
     void message_done(const Transfer& t, SimTime end) override;
+    bool ends_wait_alone(int src, int dst) const override;
     RingPasses* owner = nullptr;
     std::shared_ptr<const Group> group;
     std::uint64_t seq = 0;
@@ -131,47 +122,17 @@ class RingPasses final : public EventSource {
                               std::int64_t count, int parts);
   /// Gives a finished pass's storage back to the pool.
   void pass_free(const PassOp& op);
-  /// A matched ring pass message: sender and receiver (members, and their world ranks), the
-  /// sender's round, when it starts and the bytes of each part.
-  struct PassHop {
-    PassOp* op;
-    int src, dst, src_rank, dst_rank, round;
-    SimTime start;
-    std::int64_t bytes;
-  };
-  /// Times a matched hop (ring_pass_timing.cpp): in closed form when neither end has anything else
-  /// open and no other flow can reach its route, held for its pair when one other pair's flows
-  /// can, else through the network model.
-  void time_pass_hop(const PassHop& hop);
-  /// Its flows go through the network model: one transfer per part.
-  void pass_transfers(const PassHop& h);
-  /// Its flows end at `end`, known now (exclusive, or one of an exclusive pair): accounted at
-  /// once, its completions delivered by the controller (deliver_closed_form).
-  void pass_closed(const PassHop& h, SimTime end);
+  /// Hands the hop of member src's round `round` to dst, matched, to the kernel's MessageTiming
+  /// (ring_pass_timing.cpp): in closed form when neither end has anything else open and no other
+  /// flow can reach its route, with its pair when one other pair's flows can, else through the
+  /// network model; one flow per part.
+  void time_pass_hop(PassOp& op, int src, int dst, int round, SimTime start, std::int64_t bytes);
   /// `count` of member r's messages of this round completed, from `slot` on (receives, then
   /// sends).
   void pass_message_done(PassOp& op, int r, int slot, SimTime t, int count = 1);
-  /// Completions of `count` of a member's messages from `slot` on, known in advance (their
-  /// flows were timed in closed form, pass_closed); the controller delivers them
-  /// (deliver_closed_form).
-  struct ClosedPassMessage {
-    PassOp* op;
-    int member, slot, count;
-    SimTime t;
-  };
 
   Kernel& k_;
-  std::vector<ClosedPassMessage> closed_pass_messages_;
   std::vector<PassOp*> whole_ready_;  // passes whose members have all joined (kWhole)
-  // Ring pass messages that may share their links with one other message only
-  // (NetworkModel::pair_key): held until that message is matched too, or until the controller
-  // adds new transfers to the network (flush_held). held_at_[key] is 1 + the index in held_.
-  struct HeldHop {
-    PassHop hop;
-    int key;
-  };
-  std::vector<HeldHop> held_;
-  std::vector<std::uint32_t> held_at_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<PassOp>> passes_;
   // Finished passes kept for their arrays (p * p entries each): a ring of 128 members would
   // otherwise allocate and free about 400 KB per pass.

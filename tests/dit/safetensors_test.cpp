@@ -211,7 +211,7 @@ TEST(Safetensors, ManyTensorHeadersReadInLinearTime) {
   write_raw(large, many_tensors_header(4 * n), 16 * static_cast<size_t>(n));
   auto least = [](const fs::path& p, size_t expect) {
     double best = 1e300;
-    for (int k = 0; k < 3; ++k) {
+    for (int k = 0; k < 5; ++k) {  // the least of five: a loaded machine inflates some
       const double t0 = cpu_seconds();
       const SafetensorsFile f(p);
       best = std::min(best, cpu_seconds() - t0);
