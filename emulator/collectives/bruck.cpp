@@ -14,6 +14,7 @@
 
 #include "core/errors.hpp"
 #include "emulator/collectives/all_to_all_blocks.hpp"
+#include "emulator/collectives/registry.hpp"
 
 namespace cocodiff::emu::collectives {
 
@@ -65,5 +66,17 @@ class Bruck final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_bruck(int p) { return std::make_unique<Bruck>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_bruck() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllToAll;
+  a.name = "bruck";
+  a.summary = "ceil(log2 p) rounds forwarding blocks, equal counts";
+  a.make = [](const GroupShape& g) { return make_bruck(g.size); };
+  a.fallback = "shift";
+  a.equal_counts_only = true;
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

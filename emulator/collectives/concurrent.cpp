@@ -4,6 +4,7 @@
 // T = call + (p-1) sw(m) + alpha + m beta.
 
 #include "emulator/collectives/all_to_all_blocks.hpp"
+#include "emulator/collectives/registry.hpp"
 
 namespace cocodiff::emu::collectives {
 
@@ -28,5 +29,15 @@ class Concurrent final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_concurrent(int p) { return std::make_unique<Concurrent>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_concurrent() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllToAll;
+  a.name = "concurrent";
+  a.summary = "every message posted at once (grouped send/recv)";
+  a.make = [](const GroupShape& g) { return make_concurrent(g.size); };
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

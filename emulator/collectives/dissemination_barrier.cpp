@@ -1,6 +1,7 @@
 // Dissemination barrier: in round k rank r signals r + 2^k and waits for r - 2^k; ceil(log2 p)
 // rounds of empty messages, each costing the sender the library's software time.
 
+#include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 
 namespace cocodiff::emu::collectives {
@@ -28,6 +29,16 @@ class DisseminationBarrier final : public Schedule {
 
 std::unique_ptr<Schedule> make_dissemination_barrier(int p) {
   return std::make_unique<DisseminationBarrier>(p);
+}
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_dissemination_barrier() {
+  Algorithm a;
+  a.kind = CollectiveKind::kBarrier;
+  a.name = "dissemination";
+  a.summary = "ceil(log2 p) rounds of empty messages";
+  a.make = [](const GroupShape& g) { return make_dissemination_barrier(g.size); };
+  return a;
 }
 
 }  // namespace cocodiff::emu::collectives

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 
 namespace cocodiff::emu::collectives {
@@ -122,6 +123,20 @@ std::unique_ptr<Schedule> make_hierarchical_all_gather(std::span<const std::vect
     member[static_cast<size_t>(at)] = r;
   }
   return std::make_unique<HierarchicalAllGather>(std::move(q), std::move(place), std::move(member));
+}
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_hierarchical_all_gather() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllGather;
+  a.name = "hierarchical";
+  a.summary = "one ring per topology level the group spans, innermost first";
+  a.make = [](const GroupShape& g) -> std::unique_ptr<Schedule> {
+    if (static_cast<int>(g.coords.size()) != g.size) return nullptr;
+    return make_hierarchical_all_gather(g.coords);
+  };
+  a.fallback = "ring";
+  return a;
 }
 
 }  // namespace cocodiff::emu::collectives

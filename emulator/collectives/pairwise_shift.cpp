@@ -5,6 +5,7 @@
 // T = call + (p-1) (sw(m) + alpha + m beta).
 
 #include "emulator/collectives/all_to_all_blocks.hpp"
+#include "emulator/collectives/registry.hpp"
 
 namespace cocodiff::emu::collectives {
 
@@ -29,5 +30,16 @@ class PairwiseShift final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_pairwise_shift(int p) { return std::make_unique<PairwiseShift>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_shift() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllToAll;
+  a.name = "shift";
+  a.aliases = {"pairwise"};
+  a.summary = "p-1 rounds, round k: send to r+k, receive from r-k";
+  a.make = [](const GroupShape& g) { return make_pairwise_shift(g.size); };
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

@@ -7,6 +7,7 @@
 
 #include "core/errors.hpp"
 #include "emulator/collectives/all_to_all_blocks.hpp"
+#include "emulator/collectives/registry.hpp"
 
 namespace cocodiff::emu::collectives {
 
@@ -30,5 +31,18 @@ class PairwiseXor final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_pairwise_xor(int p) { return std::make_unique<PairwiseXor>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_xor() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllToAll;
+  a.name = "xor";
+  a.summary = "p-1 rounds, round k: exchange with r XOR k (p a power of two)";
+  a.make = [](const GroupShape& g) -> std::unique_ptr<Schedule> {
+    return std::has_single_bit(static_cast<unsigned>(g.size)) ? make_pairwise_xor(g.size) : nullptr;
+  };
+  a.fallback = "shift";
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

@@ -1,6 +1,5 @@
 #include "emulator/collectives/registry.hpp"
 
-#include <bit>
 #include <deque>
 #include <mutex>
 
@@ -8,57 +7,25 @@
 
 namespace cocodiff::emu::collectives {
 
+// The built-in algorithms' entries, each defined in its schedule's file: a new algorithm is its
+// file and one line in each of these two lists.
+Algorithm builtin_shift();
+Algorithm builtin_xor();
+Algorithm builtin_concurrent();
+Algorithm builtin_bruck();
+Algorithm builtin_ring_all_gather();
+Algorithm builtin_hierarchical_all_gather();
+Algorithm builtin_ring_all_reduce();
+Algorithm builtin_dissemination_barrier();
+
 namespace {
 
-bool power_of_two(int p) { return std::has_single_bit(static_cast<unsigned>(p)); }
-
-using Make = std::function<std::unique_ptr<Schedule>(const GroupShape&)>;
-
-Algorithm entry(CollectiveKind kind, std::string name, std::string summary, Make make,
-                std::string fallback = {}) {
-  Algorithm a;
-  a.kind = kind;
-  a.name = std::move(name);
-  a.summary = std::move(summary);
-  a.make = std::move(make);
-  a.fallback = std::move(fallback);
-  return a;
-}
-
-/// The built-in algorithms, registered as any other: one entry per schedule file.
+/// The built-in algorithms, registered as any other.
 std::vector<Algorithm> builtins() {
-  using K = CollectiveKind;
-  std::vector<Algorithm> list;
-  list.push_back(entry(K::kAllToAll, "shift", "p-1 rounds, round k: send to r+k, receive from r-k",
-                       [](const GroupShape& g) { return make_pairwise_shift(g.size); }));
-  list.back().aliases = {"pairwise"};
-  list.push_back(entry(
-      K::kAllToAll, "xor", "p-1 rounds, round k: exchange with r XOR k (p a power of two)",
-      [](const GroupShape& g) -> std::unique_ptr<Schedule> {
-        return power_of_two(g.size) ? make_pairwise_xor(g.size) : nullptr;
-      },
-      "shift"));
-  list.push_back(entry(K::kAllToAll, "concurrent",
-                       "every message posted at once (grouped send/recv)",
-                       [](const GroupShape& g) { return make_concurrent(g.size); }));
-  list.push_back(entry(
-      K::kAllToAll, "bruck", "ceil(log2 p) rounds forwarding blocks, equal counts",
-      [](const GroupShape& g) { return make_bruck(g.size); }, "shift"));
-  list.back().equal_counts_only = true;
-  list.push_back(entry(K::kAllGather, "ring", "p-1 rounds passing one block to the right",
-                       [](const GroupShape& g) { return make_ring_all_gather(g.size); }));
-  list.push_back(entry(
-      K::kAllGather, "hierarchical", "one ring per topology level the group spans, innermost first",
-      [](const GroupShape& g) -> std::unique_ptr<Schedule> {
-        if (static_cast<int>(g.coords.size()) != g.size) return nullptr;
-        return make_hierarchical_all_gather(g.coords);
-      },
-      "ring"));
-  list.push_back(entry(K::kAllReduce, "ring", "ring reduce-scatter, then ring all-gather",
-                       [](const GroupShape& g) { return make_ring_all_reduce(g.size); }));
-  list.push_back(entry(K::kBarrier, "dissemination", "ceil(log2 p) rounds of empty messages",
-                       [](const GroupShape& g) { return make_dissemination_barrier(g.size); }));
-  return list;
+  return {builtin_shift(),           builtin_xor(),
+          builtin_concurrent(),      builtin_bruck(),
+          builtin_ring_all_gather(), builtin_hierarchical_all_gather(),
+          builtin_ring_all_reduce(), builtin_dissemination_barrier()};
 }
 
 struct Registry {

@@ -1,7 +1,8 @@
 #pragma once
 // The one list of collective algorithms: every name a cluster file, `--set`, `netbench` or
 // `calibrate` accepts, with the schedule it makes. The built-ins are registered exactly as a
-// user's own are (registry.cpp's list): a new algorithm is its schedule's file and one
+// user's own are (registry.cpp's list of entries, each defined in its schedule's file): a new
+// built-in algorithm is its schedule's file and its line in that list, a program's one
 // register_algorithm() call, and every list of names the program prints or checks is read
 // from here.
 //

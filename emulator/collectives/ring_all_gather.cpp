@@ -2,6 +2,7 @@
 // block (r-k-1) mod p from r-1, both in the receive buffer. On a contention-free network:
 // T = call + (p-1) (sw(m) + alpha + m beta), sw being the library's software time per message.
 
+#include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/schedule.hpp"
 
 namespace cocodiff::emu::collectives {
@@ -29,5 +30,15 @@ class RingAllGather final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_ring_all_gather(int p) { return std::make_unique<RingAllGather>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_ring_all_gather() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllGather;
+  a.name = "ring";
+  a.summary = "p-1 rounds passing one block to the right";
+  a.make = [](const GroupShape& g) { return make_ring_all_gather(g.size); };
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

@@ -3,6 +3,7 @@
 // p-1..2p-3, steps p..2p-2): in its round k rank r sends chunk (r+1-k) mod p and receives
 // chunk (r-k) mod p. T = call + 2 (p-1) (sw(n/p) + alpha + (n/p) beta).
 
+#include "emulator/collectives/registry.hpp"
 #include "emulator/collectives/ring_chunks.hpp"
 
 namespace cocodiff::emu::collectives {
@@ -37,5 +38,15 @@ class RingAllReduce final : public Schedule {
 }  // namespace
 
 std::unique_ptr<Schedule> make_ring_all_reduce(int p) { return std::make_unique<RingAllReduce>(p); }
+
+// Its registry entry (registry.cpp lists it with the other built-ins).
+Algorithm builtin_ring_all_reduce() {
+  Algorithm a;
+  a.kind = CollectiveKind::kAllReduce;
+  a.name = "ring";
+  a.summary = "ring reduce-scatter, then ring all-gather";
+  a.make = [](const GroupShape& g) { return make_ring_all_reduce(g.size); };
+  return a;
+}
 
 }  // namespace cocodiff::emu::collectives

@@ -3,8 +3,9 @@
 // each what is received and sent (peer, segments of which buffer). A schedule knows nothing of
 // fibers, engines or networks; a runner executes it: message by message on a fiber
 // (run_on_fiber, the reference) or at the collective level in the engine (the fast path). One
-// file per algorithm, each registered by name in registry.cpp; the library model names the ones
-// a run uses (LibraryModel), and the engine looks them up once (Kernel::algorithms).
+// file per algorithm, its registry entry beside it (registry.cpp lists them); the library model
+// names the ones a run uses (LibraryModel), and the engine looks them up once
+// (Kernel::algorithms).
 //
 //   std::unique_ptr<Schedule> s = make_bruck(/*p=*/8);
 //   const Sizes sizes = Sizes::uniform(/*count=*/4);
