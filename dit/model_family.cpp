@@ -7,6 +7,15 @@
 
 namespace cocodiff::dit {
 
+// The built-in families, each defined in its file of dit/models/: a new family is its file, its
+// line in each of these two lists and its preset (configs/models/).
+ModelFamily dit_family();
+ModelFamily sd3_family();
+ModelFamily flux_family();
+ModelFamily flux2_family();
+ModelFamily qwen_image_family();
+ModelFamily wan_family();
+
 namespace {
 
 struct Registry {

@@ -88,12 +88,4 @@ const ModelFamily& model_family(std::string_view name);
 /// The registered names, in registration order.
 std::vector<std::string> model_family_names();
 
-// The built-in families, one per file of dit/models/.
-ModelFamily dit_family();
-ModelFamily sd3_family();
-ModelFamily flux_family();
-ModelFamily flux2_family();
-ModelFamily qwen_image_family();
-ModelFamily wan_family();
-
 }  // namespace cocodiff::dit

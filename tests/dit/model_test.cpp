@@ -167,7 +167,7 @@ TEST(ModelFamily, TheBuiltInsAreRegisteredAndAUsersFamilyLoadsAsTheyDo) {
   // A user's family, registered as a built-in is: FLUX.1's blocks, its own defaults and check.
   static std::once_flag once;
   std::call_once(once, [] {
-    ModelFamily f = flux_family();
+    ModelFamily f = model_family("flux");
     f.name = "test-flux-variant";
     f.default_pooled_dim = 32;
     f.check = [](const ModelConfig& m) -> std::optional<ModelConfigProblem> {
@@ -198,7 +198,7 @@ TEST(ModelFamily, TheBuiltInsAreRegisteredAndAUsersFamilyLoadsAsTheyDo) {
     EXPECT_NE(std::string(e.what()).find("at most 4"), std::string::npos) << e.what();
   }
   // Taken names and unknown families are errors that name them.
-  EXPECT_THROW(register_model_family(flux_family()), ConfigError);
+  EXPECT_THROW(register_model_family(model_family("flux")), ConfigError);
   Config unknown = Config::parse("[model]\npreset = \"flux1-tiny\"\nfamily = \"sd4\"\n", "r.toml");
   try {
     load_model_config(unknown);

@@ -314,7 +314,7 @@ TEST(PipeFusion, WhatItCannotRunIsAConfigErrorNamingTheKey) {
   EXPECT_EQ(pipefusion_problem(flux, o, 4, TokenGrid{3, 8, 8})->key, "run.frames");
   // A family whose forward does not run a stage's blocks is refused, naming the ones that do.
   if (find_model_family("pipefusion-test-whole") == nullptr) {
-    ModelFamily whole = flux_family();
+    ModelFamily whole = model_family("flux");
     whole.name = "pipefusion-test-whole";
     whole.stage_blocks = nullptr;
     register_model_family(std::move(whole));
