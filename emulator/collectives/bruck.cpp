@@ -69,12 +69,9 @@ std::unique_ptr<Schedule> make_bruck(int p) { return std::make_unique<Bruck>(p);
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_bruck() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllToAll;
-  a.name = "bruck";
-  a.summary = "ceil(log2 p) rounds forwarding blocks, equal counts";
-  a.make = [](const GroupShape& g) { return make_bruck(g.size); };
-  a.fallback = "shift";
+  Algorithm a = algorithm_entry(
+      CollectiveKind::kAllToAll, "bruck", "ceil(log2 p) rounds forwarding blocks, equal counts",
+      [](const GroupShape& g) { return make_bruck(g.size); }, "shift");
   a.equal_counts_only = true;
   return a;
 }

@@ -32,12 +32,9 @@ std::unique_ptr<Schedule> make_concurrent(int p) { return std::make_unique<Concu
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_concurrent() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllToAll;
-  a.name = "concurrent";
-  a.summary = "every message posted at once (grouped send/recv)";
-  a.make = [](const GroupShape& g) { return make_concurrent(g.size); };
-  return a;
+  return algorithm_entry(CollectiveKind::kAllToAll, "concurrent",
+                         "every message posted at once (grouped send/recv)",
+                         [](const GroupShape& g) { return make_concurrent(g.size); });
 }
 
 }  // namespace cocodiff::emu::collectives

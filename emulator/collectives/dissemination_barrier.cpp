@@ -33,12 +33,9 @@ std::unique_ptr<Schedule> make_dissemination_barrier(int p) {
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_dissemination_barrier() {
-  Algorithm a;
-  a.kind = CollectiveKind::kBarrier;
-  a.name = "dissemination";
-  a.summary = "ceil(log2 p) rounds of empty messages";
-  a.make = [](const GroupShape& g) { return make_dissemination_barrier(g.size); };
-  return a;
+  return algorithm_entry(CollectiveKind::kBarrier, "dissemination",
+                         "ceil(log2 p) rounds of empty messages",
+                         [](const GroupShape& g) { return make_dissemination_barrier(g.size); });
 }
 
 }  // namespace cocodiff::emu::collectives

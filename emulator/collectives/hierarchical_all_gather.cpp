@@ -127,16 +127,14 @@ std::unique_ptr<Schedule> make_hierarchical_all_gather(std::span<const std::vect
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_hierarchical_all_gather() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllGather;
-  a.name = "hierarchical";
-  a.summary = "one ring per topology level the group spans, innermost first";
-  a.make = [](const GroupShape& g) -> std::unique_ptr<Schedule> {
-    if (static_cast<int>(g.coords.size()) != g.size) return nullptr;
-    return make_hierarchical_all_gather(g.coords);
-  };
-  a.fallback = "ring";
-  return a;
+  return algorithm_entry(
+      CollectiveKind::kAllGather, "hierarchical",
+      "one ring per topology level the group spans, innermost first",
+      [](const GroupShape& g) -> std::unique_ptr<Schedule> {
+        if (static_cast<int>(g.coords.size()) != g.size) return nullptr;
+        return make_hierarchical_all_gather(g.coords);
+      },
+      "ring");
 }
 
 }  // namespace cocodiff::emu::collectives

@@ -33,12 +33,10 @@ std::unique_ptr<Schedule> make_pairwise_shift(int p) { return std::make_unique<P
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_shift() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllToAll;
-  a.name = "shift";
+  Algorithm a = algorithm_entry(CollectiveKind::kAllToAll, "shift",
+                                "p-1 rounds, round k: send to r+k, receive from r-k",
+                                [](const GroupShape& g) { return make_pairwise_shift(g.size); });
   a.aliases = {"pairwise"};
-  a.summary = "p-1 rounds, round k: send to r+k, receive from r-k";
-  a.make = [](const GroupShape& g) { return make_pairwise_shift(g.size); };
   return a;
 }
 

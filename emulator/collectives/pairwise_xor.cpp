@@ -34,15 +34,14 @@ std::unique_ptr<Schedule> make_pairwise_xor(int p) { return std::make_unique<Pai
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_xor() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllToAll;
-  a.name = "xor";
-  a.summary = "p-1 rounds, round k: exchange with r XOR k (p a power of two)";
-  a.make = [](const GroupShape& g) -> std::unique_ptr<Schedule> {
-    return std::has_single_bit(static_cast<unsigned>(g.size)) ? make_pairwise_xor(g.size) : nullptr;
-  };
-  a.fallback = "shift";
-  return a;
+  return algorithm_entry(
+      CollectiveKind::kAllToAll, "xor",
+      "p-1 rounds, round k: exchange with r XOR k (p a power of two)",
+      [](const GroupShape& g) -> std::unique_ptr<Schedule> {
+        return std::has_single_bit(static_cast<unsigned>(g.size)) ? make_pairwise_xor(g.size)
+                                                                  : nullptr;
+      },
+      "shift");
 }
 
 }  // namespace cocodiff::emu::collectives

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "emulator/collectives/schedule.hpp"
@@ -56,6 +57,20 @@ struct Algorithm {
   /// blocks through ranks that do not know their sizes).
   bool equal_counts_only = false;
 };
+
+/// An entry of `kind` called `name` with its one-line summary and schedule (and the fallback
+/// where `make` may return null): how each built-in's file writes its own.
+inline Algorithm algorithm_entry(CollectiveKind kind, std::string name, std::string summary,
+                                 std::function<std::unique_ptr<Schedule>(const GroupShape&)> make,
+                                 std::string fallback = {}) {
+  Algorithm a;
+  a.kind = kind;
+  a.name = std::move(name);
+  a.summary = std::move(summary);
+  a.make = std::move(make);
+  a.fallback = std::move(fallback);
+  return a;
+}
 
 /// An algorithm's place in the registry: stable for the process.
 using AlgorithmId = int;

@@ -33,12 +33,9 @@ std::unique_ptr<Schedule> make_ring_all_gather(int p) { return std::make_unique<
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_ring_all_gather() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllGather;
-  a.name = "ring";
-  a.summary = "p-1 rounds passing one block to the right";
-  a.make = [](const GroupShape& g) { return make_ring_all_gather(g.size); };
-  return a;
+  return algorithm_entry(CollectiveKind::kAllGather, "ring",
+                         "p-1 rounds passing one block to the right",
+                         [](const GroupShape& g) { return make_ring_all_gather(g.size); });
 }
 
 }  // namespace cocodiff::emu::collectives

@@ -41,12 +41,9 @@ std::unique_ptr<Schedule> make_ring_all_reduce(int p) { return std::make_unique<
 
 // Its registry entry (registry.cpp lists it with the other built-ins).
 Algorithm builtin_ring_all_reduce() {
-  Algorithm a;
-  a.kind = CollectiveKind::kAllReduce;
-  a.name = "ring";
-  a.summary = "ring reduce-scatter, then ring all-gather";
-  a.make = [](const GroupShape& g) { return make_ring_all_reduce(g.size); };
-  return a;
+  return algorithm_entry(CollectiveKind::kAllReduce, "ring",
+                         "ring reduce-scatter, then ring all-gather",
+                         [](const GroupShape& g) { return make_ring_all_reduce(g.size); });
 }
 
 }  // namespace cocodiff::emu::collectives
