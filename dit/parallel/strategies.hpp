@@ -61,9 +61,8 @@ struct StrategyLayout {
     kOwn,      // a program's strategy: it lays its ranks out itself (no Ulysses split checked)
     kUlysses,  // one Ulysses group of every rank: the heads split over all of them
     kRing,     // a ring over whole outer topology levels, Ulysses inside (parallel.ring_degree)
-    kStages,   // pipeline stages over the blocks, each a Ulysses group
-              // (parallel.pipefusion_degree); it runs whole sampling loops (StrategyEntry::sampler)
-    kOne,  // one rank, nothing exchanged
+    kStages,   // pipeline stages over the blocks, each a Ulysses group (parallel.pipefusion_degree)
+    kOne,      // one rank, nothing exchanged
   };
   Kind kind = Kind::kOwn;
   bool cfg_parallel = false;  // runs on each half of the ranks under parallel.cfg_degree = 2

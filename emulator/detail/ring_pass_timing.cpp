@@ -1,11 +1,10 @@
 // How a ring pass is timed. A matched hop goes to the kernel's MessageTiming: in closed form when
 // neither end has anything else open and no other rank's flow can reach its route, with the one
 // other pair whose flows can (held until both are matched), or through the network model. A
-// whole pass: one whose every hop is exclusive (no other
-// rank's flow can reach its links) and whose members all joined with nothing else open and the
-// same block sizes runs every round of every member in one loop, with the same charges, waits,
-// flows and ends as the rounds (pass_post_round, pass_match, pass_message_done) and no matching
-// or completion list.
+// whole pass: one whose every hop is exclusive (no other rank's flow can reach its links) and
+// whose members all joined with nothing else open and the same block sizes runs every round of
+// every member in one loop, with the same charges, waits, flows and ends as the rounds
+// (pass_post_round, pass_match, pass_message_done) and no matching or completion list.
 
 #include "emulator/detail/ring_passes.hpp"
 
@@ -147,12 +146,12 @@ void RingPasses::time_pass_hop(PassOp& op, int src, int dst, int round, SimTime 
   m.may_start_past = op.late;  // posted when the pass left kWhole: exclusive, in closed form
   // With nothing else open on either end (s and d wait in this pass, so neither posts again
   // before these messages end), the route decides (set with the pass's mode).
-  const bool alone = k_.accounting().tile(m.src).timing.nothing_open() &&
-                     k_.accounting().tile(m.dst).timing.nothing_open();
-  k_.timing().time(m, op.hops[u(src)],
-                   alone ? MessageTiming::Ends::kAlone : MessageTiming::Ends::kBusy);
+  k_.timing().time(
+      m, op.hops[u(src)],
+      op.ends_wait_alone(src, dst) ? MessageTiming::Ends::kAlone : MessageTiming::Ends::kBusy);
 }
 
+// Neither tile has anything else open: both wait in this pass.
 bool RingPasses::PassOp::ends_wait_alone(int src, int dst) const {
   const Accounting& a = owner->k_.accounting();
   return a.tile(members[u(src)].rank).timing.nothing_open() &&
