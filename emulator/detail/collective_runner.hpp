@@ -53,6 +53,10 @@ class CollectiveRunner final {
   };
   struct CollectiveOp final : MessageSink {
     void message_done(const Transfer& t, SimTime end) override;
+    void closed_done(int src, int dst, int /*flows: one*/, SimTime end) override {
+      owner->op_message_done(*this, src, end);  // may finish and free this op: dst's is pending
+      owner->op_message_done(*this, dst, end);
+    }
     bool ends_wait_alone(int src, int dst) const override {
       return owner->op_waits_alone(*this, src) && owner->op_waits_alone(*this, dst);
     }

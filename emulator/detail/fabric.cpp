@@ -93,6 +93,16 @@ void Fabric::match(Channel& ch, const ChannelKey& key, std::unique_lock<NullLock
   new_transfers_.push_back(std::move(t));
 }
 
+void MessageSink::closed_done(int src_member, int dst_member, int flows, SimTime end) {
+  Transfer t{};
+  t.src_member = src_member;
+  t.dst_member = dst_member;
+  for (int q = 0; q < flows; ++q) {
+    t.part = q;
+    message_done(t, end);  // may finish and free this sink after its last part
+  }
+}
+
 void Fabric::PointToPoint::message_done(const Transfer& t, SimTime end) {
   fabric.k_.complete(*t.sreq, end);
   fabric.k_.complete(*t.rreq, end);

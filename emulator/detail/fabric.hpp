@@ -35,6 +35,9 @@ struct MessageSink {
   virtual ~MessageSink() = default;
   /// Transfer t ended at `end`: the sender's part, then the receiver's.
   virtual void message_done(const Transfer& t, SimTime end) = 0;
+  /// Every flow of a message timed in closed form (MessageTiming) ended at `end`: as the
+  /// network's completion of each of its `flows` parts would be (message_done), at once.
+  virtual void closed_done(int src_member, int dst_member, int flows, SimTime end);
   /// Whether the members at both ends of a message wait for it alone, so neither can post
   /// another flow before it ends (MessageTiming asks when it could time it in closed form).
   virtual bool ends_wait_alone(int /*src_member*/, int /*dst_member*/) const { return false; }

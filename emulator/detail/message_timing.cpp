@@ -112,15 +112,7 @@ bool MessageTiming::deliver_closed() {
   // does not matter: a member acts once all of its round's completions are in.
   k_.deliver_all(
       closed_,
-      [](const Closed& c) {
-        Transfer t{};
-        t.src_member = c.src_member;
-        t.dst_member = c.dst_member;
-        for (int q = 0; q < c.flows; ++q) {
-          t.part = q;
-          c.sink->message_done(t, c.t);  // may finish and free the sink after its last part
-        }
-      },
+      [](const Closed& c) { c.sink->closed_done(c.src_member, c.dst_member, c.flows, c.t); },
       [](const Closed& c) { return c.rank; });
   return true;
 }

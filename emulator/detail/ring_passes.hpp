@@ -65,6 +65,11 @@ class RingPasses final : public EventSource {
   /// no memory of the caller's.
   struct PassOp final : MessageSink {
     void message_done(const Transfer& t, SimTime end) override;
+    /// Every part's send and receive at once.
+    void closed_done(int src, int dst, int flows, SimTime end) override {
+      owner->pass_message_done(*this, src, flows, end, flows);  // the sends; dst's are pending
+      owner->pass_message_done(*this, dst, 0, end, flows);      // the receives
+    }
     bool ends_wait_alone(int src, int dst) const override;
     RingPasses* owner = nullptr;
     std::shared_ptr<const Group> group;
