@@ -98,7 +98,7 @@ struct RunResult {
   /// through the network model: ring pass hops.
   std::uint64_t flows_exclusive = 0;
   /// Ring passes whose every hop is exclusive, timed whole once all members had joined
-  /// (RingPasses::pass_whole): their flows are among flows_exclusive.
+  /// (CollectiveRunner::op_whole): their flows are among flows_exclusive.
   std::uint64_t passes_whole = 0;
   std::uint64_t events = 0;               // simulation events processed (flows + computes + waits)
   std::uint64_t regions_replayed = 0;     // regions whose recorded effect was applied

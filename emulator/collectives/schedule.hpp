@@ -45,9 +45,10 @@ struct Sizes {
   std::int64_t recv_displ(int peer) const { return recv_displs ? recv_displs[peer] : peer * count; }
 };
 
-/// The buffers a member names: the caller's send and receive buffers, and a scratch buffer the
-/// runner allocates (Schedule::scratch elements) when data moves.
-enum class Buffer : std::uint8_t { kSend, kRecv, kScratch };
+/// The buffers a member names: the caller's send and receive buffers, a scratch buffer the
+/// runner allocates (Schedule::scratch elements) when data moves, and a ring pass's blocks
+/// (RingPass::data: block `offset` of every part, where the caller keeps it).
+enum class Buffer : std::uint8_t { kSend, kRecv, kScratch, kBlock };
 
 /// `count` elements of a buffer from `offset`.
 struct Segment {
@@ -102,6 +103,13 @@ class Schedule {
   /// Elements of member `me`'s own block that the kernel copies or reduces in line with its
   /// messages (LibraryModel::local_copy_bytes_per_s): a ring's, not an all-to-all's.
   virtual std::int64_t local_elements(const Sizes& /*s*/, int /*me*/) const { return 0; }
+  /// True when every round a member sends to the same one peer and receives from the same one
+  /// (a ring): its routes can be asked once for the whole call.
+  virtual bool same_peers() const { return false; }
+  /// When the caller computes beside the rounds (a ring pass: RingPass::work, one charge per
+  /// round while its messages travel, and one after the last), the block member `me` computes
+  /// on in `round` (0 ... rounds()).
+  virtual int work_block(int /*me*/, int round) const { return round; }
 
  private:
   int p_;
@@ -129,6 +137,9 @@ std::unique_ptr<Schedule> make_ring_reduce_scatter(int p);
 std::unique_ptr<Schedule> make_ring_all_reduce(int p);
 /// Barrier: ceil(log2 p) rounds of empty messages (dissemination_barrier.cpp).
 std::unique_ptr<Schedule> make_dissemination_barrier(int p);
+/// Ring pass (Communicator::ring_pass): p-1 rounds passing the held block to the right while
+/// computing on it; block sizes in Sizes::send_counts (ring_pass.cpp).
+std::unique_ptr<Schedule> make_ring_pass(int p);
 
 /// Chunk c of `count` elements cut into p chunks: its first element and its size.
 inline std::int64_t chunk_begin(std::int64_t count, int p, int c) { return count * c / p; }

@@ -1,14 +1,18 @@
-// CollectiveRunner: any schedule (emulator/collectives/schedule.hpp) run by
-// the controller, each member's part a small state machine advanced as its messages complete,
-// with no fiber, request or channel per message. It posts what the fiber runner
-// (collectives::run_on_fiber) posts, at the same times, with the same software costs and tags,
-// so both give the same flows and hence the same timeline; tests compare them.
+// CollectiveRunner: any schedule (emulator/collectives/schedule.hpp) run by the controller,
+// each member's part a small state machine advanced as its messages complete, with no fiber,
+// request or channel per message. It posts what the per-message runner posts (a library
+// collective: collectives::run_on_fiber; a ring pass: Communicator::do_ring_pass), at the same
+// times, with the same software costs and tags, so both give the same flows and hence the same
+// timeline; tests compare them.
 //
-// Per member r, with clock c starting at the caller's clock plus the library's call overhead,
-// round i: post every receive at c; then each send at c += sw(its size); when every message of
-// the round has completed, c = max(c, their completions) and the next round starts. A message
-// enters the network at max(its send's post, its receive's post); its data is copied when it
-// is matched.
+// Per member r, with clock c starting at the caller's clock (plus the library's call overhead
+// for a collective), round i: post every receive at c; then each send at c += sw(its size)
+// (nothing for a ring pass's point-to-point messages); a ring pass then charges the round's
+// compute, c += its time. When every message of the round has completed: c = max(c, their
+// completions) for a collective; for a ring pass, a wait for each in posting order (c = max(c,
+// its completion), a wait event when c moves). Then the next round starts; a ring pass's last
+// charge follows its last round. A message enters the network at max(its send's post, its
+// receive's post); its data is copied when it is matched.
 
 #include <algorithm>
 #include <cmath>
@@ -30,7 +34,6 @@ bool moves(const CollectiveSpec& s) { return !s.send.empty() || !s.recv.empty();
 void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_rank,
                              std::uint64_t seq, const ReqPtr& req, const CollectiveSpec& spec,
                              SimTime clock) {
-  const int p = static_cast<int>(g->members.size());
   const collectives::Schedule& sched = *spec.schedule;
   // The caller's own block first, as the fiber runner does.
   if (const auto c = sched.own(spec.sizes, group_rank);
@@ -40,18 +43,7 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
   const std::uint32_t label = k_.options().trace ? k_.accounting().intern(req->label) : 0;
   std::unique_lock<NullLock> lk(k_.state_lock());
   if (k_.aborting()) throw Cancelled{};
-  auto& slot = ops_[{g->ctx, seq}];
-  if (slot == nullptr) {
-    slot = op_pool_.take();  // a finished op's storage, if one is kept
-    slot->owner = this;
-    slot->group = g;
-    slot->seq = seq;
-    slot->label = label;
-    slot->schedule = spec.schedule;
-    slot->finished = 0;
-    slot->members.assign(u(p), CollectiveMember{});
-  }
-  CollectiveOp& op = *slot;
+  CollectiveOp& op = op_for(g, seq, spec.schedule, label);
   CollectiveMember& m = op.members[u(group_rank)];
   m.started = true;
   m.req = req;
@@ -85,12 +77,37 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
   }
 }
 
+CollectiveRunner::CollectiveOp& CollectiveRunner::op_for(const std::shared_ptr<const Group>& g,
+                                                         std::uint64_t seq,
+                                                         const collectives::Schedule* schedule,
+                                                         std::uint32_t label) {
+  auto& slot = ops_[{g->ctx, seq}];
+  if (slot == nullptr) {
+    // A finished op's storage, if one is kept: every entry a round reads is written first
+    // (each member's own when it starts, the completion times before its waits read them).
+    slot = op_pool_.take();
+    slot->owner = this;
+    slot->group = g;
+    slot->seq = seq;
+    slot->label = label;
+    slot->schedule = schedule;
+    slot->finished = 0;
+    slot->members.assign(g->members.size(), CollectiveMember{});
+    slot->works = false;
+    slot->parts = 1;
+    slot->mode = CollectiveOp::Mode::kRounds;
+    slot->late = false;
+    slot->joined.clear();
+  }
+  return *slot;
+}
+
 void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
   const collectives::Schedule& sched = *op.schedule;
   CollectiveMember& m = op.members[u(r)];
   const int round = m.round;
   const int recvs = sched.recvs(r, round), sends = sched.sends(r, round);
-  m.pending = recvs + sends;
+  m.pending = (recvs + sends) * op.parts;
   m.recv_post = m.clock;
   for (int k = 0; k < recvs; ++k) {
     const collectives::Message in = sched.recv(m.spec.sizes, r, round, k);
@@ -102,13 +119,22 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
   m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
     const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
-    m.clock += software_time(k_.wire_bytes(out.count));
+    if (!op.works) m.clock += software_time(k_.wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
     if (d.started && d.round == round)
       op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post), out,
                sched.recv(d.spec.sizes, out.peer, round, k));
   }
+  if (op.works) charge_work(op, r, round);
+}
+
+void CollectiveRunner::charge_work(CollectiveOp& op, int r, int round) {
+  CollectiveMember& m = op.members[u(r)];
+  const PassCosts& c = *op.costs[u(r)];
+  const size_t at = u(op.schedule->work_block(r, round));  // by block
+  m.clock = k_.accounting().charge(op.group->members[u(r)], m.clock, c.dt[at], c.work[at],
+                                   c.costs[at].kind, c.costs[at].shape.kernel);
 }
 
 void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start,
@@ -116,16 +142,19 @@ void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTi
   CollectiveMember& s = op.members[u(src)];
   CollectiveMember& d = op.members[u(dst)];
   COCO_CHECK(out.peer == dst && in.peer == src, "collective messages matched out of order");
-  const int wsrc = op.group->members[u(src)];
-  const int wdst = op.group->members[u(dst)];
   if (out.count != in.count) {
+    const int wsrc = op.group->members[u(src)];
+    const int wdst = op.group->members[u(dst)];
     throw CommError("message size mismatch: rank " + std::to_string(wsrc) + " sends " +
                     std::to_string(out.count) + " elements to rank " + std::to_string(wdst) +
                     ", which expects " + std::to_string(in.count) +
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
-  if (moves(s.spec) && moves(d.spec) && out.count > 0) op_copy(op, s, src, d, dst, k, out, in);
-  time_collective_message(op, src, dst, out.step, start, k_.wire_bytes(out.count));
+  if (out.at.buffer == collectives::Buffer::kBlock)
+    copy_block(s, d, static_cast<int>(out.at.offset), out.count, op.parts);
+  else if (moves(s.spec) && moves(d.spec) && out.count > 0)
+    op_copy(op, s, src, d, dst, k, out, in);
+  time_message(op, src, dst, out.step, start, k_.wire_bytes(out.count));
 }
 
 void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s, int src,
@@ -174,20 +203,40 @@ void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s
 }
 
 void CollectiveRunner::CollectiveOp::message_done(const Transfer& t, SimTime end) {
-  owner->op_message_done(*this, t.src_member,
-                         end);  // may finish and free this op: dst's part is pending
-  owner->op_message_done(*this, t.dst_member, end);
+  // The sender's flows take the slots after the receives' (a working op's waits).
+  owner->op_message_done(*this, t.src_member, parts + t.part, 1, end);  // may free this op
+  owner->op_message_done(*this, t.dst_member, t.part, 1, end);          // (dst's is pending)
 }
 
-void CollectiveRunner::op_message_done(CollectiveOp& op, int r, SimTime t) {
+void CollectiveRunner::op_message_done(CollectiveOp& op, int r, int slot, int count, SimTime t) {
   CollectiveMember& m = op.members[u(r)];
-  m.clock = std::max(m.clock, t);
-  m.latest = std::max(m.latest, t);
-  if (--m.pending == 0) op_round_done(op, r);
+  if (op.works) {
+    if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
+    std::fill_n(op.done.data() + u(r) * u(2 * op.parts) + u(slot), count, t);
+  } else {
+    m.clock = std::max(m.clock, t);
+    m.latest = std::max(m.latest, t);
+  }
+  m.pending -= count;
+  if (m.pending == 0) op_round_done(op, r);
 }
 
 void CollectiveRunner::op_round_done(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
+  if (op.works) {
+    // The waits, in posting order: receives, then sends.
+    const int parts = op.parts;
+    const int rank = op.group->members[u(r)];
+    const SimTime* done = op.done.data() + u(r) * u(2 * parts);
+    TileStats& ts = k_.accounting().tile(rank);
+    for (int k = 0; k < 2 * parts; ++k) {
+      if (done[k] <= m.clock) continue;
+      ts.timing.expose(done[k] - m.clock);
+      k_.accounting().tile_event(rank, TraceEvent::Kind::kWait, m.clock, done[k],
+                                 op.labels[u(r) * u(parts) + u(k % parts)]);
+      m.clock = done[k];
+    }
+  }
   if (m.round + 1 < op.schedule->rounds()) {
     ++m.round;
     op_post_round(op, r);
@@ -198,10 +247,17 @@ void CollectiveRunner::op_round_done(CollectiveOp& op, int r) {
 
 void CollectiveRunner::op_finish(CollectiveOp& op, int r) {
   CollectiveMember& m = op.members[u(r)];
-  m.round = op.schedule->rounds();  // past every round: matches nothing more
-  // Through the network, the member finishes when its last message ends; a closed-form one
-  // may have been delivered ahead of virtual time: the member is woken when it gets there.
-  if (m.latest > k_.network().now()) {
+  const int rounds = op.schedule->rounds();
+  m.round = rounds;  // past every round: matches nothing more
+  if (op.works) {
+    // The compute on the last block, then its part is done: every charge and wait is on its
+    // tile's accounting (no open collective of the tile waits for it).
+    charge_work(op, r, rounds);
+    k_.complete(*m.req, m.clock);
+    m.pass = nullptr;
+  } else if (m.latest > k_.network().now()) {
+    // Through the network, the member finishes when its last message ends; a closed-form one
+    // may have been delivered ahead of virtual time: the member is woken when it gets there.
     early_finishes_.push_back({m.latest, early_finish_seq_++, std::move(m.req), m.clock});
     std::push_heap(early_finishes_.begin(), early_finishes_.end(), EarlyFinish::Later{});
   } else {
@@ -209,6 +265,10 @@ void CollectiveRunner::op_finish(CollectiveOp& op, int r) {
   }
   m.req.reset();
   if (++op.finished < static_cast<int>(op.members.size())) return;
+  op_free(op);
+}
+
+void CollectiveRunner::op_free(CollectiveOp& op) {
   const auto it = ops_.find({op.group->ctx, op.seq});
   it->second->group.reset();
   it->second->schedule = nullptr;

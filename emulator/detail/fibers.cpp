@@ -3,9 +3,9 @@
 // point-to-point operation's or a collective's completion, and what a tile's wait or test for one
 // does to its clock and accounting.
 
+#include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/fiber_launch.hpp"
 #include "emulator/detail/kernel.hpp"
-#include "emulator/detail/ring_passes.hpp"
 #include "emulator/detail/tape_runs.hpp"
 #include "emulator/emu_comm.hpp"
 
@@ -104,7 +104,7 @@ void Kernel::run_math(FiberState& f, const std::function<void()>& work) {
 
 void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                        std::uint64_t seq, const RingPass& pass, PassRows kept) {
-  const ReqPtr req = passes_->start(f, g, group_rank, seq, pass, kept);
+  const ReqPtr req = runner_->start_pass(f, g, group_rank, seq, pass, kept);
   std::unique_lock<NullLock> lk(state_lock_);
   if (!req->done) {
     req->waiter = &f;
@@ -117,15 +117,15 @@ void Kernel::ring_pass(FiberState& f, const std::shared_ptr<const Group>& g, int
 
 ReqPtr Kernel::ring_pass_start(FiberState& f, const std::shared_ptr<const Group>& g, int group_rank,
                                std::uint64_t seq, const RingPass& pass, PassRows kept) {
-  return passes_->start(f, g, group_rank, seq, pass, kept);
+  return runner_->start_pass(f, g, group_rank, seq, pass, kept);
 }
 
 const PassCosts& Kernel::pass_costs(std::span<const OpCost> work, int group_rank) {
-  return passes_->pass_costs(work, group_rank);
+  return runner_->pass_costs(work, group_rank);
 }
 
 const std::int64_t* Kernel::pass_counts(std::span<const std::int64_t> counts) {
-  return passes_->pass_counts(counts);
+  return runner_->pass_counts(counts);
 }
 
 namespace {

@@ -5,7 +5,6 @@
 #include "emulator/detail/collective_runner.hpp"
 #include "emulator/detail/message_timing.hpp"
 #include "emulator/detail/region_replay.hpp"
-#include "emulator/detail/ring_passes.hpp"
 #include "emulator/detail/tape_runs.hpp"
 
 #include <algorithm>
@@ -32,11 +31,10 @@ Kernel::Kernel(const Topology& topo, NetworkModel& net, const DeviceModel& devic
       main_stacks_(options.stack_bytes),
       comm_stacks_(options.comm_stack_bytes),
       runner_(std::make_unique<CollectiveRunner>(*this)),
-      passes_(std::make_unique<RingPasses>(*this)),
       timing_(std::make_unique<MessageTiming>(*this)),
       regions_(std::make_unique<RegionReplay>(*this)),
       tapes_(std::make_unique<TapeRuns>(*this)),
-      sources_{passes_.get(), timing_.get(), &network_, &timer_events_, regions_.get()} {
+      sources_{runner_.get(), timing_.get(), &network_, &timer_events_, regions_.get()} {
   const double w = options.wire_bytes_per_element;
   if (w >= 1 && w <= 64 && w == std::floor(w)) wire_whole_ = static_cast<std::int64_t>(w);
   using collectives::CollectiveKind;
@@ -249,7 +247,7 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
   res.wall_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
   acct_.finish(res);
-  res.passes_whole = passes_->passes_whole();
+  res.passes_whole = runner_->passes_whole();
   res.regions_replayed = regions_->replayed();
   res.tapes_played = tapes_->played_count();
   res.tapes_run_by_engine = tapes_->run_count();
@@ -258,8 +256,8 @@ RunResult Kernel::run(const std::function<void(Communicator&)>& tile_main) {
 
 bool Kernel::nothing_under_way() const {
   const int n = topo_.num_ranks();
-  return live_ == n && runner_->idle() && passes_->idle() && timing_->idle() && failures_.empty() &&
-         fabric_.idle() && timers_.empty() && net_.active_flows() == 0 &&
+  return live_ == n && runner_->idle() && timing_->idle() && failures_.empty() && fabric_.idle() &&
+         timers_.empty() && net_.active_flows() == 0 &&
          std::all_of(acct_.tiles().begin(), acct_.tiles().end(), [](const TileStats& t) {
            return t.timing.open_collectives() == 0;  // no compute slowed by overlap
          });

@@ -3,7 +3,8 @@
 // (kernel.cpp), how tiles block, wait and are woken (fibers.cpp). Its other mechanisms are
 // classes of their own, each reaching the kernel it belongs to: Accounting (what the run counts
 // and hashes), Fabric (point-to-point matching and the network's transfers), CollectiveRunner
-// (collectives at the collective level), RingPasses, RegionReplay and TapeRuns.
+// (collectives and ring passes at the collective level), MessageTiming, RegionReplay and
+// TapeRuns.
 // Everything here lives on the controller's thread, with every fiber of the run (the other
 // workers only run arithmetic: MathPool); Kernel::state_lock_ (a NullLock) marks where it is used.
 // Fibers block through block(), the only place a tile fiber waits for the simulation (one
@@ -89,7 +90,6 @@ struct PassRows {
 
 class CollectiveRunner;
 class RegionReplay;
-class RingPasses;
 class MessageTiming;
 class TapeRuns;
 
@@ -193,7 +193,7 @@ class Kernel {
     return std::llround(static_cast<double>(count) * options_.wire_bytes_per_element);
   }
 
-  // ---- The kernel's mechanisms (Fabric, CollectiveRunner, RingPasses, RegionReplay,
+  // ---- The kernel's mechanisms (Fabric, CollectiveRunner, MessageTiming, RegionReplay,
   // TapeRuns) share its state through what follows; the fibers' calls above go through them. ----
   Accounting& accounting() { return acct_; }
   Fabric& fabric() { return fabric_; }
@@ -310,8 +310,7 @@ class Kernel {
       group_schedules_;  // group_schedule: by group context and algorithm
   std::multimap<SimTime, FiberState*> timers_;
   std::map<std::pair<std::uint64_t, std::uint64_t>, CollectiveEntry> collectives_;
-  std::unique_ptr<CollectiveRunner> runner_;    // collectives at the collective level
-  std::unique_ptr<RingPasses> passes_;          // ring passes at the collective level
+  std::unique_ptr<CollectiveRunner> runner_;    // collectives, ring passes: the collective level
   std::unique_ptr<MessageTiming> timing_;       // how their matched messages are timed
   std::unique_ptr<RegionReplay> regions_;       // region marks and their replay
   std::unique_ptr<TapeRuns> tapes_;             // tapes the engine issues for waiting fibers

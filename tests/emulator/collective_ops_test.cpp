@@ -436,7 +436,7 @@ TEST(CollectiveOps, PairedRingHopsGiveTheNetworkTimeline) {
     // them alone, on routes of their own: op_waits_alone.)
     EXPECT_GE(got.result.flows_exclusive, (4 + 2) * ring_flows - 12);  // ring 3's open receive
     EXPECT_LT(got.result.flows_exclusive, got.result.flows);
-    // Rings 2, 8 and 9 twice and ring 3 once are timed whole (Kernel::pass_whole).
+    // Rings 2, 8 and 9 twice and ring 3 once are timed whole (CollectiveRunner::op_whole).
     EXPECT_EQ(got.result.passes_whole, 7u);
     expect_same_run(got, ref);
   }

@@ -2,7 +2,8 @@
 // of 1 to 33 and up to 96: each send is received by the member it names, in the same round, with
 // the same step and size; no member reads and writes one place in a round; and every member ends
 // holding what the collective must give it (all-to-all blocks, all-gather blocks, sums). Bruck's
-// and the hierarchical all-gather's rounds and message sizes against their closed forms.
+// and the hierarchical all-gather's rounds and message sizes against their closed forms. The ring
+// pass hands every block round the ring once, each member computing on every block once.
 
 #include <gtest/gtest.h>
 
@@ -281,6 +282,60 @@ TEST(Schedules, BruckMovesHalfTheBlocksInLogRounds) {
     std::int64_t hops = 0;
     for (int j = 1; j < p; ++j) hops += std::popcount(static_cast<unsigned>(j));
     EXPECT_EQ(moved, hops);
+  }
+}
+
+TEST(Schedules, RingPassHandsEveryBlockRoundTheRingOnceAndWorksOnEachOnce) {
+  for (int p = 1; p <= 33; ++p) {
+    SCOPED_TRACE("p = " + std::to_string(p));
+    const std::unique_ptr<Schedule> s = make_ring_pass(p);
+    std::vector<std::int64_t> counts(static_cast<size_t>(p));
+    for (int b = 0; b < p; ++b) counts[static_cast<size_t>(b)] = b % 7 == 3 ? 0 : 1 + (b * 5) % 4;
+    Sizes z;
+    z.send_counts = counts.data();
+    ASSERT_EQ(s->rounds(), p < 2 ? 0 : p - 1);
+    EXPECT_TRUE(s->same_peers());
+    // held[r][b]: member r holds block b (its own at the start); worked[r][b]: it computed on b.
+    std::vector<std::vector<bool>> held(static_cast<size_t>(p), std::vector<bool>(p, false));
+    std::vector<std::vector<int>> worked(held.size(), std::vector<int>(static_cast<size_t>(p)));
+    for (int r = 0; r < p; ++r) held[static_cast<size_t>(r)][static_cast<size_t>(r)] = true;
+    const auto work = [&](int r, int round) {
+      const int b = s->work_block(r, round);
+      ASSERT_TRUE(held[static_cast<size_t>(r)][static_cast<size_t>(b)]) << r << " " << round;
+      ++worked[static_cast<size_t>(r)][static_cast<size_t>(b)];
+    };
+    for (int i = 0; i < s->rounds(); ++i) {
+      std::vector<std::pair<int, int>> arrived;  // (member, block)
+      for (int r = 0; r < p; ++r) {
+        ASSERT_EQ(s->sends(r, i), 1);
+        ASSERT_EQ(s->recvs(r, i), 1);
+        const Message out = s->send(z, r, i, 0);
+        ASSERT_EQ(out.peer, (r + 1) % p);
+        ASSERT_EQ(out.step, i);
+        ASSERT_EQ(out.at.buffer, Buffer::kBlock);
+        const int b = static_cast<int>(out.at.offset);
+        ASSERT_EQ(b, s->work_block(r, i));  // it sends the block it computes on meanwhile
+        ASSERT_EQ(out.count, counts[static_cast<size_t>(b)]);
+        const Message in = s->recv(z, out.peer, i, 0);
+        ASSERT_EQ(in.peer, r);
+        ASSERT_EQ(in.step, i);
+        ASSERT_EQ(in.at.offset, out.at.offset);
+        ASSERT_EQ(in.count, out.count);
+        work(r, i);
+        arrived.emplace_back(out.peer, b);
+      }
+      for (const auto& [r, b] : arrived) {
+        ASSERT_FALSE(held[static_cast<size_t>(r)][static_cast<size_t>(b)]);  // once
+        held[static_cast<size_t>(r)][static_cast<size_t>(b)] = true;
+      }
+    }
+    for (int r = 0; r < p; ++r) {
+      work(r, s->rounds());  // the last block received
+      for (int b = 0; b < p; ++b) {
+        EXPECT_TRUE(held[static_cast<size_t>(r)][static_cast<size_t>(b)]);
+        EXPECT_EQ(worked[static_cast<size_t>(r)][static_cast<size_t>(b)], 1);
+      }
+    }
   }
 }
 
