@@ -72,6 +72,7 @@ ReqPtr CollectiveRunner::start_pass(FiberState& f, const std::shared_ptr<const G
   m.started = true;
   m.round = 0;
   m.pass = &pass;
+  m.data = static_cast<bool>(pass.data);
   m.req = req;
   m.clock = f.clock;
   if (op.mode == CollectiveOp::Mode::kUndecided)
@@ -204,8 +205,7 @@ const PassCosts& CollectiveRunner::pass_costs(std::span<const OpCost> work, int 
 
 void CollectiveRunner::copy_block(const CollectiveMember& s, const CollectiveMember& d, int block,
                                   std::int64_t count, int parts) {
-  if (s.pass == nullptr || d.pass == nullptr || !s.pass->data || !d.pass->data || count <= 0)
-    return;
+  if (count <= 0) return;
   for (int q = 0; q < parts; ++q) {
     const std::span<float> out = s.pass->data(q, block), in = d.pass->data(q, block);
     if (!out.empty() && !in.empty())

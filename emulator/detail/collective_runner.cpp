@@ -91,6 +91,7 @@ CollectiveRunner::CollectiveOp& CollectiveRunner::op_for(const std::shared_ptr<c
     slot->seq = seq;
     slot->label = label;
     slot->schedule = schedule;
+    slot->one_each_way = schedule->one_each_way();
     slot->finished = 0;
     slot->members.assign(g->members.size(), CollectiveMember{});
     slot->works = false;
@@ -116,7 +117,7 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
       op_match(op, in.peer, r, k, std::max(s.send_posts[u(k)], m.recv_post),
                sched.send(s.spec.sizes, in.peer, round, k), in);
   }
-  m.send_posts.resize(u(sends));
+  if (m.send_posts.size() != u(sends)) m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
     const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
     if (!op.works) m.clock += software_time(k_.wire_bytes(out.count));
@@ -127,14 +128,6 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
                sched.recv(d.spec.sizes, out.peer, round, k));
   }
   if (op.works) charge_work(op, r, round);
-}
-
-void CollectiveRunner::charge_work(CollectiveOp& op, int r, int round) {
-  CollectiveMember& m = op.members[u(r)];
-  const PassCosts& c = *op.costs[u(r)];
-  const size_t at = u(op.schedule->work_block(r, round));  // by block
-  m.clock = k_.accounting().charge(op.group->members[u(r)], m.clock, c.dt[at], c.work[at],
-                                   c.costs[at].kind, c.costs[at].shape.kernel);
 }
 
 void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTime start,
@@ -150,9 +143,9 @@ void CollectiveRunner::op_match(CollectiveOp& op, int src, int dst, int k, SimTi
                     ", which expects " + std::to_string(in.count) +
                     (s.req->label.empty() ? "" : " (in '" + s.req->label + "')"));
   }
-  if (out.at.buffer == collectives::Buffer::kBlock)
-    copy_block(s, d, static_cast<int>(out.at.offset), out.count, op.parts);
-  else if (moves(s.spec) && moves(d.spec) && out.count > 0)
+  if (out.at.buffer == collectives::Buffer::kBlock) {
+    if (s.data && d.data) copy_block(s, d, static_cast<int>(out.at.offset), out.count, op.parts);
+  } else if (moves(s.spec) && moves(d.spec) && out.count > 0)
     op_copy(op, s, src, d, dst, k, out, in);
   time_message(op, src, dst, out.step, start, k_.wire_bytes(out.count));
 }
@@ -203,20 +196,20 @@ void CollectiveRunner::op_copy(const CollectiveOp& op, const CollectiveMember& s
 }
 
 void CollectiveRunner::CollectiveOp::message_done(const Transfer& t, SimTime end) {
+  if (!works) {
+    owner->op_message_done(*this, t.src_member, end);  // may free this op: dst's is pending
+    owner->op_message_done(*this, t.dst_member, end);
+    return;
+  }
   // The sender's flows take the slots after the receives' (a working op's waits).
-  owner->op_message_done(*this, t.src_member, parts + t.part, 1, end);  // may free this op
-  owner->op_message_done(*this, t.dst_member, t.part, 1, end);          // (dst's is pending)
+  owner->work_message_done(*this, t.src_member, parts + t.part, 1, end);
+  owner->work_message_done(*this, t.dst_member, t.part, 1, end);
 }
 
-void CollectiveRunner::op_message_done(CollectiveOp& op, int r, int slot, int count, SimTime t) {
+void CollectiveRunner::work_message_done(CollectiveOp& op, int r, int slot, int count, SimTime t) {
   CollectiveMember& m = op.members[u(r)];
-  if (op.works) {
-    if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
-    std::fill_n(op.done.data() + u(r) * u(2 * op.parts) + u(slot), count, t);
-  } else {
-    m.clock = std::max(m.clock, t);
-    m.latest = std::max(m.latest, t);
-  }
+  if (m.pass == nullptr) return;  // r left the pass with an error: the run is ending
+  std::fill_n(op.done.data() + u(r) * u(2 * op.parts) + u(slot), count, t);
   m.pending -= count;
   if (m.pending == 0) op_round_done(op, r);
 }

@@ -9,6 +9,7 @@
 // the members that finish ahead of virtual time (collective_timing.cpp). The kernel's fibers,
 // fabric, network and accounting are reached through the kernel it belongs to.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,7 @@ class CollectiveRunner final : public EventSource {
     ReqPtr req;
     CollectiveSpec spec;
     const RingPass* pass = nullptr;  // a working op's: the caller's, alive until its part is done
+    bool data = false;               // a working op's: the caller passes its blocks' data
   };
   /// A collective or ring pass run at the collective level.
   ///
@@ -84,10 +86,16 @@ class CollectiveRunner final : public EventSource {
   /// finishes at its clock. Such an op may be timed whole (op_whole).
   struct CollectiveOp final : MessageSink {
     void message_done(const Transfer& t, SimTime end) override;
-    /// Every flow's send and receive at once.
+    /// Every flow's send and receive at once (the sender's first: it may free this op, dst's
+    /// part is pending).
     void closed_done(int src, int dst, int flows, SimTime end) override {
-      owner->op_message_done(*this, src, flows, flows, end);  // may free this op: dst's pending
-      owner->op_message_done(*this, dst, 0, flows, end);
+      if (works) {
+        owner->work_message_done(*this, src, flows, flows, end);
+        owner->work_message_done(*this, dst, 0, flows, end);
+      } else {
+        owner->op_message_done(*this, src, end);
+        owner->op_message_done(*this, dst, end);
+      }
     }
     bool ends_wait_alone(int src, int dst) const override;
     CollectiveRunner* owner = nullptr;
@@ -95,6 +103,7 @@ class CollectiveRunner final : public EventSource {
     std::uint64_t seq = 0;
     std::uint32_t label = 0;  // a collective's messages' label (trace only)
     const collectives::Schedule* schedule = nullptr;
+    bool one_each_way = true;  // the schedule's (Schedule::one_each_way), asked once
     int finished = 0;
     std::vector<CollectiveMember> members;
     // A working op's (empty for a collective):
@@ -143,17 +152,31 @@ class CollectiveRunner final : public EventSource {
   void op_copy(const CollectiveOp& op, const CollectiveMember& s, int src, CollectiveMember& d,
                int dst, int k, const collectives::Message& out, const collectives::Message& in);
   /// Copies block `block` (count elements of each part) from sender s's blocks into receiver
-  /// d's, when both pass data (Buffer::kBlock).
+  /// d's (Buffer::kBlock; both pass data: CollectiveMember::data).
   static void copy_block(const CollectiveMember& s, const CollectiveMember& d, int block,
                          std::int64_t count, int parts);
-  /// `count` flows of member r's current round ended at t, from `slot` on (a working op's:
-  /// receives' parts, then sends').
-  void op_message_done(CollectiveOp& op, int r, int slot, int count, SimTime t);
+  /// A message of member r's current round ended at t.
+  void op_message_done(CollectiveOp& op, int r, SimTime t) {
+    CollectiveMember& m = op.members[static_cast<std::size_t>(r)];
+    m.clock = std::max(m.clock, t);
+    m.latest = std::max(m.latest, t);
+    if (--m.pending == 0) op_round_done(op, r);
+  }
+  /// A working op's: `count` flows of member r's current round ended at t, from `slot` on
+  /// (receives' parts, then sends').
+  void work_message_done(CollectiveOp& op, int r, int slot, int count, SimTime t);
   /// Every message of member r's round has ended: its waits (a working op's), then its next
   /// round, or its finish. Kept out of line: most completions leave a message pending.
   [[gnu::noinline]] void op_round_done(CollectiveOp& op, int r);
   /// A working op's member r charges its compute of `round` (Schedule::work_block).
-  void charge_work(CollectiveOp& op, int r, int round);
+  void charge_work(CollectiveOp& op, int r, int round) {
+    CollectiveMember& m = op.members[static_cast<std::size_t>(r)];
+    const PassCosts& c = *op.costs[static_cast<std::size_t>(r)];
+    const auto at = static_cast<std::size_t>(op.schedule->work_block(r, round));  // by block
+    m.clock =
+        k_.accounting().charge(op.group->members[static_cast<std::size_t>(r)], m.clock, c.dt[at],
+                               c.work[at], c.costs[at].kind, c.costs[at].shape.kernel);
+  }
   /// Member r is done: a working op's last charge, then its request completes.
   void op_finish(CollectiveOp& op, int r);
   /// Gives a finished op's storage back to the pool.

@@ -44,8 +44,7 @@ void CollectiveRunner::time_message(CollectiveOp& op, int src, int dst, int step
   m.key = ChannelKey{op.group->ctx, m.src, m.dst, collective_tag(op.seq, step)};
   m.labels = {&op.label, 1};
   m.may_start_past = true;
-  k_.timing().time(m,
-                   Route{op.schedule->one_each_way() ? Route::Kind::kAsk : Route::Kind::kNetwork},
+  k_.timing().time(m, Route{op.one_each_way ? Route::Kind::kAsk : Route::Kind::kNetwork},
                    MessageTiming::Ends::kAsk);
 }
 

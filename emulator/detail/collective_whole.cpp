@@ -89,7 +89,7 @@ void CollectiveRunner::whole_messages(CollectiveOp& op, int round, WholeRows& ro
     const int src = op.group->members[u(r)], dst = op.group->members[u(d)];
     const std::int64_t bytes = k_.wire_bytes(out.count);
     const SimTime start = std::max(rows.post[u(r)], rows.post[u(d)]);
-    copy_block(s, dm, static_cast<int>(out.at.offset), out.count, parts);
+    if (s.data && dm.data) copy_block(s, dm, static_cast<int>(out.at.offset), out.count, parts);
     // An exclusive message's end moves with its start (its join is start + latency): each
     // member's is worked out once per message size.
     if (rows.bytes[u(r)] != bytes) {
