@@ -110,22 +110,26 @@ void CollectiveRunner::op_post_round(CollectiveOp& op, int r) {
   const int recvs = sched.recvs(r, round), sends = sched.sends(r, round);
   m.pending = (recvs + sends) * op.parts;
   m.recv_post = m.clock;
+  // A peer that has posted this round kept its first receive and send (k = 0): the message it
+  // names is read there, not asked of the schedule again.
   for (int k = 0; k < recvs; ++k) {
     const collectives::Message in = sched.recv(m.spec.sizes, r, round, k);
+    if (k == 0) m.first_recv = in;
     const CollectiveMember& s = op.members[u(in.peer)];
     if (s.started && s.round == round)
       op_match(op, in.peer, r, k, std::max(s.send_posts[u(k)], m.recv_post),
-               sched.send(s.spec.sizes, in.peer, round, k), in);
+               k == 0 ? s.first_send : sched.send(s.spec.sizes, in.peer, round, k), in);
   }
   if (m.send_posts.size() != u(sends)) m.send_posts.resize(u(sends));
   for (int k = 0; k < sends; ++k) {
     const collectives::Message out = sched.send(m.spec.sizes, r, round, k);
+    if (k == 0) m.first_send = out;
     if (!op.works) m.clock += software_time(k_.wire_bytes(out.count));
     m.send_posts[u(k)] = m.clock;
     const CollectiveMember& d = op.members[u(out.peer)];
     if (d.started && d.round == round)
       op_match(op, r, out.peer, k, std::max(m.clock, d.recv_post), out,
-               sched.recv(d.spec.sizes, out.peer, round, k));
+               k == 0 ? d.first_recv : sched.recv(d.spec.sizes, out.peer, round, k));
   }
   if (op.works) charge_work(op, r, round);
 }

@@ -69,8 +69,11 @@ class CollectiveRunner final : public EventSource {
     SimTime clock;      // the time the fiber running the schedule would be at
     SimTime recv_post;  // when the current round's receives were posted
     boost::container::small_vector<SimTime, 1> send_posts;  // when each of its sends was
-    SimTime latest;                                         // the latest end of its messages so far
-    std::vector<float> scratch;                             // Schedule::scratch, when data moves
+    /// Its current round's first receive and send (k = 0), once posted: what a peer matching
+    /// them reads.
+    collectives::Message first_recv, first_send;
+    SimTime latest;              // the latest end of its messages so far
+    std::vector<float> scratch;  // Schedule::scratch, when data moves
     ReqPtr req;
     CollectiveSpec spec;
     const RingPass* pass = nullptr;  // a working op's: the caller's, alive until its part is done
