@@ -104,10 +104,9 @@ CollectiveRunner::CollectiveOp& CollectiveRunner::pass_op(const std::shared_ptr<
                                                           std::uint64_t seq, int parts,
                                                           int group_rank) {
   const int p = static_cast<int>(g->members.size());
-  const bool fresh = ops_.find({g->ctx, seq}) == ops_.end();
-  CollectiveOp& op = op_for(g, seq, &ring_schedule(p), 0);
-  if (fresh) {
-    op.works = true;
+  bool made = false;
+  CollectiveOp& op = op_for(g, seq, true, &ring_schedule(p), 0, made);
+  if (made) {
     op.parts = parts;
     op.mode = CollectiveOp::Mode::kUndecided;
     op.costs.resize(u(p));

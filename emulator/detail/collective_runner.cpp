@@ -43,7 +43,8 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
   const std::uint32_t label = k_.options().trace ? k_.accounting().intern(req->label) : 0;
   std::unique_lock<NullLock> lk(k_.state_lock());
   if (k_.aborting()) throw Cancelled{};
-  CollectiveOp& op = op_for(g, seq, spec.schedule, label);
+  bool made = false;
+  CollectiveOp& op = op_for(g, seq, false, spec.schedule, label, made);
   CollectiveMember& m = op.members[u(group_rank)];
   m.started = true;
   m.req = req;
@@ -78,11 +79,12 @@ void CollectiveRunner::start(const std::shared_ptr<const Group>& g, int group_ra
 }
 
 CollectiveRunner::CollectiveOp& CollectiveRunner::op_for(const std::shared_ptr<const Group>& g,
-                                                         std::uint64_t seq,
+                                                         std::uint64_t seq, bool works,
                                                          const collectives::Schedule* schedule,
-                                                         std::uint32_t label) {
-  auto& slot = ops_[{g->ctx, seq}];
-  if (slot == nullptr) {
+                                                         std::uint32_t label, bool& made) {
+  auto& slot = ops_[{g->ctx, works, seq}];
+  made = slot == nullptr;
+  if (made) {
     // A finished op's storage, if one is kept: every entry a round reads is written first
     // (each member's own when it starts, the completion times before its waits read them).
     slot = op_pool_.take();
@@ -94,7 +96,7 @@ CollectiveRunner::CollectiveOp& CollectiveRunner::op_for(const std::shared_ptr<c
     slot->one_each_way = schedule->one_each_way();
     slot->finished = 0;
     slot->members.assign(g->members.size(), CollectiveMember{});
-    slot->works = false;
+    slot->works = works;
     slot->parts = 1;
     slot->mode = CollectiveOp::Mode::kRounds;
     slot->late = false;
@@ -225,14 +227,8 @@ void CollectiveRunner::op_round_done(CollectiveOp& op, int r) {
     const int parts = op.parts;
     const int rank = op.group->members[u(r)];
     const SimTime* done = op.done.data() + u(r) * u(2 * parts);
-    TileStats& ts = k_.accounting().tile(rank);
-    for (int k = 0; k < 2 * parts; ++k) {
-      if (done[k] <= m.clock) continue;
-      ts.timing.expose(done[k] - m.clock);
-      k_.accounting().tile_event(rank, TraceEvent::Kind::kWait, m.clock, done[k],
-                                 op.labels[u(r) * u(parts) + u(k % parts)]);
-      m.clock = done[k];
-    }
+    for (int k = 0; k < 2 * parts; ++k)
+      work_wait(rank, m.clock, done[k], op.labels[u(r) * u(parts) + u(k % parts)]);
   }
   if (m.round + 1 < op.schedule->rounds()) {
     ++m.round;
@@ -266,7 +262,7 @@ void CollectiveRunner::op_finish(CollectiveOp& op, int r) {
 }
 
 void CollectiveRunner::op_free(CollectiveOp& op) {
-  const auto it = ops_.find({op.group->ctx, op.seq});
+  const auto it = ops_.find({op.group->ctx, op.works, op.seq});
   it->second->group.reset();
   it->second->schedule = nullptr;
   op_pool_.give(std::move(it->second));

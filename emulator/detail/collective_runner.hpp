@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -127,9 +128,11 @@ class CollectiveRunner final : public EventSource {
     std::vector<std::uint32_t> trace_labels;  // parts per member: interned (trace only)
     std::vector<SimTime> done;  // 2 parts per member: the round's receives, then sends
   };
-  /// The `seq`-th op of group g, made when its first member joins.
-  CollectiveOp& op_for(const std::shared_ptr<const Group>& g, std::uint64_t seq,
-                       const collectives::Schedule* schedule, std::uint32_t label);
+  /// The `seq`-th op of group g, made when its first member joins: a collective, or a working
+  /// op (`works`: a group numbers its ring passes apart from its collectives). `made`: whether
+  /// this call made it.
+  CollectiveOp& op_for(const std::shared_ptr<const Group>& g, std::uint64_t seq, bool works,
+                       const collectives::Schedule* schedule, std::uint32_t label, bool& made);
   /// The ring pass schedule of p members (one per size, kept for the run).
   const collectives::Schedule& ring_schedule(int p);
   /// A ring pass's `seq`-th op of g; a member passing another number of parts than those
@@ -171,6 +174,14 @@ class CollectiveRunner final : public EventSource {
   /// Every message of member r's round has ended: its waits (a working op's), then its next
   /// round, or its finish. Kept out of line: most completions leave a message pending.
   [[gnu::noinline]] void op_round_done(CollectiveOp& op, int r);
+  /// A working op's member of world rank `rank`, at `clock`, waits for a message that ended at
+  /// `done`: an exposed wait with its event when the clock moves.
+  void work_wait(int rank, SimTime& clock, SimTime done, std::string_view label) {
+    if (done <= clock) return;
+    k_.accounting().tile(rank).timing.expose(done - clock);
+    k_.accounting().tile_event(rank, TraceEvent::Kind::kWait, clock, done, label);
+    clock = done;
+  }
   /// A working op's member r charges its compute of `round` (Schedule::work_block).
   void charge_work(CollectiveOp& op, int r, int round) {
     CollectiveMember& m = op.members[static_cast<std::size_t>(r)];
@@ -239,7 +250,8 @@ class CollectiveRunner final : public EventSource {
   std::uint64_t early_finish_seq_ = 0;
   std::int64_t software_bytes_ = -1;  // software_time's last size, and its time
   SimTime software_time_;
-  std::map<std::pair<std::uint64_t, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
+  /// By group context, working or not, and number.
+  std::map<std::tuple<std::uint64_t, bool, std::uint64_t>, std::unique_ptr<CollectiveOp>> ops_;
   // Finished ops kept for their arrays: a ring of 128 members would otherwise allocate and
   // free about 400 KB per pass.
   Recycler<CollectiveOp> op_pool_;

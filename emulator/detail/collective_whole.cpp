@@ -27,7 +27,7 @@ struct CollectiveRunner::WholeRows {
 bool CollectiveRunner::can_be_whole(CollectiveOp& op) {
   const int p = static_cast<int>(op.members.size());
   const collectives::Schedule& sched = *op.schedule;
-  if (sched.rounds() == 0 || !sched.same_peers() || !sched.one_each_way()) return false;
+  if (sched.rounds() == 0 || !sched.same_peers() || !op.one_each_way) return false;
   // Each member's route, asked once for the op: every round's message goes by it.
   const std::vector<int>& ranks = op.group->members;
   const collectives::Sizes none;
@@ -112,15 +112,9 @@ void CollectiveRunner::whole_waits(CollectiveOp& op, const WholeRows& rows) {
   for (int r = 0; r < p; ++r) {
     CollectiveMember& m = op.members[u(r)];
     const int rank = op.group->members[u(r)];
-    TileStats& ts = k_.accounting().tile(rank);
     // The waits, in posting order: the receive (every part ends at once), then the send.
-    for (const SimTime done : {rows.recv[u(r)], rows.send[u(r)]}) {
-      if (done <= m.clock) continue;
-      ts.timing.expose(done - m.clock);
-      k_.accounting().tile_event(rank, TraceEvent::Kind::kWait, m.clock, done,
-                                 op.labels[u(r) * u(op.parts)]);
-      m.clock = done;
-    }
+    for (const SimTime done : {rows.recv[u(r)], rows.send[u(r)]})
+      work_wait(rank, m.clock, done, op.labels[u(r) * u(op.parts)]);
   }
 }
 

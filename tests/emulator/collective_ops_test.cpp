@@ -671,6 +671,43 @@ TEST(CollectiveOps, ErrorsInAPassTimedWholeAreTheRoundsErrors) {
   }
 }
 
+TEST(CollectiveOps, ARingPassBesideACollectiveOfTheSameNumberOnOneGroupKeepsItsOwnState) {
+  // A group's collectives and ring passes are numbered apart: the first non-blocking all-to-all
+  // (#0) is still open while the first ring pass (#0) runs on the same group. Each keeps its own
+  // data, and every path gives the per-message timeline.
+  const auto body = [](Communicator& c) {
+    const int p = c.size(), me = c.rank();
+    std::vector<float> send(static_cast<size_t>(p * 4)), recv(send.size(), -1);
+    for (int j = 0; j < p; ++j)
+      for (int i = 0; i < 4; ++i) send[static_cast<size_t>(j * 4 + i)] = tag_value(me, j, i);
+    Request q = c.iall_to_all(send, recv, 4, "open_a2a");
+    std::vector<std::vector<float>> blocks(static_cast<size_t>(p));
+    RingPass pass;
+    pass.labels = {"ring_beside"};
+    for (int j = 0; j < p; ++j) {
+      pass.counts.push_back(3);
+      blocks[static_cast<size_t>(j)].assign(3, j == me ? tag_value(me, 0, j) : -1.0f);
+      pass.work.push_back({OpKind::kAttention, 1e5, 0, "ring_attention"});
+    }
+    pass.data = [&](int, int j) -> std::span<float> { return blocks[static_cast<size_t>(j)]; };
+    c.ring_pass(pass);
+    q.wait();
+    for (int j = 0; j < p; ++j) {
+      EXPECT_EQ(blocks[static_cast<size_t>(j)][2], tag_value(j, 0, j)) << "block " << j;
+      EXPECT_EQ(recv[static_cast<size_t>(j * 4 + 3)], tag_value(j, me, 3)) << "from " << j;
+    }
+  };
+  std::string reference;
+  for (const auto& [ops, trace] : kRingPassPaths) {
+    SCOPED_TRACE(ops ? (trace ? "collective ops" : "collective ops, exclusive hops")
+                     : "per message");
+    emu::Engine e = engine("pairwise", 1, ops, trace);
+    const emu::RunResult res = e.run(body);
+    if (reference.empty()) reference = res.timeline_sha256;
+    EXPECT_EQ(res.timeline_sha256, reference);
+  }
+}
+
 TEST(CollectiveOps, ARingPassWithoutAChargePerMemberIsRefused) {
   const std::string msg = error_of(true, [](Communicator& c) {
     RingPass pass;
