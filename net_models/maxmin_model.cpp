@@ -498,6 +498,12 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
   return start + SimTime::from_ns(m.last_span);
 }
 
+std::optional<SimTime> MaxMinModel::empty_end(int src, int dst, SimTime start) {
+  COCO_CHECK(src != dst, "empty_end: flow to self");
+  return start +
+         routes_.summary(src, dst).latency;  // as add_flow would join it, and activate end it
+}
+
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {
   const HopInfo& h = hop_info(src, dst);
   if (h.key < 0) return std::nullopt;

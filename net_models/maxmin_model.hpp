@@ -45,6 +45,9 @@ class MaxMinModel final : public NetworkModel {
   /// ends at start + latency + transfer time, exactly as if it had been added.
   std::optional<SimTime> exclusive_end(int src, int dst, std::int64_t bytes, int copies,
                                        SimTime start) override;
+  /// A flow of no bytes pays its route's latency and finishes as it joins (activate): it never
+  /// shares a link, so it ends at start + latency whatever else runs.
+  std::optional<SimTime> empty_end(int src, int dst, SimTime start) override;
   /// The first link of the route (in route order) whose flows come from two sources, or go to
   /// two destinations, when no limited link of the route has more of both.
   std::optional<int> pair_key(int src, int dst) override;

@@ -19,6 +19,12 @@ MessageTiming::Route MessageTiming::route(int src, int dst, int flows) const {
 }
 
 void MessageTiming::time(const Message& m, Route route, Ends ends) {
+  // A message of no bytes shares no link: nothing its ends or others post can change its end.
+  if (m.bytes == 0)
+    if (const std::optional<SimTime> end = k_.network().empty_end(m.src, m.dst, m.start)) {
+      closed(m, *end);
+      return;
+    }
   // An end with something else open may post a flow that joins this one's links.
   if (ends == Ends::kBusy || route.kind == Route::Kind::kNetwork) {
     transfers(m);

@@ -245,6 +245,30 @@ TEST(MaxMin, ExclusiveEndIsWhatAddingTheFlowsGives) {
             10 + ab.flow_time(0, 2, 6000).ns());
 }
 
+TEST(MaxMin, AnEmptyFlowEndsAtItsRoutesLatencyWhateverShares) {
+  // 0 -> 2 crosses the link between the switches, which 1 -> 3 loads: a flow of bytes there is
+  // not exclusive, but one of no bytes ends at start + latency (three hops) all the same.
+  MaxMinModel net(dumbbell());
+  net.add_flow(1, 1, 3, 60000, SimTime{});
+  net.add_flow(2, 0, 2, 60000, SimTime{});
+  const SimTime start = SimTime::from_ns(1234);
+  const std::optional<SimTime> end = net.empty_end(0, 2, start);
+  ASSERT_TRUE(end.has_value());
+  EXPECT_EQ(end->ns(), 1234 + 300);
+  EXPECT_EQ(net.active_flows(), 2u);  // nothing was added
+  MaxMinModel added(dumbbell());
+  added.add_flow(1, 1, 3, 60000, SimTime{});
+  added.add_flow(2, 0, 2, 60000, SimTime{});
+  std::vector<std::uint64_t> ids;
+  while (added.next_event_time() < start) added.advance_to(added.next_event_time(), ids);
+  added.advance_to(start, ids);
+  EXPECT_TRUE(ids.empty());  // both still run when the empty one starts
+  added.add_flow(3, 0, 2, 0, start);
+  EXPECT_EQ(drain(added).at(3), end->ns());
+  // A model that cannot promise it says so.
+  EXPECT_FALSE(AlphaBetaModel(dumbbell()).empty_end(0, 2, start).has_value());
+}
+
 // `per_side` ranks on switch a, as many on switch b, one 3 GB/s link each way between the
 // switches (two tiles behind one NIC each side, when per_side is 2); every port 4 GB/s except
 // rank 1's, 1 GB/s; 100 ns a hop.
