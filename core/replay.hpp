@@ -30,6 +30,17 @@ class Replay {
   /// recorded effect and returns replayed = true: the caller skips the body, which must then
   /// depend on nothing but the key. On a sub-group: {}.
   virtual RegionMark begin_region(std::string_view key, bool may_skip) = 0;
+  /// Collective over the world, like begin_region: a span of the run starts here and ends at the
+  /// next begin_span, the regions it holds included. With `may_skip`, the caller promises that
+  /// everything the rank does until then (its calls, its charges, the keys of the regions it
+  /// marks) depends only on the key and the span's start state. A backend that already
+  /// simulated a span of this key from the same start state applies its recorded effect and
+  /// returns replayed = true; the caller then runs its code as usual, but every call it makes
+  /// on any communicator returns at once, complete, and takes no time, and every region mark
+  /// inside the span answers replayed as the recorded one did (a region's key that differs
+  /// from the recording's is an internal error). Calls must then move sizes only. On a
+  /// sub-group: {}.
+  virtual RegionMark begin_span(std::string_view key, bool may_skip) = 0;
 
   /// A rank's calls, recorded to be issued again (backend-specific).
   class CallTape {

@@ -99,6 +99,11 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
   const bool cache_known = known != first_cache_.end();
   const std::string region = counts && !cache_known ? key + " | first exchange" : key;
   const Replay::RegionMark mark = replay_.begin_region(region, phantom_ && deps.has_value());
+  // Inside a replayed span, a block the strategy cannot skip runs, its calls free.
+  if (mark.replayed && !deps) {
+    body();
+    return;
+  }
   if (mark.replayed) {
     COCO_CHECK(mark.id < simulated_.size() && simulated_[mark.id],
                "a replayed block was never simulated on this rank");
@@ -141,6 +146,11 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
     StrategyStats added = stats_added(after, before);
     if (has_sums(added)) effects_[mark.id] = {std::move(added), 0};
   }
+}
+
+std::string BlockReplay::state_key() const {
+  // A block's first exchange is a region of its own key until its figure is known.
+  return "first exchanges known " + std::to_string(first_cache_.size());
 }
 
 void BlockReplay::end() { replay_.begin_region("blocks end", false); }

@@ -47,6 +47,9 @@ class BlockReplay {
   void run(std::string_view kind, int attention_layers, const std::function<void()>& body);
   /// Marks the end of a pass's blocks (what follows them is not a block).
   void end();
+  /// What of this rank's block state a span of blocks depends on beside the strategy's: which
+  /// first exchanges are known (a span key's part, Replay::begin_span).
+  std::string state_key() const;
   /// Statistics of the replayed blocks (sums only: ranks and cache size are 0), summed once
   /// per kind of block (its simulated effect times its replays).
   StrategyStats replayed() const;

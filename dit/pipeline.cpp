@@ -393,7 +393,11 @@ void denoise_step(Sampling& s, int i) {
   Communicator& comm = s.comm;
   if (st.on_step) st.on_step(comm.rank(), i);
   if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
-  if (s.replay != nullptr) s.replay->begin_region("step " + s.attn->step_key(i), false);
+  // In phantom mode a step is a span (Replay::begin_span) that depends on the strategy's key for
+  // it and on the blocks' state, unless the step cache decides it by its own measurements.
+  if (s.replay != nullptr)
+    s.replay->begin_span("step " + s.attn->step_key(i) + " | " + s.blocks->state_key(),
+                         s.phantom && !s.step_cache->active());
   const double sigma = s.out.sigmas[static_cast<size_t>(i)];
   const double next = s.out.sigmas[static_cast<size_t>(i) + 1];
   StepForwards f(s, i, sigma);
@@ -462,12 +466,13 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   // region of the run (Replay::begin_region): in phantom mode a block is a function of its
   // kind, of the strategy's state and of its start state, so the emulator may replay one it has
   // already simulated from the same state instead of running it again (BlockReplay). What lies
-  // between blocks is simulated.
+  // between blocks is simulated. A whole step, blocks and all, is a span the emulator may
+  // replay the same way, where its blocks are not (their starts are not quiescent).
   start_step_cache(s);
   s.replay = replay_of(comm);
   if (s.replay != nullptr) s.ex.blocks = &s.blocks.emplace(*s.attn, *s.replay, phantom);
   for (int i = 0; i < s.out.steps; ++i) denoise_step(s, i);
-  if (s.replay != nullptr) s.replay->begin_region("latent gather", false);
+  if (s.replay != nullptr) s.replay->begin_span("latent gather", false);
   gather_latent(s);
   return std::move(s.out);
 }

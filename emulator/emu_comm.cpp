@@ -43,12 +43,19 @@ EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group
 Replay::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
   spoil_tape();
   if (size() != kernel_.topology().num_ranks()) return {};
-  return kernel_.begin_region(self_, key, may_skip);
+  return kernel_.begin_region(self_, key, may_skip, false);
+}
+
+Replay::RegionMark EmuComm::begin_span(std::string_view key, bool may_skip) {
+  spoil_tape();
+  if (size() != kernel_.topology().num_ranks()) return {};
+  return kernel_.begin_region(self_, key, may_skip, true);
 }
 
 bool EmuComm::host_reference() const { return kernel_.device().host_reference(); }
 
 void EmuComm::compute(const OpCost& cost) {
+  if (skipped()) return;
   if (TapeCall* c = record(TapeCall::Kind::kCompute, 0, {})) {
     // Played as a charge of its device time: the same time and event as Kernel::compute's.
     c->dt = kernel_.device_time(cost);
@@ -62,6 +69,12 @@ void EmuComm::compute(const OpCost& cost) {
 void EmuComm::run_math(const std::function<void()>& work) {
   spoil_tape();  // arithmetic on data: not a phantom call
   kernel_.run_math(self_, work);
+}
+
+bool EmuComm::skipped(std::span<const float> a, std::span<const float> b) const {
+  if (!self_.skipping) return false;
+  COCO_CHECK(a.empty() && b.empty(), "a call with data inside a replayed span");
+  return true;
 }
 
 void EmuComm::spoil_tape() {
@@ -86,7 +99,7 @@ std::string_view EmuComm::call_text(std::string_view opening, std::int64_t count
 }
 
 bool EmuComm::begin_tape() {
-  if (!kernel_.options().call_tapes) return false;
+  if (!kernel_.options().call_tapes || self_.skipping) return false;
   COCO_CHECK(self_.is_main && self_.tape == nullptr, "begin_tape: a tape is already recording");
   recording_ = std::make_unique<EmuTape>();
   self_.tape = recording_.get();
@@ -118,6 +131,7 @@ struct EmuComm::PlayRun final : detail::TapeRun {
 };
 
 void EmuComm::play_tape(const CallTape& tape) {
+  if (skipped()) return;
   const auto& t = dynamic_cast<const EmuTape&>(tape);
   COCO_CHECK(self_.tape == nullptr, "play_tape while a tape records");
   kernel_.tape_played();
@@ -306,6 +320,7 @@ collectives::AlgorithmId EmuComm::all_to_all_algorithm(std::int64_t wire_bytes_p
 
 Request EmuComm::do_iall_to_all(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
+  if (skipped(send, recv)) return {};
   const std::string_view call = call_text("all_to_all(", count);
   const collectives::Schedule* s = schedule(all_to_all_algorithm(kernel_.wire_bytes(count)));
   if (TapeCall* c = record(TapeCall::Kind::kAllToAll, count, label, send, recv)) {
@@ -329,6 +344,7 @@ detail::ReqPtr EmuComm::issue_uniform(const collectives::Schedule* schedule,
 
 Request EmuComm::do_iall_to_allv(std::span<const float> send, std::span<float> recv,
                                  const AllToAllvLayout& layout, std::string_view label) {
+  if (skipped(send, recv)) return {};
   if (TapeCall* c = record(TapeCall::Kind::kAllToAllv, 0, label, send, recv))
     c->layout = std::make_unique<AllToAllvLayout>(layout);
   return request(issue_all_to_allv(send, recv, layout, label));
@@ -355,6 +371,7 @@ detail::ReqPtr EmuComm::issue_all_to_allv(std::span<const float> send, std::span
 
 Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> recv,
                                 std::int64_t count, std::string_view label) {
+  if (skipped(send, recv)) return {};
   const std::string_view call = call_text("all_gather(", count);
   const collectives::Schedule* s = schedule(kernel_.algorithms().all_gather);
   if (TapeCall* c = record(TapeCall::Kind::kAllGather, count, label, send, recv)) {
@@ -366,6 +383,7 @@ Request EmuComm::do_iall_gather(std::span<const float> send, std::span<float> re
 
 Request EmuComm::do_iall_reduce(std::span<float> data, std::int64_t count, ReduceOp op,
                                 std::string_view label) {
+  if (skipped(data)) return {};
   const std::string_view call =
       call_text(op == ReduceOp::kSum ? "all_reduce(sum, " : "all_reduce(max, ", count);
   if (TapeCall* c = record(TapeCall::Kind::kAllReduce, count, label, data)) {
@@ -387,6 +405,7 @@ detail::ReqPtr EmuComm::issue_all_reduce(std::span<float> data, std::int64_t cou
 }
 
 void EmuComm::barrier() {
+  if (skipped()) return;
   spoil_tape();
   const Untaped untaped(self_);
   detail::CollectiveSpec spec;
@@ -407,6 +426,7 @@ void check_tag(int tag, int rank) {
 
 Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int dest, int tag,
                           std::string_view label) {
+  if (skipped(data)) return {};
   check_tag(tag, world_rank(group_rank_));
   if (TapeCall* c = record(TapeCall::Kind::kSend, count, label, data)) {
     c->peer = dest;
@@ -418,6 +438,7 @@ Request EmuComm::do_isend(std::span<const float> data, std::int64_t count, int d
 
 Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source, int tag,
                           std::string_view label) {
+  if (skipped(data)) return {};
   check_tag(tag, world_rank(group_rank_));
   if (TapeCall* c = record(TapeCall::Kind::kRecv, count, label, data)) {
     c->peer = source;
@@ -428,6 +449,10 @@ Request EmuComm::do_irecv(std::span<float> data, std::int64_t count, int source,
 }
 
 void EmuComm::do_ring_pass(const RingPass& pass) {
+  if (skipped()) {
+    COCO_CHECK(!pass.data, "a ring pass with data inside a replayed span");
+    return;
+  }
   detail::PassRows rows;  // kept with the tape's copy, for this pass too
   if (self_.tape != nullptr) {
     // The tape keeps its own copy of the pass, labels included; the data must be sizes only.
@@ -459,6 +484,7 @@ detail::ReqPtr EmuComm::start_ring_pass(const RingPass& pass, detail::PassRows k
 
 std::unique_ptr<Communicator> EmuComm::split(int color, int key) {
   spoil_tape();  // a tape does not make groups
+  COCO_CHECK(!self_.skipping, "split inside a replayed span: groups are made outside spans");
   const Untaped untaped(self_);
   // Exchange (color, key) with an all-gather of their bit patterns.
   const int p = size();

@@ -500,8 +500,20 @@ std::optional<SimTime> MaxMinModel::exclusive_end(int src, int dst, std::int64_t
 
 std::optional<SimTime> MaxMinModel::empty_end(int src, int dst, SimTime start) {
   COCO_CHECK(src != dst, "empty_end: flow to self");
-  return start +
-         routes_.summary(src, dst).latency;  // as add_flow would join it, and activate end it
+  const auto n = static_cast<size_t>(routes_.graph().num_ranks());
+  if (latency_class_.empty()) latency_class_.assign(n * n, kNoLatency);
+  std::uint8_t& c = latency_class_[static_cast<size_t>(src) * n + static_cast<size_t>(dst)];
+  if (c == kNoLatency) {
+    const SimTime latency = routes_.summary(src, dst).latency;
+    auto it = std::find(route_latencies_.begin(), route_latencies_.end(), latency);
+    if (it == route_latencies_.end()) {
+      if (route_latencies_.size() == kNoLatency) return start + latency;  // not kept
+      it = route_latencies_.insert(route_latencies_.end(), latency);
+    }
+    c = static_cast<std::uint8_t>(it - route_latencies_.begin());
+  }
+  // As add_flow would join it, and activate end it.
+  return start + route_latencies_[c];
 }
 
 std::optional<int> MaxMinModel::pair_key(int src, int dst) {

@@ -196,6 +196,12 @@ class MaxMinModel final : public NetworkModel {
   // Whether each (source, destination) route is known, and exclusive, two bits in one word: a
   // large all-to-all's messages go to more destinations than the memo keeps, and most are not.
   std::vector<std::uint64_t> end_bits_;
+  // empty_end's latencies: per (source, destination) route an index into route_latencies_ (a
+  // handful per cluster), one byte each, so that the table stays in cache where the route
+  // table does not; kNoLatency: not looked up yet (or past 254 distinct latencies).
+  static constexpr std::uint8_t kNoLatency = 0xFF;
+  std::vector<std::uint8_t> latency_class_;
+  std::vector<SimTime> route_latencies_;
   // exclusive_pair_ends of x and y whose joins differ by dj (y's minus x's): the ends, taken
   // from x's join. Per x's source.
   struct PairMemo {

@@ -176,6 +176,16 @@ void Accounting::fold_flow_hash(SimTime next_base) {
   flow_base_ = next_base;
 }
 
+void Accounting::replay_flow_folds(std::span<const OpenFlows> folded, const OpenFlows& open,
+                                   SimTime t0) {
+  for (const OpenFlows& f : folded) {
+    hash_value(flow_hash_, (t0 + SimTime::from_ns(f.base_ns)).ns());
+    hash_value(flow_hash_, f.inner);
+  }
+  flow_base_ = t0 + SimTime::from_ns(open.base_ns);
+  flow_inner_ = open.inner;
+}
+
 void Accounting::flow(SimTime start, SimTime end, int src, int dst, std::int64_t bytes,
                       std::span<const std::uint32_t> labels, bool exclusive) {
   const int copies = static_cast<int>(labels.size());

@@ -88,6 +88,17 @@ class Accounting {
   /// Folds the flows since the last quiescent mark into the hash; times of the next ones are
   /// taken from `next_base`.
   void fold_flow_hash(SimTime next_base);
+  /// The flows' part of the hash not yet folded: its base time and digest (a span's recording
+  /// keeps it relative to the span's start).
+  struct OpenFlows {
+    std::int64_t base_ns = 0;
+    std::uint64_t inner = kHashBasis;
+  };
+  /// The open part now, its base relative to t0.
+  OpenFlows open_flows(SimTime t0) const { return {(flow_base_ - t0).ns(), flow_inner_}; }
+  /// A replayed span's flows from t0: folds the open parts its quiescent marks folded, then
+  /// opens `open` (bases relative to t0).
+  void replay_flow_folds(std::span<const OpenFlows> folded, const OpenFlows& open, SimTime t0);
   /// The run's per-tile results, flows, bytes by tier, labels, trace and timeline hash (the
   /// digest of every tile's events and end, and of the flows).
   void finish(RunResult& res);

@@ -43,6 +43,8 @@ struct FiberState {
   bool waiting_in_test = false;
   bool replayed = false;  // set by the controller when it replays the region this fiber enters
   std::uint64_t region_id = 0;
+  /// Inside a replayed span (Replay::begin_span): the tile's calls are free until its end.
+  bool skipping = false;
   EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none
   struct TapeRun* tape_run = nullptr;  // blocked in Kernel::run_tape: the calls the engine issues
   StackBounds stack;                   // set when the fiber's stack is allocated

@@ -263,8 +263,9 @@ bool Kernel::nothing_under_way() const {
          });
 }
 
-Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
-  return regions_->begin(f, key, may_skip);
+Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip,
+                                        bool span) {
+  return regions_->begin(f, key, may_skip, span);
 }
 
 void Kernel::run_tape(FiberState& f, TapeRun& run) { tapes_->start(f, run); }

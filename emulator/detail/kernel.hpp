@@ -139,8 +139,9 @@ class Kernel {
                       KernelClass kernel = KernelClass::kNone);
   /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
   void run_math(FiberState& f, const std::function<void()>& work);
-  /// A region mark of the world (see Replay::begin_region); main fibers only.
-  Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
+  /// A region mark of the world (see Replay::begin_region), or a span's (begin_span) with
+  /// `span`; main fibers only.
+  Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip, bool span);
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
   /// A collective call issued by tile f's host (DeviceModel::collective_issue): its kernel

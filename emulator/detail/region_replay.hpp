@@ -3,9 +3,14 @@
 // nothing else is under way, what follows depends only on the tiles' clock offsets and on the
 // key they passed, so a region seen before from the same offsets is not simulated again: its
 // recorded effect on the clocks and counts is applied (Accounting::apply), exactly.
+// A span (Replay::begin_span) runs from its mark to the next span mark, whatever regions it
+// holds, quiescent or not: recorded between two quiescent span marks, it is replayed the same
+// way, its regions' hash folds included, and its tiles then pass its inner marks without
+// waiting, their calls free (FiberState::skipping), until its end.
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -24,7 +29,7 @@ class RegionReplay final : public EventSource {
 
   /// Tile f reaches its next mark (main fibers only): waits there until every tile has, then
   /// learns whether the region that follows was replayed.
-  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip);
+  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, bool span);
   /// The mark with tiles waiting at the earliest clock, and that clock; -1 when none has.
   std::pair<int, SimTime> next() const;
   /// The controller reached mark `mark`'s earliest clock: replays, records or releases it.
@@ -46,6 +51,8 @@ class RegionReplay final : public EventSource {
     std::string key;
     bool replayable = true;  // every rank passed the same key and may_skip
     bool broken = false;     // released before all ranks arrived or with work in flight
+    bool span = false;       // a span's mark (begin_span)
+    std::uint64_t id = 0;    // a broken mark's id, for the tiles that arrive after its release
     int arrived = 0, passed = 0;
     SimTime min_clock = SimTime::max();
     std::vector<FiberState*> waiters;
@@ -61,6 +68,33 @@ class RegionReplay final : public EventSource {
     std::uint64_t id = 0;
     Accounting::Mark from;  // the counts at the region's start, T0 with them
   };
+  /// A region mark inside a span, as its recording saw it.
+  struct SpanMark {
+    std::string key;
+    std::uint64_t id = 0;
+  };
+  /// A tile's region hash at a mark inside a span (what begin folds): its start from T0.
+  struct TileFold {
+    std::int64_t start_ns = 0;
+    std::uint64_t inner = kHashBasis;
+  };
+  /// What a span did, relative to its start T0.
+  struct SpanRecord {
+    std::vector<std::int64_t> end_ns;  // as RegionRecord's
+    Accounting::Effect effect;
+    std::vector<SpanMark> marks;  // its inner marks, in order
+    /// Per tile: one fold per inner mark, then the region open at its end mark.
+    std::vector<std::vector<TileFold>> folds;
+    std::vector<Accounting::OpenFlows> flow_folds;  // folded at its quiescent inner marks
+    Accounting::OpenFlows open;                     // open at its end mark
+  };
+  struct SpanRecording {
+    bool active = false;
+    bool mixed = false;  // the tiles passed different keys at an inner mark: not kept
+    std::uint64_t id = 0;
+    Accounting::Mark from;
+    SpanRecord rec;
+  };
   /// Wakes the tiles waiting at a mark.
   void release(MarkState& ms);
   /// Every tile waits at the mark and nothing else is under way (Kernel::nothing_under_way).
@@ -73,12 +107,31 @@ class RegionReplay final : public EventSource {
   void replay(const RegionRecord& r, SimTime t0);
   /// Starts recording the region that starts at t0 under `id`.
   void start_recording(int mark, std::uint64_t id, SimTime t0);
+  /// The id of (key, offsets_) in `ids`, a new one if it has none.
+  std::uint64_t id_of(
+      std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t>& ids,
+      const std::string& key);
+  /// A tile of a replayed span at a mark: the recorded answer of an inner one, nullopt at the
+  /// span's end (which it then passes as an ordinary mark).
+  std::optional<Replay::RegionMark> skip_mark(FiberState& f, std::string_view key, bool span);
+  /// A quiescent span mark ends the span recorded since the previous one: keeps it.
+  void keep_span(SimTime t0);
+  /// Applies a recorded span's effect from t0; its tiles skip to its end.
+  void replay_span(const SpanRecord& r, SimTime t0);
+  /// Starts recording the span that starts at t0 under `id`.
+  void start_span(std::uint64_t id, SimTime t0);
   std::map<int, MarkState> marks_;
   std::vector<std::int64_t> offsets_;       // event's clock offsets of the tiles
   std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
   Recording rec_;
+  std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> span_ids_;
+  std::unordered_map<std::uint64_t, SpanRecord> spans_;
+  SpanRecording span_rec_;
+  const SpanRecord* replaying_ = nullptr;  // the span the tiles are skipping through
+  std::vector<std::size_t> cursor_;        // per tile: its next inner mark of replaying_
+  std::uint64_t next_id_ = 1;              // regions' and spans' ids (0: none)
   std::uint64_t replayed_ = 0;
   mutable int next_mark_ = -1;  // what next_time() found, for fire()
 };

@@ -249,11 +249,13 @@ TEST(Replay, ARefreshStepReplaysTheWarmUpStepsBlocks) {
     }
     return got.result.regions_replayed;
   };
-  // Steps 0 and 3 send everything. Step 3's own region and its first block start from the end
-  // of a selective step, a start state the warm-up step never had: those two are simulated, and
-  // every other region of steps 3 and 4 is replayed as it would be without a refresh step.
+  // Steps 0 and 3 send everything. Without a refresh, steps 2 to 4 replay step 1 whole, as a
+  // span of its 8 regions. With one, step 3 is a span of a key not seen before: its first block
+  // of each kind starts from the end of a selective step, a start state the warm-up step never
+  // had, and is simulated, and its other 4 blocks replay the warm-up step's records; steps 2 and
+  // 4 replay step 1 whole as before (step 4 starts from the end of a full step, as step 1 did).
   const std::uint64_t selective = replayed(0), refresh = replayed(3);
-  EXPECT_EQ(selective, refresh + 2);
+  EXPECT_EQ(selective, refresh + 8 - 4);
 }
 
 // Real math marks the same regions and never replays: its timeline equals phantom mode's.
