@@ -25,14 +25,12 @@ const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR
 
 // Two Aurora nodes (24 tiles) under max-min.
 emu::Engine aurora(int workers, bool collective_ops, bool call_tapes = true) {
-  Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\nnodes = 2\n", "run.toml");
-  Cluster c = load_cluster(cfg, kPresets);
   emu::EngineOptions o;
   o.workers = workers;
   o.trace = false;
   o.collective_ops = collective_ops;
   o.call_tapes = call_tapes;
-  return emu::Engine(c.topology, std::move(c.network), c.device, o);
+  return test::aurora_engine(kPresets, 2, o);
 }
 
 // The groups a block uses: the tile's node (12 tiles) and its ring across the nodes (2).

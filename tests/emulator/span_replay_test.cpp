@@ -23,14 +23,12 @@ const std::filesystem::path kPresets = std::filesystem::path(COCODIFF_CONFIG_DIR
 
 // Two Aurora nodes (24 tiles) under max-min.
 emu::Engine aurora(int workers, bool collective_ops, bool replay) {
-  Config cfg = Config::parse("[cluster]\npreset = \"aurora\"\nnodes = 2\n", "run.toml");
-  Cluster c = load_cluster(cfg, kPresets);
   emu::EngineOptions o;
   o.workers = workers;
   o.trace = false;
   o.collective_ops = collective_ops;
   o.replay = replay;
-  return emu::Engine(c.topology, std::move(c.network), c.device, o);
+  return test::aurora_engine(kPresets, 2, o);
 }
 
 struct Groups {

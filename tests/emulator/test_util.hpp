@@ -4,9 +4,13 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <memory>
+#include <string>
 
+#include "core/config.hpp"
 #include "emulator/engine.hpp"
+#include "net_models/cluster.hpp"
 #include "net_models/device_model.hpp"
 #include "net_models/network_model.hpp"
 
@@ -39,6 +43,16 @@ inline emu::Engine make_engine(const Topology& topo, std::vector<LinkCost> tiers
 inline std::vector<LinkCost> uniform_tiers(int n, std::int64_t latency_ns, double bytes_per_s) {
   return std::vector<LinkCost>(static_cast<size_t>(n),
                                LinkCost{SimTime::from_ns(latency_ns), bytes_per_s});
+}
+
+/// `nodes` Aurora nodes (12 tiles each) from the cluster presets in `presets`, under the preset's
+/// network model (max-min), with `o`.
+inline emu::Engine aurora_engine(const std::filesystem::path& presets, int nodes,
+                                 emu::EngineOptions o) {
+  const Config cfg = Config::parse(
+      "[cluster]\npreset = \"aurora\"\nnodes = " + std::to_string(nodes) + "\n", "run.toml");
+  Cluster c = load_cluster(cfg, presets);
+  return emu::Engine(c.topology, std::move(c.network), c.device, std::move(o));
 }
 
 /// Two runs give the same timeline: virtual times, accounting, bytes, flows, events and hash.
