@@ -258,6 +258,13 @@ void Accounting::finish(RunResult& res) {
   res.labels = labels_;
 }
 
+bool Accounting::trace_closed() const {
+  if (!options_.trace) return true;
+  if (flow_trace_.size() < options_.trace_limit / 2) return false;
+  return std::all_of(tiles_.begin(), tiles_.end(),
+                     [this](const TileStats& t) { return t.trace.size() >= tile_trace_cap_; });
+}
+
 Accounting::Mark Accounting::mark(SimTime t0) const {
   Mark m;
   m.t0 = t0;

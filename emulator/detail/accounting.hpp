@@ -132,6 +132,9 @@ class Accounting {
     std::vector<std::vector<TraceEvent>> tile_trace;
     std::vector<TraceEvent> flow_trace;
   };
+  /// No further event or flow enters the trace: it is off, or every tile's part and the flows'
+  /// part are full (a region recorded now keeps no trace).
+  bool trace_closed() const;
   /// The counts now, for a region that starts at t0.
   Mark mark(SimTime t0) const;
   /// The effect of the region recorded since `m` (every tile's inner hash is that of the region

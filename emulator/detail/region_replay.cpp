@@ -103,9 +103,9 @@ void RegionReplay::event(int mark) {
   std::uint64_t id = 0;
   const bool replayable = ms.replayable && k_.options().replay;
   if (ms.span) {
-    // With the trace on, a span's record would copy the trace of its every region: its regions
-    // replay on their own instead.
-    if (replayable && !k_.options().trace) {
+    // While the trace takes events, a span's record would copy the trace of its every region:
+    // its regions replay on their own instead.
+    if (replayable && k_.accounting().trace_closed()) {
       id = id_of(span_ids_, ms.key);
       const auto rec = spans_.find(id);
       if (rec != spans_.end())

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <tuple>
 
 #include "core/errors.hpp"
 #include "core/replay.hpp"
@@ -99,6 +100,40 @@ TEST(SpanReplay, AReplayedSpanGivesTheSimulatedTimeline) {
       EXPECT_EQ(got.regions_replayed, 5u * 5u);
       EXPECT_GT(ref.flows, got.flows / 2);
     }
+  }
+}
+
+TEST(SpanReplay, OnceTheTraceIsFullSpansReplayAndTheTraceIsTheSimulatedOne) {
+  // While the trace takes events a span is not recorded (its record would copy them); once
+  // every tile's part and the flows' part are full, spans replay and keep no trace.
+  auto traced = [](bool replay, std::size_t limit) {
+    emu::EngineOptions o;
+    o.workers = 1;
+    o.trace = true;
+    o.trace_limit = limit;
+    o.replay = replay;
+    return test::aurora_engine(kPresets, 2, o);
+  };
+  auto key = [](const emu::TraceEvent& e) {
+    return std::tie(e.kind, e.rank, e.peer, e.tier, e.label, e.start, e.end, e.bytes);
+  };
+  for (const std::size_t limit : {std::size_t{2'000'000}, std::size_t{480}}) {
+    SCOPED_TRACE("trace limit " + std::to_string(limit));
+    emu::Engine off = traced(false, limit);
+    const emu::RunResult ref = steps(off, 6);
+    emu::Engine on = traced(true, limit);
+    const emu::RunResult got = steps(on, 6);
+    expect_same_timeline(got, ref);
+    ASSERT_EQ(got.trace.size(), ref.trace.size());
+    for (std::size_t i = 0; i < ref.trace.size(); ++i)
+      ASSERT_EQ(key(got.trace[i]), key(ref.trace[i])) << i;
+    EXPECT_EQ(got.trace_truncated, limit < 2'000'000);
+    // Untruncated, no step is replayed (no block starts quiescent either); truncated, the
+    // steps after the trace filled are.
+    if (limit < 2'000'000)
+      EXPECT_GT(got.regions_replayed, 0u);
+    else
+      EXPECT_EQ(got.regions_replayed, 0u);
   }
 }
 
