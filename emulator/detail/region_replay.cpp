@@ -160,11 +160,16 @@ SimTime RegionReplay::clock_offsets() {
 }
 
 void RegionReplay::keep_recorded(SimTime t0) {
+  records_.emplace(rec_.id, recorded_since(rec_.from, t0));
+}
+
+RegionReplay::RegionRecord RegionReplay::recorded_since(const Accounting::Mark& from,
+                                                        SimTime t0) const {
   RegionRecord r;
   r.end_ns = offsets_;
-  for (std::int64_t& e : r.end_ns) e += (t0 - rec_.from.t0).ns();
-  r.effect = k_.accounting().effect_since(rec_.from);
-  records_.emplace(rec_.id, std::move(r));
+  for (std::int64_t& e : r.end_ns) e += (t0 - from.t0).ns();
+  r.effect = k_.accounting().effect_since(from);
+  return r;
 }
 
 void RegionReplay::replay(const RegionRecord& r, SimTime t0) {
@@ -222,26 +227,20 @@ void RegionReplay::keep_span(SimTime t0) {
   span_rec_.active = false;
   if (span_rec_.mixed) return;
   SpanRecord& r = span_rec_.rec;
-  r.end_ns = offsets_;
-  for (std::int64_t& e : r.end_ns) e += (t0 - span_rec_.from.t0).ns();
-  r.effect = k_.accounting().effect_since(span_rec_.from);
+  r.whole = recorded_since(span_rec_.from, t0);
   r.open = k_.accounting().open_flows(span_rec_.from.t0);
   spans_.emplace(span_rec_.id, std::move(r));
 }
 
 void RegionReplay::replay_span(const SpanRecord& r, SimTime t0) {
+  // As a region: clocks, hosts, counts, trace and flows' share. The hashes follow.
+  replay(r.whole, t0);
   const int n = k_.topology().num_ranks();
   Accounting& acct = k_.accounting();
-  acct.apply(r.effect, t0);  // counts, trace and flows' share; the hashes follow
   cursor_.assign(static_cast<size_t>(n), 0);
   for (int rank = 0; rank < n; ++rank) {
     const auto u = static_cast<size_t>(rank);
-    FiberState& f = k_.main_fiber(rank);
-    f.clock = t0 + SimTime::from_ns(r.end_ns[u]);
-    if (acct.has_host())
-      acct.tile(rank).timing.set_host(t0 + SimTime::from_ns(r.end_ns[u + static_cast<size_t>(n)]));
-    f.replayed = true;
-    f.skipping = true;
+    k_.main_fiber(rank).skipping = true;
     // What begin folded at each inner mark, and the region open at the end mark.
     TileStats& t = acct.tile(rank);
     const std::vector<TileFold>& folds = r.folds[u];
@@ -253,9 +252,8 @@ void RegionReplay::replay_span(const SpanRecord& r, SimTime t0) {
     t.inner = folds.back().inner;
   }
   acct.replay_flow_folds(r.flow_folds, r.open, t0);
-  k_.fabric().skip_flows(r.effect.flows);
   replaying_ = &r;
-  replayed_ += r.marks.size() + 1;
+  replayed_ += r.marks.size();  // its inner regions; replay counted the span
 }
 
 }  // namespace cocodiff::emu::detail

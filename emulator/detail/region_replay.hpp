@@ -80,8 +80,7 @@ class RegionReplay final : public EventSource {
   };
   /// What a span did, relative to its start T0.
   struct SpanRecord {
-    std::vector<std::int64_t> end_ns;  // as RegionRecord's
-    Accounting::Effect effect;
+    RegionRecord whole;           // its clocks' ends and effect, as a region's
     std::vector<SpanMark> marks;  // its inner marks, in order
     /// Per tile: one fold per inner mark, then the region open at its end mark.
     std::vector<std::vector<TileFold>> folds;
@@ -103,6 +102,8 @@ class RegionReplay final : public EventSource {
   SimTime clock_offsets();
   /// Keeps the effect of the region recorded since the previous mark, whose end starts at t0.
   void keep_recorded(SimTime t0);
+  /// What the tiles did since `from` (a region's or a span's start), up to the mark at t0.
+  RegionRecord recorded_since(const Accounting::Mark& from, SimTime t0) const;
   /// Applies a recorded region's effect from t0.
   void replay(const RegionRecord& r, SimTime t0);
   /// Starts recording the region that starts at t0 under `id`.
