@@ -31,16 +31,21 @@ class Replay {
   /// depend on nothing but the key. On a sub-group: {}.
   virtual RegionMark begin_region(std::string_view key, bool may_skip) = 0;
   /// Collective over the world, like begin_region: a span of the run starts here and ends at the
-  /// next begin_span, the regions it holds included. With `may_skip`, the caller promises that
-  /// everything the rank does until then (its calls, its charges, the keys of the regions it
-  /// marks) depends only on the key and the span's start state. A backend that already
-  /// simulated a span of this key from the same start state applies its recorded effect and
-  /// returns replayed = true; the caller then runs its code as usual, but every call it makes
-  /// on any communicator returns at once, complete, and takes no time, and every region mark
-  /// inside the span answers replayed as the recorded one did (a region's key that differs
-  /// from the recording's is an internal error). Calls must then move sizes only. On a
-  /// sub-group: {}.
-  virtual RegionMark begin_span(std::string_view key, bool may_skip) = 0;
+  /// next begin_span, the regions it holds included. The rank goes on at once; the backend
+  /// judges the span's start state where the rank next makes a call that is not a compute
+  /// charge (or marks, or ends), and what it computes up to there is always simulated. With
+  /// `may_skip`, the caller promises that
+  /// everything the rank does until the next begin_span (its calls, its charges, the keys of the
+  /// regions it marks) depends only on the key and the span's start state. A backend that
+  /// already simulated a span of this key from the same start state applies its recorded
+  /// effect; the caller runs its code as usual, but every call it makes on any communicator
+  /// returns at once, complete, and takes no time, and every region mark inside the span
+  /// answers replayed as the recorded one did (a region's key that differs from the
+  /// recording's is an internal error). Calls must then move sizes only. `next` names what
+  /// follows the span's end (what the rank computes after the next begin_span, up to its first
+  /// call): a span whose messages were still in flight at its end is replayed only where `next`
+  /// is the same. Nothing on a sub-group.
+  virtual void begin_span(std::string_view key, bool may_skip, std::string_view next) = 0;
 
   /// A rank's calls, recorded to be issued again (backend-specific).
   class CallTape {

@@ -394,10 +394,12 @@ void denoise_step(Sampling& s, int i) {
   if (st.on_step) st.on_step(comm.rank(), i);
   if (st.on_step_clock) st.on_step_clock(comm.rank(), i, comm.now());
   // In phantom mode a step is a span (Replay::begin_span) that depends on the strategy's key for
-  // it and on the blocks' state, unless the step cache decides it by its own measurements.
+  // it and on the blocks' state, unless the step cache decides it by its own measurements. What
+  // follows it is the next step's embeddings, or the latent's gather after the last.
   if (s.replay != nullptr)
     s.replay->begin_span("step " + s.attn->step_key(i) + " | " + s.blocks->state_key(),
-                         s.phantom && !s.step_cache->active());
+                         s.phantom && !s.step_cache->active(),
+                         i + 1 < s.out.steps ? "step" : "latent gather");
   const double sigma = s.out.sigmas[static_cast<size_t>(i)];
   const double next = s.out.sigmas[static_cast<size_t>(i) + 1];
   StepForwards f(s, i, sigma);
@@ -472,7 +474,7 @@ RunOutput generate(Communicator& comm, const ModelConfig& cfg, const Weights& w,
   s.replay = replay_of(comm);
   if (s.replay != nullptr) s.ex.blocks = &s.blocks.emplace(*s.attn, *s.replay, phantom);
   for (int i = 0; i < s.out.steps; ++i) denoise_step(s, i);
-  if (s.replay != nullptr) s.replay->begin_span("latent gather", false);
+  if (s.replay != nullptr) s.replay->begin_span("latent gather", false, "end");
   gather_latent(s);
   return std::move(s.out);
 }

@@ -43,19 +43,19 @@ EmuComm::EmuComm(detail::Kernel& kernel, detail::FiberState& self, detail::Group
 Replay::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
   spoil_tape();
   if (size() != kernel_.topology().num_ranks()) return {};
-  return kernel_.begin_region(self_, key, may_skip, false);
+  return kernel_.begin_region(self_, key, may_skip);
 }
 
-Replay::RegionMark EmuComm::begin_span(std::string_view key, bool may_skip) {
+void EmuComm::begin_span(std::string_view key, bool may_skip, std::string_view next) {
   spoil_tape();
-  if (size() != kernel_.topology().num_ranks()) return {};
-  return kernel_.begin_region(self_, key, may_skip, true);
+  if (size() != kernel_.topology().num_ranks()) return;
+  kernel_.begin_span(self_, key, may_skip, next);
 }
 
 bool EmuComm::host_reference() const { return kernel_.device().host_reference(); }
 
 void EmuComm::compute(const OpCost& cost) {
-  if (skipped()) return;
+  if (self_.skipping) return;  // free inside a replayed span; no arrival at a span mark
   if (TapeCall* c = record(TapeCall::Kind::kCompute, 0, {})) {
     // Played as a charge of its device time: the same time and event as Kernel::compute's.
     c->dt = kernel_.device_time(cost);
@@ -71,7 +71,8 @@ void EmuComm::run_math(const std::function<void()>& work) {
   kernel_.run_math(self_, work);
 }
 
-bool EmuComm::skipped(std::span<const float> a, std::span<const float> b) const {
+bool EmuComm::skipped(std::span<const float> a, std::span<const float> b) {
+  kernel_.arrive(self_);
   if (!self_.skipping) return false;
   COCO_CHECK(a.empty() && b.empty(), "a call with data inside a replayed span");
   return true;
@@ -238,7 +239,10 @@ struct EmuRequest final : RequestImpl {
     if (owner.tape != nullptr) owner.tape->usable = false;  // its answer depends on timing
     return kernel.test(owner, *state);
   }
-  std::optional<SimTime> completed_at() const override { return kernel.done_time(*state); }
+  std::optional<SimTime> completed_at() const override {
+    kernel.arrive(owner);  // the answer depends on how far the run is: a call as any other
+    return kernel.done_time(*state);
+  }
 };
 }  // namespace
 

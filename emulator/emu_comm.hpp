@@ -76,8 +76,8 @@ class EmuComm final : public Communicator, public Replay {
   void run_math(const std::function<void()>& work) override;
   /// World communicator only (sub-groups return {}): see Replay::begin_region.
   RegionMark begin_region(std::string_view key, bool may_skip) override;
-  /// World communicator only (sub-groups return {}): see Replay::begin_span.
-  RegionMark begin_span(std::string_view key, bool may_skip) override;
+  /// World communicator only (nothing on sub-groups): see Replay::begin_span.
+  void begin_span(std::string_view key, bool may_skip, std::string_view next) override;
   /// The tile's calls on all of its communicators (the main fiber's): see begin_tape.
   bool begin_tape() override;
   std::unique_ptr<CallTape> end_tape() override;
@@ -118,9 +118,10 @@ class EmuComm final : public Communicator, public Replay {
                    std::span<const float> a = {}, std::span<const float> b = {});
   /// Something a tape cannot issue again happened while one records.
   void spoil_tape();
-  /// Inside a replayed span (Replay::begin_span) the tile's calls are free: true, and the call
-  /// returns at once (its buffers must be sizes only).
-  bool skipped(std::span<const float> a = {}, std::span<const float> b = {}) const;
+  /// Every call but a compute charge starts here: the tile first arrives at the span mark it
+  /// passed, if any (Kernel::arrive). Inside a replayed span (Replay::begin_span) the tile's
+  /// calls are free: true, and the call returns at once (its buffers must be sizes only).
+  bool skipped(std::span<const float> a = {}, std::span<const float> b = {});
 
   /// Registers the call for mismatch checks and runs `spec`, whatever its schedule (all-to-all,
   /// all-gather, all-reduce, barrier), at the collective level (EngineOptions::collective_ops)

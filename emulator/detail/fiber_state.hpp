@@ -4,6 +4,7 @@
 
 #include <boost/fiber/context.hpp>
 #include <cstdint>
+#include <string>
 
 #include "core/sim_time.hpp"
 #include "emulator/detail/stack_pool.hpp"
@@ -45,6 +46,12 @@ struct FiberState {
   std::uint64_t region_id = 0;
   /// Inside a replayed span (Replay::begin_span): the tile's calls are free until its end.
   bool skipping = false;
+  /// A span mark the tile has passed and not yet arrived at (RegionReplay::begin): it arrives
+  /// there at its next call that is not a compute charge, at its next mark or at its end. -1:
+  /// none. With it, what it passed there (key, may_skip, next).
+  int pending_span = -1;
+  bool pending_may_skip = false;
+  std::string pending_key, pending_next;
   EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none
   struct TapeRun* tape_run = nullptr;  // blocked in Kernel::run_tape: the calls the engine issues
   StackBounds stack;                   // set when the fiber's stack is allocated

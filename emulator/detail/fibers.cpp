@@ -87,6 +87,7 @@ void Kernel::fiber_main(FiberState& f, const std::function<void(Communicator&)>&
     for (int i = 0; i < topo_.num_ranks(); ++i) world.members[static_cast<size_t>(i)] = i;
     EmuComm comm(*this, f, std::move(world), f.rank);
     tile_main(comm);
+    arrive(f);  // at a span mark it passed last
   } catch (const Cancelled&) {
   } catch (...) {
     record_error(f.rank, std::current_exception());
@@ -198,6 +199,7 @@ void Kernel::complete(ReqState& r, SimTime t) {
 }
 
 void Kernel::wait(FiberState& f, ReqState& req) {
+  arrive(f);
   const SimTime before = f.clock;
   {
     std::unique_lock<NullLock> lk(state_lock_);
@@ -224,6 +226,7 @@ void Kernel::finish_wait(FiberState& f, ReqState& req, SimTime before) {
 }
 
 bool Kernel::test(FiberState& f, ReqState& req) {
+  arrive(f);
   std::unique_lock<NullLock> lk(state_lock_);
   if (!req.done) {
     // Whether it completes by f.clock is known only once virtual time reaches f.clock.

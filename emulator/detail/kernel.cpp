@@ -158,6 +158,7 @@ bool Kernel::controller_step(std::unique_lock<NullLock>& lk) {
       first = s;
     }
   if (first == nullptr) return false;  // stuck
+  if (first != regions_.get()) last_work_ = std::max(last_work_, t);
   first->fire();
   return true;
 }
@@ -263,10 +264,15 @@ bool Kernel::nothing_under_way() const {
          });
 }
 
-Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip,
-                                        bool span) {
-  return regions_->begin(f, key, may_skip, span);
+Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
+  return regions_->begin(f, key, may_skip, false);
 }
+
+void Kernel::begin_span(FiberState& f, std::string_view key, bool may_skip, std::string_view next) {
+  regions_->begin(f, key, may_skip, true, next);
+}
+
+void Kernel::arrive_pending(FiberState& f) { regions_->arrive_pending(f); }
 
 void Kernel::run_tape(FiberState& f, TapeRun& run) { tapes_->start(f, run); }
 

@@ -139,9 +139,15 @@ class Kernel {
                       KernelClass kernel = KernelClass::kNone);
   /// Runs `work` (pure arithmetic) on a math thread or here; other fibers run meanwhile.
   void run_math(FiberState& f, const std::function<void()>& work);
-  /// A region mark of the world (see Replay::begin_region), or a span's (begin_span) with
-  /// `span`; main fibers only.
-  Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip, bool span);
+  /// A region mark of the world (see Replay::begin_region); main fibers only.
+  Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
+  /// A span mark of the world (see Replay::begin_span); main fibers only.
+  void begin_span(FiberState& f, std::string_view key, bool may_skip, std::string_view next);
+  /// Tile f's call other than a compute charge: it first arrives at the span mark it passed,
+  /// if any (RegionReplay::arrive_pending).
+  void arrive(FiberState& f) {
+    if (f.pending_span >= 0) arrive_pending(f);
+  }
   /// Starts a fiber at parent's clock that runs body and then completes req at its own clock.
   void spawn_comm(FiberState& parent, std::function<void(FiberState&)> body, ReqPtr req);
   /// A collective call issued by tile f's host (DeviceModel::collective_issue): its kernel
@@ -237,11 +243,16 @@ class Kernel {
   void finish_wait(FiberState& f, ReqState& req, SimTime before);
   void wake(FiberState& f);
   void complete(ReqState& r, SimTime t);
+  /// The latest time any work (anything but a region mark) had an event at; a replayed
+  /// region's work counts up to `t` (work_until).
+  SimTime last_work() const { return last_work_; }
+  void work_until(SimTime t) { last_work_ = std::max(last_work_, t); }
   /// Nothing is under way but the tiles themselves: every tile is alive, no collective, pass,
   /// transfer, flow, timer or failure is pending and no tile has a collective open.
   bool nothing_under_way() const;
 
  private:
+  void arrive_pending(FiberState& f);
   /// Marks req as an open collective of its tile (compute beside it overlaps it).
   void open_collective(FiberState& parent, ReqState& req);
   struct CollectiveEntry {
@@ -323,6 +334,7 @@ class Kernel {
   /// run before anything later; held messages enter the network before its transfers; at one
   /// time, the network's events come before timers, and timers before region marks.
   std::vector<EventSource*> sources_;
+  SimTime last_work_;  // last_work()
 
   struct Failure {
     int rank;

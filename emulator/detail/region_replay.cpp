@@ -13,33 +13,65 @@
 namespace cocodiff::emu::detail {
 
 Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool may_skip,
-                                       bool span) {
+                                       bool span, std::string_view next) {
   if (k_.aborting()) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
+  arrive_pending(f);  // a span mark the tile passed comes first
   TileStats& t = k_.accounting().tile(f.rank);
   if (f.skipping)
     if (const std::optional<Replay::RegionMark> inner = skip_mark(f, key, span)) {
       ++t.marks;
       return *inner;
     }
-  // While a span records, every mark a tile passes is inside it (its end included).
-  if (span_rec_.active)
+  // While a span records, every mark a tile passes is inside it (its end included). A span
+  // ends where its tiles pass its end mark: what they compute from there to their arrival is
+  // simulated after a replay, as it was here.
+  if (span_rec_.active) {
     span_rec_.rec.folds[static_cast<size_t>(f.rank)].push_back(
         {(t.region_start - span_rec_.from.t0).ns(), t.inner});
+    if (span) span_rec_.ends[static_cast<size_t>(f.rank)] = {f.clock, t.timing, t.events};
+  }
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
   t.last_inner = t.inner;
   t.inner = kHashBasis;
   t.region_start = f.clock;
   const int m = t.marks++;
+  if (span) {
+    pass_span(f, m, key, may_skip, next);
+    return {};
+  }
+  return arrive(f, m, key, may_skip, false);
+}
+
+void RegionReplay::pass_span(FiberState& f, int mark, std::string_view key, bool may_skip,
+                             std::string_view next) {
+  f.pending_span = mark;
+  f.pending_key = key;
+  f.pending_may_skip = may_skip;
+  f.pending_next = next;
+}
+
+void RegionReplay::arrive_pending(FiberState& f) {
+  if (f.pending_span < 0) return;
+  const int m = f.pending_span;
+  f.pending_span = -1;
+  const std::string key = std::move(f.pending_key);
+  const std::string next = std::move(f.pending_next);
+  arrive(f, m, key, f.pending_may_skip, true, next);
+}
+
+Replay::RegionMark RegionReplay::arrive(FiberState& f, int m, std::string_view key, bool may_skip,
+                                        bool span, std::string_view next) {
   const int n = k_.topology().num_ranks();
   std::unique_lock<NullLock> lk(k_.state_lock());
   MarkState& ms = marks_[m];
   if (ms.arrived == 0) {
     ms.key = key;
+    ms.next = next;
     ms.span = span;
     ms.waiters.swap(spare_waiters_);  // every tile waits here: the last mark's storage fits
-  } else if (ms.key != key) {
+  } else if (ms.key != key || ms.next != next) {
     ms.replayable = false;
     span_rec_.mixed = true;  // harmless when none records
   }
@@ -76,6 +108,14 @@ std::pair<int, SimTime> RegionReplay::next() const {
 
 void RegionReplay::event(int mark) {
   MarkState& ms = marks_.at(mark);
+  // A replayed region's work (its messages still in flight where its tiles passed its end)
+  // was over by the next mark's earliest arrival when it was recorded. Earlier, it would be
+  // under way here, and the replay would have dropped it: the caller broke a span's promise
+  // (what the tiles compute after its end mark, up to their first call, differs).
+  COCO_CHECK(ms.min_clock >= quiet_until_,
+             "mark " + std::to_string(mark) + " ('" + ms.key +
+                 "') is reached before the work of the span replayed before it ended: a span's "
+                 "next must name what its tiles do after its end mark, up to their first call");
   if (!quiescent(ms)) {
     ms.broken = true;
     rec_.active = false;
@@ -92,29 +132,31 @@ void RegionReplay::event(int mark) {
     return;
   }
   const SimTime t0 = clock_offsets();
-  // The region that ends here was recorded from the previous mark: keep its effect.
-  if (rec_.active && rec_.mark + 1 == mark) keep_recorded(t0);
+  // The region that ends here was recorded from the previous mark: keep its effect. Not where
+  // it ends at a span mark: the tiles are at their arrivals there, past its end.
+  if (rec_.active && rec_.mark + 1 == mark && !ms.span) keep_recorded(t0);
   rec_.active = false;
   if (span_rec_.active && ms.span)
     keep_span(t0);
   else if (span_rec_.active)
     span_rec_.rec.flow_folds.push_back(k_.accounting().open_flows(span_rec_.from.t0));
-  k_.accounting().fold_flow_hash(t0);
+  // The flows are folded where the mark is quiescent. A span mark's tiles arrive after it: it
+  // folds where it was quiescent already when the first tile passed it (its work ended by the
+  // earliest clock there), as a region mark would, and, where the span may be replayed, at any
+  // quiescent arrival (a replay folds from its start). No flow started between a span mark and
+  // the arrivals: they are folded from the earliest clock at the mark itself.
+  if (!ms.span)
+    k_.accounting().fold_flow_hash(t0);
+  else if (const SimTime first = mark_clock(); ms.replayable || k_.last_work() <= first)
+    k_.accounting().fold_flow_hash(first);
   std::uint64_t id = 0;
   const bool replayable = ms.replayable && k_.options().replay;
   if (ms.span) {
     // While the trace takes events, a span's record would copy the trace of its every region:
     // its regions replay on their own instead.
-    if (replayable && k_.accounting().trace_closed()) {
-      id = id_of(span_ids_, ms.key);
-      const auto rec = spans_.find(id);
-      if (rec != spans_.end())
-        replay_span(rec->second, t0);
-      else
-        start_span(id, t0);
-    }
+    if (replayable && k_.accounting().trace_closed()) replay_or_record_span(ms, t0);
   } else if (replayable) {
-    id = id_of(region_ids_, ms.key);
+    id = id_of(region_ids_, ms.key, offsets_);
     const auto rec = records_.find(id);
     if (rec != records_.end())
       replay(rec->second, t0);
@@ -126,10 +168,26 @@ void RegionReplay::event(int mark) {
   release(ms);
 }
 
+void RegionReplay::replay_or_record_span(const MarkState& ms, SimTime t0) {
+  const std::vector<std::int64_t>& state = span_state(t0);
+  std::uint64_t id = id_of(span_ids_, ms.key, state);
+  auto rec = spans_.find(id);
+  // A span that ended with work in flight was recorded before a given next: before another,
+  // it is recorded again, under its key and that next.
+  if (rec != spans_.end() && rec->second.tail && rec->second.next != ms.next) {
+    id = id_of(span_ids_, ms.key + "\n" + ms.next, state);
+    rec = spans_.find(id);
+  }
+  if (rec != spans_.end())
+    replay_span(rec->second, t0);
+  else
+    start_span(id, t0, ms.next);
+}
+
 std::uint64_t RegionReplay::id_of(
     std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t>& ids,
-    const std::string& key) {
-  const auto [it, added] = ids.try_emplace({key, offsets_}, next_id_);
+    const std::string& key, const std::vector<std::int64_t>& state) {
+  const auto [it, added] = ids.try_emplace({key, state}, next_id_);
   if (added) ++next_id_;
   return it->second;
 }
@@ -159,6 +217,25 @@ SimTime RegionReplay::clock_offsets() {
   return t0;
 }
 
+SimTime RegionReplay::mark_clock() const {
+  SimTime first = SimTime::max();
+  for (int r = 0; r < k_.topology().num_ranks(); ++r)
+    first = std::min(first, k_.accounting().tile(r).region_start);
+  return first;
+}
+
+const std::vector<std::int64_t>& RegionReplay::span_state(SimTime t0) {
+  // Beside the clocks and hosts: what the tiles did between the mark and their arrivals, as
+  // their hashes hold it (a replayed span folds its inner marks' hashes as recorded).
+  span_state_ = offsets_;
+  for (int r = 0; r < k_.topology().num_ranks(); ++r) {
+    const TileStats& t = k_.accounting().tile(r);
+    span_state_.push_back((t.region_start - t0).ns());
+    span_state_.push_back(static_cast<std::int64_t>(t.inner));
+  }
+  return span_state_;
+}
+
 void RegionReplay::keep_recorded(SimTime t0) {
   records_.emplace(rec_.id, recorded_since(rec_.from, t0));
 }
@@ -168,6 +245,7 @@ RegionReplay::RegionRecord RegionReplay::recorded_since(const Accounting::Mark& 
   RegionRecord r;
   r.end_ns = offsets_;
   for (std::int64_t& e : r.end_ns) e += (t0 - from.t0).ns();
+  r.quiet_ns = (k_.last_work() - from.t0).ns();
   r.effect = k_.accounting().effect_since(from);
   return r;
 }
@@ -186,6 +264,8 @@ void RegionReplay::replay(const RegionRecord& r, SimTime t0) {
   }
   k_.accounting().apply(r.effect, t0);
   k_.fabric().skip_flows(r.effect.flows);
+  quiet_until_ = t0 + SimTime::from_ns(r.quiet_ns);
+  k_.work_until(quiet_until_);
   ++replayed_;
 }
 
@@ -214,13 +294,15 @@ std::optional<Replay::RegionMark> RegionReplay::skip_mark(FiberState& f, std::st
   return Replay::RegionMark{true, sm.id};
 }
 
-void RegionReplay::start_span(std::uint64_t id, SimTime t0) {
+void RegionReplay::start_span(std::uint64_t id, SimTime t0, const std::string& next) {
   span_rec_.active = true;
   span_rec_.mixed = false;
   span_rec_.id = id;
+  span_rec_.next = next;
   span_rec_.from = k_.accounting().mark(t0);
   span_rec_.rec = SpanRecord{};
   span_rec_.rec.folds.resize(static_cast<size_t>(k_.topology().num_ranks()));
+  span_rec_.ends.resize(static_cast<size_t>(k_.topology().num_ranks()));
 }
 
 void RegionReplay::keep_span(SimTime t0) {
@@ -228,7 +310,23 @@ void RegionReplay::keep_span(SimTime t0) {
   if (span_rec_.mixed) return;
   SpanRecord& r = span_rec_.rec;
   r.whole = recorded_since(span_rec_.from, t0);
+  // Each tile's part ends where it passed the end mark (its clock, host and counts there).
+  const Accounting::Mark& from = span_rec_.from;
+  const auto n = static_cast<size_t>(k_.topology().num_ranks());
+  Accounting::Effect& e = r.whole.effect;
+  for (size_t u = 0; u < n; ++u) {
+    const TileEnd& end = span_rec_.ends[u];
+    r.whole.end_ns[u] = (end.clock - from.t0).ns();
+    if (k_.accounting().has_host()) r.whole.end_ns[u + n] = (end.timing.host() - from.t0).ns();
+    e.compute[u] = end.timing.compute() - from.compute[u];
+    e.exposed[u] = end.timing.exposed() - from.exposed[u];
+    e.host_wait[u] = end.timing.host_wait() - from.host_wait[u];
+    e.events[u] = end.events - from.events[u];
+  }
   r.open = k_.accounting().open_flows(span_rec_.from.t0);
+  r.next = span_rec_.next;
+  r.tail = r.whole.quiet_ns >
+           *std::min_element(r.whole.end_ns.begin(), r.whole.end_ns.begin() + static_cast<long>(n));
   spans_.emplace(span_rec_.id, std::move(r));
 }
 

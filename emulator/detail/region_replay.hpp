@@ -4,9 +4,13 @@
 // key they passed, so a region seen before from the same offsets is not simulated again: its
 // recorded effect on the clocks and counts is applied (Accounting::apply), exactly.
 // A span (Replay::begin_span) runs from its mark to the next span mark, whatever regions it
-// holds, quiescent or not: recorded between two quiescent span marks, it is replayed the same
-// way, its regions' hash folds included, and its tiles then pass its inner marks without
-// waiting, their calls free (FiberState::skipping), until its end.
+// holds, quiescent or not. A tile passes a span mark without waiting and arrives there at its
+// next call that is not a compute charge (or its next mark, or its end): what it computes
+// before touches nothing another tile sees, so the mark is judged where the tiles arrive, and
+// work still in flight at the mark may be over by then. Recorded between two quiescent
+// arrivals, a span is replayed the same way, its regions' hash folds included, and its tiles
+// then pass its inner marks without waiting, their calls free (FiberState::skipping), up to
+// its end mark, where the recording took their clocks and counts.
 
 #include <cstdint>
 #include <map>
@@ -27,9 +31,14 @@ class RegionReplay final : public EventSource {
  public:
   explicit RegionReplay(Kernel& k) : k_(k) {}
 
-  /// Tile f reaches its next mark (main fibers only): waits there until every tile has, then
-  /// learns whether the region that follows was replayed.
-  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, bool span);
+  /// Tile f reaches its next mark (main fibers only). At a region mark it waits until every
+  /// tile has, then learns whether the region that follows was replayed. A span mark it passes
+  /// (FiberState::pending_span), answering {}.
+  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, bool span,
+                           std::string_view next = {});
+  /// Tile f, which passed a span mark, arrives there (at its first call that is not a compute
+  /// charge): waits until every tile has. Nothing when it has none pending.
+  void arrive_pending(FiberState& f);
   /// The mark with tiles waiting at the earliest clock, and that clock; -1 when none has.
   std::pair<int, SimTime> next() const;
   /// The controller reached mark `mark`'s earliest clock: replays, records or releases it.
@@ -48,8 +57,8 @@ class RegionReplay final : public EventSource {
  private:
   Kernel& k_;
   struct MarkState {
-    std::string key;
-    bool replayable = true;  // every rank passed the same key and may_skip
+    std::string key, next;   // a span's next (Replay::begin_span)
+    bool replayable = true;  // every rank passed the same key, next and may_skip
     bool broken = false;     // released before all ranks arrived or with work in flight
     bool span = false;       // a span's mark (begin_span)
     std::uint64_t id = 0;    // a broken mark's id, for the tiles that arrive after its release
@@ -60,6 +69,7 @@ class RegionReplay final : public EventSource {
   /// What a region did, relative to its start T0 (the earliest clock at its mark).
   struct RegionRecord {
     std::vector<std::int64_t> end_ns;  // per tile: clock at the next mark - T0 (then hosts')
+    std::int64_t quiet_ns = 0;         // its last work's event - T0 (Kernel::last_work)
     Accounting::Effect effect;
   };
   struct Recording {
@@ -86,14 +96,40 @@ class RegionReplay final : public EventSource {
     std::vector<std::vector<TileFold>> folds;
     std::vector<Accounting::OpenFlows> flow_folds;  // folded at its quiescent inner marks
     Accounting::OpenFlows open;                     // open at its end mark
+    std::string next;                               // what followed its end (Replay::begin_span)
+    /// Its work was still in flight where the first tile passed its end mark: it is replayed
+    /// only before the same `next`.
+    bool tail = false;
+  };
+  /// A tile as it passed a recorded span's end mark.
+  struct TileEnd {
+    SimTime clock;
+    TileClock timing;  // its host and totals
+    std::uint64_t events = 0;
   };
   struct SpanRecording {
     bool active = false;
     bool mixed = false;  // the tiles passed different keys at an inner mark: not kept
     std::uint64_t id = 0;
+    std::string next;
     Accounting::Mark from;
     SpanRecord rec;
+    std::vector<TileEnd> ends;  // per tile
   };
+  /// Tile f passes span mark `mark`: it arrives there later (arrive_pending).
+  static void pass_span(FiberState& f, int mark, std::string_view key, bool may_skip,
+                        std::string_view next);
+  /// Tile f arrives at mark m: waits there until the controller judges it.
+  Replay::RegionMark arrive(FiberState& f, int m, std::string_view key, bool may_skip, bool span,
+                            std::string_view next = {});
+  /// At a quiescent span mark: replays the span recorded from the same start state before the
+  /// same next (where it must be), or starts recording it.
+  void replay_or_record_span(const MarkState& ms, SimTime t0);
+  /// The earliest clock at which a tile passed the latest mark (TileStats::region_start).
+  SimTime mark_clock() const;
+  /// What a span's start state is: the clock offsets, then every tile's region open since the
+  /// mark (its start from t0, its hash).
+  const std::vector<std::int64_t>& span_state(SimTime t0);
   /// Wakes the tiles waiting at a mark.
   void release(MarkState& ms);
   /// Every tile waits at the mark and nothing else is under way (Kernel::nothing_under_way).
@@ -108,10 +144,10 @@ class RegionReplay final : public EventSource {
   void replay(const RegionRecord& r, SimTime t0);
   /// Starts recording the region that starts at t0 under `id`.
   void start_recording(int mark, std::uint64_t id, SimTime t0);
-  /// The id of (key, offsets_) in `ids`, a new one if it has none.
+  /// The id of (key, state) in `ids`, a new one if it has none.
   std::uint64_t id_of(
       std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t>& ids,
-      const std::string& key);
+      const std::string& key, const std::vector<std::int64_t>& state);
   /// A tile of a replayed span at a mark: the recorded answer of an inner one, nullopt at the
   /// span's end (which it then passes as an ordinary mark).
   std::optional<Replay::RegionMark> skip_mark(FiberState& f, std::string_view key, bool span);
@@ -119,10 +155,11 @@ class RegionReplay final : public EventSource {
   void keep_span(SimTime t0);
   /// Applies a recorded span's effect from t0; its tiles skip to its end.
   void replay_span(const SpanRecord& r, SimTime t0);
-  /// Starts recording the span that starts at t0 under `id`.
-  void start_span(std::uint64_t id, SimTime t0);
+  /// Starts recording the span that starts at t0 under `id`, followed by `next`.
+  void start_span(std::uint64_t id, SimTime t0, const std::string& next);
   std::map<int, MarkState> marks_;
   std::vector<std::int64_t> offsets_;       // event's clock offsets of the tiles
+  std::vector<std::int64_t> span_state_;    // span_state's, kept between marks
   std::vector<FiberState*> spare_waiters_;  // a finished mark's waiters, cleared, for the next
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> region_ids_;
   std::unordered_map<std::uint64_t, RegionRecord> records_;
@@ -133,6 +170,7 @@ class RegionReplay final : public EventSource {
   const SpanRecord* replaying_ = nullptr;  // the span the tiles are skipping through
   std::vector<std::size_t> cursor_;        // per tile: its next inner mark of replaying_
   std::uint64_t next_id_ = 1;              // regions' and spans' ids (0: none)
+  SimTime quiet_until_;                    // the latest replayed region's work ended by then
   std::uint64_t replayed_ = 0;
   mutable int next_mark_ = -1;  // what next_time() found, for fire()
 };

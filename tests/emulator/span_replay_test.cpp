@@ -2,8 +2,10 @@
 // from the same start state with the timeline of simulating it (virtual times, accounting,
 // bytes, flows, events, timeline hash), on 1 and 2 workers, at the collective level and message
 // by message, where the regions inside it never start quiescent (a message crosses every block
-// mark); a replayed span's calls are free, its inner marks answer as recorded, and a region key
-// that differs from the recording's stops the run, never giving a timeline.
+// mark); a span mark is judged where the tiles arrive, at their first call after it, so one
+// passed with messages in flight that land while the tiles compute is quiescent there; a
+// replayed span's calls are free, its inner marks answer as recorded, and a region key that
+// differs from the recording's stops the run, never giving a timeline.
 
 #include <gtest/gtest.h>
 
@@ -36,12 +38,22 @@ struct Groups {
   std::unique_ptr<Communicator> node, ring;
 };
 
+// How a step starts and ends.
+struct Shape {
+  double embed_flops = 0;  // computed first, as a DiT embeds its inputs before its first block
+  bool late_tail = false;  // ends with half the tiles exchanging a message, not a barrier
+  bool last_apart = true;  // the last step names the end as what follows it (begin_span's next)
+};
+
 // One step: three blocks, each leaving a message to the other node in flight across the next
 // mark (no block mark is quiescent), then a tail that is not a block, then a barrier (the next
-// step's mark is quiescent). `inner` names the blocks' regions.
-void step(Communicator& world, Groups& g, const std::string& inner) {
+// step's mark is quiescent) or, with a late tail, a message between the nodes for half of the
+// tiles that the others do not wait for (it is in flight when they pass the next step's mark).
+// `inner` names the blocks' regions.
+void step(Communicator& world, Groups& g, const std::string& inner, Shape shape = {}) {
   Replay& r = *replay_of(world);
   const int me = g.node->rank();
+  if (shape.embed_flops > 0) world.compute({OpKind::kGemm, shape.embed_flops, 1e7, "embed"});
   Request pending[2];
   for (int k = 0; k < 3; ++k) {
     const bool replayed = r.begin_region(inner, true).replayed;
@@ -65,21 +77,30 @@ void step(Communicator& world, Groups& g, const std::string& inner) {
   pending[1].wait();
   world.compute({OpKind::kNorm, 1e6, 1e6 * (1 + me % 2), "final"});
   g.node->all_gather({}, {}, 512, "gather");
-  world.barrier();
+  if (!shape.late_tail) {
+    world.barrier();
+    return;
+  }
+  if (me < 6) {
+    const int peer = 1 - g.ring->rank();
+    Request out = g.ring->isend({}, 1 << 22, peer, 4, "late");
+    g.ring->irecv({}, 1 << 22, peer, 4, "late").wait();
+    out.wait();
+  }
 }
 
-emu::RunResult steps(emu::Engine& e, int n) {
-  return e.run([n](Communicator& world) {
+emu::RunResult steps(emu::Engine& e, int n, Shape shape = {}) {
+  return e.run([n, shape](Communicator& world) {
     const int me = world.world_rank(world.rank());
     Groups g;
     g.node = world.split(me / 12, me);
     g.ring = world.split(me % 12, me);
     world.barrier();
     for (int i = 0; i < n; ++i) {
-      (void)replay_of(world)->begin_span("step", true);
-      step(world, g, "block");
+      replay_of(world)->begin_span("step", true, shape.last_apart && i + 1 == n ? "end" : "step");
+      step(world, g, "block", shape);
     }
-    (void)replay_of(world)->begin_span("end", false);
+    replay_of(world)->begin_span("end", false, "");
   });
 }
 
@@ -99,6 +120,34 @@ TEST(SpanReplay, AReplayedSpanGivesTheSimulatedTimeline) {
       // on its own: none starts quiescent).
       EXPECT_EQ(got.regions_replayed, 5u * 5u);
       EXPECT_GT(ref.flows, got.flows / 2);
+    }
+  }
+}
+
+TEST(SpanReplay, AMarkPassedWithMessagesInFlightIsJudgedWhereTheTilesArrive) {
+  // Half the tiles end each step with a 4 MiB message between the nodes; the others pass the
+  // next step's mark while it flies. Computing first (200 GFLOP of embedding, longer than the
+  // message), every tile arrives at the mark, at its first call, after the message landed: the
+  // mark is quiescent there and steps replay. Without that compute, the tiles arrive at the
+  // mark itself, the message still in flight, and nothing replays.
+  for (const bool collective_ops : {true, false}) {
+    for (const int workers : {1, 2}) {
+      for (const double embed : {2e11, 0.0}) {
+        SCOPED_TRACE("collective ops " + std::to_string(collective_ops) + ", workers " +
+                     std::to_string(workers) + ", embedding " + std::to_string(embed));
+        const Shape shape{embed, true};
+        emu::Engine off = aurora(workers, collective_ops, false);
+        const emu::RunResult ref = steps(off, 6, shape);
+        emu::Engine on = aurora(workers, collective_ops, true);
+        const emu::RunResult got = steps(on, 6, shape);
+        expect_same_timeline(got, ref);
+        EXPECT_EQ(ref.regions_replayed, 0u);
+        // Step 0 starts behind a barrier, step 1 behind a late tail: steps 2 to 4 replay
+        // step 1, its five regions each. Step 5 is followed by the end, not by a step's
+        // embedding: its message would still fly when the tiles arrive at the end mark, and
+        // step 1's record, made before a step, is not replayed there.
+        EXPECT_EQ(got.regions_replayed, embed > 0 ? 3u * 5u : 0u);
+      }
     }
   }
 }
@@ -137,6 +186,18 @@ TEST(SpanReplay, OnceTheTraceIsFullSpansReplayAndTheTraceIsTheSimulatedOne) {
   }
 }
 
+TEST(SpanReplayDeathTest, ASpanWhoseNextIsNotWhatFollowsItStopsTheRun) {
+  // The last step names a step as what follows it, but the end follows: replayed from a step
+  // that ended with its message in flight, it would drop that message, which is still in flight
+  // where the tiles arrive at the end mark. The run stops there, never giving a timeline.
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  emu::Engine e = aurora(1, true, true);
+  Shape shape{2e11, true};
+  shape.last_apart = false;
+  EXPECT_DEATH(steps(e, 4, shape),
+               "is reached before the work of the span replayed before it ended");
+}
+
 TEST(SpanReplayDeathTest, AnInnerRegionUnlikeTheRecordingStopsTheRun) {
   // The span's key promises the same regions; a caller that breaks the promise is caught (an
   // internal check: the caller's bug), never given a timeline.
@@ -149,10 +210,10 @@ TEST(SpanReplayDeathTest, AnInnerRegionUnlikeTheRecordingStopsTheRun) {
     g.ring = world.split(me % 12, me);
     world.barrier();
     for (int i = 0; i < 4; ++i) {
-      (void)replay_of(world)->begin_span("step", true);
+      replay_of(world)->begin_span("step", true, "step");
       step(world, g, i < 2 ? "block" : "other block");
     }
-    (void)replay_of(world)->begin_span("end", false);
+    replay_of(world)->begin_span("end", false, "");
   }),
                "region 'other block' inside a replayed span, whose recording marked region "
                "'block' there");
