@@ -29,7 +29,11 @@ Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool
   if (span_rec_.active) {
     span_rec_.rec.folds[static_cast<size_t>(f.rank)].push_back(
         {(t.region_start - span_rec_.from.t0).ns(), t.inner});
-    if (span) span_rec_.ends[static_cast<size_t>(f.rank)] = {f.clock, t.timing, t.events};
+    if (span) {
+      const TileClock& c = t.timing;
+      span_rec_.ends[static_cast<size_t>(f.rank)] = {f.clock,     c.host(),      c.compute(),
+                                                     c.exposed(), c.host_wait(), t.events};
+    }
   }
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
@@ -37,19 +41,14 @@ Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool
   t.inner = kHashBasis;
   t.region_start = f.clock;
   const int m = t.marks++;
-  if (span) {
-    pass_span(f, m, key, may_skip, next);
+  if (span) {  // passed: the tile arrives at its next call (arrive_pending)
+    f.pending_span = m;
+    f.pending_key = key;
+    f.pending_may_skip = may_skip;
+    f.pending_next = next;
     return {};
   }
   return arrive(f, m, key, may_skip, false);
-}
-
-void RegionReplay::pass_span(FiberState& f, int mark, std::string_view key, bool may_skip,
-                             std::string_view next) {
-  f.pending_span = mark;
-  f.pending_key = key;
-  f.pending_may_skip = may_skip;
-  f.pending_next = next;
 }
 
 void RegionReplay::arrive_pending(FiberState& f) {
@@ -298,9 +297,9 @@ void RegionReplay::start_span(std::uint64_t id, SimTime t0, const std::string& n
   span_rec_.active = true;
   span_rec_.mixed = false;
   span_rec_.id = id;
-  span_rec_.next = next;
   span_rec_.from = k_.accounting().mark(t0);
   span_rec_.rec = SpanRecord{};
+  span_rec_.rec.next = next;
   span_rec_.rec.folds.resize(static_cast<size_t>(k_.topology().num_ranks()));
   span_rec_.ends.resize(static_cast<size_t>(k_.topology().num_ranks()));
 }
@@ -317,14 +316,13 @@ void RegionReplay::keep_span(SimTime t0) {
   for (size_t u = 0; u < n; ++u) {
     const TileEnd& end = span_rec_.ends[u];
     r.whole.end_ns[u] = (end.clock - from.t0).ns();
-    if (k_.accounting().has_host()) r.whole.end_ns[u + n] = (end.timing.host() - from.t0).ns();
-    e.compute[u] = end.timing.compute() - from.compute[u];
-    e.exposed[u] = end.timing.exposed() - from.exposed[u];
-    e.host_wait[u] = end.timing.host_wait() - from.host_wait[u];
+    if (k_.accounting().has_host()) r.whole.end_ns[u + n] = (end.host - from.t0).ns();
+    e.compute[u] = end.compute - from.compute[u];
+    e.exposed[u] = end.exposed - from.exposed[u];
+    e.host_wait[u] = end.host_wait - from.host_wait[u];
     e.events[u] = end.events - from.events[u];
   }
   r.open = k_.accounting().open_flows(span_rec_.from.t0);
-  r.next = span_rec_.next;
   r.tail = r.whole.quiet_ns >
            *std::min_element(r.whole.end_ns.begin(), r.whole.end_ns.begin() + static_cast<long>(n));
   spans_.emplace(span_rec_.id, std::move(r));

@@ -103,22 +103,17 @@ class RegionReplay final : public EventSource {
   };
   /// A tile as it passed a recorded span's end mark.
   struct TileEnd {
-    SimTime clock;
-    TileClock timing;  // its host and totals
+    SimTime clock, host, compute, exposed, host_wait;  // its clock, host and totals there
     std::uint64_t events = 0;
   };
   struct SpanRecording {
     bool active = false;
     bool mixed = false;  // the tiles passed different keys at an inner mark: not kept
     std::uint64_t id = 0;
-    std::string next;
     Accounting::Mark from;
     SpanRecord rec;
     std::vector<TileEnd> ends;  // per tile
   };
-  /// Tile f passes span mark `mark`: it arrives there later (arrive_pending).
-  static void pass_span(FiberState& f, int mark, std::string_view key, bool may_skip,
-                        std::string_view next);
   /// Tile f arrives at mark m: waits there until the controller judges it.
   Replay::RegionMark arrive(FiberState& f, int m, std::string_view key, bool may_skip, bool span,
                             std::string_view next = {});
