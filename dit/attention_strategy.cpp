@@ -6,16 +6,6 @@
 
 namespace cocodiff::dit {
 
-TokenShard shard_tokens(std::int64_t total, int parts, int index) {
-  COCO_CHECK(parts >= 1 && index >= 0 && index < parts, "shard_tokens index");
-  const std::int64_t base = total / parts, rem = total % parts;
-  TokenShard s;
-  s.total = total;
-  s.count = base + (index < rem ? 1 : 0);
-  s.begin = index * base + std::min<std::int64_t>(index, rem);
-  return s;
-}
-
 std::vector<Tensor> SerialAttention::attend(const Exec& ex, const QkvSource& src,
                                             const AttentionShape& shape) {
   const int streams = src.num_streams();

@@ -14,6 +14,7 @@
 // shards them (AttentionStrategy::text_shard, `parallel.shard_text`), sharded over its Ulysses
 // group as xDiT does, and exchanged with the image tokens.
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -21,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/errors.hpp"
 #include "core/tensor.hpp"
 #include "dit/exec.hpp"
 
@@ -43,7 +45,16 @@ struct TokenGrid {
 };
 
 /// Rank `index` of `parts` gets total/parts tokens, the first total%parts ranks one more.
-TokenShard shard_tokens(std::int64_t total, int parts, int index);
+/// Inline: phantom exchanges ask it for every member of a group, for every block.
+inline TokenShard shard_tokens(std::int64_t total, int parts, int index) {
+  COCO_CHECK(parts >= 1 && index >= 0 && index < parts, "shard_tokens index");
+  const std::int64_t base = total / parts, rem = total % parts;
+  TokenShard s;
+  s.total = total;
+  s.count = base + (index < rem ? 1 : 0);
+  s.begin = index * base + std::min<std::int64_t>(index, rem);
+  return s;
+}
 
 /// The token streams of one attention layer, in the model's concatenation order.
 class QkvSource {

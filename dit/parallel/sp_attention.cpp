@@ -37,11 +37,6 @@ HeadSplit::HeadSplit(int heads, int parts) {
   }
 }
 
-TokenShard TokenChunk::of(const TokenShard& shard) const {
-  const std::int64_t a = shard.count * index / count, b = shard.count * (index + 1) / count;
-  return TokenShard{shard.begin + a, b - a, shard.total};
-}
-
 // to_heads: x [B*n_me, *] -> block (me, d) = [B*n_me, cols(d).count] = x[:, cols(d)]
 // (n_me: this rank's tokens, or their chunk)
 std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, const Tensor& x,
@@ -70,8 +65,7 @@ void unpack_to_heads(const Exec& ex, const SpGroup& g, BlockExchange& x, std::in
                      TokenChunk chunk) {
   x.finish(ex);
   const int p = g.size();
-  std::int64_t rows = 0;
-  for (int s = 0; s < p; ++s) rows += batch * chunk.of(shard_tokens(total, p, s)).count;
+  const std::int64_t rows = batch * chunk.total_of(total, p);
   if (!ex.phantom && width > 0)
     for (int s = 0; s < p; ++s) {
       const TokenShard sh = chunk.of(shard_tokens(total, p, s));

@@ -106,7 +106,17 @@ struct ColumnRange {
 struct TokenChunk {
   int index = 0, count = 1;
   /// The chunk of a member's shard: [begin, begin + count) of the group's tokens.
-  TokenShard of(const TokenShard& shard) const;
+  TokenShard of(const TokenShard& shard) const {
+    const std::int64_t a = shard.count * index / count, b = shard.count * (index + 1) / count;
+    return TokenShard{shard.begin + a, b - a, shard.total};
+  }
+  /// The tokens of this chunk of every member's shard of `total` over `parts` members.
+  std::int64_t total_of(std::int64_t total, int parts) const {
+    // The shards hold total/parts tokens, the first total%parts one more.
+    const std::int64_t base = total / parts, rem = total % parts;
+    const auto part = [&](std::int64_t c) { return c * (index + 1) / count - c * index / count; };
+    return rem * part(base + 1) + (parts - rem) * part(base);
+  }
 };
 
 /// Sequence -> heads: starts the exchange of x (rows: B x this rank's tokens of `total`, or of
