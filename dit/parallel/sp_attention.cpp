@@ -16,6 +16,19 @@ size_t u(std::int64_t i) { return static_cast<size_t>(i); }
 
 constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_all"};
 
+// Per member of p: the rows of `chunk` of its shard of `total` tokens, times batch. The shards
+// take two sizes (the first total % p one token more), so the rows do too: filled, not asked of
+// shard_tokens member by member (a phantom exchange at 1,536 tiles does this on every tile).
+std::vector<std::int64_t> shard_rows(std::int64_t total, int p, int batch, TokenChunk chunk) {
+  const std::int64_t base = total / p, rem = total % p;
+  const auto rows = [&](std::int64_t tokens) {
+    return batch * chunk.of(TokenShard{0, tokens, total}).count;
+  };
+  std::vector<std::int64_t> r(u(p), rows(base));
+  std::fill_n(r.begin(), rem, rows(base + 1));
+  return r;
+}
+
 std::vector<ColumnRange> head_columns(const HeadSplit& hs, int head_dim) {
   std::vector<ColumnRange> c;
   for (size_t d = 0; d < hs.begin.size(); ++d)
@@ -46,11 +59,8 @@ std::unique_ptr<BlockExchange> start_to_heads(const Exec& ex, const SpGroup& g, 
   const int p = g.size();
   COCO_CHECK(x.rows() == batch * chunk.of(shard_tokens(total, p, g.rank())).count,
              "to_heads: x " + x.shape_str());
-  std::vector<std::int64_t> rows(u(p)), widths(u(p));
-  for (int m = 0; m < p; ++m) {
-    rows[u(m)] = batch * chunk.of(shard_tokens(total, p, m)).count;
-    widths[u(m)] = cols[u(m)].count;
-  }
+  std::vector<std::int64_t> rows = shard_rows(total, p, batch, chunk), widths(u(p));
+  for (int m = 0; m < p; ++m) widths[u(m)] = cols[u(m)].count;
   auto xc =
       std::make_unique<BlockExchange>(g, BlockShapeFn(std::move(rows), std::move(widths), true),
                                       ex.phantom, std::move(label), v_major);
@@ -84,11 +94,8 @@ Tensor to_sequence(const Exec& ex, const SpGroup& g, const Tensor& o, std::int64
                    const std::vector<ColumnRange>& cols, std::string label) {
   const int p = g.size(), me = g.rank();
   COCO_CHECK(o.rows() == batch * total, "to_sequence: o " + o.shape_str());
-  std::vector<std::int64_t> rows(u(p)), widths(u(p));
-  for (int m = 0; m < p; ++m) {
-    rows[u(m)] = batch * shard_tokens(total, p, m).count;
-    widths[u(m)] = cols[u(m)].count;
-  }
+  std::vector<std::int64_t> rows = shard_rows(total, p, batch, TokenChunk{}), widths(u(p));
+  for (int m = 0; m < p; ++m) widths[u(m)] = cols[u(m)].count;
   BlockExchange xc(g, BlockShapeFn(std::move(rows), std::move(widths), false), ex.phantom,
                    std::move(label));
   xc.start(ex, [&](int d, MatMap out) {
