@@ -21,11 +21,8 @@ constexpr std::string_view kA2a[3] = {"q_all_to_all", "k_all_to_all", "v_all_to_
 // shard_tokens member by member (a phantom exchange at 1,536 tiles does this on every tile).
 std::vector<std::int64_t> shard_rows(std::int64_t total, int p, int batch, TokenChunk chunk) {
   const std::int64_t base = total / p, rem = total % p;
-  const auto rows = [&](std::int64_t tokens) {
-    return batch * chunk.of(TokenShard{0, tokens, total}).count;
-  };
-  std::vector<std::int64_t> r(u(p), rows(base));
-  std::fill_n(r.begin(), rem, rows(base + 1));
+  std::vector<std::int64_t> r(u(p), batch * chunk.count_of(base));
+  std::fill_n(r.begin(), rem, batch * chunk.count_of(base + 1));
   return r;
 }
 

@@ -107,15 +107,18 @@ struct TokenChunk {
   int index = 0, count = 1;
   /// The chunk of a member's shard: [begin, begin + count) of the group's tokens.
   TokenShard of(const TokenShard& shard) const {
-    const std::int64_t a = shard.count * index / count, b = shard.count * (index + 1) / count;
-    return TokenShard{shard.begin + a, b - a, shard.total};
+    return TokenShard{shard.begin + shard.count * index / count, count_of(shard.count),
+                      shard.total};
+  }
+  /// The tokens of this chunk of a shard of `tokens` tokens.
+  std::int64_t count_of(std::int64_t tokens) const {
+    return tokens * (index + 1) / count - tokens * index / count;
   }
   /// The tokens of this chunk of every member's shard of `total` over `parts` members.
   std::int64_t total_of(std::int64_t total, int parts) const {
     // The shards hold total/parts tokens, the first total%parts one more.
     const std::int64_t base = total / parts, rem = total % parts;
-    const auto part = [&](std::int64_t c) { return c * (index + 1) / count - c * index / count; };
-    return rem * part(base + 1) + (parts - rem) * part(base);
+    return rem * count_of(base + 1) + (parts - rem) * count_of(base);
   }
 };
 
