@@ -30,6 +30,29 @@ class Replay {
   /// recorded effect and returns replayed = true: the caller skips the body, which must then
   /// depend on nothing but the key. On a sub-group: {}.
   virtual RegionMark begin_region(std::string_view key, bool may_skip) = 0;
+  /// Collective over the world, like begin_region, but judged where the rank arrives, as a
+  /// span mark is: the rank goes on at once, and the backend judges the region's start state
+  /// where it next makes a call that is not a compute charge (or marks, or ends); what it
+  /// computes up to there is always simulated. The region ends where the rank passes its next
+  /// mark. The answer is known at the mark only inside a replayed span (replayed = true, as
+  /// begin_region's: skip the body). Elsewhere it is {}: the caller runs the body, and where
+  /// the backend replays the region from the arrivals, every call the rank makes from there up
+  /// to its next mark returns at once, complete, taking no time (calls must then move sizes
+  /// only, and what the rank does up to its next mark must depend on nothing but the key, as
+  /// with begin_region's `may_skip`); passed_answer() then says so. `next` names what follows
+  /// the region's end, as begin_span's does: what the rank computes after its next mark, up to
+  /// its first call there. A region whose messages were still in flight at its end is replayed
+  /// only where `next` is the same. A backend whose trace still takes events may judge it at
+  /// the mark instead, as begin_region does (the answer is then known at the mark). On a
+  /// sub-group: {}.
+  virtual RegionMark pass_region(std::string_view key, bool may_skip, std::string_view next) = 0;
+  /// After pass_region, before the rank's next mark: how the backend judged the region it
+  /// passed. The rank arrives there first if it has not (as at a call). replayed = true: the
+  /// region was replayed from the arrivals, every call since was free, and `id` names the
+  /// record replayed (as begin_region's); replayed = false with an id: the region was
+  /// simulated and may be replayed under that id later. Where the backend judged the region at
+  /// its mark, the answer it gave there.
+  virtual RegionMark passed_answer() = 0;
   /// Collective over the world, like begin_region: a span of the run starts here and ends at the
   /// next begin_span, the regions it holds included. The rank goes on at once; the backend
   /// judges the span's start state where the rank next makes a call that is not a compute

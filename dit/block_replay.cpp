@@ -85,7 +85,14 @@ StrategyStats BlockReplay::replayed() const {
     const Effect& e = effects_.at(id);
     r.merge(scaled(e.stats, e.replays));
   }
-  return r;
+  if (!has_sums(discount_)) return r;
+  for (const auto& [kind, v] : discount_.v_first)
+    COCO_CHECK(r.v_first.count(kind) != 0,
+               "a block replayed from its arrivals measured what its simulated block did not");
+  for (const auto& [tier, v] : discount_.v_major)
+    COCO_CHECK(r.v_major.count(tier) != 0,
+               "a block replayed from its arrivals measured what its simulated block did not");
+  return stats_added(r, discount_);
 }
 
 void BlockReplay::run(std::string_view kind, int attention_layers,
@@ -98,7 +105,19 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
   const auto known = first_cache_.find(key);
   const bool cache_known = known != first_cache_.end();
   const std::string region = counts && !cache_known ? key + " | first exchange" : key;
-  const Replay::RegionMark mark = replay_.begin_region(region, phantom_ && deps.has_value());
+  // The block before said what follows it: its replay from its arrivals depended on it.
+  COCO_CHECK(expected_.empty() || expected_ == key,
+             "block '" + key + "' follows a block that named '" + expected_ + "' as its next");
+  expected_.clear();
+  // Judged where the tiles arrive where what follows the block is known. Not a block whose
+  // calls are issued from a tape: a tape starts with the charges before its first call.
+  const bool passed = phantom_ && deps.has_value() && next_kind_.has_value() && !deps->calls_fixed;
+  if (passed)
+    expected_ = next_kind_->empty() ? "blocks end" : "block " + *next_kind_ + " | " + deps->key;
+  next_kind_.reset();
+  const Replay::RegionMark mark = passed
+                                      ? replay_.pass_region(region, true, expected_)
+                                      : replay_.begin_region(region, phantom_ && deps.has_value());
   // Inside a replayed span, a block the strategy cannot skip runs, its calls free.
   if (mark.replayed && !deps) {
     body();
@@ -136,15 +155,28 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
     body();
   }
   const StrategyStats after = attn_.stats();
+  // A passed block's judgement: replayed from its arrivals (its calls were free), or the id it
+  // was simulated under.
+  const Replay::RegionMark answer = passed ? replay_.passed_answer() : mark;
+  if (answer.replayed) {
+    COCO_CHECK(answer.id < simulated_.size() && simulated_[answer.id],
+               "a replayed block was never simulated on this rank");
+    discount_.merge(stats_added(after, before));
+    if (auto it = effects_.find(answer.id); it != effects_.end()) ++it->second.replays;
+    COCO_CHECK(!counts || cache_known, "a first exchange was replayed before one was simulated");
+    return;
+  }
   const double cache = after.v_major_cache_bytes - before.v_major_cache_bytes;
   COCO_CHECK(counts || cache == 0, "a block counted V-Major cache for layers it had seen");
   if (counts && deps && !cache_known) first_cache_.emplace(key, cache);
-  if (phantom_ && mark.id != 0) {
-    if (simulated_.size() <= mark.id) simulated_.resize(mark.id + 1, false);
-    simulated_[mark.id] = true;
-    // Most simulated blocks never recur: a block that measured nothing keeps no entry.
+  if (phantom_ && answer.id != 0) {
+    if (simulated_.size() <= answer.id) simulated_.resize(answer.id + 1, false);
+    simulated_[answer.id] = true;
+    // Most simulated blocks never recur: a block that measured nothing keeps no entry. One
+    // simulated again under an id already known (its record was not kept) did the same: the
+    // replays counted under that id stay.
     StrategyStats added = stats_added(after, before);
-    if (has_sums(added)) effects_[mark.id] = {std::move(added), 0};
+    if (has_sums(added)) effects_.try_emplace(answer.id, Effect{std::move(added), 0});
   }
 }
 
@@ -153,7 +185,15 @@ std::string BlockReplay::state_key() const {
   return "first exchanges known " + std::to_string(first_cache_.size());
 }
 
-void BlockReplay::end() { replay_.begin_region("blocks end", false); }
+void BlockReplay::then(std::string_view next_kind) { next_kind_ = std::string(next_kind); }
+
+void BlockReplay::end() {
+  COCO_CHECK(expected_.empty() || expected_ == "blocks end",
+             "a pass's blocks end after a block that named '" + expected_ + "' as its next");
+  expected_.clear();
+  next_kind_.reset();
+  replay_.begin_region("blocks end", false);
+}
 
 namespace {
 
@@ -196,6 +236,10 @@ void run_block(const Exec& ex, std::string_view kind, int attention_layers,
     return;
   }
   ex.blocks->run(kind, attention_layers, block);
+}
+
+void then_block(const Exec& ex, const BlockKinds& kinds, int i, int n) {
+  if (ex.blocks != nullptr && kinds) ex.blocks->then(i + 1 < n ? kinds(i + 1) : std::string());
 }
 
 void end_blocks(const Exec& ex) {

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -45,6 +46,13 @@ class BlockReplay {
   /// Marks a region for one block of `kind` with `attention_layers` attention layers, and runs
   /// `body` unless the backend replays it.
   void run(std::string_view kind, int attention_layers, const std::function<void()>& body);
+  /// Says what follows the end of the block run() marks next: a block of `next_kind`, or the
+  /// end of the pass's blocks where it is empty (end()). Called by whoever knows the order of
+  /// the blocks (run_blocks), before each one. A phantom block so told is a region judged where
+  /// its tiles arrive (Replay::pass_region): its start state is read after what its tiles
+  /// compute before their first call, where the last block's exchanges may have ended. A block
+  /// not told is judged at its mark (Replay::begin_region).
+  void then(std::string_view next_kind);
   /// Marks the end of a pass's blocks (what follows them is not a block).
   void end();
   /// What of this rank's block state a span of blocks depends on beside the strategy's: which
@@ -64,6 +72,12 @@ class BlockReplay {
   };
   std::unordered_map<std::uint64_t, Effect> effects_;  // region id -> what it did, if anything
   std::vector<bool> simulated_;                        // by region id: simulated on this rank
+  std::optional<std::string> next_kind_;               // then()'s, for the block run() marks next
+  /// The region key the last block said follows it ("blocks end": the pass's end); empty: none.
+  std::string expected_;
+  /// What the blocks replayed from their arrivals measured, their calls free: not what they
+  /// did (their simulated blocks' effects stand for them), so taken off.
+  StrategyStats discount_;
   // Block kind and strategy key -> the V-Major cache bytes such a block adds when it exchanges
   // its layers for the first time (a function of the shapes: the same for every such block).
   std::unordered_map<std::string, double> first_cache_;
@@ -80,5 +94,11 @@ void run_block(const Exec& ex, std::string_view kind, int attention_layers,
                const std::function<void()>& body, std::string_view reference_list = {});
 /// After the last block of a pass, when the run marks blocks.
 void end_blocks(const Exec& ex);
+/// The kind of a pass's block i (as its run_block names it): what lets run_blocks say what
+/// follows each block (BlockReplay::then).
+using BlockKinds = std::function<std::string(int)>;
+/// Before block i of the n a loop runs before end_blocks: says what follows it, where the run
+/// marks blocks and `kinds` is given.
+void then_block(const Exec& ex, const BlockKinds& kinds, int i, int n);
 
 }  // namespace cocodiff::dit

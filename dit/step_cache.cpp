@@ -134,7 +134,8 @@ bool StepCache::decide(bool wants_skip, double change) {
 }
 
 void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>& block,
-                    const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input) {
+                    const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input,
+                    const BlockKinds& kinds) {
   COCO_CHECK(step_ >= 0 && !state.empty(), "StepCache::run before begin_forward");
   stats_.blocks_total += n_blocks;
   Slot& s = slots_[static_cast<size_t>(slot_)];
@@ -165,6 +166,7 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
   Tensor measured;
   if (opts_.policy == "first_block") {
     const Tensor in0 = copy_of(ex, *state[0]);
+    then_block(ex, kinds, 0, 1);
     block(0);
     end_blocks(ex);  // what follows is not part of the block (replayed blocks hold only theirs)
     first = 1;
@@ -196,7 +198,10 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
     return;
   }
   const std::vector<Tensor> before = snapshot();
-  for (int i = first; i < n_blocks; ++i) block(i);
+  for (int i = first; i < n_blocks; ++i) {
+    then_block(ex, kinds, i, n_blocks);
+    block(i);
+  }
   end_blocks(ex);
   stats_.blocks_run += n_blocks - first;
   keep_residuals(before);
@@ -207,11 +212,15 @@ void StepCache::run(const Exec& ex, int n_blocks, const std::function<void(int)>
 }
 
 void run_blocks(const Exec& ex, int n, const std::function<void(int)>& block,
-                const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input) {
+                const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input,
+                const BlockKinds& kinds) {
   if (ex.step_cache != nullptr && ex.step_cache->active()) {
-    ex.step_cache->run(ex, n, block, state, tea_input);
+    ex.step_cache->run(ex, n, block, state, tea_input, kinds);
   } else {
-    for (int i = 0; i < n; ++i) block(i);
+    for (int i = 0; i < n; ++i) {
+      then_block(ex, kinds, i, n);
+      block(i);
+    }
   }
   end_blocks(ex);
 }

@@ -43,6 +43,7 @@
 
 #include "core/communicator.hpp"
 #include "core/tensor.hpp"
+#include "dit/block_replay.hpp"
 #include "dit/exec.hpp"
 
 namespace cocodiff::dit {
@@ -94,7 +95,8 @@ class StepCache {
   void begin_forward(int step, int slot);
   /// The blocks of one pass (see run_blocks).
   void run(const Exec& ex, int n, const std::function<void(int)>& block,
-           const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input);
+           const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input,
+           const BlockKinds& kinds = {});
   StepCacheStats stats() const { return stats_; }
 
  private:
@@ -128,8 +130,10 @@ class StepCache {
 /// The transformer blocks of one forward pass: block(i) for i < n, each in place on `state`
 /// (state[0] the image stream the decision reads, then any other stream the blocks update),
 /// through ex.step_cache when it is active (`tea_input` gives TeaCache's indicator; it may be
-/// empty for other policies), then end_blocks(ex).
+/// empty for other policies), then end_blocks(ex). `kinds` names each block's kind, so that a
+/// phantom run may judge a block where its tiles arrive (BlockReplay::then); it may be empty.
 void run_blocks(const Exec& ex, int n, const std::function<void(int)>& block,
-                const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input = {});
+                const std::vector<Tensor*>& state, const std::function<Tensor()>& tea_input = {},
+                const BlockKinds& kinds = {});
 
 }  // namespace cocodiff::dit

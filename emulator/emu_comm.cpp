@@ -46,6 +46,18 @@ Replay::RegionMark EmuComm::begin_region(std::string_view key, bool may_skip) {
   return kernel_.begin_region(self_, key, may_skip);
 }
 
+Replay::RegionMark EmuComm::pass_region(std::string_view key, bool may_skip,
+                                        std::string_view next) {
+  spoil_tape();
+  if (size() != kernel_.topology().num_ranks()) return {};
+  return kernel_.pass_region(self_, key, may_skip, next);
+}
+
+Replay::RegionMark EmuComm::passed_answer() {
+  if (size() != kernel_.topology().num_ranks()) return {};
+  return kernel_.passed_answer(self_);
+}
+
 void EmuComm::begin_span(std::string_view key, bool may_skip, std::string_view next) {
   spoil_tape();
   if (size() != kernel_.topology().num_ranks()) return;
@@ -74,6 +86,7 @@ void EmuComm::run_math(const std::function<void()>& work) {
 bool EmuComm::skipped(std::span<const float> a, std::span<const float> b) {
   kernel_.arrive(self_);
   if (!self_.skipping) return false;
+  spoil_tape();  // a region replayed from the arrival the call just made: its calls are not issued
   COCO_CHECK(a.empty() && b.empty(), "a call with data inside a replayed span");
   return true;
 }

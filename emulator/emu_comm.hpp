@@ -76,6 +76,10 @@ class EmuComm final : public Communicator, public Replay {
   void run_math(const std::function<void()>& work) override;
   /// World communicator only (sub-groups return {}): see Replay::begin_region.
   RegionMark begin_region(std::string_view key, bool may_skip) override;
+  /// World communicator only (sub-groups return {}): see Replay::pass_region.
+  RegionMark pass_region(std::string_view key, bool may_skip, std::string_view next) override;
+  /// World communicator only (sub-groups return {}): see Replay::passed_answer.
+  RegionMark passed_answer() override;
   /// World communicator only (nothing on sub-groups): see Replay::begin_span.
   void begin_span(std::string_view key, bool may_skip, std::string_view next) override;
   /// The tile's calls on all of its communicators (the main fiber's): see begin_tape.

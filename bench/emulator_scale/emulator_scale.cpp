@@ -17,6 +17,10 @@
 //  large    the 1,536-tile row: each strategy's whole phantom run on --large-nodes
 //           Aurora nodes with replay and collective-level operations, CPU and wall seconds
 //           (medians of --repeats) and peak resident memory beside the goal (60 s, 1 GiB).
+//  video    the video goal: phantom Wan 2.1 14B, 720p, 81 frames (configs/wan-video.toml), each
+//           strategy's whole run of --video-steps steps on --video-nodes Aurora nodes, one
+//           worker, replay and collective-level operations on: CPU and wall seconds (medians of
+//           --repeats) and peak resident memory beside the goal (120 s of wall time, 2 GiB).
 //  workers  real-math runs (1 tile, --real-nodes) and one phantom step on --replay-nodes, each on
 //           one worker, the default count and every hardware thread: wall and CPU seconds.
 //  memory   report.json's memory_estimate_bytes against the peak resident memory of the child
@@ -27,14 +31,15 @@
 // <out>/memory_estimate.{csv,json}.
 //
 //   emulator_scale [--out DIR] [--smoke]
-//                  [--parts phantom,real,math,replay,grid,collective,large,workers,memory]
+//                  [--parts phantom,real,math,replay,grid,collective,large,video,workers,memory]
 //                  [--nodes 1,2,4]
 //                  [--model flux1-dev] [--resolution 1024] [--strategy usp]
 //                  [--blocks D,S] [--steps 1] [--real-nodes 2,8]
 //                  [--replay-strategies usp,tapa,v_first,flat,cocodiff] [--replay-nodes 8]
 //                  [--replay-resolution 2048] [--replay-steps 28] [--repeats 3]
 //                  [--large-strategies tapa,v_first,flat,cocodiff] [--large-nodes 128]
-//                  [--large-steps 28] [--memory-tiles 256,512,1024,2048]
+//                  [--large-steps 28] [--video-strategies cocodiff,tapa,usp,flat]
+//                  [--video-nodes 128] [--video-steps 50] [--memory-tiles 256,512,1024,2048]
 
 #include <algorithm>
 #include <cmath>
@@ -53,11 +58,14 @@ namespace cocodiff::bench {
 namespace {
 
 struct Options {
-  std::set<std::string> parts = {"phantom",    "real",  "math",    "replay", "grid",
-                                 "collective", "large", "workers", "memory"};
+  std::set<std::string> parts = {"phantom",    "real",  "math",  "replay",  "grid",
+                                 "collective", "large", "video", "workers", "memory"};
   std::vector<std::string> large_strategies = {"tapa", "v_first", "flat", "cocodiff"};
   int large_nodes = 128;
   int large_steps = 28;
+  std::vector<std::string> video_strategies = {"cocodiff", "tapa", "usp", "flat"};
+  int video_nodes = 128;
+  int video_steps = 50;
   std::vector<int> nodes = {1, 2, 4, 8, 16, 32, 64, 128};
   std::string model = "flux1-dev";
   int resolution = 1024;
@@ -110,6 +118,9 @@ Options parse(const Args& a) {
     o.large_strategies = {"tapa", "cocodiff"};
     o.large_nodes = 2;
     o.large_steps = 2;
+    o.video_strategies = {"cocodiff"};
+    o.video_nodes = 1;
+    o.video_steps = 2;
     o.grid_steps = 3;
     o.memory_tiles = {16};
     o.memory_aurora = false;
@@ -157,6 +168,15 @@ Options parse(const Args& a) {
       std::stringstream ss(v);
       std::string p;
       while (std::getline(ss, p, ',')) o.large_strategies.push_back(p);
+    } else if (k == "--video-strategies") {
+      o.video_strategies.clear();
+      std::stringstream ss(v);
+      std::string p;
+      while (std::getline(ss, p, ',')) o.video_strategies.push_back(p);
+    } else if (k == "--video-nodes") {
+      o.video_nodes = std::stoi(v);
+    } else if (k == "--video-steps") {
+      o.video_steps = std::stoi(v);
     } else if (k == "--large-nodes") {
       o.large_nodes = std::stoi(v);
     } else if (k == "--large-steps") {
@@ -644,6 +664,76 @@ void large(const Args& a, const Options& o) {
              "largest of the repeats; replay and collective-level operations on (the defaults)"}});
 }
 
+// The video goal: configs/wan-video.toml's whole phantom runs, one strategy after another,
+// repeats interleaved.
+void video(const Args& a, const Options& o) {
+  Table t({"strategy", "tiles", "steps", "virtual s", "CPU s", "wall s", "peak RSS MiB",
+           "regions replayed", "goal (<= 120 s wall, <= 2 GiB)", "command"});
+  const std::filesystem::path config = a.config_dir / "wan-video.toml";
+  auto sets_of = [&](const std::string& s) {
+    return std::vector<std::string>{"cluster.nodes=" + std::to_string(o.video_nodes),
+                                    "run.steps=" + std::to_string(o.video_steps),
+                                    "run.strategy=" + s, "emulator.trace=false",
+                                    "emulator.workers=" + std::to_string(a.workers)};
+  };
+  Progress progress(o.video_strategies.size() * static_cast<size_t>(o.repeats));
+  std::map<std::string, std::vector<double>> cpu, wall;
+  std::map<std::string, ChildRun> last;
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (const std::string& s : o.video_strategies) {
+      progress.step(fmt("Wan 2.1 %s on %d nodes, repeat %d", s.c_str(), o.video_nodes, rep + 1));
+      const std::filesystem::path dir = a.out / "runs" / fmt("video_%s_%d", s.c_str(), rep);
+      std::vector<std::string> argv = {a.cocodiff.string(), "run", config.string(), "--out",
+                                       dir.string(),        "-q"};
+      for (const std::string& x : sets_of(s)) argv.insert(argv.end(), {"--set", x});
+      ChildRun r = run_report(argv, dir);
+      if (!r.ok()) fail(r, "video run of " + s);
+      cpu[s].push_back(r.cpu_s);
+      wall[s].push_back(r.wall_s);
+      if (r.maxrss_kib > last[s].maxrss_kib || last[s].report.is_null()) last[s] = std::move(r);
+    }
+  progress.done();
+  for (const std::string& s : o.video_strategies) {
+    const nlohmann::json& rep = last[s].report;
+    const double c = median(cpu[s]), w = median(wall[s]);
+    const double rss_mib = static_cast<double>(last[s].maxrss_kib) / 1024;
+    const bool met = w <= 120 && rss_mib <= 2048;
+    std::string cmd = "cocodiff run configs/wan-video.toml";
+    for (const std::string& x : sets_of(s)) cmd += " --set " + x;
+    t.add({s, std::to_string(rep["ranks"].get<int>()), std::to_string(o.video_steps),
+           fmt("%.4f", rep["virtual_time_s"].get<double>()), fmt("%.2f", c), fmt("%.2f", w),
+           fmt("%.0f", rss_mib), std::to_string(rep["regions_replayed"].get<std::int64_t>()),
+           met ? "met" : "not met", cmd},
+          {{"strategy", s},
+           {"tiles", rep["ranks"]},
+           {"steps", o.video_steps},
+           {"virtual_time_s", rep["virtual_time_s"]},
+           {"cpu_s", cpu[s]},
+           {"wall_s", wall[s]},
+           {"median_cpu_s", c},
+           {"median_wall_s", w},
+           {"peak_rss_mib", rss_mib},
+           {"regions_replayed", rep["regions_replayed"]},
+           {"flows", rep["flows"]},
+           {"goal_met", met},
+           {"timeline_sha256", rep["timeline_sha256"]},
+           {"command", cmd}});
+  }
+  t.finish(a, "emulator_video",
+           {{"model", "wan2.1-t2v-14b"},
+            {"height", 720},
+            {"width", 1280},
+            {"frames", 81},
+            {"nodes", o.video_nodes},
+            {"steps", o.video_steps},
+            {"repeats", o.repeats},
+            {"workers", a.workers},
+            {"note",
+             "wall s = the child's wall time, CPU s = its user + system CPU, medians of the "
+             "repeats; peak RSS is the largest of the repeats; replay and collective-level "
+             "operations on (the defaults)"}});
+}
+
 // The study grid as whole images, one run at a time, one worker each: what a what-if sweep of
 // the paper's configurations costs. SD3.5's learned position table stops at 3072 px.
 void grid(const Args& a, const Options& o) {
@@ -1028,7 +1118,7 @@ void memory(const Args& a, const Options& o) {
 int main_impl(int argc, char** argv) {
   const Args a =
       parse_args(argc, argv,
-                 " [--parts phantom,real,math,replay,grid,collective,large,workers,memory] "
+                 " [--parts phantom,real,math,replay,grid,collective,large,video,workers,memory] "
                  "[--nodes 1,2,..] "
                  "[--model M] "
                  "[--resolution R] [--strategy S] [--blocks D,S] [--steps N] "
@@ -1037,6 +1127,7 @@ int main_impl(int argc, char** argv) {
                  "[--replay-strategies S,..] [--replay-nodes N] "
                  "[--replay-resolution R] [--replay-steps N] [--repeats N] "
                  "[--large-strategies S,..] [--large-nodes N] [--large-steps N] "
+                 "[--video-strategies S,..] [--video-nodes N] [--video-steps N] "
                  "[--memory-tiles 256,512,..]");
   Options o;
   try {
@@ -1052,6 +1143,7 @@ int main_impl(int argc, char** argv) {
   if (o.parts.count("grid")) grid(a, o);
   if (o.parts.count("collective")) collective(a, o);
   if (o.parts.count("large")) large(a, o);
+  if (o.parts.count("video")) video(a, o);
   if (o.parts.count("workers")) workers(a, o);
   if (o.parts.count("memory")) memory(a, o);
   return 0;

@@ -77,8 +77,9 @@ class DitXl final : public Model {
     models::check_finite(ex, "x_embedder", {&h});
     models::check_finite(ex, "t_embedder and y_embedder", {&c});
 
+    static constexpr const char* kKind = "dit";
     auto block = [&](int i) {
-      run_block(ex, "dit", 1, [&] {
+      run_block(ex, kKind, 1, [&] {
         const std::string b = "blocks." + std::to_string(i) + ".";
         const std::vector<Tensor> m =
             models::modulation(ex, w, b + "adaLN_modulation.1", c_silu, 6);
@@ -109,7 +110,8 @@ class DitXl final : public Model {
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h}, tea_input);
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h}, tea_input,
+        [](int) { return std::string(kKind); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       return Tensor();

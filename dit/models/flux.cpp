@@ -207,16 +207,16 @@ class Flux final : public Model {
     opt.attention_kind = "flux_double";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
     const int nd = cfg_.double_blocks;
+    auto kind = [&](int i) { return std::string(i < nd ? "flux double" : "flux single"); };
     auto block = [&](int i) {
       if (i < nd) {
-        run_block(ex, "flux double", 1, [&] {
+        run_block(ex, kind(i), 1, [&] {
           models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                               opt, temb, rope, in.shard.total, batch, h, c);
         });
         models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
       } else {
-        run_block(ex, "flux single", 1,
-                  [&] { single_block(ex, w, attn, i - nd, temb, rope, in, c, h); });
+        run_block(ex, kind(i), 1, [&] { single_block(ex, w, attn, i - nd, temb, rope, in, c, h); });
         models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i - nd);
       }
     };
@@ -232,7 +232,8 @@ class Flux final : public Model {
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : nd + cfg_.single_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input,
+        [&](int i) { return kind(b0 + i); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       *stage->text = std::move(c);

@@ -123,13 +123,14 @@ class Flux2 final : public Model {
     const models::StreamRope rope{&img_rope, &txt_rope};
 
     const int nd = cfg_.double_blocks;
+    auto kind = [&](int i) { return std::string(i < nd ? "flux2 double" : "flux2 single"); };
     auto block = [&](int i) {
       if (i < nd) {
-        run_block(ex, "flux2 double", 1,
+        run_block(ex, kind(i), 1,
                   [&] { double_block(ex, w, attn, i, m_img, m_txt, rope, in, c, h); });
         models::check_finite(ex, "transformer_blocks", {&h, &c}, i);
       } else {
-        run_block(ex, "flux2 single", 1,
+        run_block(ex, kind(i), 1,
                   [&] { single_block(ex, w, attn, i - nd, m_single, rope, in, c, h); });
         models::check_finite(ex, "single_transformer_blocks", {&h, &c}, i - nd);
       }
@@ -142,7 +143,8 @@ class Flux2 final : public Model {
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : nd + cfg_.single_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input,
+        [&](int i) { return kind(b0 + i); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       *stage->text = std::move(c);

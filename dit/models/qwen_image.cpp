@@ -87,8 +87,9 @@ class QwenImage final : public Model {
     opt.qk_norm = cfg_.qk_norm;
     opt.attention_kind = "qwen-image_joint";
     opt.sharded_text_tokens = models::sharded_text_tokens(in);
+    static constexpr const char* kKind = "qwen-image joint";
     auto block = [&](int i) {
-      run_block(ex, "qwen-image joint", 1, [&] {
+      run_block(ex, kKind, 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames,
                             opt, temb, {&img_rope, &txt_rope}, in.shard.total, batch, h, c);
       });
@@ -101,7 +102,8 @@ class QwenImage final : public Model {
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input,
+        [](int) { return std::string(kKind); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       *stage->text = std::move(c);

@@ -99,14 +99,17 @@ class Sd3 final : public Model {
     silu(ex, temb, "temb_silu");
     models::check_finite(ex, "pos_embed", {&h});
     models::check_finite(ex, "context_embedder and time_text_embed", {&c, &temb});
+    // The last block (text not updated) and SD3.5 Medium's dual-attention blocks differ.
+    auto kind = [&](int i) {
+      const models::JointBlockOptions o = block_options(i);
+      return std::string(o.context_pre_only ? "sd3 joint, context pre-only"
+                         : o.dual_attention ? "sd3 joint, dual attention"
+                                            : "sd3 joint");
+    };
     auto block = [&](int i) {
       models::JointBlockOptions o = block_options(i);
       o.sharded_text_tokens = models::sharded_text_tokens(in);
-      // The last block (text not updated) and SD3.5 Medium's dual-attention blocks differ.
-      const char* kind = o.context_pre_only ? "sd3 joint, context pre-only"
-                         : o.dual_attention ? "sd3 joint, dual attention"
-                                            : "sd3 joint";
-      run_block(ex, kind, o.dual_attention ? 2 : 1, [&] {
+      run_block(ex, kind(i), o.dual_attention ? 2 : 1, [&] {
         models::joint_block(ex, w, attn, cfg_, "transformer_blocks." + std::to_string(i), kNames, o,
                             temb, {}, in.shard.total, batch, h, c);
       });
@@ -120,7 +123,8 @@ class Sd3 final : public Model {
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input);
+        ex, b1 - b0, [&](int i) { block(b0 + i); }, {&h, &c}, tea_input,
+        [&](int i) { return kind(b0 + i); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       *stage->text = std::move(c);

@@ -126,17 +126,19 @@ class Wan final : public Model {
     models::check_finite(ex, "patch_embedding", {&h});
     models::check_finite(ex, "condition_embedder", {&temb, &tp, &text});
 
+    static constexpr const char* kKind = "wan";
     auto one_block = [&](int i) {
       // diffusers' WanTransformer3DModel holds its blocks in `blocks`.
       run_block(
-          ex, "wan", 1, [&] { block(ex, w, attn, in, i, tp, text, rope, h); }, "blocks");
+          ex, kKind, 1, [&] { block(ex, w, attn, in, i, tp, text, rope, h); }, "blocks");
       models::check_finite(ex, "blocks", {&h}, i);
     };
     // TeaCache4Wan2.1 reads the timestep projection (its e0) rather than a norm's output.
     const int b0 = stage != nullptr ? stage->first_block : 0;
     const int b1 = stage != nullptr ? stage->last_block : cfg_.double_blocks;
     run_blocks(
-        ex, b1 - b0, [&](int i) { one_block(b0 + i); }, {&h}, [&] { return tp; });
+        ex, b1 - b0, [&](int i) { one_block(b0 + i); }, {&h}, [&] { return tp; },
+        [](int) { return std::string(kKind); });
     if (stage != nullptr && !stage->last) {
       *stage->image = std::move(h);
       return Tensor();

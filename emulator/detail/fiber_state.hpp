@@ -44,12 +44,15 @@ struct FiberState {
   bool waiting_in_test = false;
   bool replayed = false;  // set by the controller when it replays the region this fiber enters
   std::uint64_t region_id = 0;
-  /// Inside a replayed span (Replay::begin_span): the tile's calls are free until its end.
+  /// Inside a replayed span (Replay::begin_span), or a region replayed from the tile's arrival
+  /// (Replay::pass_region): the tile's calls are free until its end.
   bool skipping = false;
-  /// A span mark the tile has passed and not yet arrived at (RegionReplay::begin): it arrives
-  /// there at its next call that is not a compute charge, at its next mark or at its end. -1:
-  /// none. With it, what it passed there (key, may_skip, next).
+  bool skipping_region = false;  // the region's: its next mark ends it
+  /// A mark the tile has passed and not yet arrived at (RegionReplay::begin): it arrives there
+  /// at its next call that is not a compute charge, at its next mark or at its end. -1: none.
+  /// With it, what it passed there (a span's or a region's, key, may_skip, next).
   int pending_span = -1;
+  bool pending_is_span = false;
   bool pending_may_skip = false;
   std::string pending_key, pending_next;
   EmuTape* tape = nullptr;  // a tile's main fiber: the calls being recorded (begin_tape), or none

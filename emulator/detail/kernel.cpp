@@ -265,11 +265,18 @@ bool Kernel::nothing_under_way() const {
 }
 
 Replay::RegionMark Kernel::begin_region(FiberState& f, std::string_view key, bool may_skip) {
-  return regions_->begin(f, key, may_skip, false);
+  return regions_->begin(f, key, may_skip, MarkKind::kRegion);
 }
 
+Replay::RegionMark Kernel::pass_region(FiberState& f, std::string_view key, bool may_skip,
+                                       std::string_view next) {
+  return regions_->begin(f, key, may_skip, MarkKind::kPassedRegion, next);
+}
+
+Replay::RegionMark Kernel::passed_answer(FiberState& f) { return regions_->passed_answer(f); }
+
 void Kernel::begin_span(FiberState& f, std::string_view key, bool may_skip, std::string_view next) {
-  regions_->begin(f, key, may_skip, true, next);
+  regions_->begin(f, key, may_skip, MarkKind::kSpan, next);
 }
 
 void Kernel::arrive_pending(FiberState& f) { regions_->arrive_pending(f); }

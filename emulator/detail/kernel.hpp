@@ -45,6 +45,10 @@
 
 namespace cocodiff::emu::detail {
 
+/// What a mark of the world is (RegionReplay::begin): a region judged at the mark
+/// (Replay::begin_region), one judged where the tiles arrive (Replay::pass_region), a span.
+enum class MarkKind : std::uint8_t { kRegion, kPassedRegion, kSpan };
+
 /// One rank's part of a collective run at the collective level (Kernel::start_collective_op):
 /// the schedule every member runs, this member's sizes and buffers. The buffers and an
 /// all-to-allv's count arrays stay alive until the request completes (as MPI_Ialltoallv's).
@@ -141,10 +145,15 @@ class Kernel {
   void run_math(FiberState& f, const std::function<void()>& work);
   /// A region mark of the world (see Replay::begin_region); main fibers only.
   Replay::RegionMark begin_region(FiberState& f, std::string_view key, bool may_skip);
+  /// A region mark of the world judged where the tile arrives (see Replay::pass_region).
+  Replay::RegionMark pass_region(FiberState& f, std::string_view key, bool may_skip,
+                                 std::string_view next);
+  /// How the passed region tile f marked last was judged (see Replay::passed_answer).
+  Replay::RegionMark passed_answer(FiberState& f);
   /// A span mark of the world (see Replay::begin_span); main fibers only.
   void begin_span(FiberState& f, std::string_view key, bool may_skip, std::string_view next);
-  /// Tile f's call other than a compute charge: it first arrives at the span mark it passed,
-  /// if any (RegionReplay::arrive_pending).
+  /// Tile f's call other than a compute charge: it first arrives at the mark it passed, if any
+  /// (RegionReplay::arrive_pending).
   void arrive(FiberState& f) {
     if (f.pending_span >= 0) arrive_pending(f);
   }

@@ -12,43 +12,90 @@
 
 namespace cocodiff::emu::detail {
 
+namespace {
+
+const char* kind_name(MarkKind k) {
+  switch (k) {
+    case MarkKind::kRegion:
+      return "a region";
+    case MarkKind::kPassedRegion:
+      return "a passed region";
+    case MarkKind::kSpan:
+      return "a span";
+  }
+  return "a mark";
+}
+
+}  // namespace
+
 Replay::RegionMark RegionReplay::begin(FiberState& f, std::string_view key, bool may_skip,
-                                       bool span, std::string_view next) {
+                                       MarkKind kind, std::string_view next) {
   if (k_.aborting()) throw Cancelled{};
   COCO_CHECK(f.is_main, "region marks are made by tile fibers");
-  arrive_pending(f);  // a span mark the tile passed comes first
+  arrive_pending(f);  // a mark the tile passed comes first
   TileStats& t = k_.accounting().tile(f.rank);
-  if (f.skipping)
-    if (const std::optional<Replay::RegionMark> inner = skip_mark(f, key, span)) {
+  if (f.skipping_region) {  // a passed region replayed from its arrivals ends at any mark
+    f.skipping = false;
+    f.skipping_region = false;
+  } else if (f.skipping) {
+    if (const std::optional<Replay::RegionMark> inner =
+            skip_mark(f, key, kind == MarkKind::kSpan)) {
       ++t.marks;
       return *inner;
     }
-  // While a span records, every mark a tile passes is inside it (its end included). A span
-  // ends where its tiles pass its end mark: what they compute from there to their arrival is
-  // simulated after a replay, as it was here.
-  if (span_rec_.active) {
-    span_rec_.rec.folds[static_cast<size_t>(f.rank)].push_back(
-        {(t.region_start - span_rec_.from.t0).ns(), t.inner});
-    if (span) {
-      const TileClock& c = t.timing;
-      span_rec_.ends[static_cast<size_t>(f.rank)] = {f.clock,     c.host(),      c.compute(),
-                                                     c.exposed(), c.host_wait(), t.events};
-    }
   }
+  if (kind == MarkKind::kPassedRegion) kind = passed_kind(t.marks, key);
+  // While a span records, every mark a tile passes is inside it (its end included); a passed
+  // region's recording ends at the next mark. Each ends where its tiles pass its end mark: what
+  // they compute from there to their arrival is simulated after a replay, as it was here.
+  if (span_rec_.active) note_pass(span_rec_, f, t, kind == MarkKind::kSpan);
+  if (region_rec_.active) note_pass(region_rec_, f, t, true);
   hash_value(t.hash, t.region_start.ns());
   hash_value(t.hash, t.inner);
   t.last_inner = t.inner;
   t.inner = kHashBasis;
   t.region_start = f.clock;
   const int m = t.marks++;
-  if (span) {  // passed: the tile arrives at its next call (arrive_pending)
+  if (kind != MarkKind::kRegion) {  // passed: the tile arrives at its next call (arrive_pending)
     f.pending_span = m;
+    f.pending_is_span = kind == MarkKind::kSpan;
     f.pending_key = key;
     f.pending_may_skip = may_skip;
     f.pending_next = next;
     return {};
   }
-  return arrive(f, m, key, may_skip, false);
+  return arrive(f, m, key, may_skip, MarkKind::kRegion);
+}
+
+void RegionReplay::note_pass(SpanRecording& rec, const FiberState& f, const TileStats& t,
+                             bool end) {
+  const auto u = static_cast<size_t>(f.rank);
+  rec.rec.folds[u].push_back({(t.region_start - rec.from.t0).ns(), t.inner});
+  if (!end) return;
+  const TileClock& c = t.timing;
+  rec.ends[u] = {f.clock, c.host(), c.compute(), c.exposed(), c.host_wait(), t.events};
+}
+
+MarkKind RegionReplay::passed_kind(int m, std::string_view key) {
+  const auto u = static_cast<size_t>(m);
+  if (passed_kind_.size() <= u) passed_kind_.resize(u + 1, kUndecided);
+  if (passed_kind_[u] == kUndecided) {
+    // A record copies no trace (Accounting::trace_closed): while it takes events, the mark is
+    // judged where the tiles pass it, as a region's. So is the first mark of a key, and one
+    // whose key's last mark was quiescent there: its region may then be replayed at the mark,
+    // its body skipped, rather than from the arrivals with its body run, its calls free. Where
+    // the last one was not, the tiles' arrivals may be.
+    const auto quiet = quiet_at_pass_.find(key);
+    passed_kind_[u] = !k_.accounting().trace_closed()                  ? kAtMarkTrace
+                      : quiet == quiet_at_pass_.end() || quiet->second ? kAtMarkQuiet
+                                                                       : kAtArrivals;
+  }
+  return passed_kind_[u] == kAtArrivals ? MarkKind::kPassedRegion : MarkKind::kRegion;
+}
+
+Replay::RegionMark RegionReplay::passed_answer(FiberState& f) {
+  arrive_pending(f);
+  return {f.replayed, f.region_id};  // as the controller judged it (arrive)
 }
 
 void RegionReplay::arrive_pending(FiberState& f) {
@@ -57,26 +104,30 @@ void RegionReplay::arrive_pending(FiberState& f) {
   f.pending_span = -1;
   const std::string key = std::move(f.pending_key);
   const std::string next = std::move(f.pending_next);
-  arrive(f, m, key, f.pending_may_skip, true, next);
+  arrive(f, m, key, f.pending_may_skip,
+         f.pending_is_span ? MarkKind::kSpan : MarkKind::kPassedRegion, next);
 }
 
 Replay::RegionMark RegionReplay::arrive(FiberState& f, int m, std::string_view key, bool may_skip,
-                                        bool span, std::string_view next) {
+                                        MarkKind kind, std::string_view next) {
   const int n = k_.topology().num_ranks();
   std::unique_lock<NullLock> lk(k_.state_lock());
   MarkState& ms = marks_[m];
+  const bool span = kind == MarkKind::kSpan;
   if (ms.arrived == 0) {
     ms.key = key;
     ms.next = next;
     ms.span = span;
+    ms.kind = kind;
     ms.waiters.swap(spare_waiters_);  // every tile waits here: the last mark's storage fits
   } else if (ms.key != key || ms.next != next) {
     ms.replayable = false;
     span_rec_.mixed = true;  // harmless when none records
+    region_rec_.mixed = true;
   }
-  COCO_CHECK(ms.span == span, "rank " + std::to_string(f.rank) + " marks a " +
-                                  (span ? "span" : "region") + " where rank 0's mark " +
-                                  std::to_string(m) + " is a " + (span ? "region" : "span"));
+  COCO_CHECK(ms.kind == kind, "rank " + std::to_string(f.rank) + " marks " + kind_name(kind) +
+                                  " where the first rank there marked " + kind_name(ms.kind) +
+                                  " (mark " + std::to_string(m) + ")");
   ms.replayable = ms.replayable && may_skip;
   ++ms.arrived;
   f.replayed = false;
@@ -109,15 +160,23 @@ void RegionReplay::event(int mark) {
   MarkState& ms = marks_.at(mark);
   // A replayed region's work (its messages still in flight where its tiles passed its end)
   // was over by the next mark's earliest arrival when it was recorded. Earlier, it would be
-  // under way here, and the replay would have dropped it: the caller broke a span's promise
-  // (what the tiles compute after its end mark, up to their first call, differs).
+  // under way here, and the replay would have dropped it: the caller broke a span's or passed
+  // region's promise (what the tiles compute after its end mark, up to their first call,
+  // differs).
   COCO_CHECK(ms.min_clock >= quiet_until_,
              "mark " + std::to_string(mark) + " ('" + ms.key +
-                 "') is reached before the work of the span replayed before it ended: a span's "
-                 "next must name what its tiles do after its end mark, up to their first call");
+                 "') is reached before the work replayed before it ended: a span's or passed "
+                 "region's next must name what its tiles do after its end mark, up to their "
+                 "first call");
+  // A passed region's mark: whether it was quiescent where the tiles passed it (passed_kind).
+  const std::int8_t how = static_cast<size_t>(mark) < passed_kind_.size()
+                              ? passed_kind_[static_cast<size_t>(mark)]
+                              : kUndecided;
   if (!quiescent(ms)) {
+    if (how == kAtMarkQuiet || how == kAtArrivals) quiet_at_pass_[ms.key] = false;
     ms.broken = true;
     rec_.active = false;
+    region_rec_.active = false;  // a passed region is kept only between quiescent arrivals
     if (span_rec_.active) {
       if (ms.span) {
         span_rec_.active = false;  // a span is kept only between quiescent marks
@@ -131,29 +190,34 @@ void RegionReplay::event(int mark) {
     return;
   }
   const SimTime t0 = clock_offsets();
+  const bool judged_at_mark = ms.kind == MarkKind::kRegion;
   // The region that ends here was recorded from the previous mark: keep its effect. Not where
-  // it ends at a span mark: the tiles are at their arrivals there, past its end.
-  if (rec_.active && rec_.mark + 1 == mark && !ms.span) keep_recorded(t0);
+  // it ends at a passed mark: the tiles are at their arrivals there, past its end.
+  if (rec_.active && rec_.mark + 1 == mark && judged_at_mark) keep_recorded(t0);
   rec_.active = false;
+  // The flows are folded where the mark is quiescent. A passed mark's tiles arrive after it:
+  // it folds where it was quiescent already when the first tile passed it (its work ended by
+  // the earliest clock there), as a region mark would, and, where what follows may be
+  // replayed, at any quiescent arrival (a replay folds from its start). No flow started between
+  // a passed mark and the arrivals: they are folded from the earliest clock at the mark itself.
+  const SimTime first = mark_clock();
+  const bool fold = judged_at_mark || ms.replayable || k_.last_work() <= first;
+  if (how == kAtMarkQuiet || how == kAtArrivals)
+    quiet_at_pass_[ms.key] = judged_at_mark || k_.last_work() <= first;
+  if (region_rec_.active) keep_span(region_rec_, t0);
   if (span_rec_.active && ms.span)
-    keep_span(t0);
-  else if (span_rec_.active)
+    keep_span(span_rec_, t0);
+  else if (span_rec_.active && fold)
     span_rec_.rec.flow_folds.push_back(k_.accounting().open_flows(span_rec_.from.t0));
-  // The flows are folded where the mark is quiescent. A span mark's tiles arrive after it: it
-  // folds where it was quiescent already when the first tile passed it (its work ended by the
-  // earliest clock there), as a region mark would, and, where the span may be replayed, at any
-  // quiescent arrival (a replay folds from its start). No flow started between a span mark and
-  // the arrivals: they are folded from the earliest clock at the mark itself.
-  if (!ms.span)
-    k_.accounting().fold_flow_hash(t0);
-  else if (const SimTime first = mark_clock(); ms.replayable || k_.last_work() <= first)
-    k_.accounting().fold_flow_hash(first);
+  if (fold) k_.accounting().fold_flow_hash(judged_at_mark ? t0 : first);
   std::uint64_t id = 0;
   const bool replayable = ms.replayable && k_.options().replay;
   if (ms.span) {
     // While the trace takes events, a span's record would copy the trace of its every region:
     // its regions replay on their own instead.
     if (replayable && k_.accounting().trace_closed()) replay_or_record_span(ms, t0);
+  } else if (!judged_at_mark) {
+    if (replayable) id = replay_or_record_region(ms, t0);
   } else if (replayable) {
     id = id_of(region_ids_, ms.key, offsets_);
     const auto rec = records_.find(id);
@@ -167,20 +231,48 @@ void RegionReplay::event(int mark) {
   release(ms);
 }
 
-void RegionReplay::replay_or_record_span(const MarkState& ms, SimTime t0) {
+std::pair<std::uint64_t, const RegionReplay::SpanRecord*> RegionReplay::find_span(
+    const std::string& key, const std::string& next, SimTime t0) {
   const std::vector<std::int64_t>& state = span_state(t0);
-  std::uint64_t id = id_of(span_ids_, ms.key, state);
+  std::uint64_t id = id_of(span_ids_, key, state);
   auto rec = spans_.find(id);
-  // A span that ended with work in flight was recorded before a given next: before another,
-  // it is recorded again, under its key and that next.
-  if (rec != spans_.end() && rec->second.tail && rec->second.next != ms.next) {
-    id = id_of(span_ids_, ms.key + "\n" + ms.next, state);
+  // One that ended with work in flight was recorded before a given next: before another, it is
+  // recorded again, under its key and that next.
+  if (rec != spans_.end() && rec->second.tail && rec->second.next != next) {
+    id = id_of(span_ids_, key + "\n" + next, state);
     rec = spans_.find(id);
   }
-  if (rec != spans_.end())
-    replay_span(rec->second, t0);
+  return {id, rec != spans_.end() ? &rec->second : nullptr};
+}
+
+void RegionReplay::replay_or_record_span(const MarkState& ms, SimTime t0) {
+  if (const auto [id, rec] = find_span(ms.key, ms.next, t0); rec != nullptr)
+    replay_span(*rec, t0);
   else
-    start_span(id, t0, ms.next);
+    start_span(span_rec_, id, t0, ms.next);
+}
+
+std::uint64_t RegionReplay::replay_or_record_region(const MarkState& ms, SimTime t0) {
+  const auto [id, rec] = find_span("region\n" + ms.key, ms.next, t0);
+  if (rec != nullptr)
+    replay_region(*rec, t0);
+  else
+    start_span(region_rec_, id, t0, ms.next);
+  return id;
+}
+
+void RegionReplay::replay_region(const SpanRecord& r, SimTime t0) {
+  replay(r.whole, t0);
+  for (int rank = 0; rank < k_.topology().num_ranks(); ++rank) {
+    FiberState& f = k_.main_fiber(rank);
+    f.skipping = true;
+    f.skipping_region = true;
+    TileStats& t = k_.accounting().tile(rank);
+    const TileFold& open = r.folds[static_cast<size_t>(rank)].back();  // its only one
+    t.region_start = t0 + SimTime::from_ns(open.start_ns);
+    t.inner = open.inner;
+  }
+  k_.accounting().replay_flow_folds({}, r.open, t0);
 }
 
 std::uint64_t RegionReplay::id_of(
@@ -293,28 +385,29 @@ std::optional<Replay::RegionMark> RegionReplay::skip_mark(FiberState& f, std::st
   return Replay::RegionMark{true, sm.id};
 }
 
-void RegionReplay::start_span(std::uint64_t id, SimTime t0, const std::string& next) {
-  span_rec_.active = true;
-  span_rec_.mixed = false;
-  span_rec_.id = id;
-  span_rec_.from = k_.accounting().mark(t0);
-  span_rec_.rec = SpanRecord{};
-  span_rec_.rec.next = next;
-  span_rec_.rec.folds.resize(static_cast<size_t>(k_.topology().num_ranks()));
-  span_rec_.ends.resize(static_cast<size_t>(k_.topology().num_ranks()));
+void RegionReplay::start_span(SpanRecording& rec, std::uint64_t id, SimTime t0,
+                              const std::string& next) {
+  rec.active = true;
+  rec.mixed = false;
+  rec.id = id;
+  rec.from = k_.accounting().mark(t0);
+  rec.rec = SpanRecord{};
+  rec.rec.next = next;
+  rec.rec.folds.resize(static_cast<size_t>(k_.topology().num_ranks()));
+  rec.ends.resize(static_cast<size_t>(k_.topology().num_ranks()));
 }
 
-void RegionReplay::keep_span(SimTime t0) {
-  span_rec_.active = false;
-  if (span_rec_.mixed) return;
-  SpanRecord& r = span_rec_.rec;
-  r.whole = recorded_since(span_rec_.from, t0);
+void RegionReplay::keep_span(SpanRecording& rec, SimTime t0) {
+  rec.active = false;
+  if (rec.mixed) return;
+  SpanRecord& r = rec.rec;
+  r.whole = recorded_since(rec.from, t0);
   // Each tile's part ends where it passed the end mark (its clock, host and counts there).
-  const Accounting::Mark& from = span_rec_.from;
+  const Accounting::Mark& from = rec.from;
   const auto n = static_cast<size_t>(k_.topology().num_ranks());
   Accounting::Effect& e = r.whole.effect;
   for (size_t u = 0; u < n; ++u) {
-    const TileEnd& end = span_rec_.ends[u];
+    const TileEnd& end = rec.ends[u];
     r.whole.end_ns[u] = (end.clock - from.t0).ns();
     if (k_.accounting().has_host()) r.whole.end_ns[u + n] = (end.host - from.t0).ns();
     e.compute[u] = end.compute - from.compute[u];
@@ -322,10 +415,10 @@ void RegionReplay::keep_span(SimTime t0) {
     e.host_wait[u] = end.host_wait - from.host_wait[u];
     e.events[u] = end.events - from.events[u];
   }
-  r.open = k_.accounting().open_flows(span_rec_.from.t0);
+  r.open = k_.accounting().open_flows(rec.from.t0);
   r.tail = r.whole.quiet_ns >
            *std::min_element(r.whole.end_ns.begin(), r.whole.end_ns.begin() + static_cast<long>(n));
-  spans_.emplace(span_rec_.id, std::move(r));
+  spans_.emplace(rec.id, std::move(r));
 }
 
 void RegionReplay::replay_span(const SpanRecord& r, SimTime t0) {

@@ -11,6 +11,10 @@
 // arrivals, a span is replayed the same way, its regions' hash folds included, and its tiles
 // then pass its inner marks without waiting, their calls free (FiberState::skipping), up to
 // its end mark, where the recording took their clocks and counts.
+// A passed region (Replay::pass_region) is a region judged where its tiles arrive, as a span
+// mark is, and recorded and replayed as a span that holds no mark: from its arrivals to where
+// its tiles pass the next mark, whatever that mark is. A replayed one's tiles run their code up
+// to that mark with every call free.
 
 #include <cstdint>
 #include <map>
@@ -32,11 +36,16 @@ class RegionReplay final : public EventSource {
   explicit RegionReplay(Kernel& k) : k_(k) {}
 
   /// Tile f reaches its next mark (main fibers only). At a region mark it waits until every
-  /// tile has, then learns whether the region that follows was replayed. A span mark it passes
-  /// (FiberState::pending_span), answering {}.
-  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, bool span,
+  /// tile has, then learns whether the region that follows was replayed. A span mark or a
+  /// passed region's it passes (FiberState::pending_span), answering {} (inside a replayed
+  /// span: the recorded answer). A passed region's mark is judged as a region's while the
+  /// trace still takes events (its first tile decides, for all).
+  Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, MarkKind kind,
                            std::string_view next = {});
-  /// Tile f, which passed a span mark, arrives there (at its first call that is not a compute
+  /// Tile f's answer for the region it marked last (Replay::passed_answer); it arrives there
+  /// first if it has not.
+  Replay::RegionMark passed_answer(FiberState& f);
+  /// Tile f, which passed a mark, arrives there (at its first call that is not a compute
   /// charge): waits until every tile has. Nothing when it has none pending.
   void arrive_pending(FiberState& f);
   /// The mark with tiles waiting at the earliest clock, and that clock; -1 when none has.
@@ -57,11 +66,12 @@ class RegionReplay final : public EventSource {
  private:
   Kernel& k_;
   struct MarkState {
-    std::string key, next;   // a span's next (Replay::begin_span)
+    std::string key, next;   // a span's or passed region's next
     bool replayable = true;  // every rank passed the same key, next and may_skip
     bool broken = false;     // released before all ranks arrived or with work in flight
     bool span = false;       // a span's mark (begin_span)
-    std::uint64_t id = 0;    // a broken mark's id, for the tiles that arrive after its release
+    MarkKind kind = MarkKind::kRegion;
+    std::uint64_t id = 0;  // a broken mark's id, for the tiles that arrive after its release
     int arrived = 0, passed = 0;
     SimTime min_clock = SimTime::max();
     std::vector<FiberState*> waiters;
@@ -96,7 +106,7 @@ class RegionReplay final : public EventSource {
     std::vector<std::vector<TileFold>> folds;
     std::vector<Accounting::OpenFlows> flow_folds;  // folded at its quiescent inner marks
     Accounting::OpenFlows open;                     // open at its end mark
-    std::string next;                               // what followed its end (Replay::begin_span)
+    std::string next;  // what followed its end (Replay::begin_span, Replay::pass_region)
     /// Its work was still in flight where the first tile passed its end mark: it is replayed
     /// only before the same `next`.
     bool tail = false;
@@ -115,8 +125,23 @@ class RegionReplay final : public EventSource {
     std::vector<TileEnd> ends;  // per tile
   };
   /// Tile f arrives at mark m: waits there until the controller judges it.
-  Replay::RegionMark arrive(FiberState& f, int m, std::string_view key, bool may_skip, bool span,
-                            std::string_view next = {});
+  Replay::RegionMark arrive(FiberState& f, int m, std::string_view key, bool may_skip,
+                            MarkKind kind, std::string_view next = {});
+  /// Mark m of kind kPassedRegion, as the first tile passes it: kRegion while the trace takes
+  /// events, or where the last mark of its key was quiescent where the tiles passed it.
+  MarkKind passed_kind(int m, std::string_view key);
+  /// At a quiescent passed region's arrivals: replays the region recorded from the same start
+  /// state (one with work in flight at its end only before the same next), or records it.
+  /// Returns its id.
+  std::uint64_t replay_or_record_region(const MarkState& ms, SimTime t0);
+  /// Applies a recorded passed region's effect from t0; its tiles skip to its end mark.
+  void replay_region(const SpanRecord& r, SimTime t0);
+  /// Tile f passes a mark while a span or a passed region records: what its end keeps.
+  static void note_pass(SpanRecording& rec, const FiberState& f, const TileStats& t, bool end);
+  /// The record of a span (or passed region) of `key` from the tiles' state at t0, and its id
+  /// (one whose work was in flight at its end only before `next`); null where none is.
+  std::pair<std::uint64_t, const SpanRecord*> find_span(const std::string& key,
+                                                        const std::string& next, SimTime t0);
   /// At a quiescent span mark: replays the span recorded from the same start state before the
   /// same next (where it must be), or starts recording it.
   void replay_or_record_span(const MarkState& ms, SimTime t0);
@@ -146,12 +171,13 @@ class RegionReplay final : public EventSource {
   /// A tile of a replayed span at a mark: the recorded answer of an inner one, nullopt at the
   /// span's end (which it then passes as an ordinary mark).
   std::optional<Replay::RegionMark> skip_mark(FiberState& f, std::string_view key, bool span);
-  /// A quiescent span mark ends the span recorded since the previous one: keeps it.
-  void keep_span(SimTime t0);
+  /// A quiescent mark ends the span (or passed region) `rec` recorded since its start: keeps it.
+  void keep_span(SpanRecording& rec, SimTime t0);
   /// Applies a recorded span's effect from t0; its tiles skip to its end.
   void replay_span(const SpanRecord& r, SimTime t0);
-  /// Starts recording the span that starts at t0 under `id`, followed by `next`.
-  void start_span(std::uint64_t id, SimTime t0, const std::string& next);
+  /// Starts recording into `rec` the span (or passed region) that starts at t0 under `id`,
+  /// followed by `next`.
+  void start_span(SpanRecording& rec, std::uint64_t id, SimTime t0, const std::string& next);
   std::map<int, MarkState> marks_;
   std::vector<std::int64_t> offsets_;       // event's clock offsets of the tiles
   std::vector<std::int64_t> span_state_;    // span_state's, kept between marks
@@ -162,6 +188,12 @@ class RegionReplay final : public EventSource {
   std::map<std::pair<std::string, std::vector<std::int64_t>>, std::uint64_t> span_ids_;
   std::unordered_map<std::uint64_t, SpanRecord> spans_;
   SpanRecording span_rec_;
+  SpanRecording region_rec_;  // a passed region's, from its arrivals to its next mark
+  /// By mark, for a passed region's: how it is judged (passed_kind).
+  static constexpr std::int8_t kUndecided = -1, kAtMarkTrace = 0, kAtMarkQuiet = 1, kAtArrivals = 2;
+  std::vector<std::int8_t> passed_kind_;
+  /// By a passed region's key: its last mark was quiescent where the tiles passed it.
+  std::map<std::string, bool, std::less<>> quiet_at_pass_;
   const SpanRecord* replaying_ = nullptr;  // the span the tiles are skipping through
   std::vector<std::size_t> cursor_;        // per tile: its next inner mark of replaying_
   std::uint64_t next_id_ = 1;              // regions' and spans' ids (0: none)

@@ -194,8 +194,7 @@ TEST(SpanReplayDeathTest, ASpanWhoseNextIsNotWhatFollowsItStopsTheRun) {
   emu::Engine e = aurora(1, true, true);
   Shape shape{2e11, true};
   shape.last_apart = false;
-  EXPECT_DEATH(steps(e, 4, shape),
-               "is reached before the work of the span replayed before it ended");
+  EXPECT_DEATH(steps(e, 4, shape), "is reached before the work replayed before it ended");
 }
 
 TEST(SpanReplayDeathTest, AnInnerRegionUnlikeTheRecordingStopsTheRun) {
