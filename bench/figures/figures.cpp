@@ -126,10 +126,11 @@ std::vector<std::string> paper_scale_args(const PaperScaleRun& r) {
 // inpaint_quality). They take minutes to half an hour to run again, so the check compares the
 // blocks with these files.
 const std::vector<std::string> kResults = {
-    "emulator_phantom", "emulator_replay",    "emulator_collective",   "emulator_grid",
-    "emulator_large",   "emulator_large_usp", "emulator_workers",      "emulator_math",
-    "net_models_flows", "mpi_vs_emulator",    "study_vmajor_quality",  "runtime",
-    "v_similarity",     "inpaint_quality",    "inpaint_quality_lower", "memory_estimate"};
+    "emulator_phantom", "emulator_replay",    "emulator_collective", "emulator_grid",
+    "emulator_large",   "emulator_large_usp", "emulator_video",      "emulator_workers",
+    "emulator_math",    "net_models_flows",   "mpi_vs_emulator",     "study_vmajor_quality",
+    "runtime",          "v_similarity",       "inpaint_quality",     "inpaint_quality_lower",
+    "memory_estimate"};
 
 // bench/study/run_study.sh's `cocodiff compare` runs, by directory name.
 std::map<std::string, nlohmann::json> load_compare(const fs::path& source) {
@@ -592,6 +593,27 @@ std::string emulator_large(const Data& d) {
          "`bench/results/emulator_large_usp.json` by `figures --render`.\n";
 }
 
+std::string emulator_video(const Data& d) {
+  std::string s =
+      "| strategy | tiles | steps | virtual s | wall s | wall s, range | CPU s | peak RSS MiB | "
+      "regions replayed | goal (<= 120 s wall, <= 2 GiB) "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const nlohmann::json& r : d.results.at("emulator_video")["rows"]) {
+    const std::vector<double> wall = r["wall_s"].get<std::vector<double>>();
+    const std::string range =
+        wall.size() < 2 ? std::string("(1 run)")
+                        : fmt("%.1f-%.1f (%zu runs)", *std::min_element(wall.begin(), wall.end()),
+                              *std::max_element(wall.begin(), wall.end()), wall.size());
+    s += fmt("| %s | %s | %d | %.3f | %.1f | %s | %.1f | %.0f | %s | %s |\n",
+             r["strategy"].get<std::string>().c_str(), grouped(r["tiles"]).c_str(),
+             r["steps"].get<int>(), r["virtual_time_s"].get<double>(),
+             r["median_wall_s"].get<double>(), range.c_str(), r["median_cpu_s"].get<double>(),
+             r["peak_rss_mib"].get<double>(), grouped(r["regions_replayed"]).c_str(),
+             r["goal_met"].get<bool>() ? "met" : "not met");
+  }
+  return s + "\nRendered from `bench/results/emulator_video.json` by `figures --render`.\n";
+}
+
 std::string emulator_workers(const Data& d) {
   std::string s =
       "| run | default workers | wall s: 1 / default / 2 workers | CPU s: 1 / default / 2 | "
@@ -1000,6 +1022,7 @@ std::map<std::string, Render> blocks() {
   b["emulator-collective"] = emulator_collective;
   b["emulator-grid"] = emulator_grid;
   b["emulator-large"] = emulator_large;
+  b["emulator-video"] = emulator_video;
   b["emulator-workers"] = emulator_workers;
   b["emulator-math"] = emulator_math;
   b["net-models-flows"] = net_models_flows;
