@@ -12,9 +12,11 @@
 // then pass its inner marks without waiting, their calls free (FiberState::skipping), up to
 // its end mark, where the recording took their clocks and counts.
 // A passed region (Replay::pass_region) is a region judged where its tiles arrive, as a span
-// mark is, and recorded and replayed as a span that holds no mark: from its arrivals to where
-// its tiles pass the next mark, whatever that mark is. A replayed one's tiles run their code up
-// to that mark with every call free.
+// mark is, once a mark of its key was not quiescent where the tiles passed it (before that, and
+// while the trace takes events, it is judged at the mark, as a region's), and recorded and
+// replayed as a span that holds no mark: from its arrivals to where its tiles pass the next
+// mark, whatever that mark is. A replayed one's tiles run their code up to that mark with every
+// call free.
 
 #include <cstdint>
 #include <map>
@@ -39,7 +41,8 @@ class RegionReplay final : public EventSource {
   /// tile has, then learns whether the region that follows was replayed. A span mark or a
   /// passed region's it passes (FiberState::pending_span), answering {} (inside a replayed
   /// span: the recorded answer). A passed region's mark is judged as a region's while the
-  /// trace still takes events (its first tile decides, for all).
+  /// trace still takes events or where its key's last mark was quiescent where the tiles passed
+  /// it (its first tile decides, for all: passed_kind).
   Replay::RegionMark begin(FiberState& f, std::string_view key, bool may_skip, MarkKind kind,
                            std::string_view next = {});
   /// Tile f's answer for the region it marked last (Replay::passed_answer); it arrives there
