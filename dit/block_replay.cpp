@@ -69,6 +69,15 @@ StrategyStats scaled(StrategyStats s, std::int64_t n) {
   return s;
 }
 
+// A block's region key: its kind and what its attention depends on (BlockDeps::key).
+std::string block_key(std::string_view kind,
+                      const std::optional<AttentionStrategy::BlockDeps>& deps) {
+  std::string key = "block ";
+  key += kind;
+  if (deps) key += " | " + deps->key;
+  return key;
+}
+
 }  // namespace
 
 BlockReplay::BlockReplay(AttentionStrategy& attn, Replay& replay, bool phantom)
@@ -98,9 +107,7 @@ StrategyStats BlockReplay::replayed() const {
 void BlockReplay::run(std::string_view kind, int attention_layers,
                       const std::function<void()>& body) {
   const std::optional<AttentionStrategy::BlockDeps> deps = attn_.next_block();
-  std::string key = "block ";
-  key += kind;
-  if (deps) key += " | " + deps->key;
+  const std::string key = block_key(kind, deps);
   const bool counts = deps ? deps->first_exchange : false;
   const auto known = first_cache_.find(key);
   const bool cache_known = known != first_cache_.end();
@@ -112,8 +119,7 @@ void BlockReplay::run(std::string_view kind, int attention_layers,
   // Judged where the tiles arrive where what follows the block is known. Not a block whose
   // calls are issued from a tape: a tape starts with the charges before its first call.
   const bool passed = phantom_ && deps.has_value() && next_kind_.has_value() && !deps->calls_fixed;
-  if (passed)
-    expected_ = next_kind_->empty() ? "blocks end" : "block " + *next_kind_ + " | " + deps->key;
+  if (passed) expected_ = next_kind_->empty() ? "blocks end" : block_key(*next_kind_, deps);
   next_kind_.reset();
   const Replay::RegionMark mark = passed
                                       ? replay_.pass_region(region, true, expected_)

@@ -45,6 +45,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <set>
 #include <sstream>
@@ -597,27 +598,44 @@ void collective(const Args& a, const Options& o) {
              "virtual time, bytes, flows and timeline hash (checked)"}});
 }
 
+// Whole runs of each strategy, --repeats times, repeats interleaved: every run's CPU and wall
+// seconds by strategy, and the run of the largest peak memory. `run` makes one (strategy, repeat).
+struct WholeRuns {
+  std::map<std::string, std::vector<double>> cpu, wall;
+  std::map<std::string, ChildRun> last;
+};
+WholeRuns whole_runs(const Options& o, const std::vector<std::string>& strategies,
+                     const std::string& what,
+                     const std::function<ChildRun(const std::string&, int)>& run) {
+  WholeRuns w;
+  Progress progress(strategies.size() * static_cast<size_t>(o.repeats));
+  for (int rep = 0; rep < o.repeats; ++rep)
+    for (const std::string& s : strategies) {
+      progress.step(fmt("%s %s, repeat %d", s.c_str(), what.c_str(), rep + 1));
+      ChildRun r = run(s, rep);
+      if (!r.ok()) fail(r, what + " run of " + s);
+      w.cpu[s].push_back(r.cpu_s);
+      w.wall[s].push_back(r.wall_s);
+      ChildRun& last = w.last[s];
+      if (r.maxrss_kib > last.maxrss_kib || last.report.is_null()) last = std::move(r);
+    }
+  progress.done();
+  return w;
+}
+
 // The 1,536-tile row: whole runs with everything the engine has (replay, collective-level
 // operations), one strategy after another, repeats interleaved.
 void large(const Args& a, const Options& o) {
   Table t({"strategy", "tiles", "steps", "virtual s", "CPU s", "wall s", "peak RSS MiB",
            "regions replayed", "goal (<= 60 s, <= 1 GiB)", "issue's CPU s (before)", "command"});
-  Progress progress(o.large_strategies.size() * static_cast<size_t>(o.repeats));
-  std::map<std::string, std::vector<double>> cpu, wall;
-  std::map<std::string, ChildRun> last;
   auto sets_of = [&](const std::string& s) {
     return phantom_sets(o, s, o.large_steps, o.large_nodes, {"v_major.warmup_steps=1"});
   };
-  for (int rep = 0; rep < o.repeats; ++rep)
-    for (const std::string& s : o.large_strategies) {
-      progress.step(fmt("%s on %d nodes, repeat %d", s.c_str(), o.large_nodes, rep + 1));
-      ChildRun r = run_cocodiff(a, sets_of(s), fmt("large_%s_%d", s.c_str(), rep));
-      if (!r.ok()) fail(r, "large run of " + s);
-      cpu[s].push_back(r.cpu_s);
-      wall[s].push_back(r.wall_s);
-      if (r.maxrss_kib > last[s].maxrss_kib || last[s].report.is_null()) last[s] = std::move(r);
-    }
-  progress.done();
+  auto [cpu, wall, last] =
+      whole_runs(o, o.large_strategies, fmt("large, %d nodes", o.large_nodes),
+                 [&](const std::string& s, int rep) {
+                   return run_cocodiff(a, sets_of(s), fmt("large_%s_%d", s.c_str(), rep));
+                 });
   const bool issue_point = o.model == "flux1-dev" && o.replay_resolution == 2048 &&
                            o.large_nodes == 128 && o.large_steps == 28;
   for (const std::string& s : o.large_strategies) {
@@ -676,23 +694,15 @@ void video(const Args& a, const Options& o) {
                                     "run.strategy=" + s, "emulator.trace=false",
                                     "emulator.workers=" + std::to_string(a.workers)};
   };
-  Progress progress(o.video_strategies.size() * static_cast<size_t>(o.repeats));
-  std::map<std::string, std::vector<double>> cpu, wall;
-  std::map<std::string, ChildRun> last;
-  for (int rep = 0; rep < o.repeats; ++rep)
-    for (const std::string& s : o.video_strategies) {
-      progress.step(fmt("Wan 2.1 %s on %d nodes, repeat %d", s.c_str(), o.video_nodes, rep + 1));
-      const std::filesystem::path dir = a.out / "runs" / fmt("video_%s_%d", s.c_str(), rep);
-      std::vector<std::string> argv = {a.cocodiff.string(), "run", config.string(), "--out",
-                                       dir.string(),        "-q"};
-      for (const std::string& x : sets_of(s)) argv.insert(argv.end(), {"--set", x});
-      ChildRun r = run_report(argv, dir);
-      if (!r.ok()) fail(r, "video run of " + s);
-      cpu[s].push_back(r.cpu_s);
-      wall[s].push_back(r.wall_s);
-      if (r.maxrss_kib > last[s].maxrss_kib || last[s].report.is_null()) last[s] = std::move(r);
-    }
-  progress.done();
+  auto [cpu, wall, last] = whole_runs(
+      o, o.video_strategies, fmt("video, %d nodes", o.video_nodes),
+      [&](const std::string& s, int rep) {
+        const std::filesystem::path dir = a.out / "runs" / fmt("video_%s_%d", s.c_str(), rep);
+        std::vector<std::string> argv = {a.cocodiff.string(), "run", config.string(), "--out",
+                                         dir.string(),        "-q"};
+        for (const std::string& x : sets_of(s)) argv.insert(argv.end(), {"--set", x});
+        return run_report(argv, dir);
+      });
   for (const std::string& s : o.video_strategies) {
     const nlohmann::json& rep = last[s].report;
     const double c = median(cpu[s]), w = median(wall[s]);

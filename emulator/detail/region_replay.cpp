@@ -113,11 +113,9 @@ Replay::RegionMark RegionReplay::arrive(FiberState& f, int m, std::string_view k
   const int n = k_.topology().num_ranks();
   std::unique_lock<NullLock> lk(k_.state_lock());
   MarkState& ms = marks_[m];
-  const bool span = kind == MarkKind::kSpan;
   if (ms.arrived == 0) {
     ms.key = key;
     ms.next = next;
-    ms.span = span;
     ms.kind = kind;
     ms.waiters.swap(spare_waiters_);  // every tile waits here: the last mark's storage fits
   } else if (ms.key != key || ms.next != next) {
@@ -178,7 +176,7 @@ void RegionReplay::event(int mark) {
     rec_.active = false;
     region_rec_.active = false;  // a passed region is kept only between quiescent arrivals
     if (span_rec_.active) {
-      if (ms.span) {
+      if (ms.span()) {
         span_rec_.active = false;  // a span is kept only between quiescent marks
       } else {
         ms.id = next_id_++;  // its blocks are known by it when the span is replayed
@@ -205,14 +203,14 @@ void RegionReplay::event(int mark) {
   if (how == kAtMarkQuiet || how == kAtArrivals)
     quiet_at_pass_[ms.key] = judged_at_mark || k_.last_work() <= first;
   if (region_rec_.active) keep_span(region_rec_, t0);
-  if (span_rec_.active && ms.span)
+  if (span_rec_.active && ms.span())
     keep_span(span_rec_, t0);
   else if (span_rec_.active && fold)
     span_rec_.rec.flow_folds.push_back(k_.accounting().open_flows(span_rec_.from.t0));
   if (fold) k_.accounting().fold_flow_hash(judged_at_mark ? t0 : first);
   std::uint64_t id = 0;
   const bool replayable = ms.replayable && k_.options().replay;
-  if (ms.span) {
+  if (ms.span()) {
     // While the trace takes events, a span's record would copy the trace of its every region:
     // its regions replay on their own instead.
     if (replayable && k_.accounting().trace_closed()) replay_or_record_span(ms, t0);
@@ -226,7 +224,7 @@ void RegionReplay::event(int mark) {
     else
       start_recording(mark, id, t0);  // simulated once more, recording what it does
   }
-  if (span_rec_.active && !ms.span) span_rec_.rec.marks.push_back({ms.key, id});
+  if (span_rec_.active && !ms.span()) span_rec_.rec.marks.push_back({ms.key, id});
   for (FiberState* w : ms.waiters) w->region_id = id;
   release(ms);
 }

@@ -72,8 +72,8 @@ class RegionReplay final : public EventSource {
     std::string key, next;   // a span's or passed region's next
     bool replayable = true;  // every rank passed the same key, next and may_skip
     bool broken = false;     // released before all ranks arrived or with work in flight
-    bool span = false;       // a span's mark (begin_span)
     MarkKind kind = MarkKind::kRegion;
+    bool span() const { return kind == MarkKind::kSpan; }  // a span's mark (begin_span)
     std::uint64_t id = 0;  // a broken mark's id, for the tiles that arrive after its release
     int arrived = 0, passed = 0;
     SimTime min_clock = SimTime::max();
